@@ -1,0 +1,97 @@
+"""agentd's error tree and its exit-code contract.
+
+Every failure agentd reports is an :class:`AgentdError`; each class carries the process exit code
+the CLI maps it to, so the table in docs/cli.md lives in exactly one place::
+
+    AgentdError                      1  generic failure
+    ├── ConfigError                  2  bad config or usage, raised before any side effect
+    ├── IntelligenceError            4  every gateway unreachable, auth failure, malformed reply
+    └── McpError                     1  anything about an MCP peer
+        ├── McpConnectError          6  handshake failed (the CLI uses 6 only for *required* servers)
+        ├── McpTransportError        1  the HTTP exchange broke (reset, refused, bad status, timeout)
+        ├── McpProtocolError         1  the peer sent something that is not valid MCP (garbage, oversize)
+        └── McpRpcError              1  a JSON-RPC error response: a fault, never a model observation
+            └── ResourceNotFound     1  -32002 (or -32602 on the modern wire) with ``data.uri``
+
+Messages never contain secret values: callers pass names, URLs and sizes, not headers or bodies.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ExitCode(enum.IntEnum):
+    """The process exit codes, the same contract as the original agentd (docs/cli.md)."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    PARTIAL = 3
+    INTELLIGENCE = 4
+    REFUSED = 5
+    MCP_REQUIRED = 6
+    BUDGET = 7
+
+
+class AgentdError(Exception):
+    """Base of every error agentd raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+
+class ConfigError(AgentdError):
+    """Bad configuration or usage. Always raised before any network or process side effect."""
+
+    exit_code = ExitCode.USAGE
+
+
+class IntelligenceError(AgentdError):
+    """The intelligence gateway could not produce a usable reply (all endpoints down, 401, garbage)."""
+
+    exit_code = ExitCode.INTELLIGENCE
+
+
+class McpError(AgentdError):
+    """Something went wrong talking to an MCP peer; ``server`` names the declared server if known."""
+
+    def __init__(self, message: str, *, server: str | None = None) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class McpConnectError(McpError):
+    """The server could not be connected to or refused/failed the handshake."""
+
+    exit_code = ExitCode.MCP_REQUIRED
+
+
+class McpTransportError(McpError):
+    """The HTTP exchange failed: refused, reset, timeout, unexpected status or redirect."""
+
+
+class McpProtocolError(McpError):
+    """The peer broke the protocol: unparsable body, wrong content type, oversized or truncated reply."""
+
+
+class McpRpcError(McpError):
+    """A JSON-RPC error response. A fault in the request or the server, not a tool observation."""
+
+    def __init__(
+        self, code: int, message: str, data: Any = None, *, server: str | None = None, method: str | None = None
+    ) -> None:
+        where = f" ({method})" if method else ""
+        super().__init__(f"JSON-RPC error {code}{where}: {message}", server=server)
+        self.code = code
+        self.rpc_message = message
+        self.data = data
+        self.method = method
+
+
+class ResourceNotFound(McpRpcError):
+    """The server does not have the resource; ``uri`` is the one asked for."""
+
+    def __init__(self, uri: str, code: int, message: str, data: Any = None, *, server: str | None = None) -> None:
+        super().__init__(code, message, data, server=server, method="resources/read")
+        self.uri = uri

@@ -1,0 +1,5 @@
+"""The sans-io MCP core: JSON-RPC messages, SSE framing, versions, and the session state machines.
+
+Nothing in this package performs I/O or imports trio, httpx or hypercorn (a test pins that). The trio
+adapters in :mod:`agentd.transport` carry it over HTTP, as a client and as a server.
+"""
