@@ -1,3 +1,38 @@
-"""agentd: an MCP-native agent daemon on trio."""
+"""agentd: an MCP-native agent daemon on trio.
 
-from agentd._version import __version__ as __version__
+``trio.run(agentd.main, agentd.Config.from_argv(argv))`` is exactly what the command line does.
+
+The exports are resolved lazily (PEP 562): a subagent re-exec imports ``agentd`` on its start-up path
+and must not pay for the daemon, httpx, jsonschema or the distribution metadata it does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentd._version import __version__ as __version__
+    from agentd.config.model import Config as Config
+    from agentd.daemon import main as main
+    from agentd.loop.result import RunResult as RunResult
+    from agentd.loop.result import RunStatus as RunStatus
+
+__all__ = ["Config", "RunResult", "RunStatus", "__version__", "main"]
+
+_LAZY = {
+    "__version__": "agentd._version",
+    "Config": "agentd.config.model",
+    "main": "agentd.daemon",
+    "RunResult": "agentd.loop.result",
+    "RunStatus": "agentd.loop.result",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentd' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

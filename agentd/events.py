@@ -27,7 +27,7 @@ LEVELS: Final = {"debug": 10, "info": 20, "warn": 30, "error": 40}
 VOCABULARY: Final[frozenset[str]] = frozenset(
     {
         # process and configuration
-        "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning",
+        "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
         "run.start", "run.end", "run.failed", "run.cancelled",
         # MCP client side

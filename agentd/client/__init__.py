@@ -1,0 +1,28 @@
+"""The MCP client role: one connection per declared server, in either protocol era, behind one pool.
+
+See docs/mcp-client.md for the behaviour and docs/architecture.md § MCP client for the contract.
+"""
+
+from agentd.client.connection import ServerConnection as ServerConnection
+from agentd.client.connection import Tuning as Tuning
+from agentd.client.models import ResourceContents as ResourceContents
+from agentd.client.models import ResourceInfo as ResourceInfo
+from agentd.client.models import ResourceTemplateInfo as ResourceTemplateInfo
+from agentd.client.models import ResourceUpdated as ResourceUpdated
+from agentd.client.models import ToolInfo as ToolInfo
+from agentd.client.models import ToolResult as ToolResult
+from agentd.client.pool import McpPool as McpPool
+from agentd.client.pool import open_mcp_pool as open_mcp_pool
+
+__all__ = [
+    "McpPool",
+    "ResourceContents",
+    "ResourceInfo",
+    "ResourceTemplateInfo",
+    "ResourceUpdated",
+    "ServerConnection",
+    "ToolInfo",
+    "ToolResult",
+    "Tuning",
+    "open_mcp_pool",
+]

@@ -1,0 +1,113 @@
+"""The intelligence gateway client: an OpenAI-compatible Chat Completions endpoint, or the offline model.
+
+::
+
+    async with open_intelligence(["https://gw.example/v1"], model="m", token="{{secret:GW_TOKEN}}",
+                                 log=log) as intel:
+        reply = await intel.complete(messages, tools)
+
+``endpoints`` is a list (or one comma-separated string) of base URLs, or ``["test"]`` for the offline
+deterministic model. ``token`` is a secret *reference*, resolved here and registered with the log's
+redactor; it is sent as ``Authorization: Bearer`` and never appears in an event or an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import httpx
+
+from agentd.errors import ConfigError
+from agentd.events import EventLog, Redactor
+from agentd.intelligence.endpoints import OFFLINE, completions_url, parse_endpoints
+from agentd.intelligence.failover import Breaker, BreakerState, FailoverIntelligence
+from agentd.intelligence.gateway import BearerToken, Gateway, GatewayError
+from agentd.intelligence.names import WIRE_NAME, ToolNameMap
+from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
+from agentd.intelligence.offline import OfflineIntelligence, example_value
+from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
+from agentd.secrets import SecretResolver, has_secret_ref
+
+__all__ = [
+    "OFFLINE",
+    "OFFLINE_MODEL_NAME",
+    "WIRE_NAME",
+    "Breaker",
+    "BreakerState",
+    "ChatTool",
+    "GatewayError",
+    "Intelligence",
+    "ModelReply",
+    "ToolCall",
+    "ToolNameMap",
+    "Usage",
+    "completions_url",
+    "example_value",
+    "open_intelligence",
+]
+
+#: Per-call (per attempt) timeout, as in the original agentd.
+CALL_TIMEOUT = 120.0
+
+
+class Intelligence(Protocol):
+    """What the loop talks to: the gateway client and the offline model both fit."""
+
+    model: str
+    usage: Usage
+
+    async def complete(self, messages: list[dict[str, Any]], tools: Sequence[ChatTool]) -> ModelReply: ...
+
+
+class _Registering(SecretResolver):
+    """Whatever resolver the caller passed, every value it yields is also scrubbed from *this* log."""
+
+    def __init__(self, inner: SecretResolver, redactor: Redactor) -> None:
+        self._inner = inner
+        self._scrub = redactor
+
+    def resolve(self, template: str) -> str:
+        value = self._inner.resolve(template)
+        self._scrub.add(value)
+        return value
+
+
+@asynccontextmanager
+async def open_intelligence(
+    endpoints: Sequence[str] | str,
+    *,
+    model: str = "default",
+    token: str | None = None,
+    stream: bool = False,
+    log: EventLog,
+    secrets: SecretResolver | None = None,
+    timeout: float = CALL_TIMEOUT,
+    verify: Any = True,
+) -> AsyncIterator[Intelligence]:
+    """Validate the endpoints, resolve the token, and hold one HTTP client for the block.
+
+    Raises ``ConfigError`` for a bad endpoint or a literal token (before any connection). ``verify`` is
+    passed to httpx (an ``ssl.SSLContext`` for a private CA).
+    """
+    urls = parse_endpoints(endpoints)
+    log = log.bind(comp="intelligence")
+    if urls == [OFFLINE]:
+        yield OfflineIntelligence(log=log)
+        return
+    bearer: BearerToken | None = None
+    if token is not None:
+        if not has_secret_ref(token):
+            raise ConfigError(
+                "--intelligence-token must be a reference, '{{secret:NAME}}' or '{{secret-file:PATH}}', "
+                "never the token itself"
+            )
+        resolver = secrets if secrets is not None else SecretResolver(redactor=log.redactor)
+        bearer = BearerToken(token, _Registering(resolver, log.redactor))
+    limits = httpx.Limits(max_connections=len(urls) * 4, max_keepalive_connections=len(urls) * 2)
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(None), limits=limits, verify=verify, follow_redirects=False, trust_env=False
+    ) as client:
+        gateways = [Gateway(url, client, log, token=bearer, timeout=timeout) for url in urls]
+        yield FailoverIntelligence(gateways, model=model, log=log, stream=stream)

@@ -1,0 +1,211 @@
+"""The flag table: every command-line flag agentd has, its type, default source, env and file names.
+
+One table drives argparse (``--help``), the environment layer (``AGENTD_<FLAG>``/``AGENT_<FLAG>``), the
+config-file keys and docs/cli.md, so the four can never disagree. Defaults live on :class:`Config`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any, Final, Literal, NoReturn
+
+import attrs
+
+from agentd.errors import ConfigError
+
+Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
+
+
+@attrs.frozen
+class Flag:
+    """One flag. ``dest`` is the Config field (or a pseudo-field the loader folds in)."""
+
+    name: str
+    dest: str
+    kind: Kind
+    help: str
+    group: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    #: Read from ``AGENTD_<NAME>`` / ``AGENT_<NAME>`` (the original's flag-only list says no).
+    env: bool = True
+    #: Accepted as a key in the ``--config`` file (``name`` in snake case).
+    file: bool = True
+    #: Extra environment names accepted after the standard two (the original's historical spellings).
+    env_aliases: tuple[str, ...] = ()
+
+    @property
+    def env_suffix(self) -> str:
+        return self.name.removeprefix("--").replace("-", "_").upper()
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """Names in precedence order: ``AGENTD_X`` wins over ``AGENT_X`` wins over aliases."""
+        if not self.env:
+            return ()
+        return (f"AGENTD_{self.env_suffix}", f"AGENT_{self.env_suffix}", *self.env_aliases)
+
+    @property
+    def file_key(self) -> str:
+        return self.name.removeprefix("--").replace("-", "_")
+
+
+_RUN = "run"
+_INTEL = "intelligence"
+_MCP = "tools / MCP"
+_MODES = "modes"
+_BUDGETS = "budgets and subagents"
+_SERVE = "self-MCP server"
+_LOG = "telemetry"
+_CONFIG = "configuration"
+
+FLAGS: Final[tuple[Flag, ...]] = (
+    # run
+    Flag("--instruction", "instruction", "str", "what the agent should do", _RUN, "TEXT"),
+    Flag("--instruction-file", "instruction_file", "path", "read the instruction from a file", _RUN, "PATH",
+         env=False),
+    Flag("--output-contract", "output_contract", "str",
+         "what the final answer must look like (a JSON answer is parsed)", _RUN, "TEXT"),
+    Flag("--run-id", "run_id", "str", "the run id in every event and tools/call _meta (default: time+pid)",
+         _RUN, "ID"),
+    # intelligence
+    Flag("--intelligence", "intelligence", "endpoints",
+         "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",
+         _INTEL, "URL[,URL...]"),
+    Flag("--intelligence-token", "intelligence_token", "secret",
+         "bearer token for the gateway, as '{{secret:NAME}}' or '{{secret-file:PATH}}' (never a literal)",
+         _INTEL, "REF"),
+    Flag("--intelligence-token-file", "intelligence_token_file", "path",
+         "read the gateway bearer token from a file (same as --intelligence-token '{{secret-file:PATH}}')",
+         _INTEL, "PATH"),
+    Flag("--model", "model", "str", "model name sent to the gateway (default: default)", _INTEL, "NAME"),
+    Flag("--stream-intelligence", "stream_intelligence", "bool", "stream gateway replies (SSE)", _INTEL),
+    # MCP
+    Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
+         "NAME=URL", env=False, file=False),
+    Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints (default: system roots)", _MCP, "PATH"),
+    # modes
+    Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,
+         choices=("once", "loop", "schedule", "reactive")),
+    Flag("--subscribe", "subscribe", "list",
+         "reactive: wake on updates of URI (repeatable; 'server:uri' picks the server)", _MODES, "URI",
+         env=False),
+    Flag("--continue", "continue_uris", "list",
+         "reactive: feed updates of URI to one warm session instead of a fresh run (repeatable)", _MODES,
+         "URI", env=False),
+    Flag("--interval", "interval", "duration", "loop/schedule: time between fires (0 = back to back)",
+         _MODES, "DURATION", env=False),
+    Flag("--cron", "cron", "str", "schedule: 5-field cron expression, UTC", _MODES, "EXPR"),
+    Flag("--poll-interval", "poll_interval", "duration",
+         "reactive: poll resources/read at this interval when a server cannot subscribe (default: off)",
+         _MODES, "DURATION"),
+    Flag("--debounce", "debounce", "duration", "reactive: coalescing window per URI (default 250ms)",
+         _MODES, "DURATION"),
+    Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", "reactive: concurrent wakes (default 4)",
+         _MODES, "N"),
+    # budgets and subagents
+    Flag("--max-steps", "max_steps", "int", "steps per run (default 50)", _BUDGETS, "N"),
+    Flag("--max-tokens", "max_tokens", "int", "tokens per run (default 200000)", _BUDGETS, "N"),
+    Flag("--deadline", "deadline", "duration", "wall-clock limit per run (default 600s)", _BUDGETS,
+         "DURATION"),
+    Flag("--max-depth", "max_depth", "int", "subagent tree depth (default 4)", _BUDGETS, "N", env=False),
+    Flag("--max-children", "max_children", "int", "subagents per node (default 8)", _BUDGETS, "N"),
+    Flag("--max-subagents", "max_subagents", "int", "subagents in the whole tree (default 64)", _BUDGETS, "N"),
+    Flag("--token-ceiling", "token_ceiling", "int", "tokens for the whole tree (default 2000000)", _BUDGETS,
+         "N"),
+    Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",
+         "daemon modes: tokens over the process lifetime (default 0 = unbounded)", _BUDGETS, "N",
+         env_aliases=("AGENTD_BUDGET_TOKENS", "AGENT_BUDGET_TOKENS")),
+    Flag("--cancel-grace", "cancel_grace", "duration",
+         "kill ladder: wait after the cancel message before EOF/SIGTERM (default 5s)", _BUDGETS, "DURATION"),
+    Flag("--term-grace", "term_grace", "duration", "kill ladder: wait after SIGTERM before SIGKILL (default 2s)",
+         _BUDGETS, "DURATION"),
+    Flag("--pong-timeout", "pong_timeout", "duration", "subagent channel: missing pong marks a child stuck "
+         "(default 10s)", _BUDGETS, "DURATION"),
+    Flag("--progress-timeout", "progress_timeout", "duration",
+         "subagent channel: no progress marks a child stuck (default 120s)", _BUDGETS, "DURATION"),
+    Flag("--drain-timeout", "drain_timeout", "duration",
+         "on SIGTERM/SIGINT, let running work finish this long, then cancel (default 25s)", _BUDGETS,
+         "DURATION"),
+    # self-MCP
+    Flag("--serve-mcp", "serve_mcp", "url", "serve agentd's own MCP at URL (HTTP(S), mTLS/bearer auth)",
+         _SERVE, "URL"),
+    Flag("--serve-cert", "serve_cert", "path", "server certificate (PEM)", _SERVE, "PATH"),
+    Flag("--serve-key", "serve_key", "path", "server private key (PEM)", _SERVE, "PATH"),
+    Flag("--serve-client-ca", "serve_client_ca", "path", "require client certificates from this CA (mTLS)",
+         _SERVE, "PATH"),
+    Flag("--serve-bearer", "serve_bearer", "secret",
+         "require this bearer token, as '{{secret:NAME}}' or '{{secret-file:PATH}}'", _SERVE, "REF"),
+    Flag("--serve-max-spawns", "serve_max_spawns", "int", "concurrent served spawns (default 4)", _SERVE, "N"),
+    Flag("--serve-max-sessions", "serve_max_sessions", "int", "MCP sessions (default 64)", _SERVE, "N"),
+    Flag("--serve-max-warm", "serve_max_warm", "int", "warm subagent sessions (default 8)", _SERVE, "N"),
+    Flag("--serve-max-body", "serve_max_body", "int", "request body limit in bytes (default 8 MiB)", _SERVE,
+         "BYTES"),
+    Flag("--serve-keepalive", "serve_keepalive", "duration", "SSE keepalive interval (default 15s)", _SERVE,
+         "DURATION"),
+    Flag("--serve-retention", "serve_retention", "duration",
+         "keep terminal agent://subagent handles this long (default 600s)", _SERVE, "DURATION"),
+    # telemetry
+    Flag("--log-level", "log_level", "choice", "debug, info (default), warn or error", _LOG,
+         choices=("debug", "info", "warn", "error")),
+    Flag("--log-content", "log_content", "bool", "log bodies and arguments instead of their lengths", _LOG),
+    # configuration
+    Flag("--config", "config_path", "path", "YAML config file (mcp_servers and any setting below)", _CONFIG,
+         "PATH", file=False),
+    Flag("--validate-config", "validate_config", "bool",
+         "check everything, print the effective config, exit 0 or 2; no network", _CONFIG, env=False,
+         file=False),
+)
+
+FLAGS_BY_DEST: Final = {flag.dest: flag for flag in FLAGS}
+FLAGS_BY_FILE_KEY: Final = {flag.file_key: flag for flag in FLAGS if flag.file}
+
+USAGE: Final = """agentd [run flags]                 run (--mode once by default) and print one JSON result
+       agentd check --mcp NAME=URL ...    connect, list tools/resources, print a JSON report
+       agentd run MANIFEST.yaml ...       run an agent manifest against a host config
+       agentd --version | --help"""
+
+EPILOG: Final = """environment: every flag marked [env] is also read from AGENTD_<FLAG> (AGENT_<FLAG> accepted);
+precedence: defaults < --config file < environment < flags. Durations: 250ms, 1.5s, 10m, 2h or seconds.
+exit codes: 0 ok / clean drain, 1 failure, 2 bad config or usage, 3 partial, 4 intelligence, 5 refused,
+6 required MCP server failed, 7 budget exhausted. See docs/cli.md."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`ConfigError` (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def build_parser(prog: str = "agentd", *, description: str | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
+        usage=USAGE if prog == "agentd" else None,
+        description=description or "agentd: an MCP-native agent daemon on trio.",
+        epilog=EPILOG,
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    groups: dict[str, Any] = {}
+    for flag in FLAGS:
+        group = groups.get(flag.group) or groups.setdefault(flag.group, parser.add_argument_group(flag.group))
+        help_text = flag.help + (" [env]" if flag.env else "")
+        if flag.kind == "bool":
+            group.add_argument(flag.name, dest=flag.dest, action=argparse.BooleanOptionalAction, help=help_text)
+        elif flag.kind == "list":
+            group.add_argument(flag.name, dest=flag.dest, action="append", metavar=flag.metavar, help=help_text)
+        elif flag.kind == "choice":
+            group.add_argument(flag.name, dest=flag.dest, choices=flag.choices, help=help_text)
+        else:
+            group.add_argument(flag.name, dest=flag.dest, metavar=flag.metavar, help=help_text)
+    return parser
+
+
+def parse_flags(argv: Sequence[str], *, prog: str = "agentd") -> dict[str, Any]:
+    """The flags actually given, by dest, as raw strings/bools/lists (conversion happens in ``load``)."""
+    namespace = build_parser(prog).parse_args(list(argv))
+    return vars(namespace)

@@ -1,0 +1,228 @@
+"""Putting the layers together: defaults < config file < environment < flags, then validation.
+
+Each value is converted where it enters (so an error can name its origin: ``--max-steps``,
+``$AGENTD_MAX_STEPS`` or ``agentd.yaml $.max_steps``), then :mod:`agentd.config.validate` checks the whole.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from agentd.config.argv import FLAGS_BY_DEST, Flag, parse_flags
+from agentd.config.durations import parse_duration
+from agentd.config.endpoints import parse_mcp_flag, split_endpoints
+from agentd.config.env import read_env
+from agentd.config.model import Config, McpServerConfig
+from agentd.config.validate import Purpose, validate
+from agentd.errors import ConfigError
+from agentd.secrets import has_secret_ref, secret_refs
+
+if TYPE_CHECKING:
+    from agentd.config.file import FileLayer
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+#: Settings that are two spellings of one thing: a layer may give one of them; a higher layer's choice wins.
+_EXCLUSIVE: Final = (("instruction", "instruction_file"), ("intelligence_token", "intelligence_token_file"))
+
+#: Pseudo-fields folded into real ones after merging.
+_PSEUDO: Final = frozenset({"intelligence_token_file", "version"})
+
+Layer = dict[str, tuple[Any, str]]  # dest -> (converted value, origin for messages)
+
+
+def default_run_id() -> str:
+    """Time plus pid, like the original: sortable, unique per host, and readable in a log."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+
+
+def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, purpose: Purpose = "run") -> Config:
+    """See :meth:`Config.from_argv`; ``purpose="check"`` validates for ``agentd check`` (servers only)."""
+    env = os.environ if env is None else env
+    flags_raw = parse_flags(argv)
+    flags_raw.pop("version", None)
+
+    layers: list[Layer] = []
+    env_values = read_env(env)
+    config_path = flags_raw.get("config_path")
+    if config_path is None and "config_path" in env_values:
+        config_path = env_values["config_path"].value
+    file_layer: FileLayer | None = None
+    if config_path is not None:
+        from agentd.config.file import load_file  # cattrs and PyYAML only when there is a file
+
+        file_layer = load_file(os.path.expanduser(config_path))
+        layers.append(
+            {
+                dest: (_convert(flag, raw, f"--config {file_layer.path} $.{flag.file_key}", from_file=True), "file")
+                for dest, (flag, raw) in file_layer.settings.items()
+            }
+        )
+    layers.append(
+        {
+            dest: (_convert(item.flag, item.value, f"${item.variable}", env_variable=item.variable), "env")
+            for dest, item in env_values.items()
+        }
+    )
+    layers.append(
+        {
+            dest: (_convert(FLAGS_BY_DEST[dest], raw, FLAGS_BY_DEST[dest].name), "flag")
+            for dest, raw in flags_raw.items()
+        }
+    )
+
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for group in _EXCLUSIVE:
+            given = [dest for dest in group if dest in layer]
+            if len(given) > 1:
+                names = " and ".join(FLAGS_BY_DEST[d].name for d in given)
+                raise ConfigError(f"{names} are mutually exclusive")
+            if given:
+                for dest in group:
+                    merged.pop(dest, None)
+        merged.update({dest: value for dest, (value, _) in layer.items()})
+
+    token_file = merged.pop("intelligence_token_file", None)
+    if token_file is not None:
+        merged["intelligence_token"] = f"{{{{secret-file:{token_file}}}}}"
+    if merged.get("instruction_file") is not None:
+        merged["instruction"] = _read_instruction(merged["instruction_file"])
+
+    merged["mcp"] = _merge_servers(
+        file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or ()
+    )
+    if file_layer is not None:
+        merged["config_path"] = file_layer.path
+        merged["sections"] = dict(file_layer.sections)
+    if not merged.get("run_id"):
+        merged["run_id"] = default_run_id()
+    merged = {key: value for key, value in merged.items() if key not in _PSEUDO}
+    config = Config(**merged)
+    validate(config, env, purpose=purpose)
+    return config
+
+
+def _read_instruction(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigError(f"--instruction-file {path}: cannot read ({reason})") from None
+    if not text.strip():
+        raise ConfigError(f"--instruction-file {path}: the file is empty")
+    return text
+
+
+def _merge_servers(from_file: Sequence[McpServerConfig], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    """File entries then ``--mcp`` flags; the same name twice is a conflict unless the URLs agree."""
+    servers: dict[str, McpServerConfig] = {}
+    for server in from_file:
+        if server.name in servers:
+            raise ConfigError(f"mcp_servers: duplicate server name {server.name!r}")
+        servers[server.name] = server
+    seen_flags: set[str] = set()
+    for value in flags:
+        name, url = parse_mcp_flag(value)
+        if name in seen_flags:
+            raise ConfigError(f"--mcp: duplicate server name {name!r}")
+        seen_flags.add(name)
+        if name in servers:
+            if servers[name].url != url:
+                raise ConfigError(
+                    f"--mcp {name}={url} conflicts with the config file's mcp_servers entry {name!r} "
+                    f"({servers[name].url})"
+                )
+            continue  # the same server declared twice: the file's entry carries headers, TLS and timeouts
+        servers[name] = McpServerConfig(name=name, url=url)
+    return tuple(servers.values())
+
+
+def _convert(
+    flag: Flag, value: Any, origin: str, *, from_file: bool = False, env_variable: str | None = None
+) -> Any:
+    """One raw value (argv/env string, or a YAML value) into the model's type; errors name ``origin``."""
+    try:
+        return _convert_kind(flag, value, from_file=from_file, env_variable=env_variable)
+    except ConfigError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+
+
+def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str | None) -> Any:
+    kind = flag.kind
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and not from_file and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ConfigError(f"expected true or false, got {value!r}")
+    if kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and not from_file:
+            try:
+                number = int(value.strip().replace("_", ""))
+            except ValueError:
+                raise ConfigError(f"expected a whole number, got {value!r}") from None
+        else:
+            raise ConfigError(f"expected a whole number, got {value!r}")
+        if number < 0:
+            raise ConfigError(f"must be >= 0, got {number}")
+        return number
+    if kind == "duration":
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ConfigError(f"expected a duration, got {value!r}")
+        return parse_duration(value)
+    if kind == "endpoints":
+        if from_file and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return split_endpoints(",".join(value))
+        if isinstance(value, str):
+            return split_endpoints(value)
+        raise ConfigError("expected an endpoint or a list of endpoints")
+    if kind == "list":
+        if isinstance(value, str) and from_file:
+            value = [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError("expected a list of strings")
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a string, got {type(value).__name__}")
+    if kind == "choice" and value not in flag.choices:
+        raise ConfigError(f"invalid choice {value!r} (choose from {', '.join(flag.choices)})")
+    if kind == "path":
+        if not value:
+            raise ConfigError("empty path")
+        return os.path.expanduser(value)
+    if kind == "secret":
+        return _secret_setting(value, env_variable)
+    return value
+
+
+def _secret_setting(value: str, env_variable: str | None) -> str:
+    """A secret setting holds a reference. From the environment a literal is fine: it becomes a reference
+    to the variable it came from, so the Config still never holds the value."""
+    if has_secret_ref(value):
+        secret_refs(value)  # form check
+        return value
+    if env_variable is not None:
+        return f"{{{{secret:{env_variable}}}}}"
+    raise ConfigError(
+        "a literal secret is not accepted here (it would be visible in the process list and config); "
+        "use '{{secret:NAME}}' (environment variable) or '{{secret-file:PATH}}'"
+    )
+
+
+def with_changes(config: Config, env: Mapping[str, str] | None = None, **changes: Any) -> Config:
+    """``attrs.evolve`` plus re-validation, for harnesses that tweak a parsed Config."""
+    evolved = attrs.evolve(config, **changes)
+    validate(evolved, os.environ if env is None else env)
+    return evolved

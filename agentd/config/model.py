@@ -1,0 +1,130 @@
+"""The configuration model: plain frozen values, no parsing.
+
+Parsing lives next door (``argv.py``, ``env.py``, ``file.py``, ``load.py``); validation in ``validate.py``.
+Every duration is float seconds; every secret is a *reference* (``{{secret:NAME}}``), resolved only when
+a connection is made (``agentd.secrets``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import attrs
+
+Mode = Literal["once", "loop", "schedule", "reactive"]
+LogLevel = Literal["debug", "info", "warn", "error"]
+
+MODES: tuple[Mode, ...] = ("once", "loop", "schedule", "reactive")
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warn", "error")
+
+
+def _frozen_mapping(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    return dict(value or {})
+
+
+@attrs.frozen
+class TlsConfig:
+    """Client-side TLS for one MCP server: a private CA bundle and/or a client certificate (mTLS)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+@attrs.frozen
+class McpServerConfig:
+    """One declared MCP server. ``headers`` values are templates that may hold secret references."""
+
+    name: str
+    url: str
+    required: bool = True
+    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
+    tls: TlsConfig | None = None
+    connect_timeout: float = 10.0
+    call_timeout: float = 60.0
+
+
+@attrs.frozen
+class Config:
+    """Everything one agentd process was asked to do. Build it with :meth:`from_argv` (what the CLI does)."""
+
+    # what to do
+    instruction: str | None = None
+    instruction_file: str | None = None
+    output_contract: str | None = None
+    # intelligence
+    intelligence: tuple[str, ...] = ()
+    intelligence_token: str | None = None
+    model: str = "default"
+    stream_intelligence: bool = False
+    # MCP servers and TLS
+    mcp: tuple[McpServerConfig, ...] = ()
+    tls_ca: str | None = None
+    # the config file itself
+    config_path: str | None = None
+    validate_config: bool = False
+    # modes
+    mode: Mode = "once"
+    subscribe: tuple[str, ...] = ()
+    continue_uris: tuple[str, ...] = ()
+    interval: float | None = None
+    cron: str | None = None
+    poll_interval: float | None = None
+    debounce: float = 0.25
+    max_concurrent_wakes: int = 4
+    # per-run budgets
+    max_steps: int = 50
+    max_tokens: int = 200_000
+    deadline: float = 600.0
+    # subagent tree caps and the kill ladder
+    max_depth: int = 4
+    max_children: int = 8
+    max_subagents: int = 64
+    token_ceiling: int = 2_000_000
+    cancel_grace: float = 5.0
+    term_grace: float = 2.0
+    pong_timeout: float = 10.0
+    progress_timeout: float = 120.0
+    # daemon lifetime
+    drain_timeout: float = 25.0
+    budget_tokens_lifetime: int = 0
+    # identity and telemetry
+    run_id: str = ""
+    log_level: LogLevel = "info"
+    log_content: bool = False
+    # the self-MCP server
+    serve_mcp: str | None = None
+    serve_cert: str | None = None
+    serve_key: str | None = None
+    serve_client_ca: str | None = None
+    serve_bearer: str | None = None
+    serve_max_spawns: int = 4
+    serve_max_sessions: int = 64
+    serve_max_warm: int = 8
+    serve_max_body: int = 8 * 1024 * 1024
+    serve_keepalive: float = 15.0
+    serve_retention: float = 600.0
+    # config-file sections added by extensions (agentd.config.file.SECTIONS), loaded but not interpreted here
+    sections: Mapping[str, object] = attrs.field(factory=dict, converter=dict)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
+        """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
+
+        ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no
+        socket and starts no process.
+
+        Raises:
+            ConfigError: one line naming the bad value (exit 2).
+        """
+        from agentd.config.load import load_config
+
+        return load_config(argv, env)
+
+    def server(self, name: str) -> McpServerConfig:
+        """The declared server called ``name`` (KeyError if none)."""
+        for server in self.mcp:
+            if server.name == name:
+                return server
+        raise KeyError(name)

@@ -1,0 +1,221 @@
+"""Whole-config checks, all before any side effect: every failure is one :class:`ConfigError` line (exit 2).
+
+Secret references are checked for availability (the variable is set, the file is readable) but never read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
+
+from agentd.config.cron import CronSchedule
+from agentd.config.endpoints import (
+    check_endpoint,
+    check_intelligence_endpoint,
+    check_server_name,
+    OFFLINE_MODEL,
+    is_loopback_host,
+)
+from agentd.config.model import Config, McpServerConfig
+from agentd.errors import ConfigError
+from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
+
+Purpose = Literal["run", "check"]
+
+#: Headers agentd sets itself; a configured value would break the protocol or smuggle a second body.
+_MANAGED_HEADERS: Final = frozenset(
+    {"accept", "content-type", "content-length", "host", "mcp-session-id", "mcp-protocol-version",
+     "last-event-id", "transfer-encoding", "connection", "mcp-method", "mcp-name"}
+)
+_HEADER_NAME: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
+
+#: (field, flag, minimum) for the numbers that must be at least 1 (0 would make the setting useless).
+_AT_LEAST_ONE: Final = (
+    ("max_steps", "--max-steps"), ("max_tokens", "--max-tokens"),
+    ("max_concurrent_wakes", "--max-concurrent-wakes"), ("token_ceiling", "--token-ceiling"),
+    ("serve_max_spawns", "--serve-max-spawns"), ("serve_max_sessions", "--serve-max-sessions"),
+    ("serve_max_body", "--serve-max-body"),
+)
+_POSITIVE_DURATIONS: Final = (
+    ("deadline", "--deadline"), ("pong_timeout", "--pong-timeout"), ("progress_timeout", "--progress-timeout"),
+    ("serve_keepalive", "--serve-keepalive"),
+)
+
+
+def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: Purpose = "run") -> None:
+    """Check ``config`` as a whole. ``purpose="check"`` is ``agentd check``: servers only, no run settings."""
+    env = os.environ if env is None else env
+    _check_servers(config.mcp, env)
+    _check_file(config.tls_ca, "--tls-ca")
+    if purpose == "check":
+        if not config.mcp:
+            raise ConfigError("agentd check: declare at least one server (--mcp NAME=URL or mcp_servers)")
+        return
+    _check_run(config, env)
+    _check_modes(config)
+    _check_numbers(config)
+    _check_serve(config, env)
+
+
+def _check_run(config: Config, env: Mapping[str, str]) -> None:
+    if config.instruction is not None and not config.instruction.strip():
+        raise ConfigError("--instruction is empty")
+    if config.instruction is None and config.serve_mcp is None:
+        raise ConfigError("--instruction (or --instruction-file) is required unless --serve-mcp is given")
+    if not config.intelligence:
+        raise ConfigError("--intelligence is required (a Chat Completions base URL, or 'test')")
+    for endpoint in config.intelligence:
+        check_intelligence_endpoint(endpoint)
+    if OFFLINE_MODEL in config.intelligence and len(config.intelligence) > 1:
+        raise ConfigError("--intelligence: 'test' (the offline model) cannot be combined with other endpoints")
+    if config.intelligence_token is not None:
+        _check_secret_setting(config.intelligence_token, "--intelligence-token", env)
+    if not config.model.strip():
+        raise ConfigError("--model is empty")
+    if not _RUN_ID.match(config.run_id):
+        raise ConfigError(
+            f"--run-id {config.run_id!r}: use 1-128 of letters, digits and ._:@+- (starting with a letter or digit)"
+        )
+
+
+def _check_modes(config: Config) -> None:
+    mode = config.mode
+    if mode == "reactive" and not (config.subscribe or config.continue_uris):
+        raise ConfigError("--mode reactive needs at least one --subscribe URI (or --continue URI)")
+    if mode != "reactive" and (config.subscribe or config.continue_uris):
+        flag = "--subscribe" if config.subscribe else "--continue"
+        raise ConfigError(f"{flag} needs --mode reactive (the mode is {mode})")
+    names = {server.name for server in config.mcp}
+    for value in config.subscribe:
+        split_subscription(value, names)
+    for value in config.continue_uris:
+        split_subscription(value, names, flag="--continue")
+    if mode == "schedule":
+        if config.interval is None and config.cron is None:
+            raise ConfigError("--mode schedule needs --interval or --cron")
+        if config.interval is not None and config.cron is not None:
+            raise ConfigError("--interval and --cron are mutually exclusive")
+        if config.interval is not None and config.interval <= 0:
+            raise ConfigError("--mode schedule needs --interval > 0 (or --cron)")
+    elif config.cron is not None:
+        raise ConfigError(f"--cron needs --mode schedule (the mode is {mode})")
+    elif config.interval is not None and mode != "loop":
+        raise ConfigError(f"--interval needs --mode loop or schedule (the mode is {mode})")
+    if config.cron is not None:
+        CronSchedule.parse(config.cron)
+    if config.poll_interval is not None and config.poll_interval <= 0:
+        raise ConfigError("--poll-interval must be > 0 (leave it unset to disable polling)")
+
+
+def split_subscription(value: str, servers: Iterable[str], *, flag: str = "--subscribe") -> tuple[str | None, str]:
+    """``server:uri`` -> ``(server, uri)`` when ``server`` is declared and the rest is itself a URI;
+    otherwise ``(None, value)``: the owning server is found from the catalogues at run time."""
+    if not value.strip():
+        raise ConfigError(f"{flag}: empty URI")
+    head, sep, rest = value.partition(":")
+    if sep and head in set(servers) and urllib.parse.urlsplit(rest).scheme:
+        return head, rest
+    if not urllib.parse.urlsplit(value).scheme:
+        raise ConfigError(f"{flag} {value!r}: not a URI (expected scheme:..., or server:scheme:...)")
+    return None, value
+
+
+def _check_numbers(config: Config) -> None:
+    for field, flag in _AT_LEAST_ONE:
+        if getattr(config, field) < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {getattr(config, field)}")
+    for field, flag in _POSITIVE_DURATIONS:
+        if getattr(config, field) <= 0:
+            raise ConfigError(f"{flag} must be > 0")
+
+
+def _check_serve(config: Config, env: Mapping[str, str]) -> None:
+    for path, flag in ((config.serve_cert, "--serve-cert"), (config.serve_key, "--serve-key"),
+                       (config.serve_client_ca, "--serve-client-ca")):
+        _check_file(path, flag)
+    if config.serve_bearer is not None:
+        _check_secret_setting(config.serve_bearer, "--serve-bearer", env)
+    if config.serve_mcp is None:
+        given = [f for f, v in (("--serve-cert", config.serve_cert), ("--serve-key", config.serve_key),
+                                ("--serve-client-ca", config.serve_client_ca),
+                                ("--serve-bearer", config.serve_bearer)) if v is not None]
+        if given:
+            raise ConfigError(f"{given[0]} needs --serve-mcp")
+        return
+    url = check_endpoint(config.serve_mcp, what="--serve-mcp", listen=True)
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.query:
+        raise ConfigError(f"--serve-mcp {url!r}: a listen URL has no query")
+    if parts.scheme == "https":
+        if config.serve_cert is None or config.serve_key is None:
+            raise ConfigError(f"--serve-mcp {url}: https needs --serve-cert and --serve-key")
+    elif config.serve_cert or config.serve_key or config.serve_client_ca:
+        raise ConfigError(f"--serve-mcp {url}: --serve-cert/--serve-key/--serve-client-ca need https://")
+    if not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None:
+        raise ConfigError(
+            f"--serve-mcp {url}: a non-loopback listener needs mTLS (--serve-client-ca) or --serve-bearer"
+        )
+
+
+def _check_servers(servers: Iterable[McpServerConfig], env: Mapping[str, str]) -> None:
+    seen: set[str] = set()
+    for server in servers:
+        what = f"mcp server {server.name!r}"
+        check_server(server, what=what)
+        if server.name in seen:
+            raise ConfigError(f"duplicate mcp server name {server.name!r}")
+        seen.add(server.name)
+        for value in server.headers.values():
+            check_refs_available(value, env)
+        if server.tls is not None:
+            for path, label in ((server.tls.ca, "tls.ca"), (server.tls.cert, "tls.cert"),
+                                (server.tls.key, "tls.key")):
+                _check_file(path, f"{what}: {label}")
+
+
+def check_server(server: McpServerConfig, *, what: str) -> None:
+    """The checks that need neither the environment nor the file system (the file loader runs them too,
+    so its errors carry the entry's path)."""
+    check_server_name(server.name, what=what)
+    check_endpoint(server.url, what=what)
+    for name, value in server.headers.items():
+        if not _HEADER_NAME.match(name):
+            raise ConfigError(f"{what}: bad header name {name!r}")
+        if name.lower() in _MANAGED_HEADERS:
+            raise ConfigError(f"{what}: header {name!r} is set by agentd and cannot be configured")
+        if any(c in value for c in "\r\n\0"):
+            raise ConfigError(f"{what}: header {name!r} contains a line break")
+        if looks_like_inline_credential(value):
+            raise ConfigError(
+                f"{what}: header {name!r} holds an inline credential; "
+                "use {{secret:NAME}} or {{secret-file:PATH}} instead"
+            )
+        try:
+            secret_refs(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: header {name!r}: {exc}") from None
+    for timeout, label in ((server.connect_timeout, "connect_timeout"), (server.call_timeout, "call_timeout")):
+        if timeout <= 0:
+            raise ConfigError(f"{what}: {label} must be > 0")
+    if server.tls is not None and (server.tls.cert is None) != (server.tls.key is None):
+        raise ConfigError(f"{what}: tls needs both cert and key for a client certificate")
+
+
+def _check_secret_setting(template: str, flag: str, env: Mapping[str, str]) -> None:
+    if not secret_refs(template):
+        raise ConfigError(f"{flag}: a literal secret is not accepted; use '{{{{secret:NAME}}}}' or "
+                          "'{{secret-file:PATH}}'")
+    try:
+        check_refs_available(template, env)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
+def _check_file(path: str | None, what: str) -> None:
+    if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+        raise ConfigError(f"{what} {path}: no such readable file")

@@ -1,0 +1,219 @@
+"""``agentd.main(cfg)``: the daemon's root, and ``run_once``, one run with its dependencies injected.
+
+::
+
+    trio.run(agentd.main, cfg)          # a harness, or the CLI after Config.from_argv(argv)
+
+``main`` owns the daemon nursery (the root of the nursery tree in docs/architecture.md) and dispatches on
+``cfg.mode`` through :data:`MODES`: daemon modes, the self-MCP serve task and the drain latch are added as
+entries and tasks there, without touching the run path. Once mode opens the intelligence, then the MCP
+pool, registers the built-in control tools and runs the loop once under its budgets.
+
+Nothing here is global: every run builds its own log binding, secret resolver, pool, intelligence and
+control registry, so two ``main`` calls in one trio process do not interfere.
+
+Run-level failures end as a :class:`RunResult` (so the CLI always prints one JSON object): a required MCP
+server failing its handshake is ``mcp_failed`` (exit 6); an unusable intelligence is
+``intelligence_failed`` (exit 4); an unexpected exception is ``crashed`` (exit 1, logged as
+``run.failed``). A ``ConfigError`` (exit 2) propagates: it is the caller's mistake, not a run outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as _random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from agentd.config.model import Config, McpServerConfig
+from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
+from agentd.events import EventLog, stream_sink
+from agentd.intelligence import open_intelligence
+from agentd.intelligence.endpoints import OFFLINE, display
+from agentd.loop.budgets import Limits
+from agentd.loop.builtin import resource_read_tool
+from agentd.loop.control import ControlToolRegistry
+from agentd.loop.ports import Intelligence, ToolPool
+from agentd.loop.result import RunResult, RunStatus
+from agentd.loop.runner import RunRequest, UsageHook, run_loop
+from agentd.secrets import SecretResolver
+
+#: ``cfg.mode`` -> the coroutine that runs the daemon in that mode, inside the daemon nursery.
+ModeRunner = Callable[[Config, EventLog, trio.Nursery], Awaitable[RunResult]]
+
+
+def new_run_id() -> str:
+    """Time, pid and a random tag: sortable, readable, and distinct for concurrent runs in one process."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}-{_random.token_hex(3)}"
+
+
+def open_log(cfg: Config, run_id: str) -> EventLog:
+    """The process's event log as the config asks for it: JSON lines on stderr."""
+    import sys
+
+    return EventLog(
+        sink=stream_sink(sys.stderr),
+        level=cfg.log_level,
+        log_content=cfg.log_content,
+        run_id=run_id,
+        comp="agent",
+    )
+
+
+async def main(
+    cfg: Config, *, log: EventLog | None = None, env: Mapping[str, str] | None = None
+) -> RunResult:
+    """Run agentd as configured and return the root run's result (the CLI prints ``result.to_json()``).
+
+    ``log`` replaces the stderr log (a harness capturing events); ``env`` is where ``{{secret:NAME}}``
+    references are looked up (default: the process environment).
+    """
+    run_id = cfg.run_id or new_run_id()
+    log = (log or open_log(cfg, run_id)).bind(run_id=run_id)
+    runner = MODES.get(cfg.mode)
+    if runner is None:
+        raise ConfigError(f"--mode {cfg.mode} is not available in this build")
+    async with trio.open_nursery() as daemon:
+        try:
+            result = await runner(cfg, log, daemon)
+        except AgentdError:
+            raise
+        except Exception as exc:  # a bug: report it as a run outcome so stdout still carries one object
+            log.error("run.failed", error=f"{type(exc).__name__}: {exc}")
+            result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=f"{type(exc).__name__}: {exc}")
+        # Services other parts start in the daemon nursery (serve, watchers) end with the root run in once mode.
+        daemon.cancel_scope.cancel()
+    return result
+
+
+async def _once(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
+    return await run_config(cfg, run_id=log.run_id, log=log, env=None)
+
+
+MODES: dict[str, ModeRunner] = {"once": _once}
+
+
+def _register_daemon_modes() -> None:
+    from agentd.reactive.entry import daemon_mode
+
+    for mode in ("loop", "schedule", "reactive"):
+        MODES.setdefault(mode, daemon_mode)
+
+
+_register_daemon_modes()
+
+
+def limits_of(cfg: Config) -> Limits:
+    return Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
+
+
+async def run_config(
+    cfg: Config,
+    *,
+    run_id: str,
+    log: EventLog,
+    env: Mapping[str, str] | None = None,
+    instruction: str | None = None,
+    output_contract: str | None = None,
+    servers: Sequence[McpServerConfig] | None = None,
+    limits: Limits | None = None,
+    controls: ControlToolRegistry | None = None,
+    on_usage: UsageHook | None = None,
+    seed: Sequence[Mapping[str, Any]] = (),
+) -> RunResult:
+    """One run described by ``cfg`` (each keyword overrides its part): open the intelligence and the MCP
+    pool, register the built-in control tools, run the loop. Emits ``run.start`` and ``run.end``.
+
+    The supervisor's child entry calls this with the spawn payload's instruction, server subset, limits
+    and context seed; the reactive modes call it once per wake.
+    """
+    from agentd.client import open_mcp_pool
+
+    log = log.bind(run_id=run_id)
+    request = RunRequest(
+        instruction=instruction if instruction is not None else (cfg.instruction or ""),
+        run_id=run_id,
+        limits=limits or limits_of(cfg),
+        output_contract=output_contract if output_contract is not None else cfg.output_contract,
+        seed=tuple(seed),
+    )
+    declared = tuple(cfg.mcp if servers is None else servers)
+    log.info(
+        "run.start",
+        mode=cfg.mode,
+        instruction=log.content(request.instruction),
+        servers=[s.name for s in declared],
+        intelligence=[url if url == OFFLINE else display(url) for url in cfg.intelligence],
+        model=cfg.model,
+        max_steps=request.limits.max_steps,
+        max_tokens=request.limits.max_tokens,
+        deadline=request.limits.deadline,
+    )
+    resolver = SecretResolver(env=env, redactor=log.redactor)
+    failure: tuple[RunStatus, str] | None = None
+    result: RunResult | None = None
+    try:
+        async with (
+            open_intelligence(
+                list(cfg.intelligence),
+                model=cfg.model,
+                token=cfg.intelligence_token,
+                stream=cfg.stream_intelligence,
+                log=log,
+                secrets=resolver,
+            ) as intel,
+            open_mcp_pool(declared, log=log, secrets=resolver, run_id=run_id) as pool,
+        ):
+            result = await run_once(
+                request, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
+            )
+    except* McpConnectError as group:
+        failure = (RunStatus.MCP_FAILED, _first_message(group))
+    except* IntelligenceError as group:
+        failure = (RunStatus.INTELLIGENCE_FAILED, _first_message(group))
+    if result is None:
+        assert failure is not None
+        status, error = failure
+        result = RunResult(run_id=run_id, status=status, error=error)
+    log.emit(
+        "run.end",
+        "info" if result.status is RunStatus.COMPLETED else "warn",
+        status=result.status.value,
+        exit_code=int(result.exit_code),
+        partial=result.partial,
+        steps=result.steps,
+        usage=result.usage.to_json(),
+        **({"error": result.error} if result.error else {}),
+    )
+    return result
+
+
+async def run_once(
+    request: RunRequest,
+    *,
+    pool: ToolPool,
+    intel: Intelligence,
+    log: EventLog,
+    controls: ControlToolRegistry | None = None,
+    on_usage: UsageHook | None = None,
+) -> RunResult:
+    """Run the loop once with everything injected: the pool and intelligence are already open.
+
+    Registers ``resource.read`` unless the registry already has one; the caller's other control tools
+    (``subagent.*``, ``subscribe``, …) are offered as they are.
+    """
+    registry = controls if controls is not None else ControlToolRegistry()
+    builtin = resource_read_tool(pool)
+    if builtin.name not in registry:
+        registry.register(builtin)
+    return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage)
+
+
+def _first_message(group: BaseExceptionGroup[Any]) -> str:
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return str(leaf)

@@ -1,0 +1,82 @@
+"""The drain latch: how "please stop" (SIGTERM, SIGINT, an operator) reaches the daemon.
+
+The CLI owns the process's signals. The first SIGTERM/SIGINT *requests a drain*: the latch is set, the
+daemon stops taking new work and lets running work finish; after ``--drain-timeout`` (plus the kill
+ladder's graces) the CLI cancels whatever is left, and the process exits 0 (a clean drain is success, as in
+the original agentd). A second signal forces: the run scope is cancelled at once (exit 1).
+
+The latch travels in a context variable, so the daemon finds it with :func:`current_drain` without a
+parameter on ``agentd.main(cfg)``, and two runs in one process (each with its own latch) do not interfere.
+A library caller that installs none gets a latch that never fires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+import attrs
+import trio
+
+from agentd.events import EventLog
+
+
+@attrs.define(eq=False)
+class DrainLatch:
+    """Set once; every waiter wakes. ``reason`` says why (``SIGTERM``, ``SIGINT``, ``operator``...)."""
+
+    _event: trio.Event = attrs.field(factory=trio.Event, init=False)
+    reason: str | None = attrs.field(default=None, init=False)
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+_CURRENT: ContextVar[DrainLatch | None] = ContextVar("agentd_drain_latch", default=None)
+
+
+def current_drain() -> DrainLatch:
+    """The latch of the current run (installed by the CLI or :func:`use_drain`), or a latch nobody sets."""
+    latch = _CURRENT.get()
+    return latch if latch is not None else DrainLatch()
+
+
+@contextlib.contextmanager
+def use_drain(latch: DrainLatch) -> Iterator[DrainLatch]:
+    """Install ``latch`` for the current task and the tasks it starts from here on."""
+    token = _CURRENT.set(latch)
+    try:
+        yield latch
+    finally:
+        _CURRENT.reset(token)
+
+
+async def watch_signals(
+    latch: DrainLatch,
+    force: Callable[[], None],
+    *,
+    log: EventLog,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Turn SIGTERM/SIGINT into a drain request, and a second one into ``force()``. Runs until cancelled."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if not latch.requested:
+                log.warn("proc.signal", signal=name, action="drain")
+                latch.request(name)
+            else:
+                log.warn("proc.signal", signal=name, action="force")
+                force()

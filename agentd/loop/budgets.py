@@ -1,0 +1,53 @@
+"""Per-run budgets: steps, tokens and a wall-clock deadline (the original agentd's defaults).
+
+Steps and tokens are counted here; the deadline is a ``trio.move_on_after`` owned by the runner so the
+best result so far survives the cut. A budget is checked *before* each model call, so a run never
+starts a step it is not allowed to finish accounting for.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from agentd.loop.result import RunStatus, RunUsage
+
+DEFAULT_MAX_STEPS = 50
+DEFAULT_MAX_TOKENS = 200_000
+DEFAULT_DEADLINE = 600.0
+
+
+@attrs.frozen
+class Limits:
+    """The three per-run budgets. ``deadline`` is seconds; ``math.inf`` (or 0 tokens/steps) never binds."""
+
+    max_steps: int = DEFAULT_MAX_STEPS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    deadline: float = DEFAULT_DEADLINE
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        if self.max_tokens < 0 or self.deadline <= 0 or math.isnan(self.deadline):
+            raise ValueError("max_tokens must be >= 0 and deadline > 0")
+
+
+@attrs.define(eq=False)
+class BudgetMeter:
+    """Counts one run's steps and tokens against its :class:`Limits`."""
+
+    limits: Limits
+    steps: int = 0
+    usage: RunUsage = attrs.field(factory=RunUsage)
+
+    def exhausted(self) -> RunStatus | None:
+        """The budget that forbids another model call, or ``None`` when the run may continue."""
+        if self.steps >= self.limits.max_steps:
+            return RunStatus.EXHAUSTED_STEPS
+        if self.limits.max_tokens and self.usage.total_tokens >= self.limits.max_tokens:
+            return RunStatus.EXHAUSTED_TOKENS
+        return None
+
+    def add_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.usage = self.usage.add(prompt_tokens, completion_tokens)

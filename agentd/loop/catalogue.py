@@ -1,0 +1,112 @@
+"""The tool catalogue one step offers: MCP tools and control tools, wire names, compiled validators.
+
+Built once per catalogue load (the pool's tool list changes on ``list_changed``; the control registry
+changes when a part registers a tool) and reused across steps, so a step costs no schema compilation.
+Every wire name maps back to exactly one entry through :class:`~agentd.intelligence.names.ToolNameMap`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import jsonschema
+import jsonschema.validators
+
+from agentd.events import EventLog
+from agentd.intelligence.names import ToolNameMap
+from agentd.intelligence.wire import ChatTool
+from agentd.loop.control import ControlTool
+
+_EMPTY_OBJECT: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+class ToolLike(Protocol):
+    @property
+    def server(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str | None: ...
+    @property
+    def input_schema(self) -> Mapping[str, Any]: ...
+
+
+@attrs.frozen
+class Entry:
+    """One offered tool. ``server`` is ``None`` for a control tool (then ``control`` is set)."""
+
+    wire_name: str
+    server: str | None
+    name: str
+    validator: Any  # a jsonschema validator instance, or None when the schema itself is unusable
+    control: ControlTool | None = None
+
+    def check(self, arguments: Any) -> str | None:
+        """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do."""
+        if self.validator is None:
+            return None
+        error = jsonschema.exceptions.best_match(self.validator.iter_errors(arguments))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{error.message}" + (f" (at /{where})" if where else "")
+
+
+@attrs.frozen
+class Catalogue:
+    """The offered tools and how to map a model's tool call back to one of them."""
+
+    entries: Mapping[str, Entry]
+    chat_tools: tuple[ChatTool, ...]
+    source: tuple[Any, ...]  # what it was built from, to notice a change cheaply
+
+    def resolve(self, wire_name: str) -> Entry | None:
+        return self.entries.get(wire_name)
+
+
+def build_catalogue(
+    tools: Sequence[ToolLike], controls: Iterable[ControlTool], *, log: EventLog | None = None
+) -> Catalogue:
+    """Name, describe and compile validators for every tool. Logs each MCP description once, for audit."""
+    control_list = list(controls)
+    names = ToolNameMap([(t.server, t.name) for t in tools] + [(None, c.name) for c in control_list])
+    entries: dict[str, Entry] = {}
+    chat: list[ChatTool] = []
+    for tool in tools:
+        wire = names.to_wire(tool.server, tool.name)
+        schema = dict(tool.input_schema or _EMPTY_OBJECT)
+        validator, schema_error = _validator(schema)
+        entries[wire] = Entry(wire, tool.server, tool.name, validator)
+        chat.append(ChatTool(wire, tool.description or "", schema))
+        if log is not None:
+            # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
+            # A broken schema does not hide the tool: the server judges the arguments instead.
+            log.emit(
+                "mcp.tool_description",
+                "warn" if schema_error else "info",
+                server=tool.server,
+                tool=tool.name,
+                wire_name=wire,
+                description=log.content(tool.description or ""),
+                input_schema=log.content(json.dumps(schema, default=str)),
+                **({"schema_error": schema_error} if schema_error else {}),
+            )
+    for control in control_list:
+        wire = names.to_wire(None, control.name)
+        schema = dict(control.input_schema or _EMPTY_OBJECT)
+        entries[wire] = Entry(wire, None, control.name, _validator(schema)[0], control)
+        chat.append(ChatTool(wire, control.description, schema))
+    return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
+
+
+def _validator(schema: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A compiled validator for ``schema`` (its ``$schema`` dialect, else 2020-12), or why there is none."""
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return None, exc.message
+    return cls(schema), None

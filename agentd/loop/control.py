@@ -1,0 +1,95 @@
+"""Control tools: the one seam through which agentd's own primitives reach the model.
+
+The loop offers two kinds of tools: MCP tools from declared servers, and *control tools* that act on
+agentd itself (``resource.read`` here; ``subagent.*``, ``subscribe``, ``schedule``, ``await_resource``,
+``graph.*`` from the supervisor and reactive parts). Those parts register a :class:`ControlTool` in the
+run's :class:`ControlToolRegistry`; the loop validates arguments against ``input_schema``, calls the
+handler and feeds its :class:`ControlResult` back like any tool result. The loop never names a
+control tool, so adding one never touches the loop.
+
+A registry belongs to one run (no global state); build a fresh one per run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from agentd.events import EventLog
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+@attrs.frozen
+class ControlContext:
+    """What a handler may know about the call: the run, its log (bound to the run) and the step."""
+
+    run_id: str
+    log: EventLog
+    step: int
+
+
+@attrs.frozen
+class ControlResult:
+    """A control tool's answer, shaped like an MCP ``tools/call`` result.
+
+    ``is_error`` results are observations the model reasons about (a refused spawn, a bad URI), exactly
+    like an MCP ``isError``. ``end_turn`` asks the loop to end this run after the observation is
+    recorded (``await_resource``: the session re-enters when the condition holds).
+    """
+
+    content: tuple[Mapping[str, Any], ...]
+    is_error: bool = False
+    structured: Mapping[str, Any] | None = None
+    end_turn: bool = False
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False, end_turn: bool = False) -> ControlResult:
+        return cls(({"type": "text", "text": text},), is_error=is_error, end_turn=end_turn)
+
+
+Handler = Callable[[Mapping[str, Any], ControlContext], Awaitable[ControlResult]]
+
+
+@attrs.frozen
+class ControlTool:
+    """A built-in tool. ``name`` uses dots for namespaces (``subagent.spawn``); the wire name is derived."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    handler: Handler
+
+    def __attrs_post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"control tool name {self.name!r} must match {_NAME.pattern}")
+
+
+@attrs.define(eq=False)
+class ControlToolRegistry:
+    """The control tools one run offers, in registration order."""
+
+    _tools: dict[str, ControlTool] = attrs.field(factory=dict, alias="tools")
+
+    def register(self, tool: ControlTool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"control tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> ControlTool | None:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Iterator[ControlTool]:
+        return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools

@@ -1,0 +1,110 @@
+"""What one run of the loop ends as: a status, the distilled result, usage, and the exit code it maps to.
+
+The status enum is the single place that decides exit codes for a run (the original agentd's once
+mapping, docs/cli.md): completed 0 (partial 3), refused 5, budget exhaustion 7, intelligence failure 4,
+a required MCP server down 6, everything else 1.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from agentd.errors import ExitCode
+
+
+class RunStatus(enum.StrEnum):
+    """Terminal status of a run; the string values are what stdout and events carry."""
+
+    COMPLETED = "completed"
+    EXHAUSTED_STEPS = "exhausted_steps"
+    EXHAUSTED_TOKENS = "exhausted_tokens"
+    DEADLINE = "deadline"
+    INTELLIGENCE_FAILED = "intelligence_failed"
+    MCP_FAILED = "mcp_failed"
+    REFUSED = "refused"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    CRASHED = "crashed"
+
+    @property
+    def is_budget(self) -> bool:
+        return self in _BUDGET
+
+
+_BUDGET = frozenset({RunStatus.EXHAUSTED_STEPS, RunStatus.EXHAUSTED_TOKENS, RunStatus.DEADLINE})
+
+_EXIT = {
+    RunStatus.COMPLETED: ExitCode.OK,
+    RunStatus.EXHAUSTED_STEPS: ExitCode.BUDGET,
+    RunStatus.EXHAUSTED_TOKENS: ExitCode.BUDGET,
+    RunStatus.DEADLINE: ExitCode.BUDGET,
+    RunStatus.INTELLIGENCE_FAILED: ExitCode.INTELLIGENCE,
+    RunStatus.MCP_FAILED: ExitCode.MCP_REQUIRED,
+    RunStatus.REFUSED: ExitCode.REFUSED,
+    RunStatus.FAILED: ExitCode.FAILURE,
+    RunStatus.CANCELLED: ExitCode.FAILURE,
+    RunStatus.CRASHED: ExitCode.FAILURE,
+}
+
+
+@attrs.frozen
+class RunUsage:
+    """Tokens the intelligence reported for one run (summed over every model call)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, prompt_tokens: int, completion_tokens: int) -> RunUsage:
+        return RunUsage(self.prompt_tokens + prompt_tokens, self.completion_tokens + completion_tokens)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@attrs.frozen
+class RunResult:
+    """The outcome of one run: exactly what the CLI prints on stdout, plus the reason for failures.
+
+    ``result`` is the distillate: a parsed JSON value when an output contract was given and the model
+    answered in JSON, else text; ``None`` when the run produced nothing. ``error`` is a one-line,
+    secret-free reason for a non-completed status (stderr only, never on stdout).
+    """
+
+    run_id: str
+    status: RunStatus
+    partial: bool = False
+    result: Any = None
+    steps: int = 0
+    usage: RunUsage = RunUsage()
+    done: bool = True
+    error: str | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        code = _EXIT[self.status]
+        if code is ExitCode.OK and self.partial:
+            return ExitCode.PARTIAL
+        return code
+
+    def to_json(self) -> dict[str, Any]:
+        """The stdout contract: ``{run_id, status, done, partial, result, steps, usage}``."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status.value,
+            "done": self.done,
+            "partial": self.partial,
+            "result": self.result,
+            "steps": self.steps,
+            "usage": self.usage.to_json(),
+        }

@@ -1,0 +1,356 @@
+"""The step loop: think with the model, act through tools, until a final answer or a budget runs out.
+
+One step is one model call plus the tool calls it asked for, run one after another in the model's
+order. Each call ends as exactly one observation in the conversation:
+
+* the tool's result (``isError`` included: the tool ran, the model reads what it said);
+* a *rejection* when agentd refused to send it: a wire name it never offered, arguments that are not a
+  JSON object or do not validate against the tool's ``inputSchema`` (checked before sending);
+* a labelled *fault* when the server or transport failed the request (a JSON-RPC error, a broken
+  connection). Faults are not the tool's output and the text says so; the client has already done its
+  own reconnecting, so the loop does not resend (a ``tools/call`` may not be idempotent).
+  :data:`MAX_CONSECUTIVE_FAULTS` faults in a row with no successful call end the run as ``failed``:
+  the servers are broken, and burning the step budget on them helps nobody.
+
+The final model message with no tool calls is the result, distilled (:mod:`agentd.loop.distill`).
+Budgets (:mod:`agentd.loop.budgets`) end the run with ``partial: true`` and the best result so far: the
+last text the model wrote. The deadline is a ``move_on_after`` around the steps so that best result
+survives the cut; in-flight calls are cancelled by it (the client tells the server).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from agentd.errors import AgentdError, IntelligenceError, McpError
+from agentd.events import EventLog
+from agentd.intelligence.wire import ModelReply, ToolCall, Usage
+from agentd.loop import observe
+from agentd.loop.budgets import BudgetMeter, Limits
+from agentd.loop.catalogue import Catalogue, Entry, build_catalogue
+from agentd.loop.control import ControlContext, ControlToolRegistry
+from agentd.loop.distill import Distillate, distill, parse_json_answer
+from agentd.loop.ports import Intelligence, ToolPool
+from agentd.loop.prompt import initial_messages, system_prompt
+from agentd.loop.result import RunResult, RunStatus
+
+MAX_CONSECUTIVE_FAULTS = 3
+#: How many offered tool names a rejection lists, to help the model pick a real one.
+_LIST_NAMES = 40
+
+UsageHook = Callable[[Usage], None]
+
+
+@attrs.frozen
+class RunRequest:
+    """What to run: the task, its identity, and its bounds."""
+
+    instruction: str
+    run_id: str
+    limits: Limits = attrs.field(factory=Limits)
+    output_contract: str | None = None
+    #: Earlier turns to start from (a subagent's narrowed context), OpenAI chat message dicts.
+    seed: tuple[Mapping[str, Any], ...] = ()
+
+
+@attrs.define(eq=False)
+class _Run:
+    """Mutable state of one run; never shared between runs."""
+
+    request: RunRequest
+    pool: ToolPool
+    intel: Intelligence
+    controls: ControlToolRegistry
+    log: EventLog
+    on_usage: UsageHook | None
+    meter: BudgetMeter
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+    catalogue: Catalogue | None = None
+    best_text: str | None = None
+    faults_in_a_row: int = 0
+    reprompted: bool = False
+
+    # -- catalogue -------------------------------------------------------------------------------
+
+    def current_catalogue(self) -> Catalogue:
+        tools, controls = tuple(self.pool.tools()), tuple(self.controls)
+        if self.catalogue is None or self.catalogue.source != (tools, controls):
+            self.catalogue = build_catalogue(tools, controls, log=self.log)
+        return self.catalogue
+
+    # -- one step --------------------------------------------------------------------------------
+
+    async def step(self) -> RunResult | None:
+        """One model call and its tool calls; a result when the run is over, else ``None``."""
+        catalogue = self.current_catalogue()
+        self.meter.steps += 1
+        step = self.meter.steps
+        reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+        self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        if self.on_usage is not None:
+            self.on_usage(reply.usage)
+        if reply.content and reply.content.strip():
+            self.best_text = reply.content
+        self.log.info(
+            "loop.step",
+            step=step,
+            tool_calls=len(reply.tool_calls),
+            content=self.log.content(reply.content or ""),
+            finish_reason=reply.finish_reason,
+            usage=self.meter.usage.to_json(),
+        )
+        self.messages.append(_assistant_message(reply))
+        if not reply.tool_calls:
+            return self.final(reply)
+        for call in reply.tool_calls:
+            ended = await self.run_call(call, catalogue, step)
+            if ended is not None:
+                return ended
+        return None
+
+    def final(self, reply: ModelReply) -> RunResult | None:
+        contract = self.request.output_contract
+        text = reply.content or ""
+        wants_retry = contract is not None and not self.reprompted and not parse_json_answer(text)[0]
+        if wants_retry and self.meter.exhausted() is None:
+            # One chance to honour the contract, paid for with a step like any other turn.
+            self.reprompted = True
+            self.messages.append({"role": "user", "content": _REPROMPT})
+            return None
+        cut_by_model = reply.finish_reason == "length"
+        return self.finish(RunStatus.COMPLETED, text, forced_partial=cut_by_model)
+
+    def finish(
+        self, status: RunStatus, text: str | None, *, forced_partial: bool = False, error: str | None = None
+    ) -> RunResult:
+        distillate: Distillate = distill(text, output_contract=self.request.output_contract)
+        partial = forced_partial or distillate.partial or status is not RunStatus.COMPLETED
+        self.log.emit(
+            "loop.final",
+            "info" if status is RunStatus.COMPLETED else "warn",
+            status=status.value,
+            steps=self.meter.steps,
+            partial=partial,
+            parsed=distillate.parsed,
+            result=self.log.content(text or ""),
+            usage=self.meter.usage.to_json(),
+        )
+        return RunResult(
+            run_id=self.request.run_id,
+            status=status,
+            partial=partial,
+            result=distillate.value,
+            steps=self.meter.steps,
+            usage=self.meter.usage,
+            error=error,
+        )
+
+    # -- one tool call ---------------------------------------------------------------------------
+
+    async def run_call(self, call: ToolCall, catalogue: Catalogue, step: int) -> RunResult | None:
+        started = time.perf_counter()
+        entry = catalogue.resolve(call.name)
+        self.log.info(
+            "tool.call",
+            step=step,
+            call_id=call.id,
+            wire_name=call.name,
+            server=entry.server if entry else None,
+            tool=entry.name if entry else None,
+            arguments=self.log.content(call.arguments),
+        )
+        problem, arguments = _check_call(call, entry, catalogue)
+        if problem is not None or entry is None:
+            self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=problem)
+            self.observe(call, observe.rejection(problem or "unknown tool"), "rejected", entry, step, started)
+            return None
+        if entry.control is not None:
+            ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step)
+            try:
+                outcome = await entry.control.handler(arguments, ctx)
+            except AgentdError as exc:
+                return self.fault(call, entry, str(exc), step, started)
+            text = observe.render_content(outcome.content, outcome.structured)
+            self.faults_in_a_row = 0
+            self.observe(
+                call,
+                observe.tool_result(text, is_error=outcome.is_error),
+                "result",
+                entry,
+                step,
+                started,
+                is_error=outcome.is_error,
+            )
+            if outcome.end_turn:
+                return self.finish(RunStatus.COMPLETED, self.best_text)
+            return None
+        assert entry.server is not None
+        try:
+            result = await self.pool.call_tool(
+                entry.server, entry.name, arguments, run_id=self.request.run_id
+            )
+        except McpError as exc:
+            return self.fault(call, entry, str(exc), step, started)
+        self.faults_in_a_row = 0
+        text = observe.render_content(result.content, result.structured)
+        self.observe(
+            call,
+            observe.tool_result(text, is_error=result.is_error),
+            "result",
+            entry,
+            step,
+            started,
+            is_error=result.is_error,
+        )
+        return None
+
+    def fault(self, call: ToolCall, entry: Entry, reason: str, step: int, started: float) -> RunResult | None:
+        server = entry.server or "agentd"
+        self.faults_in_a_row += 1
+        self.observe(
+            call, observe.fault(server, entry.name, reason), "fault", entry, step, started, reason=reason
+        )
+        if self.faults_in_a_row >= MAX_CONSECUTIVE_FAULTS:
+            return self.finish(
+                RunStatus.FAILED,
+                self.best_text,
+                error=f"{self.faults_in_a_row} tool faults in a row; last: {reason}",
+            )
+        return None
+
+    def observe(
+        self,
+        call: ToolCall,
+        text: str,
+        kind: str,
+        entry: Entry | None,
+        step: int,
+        started: float,
+        *,
+        is_error: bool = False,
+        reason: str | None = None,
+    ) -> None:
+        text = observe.cap(text)
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        fields: dict[str, Any] = {
+            "step": step,
+            "call_id": call.id,
+            "wire_name": call.name,
+            "server": entry.server if entry else None,
+            "tool": entry.name if entry else None,
+            "kind": kind,
+            "is_error": is_error,
+            "size": len(text),
+            "content": self.log.content(text),
+            "ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+        if reason is not None:
+            fields["reason"] = reason
+        self.log.emit("tool.result", "warn" if kind == "fault" else "info", **fields)
+
+
+_REPROMPT = (
+    "Your last message did not contain a JSON value. Reply again with only the JSON value the output "
+    "contract asks for, and no tool calls."
+)
+
+
+def _assistant_message(reply: ModelReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ]
+    return message
+
+
+def _check_call(
+    call: ToolCall, entry: Entry | None, catalogue: Catalogue
+) -> tuple[str | None, dict[str, Any]]:
+    """Why this call must not be sent (or ``None``), and its parsed arguments."""
+    if entry is None:
+        names = list(catalogue.entries)
+        shown = ", ".join(names[:_LIST_NAMES]) + (" …" if len(names) > _LIST_NAMES else "")
+        return f"unknown tool {call.name!r}; the tools offered are: {shown or 'none'}", {}
+    try:
+        arguments = json.loads(call.arguments)
+    except json.JSONDecodeError as exc:
+        return f"the arguments for {call.name!r} are not valid JSON ({exc.msg} at char {exc.pos})", {}
+    if not isinstance(arguments, dict):
+        return f"the arguments for {call.name!r} must be a JSON object, got {type(arguments).__name__}", {}
+    invalid = entry.check(arguments)
+    if invalid is not None:
+        return f"the arguments for {call.name!r} do not match its inputSchema: {invalid}", {}
+    return None, arguments
+
+
+async def run_loop(
+    request: RunRequest,
+    *,
+    pool: ToolPool,
+    intel: Intelligence,
+    controls: ControlToolRegistry,
+    log: EventLog,
+    on_usage: UsageHook | None = None,
+) -> RunResult:
+    """Run one task to a :class:`RunResult`. Intelligence failures end the run (status
+    ``intelligence_failed``, exit 4) with the best result so far; cancellation from outside propagates.
+    """
+    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits))
+    system = system_prompt(
+        instructions=pool.instructions(), resources=pool.resources(), output_contract=request.output_contract
+    )
+    run.messages = initial_messages(system, request.instruction, request.seed)
+    catalogue = run.current_catalogue()
+    log.info(
+        "loop.start",
+        tools=len(catalogue.entries),
+        control_tools=[c.name for c in controls],
+        resources=len(pool.resources()),
+        servers=sorted(pool.connections),
+        max_steps=request.limits.max_steps,
+        max_tokens=request.limits.max_tokens,
+        deadline=request.limits.deadline,
+        system_prompt=log.content(system),
+        instruction=log.content(request.instruction),
+    )
+    result: RunResult | None = None
+    with trio.move_on_after(request.limits.deadline) as deadline:
+        try:
+            while result is None:
+                exhausted = run.meter.exhausted()
+                if exhausted is not None:
+                    _budget_event(log, exhausted.value, run)
+                    result = run.finish(exhausted, run.best_text)
+                    break
+                result = await run.step()
+        except IntelligenceError as exc:
+            result = run.finish(RunStatus.INTELLIGENCE_FAILED, run.best_text, error=str(exc))
+    if result is None:
+        assert deadline.cancelled_caught
+        _budget_event(log, RunStatus.DEADLINE.value, run)
+        result = run.finish(RunStatus.DEADLINE, run.best_text)
+    return result
+
+
+def _budget_event(log: EventLog, which: str, run: _Run) -> None:
+    limits = run.request.limits
+    log.warn(
+        "loop.budget",
+        budget=which,
+        steps=run.meter.steps,
+        max_steps=limits.max_steps,
+        tokens=run.meter.usage.total_tokens,
+        max_tokens=limits.max_tokens,
+        deadline=limits.deadline,
+    )
+
+
+__all__: Sequence[str] = ("MAX_CONSECUTIVE_FAULTS", "RunRequest", "UsageHook", "run_loop")

@@ -1,0 +1,480 @@
+"""The server half of Streamable HTTP, sans-io: which era a request belongs to, sessions, and replies.
+
+One endpoint serves both eras, routed per request the way the official SDK does it: a present
+``MCP-Protocol-Version`` that is not a handshake revision sends the request down the *modern*
+(2026-07-28) single-exchange path; no header or a handshake revision goes down the *legacy* path with
+``initialize``, ``Mcp-Session-Id`` sessions, the GET stream and resumable event ids.
+
+The core answers everything that is protocol (``initialize``, ``ping``, ``server/discover``,
+notifications, header and envelope checks) and hands every other request back to the caller as a
+:class:`Request` to dispatch; the caller turns the surface's answer into bytes with :meth:`ServerCore.legacy_reply`
+or :meth:`ServerCore.modern_reply`. No I/O, no clock: the adapter passes ``now``.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import functools
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from agentd.mcp import jsonrpc
+from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, Response
+from agentd.mcp.sse import encode_event
+from agentd.mcp.versions import (
+    DEFAULT_HEADERLESS_VERSION,
+    LATEST_LEGACY,
+    LEGACY_VERSIONS,
+    MODERN_VERSIONS,
+    allows_batches,
+    server_pick_legacy,
+)
+
+# Header names, lower case (ASGI gives them lower case; HTTP names are case-insensitive).
+SESSION_ID: Final = "mcp-session-id"
+PROTOCOL_VERSION: Final = "mcp-protocol-version"
+LAST_EVENT_ID: Final = "last-event-id"
+MCP_METHOD: Final = "mcp-method"
+MCP_NAME: Final = "mcp-name"
+
+#: What ``-32022`` names as supported: the modern revision first, and the handshake one to fall back to.
+SUPPORTED_VERSIONS: Final = ("2026-07-28", "2025-11-25")
+META_PREFIX: Final = "io.modelcontextprotocol/"
+META_VERSION: Final = META_PREFIX + "protocolVersion"
+META_CAPABILITIES: Final = META_PREFIX + "clientCapabilities"
+META_SERVER_INFO: Final = META_PREFIX + "serverInfo"
+META_SUBSCRIPTION: Final = META_PREFIX + "subscriptionId"
+#: Results that carry cache hints on the modern wire (``ttlMs`` 0: agent:// state changes under you).
+CACHEABLE: Final = frozenset({"server/discover", "tools/list", "resources/list", "resources/templates/list", "resources/read"})
+#: Methods the modern wire does not have; they answer 404 -32601 there.
+LEGACY_ONLY: Final = frozenset({"initialize", "ping", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
+REPLAY_EVENTS: Final = 256
+JSON: Final = "application/json"
+SSE: Final = "text/event-stream"
+
+
+@attrs.frozen
+class ServerIdentity:
+    """What the server says about itself in ``initialize`` and ``server/discover``."""
+
+    name: str
+    version: str
+    capabilities: Mapping[str, Any]
+    instructions: str | None = None
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+
+@attrs.frozen
+class HttpRequest:
+    method: str
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes = b""
+
+
+@attrs.frozen
+class HttpReply:
+    status: int
+    body: bytes = b""
+    content_type: str | None = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.define(eq=False)
+class LegacySession:
+    """One ``Mcp-Session-Id``: its negotiated version and the GET stream's numbered events."""
+
+    id: str
+    version: str
+    last_seen: float
+    initialized: bool = False
+    stream_open: bool = False
+    seq: int = 0
+    delivered: int = 0
+    events: collections.deque[tuple[int, bytes]] = attrs.field(factory=lambda: collections.deque(maxlen=REPLAY_EVENTS))
+
+    def next_id(self) -> int:
+        self.seq += 1
+        return self.seq
+
+
+@attrs.frozen
+class Reply:
+    """Answer now with this."""
+
+    http: HttpReply
+
+
+@attrs.frozen
+class LegacyPost:
+    """A legacy POST: ``slots`` holds ready answers and :class:`Request` s the caller must dispatch."""
+
+    session: LegacySession
+    slots: tuple[Message | None, ...]
+    batch: bool
+    new_session: bool
+
+
+@attrs.frozen
+class LegacyStream:
+    """A GET: open the session's SSE stream, send ``replay`` (already encoded) after the priming event."""
+
+    session: LegacySession
+    priming: bytes
+    replay: tuple[tuple[int, bytes], ...]
+
+
+@attrs.frozen
+class ModernPost:
+    """A modern request the caller must dispatch (``subscriptions/listen`` answers as an SSE stream)."""
+
+    request: Request
+    version: str
+
+
+Routed = Reply | LegacyPost | LegacyStream | ModernPost
+
+
+class SessionLimit(Exception):
+    """No room for another session even after expiring idle ones."""
+
+
+def _error_body(code: int, message: str, id: jsonrpc.RequestId | None = None, data: Any = None) -> bytes:
+    return jsonrpc.dumps(ErrorResponse(id, code, message, data))
+
+
+def error_reply(status: int, code: int, message: str, *, id: jsonrpc.RequestId | None = None, data: Any = None,
+                headers: tuple[tuple[str, str], ...] = ()) -> Reply:
+    return Reply(HttpReply(status, _error_body(code, message, id, data), headers=headers))
+
+
+def decode_header_value(value: str) -> str:
+    """``Mcp-Name`` may carry unsafe values as ``=?base64?...?=``."""
+    if value.startswith("=?base64?") and value.endswith("?="):
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return value
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _media_kinds(accept: str) -> frozenset[str]:
+    return frozenset(part.split(";")[0].strip().lower() for part in accept.split(","))
+
+
+def accepts(headers: Mapping[str, str], media: str) -> bool:
+    accept = headers.get("accept", "")
+    if not accept:
+        return True
+    kinds = _media_kinds(accept)
+    return media in kinds or "*/*" in kinds or f"{media.split('/')[0]}/*" in kinds
+
+
+class ServerCore:
+    """Routes requests to an era, keeps legacy sessions, and renders replies."""
+
+    def __init__(
+        self,
+        identity: ServerIdentity,
+        *,
+        max_sessions: int = 64,
+        session_idle: float = 3600.0,
+        retry_ms: int = 2000,
+        new_session_id: Callable[[], str] = lambda: secrets.token_hex(16),
+    ) -> None:
+        self.identity = identity
+        self.max_sessions = max_sessions
+        self.session_idle = session_idle
+        self.retry_ms = retry_ms
+        self._new_id = new_session_id
+        self.sessions: dict[str, LegacySession] = {}
+
+    # -- routing -----------------------------------------------------------------------------------------
+
+    def route(self, req: HttpRequest, now: float) -> Routed:
+        version = req.headers.get(PROTOCOL_VERSION)
+        if version is not None and version not in LEGACY_VERSIONS:
+            return self._route_modern(req, version)
+        if req.method == "POST":
+            return self._route_legacy_post(req, version, now)
+        if req.method == "GET":
+            return self._route_get(req, version, now)
+        if req.method == "DELETE":
+            return self._route_delete(req)
+        return Reply(HttpReply(405, b"", None, (("allow", "GET, POST, DELETE"),)))
+
+    def _session_for(self, req: HttpRequest, version: str | None, now: float) -> LegacySession | Reply:
+        sid = req.headers.get(SESSION_ID)
+        if sid is None:
+            return error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID")
+        session = self.sessions.get(sid)
+        if session is None:
+            return error_reply(404, jsonrpc.INVALID_REQUEST, "Session not found")
+        session.last_seen = now
+        return session
+
+    def _route_legacy_post(self, req: HttpRequest, version: str | None, now: float) -> Routed:
+        if not (accepts(req.headers, JSON) and accepts(req.headers, SSE)):
+            return error_reply(406, jsonrpc.INVALID_REQUEST,
+                               "Not Acceptable: Accept must list application/json and text/event-stream")
+        ctype = req.headers.get("content-type", JSON).split(";")[0].strip().lower()
+        if ctype != JSON:
+            return error_reply(415, jsonrpc.INVALID_REQUEST, "Unsupported Media Type: send application/json")
+        try:
+            parsed = jsonrpc.parse_body(req.body)
+        except jsonrpc.InvalidMessage as exc:
+            return Reply(HttpReply(400, jsonrpc.dumps(jsonrpc.error_for(exc))))
+        messages = parsed if isinstance(parsed, list) else [parsed]
+        is_init = any(isinstance(m, Request) and m.method == "initialize" for m in messages)
+        if is_init:
+            if isinstance(parsed, list):
+                return error_reply(400, jsonrpc.INVALID_REQUEST, "initialize must not be part of a batch")
+            assert isinstance(parsed, Request)
+            return self._initialize(parsed, now)
+        found = self._session_for(req, version, now)
+        if isinstance(found, Reply):
+            return found
+        session = found
+        if version is not None and version not in LEGACY_VERSIONS:  # pragma: no cover - routed modern above
+            return error_reply(400, jsonrpc.INVALID_REQUEST, f"Unsupported protocol version: {version}")
+        effective = version or session.version
+        if isinstance(parsed, list) and not (allows_batches(effective) and allows_batches(session.version)):
+            return error_reply(400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are only accepted from 2025-03-26 peers")
+        slots: list[Message | None] = []
+        for message in messages:
+            slots.append(self._legacy_protocol(message, session))
+        return LegacyPost(session, tuple(slots), isinstance(parsed, list), False)
+
+    def _legacy_protocol(self, message: Message, session: LegacySession) -> Message | None:
+        """Answer what the protocol answers; return the request itself when the surface must."""
+        if isinstance(message, Notification):
+            if message.method == "notifications/initialized":
+                session.initialized = True
+            return None  # notifications/cancelled included: cancellation is subagent.cancel
+        if isinstance(message, Response | ErrorResponse):
+            return None  # the server sends no requests, so there is nothing to match
+        if message.method == "ping":
+            return Response(message.id, {})
+        return message
+
+    def _initialize(self, request: Request, now: float) -> Routed:
+        params = request.params or {}
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            return Reply(HttpReply(400, _error_body(jsonrpc.INVALID_PARAMS, "initialize needs a protocolVersion",
+                                                   request.id)))
+        try:
+            self._make_room(now)
+        except SessionLimit:
+            return error_reply(503, jsonrpc.INTERNAL_ERROR,
+                               f"session limit reached ({self.max_sessions}); end a session with DELETE",
+                               id=request.id, headers=(("retry-after", "5"),))
+        version = server_pick_legacy(requested)
+        session = LegacySession(self._new_id(), version, now)
+        self.sessions[session.id] = session
+        result: dict[str, Any] = {
+            "protocolVersion": version,
+            "capabilities": dict(self.identity.capabilities),
+            "serverInfo": self.identity.info(),
+        }
+        if self.identity.instructions:
+            result["instructions"] = self.identity.instructions
+        return LegacyPost(session, (Response(request.id, result),), False, True)
+
+    def _make_room(self, now: float) -> None:
+        if len(self.sessions) < self.max_sessions:
+            return
+        idle = sorted(
+            (s for s in self.sessions.values() if not s.stream_open), key=lambda s: s.last_seen
+        )
+        for session in idle:
+            if now - session.last_seen >= self.session_idle:
+                del self.sessions[session.id]
+        if len(self.sessions) >= self.max_sessions:
+            raise SessionLimit
+
+    def expire_idle(self, now: float) -> list[str]:
+        """Drop sessions idle past ``session_idle`` (none with an open stream); returns their ids."""
+        gone = [s.id for s in self.sessions.values() if not s.stream_open and now - s.last_seen >= self.session_idle]
+        for sid in gone:
+            del self.sessions[sid]
+        return gone
+
+    def _route_get(self, req: HttpRequest, version: str | None, now: float) -> Routed:
+        if not accepts(req.headers, SSE) or "accept" not in req.headers:
+            return error_reply(406, jsonrpc.INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream")
+        found = self._session_for(req, version, now)
+        if isinstance(found, Reply):
+            return found
+        session = found
+        if session.stream_open:
+            return error_reply(409, jsonrpc.INVALID_REQUEST, "Conflict: this session's GET stream is already open")
+        after = session.delivered
+        last = req.headers.get(LAST_EVENT_ID)
+        if last is not None:
+            try:
+                after = int(last)
+            except ValueError:
+                after = session.delivered
+        replay = tuple((seq, data) for seq, data in session.events if seq > after)
+        session.stream_open = True
+        priming = encode_event("", id=str(session.next_id()), retry=self.retry_ms)
+        return LegacyStream(session, priming, replay)
+
+    def _route_delete(self, req: HttpRequest) -> Routed:
+        sid = req.headers.get(SESSION_ID)
+        if sid is None:
+            return error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID")
+        if self.sessions.pop(sid, None) is None:
+            return error_reply(404, jsonrpc.INVALID_REQUEST, "Session not found")
+        return Reply(HttpReply(200, b"", None))
+
+    # -- legacy replies and the GET stream ---------------------------------------------------------------
+
+    def legacy_reply(self, post: LegacyPost, answers: Mapping[int, Message]) -> HttpReply:
+        """Render the POST's answer: 202 when it carried no request, else JSON (one object or a batch)."""
+        out: list[Message] = []
+        for index, slot in enumerate(post.slots):
+            if isinstance(slot, Request):
+                out.append(answers[index])
+            elif slot is not None:
+                out.append(slot)
+        headers = ((SESSION_ID, post.session.id),) if post.new_session else ()
+        if not out:
+            return HttpReply(202, b"", None, headers)
+        body = jsonrpc.dumps(out if post.batch else out[0])
+        return HttpReply(200, body, JSON, headers)
+
+    def session_event(self, session: LegacySession, message: Message) -> tuple[int, bytes]:
+        """Number and buffer one server→client message for the session's GET stream (replayable)."""
+        seq = session.next_id()
+        data = encode_event(jsonrpc.dumps(message).decode(), id=str(seq))
+        session.events.append((seq, data))
+        return seq, data
+
+    def delivered(self, session: LegacySession, seq: int) -> None:
+        session.delivered = max(session.delivered, seq)
+
+    def stream_closed(self, session: LegacySession, now: float) -> None:
+        session.stream_open = False
+        session.last_seen = now
+
+    # -- modern --------------------------------------------------------------------------------------------
+
+    def _route_modern(self, req: HttpRequest, header_version: str) -> Routed:
+        if req.method != "POST":
+            return Reply(HttpReply(405, b"", None, (("allow", "POST"),)))
+        try:
+            parsed = jsonrpc.parse_body(req.body)
+        except jsonrpc.InvalidMessage as exc:
+            return Reply(HttpReply(400, jsonrpc.dumps(jsonrpc.error_for(exc))))
+        if isinstance(parsed, list):
+            return error_reply(400, jsonrpc.INVALID_REQUEST, "batches do not exist in 2026-07-28")
+        if isinstance(parsed, Response | ErrorResponse):
+            return Reply(HttpReply(202, b"", None))
+        params = parsed.params or {}
+        rid = parsed.id if isinstance(parsed, Request) else None
+        meta = params.get("_meta")
+        if (not isinstance(meta, dict) or not isinstance(meta.get(META_VERSION), str)
+                or not isinstance(meta.get(META_CAPABILITIES), dict)):
+            return error_reply(400, jsonrpc.INVALID_PARAMS,
+                               "params._meta must carry protocolVersion and clientCapabilities", id=rid)
+        if req.headers.get(MCP_METHOD) != parsed.method:
+            return error_reply(400, jsonrpc.HEADER_MISMATCH, "Mcp-Method header does not match the method", id=rid)
+        named = params.get("uri") if parsed.method == "resources/read" else params.get("name")
+        if parsed.method in ("tools/call", "resources/read", "prompts/get"):
+            got = req.headers.get(MCP_NAME)
+            if got is None or decode_header_value(got) != named:
+                return error_reply(400, jsonrpc.HEADER_MISMATCH, "Mcp-Name header does not match the request", id=rid)
+        if meta[META_VERSION] != header_version:
+            return error_reply(400, jsonrpc.HEADER_MISMATCH,
+                               "MCP-Protocol-Version header does not match params._meta", id=rid)
+        if header_version not in MODERN_VERSIONS:
+            return error_reply(400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", id=rid,
+                               data={"supported": list(SUPPORTED_VERSIONS), "requested": header_version})
+        if isinstance(parsed, Notification):
+            return Reply(HttpReply(202, b"", None))
+        if parsed.method in LEGACY_ONLY:
+            code = jsonrpc.INVALID_PARAMS if parsed.method == "initialize" else jsonrpc.METHOD_NOT_FOUND
+            status = 400 if parsed.method == "initialize" else 404
+            return error_reply(status, code, f"{parsed.method} does not exist in {header_version}", id=rid)
+        if parsed.method == "server/discover":
+            return Reply(self.modern_reply(ModernPost(parsed, header_version), Response(parsed.id, self.discover())))
+        return ModernPost(parsed, header_version)
+
+    def discover(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": list(MODERN_VERSIONS),
+            "capabilities": dict(self.identity.capabilities),
+        }
+        if self.identity.instructions:
+            result["instructions"] = self.identity.instructions
+        return result
+
+    def modern_result(self, method: str, result: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(result)
+        out["resultType"] = "complete"
+        meta = dict(out.get("_meta") or {})
+        meta[META_SERVER_INFO] = self.identity.info()
+        out["_meta"] = meta
+        if method in CACHEABLE:
+            out.setdefault("ttlMs", 0)
+            out.setdefault("cacheScope", "private")
+        return out
+
+    def modern_reply(self, post: ModernPost, answer: Message) -> HttpReply:
+        if isinstance(answer, Response):
+            body = jsonrpc.dumps(Response(answer.id, self.modern_result(post.request.method, answer.result)))
+            return HttpReply(200, body)
+        assert isinstance(answer, ErrorResponse)
+        code, data = answer.code, answer.data
+        if code == jsonrpc.RESOURCE_NOT_FOUND:
+            code = jsonrpc.INVALID_PARAMS  # 2026-07-28 moved resource-not-found to -32602
+        status = 404 if code == jsonrpc.METHOD_NOT_FOUND else 200
+        return HttpReply(status, jsonrpc.dumps(ErrorResponse(answer.id, code, answer.message, data)))
+
+    # -- subscriptions/listen frames -------------------------------------------------------------------------
+
+    @staticmethod
+    def listen_ack(request_id: jsonrpc.RequestId, honored: list[str]) -> bytes:
+        notifications: dict[str, Any] = {}
+        if honored:
+            notifications["resourceSubscriptions"] = honored
+        note = Notification("notifications/subscriptions/acknowledged",
+                            {"_meta": {META_SUBSCRIPTION: request_id}, "notifications": notifications})
+        return encode_event(jsonrpc.dumps(note).decode())
+
+    @staticmethod
+    def listen_updated(request_id: jsonrpc.RequestId, uri: str) -> bytes:
+        note = Notification("notifications/resources/updated", {"_meta": {META_SUBSCRIPTION: request_id}, "uri": uri})
+        return encode_event(jsonrpc.dumps(note).decode())
+
+    @staticmethod
+    def listen_final(request_id: jsonrpc.RequestId) -> bytes:
+        done = Response(request_id, {"resultType": "complete", "_meta": {META_SUBSCRIPTION: request_id}})
+        return encode_event(jsonrpc.dumps(done).decode())
+
+
+def updated_notification(uri: str) -> Notification:
+    return Notification("notifications/resources/updated", {"uri": uri})
+
+
+__all__ = [
+    "DEFAULT_HEADERLESS_VERSION",
+    "LATEST_LEGACY",
+    "HttpReply",
+    "HttpRequest",
+    "LegacyPost",
+    "LegacySession",
+    "LegacyStream",
+    "ModernPost",
+    "Reply",
+    "ServerCore",
+    "ServerIdentity",
+]

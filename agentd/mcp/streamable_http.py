@@ -1,0 +1,117 @@
+"""Streamable HTTP rules (2025-11-25 and 2026-07-28), pure: headers, statuses, content types, session ids.
+
+Both roles use these: the client builds its request headers here and classifies responses; the server
+checks the same header names and session-id grammar. No I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agentd.mcp.versions import Era
+
+ACCEPT_POST: Final = "application/json, text/event-stream"
+ACCEPT_GET: Final = "text/event-stream"
+JSON: Final = "application/json"
+EVENT_STREAM: Final = "text/event-stream"
+
+SESSION_ID: Final = "Mcp-Session-Id"
+PROTOCOL_VERSION: Final = "MCP-Protocol-Version"
+METHOD: Final = "Mcp-Method"
+NAME: Final = "Mcp-Name"
+LAST_EVENT_ID: Final = "Last-Event-ID"
+
+#: Methods whose ``Mcp-Name`` header carries a parameter (2026-07-28, SEP-2243).
+NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+class Body(enum.Enum):
+    """What a response to a POST (or GET) holds, decided from its status and content type."""
+
+    JSON = "json"  # one JSON-RPC message (or a batch) in the body
+    SSE = "sse"  # an event stream of JSON-RPC messages
+    ACCEPTED = "accepted"  # 202: a notification or response was taken, nothing to read
+    SESSION_GONE = "session-gone"  # 404 while a session id was sent: re-initialize
+    NO_STREAM = "no-stream"  # 405 on GET: the server offers no standing stream
+    REDIRECT = "redirect"  # 3xx: never followed
+    HTTP_ERROR = "http-error"  # any other status; the body may still hold a JSON-RPC error
+    BAD_CONTENT_TYPE = "bad-content-type"  # 200 with neither JSON nor an event stream
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def classify(status: int, content_type: str | None, *, method: str = "POST", had_session: bool = False) -> Body:
+    if 300 <= status < 400:
+        return Body.REDIRECT
+    if status == 202 or (status == 204 and method != "GET"):
+        return Body.ACCEPTED
+    if status == 404 and had_session:
+        return Body.SESSION_GONE
+    if status == 405 and method == "GET":
+        return Body.NO_STREAM
+    if not 200 <= status < 300:
+        return Body.HTTP_ERROR
+    kind = media_type(content_type)
+    if kind == EVENT_STREAM:
+        return Body.SSE
+    if kind == JSON and method == "POST":
+        return Body.JSON
+    return Body.BAD_CONTENT_TYPE
+
+
+def valid_session_id(value: str) -> bool:
+    """A session id is 1+ visible ASCII characters (0x21-0x7E), per 2025-11-25 § Session Management."""
+    return bool(value) and all(0x21 <= ord(c) <= 0x7E for c in value)
+
+
+def encode_header_value(value: str) -> str:
+    """A header-safe form of a name or URI: as is when plain ASCII, else ``=?base64?...?=`` (SEP-2243)."""
+    if value and value == value.strip() and all(0x20 <= ord(c) <= 0x7E for c in value):
+        return value
+    return "=?base64?" + base64.b64encode(value.encode()).decode() + "?="
+
+
+def decode_header_value(value: str) -> str:
+    if value.startswith("=?base64?") and value.endswith("?="):
+        return base64.b64decode(value[len("=?base64?") : -2]).decode()
+    return value
+
+
+def request_headers(
+    *,
+    era: Era | None,
+    protocol_version: str | None,
+    session_id: str | None,
+    method: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    get: bool = False,
+) -> dict[str, str]:
+    """The MCP headers for one request.
+
+    Legacy: ``Mcp-Session-Id`` once issued and ``MCP-Protocol-Version`` once negotiated (the
+    ``initialize`` POST carries neither). Modern: the version on every POST plus ``Mcp-Method`` and,
+    where the method names something, ``Mcp-Name``; never a session id.
+    """
+    headers = {"Accept": ACCEPT_GET if get else ACCEPT_POST}
+    if not get:
+        headers["Content-Type"] = JSON
+    if era is Era.MODERN:
+        if protocol_version:
+            headers[PROTOCOL_VERSION] = protocol_version
+        if method is not None:
+            headers[METHOD] = method
+            key = NAME_PARAM.get(method)
+            value = (params or {}).get(key) if key else None
+            if isinstance(value, str):
+                headers[NAME] = encode_header_value(value)
+        return headers
+    if session_id is not None:
+        headers[SESSION_ID] = session_id
+    if protocol_version is not None:
+        headers[PROTOCOL_VERSION] = protocol_version
+    return headers

@@ -1,0 +1,276 @@
+"""The daemon mode drivers: ``loop``, ``schedule`` and ``reactive``.
+
+Each driver is one coroutine that arms its triggers, reports ``task_status.started()``, and runs
+until the drain latch is set or :class:`DaemonRuns` decides to stop (breaker, lifetime budget). Every
+fire goes through :meth:`DaemonRuns.run`, so it is an ordinary run with its own run id.
+
+* ``loop``: run, wait ``--interval`` (0 or unset: back to back), run again. Failures back off.
+* ``schedule``: ``--interval`` fires at a fixed rate from the start (the first fire is immediate; a
+  fire that overruns skips the slots it missed rather than piling up), ``--cron`` fires at each
+  matching UTC minute.
+* ``reactive``: subscribe each ``--subscribe``/``--continue`` URI, then wake on updates through the
+  router; no run happens until something changes.
+
+Every mode has the reactive machinery running, so an agent in ``loop`` mode may subscribe itself too.
+
+Drain: stop taking fires and wakes, let running ones finish within ``--drain-timeout`` (then cancel
+them), unsubscribe everything, and return: a clean drain is exit 0. The breaker ends the daemon with
+``failed`` (exit 1); the lifetime budget with ``exhausted_tokens`` (exit 7) in loop and schedule mode
+and a clean drain (exit 0) in reactive mode, as in the original agentd.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from agentd.config.cron import CronSchedule
+from agentd.config.model import Config
+from agentd.config.validate import split_subscription
+from agentd.errors import AgentdError, ConfigError, ResourceNotFound
+from agentd.events import EventLog
+from agentd.loop.result import RunResult, RunStatus
+from agentd.reactive.continue_route import ContinueRoute, OpenSession
+from agentd.reactive.router import Router, Wake
+from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
+from agentd.reactive.wake_prompt import wake_instruction
+from agentd.reactive.watch import Origin, ResourcePool, Watcher
+
+WallClock = Callable[[], float]
+
+
+@attrs.define(eq=False)
+class DaemonContext:
+    """What a driver needs besides its config: the runs, the pool (for reactivity) and the latch."""
+
+    cfg: Config
+    runs: DaemonRuns
+    log: EventLog
+    drain: trio.Event
+    pool: ResourcePool | None = None
+    server_names: Iterable[str] = ()
+    open_session: OpenSession | None = None
+    #: Wall-clock seconds since the epoch, for cron (tests pass one that follows trio's clock).
+    wall_clock: WallClock = time.time
+    watcher: Watcher | None = None
+    router: Router | None = None
+    continue_route: ContinueRoute | None = None
+
+
+def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
+    """A read-only snapshot for ``agent://status``: what is watched and why, wakes, runs, budget."""
+    runs, router = ctx.runs, ctx.router
+    return {
+        "mode": ctx.cfg.mode,
+        "draining": not runs.accepting,
+        "runs": runs.runs,
+        "running": runs.active,
+        "subscriptions": [view.to_json() for view in ctx.watcher.view()] if ctx.watcher is not None else [],
+        "wakes": attrs.asdict(router.stats) if router is not None else None,
+        "lifetime_tokens": {"spent": runs.budget.spent, "limit": runs.budget.limit},
+    }
+
+
+async def run_daemon(ctx: DaemonContext, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                     ) -> RunResult:
+    """Run ``ctx.cfg.mode`` until drained or stopped; the result's status carries the exit code."""
+    cfg, runs = ctx.cfg, ctx.runs
+    if cfg.mode == "reactive":
+        runs.budget_status = RunStatus.COMPLETED
+    body = _body_for(ctx)
+    try:
+        return await _serve(ctx, body, task_status)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], AgentdError):
+            raise leaves[0] from None  # a bad --subscribe is exit 2, not a crash in a group
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
+async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_status: trio.TaskStatus[None]
+                 ) -> RunResult:
+    cfg, runs = ctx.cfg, ctx.runs
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runs.serve)
+        if ctx.pool is not None:
+            await _start_reactivity(ctx, nursery)
+        await _arm(ctx)
+        nursery.start_soon(body)
+        task_status.started()
+        await _first_of(ctx.drain.wait, runs.stopping.wait)
+        ctx.log.info("drain.start", reason="signal" if ctx.drain.is_set() else (runs.stop.reason if runs.stop else ""),
+                     running=runs.active, timeout_s=cfg.drain_timeout)
+        runs.close()
+        if ctx.router is not None:
+            ctx.router.close()
+        with trio.move_on_after(cfg.drain_timeout) as waited:
+            if ctx.router is not None:
+                await ctx.router.wait_idle()
+            await runs.wait_idle()
+        nursery.cancel_scope.cancel()
+    if ctx.continue_route is not None:
+        await ctx.continue_route.close()
+    if ctx.watcher is not None:
+        await ctx.watcher.unwatch_all()
+    ctx.log.info("drain.end", runs=runs.runs, timed_out=waited.cancelled_caught)
+    stop = runs.stop
+    status = stop.status if stop is not None else RunStatus.COMPLETED
+    return RunResult(
+        run_id=runs.base_run_id,
+        status=status,
+        partial=False,
+        result={"mode": cfg.mode, "runs": runs.runs, "stopped": stop.reason if stop else "drained"},
+        steps=runs.runs,
+        usage=runs.usage,
+        error=stop.reason if stop is not None and status is not RunStatus.COMPLETED else None,
+    )
+
+
+async def _first_of(*waits: Callable[[], Awaitable[Any]]) -> None:
+    async with trio.open_nursery() as nursery:
+        async def one(wait: Callable[[], Awaitable[Any]]) -> None:
+            await wait()
+            nursery.cancel_scope.cancel()
+
+        for wait in waits:
+            nursery.start_soon(one, wait)
+
+
+def _body_for(ctx: DaemonContext) -> Callable[[], Awaitable[None]]:
+    cfg = ctx.cfg
+    if cfg.mode == "loop":
+        return lambda: _loop(ctx)
+    if cfg.mode == "schedule":
+        if cfg.cron is not None:
+            return lambda: _cron(ctx, CronSchedule.parse(cfg.cron))  # type: ignore[arg-type]
+        if cfg.interval is None or cfg.interval <= 0:
+            raise ConfigError("--mode schedule needs --interval > 0 or --cron")
+        return lambda: _fixed_rate(ctx, cfg.interval)  # type: ignore[arg-type]
+    if cfg.mode == "reactive":
+        if ctx.pool is None:
+            raise ConfigError("--mode reactive needs MCP servers to subscribe on")
+        return trio.sleep_forever
+    raise ConfigError(f"--mode {cfg.mode} is not a daemon mode")
+
+
+def _instruction(ctx: DaemonContext) -> str:
+    return ctx.cfg.instruction or ""
+
+
+async def _loop(ctx: DaemonContext) -> None:
+    interval = ctx.cfg.interval or 0.0
+    while ctx.runs.accepting:
+        await ctx.runs.backoff_gate()
+        if await ctx.runs.run(Job("loop", _instruction(ctx))) is None:
+            return
+        await trio.sleep(interval)
+
+
+async def _fixed_rate(ctx: DaemonContext, interval: float) -> None:
+    next_fire = trio.current_time()
+    while ctx.runs.accepting:
+        await trio.sleep_until(next_fire)
+        await ctx.runs.backoff_gate()
+        ctx.log.info("schedule.fire", trigger="interval", interval_s=interval)
+        if await ctx.runs.run(Job("schedule", _instruction(ctx))) is None:
+            return
+        next_fire += interval
+        now = trio.current_time()
+        if next_fire <= now:
+            missed = int((now - next_fire) // interval) + 1
+            next_fire += missed * interval
+            ctx.log.warn("schedule.fire", trigger="interval", skipped=missed, reason="the previous run overran")
+
+
+async def _cron(ctx: DaemonContext, expr: CronSchedule) -> None:
+    while ctx.runs.accepting:
+        now = ctx.wall_clock()
+        due = expr.next_after(dt.datetime.fromtimestamp(now, dt.UTC))
+        ctx.log.info("trigger.armed", trigger="cron", cron=expr.expression, next_fire=due.isoformat())
+        await trio.sleep(max(0.0, due.timestamp() - now))
+        await ctx.runs.backoff_gate()
+        ctx.log.info("schedule.fire", trigger="cron", cron=expr.expression, due=due.isoformat())
+        if await ctx.runs.run(Job("schedule", _instruction(ctx))) is None:
+            return
+
+
+async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
+    assert ctx.pool is not None
+    cfg = ctx.cfg
+    ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
+                        max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e))
+    ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
+    ctx.runs.watcher = ctx.watcher
+    if cfg.continue_uris:
+        if ctx.open_session is None:
+            raise ConfigError("--continue needs warm sessions, which this build does not wire")
+        ctx.continue_route = ContinueRoute(ctx.open_session, ctx.pool, _instruction(ctx), ctx.log)
+    await nursery.start(ctx.watcher.run)
+    await nursery.start(ctx.router.run)
+    if ctx.continue_route is not None:
+        await nursery.start(ctx.continue_route.run)
+
+
+async def _arm(ctx: DaemonContext) -> None:
+    """Subscribe the configured URIs. ``--continue`` wins over ``--subscribe`` for the same URI: one owner."""
+    if ctx.watcher is None:
+        return
+    names = list(ctx.server_names)
+    continued = {split_subscription(v, names, flag="--continue") for v in ctx.cfg.continue_uris}
+    continued_uris = {uri for _, uri in continued}
+    for server, uri in continued:
+        assert ctx.continue_route is not None
+        ctx.continue_route.own(uri)
+        await ctx.watcher.watch(uri, Origin.CONTINUE, server)
+    for value in ctx.cfg.subscribe:
+        server, uri = split_subscription(value, names)
+        if uri in continued_uris:
+            ctx.log.warn("config.warning", uri=uri, reason="--subscribe and --continue name the same URI; "
+                         "--continue owns its updates")
+            continue
+        await ctx.watcher.watch(uri, Origin.CONFIG, server)
+
+
+async def _wake(ctx: DaemonContext, wake: Wake) -> None:
+    """Notify-then-read: read the resource now, then run the instruction on what it is now."""
+    assert ctx.pool is not None
+    if ctx.continue_route is not None and ctx.continue_route.owns(wake.uri):
+        await ctx.continue_route.feed(wake)
+        return
+    runs = ctx.runs
+    await runs.backoff_gate()
+    if not runs.accepting:
+        return
+    contents: list[Any] | None
+    try:
+        read = await ctx.pool.read_resource(wake.uri, wake.server)
+        contents, server = list(read.contents), read.server
+    except ResourceNotFound:
+        contents, server = None, wake.server
+    ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
+                 run=runs.runs + 1, wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
+    result = await runs.run(Job("wake", wake_instruction(_instruction(ctx), wake.uri, server, contents), wake.uri))
+    if result is not None and result.status in FAILED_STATUSES:
+        ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
+                                                 status=result.status.value, error=result.error or "")
+
+
+def _wake_done(ctx: DaemonContext, error: BaseException | None) -> None:
+    """A wake that raised (its read failed, say) counts as a failure for the governor."""
+    if error is not None:
+        ctx.runs.note_failure(ctx.log)
+
+
+__all__ = ["DaemonContext", "reactive_status", "run_daemon"]

@@ -1,0 +1,231 @@
+"""One place every daemon fire goes through: run ids, budgets, the governor, self-requests, drain.
+
+Whatever starts a run in a daemon mode (a loop iteration, a schedule or cron fire, a wake, a run the
+agent scheduled for itself) calls :meth:`DaemonRuns.run`. That gives each an ordinary run with its own
+run id and its own self-tools, clips its token budget to what is left of the lifetime budget, feeds
+its outcome to the restart governor, and applies the subscribe/unsubscribe/schedule requests it
+queued once it has ended. When the governor's breaker opens or the lifetime budget runs out it records
+why the daemon must stop and sets :attr:`stopping`; the mode driver then drains.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Final, Literal
+
+import attrs
+import trio
+
+from agentd.events import EventLog, null_log
+from agentd.loop.budgets import Limits
+from agentd.loop.control import ControlToolRegistry
+from agentd.loop.result import RunResult, RunStatus, RunUsage
+from agentd.reactive.governor import LifetimeBudget, RestartGovernor
+from agentd.reactive.selftools import SelfRequests, register_self_tools
+from agentd.reactive.watch import Origin, Watcher
+
+Trigger = Literal["loop", "schedule", "wake", "scheduled", "continue"]
+#: Statuses that count as a failure for the restart governor (budget cuts and refusals do not).
+FAILED_STATUSES: Final = frozenset(
+    {RunStatus.FAILED, RunStatus.CRASHED, RunStatus.INTELLIGENCE_FAILED, RunStatus.MCP_FAILED}
+)
+#: Runs the agent may have scheduled for itself and not yet started, daemon-wide.
+MAX_PENDING_SCHEDULED: Final = 64
+
+
+@attrs.frozen
+class Job:
+    trigger: Trigger
+    instruction: str
+    uri: str | None = None
+    #: Earlier turns (OpenAI chat messages) a ``--continue`` session's run starts from.
+    seed: tuple[Mapping[str, Any], ...] = ()
+
+
+#: Runs one ordinary run: ``(job, run_id, controls, limits) -> RunResult``. The daemon's adapter opens
+#: nothing per run: it calls the loop with the daemon's pool and intelligence and its built-in tools.
+RunJob = Callable[[Job, str, ControlToolRegistry, Limits], Awaitable[RunResult]]
+
+
+@attrs.frozen
+class Stop:
+    """Why the daemon ends on its own: the breaker (exit 1) or the lifetime budget."""
+
+    status: RunStatus
+    reason: str
+
+
+@attrs.define(eq=False)
+class DaemonRuns:
+    run_job: RunJob
+    base_run_id: str
+    limits: Limits
+    log: EventLog = attrs.field(factory=null_log)
+    governor: RestartGovernor = attrs.field(factory=RestartGovernor)
+    budget: LifetimeBudget = attrs.field(factory=LifetimeBudget)
+    watcher: Watcher | None = None
+    #: Lifetime budget exhaustion: reactive daemons drain and exit 0, loop/schedule exit 7.
+    budget_status: RunStatus = RunStatus.EXHAUSTED_TOKENS
+    accepting: bool = True
+    stop: Stop | None = None
+    stopping: trio.Event = attrs.field(factory=trio.Event)
+    runs: int = 0
+    usage: RunUsage = attrs.field(factory=RunUsage)
+    _active: int = attrs.field(default=0, init=False)
+    _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _not_before: float = attrs.field(default=-math.inf, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _scheduled: int = attrs.field(default=0, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._idle.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the timers of runs the agent scheduled for itself; runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def close(self) -> None:
+        """Drain: start nothing new (running runs go on; scheduled timers are dropped)."""
+        self.accepting = False
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def halt(self, status: RunStatus, reason: str) -> None:
+        if self.stop is None:
+            self.stop = Stop(status, reason)
+        self.accepting = False
+        self.stopping.set()
+
+    async def backoff_gate(self) -> None:
+        """Wait out the governor's backoff after a failure before starting the next run."""
+        await trio.sleep_until(self._not_before)
+
+    @contextmanager
+    def _counted(self) -> Iterator[None]:
+        if self._active == 0:
+            self._idle = trio.Event()
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    async def run(self, job: Job) -> RunResult | None:
+        """One ordinary run of ``job``; None when the daemon is no longer taking runs."""
+        if not self.accepting:
+            return None
+        if self._out_of_budget():
+            return None
+        with self._counted():
+            self.runs += 1
+            run_id = f"{self.base_run_id}.{self.runs}"
+            log = self.log.bind(run_id=run_id)
+            requests = SelfRequests()
+            controls = ControlToolRegistry()
+            register_self_tools(controls, requests, self.watcher)
+            max_tokens = self.limits.max_tokens
+            left = self.budget.remaining()
+            if left is not None:
+                max_tokens = left if max_tokens == 0 else min(max_tokens, left)
+            limits = attrs.evolve(self.limits, max_tokens=max_tokens)
+            log.info("trigger.fired", trigger=job.trigger, uri=job.uri, run=self.runs)
+            log.info("run.start", mode="daemon", trigger=job.trigger, uri=job.uri,
+                     instruction=log.content(job.instruction), max_tokens=max_tokens)
+            try:
+                result = await self.run_job(job, run_id, controls, limits)
+            except Exception as exc:  # one crashed run is an outcome; the daemon goes on
+                log.error("run.failed", error=f"{type(exc).__name__}: {exc}", trigger=job.trigger, uri=job.uri)
+                result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=f"{type(exc).__name__}: {exc}")
+            log.emit("run.end", "warn" if result.status in FAILED_STATUSES else "info", status=result.status.value,
+                     trigger=job.trigger, uri=job.uri, steps=result.steps, usage=result.usage.to_json(),
+                     partial=result.partial, **({"error": result.error} if result.error else {}))
+            self.budget.charge(result.usage.total_tokens)
+            self.usage = self.usage.add(result.usage.prompt_tokens, result.usage.completion_tokens)
+            self._account(result, log)
+            if requests:
+                await self.apply(requests, log)
+            self._out_of_budget()
+            return result
+
+    def _account(self, result: RunResult, log: EventLog) -> None:
+        if result.status not in FAILED_STATUSES:
+            self.governor.success()
+            return
+        self.note_failure(log)
+
+    def note_failure(self, log: EventLog) -> None:
+        """A fire failed (a failed run, or a wake whose read failed): back off, or open the breaker."""
+        now = trio.current_time()
+        verdict = self.governor.failure(now)
+        if verdict.breaker_open:
+            log.error("governor.breaker", failures=verdict.failures_in_window, window_s=self.governor.window)
+            self.halt(RunStatus.FAILED, f"restart breaker open: {verdict.failures_in_window} failures within "
+                                        f"{self.governor.window:g} s")
+            return
+        self._not_before = now + verdict.backoff
+        log.warn("governor.backoff", backoff_s=verdict.backoff, failures=verdict.failures_in_window)
+
+    def _out_of_budget(self) -> bool:
+        if not self.budget.exhausted:
+            return False
+        if self.stop is None:
+            self.log.warn("budget.exhausted", budget="lifetime_tokens", spent=self.budget.spent,
+                          limit=self.budget.limit)
+        self.halt(self.budget_status, f"lifetime token budget of {self.budget.limit} spent")
+        return True
+
+    async def apply(self, requests: SelfRequests, log: EventLog) -> None:
+        """Apply what the run queued, in order. A failed request is logged; it never fails the daemon."""
+        for sub in requests.subscriptions:
+            if self.watcher is None:
+                log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
+                         reason="no reactive machinery in this mode")
+                continue
+            try:
+                if sub.action == "subscribe":
+                    if not self.watcher.watching(sub.uri, Origin.SELF):
+                        await self.watcher.watch(sub.uri, Origin.SELF)
+                elif self.watcher.watching(sub.uri, Origin.SELF):
+                    await self.watcher.unwatch(sub.uri, Origin.SELF)
+                else:
+                    log.info("mcp.subscribe", uri=sub.uri, action="unsubscribe", origin="self", applied=False,
+                             reason="not subscribed by the agent (operator subscriptions stay)")
+                    continue
+                log.info("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=True)
+            except Exception as exc:
+                log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
+                         error=type(exc).__name__, reason=str(exc))
+        for request in requests.schedules:
+            self.schedule(request.after_seconds, request.instruction, log)
+
+    def schedule(self, after: float, instruction: str, log: EventLog) -> None:
+        if self._nursery is None or not self.accepting or self._scheduled >= MAX_PENDING_SCHEDULED:
+            log.warn("schedule.fire", after_s=after, applied=False,
+                     reason="daemon not taking runs" if self._nursery is None or not self.accepting
+                     else f"{MAX_PENDING_SCHEDULED} self-scheduled runs already pending")
+            return
+        self._scheduled += 1
+        log.info("trigger.armed", trigger="scheduled", after_s=after)
+        self._nursery.start_soon(self._fire_later, after, instruction)
+
+    async def _fire_later(self, after: float, instruction: str) -> None:
+        try:
+            await trio.sleep(after)
+        finally:
+            self._scheduled -= 1
+        if self.accepting:
+            self.log.info("schedule.fire", trigger="scheduled", after_s=after, applied=True)
+            await self.backoff_gate()
+            await self.run(Job("scheduled", instruction))

@@ -1,0 +1,65 @@
+"""The instruction a wake runs with: the operator's instruction, the URI, and the content read just now.
+
+Notify-then-read means the agent acts on what the resource *is*, never on a diff, so the prompt holds
+the whole current content (capped) and says so. The content is server-supplied, untrusted text: it
+is fenced and labelled like every other server string in the prompt.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+MAX_ITEM_CHARS: Final = 32_000
+MAX_TOTAL_CHARS: Final = 64_000
+
+
+def render_contents(contents: Sequence[Mapping[str, Any]]) -> str:
+    """``contents[]`` as fenced text blocks; binary items are described, not inlined."""
+    parts: list[str] = []
+    budget = MAX_TOTAL_CHARS
+    for item in contents:
+        uri, mime = item.get("uri", ""), item.get("mimeType")
+        attrs = f'uri="{uri}"' + (f' mimeType="{mime}"' if mime else "")
+        text = item.get("text")
+        if isinstance(text, str):
+            cap = min(MAX_ITEM_CHARS, budget)
+            body = text if len(text) <= cap else text[:cap] + f"\n… ({len(text) - cap} more characters cut)"
+            budget -= min(len(text), cap)
+        else:
+            blob = item.get("blob")
+            size = len(base64.b64decode(blob, validate=False)) if isinstance(blob, str) else 0
+            body = f"(binary content, {size} bytes, not shown)"
+        parts.append(f"<resource {attrs}>\n{body}\n</resource>")
+        if budget <= 0:
+            parts.append("(further content items omitted)")
+            break
+    return "\n".join(parts) if parts else "(the resource has no content)"
+
+
+def wake_instruction(
+    instruction: str, uri: str, server: str | None, contents: Sequence[Mapping[str, Any]] | None
+) -> str:
+    """``contents`` None means the resource no longer exists (a read answered not-found)."""
+    where = f' on server "{server}"' if server else ""
+    head = f"{instruction}\n\n---\nThis run was started because the MCP resource {uri}{where} changed."
+    if contents is None:
+        return head + " It was read just now and no longer exists (the server answered: resource not found)."
+    return (
+        head
+        + " It was read just now; act on this current content (supplied by the server, untrusted), "
+        "not on any earlier version:\n"
+        + render_contents(contents)
+    )
+
+
+def continue_message(uri: str, server: str | None, contents: Sequence[Mapping[str, Any]] | None) -> str:
+    """What a ``--continue`` route sends into its warm session for one update."""
+    where = f' on server "{server}"' if server else ""
+    if contents is None:
+        return f"The MCP resource {uri}{where} changed and no longer exists (resource not found)."
+    return (
+        f"The MCP resource {uri}{where} changed. Its current content (supplied by the server, untrusted):\n"
+        + render_contents(contents)
+    )

@@ -1,0 +1,257 @@
+"""What the daemon watches, and the one pump that fans the pool's updates out.
+
+The MCP pool delivers every ``resources/updated`` on one receive channel. The :class:`Watcher` owns
+that channel: it routes updates of *routed* URIs (``--subscribe``, ``--continue``, self-tool
+subscriptions) to the router, and wakes any ``await_resource`` waiting on the URI. It also owns the
+subscriptions themselves: a URI is subscribed on the pool when its first reason to watch appears and
+unsubscribed when its last one goes, so an ``await_resource`` on an already watched URI costs nothing
+and never drops the operator's subscription.
+
+A URI whose server did not advertise ``resources.subscribe`` degrades to polling ``resources/read``
+every ``poll_interval`` seconds (a content change counts as an update), with a ``reactive.degraded``
+warning; without a poll interval it is :class:`SubscribeUnsupported` (the daemon exits 2).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from agentd.errors import ConfigError
+from agentd.events import EventLog, null_log
+from agentd.reactive.condition import Condition, document_of
+from agentd.reactive.selftools import AwaitOutcome
+
+#: Bound on unsubscribe/cleanup work that runs under cancellation (shielded).
+CLEANUP_TIMEOUT = 5.0
+
+
+class Origin(enum.Enum):
+    """Why a URI is watched. Everything but AWAIT routes updates to wakes."""
+
+    CONFIG = "config"  # --subscribe
+    CONTINUE = "continue"  # --continue
+    SELF = "self"  # the subscribe self-tool
+    AWAIT = "await"  # an await_resource in progress
+
+
+class SubscribeUnsupported(ConfigError):
+    """The owning server cannot push updates for this URI and polling is off (exit 2)."""
+
+
+class ResourceContentsLike(Protocol):
+    @property
+    def server(self) -> str: ...
+    @property
+    def contents(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+class UpdateLike(Protocol):
+    @property
+    def server(self) -> str: ...
+    @property
+    def uri(self) -> str: ...
+
+
+class ResourcePool(Protocol):
+    """The slice of the MCP pool the reactive part uses (``agentd.client``)."""
+
+    async def subscribe(self, uri: str, server: str | None = None) -> bool:
+        """True when the server will push updates; False when it cannot (the caller polls)."""
+        ...
+
+    async def unsubscribe(self, uri: str, server: str | None = None) -> Any: ...
+    async def read_resource(self, uri: str, server: str | None = None) -> Any: ...
+    def updates(self) -> trio.MemoryReceiveChannel[Any]: ...
+
+
+RouteFn = Callable[[str, "str | None"], None]
+
+
+@attrs.define(eq=False)
+class Watch:
+    uri: str
+    server: str | None
+    origins: dict[Origin, int] = attrs.field(factory=dict)
+    polling: bool = False
+    poll_scope: trio.CancelScope | None = None
+
+    @property
+    def routed(self) -> bool:
+        return any(origin is not Origin.AWAIT for origin in self.origins)
+
+
+@attrs.frozen
+class WatchView:
+    """A read-only row for ``agent://status``: what is watched, why, and how."""
+
+    uri: str
+    server: str | None
+    origins: tuple[str, ...]
+    delivery: str  # "push" or "poll"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "server": self.server, "origins": list(self.origins), "delivery": self.delivery}
+
+
+def content_digest(contents: Sequence[Mapping[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(list(contents), sort_keys=True, default=str).encode()).hexdigest()
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    event: trio.Event = attrs.field(factory=trio.Event)
+    seen: int = 0
+
+    def kick(self) -> None:
+        self.seen += 1
+        self.event.set()
+
+    async def next(self) -> None:
+        await self.event.wait()
+        self.event = trio.Event()
+
+
+@attrs.define(eq=False)
+class Watcher:
+    pool: ResourcePool
+    route: RouteFn
+    poll_interval: float | None = None
+    log: EventLog = attrs.field(factory=null_log)
+    _watches: dict[str, Watch] = attrs.field(factory=dict, init=False)
+    _waiters: dict[str, set[_Waiter]] = attrs.field(factory=dict, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Pump the pool's updates (and own the pollers) until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            updates = self.pool.updates()
+            task_status.started()
+            async for update in updates:
+                self.dispatch(update.uri, update.server)
+
+    def dispatch(self, uri: str, server: str | None) -> None:
+        """One update of ``uri``: route it if routed, and kick every waiter on it."""
+        self.log.debug("resource.updated", uri=uri, server=server)
+        watch = self._watches.get(uri)
+        if watch is not None and watch.routed:
+            self.route(uri, server or watch.server)
+        for waiter in self._waiters.get(uri, ()):
+            waiter.kick()
+
+    def view(self) -> list[WatchView]:
+        return [
+            WatchView(w.uri, w.server, tuple(o.value for o in w.origins), "poll" if w.polling else "push")
+            for w in self._watches.values()
+        ]
+
+    def watching(self, uri: str, origin: Origin | None = None) -> bool:
+        watch = self._watches.get(uri)
+        return watch is not None and (origin is None or origin in watch.origins)
+
+    async def watch(self, uri: str, origin: Origin, server: str | None = None) -> None:
+        """Add a reason to watch ``uri``; subscribes (or starts polling) on the first one."""
+        async with self._lock:
+            watch = self._watches.get(uri)
+            if watch is None:
+                watch = Watch(uri, server)
+                if await self.pool.subscribe(uri, server):
+                    self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value, delivery="push")
+                else:
+                    self._start_polling(watch)
+                self._watches[uri] = watch
+            watch.origins[origin] = watch.origins.get(origin, 0) + 1
+
+    async def unwatch(self, uri: str, origin: Origin) -> None:
+        """Drop one reason to watch ``uri``; unsubscribes when none is left."""
+        async with self._lock:
+            watch = self._watches.get(uri)
+            if watch is None or origin not in watch.origins:
+                return
+            watch.origins[origin] -= 1
+            if watch.origins[origin] <= 0:
+                del watch.origins[origin]
+            if watch.origins:
+                return
+            del self._watches[uri]
+            if watch.poll_scope is not None:
+                watch.poll_scope.cancel()
+                return
+            try:
+                await self.pool.unsubscribe(uri, watch.server)
+            except Exception as exc:  # the server may be gone; the subscription dies with it
+                self.log.warn("mcp.subscribe", uri=uri, action="unsubscribe", error=type(exc).__name__)
+
+    async def unwatch_all(self) -> None:
+        """Drain: unsubscribe everything, bounded and shielded (the caller may be cancelled)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
+            for uri, watch in list(self._watches.items()):
+                for origin in list(watch.origins):
+                    watch.origins[origin] = 1
+                    await self.unwatch(uri, origin)
+
+    def _start_polling(self, watch: Watch) -> None:
+        if not self.poll_interval:
+            raise SubscribeUnsupported(
+                f"{watch.uri}: its server does not support resources/subscribe; set --poll-interval to poll it"
+            )
+        assert self._nursery is not None, "Watcher.run must be started before watch()"
+        self.log.warn("reactive.degraded", uri=watch.uri, server=watch.server, poll_interval=self.poll_interval,
+                      reason="server did not advertise resources.subscribe")
+        watch.polling = True
+        watch.poll_scope = trio.CancelScope()
+        self._nursery.start_soon(self._poll, watch, watch.poll_scope)
+
+    async def _poll(self, watch: Watch, scope: trio.CancelScope) -> None:
+        assert self.poll_interval
+        last: str | None = None
+        with scope:
+            while True:
+                try:
+                    read = await self.pool.read_resource(watch.uri, watch.server)
+                    digest = content_digest(read.contents)
+                    if last is not None and digest != last:
+                        self.dispatch(watch.uri, read.server)
+                    last = digest
+                except Exception as exc:  # a failed poll is retried at the next tick
+                    self.log.warn("reactive.degraded", uri=watch.uri, error=type(exc).__name__)
+                await trio.sleep(self.poll_interval)
+
+    async def await_resource(self, uri: str, condition: Condition | None, timeout: float) -> AwaitOutcome:
+        """Block until an update of ``uri`` satisfies ``condition`` (see ``selftools``) or ``timeout``."""
+        start = trio.current_time()
+        waiter = _Waiter()
+        self._waiters.setdefault(uri, set()).add(waiter)
+        subscribed = False
+        try:
+            with trio.move_on_after(timeout):
+                await self.watch(uri, Origin.AWAIT)
+                subscribed = True
+                if condition is not None:
+                    # Level, not edge: a condition that already holds needs no further update.
+                    read = await self.pool.read_resource(uri)
+                    if condition.holds(document_of(read.contents)):
+                        return AwaitOutcome(uri, read.contents, trio.current_time() - start, 0)
+                while True:
+                    await waiter.next()
+                    read = await self.pool.read_resource(uri)
+                    if condition is None or condition.holds(document_of(read.contents)):
+                        return AwaitOutcome(uri, read.contents, trio.current_time() - start, waiter.seen)
+            return AwaitOutcome(uri, None, trio.current_time() - start, waiter.seen)
+        finally:
+            waiters = self._waiters.get(uri)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[uri]
+            if subscribed:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
+                    await self.unwatch(uri, Origin.AWAIT)

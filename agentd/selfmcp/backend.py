@@ -1,0 +1,73 @@
+"""What the self-MCP server needs from the supervisor: a small protocol, so either side can land first.
+
+The supervisor satisfies :class:`SelfMcpBackend` by calling its one spawn chokepoint with
+``Caller(origin=MANAGEMENT)`` and minting ``served.N`` handles; the server never spawns anything itself.
+Tests use a backend that runs real trio tasks (tests/selfmcp/backend.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+
+#: Statuses after which a run never changes again.
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "partial", "refused", "budget_exhausted"})
+
+
+@attrs.frozen
+class ServedSpawn:
+    """A ``subagent.spawn`` from a peer, already validated against the served input schema."""
+
+    instruction: str
+    output_contract: str | None = None
+    tool_scope: tuple[str, ...] | None = None
+    warm: bool = False
+    detached: bool = False  # async: the peer wants the handle at once
+
+
+@attrs.frozen
+class Refusal:
+    """A cap or scope refusal: the peer gets ``isError: true`` with this text, never a crash."""
+
+    reason: str
+
+
+@attrs.frozen
+class RunView:
+    """A served run as a peer may see it. ``result`` is the distilled value once ``done``."""
+
+    handle: str
+    status: str
+    done: bool
+    partial: bool = False
+    result: Any = None
+
+
+class SelfMcpBackend(Protocol):
+    """The supervisor, seen from the served socket (origin MANAGEMENT, handles ``served.N``)."""
+
+    async def spawn(self, request: ServedSpawn) -> str | Refusal:
+        """Start the run in the supervisor's own nursery and return its handle without waiting for it."""
+        ...
+
+    async def send(self, handle: str, message: str) -> Refusal | None:
+        """Queue a message into a warm session; ``None`` is the ack."""
+        ...
+
+    def view(self, handle: str) -> RunView | None:
+        """The handle's current state, ``None`` when unknown to the supervisor."""
+        ...
+
+    async def wait(self, handle: str) -> RunView:
+        """Return once the run is terminal (a warm session is terminal when it ends)."""
+        ...
+
+    async def cancel(self, handle: str) -> RunView | None:
+        """Request a graceful cancel (the kill ladder); ``None`` when the handle is unknown."""
+        ...
+
+    def counts(self) -> Mapping[str, int]:
+        """Spawn counters for ``agent://status`` (e.g. spawned, running, completed, failed, refused)."""
+        ...

@@ -1,0 +1,73 @@
+"""Compose the self-MCP from a :class:`~agentd.config.model.Config`: surface + ASGI app + hypercorn.
+
+The daemon calls ``await nursery.start(serve_self_mcp, config, backend, ...)`` in its own nursery;
+``shutdown_trigger`` is the drain latch. Returns once serving has stopped and open streams were drained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from agentd.config.model import Config
+from agentd.events import EventLog, null_log
+from agentd.secrets import SecretResolver
+from agentd.selfmcp.backend import SelfMcpBackend
+from agentd.selfmcp.surface import AgentInfo, SelfMcpLimits, SelfMcpSurface
+from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
+from agentd.transport.serve import ServeConfig, Serving, serve_mcp
+
+
+def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
+    """The listener settings; the bearer template is resolved here (and so registered for redaction)."""
+    assert config.serve_mcp is not None
+    return ServeConfig(
+        url=config.serve_mcp,
+        cert=Path(config.serve_cert) if config.serve_cert else None,
+        key=Path(config.serve_key) if config.serve_key else None,
+        client_ca=Path(config.serve_client_ca) if config.serve_client_ca else None,
+        bearer=secrets.resolve(config.serve_bearer) if config.serve_bearer else None,
+    )
+
+
+def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: EventLog) -> tuple[SelfMcpSurface, McpAsgiApp]:
+    limits = SelfMcpLimits(
+        max_concurrent_spawns=config.serve_max_spawns,
+        max_warm=config.serve_max_warm,
+        retention=config.serve_retention,
+    )
+    surface = SelfMcpSurface(backend, AgentInfo(run_id=config.run_id, mode=config.mode), limits=limits, log=log)
+    options = AsgiOptions(
+        paths=cfg.paths,
+        bearer=cfg.bearer,
+        allowed_hosts=LOOPBACK_HOSTS if cfg.loopback else None,
+        max_body=config.serve_max_body,
+        keepalive=config.serve_keepalive,
+        max_sessions=config.serve_max_sessions,
+    )
+    return surface, McpAsgiApp(surface, options, log=log)
+
+
+async def serve_self_mcp(
+    config: Config,
+    backend: SelfMcpBackend,
+    *,
+    secrets: SecretResolver,
+    shutdown_trigger: Callable[[], Awaitable[object]],
+    log: EventLog | None = None,
+    task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    log = (log or null_log()).bind(comp="serve")
+    cfg = serve_config(config, secrets)
+    surface, app = build_app(config, backend, cfg, log)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(surface.run)
+
+        async def serve(task_status: trio.TaskStatus[Serving]) -> None:
+            await serve_mcp(app, cfg, shutdown_trigger=shutdown_trigger, log=log, task_status=task_status)
+            nursery.cancel_scope.cancel()  # drained: the run watchers go too
+
+        serving: Serving = await nursery.start(serve)
+        task_status.started(serving)

@@ -1,0 +1,343 @@
+"""The served self-MCP surface: five tools, ``agent://`` resources, and the terminal-only ``updated``.
+
+:class:`SelfMcpSurface` answers every request the protocol core hands over (``tools/*``,
+``resources/*``), backed by a :class:`~agentd.selfmcp.backend.SelfMcpBackend`. It owns one nursery
+(``await nursery.start(surface.run)``) in which one watcher per served run waits for the terminal
+status, fires the subscriptions, and evicts the handle after ``retention`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+
+from agentd._version import __version__
+from agentd.events import EventLog, null_log
+from agentd.mcp import jsonrpc
+from agentd.mcp.jsonrpc import ErrorResponse, Request, Response
+from agentd.mcp.server_session import ServerIdentity
+from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
+from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
+from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
+from agentd.transport.asgi_server import CallContext, ListenTicket
+
+STATUS_URI: Final = "agent://status"
+SUBAGENT_PREFIX: Final = "agent://subagent/"
+CAPABILITIES: Final = {"tools": {}, "resources": {"subscribe": True}}
+_HANDLE_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+@attrs.frozen
+class AgentInfo:
+    run_id: str
+    mode: str
+    version: str = __version__
+    pid: int = attrs.field(factory=os.getpid)
+
+
+@attrs.frozen
+class SelfMcpLimits:
+    """Defaults as in the original agentd."""
+
+    max_concurrent_spawns: int = 4
+    max_warm: int = 8
+    max_subscriptions: int = 64
+    retention: float = 600.0
+    cancel_grace: float = 5.0
+
+
+@attrs.define(eq=False)
+class ServedRun:
+    handle: str
+    warm: bool
+    started: float
+    final: RunView | None = None
+    finished: trio.Event = attrs.field(factory=trio.Event)
+
+
+def _text_result(structured: Mapping[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+    return {
+        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, separators=(",", ":"))}],
+        "structuredContent": dict(structured),
+        "isError": is_error,
+    }
+
+
+def _refused(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+class SelfMcpSurface:
+    """Implements :class:`agentd.transport.asgi_server.McpHandler` for agentd's own surface."""
+
+    def __init__(
+        self,
+        backend: SelfMcpBackend,
+        info: AgentInfo,
+        *,
+        limits: SelfMcpLimits | None = None,
+        log: EventLog | None = None,
+    ) -> None:
+        self.backend = backend
+        self.info = info
+        self.limits = limits or SelfMcpLimits()
+        self.log = log or null_log()
+        self._debug = self.log.enabled("debug")
+        self.identity = ServerIdentity("agentd", info.version, CAPABILITIES)
+        self.subscriptions = Subscriptions(max_per_peer=self.limits.max_subscriptions)
+        self.runs: dict[str, ServedRun] = {}
+        self._reserved = 0
+        self._reserved_warm = 0
+        self._nursery: trio.Nursery | None = None
+        self._started = 0.0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the run watchers; cancelled with the daemon nursery."""
+        self._started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    # -- dispatch --------------------------------------------------------------------------------------
+
+    async def handle(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
+        params = request.params or {}
+        method = request.method
+        if method == "tools/list":
+            return Response(request.id, {"tools": TOOLS})
+        if method == "tools/call":
+            return await self._call_tool(request, params, ctx)
+        if method == "resources/list":
+            return Response(request.id, {"resources": [{
+                "uri": STATUS_URI, "name": "status", "mimeType": "application/json",
+                "description": "this agent's run id, mode, version, pid, uptime and spawn counts"}]})
+        if method == "resources/templates/list":
+            return Response(request.id, {"resourceTemplates": []})
+        if method == "resources/read":
+            return self._read(request, params)
+        if method == "resources/subscribe" and ctx.session_id is not None:
+            return self._subscribe(request, params, ctx)
+        if method == "resources/unsubscribe" and ctx.session_id is not None:
+            uri = params.get("uri")
+            if not isinstance(uri, str):
+                return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "uri must be a string")
+            self.subscriptions.remove(ctx.session_id, uri)
+            return Response(request.id, {})
+        return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    # -- tools ---------------------------------------------------------------------------------------------
+
+    async def _call_tool(self, request: Request, params: Mapping[str, Any], ctx: CallContext) -> Response | ErrorResponse:
+        name = params.get("name")
+        if not isinstance(name, str) or name not in TOOL_NAMES:
+            return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Unknown tool: {name!r}"[:200])
+        arguments = params.get("arguments", {})
+        if arguments is None:
+            arguments = {}
+        problems = [] if (name == "status" and arguments == {}) else schema_errors(name, arguments)
+        if problems:
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, f"Invalid arguments for {name}: {problems[0]}",
+                                 {"errors": problems[:8]})
+        if self._debug:
+            self.log.debug("serve.request", method="tools/call", tool=name)
+        if name == "status":
+            result = _text_result(self.status())
+        elif name == "subagent.spawn":
+            result = await self._spawn(arguments, ctx)
+        elif name == "subagent.send":
+            result = await self._send(arguments["handle"], arguments["message"])
+        elif name == "subagent.status":
+            view = self.view(arguments["handle"])
+            result = _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
+        else:
+            result = await self._cancel(arguments["handle"])
+        return Response(request.id, result)
+
+    def status(self) -> dict[str, Any]:
+        counts = dict(self.backend.counts())
+        counts.setdefault("served_running", sum(1 for r in self.runs.values() if r.final is None))
+        return {
+            "run_id": self.info.run_id,
+            "mode": self.info.mode,
+            "version": self.info.version,
+            "pid": self.info.pid,
+            "uptime_ms": int((trio.current_time() - self._started) * 1000),
+            "spawns": counts,
+        }
+
+    def _running(self, warm: bool) -> int:
+        return sum(1 for r in self.runs.values() if r.final is None and r.warm == warm)
+
+    async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        warm = bool(arguments.get("warm", False))
+        detached = bool(arguments.get("async", False))
+        if warm:
+            if self._running(True) + self._reserved_warm >= self.limits.max_warm:
+                return self._refuse(f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)")
+        elif self._running(False) + self._reserved >= self.limits.max_concurrent_spawns:
+            return self._refuse(
+                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)")
+        scope = arguments.get("tool_scope")
+        spawn = ServedSpawn(
+            instruction=arguments["instruction"],
+            output_contract=arguments.get("output_contract"),
+            tool_scope=tuple(scope) if scope is not None else None,
+            warm=warm,
+            detached=detached,
+        )
+        if warm:
+            self._reserved_warm += 1
+        else:
+            self._reserved += 1
+        try:
+            answer = await self.backend.spawn(spawn)
+        finally:
+            if warm:
+                self._reserved_warm -= 1
+            else:
+                self._reserved -= 1
+        if isinstance(answer, Refusal):
+            return self._refuse(answer.reason)
+        run = self._track(answer, warm)
+        self.log.info("subagent.spawn", handle=answer, origin="management", warm=warm, detached=detached)
+        if detached or warm:
+            return _text_result({"handle": answer, "status": "running", "done": False})
+        try:
+            await run.finished.wait()
+        except trio.Cancelled:
+            if ctx.cancel_on_disconnect:
+                # Modern wire: the peer closed the response stream, which cancels this request and its run.
+                with trio.CancelScope(shield=True), trio.move_on_after(self.limits.cancel_grace):
+                    await self.backend.cancel(answer)
+            raise
+        assert run.final is not None
+        return _text_result(self._terminal(run.final))
+
+    def _refuse(self, text: str) -> dict[str, Any]:
+        self.log.info("subagent.refused", origin="management", reason=text)
+        return _refused(text)
+
+    def _track(self, handle: str, warm: bool) -> ServedRun:
+        run = ServedRun(handle, warm, trio.current_time())
+        self.runs[handle] = run
+        assert self._nursery is not None, "SelfMcpSurface.run must be started first"
+        self._nursery.start_soon(self._watch, run)
+        return run
+
+    async def _watch(self, run: ServedRun) -> None:
+        run.final = await self.backend.wait(run.handle)
+        run.finished.set()
+        fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
+        if fired:
+            self.log.info("resource.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
+        await trio.sleep(self.limits.retention)
+        self.runs.pop(run.handle, None)
+
+    async def _send(self, handle: str, message: str) -> dict[str, Any]:
+        run = self.runs.get(handle)
+        if run is None:
+            return _refused(f"unknown handle {handle!r}")
+        if not run.warm or run.final is not None:
+            return _refused(f"{handle} is not an open warm session")
+        answer = await self.backend.send(handle, message)
+        if isinstance(answer, Refusal):
+            return _refused(answer.reason)
+        return _text_result({"handle": handle, "accepted": True})
+
+    async def _cancel(self, handle: str) -> dict[str, Any]:
+        run = self.runs.get(handle)
+        if run is None:
+            return _refused(f"unknown handle {handle!r}")
+        if run.final is None:
+            self.log.info("subagent.cancel", handle=handle, origin="management")
+            after = await self.backend.cancel(handle)
+            if after is not None and after.done:
+                return _text_result(self._terminal(after))
+        view = self.view(handle)
+        assert view is not None
+        return _text_result(view)
+
+    # -- resources -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _terminal(view: RunView) -> dict[str, Any]:
+        return {"handle": view.handle, "status": view.status, "done": True, "partial": view.partial,
+                "result": view.result}
+
+    def view(self, handle: str) -> dict[str, Any] | None:
+        run = self.runs.get(handle)
+        if run is None:
+            return None
+        if run.final is not None:
+            return self._terminal(run.final)
+        live = self.backend.view(handle)
+        status = live.status if live is not None and not live.done else "running"
+        return {"handle": handle, "status": status, "done": False,
+                "age_ms": int((trio.current_time() - run.started) * 1000)}
+
+    def _read(self, request: Request, params: Mapping[str, Any]) -> Response | ErrorResponse:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "uri must be a string")
+        if uri == STATUS_URI:
+            body: dict[str, Any] | None = self.status()
+        elif uri.startswith(SUBAGENT_PREFIX):
+            body = self.view(uri[len(SUBAGENT_PREFIX):])
+        else:
+            body = None
+        if body is None:
+            return ErrorResponse(request.id, jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        return Response(request.id, {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]})
+
+    def _subscribable(self, uri: str) -> ServedRun | None:
+        if not uri.startswith(SUBAGENT_PREFIX):
+            return None
+        return self.runs.get(uri[len(SUBAGENT_PREFIX):])
+
+    def _subscribe(self, request: Request, params: Mapping[str, Any], ctx: CallContext) -> Response | ErrorResponse:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "uri must be a string")
+        run = self._subscribable(uri)
+        if run is None:
+            if uri == STATUS_URI:
+                return Response(request.id, {})  # stable: accepted, and it never changes
+            return ErrorResponse(request.id, jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+        assert ctx.session_id is not None
+        assert ctx.notify is not None
+        if run.final is not None:
+            ctx.notify(uri)  # already terminal: one update now closes the spawn→subscribe race
+            return Response(request.id, {})
+        try:
+            self.subscriptions.add(ctx.session_id, uri, ctx.notify)
+        except SubscriptionLimit as exc:
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": uri})
+        return Response(request.id, {})
+
+    def listen(self, uris: list[str], sink: Sink) -> ListenTicket:
+        """Register a modern listen stream; already-terminal URIs come back to be sent after the ack."""
+        ticket = ListenTicket(honored=[], fire_now=[])
+        for uri in dict.fromkeys(uris):
+            run = self._subscribable(uri)
+            if run is None or len(ticket.honored) >= self.limits.max_subscriptions:
+                continue
+            ticket.honored.append(uri)
+            if run.final is not None:
+                ticket.fire_now.append(uri)
+            else:
+                self.subscriptions.add(ticket, uri, sink)
+        return ticket
+
+    def unlisten(self, ticket: ListenTicket) -> None:
+        self.subscriptions.drop_peer(ticket)
+
+    def session_closed(self, session_id: str) -> None:
+        self.subscriptions.drop_peer(session_id)

@@ -1,0 +1,267 @@
+"""The child side: what ``python -m agentd`` runs when started with ``AGENT_SUBAGENT=1``.
+
+The child reads its run payload (configuration and secrets included) as the first frame on stdin, says
+``ready``, runs turns and reports ``usage``/``progress``/``result`` on stdout. A control reader task
+answers pings and handles ``cancel``/``inject``/``admitted`` independently of the turn, so a slow model
+call never looks like a dead child. Its own subagents are supervised by a nested :class:`Supervisor`
+whose authority is the root, reached through this same channel.
+
+Orphan safety: the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and
+then checks that the parent it was started by is still its parent (closing the race). Its fd 1 is
+pointed at stderr once the channel has its own copy, so a stray ``print`` cannot corrupt a frame.
+
+Imports are kept to what a child uses: no httpx/hypercorn on this path unless the turn runner needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from agentd.supervisor.authority import RemoteAuthority
+from agentd.supervisor.channel import ControlChannel
+from agentd.supervisor.messages import (
+    Admitted,
+    Cancel,
+    Failed,
+    Inject,
+    Ping,
+    Pong,
+    Progress,
+    Ready,
+    Result,
+    RunPayload,
+    Spawn,
+    Usage,
+)
+
+_PR_SET_PDEATHSIG = 1
+_PAYLOAD_WAIT = 30.0
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    expected = os.environ.get("AGENTD_PARENT_PID")
+    if expected is not None and expected.isdigit() and os.getppid() != int(expected):
+        os._exit(1)  # the parent died before we could ask to die with it
+
+
+@attrs.define(eq=False)
+class ChildContext:
+    """What a turn runner gets: the payload, reporting, and the nested supervisor for its own spawns."""
+
+    payload: RunPayload
+    channel: ControlChannel
+    supervisor: Any = None  # agentd.supervisor.supervisor.Supervisor, typed loosely to keep imports lazy
+    history: list[dict[str, Any]] = attrs.field(factory=list)
+    outbox: trio.MemorySendChannel[Usage] = attrs.field(default=None)
+    unsent: int = 0
+
+    async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+    async def progress(self, note: str = "") -> None:
+        await self.channel.send(Progress(note=note))
+
+    def usage_soon(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Queue a usage report from synchronous code (the loop's usage hook); sent in order."""
+        self.unsent += 1
+        self.outbox.send_nowait(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+    async def flush(self) -> None:
+        """Wait (bounded) until queued usage reports are on the wire, so they precede the result."""
+        with trio.move_on_after(1.0):
+            while self.unsent > 0:
+                await trio.sleep(0.005)
+
+
+#: A turn: given the context and this turn's message, return the turn's Result.
+TurnRunner = Callable[[ChildContext, str], Awaitable[Result]]
+
+
+def child_main() -> int:
+    """Entry point for ``python -m agentd`` under ``AGENT_SUBAGENT=1``; returns the exit status."""
+    _die_with_parent()
+    in_fd = os.dup(0)
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    return trio.run(_child, in_fd, out_fd)
+
+
+async def _child(in_fd: int, out_fd: int) -> int:
+    channel = ControlChannel(trio.lowlevel.FdStream(out_fd), trio.lowlevel.FdStream(in_fd))
+    with trio.move_on_after(_PAYLOAD_WAIT):
+        first = await channel.receive()
+    if not isinstance(first, Spawn):
+        return 2
+    payload = first.payload
+    test = payload.test or {}
+    if test.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    await channel.send(Ready(pid=os.getpid()))
+    session = _Session(payload, channel, _pick_runner(payload))
+    return await session.run()
+
+
+def _pick_runner(payload: RunPayload) -> TurnRunner:
+    if payload.test is not None:
+        from agentd.supervisor.scripted import scripted_turn
+
+        return scripted_turn
+    from agentd.supervisor.loop_runner import loop_turn
+
+    return loop_turn
+
+
+@attrs.define(eq=False)
+class _Session:
+    payload: RunPayload
+    channel: ControlChannel
+    runner: TurnRunner
+    _inbox: tuple[trio.MemorySendChannel[str], trio.MemoryReceiveChannel[str]] = attrs.field(
+        factory=lambda: trio.open_memory_channel[str](64)
+    )
+    _turn_scope: trio.CancelScope | None = None
+    _cancelled: str | None = None
+    _session_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _authority: RemoteAuthority | None = None
+    _usage_flushed: trio.Event = attrs.field(factory=trio.Event)
+    _ctx: ChildContext | None = None
+
+    async def run(self) -> int:
+        from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
+
+        self._authority = RemoteAuthority(self.channel)
+        settings = SupervisorSettings.from_payload(self.payload.supervision)
+        outbox, pending_usage = trio.open_memory_channel[Usage](1024)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._control)
+            nursery.start_soon(self._forward_usage, pending_usage)
+            if not (self.payload.test or {}).get("ignore_sigterm"):
+                nursery.start_soon(self._on_sigterm)
+            with self._session_scope:
+                async with open_supervisor(
+                    settings=settings, authority=self._authority, handle=self.payload.handle,
+                    telemetry=self.payload.telemetry, child_config=self.payload.config,
+                    secrets=self.payload.secrets,
+                    test_script=_nested_script if self.payload.test is not None else None,
+                ) as sup:
+                    ctx = self._ctx = ChildContext(self.payload, self.channel, sup, outbox=outbox)
+                    await self._turns(ctx)
+                    await sup.drain(0)
+            outbox.close()
+            with trio.move_on_after(1.0):
+                await self._usage_flushed.wait()
+            nursery.cancel_scope.cancel()
+        return 0
+
+    async def _forward_usage(self, pending: trio.MemoryReceiveChannel[Usage]) -> None:
+        async for usage in pending:
+            try:
+                await self.channel.send(usage)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+            finally:
+                if self._ctx is not None:
+                    self._ctx.unsent -= 1
+        self._usage_flushed.set()
+
+    async def _turns(self, ctx: ChildContext) -> None:
+        message = self.payload.instruction
+        while True:
+            result = await self._turn(ctx, message)
+            await ctx.flush()
+            if result is None:
+                return
+            try:
+                await self.channel.send(result)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not self.payload.warm or self._cancelled is not None or result.status != "completed":
+                return
+            try:
+                message = await self._inbox[1].receive()
+            except trio.EndOfChannel:
+                return
+
+    async def _turn(self, ctx: ChildContext, message: str) -> Result | None:
+        """Run one turn; None when it failed (already reported as a ``failed`` frame)."""
+        with trio.CancelScope() as self._turn_scope:
+            if self._cancelled is not None:
+                self._turn_scope.cancel()
+            try:
+                return await self.runner(ctx, message)
+            except Exception as exc:  # a failed turn is reported; the child still exits cleanly
+                await _report_failure(self.channel, f"{type(exc).__name__}: {exc}")
+                return None
+        return Result(status="cancelled", partial=True, result={"cancelled": self._cancelled})
+
+    async def _control(self) -> None:
+        test = self.payload.test or {}
+        try:
+            while (message := await self.channel.receive()) is not None:
+                if isinstance(message, Ping):
+                    if not test.get("no_pong"):
+                        await self.channel.send(Pong(seq=message.seq))
+                elif isinstance(message, Cancel):
+                    if not test.get("ignore_cancel"):
+                        self._cancel(message.reason)
+                elif isinstance(message, Inject):
+                    self._inbox[0].send_nowait(message.message)
+                elif isinstance(message, Admitted):
+                    assert self._authority is not None
+                    self._authority.deliver(message)
+        except Exception:
+            pass
+        # The parent closed our stdin (a kill-ladder rung) or is gone: end the session.
+        if not test.get("ignore_eof"):
+            self._cancel("the parent closed the channel")
+
+    def _cancel(self, reason: str) -> None:
+        self._cancelled = reason
+        self._inbox[0].close()
+        if self._turn_scope is not None:
+            self._turn_scope.cancel()
+
+    async def _on_sigterm(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                # The parent is past the polite rungs: end our own subtree now, then exit.
+                self._cancel("terminated")
+                self._session_scope.cancel()
+                return
+
+
+def _nested_script(request: Any, handle: str) -> dict[str, Any]:
+    """In test mode only, a child's own children are scripted too: the instruction is their script."""
+    import json
+
+    try:
+        script = json.loads(request.instruction)
+    except ValueError:
+        script = None
+    return script if isinstance(script, dict) else {"steps": [["echo"]]}
+
+
+async def _report_failure(channel: ControlChannel, reason: str) -> None:
+    with trio.move_on_after(1.0):
+        try:
+            await channel.send(Failed(reason=reason[:2000]))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass

@@ -1,0 +1,373 @@
+"""One subagent: a child process driven over its control channel, inside one nursery.
+
+The node's nursery holds the channel reader and the stderr drain (shielded, they live until the process
+is reaped, so a result written during the kill ladder is still read) and a cancellable work scope with the
+pinger. Whatever ends the work (a final result, a failure, a stuck verdict, :meth:`SubagentNode.cancel`,
+or cancellation from outside: the caller's deadline, the parent run finishing), the node's ``finally``
+walks the kill ladder shielded and bounded, then reaps. The outcome is one :class:`RunView`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Mapping
+from subprocess import PIPE
+from typing import Any
+
+import attrs
+import trio
+
+from agentd.events import EventLog
+from agentd.supervisor.authority import Authority
+from agentd.supervisor.caps import Refusal, is_within
+from agentd.supervisor.channel import ChannelBroken, ControlChannel
+from agentd.supervisor.ladder import Graces, run_ladder
+from agentd.supervisor.liveness import Liveness, LivenessSettings
+from agentd.supervisor.messages import (
+    Admit,
+    Admitted,
+    Cancel,
+    Failed,
+    Inject,
+    Message,
+    Ping,
+    Pong,
+    Progress,
+    Ready,
+    Release,
+    Result,
+    RunPayload,
+    Spawn,
+    Usage,
+)
+
+TERMINAL = frozenset({"completed", "failed", "cancelled", "refused", "exhausted_steps", "exhausted_tokens",
+                      "deadline", "stalled", "loop_detected"})
+_STDERR_LINE_CAP = 8192
+
+#: Environment variables a child inherits; everything else (tokens, keys, the operator's shell) stays out
+#: of the child's environment listing. Secrets travel in the run payload instead.
+_ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
+                       "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "VIRTUAL_ENV", "SYSTEMROOT"})
+
+
+def child_environment(parent_env: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in parent_env.items() if k in _ENV_KEEP or k.startswith("LC_")}
+    env["AGENT_SUBAGENT"] = "1"
+    env["AGENTD_PARENT_PID"] = str(os.getpid())
+    return env
+
+
+@attrs.frozen
+class RunView:
+    """The one result shape for sync and async callers: ``{handle, status, done, partial, result}``."""
+
+    handle: str
+    status: str
+    done: bool
+    partial: bool = False
+    result: Any = None
+
+    def structured(self) -> dict[str, Any]:
+        return {"handle": self.handle, "status": self.status, "done": self.done,
+                "partial": self.partial, "result": self.result}
+
+
+@attrs.frozen
+class NodeSettings:
+    graces: Graces = attrs.field(factory=Graces)
+    liveness: LivenessSettings = attrs.field(factory=LivenessSettings)
+    python: str = sys.executable
+    argv_tail: tuple[str, ...] = ("-m", "agentd")
+
+
+class SessionBusy(Exception):
+    """``send`` to a session that is not waiting for a message (still running, or ended)."""
+
+
+@attrs.define(eq=False)
+class SubagentNode:
+    handle: str
+    payload: RunPayload
+    authority: Authority
+    log: EventLog
+    settings: NodeSettings = attrs.field(factory=NodeSettings)
+    status: str = "starting"
+    pid: int | None = None
+    usage_tokens: int = 0
+    ended: trio.Event = attrs.field(factory=trio.Event)
+    _view: RunView | None = attrs.field(default=None, init=False)
+    _turn_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _stop: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _io_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _channel: ControlChannel | None = attrs.field(default=None, init=False)
+    _cancel_reason: str | None = attrs.field(default=None, init=False)
+    _failure: str | None = attrs.field(default=None, init=False)
+    _last: Result | None = attrs.field(default=None, init=False)
+    _final: bool = attrs.field(default=False, init=False)
+    _eof: bool = attrs.field(default=False, init=False)
+    _turn_running: bool = attrs.field(default=True, init=False)
+    _liveness: Liveness | None = attrs.field(default=None, init=False)
+
+    # -- what callers see -------------------------------------------------------------------------
+
+    def view(self) -> RunView:
+        if self._view is not None:
+            return self._view
+        result = self._last.result if self._last is not None and not self._turn_running else None
+        return RunView(self.handle, self.status, False, False, result)
+
+    @property
+    def warm(self) -> bool:
+        return self.payload.warm
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Start ending the subagent; the ladder runs in :meth:`run`'s ``finally``."""
+        if self._cancel_reason is None and not self.ended.is_set():
+            self._cancel_reason = reason
+            self.log.info("subagent.cancel", handle=self.handle, reason=reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait_turn(self) -> RunView:
+        """Wait for the current turn (or the whole run) to finish."""
+        await self._turn_done.wait()
+        if self._final or self._stop.is_set():
+            await self.ended.wait()
+        return self.view()
+
+    async def send(self, message: str) -> None:
+        """Deliver the next message to a warm session waiting for one."""
+        if not self.warm or self.status != "awaiting_turn" or self._channel is None:
+            raise SessionBusy(f"handle {self.handle} is {self.status}, not awaiting a message")
+        self.status = "running"
+        self._turn_running = True
+        self._turn_done = trio.Event()
+        if self._liveness is not None:
+            self._liveness.turn_started(trio.current_time())
+        await self._channel.send(Inject(message=message))
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        argv = [self.settings.python, *self.settings.argv_tail]
+        try:
+            proc = await trio.lowlevel.open_process(
+                argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
+                env=child_environment(os.environ),
+            )
+        except OSError as exc:
+            self._failure = f"could not start the subagent process: {exc.strerror or type(exc).__name__}"
+            task_status.started()
+            await self._settle(None, "never started")
+            return
+        self.pid = proc.pid
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        channel = self._channel = ControlChannel(proc.stdin, proc.stdout)
+        self._liveness = Liveness.starting_at(self.settings.liveness, trio.current_time())
+        self.log.info("subagent.spawn", handle=self.handle, child_pid=proc.pid, depth=self.payload.depth,
+                      warm=self.payload.warm, tool_scope=self.payload.tool_scope)
+        task_status.started()
+        rung = "exited"
+        try:
+            async with trio.open_nursery() as nursery:
+                io_scope = trio.CancelScope(shield=True)
+                nursery.start_soon(self._io, io_scope, channel, proc.stderr, nursery)
+                try:
+                    with trio.CancelScope() as self._scope:
+                        if self._cancel_reason is not None:
+                            self._scope.cancel()
+                        await channel.send(Spawn(self.payload))
+                        async with trio.open_nursery() as work:
+                            work.start_soon(self._pinger, channel)
+                            await self._stop.wait()
+                            work.cancel_scope.cancel()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # the child died before reading; the reader reports why
+                finally:
+                    with trio.CancelScope(shield=True):
+                        rung = await self._end(proc, channel)
+                        with trio.move_on_after(1.0):
+                            await self._io_done.wait()
+                        io_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._settle(proc.returncode, rung)
+
+    async def _end(self, proc: trio.Process, channel: ControlChannel) -> str:
+        send_cancel = None
+        if not self._final and not self._eof:
+            # Still working: this ending is a cancellation (explicit, a deadline, or the parent ending),
+            # unless it was already classed as a failure (stuck, garbage on the channel).
+            if self._failure is None and self._cancel_reason is None:
+                self._cancel_reason = "parent ended"
+            reason = self._cancel_reason or "failed"
+            send_cancel = functools.partial(channel.send, Cancel(reason=reason))
+
+        def note(rung: str) -> None:
+            if rung in ("sigterm", "sigkill"):
+                self.log.warn(f"subagent.{rung}", handle=self.handle, child_pid=proc.pid)
+
+        return await run_ladder(
+            proc, graces=self.settings.graces, send_cancel=send_cancel, close_stdin=channel.close_send,
+            on_rung=note,
+        )
+
+    async def _settle(self, returncode: int | None, rung: str) -> None:
+        last = self._last
+        if self._final and last is not None:
+            view = RunView(self.handle, last.status, True, last.partial, last.result)
+        elif self._cancel_reason is not None and self._failure is None:
+            partial_result = last.result if last is not None else None
+            partial = self._turn_running or (last is not None and last.partial)
+            view = RunView(self.handle, "cancelled", True, partial, partial_result)
+        else:
+            reason = self._failure or _early_exit_reason(returncode)
+            view = RunView(self.handle, "failed", True, last is not None, {"error": reason})
+            self.log.warn("subagent.failed", handle=self.handle, reason=reason)
+        self.status = view.status
+        self._view = view
+        self.log.info("subagent.exit", handle=self.handle, status=view.status, rung=rung,
+                      returncode=returncode, usage_tokens=self.usage_tokens)
+        with trio.move_on_after(1.0):
+            await self.authority.release(self.handle)
+        self._turn_done.set()
+        self.ended.set()
+
+    # -- tasks inside the node ---------------------------------------------------------------------
+
+    async def _io(self, scope: trio.CancelScope, channel: ControlChannel, stderr: trio.abc.ReceiveStream,
+                  nursery: trio.Nursery) -> None:
+        with scope:
+            async with trio.open_nursery() as io:
+                io.start_soon(self._read, channel, nursery)
+                io.start_soon(self._drain_stderr, stderr)
+        self._io_done.set()
+
+    async def _read(self, channel: ControlChannel, nursery: trio.Nursery) -> None:
+        try:
+            while (message := await channel.receive()) is not None:
+                await self._on_message(message, channel, nursery)
+            self._eof = True
+        except ChannelBroken as exc:
+            self._fail(f"broke the control channel: {exc.reason}")
+        finally:
+            self._stop.set()
+            self._turn_done.set()
+
+    def _fail(self, reason: str) -> None:
+        if self._failure is None and not self._final:
+            self._failure = reason
+
+    async def _on_message(self, message: Message, channel: ControlChannel, nursery: trio.Nursery) -> None:
+        now = trio.current_time()
+        live = self._liveness
+        assert live is not None
+        if isinstance(message, Pong):
+            live.pong(now)
+            return
+        live.progress(now)
+        if isinstance(message, Ready):
+            if self.status == "starting":
+                self.status = "running"
+            self.log.info("subagent.ready", handle=self.handle, child_pid=message.pid)
+        elif isinstance(message, Usage):
+            self.usage_tokens += message.total
+            await self.authority.report_usage(self.handle, message)
+        elif isinstance(message, Result):
+            self._last = message
+            self._turn_running = False
+            self.log.info("subagent.result", handle=self.handle, status=message.status, partial=message.partial)
+            if self.warm and self._cancel_reason is None and message.status == "completed":
+                self.status = "awaiting_turn"
+                live.turn_finished(now)
+            else:
+                self._final = self._cancel_reason is None and self._failure is None
+                self._stop.set()
+            self._turn_done.set()
+        elif isinstance(message, Failed):
+            self._fail(f"subagent failed: {message.reason}")
+            self._stop.set()
+        elif isinstance(message, Admit):
+            nursery.start_soon(self._admit, message, channel)
+        elif isinstance(message, Release):
+            if is_within(message.handle, self.handle) and message.handle != self.handle:
+                await self.authority.release(message.handle)
+        elif isinstance(message, Progress):
+            pass
+        else:
+            raise ChannelBroken(f"unexpected {message.METHOD!r} frame from a child")
+
+    async def _admit(self, request: Admit, channel: ControlChannel) -> None:
+        # A child may only spawn under its own handle: the caller it claims is checked, not trusted.
+        if not is_within(request.caller, self.handle):
+            decision: Any = Refusal(f"spawn refused: handle {request.caller} is outside {self.handle}")
+        else:
+            decision = await self.authority.admit(request.caller, request.tool_scope)
+        if isinstance(decision, Refusal):
+            answer = Admitted(ref=request.ref, refusal=decision.message, retryable=decision.retryable)
+        else:
+            answer = Admitted(ref=request.ref, handle=decision.handle, depth=decision.depth,
+                              scope=sorted(decision.scope))
+        try:
+            await channel.send(answer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if not isinstance(decision, Refusal):
+                await self.authority.release(decision.handle)
+
+    async def _pinger(self, channel: ControlChannel) -> None:
+        live = self._liveness
+        assert live is not None
+        interval = live.settings.ping_interval
+        seq = 0
+        while True:
+            await trio.sleep(interval)
+            verdict = live.verdict(trio.current_time())
+            if verdict is not None:
+                self.log.warn("subagent.stuck", handle=self.handle, reason=verdict)
+                self._fail(verdict)
+                self._stop.set()
+                return
+            seq += 1
+            with trio.move_on_after(interval):
+                try:
+                    await channel.send(Ping(seq=seq))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+
+    async def _drain_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        pending = b""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                break
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self._stderr_line(line)
+            if len(pending) > _STDERR_LINE_CAP:
+                self._stderr_line(pending)
+                pending = b""
+        if pending:
+            self._stderr_line(pending)
+
+    def _stderr_line(self, raw: bytes) -> None:
+        line = raw[:_STDERR_LINE_CAP].decode("utf-8", "replace").rstrip("\r")
+        if line:
+            self.log.info("subagent.stderr", handle=self.handle, line=line)
+
+
+def _early_exit_reason(returncode: int | None) -> str:
+    if returncode is None:
+        return "the subagent could not be reaped"
+    if returncode < 0:
+        return f"the subagent crashed (killed by signal {-returncode}) before reporting a result"
+    return f"the subagent exited (status {returncode}) before reporting a result"

@@ -1,0 +1,292 @@
+"""The Supervisor: the one spawn chokepoint, and the handles of the subagents it runs.
+
+``spawn(caller, request)`` is the only way a subagent comes to exist: the in-loop ``subagent.*`` tools,
+``graph.run`` and the served self-MCP tools all call it. It asks the authority (the root's ledger, or the
+root through the channel for a nested child) for an admission, builds the run payload (servers narrowed to
+the admitted scope, only the secrets those servers name), and runs a :class:`SubagentNode`:
+
+- sync: the node runs inside the caller's own task, so the caller's cancellation (deadline, step budget,
+  its own cancellation) cancels the child through the node's scope;
+- async and warm: the node runs in the supervisor's nursery, which the owning run outlives; closing the
+  supervisor cancels whatever is still running, down the kill ladder.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from agentd.events import EventLog, null_log
+from agentd.supervisor.authority import Authority, LocalAuthority
+from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
+from agentd.supervisor.ladder import Graces
+from agentd.supervisor.liveness import LivenessSettings
+from agentd.supervisor.messages import RunPayload
+from agentd.supervisor.node import TERMINAL, NodeSettings, RunView, SessionBusy, SubagentNode
+
+_SECRET_REF = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]*)\}\}")
+
+
+class Origin(enum.Enum):
+    STDIO = "stdio"  # the agent's own loop (and the supervisor↔child control path)
+    MANAGEMENT = "management"  # an authenticated peer of the served self-MCP
+
+
+@attrs.frozen
+class Caller:
+    origin: Origin
+    handle: str = "0"
+
+
+@attrs.frozen
+class SpawnRequest:
+    instruction: str
+    output_contract: str | None = None
+    tool_scope: tuple[str, ...] | None = None
+    async_: bool = False
+    warm: bool = False
+    #: Extra context handed to the child (graph runs pass their dependencies' results here).
+    context: tuple[Any, ...] = ()
+
+
+@attrs.frozen
+class SupervisorSettings:
+    caps: Caps = attrs.field(factory=Caps)
+    graces: Graces = attrs.field(factory=Graces)
+    liveness: LivenessSettings = attrs.field(factory=LivenessSettings)
+    await_timeout: float = 30.0
+    drain_timeout: float = 25.0
+    node: NodeSettings | None = None
+
+    def node_settings(self) -> NodeSettings:
+        base = self.node or NodeSettings()
+        return attrs.evolve(base, graces=self.graces, liveness=self.liveness)
+
+    def to_payload(self) -> dict[str, Any]:
+        """What a nested child's own supervisor needs (graces and liveness; caps stay at the root)."""
+        return {"graces": attrs.asdict(self.graces), "liveness": attrs.asdict(self.liveness),
+                "await_timeout": self.await_timeout, "drain_timeout": self.drain_timeout}
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any], caps: Caps | None = None) -> SupervisorSettings:
+        return cls(caps=caps or Caps(), graces=Graces(**data.get("graces", {})),
+                   liveness=LivenessSettings(**data.get("liveness", {})),
+                   await_timeout=float(data.get("await_timeout", 30.0)),
+                   drain_timeout=float(data.get("drain_timeout", 25.0)))
+
+
+#: Test-only hook: maps a request to a scripted child behaviour (see agentd.supervisor.child). It exists
+#: only as a Python argument of :class:`Supervisor`, so no MCP peer, model or argv can reach it.
+TestScript = Callable[[SpawnRequest, str], "dict[str, Any] | None"]
+
+
+@attrs.define(eq=False)
+class Supervisor:
+    nursery: trio.Nursery
+    authority: Authority
+    handle: str = "0"
+    settings: SupervisorSettings = attrs.field(factory=SupervisorSettings)
+    #: The run configuration children inherit (JSON-able), with ``mcp_servers`` as a list of dicts.
+    child_config: Mapping[str, Any] = attrs.field(factory=dict)
+    #: Secret values by name, available to forward to children whose servers reference them.
+    secrets: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    telemetry: Mapping[str, Any] = attrs.field(factory=dict)
+    log: EventLog = attrs.field(factory=null_log)
+    test_script: TestScript | None = None
+    draining: bool = False
+    _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
+    _changed: trio.Event = attrs.field(init=False, factory=trio.Event)
+
+    # -- the chokepoint ---------------------------------------------------------------------------
+
+    async def spawn(self, caller: Caller, request: SpawnRequest) -> RunView | Refusal:
+        if self.draining:
+            return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted"))
+        admitted = await self.authority.admit(
+            self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
+            request.tool_scope, served=caller.origin is Origin.MANAGEMENT,
+        )
+        if isinstance(admitted, Refusal):
+            return self._refused(caller, admitted)
+        node = SubagentNode(
+            handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
+            log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
+            settings=self.settings.node_settings(),
+        )
+        self._nodes[admitted.handle] = node
+        if request.async_:
+            await self.nursery.start(self._run_node, node)
+            return node.view()
+        if request.warm:
+            await self.nursery.start(self._run_node, node)
+            return await node.wait_turn()
+        await self._run_node(node)
+        return node.view()
+
+    def _refused(self, caller: Caller, refusal: Refusal) -> Refusal:
+        self.log.info("subagent.refused", caller=caller.handle, origin=caller.origin.value,
+                      reason=refusal.message)
+        return refusal
+
+    async def _run_node(self, node: SubagentNode, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await node.run(task_status=task_status)
+        finally:
+            self._changed.set()
+            self._changed = trio.Event()
+
+    def _payload(self, admitted: Admission, request: SpawnRequest) -> RunPayload:
+        config = dict(self.child_config)
+        servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
+        config["mcp_servers"] = servers
+        wanted = set(_SECRET_REF.findall(repr(config)))
+        secrets = {name: value for name, value in self.secrets.items() if name in wanted}
+        test = self.test_script(request, admitted.handle) if self.test_script is not None else None
+        return RunPayload(
+            handle=admitted.handle, depth=admitted.depth, instruction=request.instruction,
+            output_contract=request.output_contract, context=list(request.context), warm=request.warm,
+            tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
+            supervision=self.settings.to_payload(), telemetry=dict(self.telemetry), test=test,
+        )
+
+    # -- by handle ------------------------------------------------------------------------------
+
+    def _lookup(self, caller: Caller, handle: str) -> SubagentNode | Refusal:
+        node = self._nodes.get(handle)
+        if caller.origin is Origin.MANAGEMENT:
+            owned = handle.startswith("served.")
+        else:
+            owned = is_within(handle, caller.handle) and handle != caller.handle
+        if node is None or not owned:
+            return Refusal(f"unknown subagent handle {handle}")
+        return node
+
+    def status(self, caller: Caller, handle: str) -> RunView | Refusal:
+        node = self._lookup(caller, handle)
+        return node if isinstance(node, Refusal) else node.view()
+
+    async def await_(self, caller: Caller, handle: str, timeout: float | None = None) -> RunView | Refusal:
+        """Wait up to ``timeout`` (default ``await_timeout``, 30 s); a running view means still running."""
+        node = self._lookup(caller, handle)
+        if isinstance(node, Refusal):
+            return node
+        with trio.move_on_after(self.settings.await_timeout if timeout is None else timeout):
+            await node.wait_turn()
+        return node.view()
+
+    async def send(self, caller: Caller, handle: str, message: str, *, wait: bool = True) -> RunView | Refusal:
+        """Give a warm session its next message; with ``wait`` return the turn's result (≤ await_timeout)."""
+        node = self._lookup(caller, handle)
+        if isinstance(node, Refusal):
+            return node
+        try:
+            await node.send(message)
+        except SessionBusy as exc:
+            return Refusal(str(exc), retryable=node.status == "running")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return Refusal(f"handle {handle} has ended")
+        if not wait:
+            return node.view()
+        with trio.move_on_after(self.settings.await_timeout):
+            await node.wait_turn()
+        return node.view()
+
+    async def cancel(self, caller: Caller, handle: str, reason: str = "cancelled") -> RunView | Refusal:
+        """Cancel a subagent and its subtree; returns once it has ended (the ladder is bounded)."""
+        node = self._lookup(caller, handle)
+        if isinstance(node, Refusal):
+            return node
+        node.cancel(reason)
+        await node.ended.wait()
+        return node.view()
+
+    def cancel_subtree_of(self, handle: str, reason: str) -> None:
+        """Cancel the live child of this supervisor whose subtree contains ``handle``."""
+        for h, node in self._nodes.items():
+            if is_within(handle, h) and not node.ended.is_set():
+                node.cancel(reason)
+
+    def live(self) -> list[SubagentNode]:
+        return [n for n in self._nodes.values() if not n.ended.is_set()]
+
+    async def wait_changed(self) -> None:
+        """Wait until some node of this supervisor ends (capacity may have been freed)."""
+        await self._changed.wait()
+
+    # -- drain ----------------------------------------------------------------------------------
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Stop accepting spawns, let running work finish within ``timeout``, then cancel the rest."""
+        self.draining = True
+        if isinstance(self.authority, LocalAuthority):
+            self.authority.ledger.draining = True
+        self.log.info("subagent.drain", live=len(self.live()))
+        with trio.move_on_after(self.settings.drain_timeout if timeout is None else timeout):
+            while True:
+                busy = [n for n in self.live() if not (n.warm and n.status == "awaiting_turn")]
+                if not busy:
+                    break
+                await self.wait_changed_or_turn(busy)
+        for node in self.live():
+            node.cancel("draining")
+        for node in list(self._nodes.values()):
+            await node.ended.wait()
+
+    async def wait_changed_or_turn(self, nodes: list[SubagentNode]) -> None:
+        async with trio.open_nursery() as nursery:
+            async def first(waiter: Callable[[], Any]) -> None:
+                await waiter()
+                nursery.cancel_scope.cancel()
+            nursery.start_soon(first, self.wait_changed)
+            for node in nodes:
+                nursery.start_soon(first, node.wait_turn)
+
+
+def is_terminal(view: RunView) -> bool:
+    return view.done or view.status in TERMINAL
+
+
+@asynccontextmanager
+async def open_supervisor(
+    *,
+    servers: frozenset[str] = frozenset(),
+    settings: SupervisorSettings | None = None,
+    child_config: Mapping[str, Any] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    telemetry: Mapping[str, Any] | None = None,
+    log: EventLog | None = None,
+    authority: Authority | None = None,
+    handle: str = "0",
+    test_script: TestScript | None = None,
+) -> AsyncIterator[Supervisor]:
+    """A supervisor whose async/warm subagents live no longer than this block.
+
+    Without ``authority`` this is the root: it owns the tree ledger over ``servers`` (the caller's scope)
+    and cancels the subtree that pushes the tree past the token ceiling.
+    """
+    settings = settings or SupervisorSettings()
+    sup_ref: list[Supervisor] = []
+    if authority is None:
+        ledger = TreeLedger(settings.caps, root_scope=frozenset(servers), root=handle)
+        authority = LocalAuthority(
+            ledger, on_ceiling=lambda h: sup_ref[0].cancel_subtree_of(h, "token_ceiling") if sup_ref else None
+        )
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(
+            nursery=nursery, authority=authority, handle=handle, settings=settings,
+            child_config=child_config or {}, secrets=secrets or {}, telemetry=telemetry or {},
+            log=log or null_log(), test_script=test_script,
+        )
+        sup_ref.append(sup)
+        try:
+            yield sup
+        finally:
+            for node in sup.live():
+                node.cancel("parent ended")

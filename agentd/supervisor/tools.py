@@ -1,0 +1,118 @@
+"""The in-loop control tools: ``subagent.spawn``, ``.send``, ``.status``, ``.await``, ``.cancel``.
+
+Registered through the loop's :class:`~agentd.loop.control.ControlToolRegistry`; every handler goes
+through the one :class:`Supervisor` chokepoint with the run's own :class:`Caller` (origin STDIO, the
+agent's handle), so a model can only reach subagents of its own subtree. Cap and scope refusals are
+``isError`` observations the model can adapt to; malformed arguments never get here (the loop validates
+against ``input_schema`` and answers with a protocol error).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
+from agentd.supervisor.caps import Refusal
+from agentd.supervisor.node import RunView
+from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
+
+_HANDLE = {"type": "string", "minLength": 1, "description": "A handle returned by subagent.spawn."}
+
+SPAWN_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "instruction": {"type": "string", "minLength": 1, "description": "The task for the subagent."},
+        "output_contract": {"type": "string", "description": "Exactly what the subagent must return."},
+        "tool_scope": {"type": "array", "items": {"type": "string"},
+                       "description": "A subset of your MCP server names (default: all of yours)."},
+        "async": {"type": "boolean", "default": False, "description": "Return a handle at once."},
+        "warm": {"type": "boolean", "default": False,
+                 "description": "Keep the subagent alive as a session driven by subagent.send."},
+    },
+    "required": ["instruction"],
+    "additionalProperties": False,
+}
+SEND_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"handle": _HANDLE, "message": {"type": "string", "minLength": 1}},
+    "required": ["handle", "message"],
+    "additionalProperties": False,
+}
+HANDLE_SCHEMA: Mapping[str, Any] = {
+    "type": "object", "properties": {"handle": _HANDLE}, "required": ["handle"], "additionalProperties": False,
+}
+CANCEL_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"handle": _HANDLE, "reason": {"type": "string"}},
+    "required": ["handle"],
+    "additionalProperties": False,
+}
+
+
+def reply(outcome: RunView | Refusal) -> ControlResult:
+    """A view as a tool result (JSON text plus ``structuredContent``), or a refusal as ``isError``."""
+    if isinstance(outcome, Refusal):
+        return ControlResult.text(outcome.message, is_error=True)
+    structured = outcome.structured()
+    return ControlResult(
+        ({"type": "text", "text": json.dumps(structured, ensure_ascii=False, default=str)},),
+        structured=structured,
+    )
+
+
+def spawn_request(arguments: Mapping[str, Any]) -> SpawnRequest:
+    scope = arguments.get("tool_scope")
+    return SpawnRequest(
+        instruction=str(arguments["instruction"]),
+        output_contract=arguments.get("output_contract"),
+        tool_scope=None if scope is None else tuple(str(s) for s in scope),
+        async_=bool(arguments.get("async", False)),
+        warm=bool(arguments.get("warm", False)),
+    )
+
+
+def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
+    async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
+        return reply(await supervisor.spawn(caller, spawn_request(arguments)))
+
+    async def send(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
+        return reply(await supervisor.send(caller, str(arguments["handle"]), str(arguments["message"])))
+
+    async def status(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
+        return reply(supervisor.status(caller, str(arguments["handle"])))
+
+    async def await_(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
+        outcome = await supervisor.await_(caller, str(arguments["handle"]))
+        if isinstance(outcome, RunView) and not outcome.done and outcome.status == "running":
+            result = reply(outcome)
+            note = {"type": "text", "text": f"still running after {supervisor.settings.await_timeout:g} s"}
+            return ControlResult((*result.content, note), structured=result.structured)
+        return reply(outcome)
+
+    async def cancel(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
+        reason = str(arguments.get("reason") or "cancelled by the parent agent")
+        return reply(await supervisor.cancel(caller, str(arguments["handle"]), reason))
+
+    return [
+        ControlTool("subagent.spawn", "Delegate a task to a fresh subagent and get its distilled result "
+                    "(or, with async, a handle at once; with warm, a session for subagent.send).",
+                    SPAWN_SCHEMA, spawn),
+        ControlTool("subagent.send", "Send the next message to a warm subagent session; returns its answer.",
+                    SEND_SCHEMA, send),
+        ControlTool("subagent.status", "Read a subagent's status (and its result once done).",
+                    HANDLE_SCHEMA, status),
+        ControlTool("subagent.await", "Wait up to 30 s for a subagent to finish; reports if still running.",
+                    HANDLE_SCHEMA, await_),
+        ControlTool("subagent.cancel", "Cancel a subagent and its whole subtree.", CANCEL_SCHEMA, cancel),
+    ]
+
+
+def register_subagent_tools(registry: ControlToolRegistry, supervisor: Supervisor, caller: Caller) -> None:
+    """Offer the ``subagent.*`` tools and ``graph.run`` to one run."""
+    from agentd.supervisor.graph import graph_tool
+
+    for tool in subagent_tools(supervisor, caller):
+        registry.register(tool)
+    registry.register(graph_tool(supervisor, caller))

@@ -1,0 +1,71 @@
+"""How a run's :class:`~agentd.config.model.Config` becomes supervisor settings and a child's config.
+
+The root builds its supervisor from the Config (caps, graces, liveness, drain); the Config itself travels
+to children as JSON in the run payload (cattrs, one converter), together with the values of exactly the
+secrets it references, so a child resolves ``{{secret:NAME}}`` from the payload and never from an
+environment it does not have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import cattrs
+
+from agentd.events import EventLog
+from agentd.supervisor.caps import Caps
+from agentd.supervisor.ladder import Graces
+from agentd.supervisor.liveness import LivenessSettings
+from agentd.supervisor.supervisor import Supervisor, SupervisorSettings, open_supervisor
+
+if TYPE_CHECKING:
+    from agentd.config.model import Config
+
+_converter = cattrs.Converter()
+_SECRET_REF = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]*)\}\}")
+
+
+def config_to_wire(cfg: Config) -> dict[str, Any]:
+    wire: dict[str, Any] = _converter.unstructure(cfg)
+    wire["mcp_servers"] = wire.pop("mcp")
+    return wire
+
+
+def config_from_wire(wire: Mapping[str, Any]) -> Config:
+    from agentd.config.model import Config
+
+    data = dict(wire)
+    data["mcp"] = data.pop("mcp_servers", [])
+    return _converter.structure(data, Config)
+
+
+def referenced_secrets(wire: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    names = set(_SECRET_REF.findall(repr(wire)))
+    return {name: env[name] for name in names if name in env}
+
+
+def settings_from_config(cfg: Config) -> SupervisorSettings:
+    return SupervisorSettings(
+        caps=Caps(max_depth=cfg.max_depth, max_children=cfg.max_children, max_subagents=cfg.max_subagents,
+                  token_ceiling=cfg.token_ceiling),
+        graces=Graces(cancel=cfg.cancel_grace, term=cfg.term_grace),
+        liveness=LivenessSettings(pong_timeout=cfg.pong_timeout, progress_timeout=cfg.progress_timeout),
+        drain_timeout=cfg.drain_timeout,
+    )
+
+
+@asynccontextmanager
+async def open_root_supervisor(
+    cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = ""
+) -> AsyncIterator[Supervisor]:
+    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` and its referenced secrets."""
+    wire = config_to_wire(cfg)
+    async with open_supervisor(
+        servers=frozenset(s.name for s in cfg.mcp), settings=settings_from_config(cfg), child_config=wire,
+        secrets=referenced_secrets(wire, env), log=log.bind(comp="supervisor"),
+        telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content},
+    ) as sup:
+        yield sup

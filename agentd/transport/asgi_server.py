@@ -1,0 +1,485 @@
+"""A raw ASGI app that carries the sans-io server core over HTTP, on trio (no web framework).
+
+Per request, in order: path (404), Host/Origin (403, DNS rebinding), bearer (401 with
+``WWW-Authenticate: Bearer``, compared in constant time), body size (413 past 8 MiB) and body time (408),
+then :meth:`ServerCore.route`. Requests the core cannot answer go to an :class:`McpHandler`.
+
+Streams: a legacy session's GET stream (priming event, numbered replayable events, ``:`` keepalives),
+a modern ``subscriptions/listen`` stream (ack first, ``subscriptionId`` on every frame, final frame on
+drain), and long tool calls answered as SSE so keepalives flow while they run. On the modern wire a
+closed response stream cancels its request; on the legacy wire it does not.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Protocol
+from urllib.parse import urlsplit
+
+import attrs
+import trio
+
+from agentd.events import EventLog, null_log
+from agentd.mcp import jsonrpc
+from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
+from agentd.mcp.server_session import (
+    SSE,
+    HttpReply,
+    HttpRequest,
+    LegacyPost,
+    LegacySession,
+    LegacyStream,
+    ModernPost,
+    Reply,
+    ServerCore,
+    ServerIdentity,
+    accepts,
+    error_reply,
+    updated_notification,
+)
+from agentd.mcp.sse import encode_comment, encode_event
+from agentd.mcp.versions import Era
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+MAX_BODY: Final = 8 * 1024 * 1024
+LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
+#: Tool calls that may run for minutes: answered as SSE so keepalives reach the peer meanwhile.
+STREAMED_TOOLS: Final = frozenset({"subagent.spawn"})
+
+
+@attrs.frozen
+class CallContext:
+    """What a handler knows about the request it answers."""
+
+    era: Era
+    session_id: str | None = None
+    #: Pushes ``notifications/resources/updated{uri}`` onto this legacy session's GET stream.
+    notify: Callable[[str], None] | None = None
+    #: Modern wire: a closed response stream cancels the request (and what it started).
+    cancel_on_disconnect: bool = False
+
+
+@attrs.define(eq=False)
+class ListenTicket:
+    """One ``subscriptions/listen`` stream as the handler sees it."""
+
+    honored: list[str]
+    fire_now: list[str]
+
+
+class McpHandler(Protocol):
+    identity: ServerIdentity
+
+    async def handle(self, request: Request, ctx: CallContext) -> Response | ErrorResponse: ...
+
+    def listen(self, uris: list[str], sink: Callable[[str], None]) -> ListenTicket: ...
+
+    def unlisten(self, ticket: ListenTicket) -> None: ...
+
+    def session_closed(self, session_id: str) -> None: ...
+
+
+@attrs.frozen
+class AsgiOptions:
+    paths: frozenset[str] = frozenset({"/mcp"})
+    bearer: str | None = attrs.field(default=None, repr=False)
+    #: Host names accepted in ``Host``/``Origin``; ``None`` accepts any Host and same-host Origins.
+    allowed_hosts: frozenset[str] | None = LOOPBACK_HOSTS
+    max_body: int = MAX_BODY
+    body_timeout: float = 30.0
+    keepalive: float = 15.0
+    max_sessions: int = 64
+
+
+def _hostname(value: str) -> str:
+    """The host part of a Host header or an Origin, lower case, brackets removed."""
+    if "://" in value:
+        host = urlsplit(value).hostname or ""
+    elif value.startswith("["):
+        host = value[1 : value.find("]")] if "]" in value else value
+    else:
+        host = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+    return host.strip().lower().rstrip(".")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", ()):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class McpAsgiApp:
+    """The ASGI callable. ``drain()`` ends open streams gracefully (final listen frames, then close)."""
+
+    def __init__(self, handler: McpHandler, options: AsgiOptions | None = None, *, log: EventLog | None = None,
+                 core: ServerCore | None = None) -> None:
+        self.handler = handler
+        self.options = options or AsgiOptions()
+        self.log = log or null_log()
+        self.core = core or ServerCore(handler.identity, max_sessions=self.options.max_sessions)
+        self.draining = trio.Event()
+        self._streams: dict[str, trio.MemorySendChannel[tuple[int, bytes]]] = {}
+        self._notifiers: dict[str, Callable[[str], None]] = {}
+
+    def drain(self) -> None:
+        self.draining.set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.drain()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- the request pipeline ----------------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        refusal = self._gate(scope, headers)
+        if refusal is not None:
+            await _send_reply(send, refusal)
+            return
+        body = b""
+        if scope["method"] == "POST":
+            try:
+                body = await self._read_body(headers, receive)
+            except _TooLarge:
+                self.log.info("serve.refused", reason="body_too_large", limit=self.options.max_body)
+                await _send_reply(send, error_reply(413, jsonrpc.INVALID_REQUEST,
+                                                    f"request body exceeds {self.options.max_body} bytes").http)
+                return
+            except trio.TooSlowError:
+                self.log.info("serve.refused", reason="body_timeout")
+                await _send_reply(send, error_reply(408, jsonrpc.INVALID_REQUEST, "request body too slow").http)
+                return
+        routed = self.core.route(HttpRequest(scope["method"], headers, body), trio.current_time())
+        if isinstance(routed, Reply):
+            await _send_reply(send, routed.http)
+            if scope["method"] == "DELETE" and routed.http.status == 200:
+                self._end_session(headers.get("mcp-session-id", ""))
+        elif isinstance(routed, LegacyPost):
+            await self._legacy_post(routed, headers, receive, send)
+        elif isinstance(routed, LegacyStream):
+            await self._legacy_stream(routed, receive, send)
+        else:
+            await self._modern_post(routed, headers, receive, send)
+
+    def _gate(self, scope: Scope, headers: Mapping[str, str]) -> HttpReply | None:
+        path = scope.get("path", "")
+        if path not in self.options.paths and path.rstrip("/") not in self.options.paths:
+            return HttpReply(404, b"not found", "text/plain")
+        allowed = self.options.allowed_hosts
+        host = _hostname(headers.get("host", ""))
+        if allowed is not None and host not in allowed:
+            self.log.info("serve.refused", reason="host", status=403)
+            return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Host not allowed").http
+        origin = headers.get("origin")
+        if origin is not None:
+            origin_host = _hostname(origin)
+            ok = origin_host in allowed if allowed is not None else origin_host == host
+            if not ok:
+                self.log.info("serve.refused", reason="origin", status=403)
+                return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Origin not allowed").http
+        expected = self.options.bearer
+        if expected is not None:
+            given = headers.get("authorization", "")
+            scheme, _, token = given.partition(" ")
+            good = hmac.compare_digest(token.strip().encode(), expected.encode())
+            if scheme.lower() != "bearer" or not good:
+                self.log.info("serve.refused", reason="bearer", status=401)
+                return HttpReply(401, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, "Unauthorized")),
+                                 headers=(("www-authenticate", 'Bearer realm="agentd"'),))
+        return None
+
+    async def _read_body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
+        limit = self.options.max_body
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        size = 0
+        # A bare CancelScope: fail_after's context-manager wrapper is measurable on the hot path.
+        with trio.CancelScope(deadline=trio.current_time() + self.options.body_timeout) as scope:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _TooLarge
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+        if scope.cancelled_caught:
+            raise trio.TooSlowError
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    # -- legacy ------------------------------------------------------------------------------------------
+
+    def _notifier(self, session: LegacySession) -> Callable[[str], None]:
+        notify = self._notifiers.get(session.id)
+        if notify is None:
+            def notify(uri: str) -> None:
+                seq, data = self.core.session_event(session, updated_notification(uri))
+                channel = self._streams.get(session.id)
+                if channel is not None:
+                    try:
+                        channel.send_nowait((seq, data))
+                    except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # stays in the replay buffer; a resumed GET gets it
+            self._notifiers[session.id] = notify
+        return notify
+
+    def _end_session(self, session_id: str) -> None:
+        self.handler.session_closed(session_id)
+        self._notifiers.pop(session_id, None)
+        channel = self._streams.pop(session_id, None)
+        if channel is not None:
+            channel.close()
+
+    async def _legacy_post(self, post: LegacyPost, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+        ctx = CallContext(Era.LEGACY, post.session.id, self._notifier(post.session))
+        pending = [(i, slot) for i, slot in enumerate(post.slots) if isinstance(slot, Request)]
+        if (len(pending) == 1 and not post.batch and accepts(headers, SSE)
+                and _streamed(pending[0][1])):
+            index, request = pending[0]
+            session = post.session
+
+            def event_id() -> str:
+                return str(session.next_id())
+
+            async def answer() -> Message:
+                return await self.handler.handle(request, ctx)
+
+            await self._stream_answer(send, answer, event_id, post_headers(post))
+            return
+        answers: dict[int, Message] = {}
+        if len(pending) == 1:
+            index, request = pending[0]
+            answers[index] = await self.handler.handle(request, ctx)
+        elif pending:
+            async def one(index: int, request: Request) -> None:
+                answers[index] = await self.handler.handle(request, ctx)
+
+            async with trio.open_nursery() as nursery:
+                for index, request in pending:
+                    nursery.start_soon(one, index, request)
+        await _send_reply(send, self.core.legacy_reply(post, answers))
+
+    async def _legacy_stream(self, stream: LegacyStream, receive: Receive, send: Send) -> None:
+        session = stream.session
+        sender, receiver = trio.open_memory_channel[tuple[int, bytes]](256)
+        self._streams[session.id] = sender
+        self.log.debug("serve.session", session="stream_open")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
+                await send(_sse_start())
+                await _body(send, stream.priming)
+                for seq, data in stream.replay:
+                    await _body(send, data)
+                    self.core.delivered(session, seq)
+                async with receiver:
+                    while True:
+                        with trio.move_on_after(self.options.keepalive) as idle:
+                            try:
+                                seq, data = await receiver.receive()
+                            except trio.EndOfChannel:
+                                break
+                            await _body(send, data)
+                            self.core.delivered(session, seq)
+                        if idle.cancelled_caught:
+                            await _body(send, encode_comment("keepalive"))
+                nursery.cancel_scope.cancel()
+        finally:
+            if self._streams.get(session.id) is sender:
+                del self._streams[session.id]
+            self.core.stream_closed(session, trio.current_time())
+        with trio.move_on_after(1) as cleanup:
+            cleanup.shield = True
+            await _end_body(send)
+
+    # -- modern ------------------------------------------------------------------------------------------
+
+    async def _modern_post(self, post: ModernPost, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+        request = post.request
+        if request.method == "subscriptions/listen":
+            await self._listen(request, headers, receive, send)
+            return
+        ctx = CallContext(Era.MODERN, cancel_on_disconnect=True)
+        if accepts(headers, SSE) and _streamed(request) and "accept" in headers:
+            async def answer() -> Message:
+                return await self.handler.handle(request, ctx)
+
+            def no_id() -> str | None:
+                return None
+
+            await self._stream_answer(send, answer, no_id, (), modern=post, receive=receive)
+            return
+        answers: list[Message] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            answers.append(await self.handler.handle(request, ctx))
+            nursery.cancel_scope.cancel()
+        if answers:
+            await _send_reply(send, self.core.modern_reply(post, answers[0]))
+
+    async def _listen(self, request: Request, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+        if "accept" in headers and not accepts(headers, SSE):
+            await _send_reply(send, error_reply(406, jsonrpc.INVALID_REQUEST,
+                                                "subscriptions/listen answers as text/event-stream", id=request.id).http)
+            return
+        wanted = ((request.params or {}).get("notifications") or {}).get("resourceSubscriptions") or []
+        if not isinstance(wanted, list) or not all(isinstance(u, str) for u in wanted):
+            await _send_reply(send, error_reply(400, jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be strings",
+                                                id=request.id).http)
+            return
+        sender, receiver = trio.open_memory_channel[str](256)
+
+        def sink(uri: str) -> None:
+            try:
+                sender.send_nowait(uri)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+        ticket = self.handler.listen(wanted, sink)
+        core = self.core
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                await send(_sse_start())
+                await _body(send, core.listen_ack(request.id, ticket.honored))
+                for uri in ticket.fire_now:
+                    await _body(send, core.listen_updated(request.id, uri))
+                with trio.CancelScope() as until_drain:
+                    nursery.start_soon(_cancel_on_event, self.draining, until_drain)
+                    while True:
+                        with trio.move_on_after(self.options.keepalive) as idle:
+                            uri = await receiver.receive()
+                            await _body(send, core.listen_updated(request.id, uri))
+                        if idle.cancelled_caught:
+                            await _body(send, encode_comment("keepalive"))
+                if self.draining.is_set():
+                    await _body(send, core.listen_final(request.id))
+                nursery.cancel_scope.cancel()
+        finally:
+            self.handler.unlisten(ticket)
+        with trio.move_on_after(1) as cleanup:
+            cleanup.shield = True
+            await _end_body(send)
+
+    # -- long answers as SSE -------------------------------------------------------------------------------
+
+    async def _stream_answer(self, send: Send, answer: Callable[[], Awaitable[Message]],
+                             event_id: Callable[[], str | None], extra: tuple[tuple[str, str], ...], *,
+                             modern: ModernPost | None = None, receive: Receive | None = None) -> None:
+        """Open SSE at once (priming event on legacy), keep it alive, then send the answer and end."""
+        done: list[Message] = []
+        async with trio.open_nursery() as nursery:
+            if receive is not None:  # modern: a closed stream cancels the request
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            await send(_sse_start(extra))
+            first = event_id()
+            if first is not None:
+                await _body(send, encode_event("", id=first, retry=self.core.retry_ms))
+            finished = trio.Event()
+
+            async def run() -> None:
+                done.append(await answer())
+                finished.set()
+
+            nursery.start_soon(run)
+            while not finished.is_set():
+                with trio.move_on_after(self.options.keepalive):
+                    await finished.wait()
+                if not finished.is_set():
+                    await _body(send, encode_comment("keepalive"))
+            message = done[0]
+            if modern is not None:
+                payload = self.core.modern_reply(modern, message).body
+            else:
+                payload = jsonrpc.dumps(message)
+            await _body(send, encode_event(payload.decode(), id=event_id()))
+            nursery.cancel_scope.cancel()
+        with trio.move_on_after(1) as cleanup:
+            cleanup.shield = True
+            await _end_body(send)
+
+
+def post_headers(post: LegacyPost) -> tuple[tuple[str, str], ...]:
+    return (("mcp-session-id", post.session.id),) if post.new_session else ()
+
+
+def _streamed(request: Request) -> bool:
+    params = request.params or {}
+    if request.method != "tools/call" or params.get("name") not in STREAMED_TOOLS:
+        return False
+    arguments = params.get("arguments") or {}
+    return isinstance(arguments, dict) and not arguments.get("async") and not arguments.get("warm")
+
+
+def _sse_start(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]
+    headers.extend((k.encode(), v.encode()) for k, v in extra)
+    return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
+async def _body(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _end_body(send: Send) -> None:
+    try:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except Exception:  # the peer is gone; nothing left to tell it
+        pass
+
+
+async def _send_reply(send: Send, reply: HttpReply) -> None:
+    headers: list[tuple[bytes, bytes]] = []
+    if reply.content_type is not None:
+        headers.append((b"content-type", reply.content_type.encode()))
+    headers.append((b"content-length", str(len(reply.body)).encode()))
+    headers.extend((k.encode(), v.encode()) for k, v in reply.headers)
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _cancel_on_event(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+__all__ = ["AsgiOptions", "CallContext", "ListenTicket", "McpAsgiApp", "McpHandler"]

@@ -1,0 +1,218 @@
+"""A thin httpx adapter for the Streamable HTTP client: one request in, a reply of JSON-RPC messages out.
+
+Everything protocol-shaped lives in :mod:`agentd.mcp` (headers, statuses, SSE framing); this module
+only moves bytes and maps httpx's failures to :mod:`agentd.errors` at the edge. Redirects are never
+followed, bodies and SSE events are size-capped, and no timeout lives here: deadlines are trio scopes
+owned by the caller (httpx runs with ``timeout=None``).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.parse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import httpx
+import trio
+
+from agentd.errors import McpProtocolError, McpTransportError
+from agentd.mcp import jsonrpc
+from agentd.mcp.sse import SseDecoder, SseError
+from agentd.mcp.streamable_http import Body, classify
+
+DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
+#: How long closing a response may take when the caller is being cancelled.
+CLOSE_GRACE: Final = 2.0
+
+
+def display_url(url: str) -> str:
+    """The URL without userinfo or query, for messages and logs (either may carry a credential)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class ConnectionLost(McpTransportError):
+    """The connection itself failed (refused, reset, closed mid-response): the peer may be gone."""
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    detail = str(exc).strip()
+    name = exc.__class__.__name__
+    return f"{name}: {detail}" if detail else name
+
+
+def new_client(verify: ssl.SSLContext | bool = True) -> httpx.AsyncClient:
+    """The httpx client agentd uses: no redirects, no environment proxies, no httpx timeouts."""
+    return httpx.AsyncClient(
+        verify=verify,
+        follow_redirects=False,
+        trust_env=False,
+        timeout=httpx.Timeout(None),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+    )
+
+
+def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+    """A client TLS context: a private CA bundle and/or a client certificate for mTLS."""
+    context = ssl.create_default_context(cafile=ca)
+    if cert:
+        context.load_cert_chain(cert, key)
+    return context
+
+
+@attrs.define(eq=False)
+class HttpReply:
+    """One HTTP response being read. :meth:`receive` pulls the next JSON-RPC message, JSON or SSE alike."""
+
+    method: str
+    url: str
+    status: int
+    headers: httpx.Headers
+    kind: Body
+    server: str | None
+    _response: httpx.Response
+    _max_body: int
+    decoder: SseDecoder
+    _chunks: AsyncIterator[bytes] | None = None
+    _queue: list[jsonrpc.Message] = attrs.field(factory=list)
+    _done: bool = False
+
+    @property
+    def last_event_id(self) -> str | None:
+        return self.decoder.last_event_id
+
+    @property
+    def retry_ms(self) -> int | None:
+        return self.decoder.retry_ms
+
+    def header(self, name: str) -> str | None:
+        value: str | None = self.headers.get(name)
+        return value
+
+    async def read_body(self) -> bytes:
+        """The whole body, refusing one larger than the cap instead of buffering it."""
+        declared = self.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self._max_body:
+            raise self._protocol(f"a {int(declared)}-byte body exceeds the {self._max_body}-byte limit")
+        body = bytearray()
+        while (chunk := await self._next_chunk()) is not None:
+            body += chunk
+            if len(body) > self._max_body:
+                raise self._protocol(f"the body exceeds the {self._max_body}-byte limit")
+        return bytes(body)
+
+    async def error_body(self) -> jsonrpc.ErrorResponse | None:
+        """A JSON-RPC error carried by a non-2xx response (modern servers put their verdict there)."""
+        try:
+            body = await self.read_body()
+            message = jsonrpc.parse_message(json.loads(body))
+        except (McpProtocolError, McpTransportError, ValueError, jsonrpc.InvalidMessage):
+            return None
+        return message if isinstance(message, jsonrpc.ErrorResponse) else None
+
+    async def receive(self) -> jsonrpc.Message | None:
+        """The next message, or None when the body or stream has ended."""
+        while not self._queue:
+            if self._done:
+                return None
+            if self.kind is Body.JSON:
+                self._done = True
+                self._queue.extend(self._parse(await self.read_body(), batch=True))
+                continue
+            chunk = await self._next_chunk()
+            if chunk is None:
+                self._done = True
+                return None
+            try:
+                events = self.decoder.feed(chunk)
+            except SseError as exc:
+                raise self._protocol(f"broken event stream: {exc}") from None
+            for event in events:
+                if event.data.strip():  # priming events carry only an id and/or retry
+                    self._queue.extend(self._parse(event.data.encode(), batch=False))
+        return self._queue.pop(0)
+
+    def truncated(self) -> bool:
+        return self.kind is Body.SSE and self.decoder.pending()
+
+    async def _next_chunk(self) -> bytes | None:
+        if self._chunks is None:
+            self._chunks = self._response.aiter_bytes().__aiter__()
+        try:
+            return await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+        except httpx.HTTPError as exc:
+            raise ConnectionLost(
+                f"{self.method} {display_url(self.url)}: the response broke ({_describe(exc)})", server=self.server
+            ) from None
+
+    def _parse(self, data: bytes, *, batch: bool) -> list[jsonrpc.Message]:
+        try:
+            parsed = jsonrpc.parse_body(data) if batch else jsonrpc.parse_message(jsonrpc.loads(data))
+        except jsonrpc.InvalidMessage as exc:
+            raise self._protocol(f"not a JSON-RPC message ({exc})") from None
+        return parsed if isinstance(parsed, list) else [parsed]
+
+    def _protocol(self, what: str) -> McpProtocolError:
+        return McpProtocolError(f"{self.method} {display_url(self.url)}: {what}", server=self.server)
+
+
+@attrs.define(eq=False)
+class HttpTransport:
+    """Requests to one endpoint over a (possibly shared) httpx client."""
+
+    client: httpx.AsyncClient
+    url: str
+    server: str | None = None
+    max_body: int = DEFAULT_MAX_BODY
+
+    @property
+    def display_url(self) -> str:
+        return display_url(self.url)
+
+    @asynccontextmanager
+    async def open(
+        self, method: str, headers: dict[str, str], body: bytes | None = None, *, had_session: bool = False
+    ) -> AsyncIterator[HttpReply]:
+        """Send one request and yield its reply; the response is closed (shielded, bounded) on exit."""
+        request = self.client.build_request(method, self.url, headers=headers, content=body)
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise ConnectionLost(f"{method} {display_url(self.url)}: {_describe(exc)}", server=self.server) from None
+        try:
+            kind = classify(response.status_code, response.headers.get("content-type"), method=method,
+                            had_session=had_session)  # fmt: skip
+            if kind is Body.REDIRECT:
+                target = display_url(urllib.parse.urljoin(self.url, response.headers.get("location", "")))
+                raise McpTransportError(
+                    f"{method} {display_url(self.url)}: HTTP {response.status_code} redirect to {target} (agentd "
+                    "never follows redirects; declare the final endpoint)",
+                    server=self.server,
+                )
+            yield HttpReply(
+                method, self.url, response.status_code, response.headers, kind, self.server, response,
+                self.max_body, SseDecoder(self.max_body),
+            )  # fmt: skip
+        finally:
+            with trio.move_on_after(CLOSE_GRACE, shield=True):
+                await response.aclose()
+
+    async def send_quietly(self, headers: dict[str, str], body: bytes) -> int:
+        """POST a notification or a response and return the status (the body is not needed)."""
+        async with self.open("POST", headers, body) as reply:
+            await reply.read_body()
+            return reply.status
+
+    async def delete(self, headers: dict[str, str]) -> int:
+        async with self.open("DELETE", headers) as reply:
+            return reply.status

@@ -1,0 +1,259 @@
+"""Serve an ASGI app with hypercorn's trio worker inside agentd's nursery: TLS, mTLS, rotation.
+
+``serve_mcp`` binds, reports the bound URLs through ``task_status``, and returns once
+``shutdown_trigger`` fires and hypercorn has drained (open streams are told first through
+``app.drain()``). TLS uses one :class:`ssl.SSLContext` handed to hypercorn whose SNI callback (OpenSSL
+calls it on every handshake, with or without SNI) switches the handshake to the newest context, so
+rotated certificate, key and client-CA files take effect for new connections without a restart.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from agentd.errors import ConfigError
+from agentd.events import EventLog, null_log
+from agentd.transport.asgi_server import LOOPBACK_HOSTS
+
+
+class DrainableApp(Protocol):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+@attrs.frozen
+class ServeConfig:
+    """``--serve-mcp`` and its companions. Durations in seconds."""
+
+    url: str
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None
+    bearer: str | None = attrs.field(default=None, repr=False)
+    #: A connection must finish its request headers (and idle keep-alive connections close) within this.
+    header_timeout: float = 10.0
+    #: Grace for in-flight requests at shutdown.
+    graceful_timeout: float = 3.0
+    #: How often certificate files are checked for rotation.
+    reload_interval: float = 2.0
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or ""
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "https"
+
+    @property
+    def paths(self) -> frozenset[str]:
+        path = urlsplit(self.url).path.rstrip("/") or "/"
+        return frozenset({path, "/mcp"})
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_serve_config(cfg: ServeConfig) -> None:
+    """Raise :class:`ConfigError` (exit 2) before anything binds."""
+    parts = urlsplit(cfg.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("--serve-mcp must be http(s)://host:port[/path]")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError("--serve-mcp has an invalid port") from None
+    if cfg.tls and (cfg.cert is None or cfg.key is None):
+        raise ConfigError("--serve-mcp https:// needs --serve-cert and --serve-key")
+    if not cfg.tls and (cfg.cert is not None or cfg.client_ca is not None):
+        raise ConfigError("--serve-cert/--serve-client-ca need an https:// --serve-mcp URL")
+    if not cfg.loopback and cfg.client_ca is None and not cfg.bearer:
+        raise ConfigError(
+            "refusing to serve on a non-loopback address without authentication: "
+            "set --serve-client-ca (mTLS) or --serve-bearer"
+        )
+    for flag, path in (("--serve-cert", cfg.cert), ("--serve-key", cfg.key), ("--serve-client-ca", cfg.client_ca)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{flag}: no such file: {path}")
+
+
+def _fingerprint(paths: list[Path]) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+@attrs.define(eq=False)
+class ReloadingTls:
+    """Builds server contexts from files and hands the newest to every new handshake."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+    log: EventLog = attrs.field(factory=null_log)
+    current: ssl.SSLContext = attrs.field(init=False)
+    front: ssl.SSLContext = attrs.field(init=False)
+    _seen: tuple[tuple[int, int, int], ...] = attrs.field(init=False, default=())
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            self._seen = _fingerprint(self._files())
+            self.current = self.build()
+            self.front = self.build()
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the serving certificate or key: {exc.__class__.__name__}") from None
+        self.front.sni_callback = self._pick
+
+    def _files(self) -> list[Path]:
+        return [self.cert, self.key] + ([self.client_ca] if self.client_ca is not None else [])
+
+    def build(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.options |= ssl.OP_NO_COMPRESSION
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        context.load_cert_chain(self.cert, self.key)
+        if self.client_ca is not None:
+            context.load_verify_locations(cafile=self.client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def _pick(self, sslobj: Any, server_name: str | None, context: ssl.SSLContext) -> None:
+        sslobj.context = self.current
+
+    def check(self) -> bool:
+        """Reload when any file changed; a broken new set keeps the old context (and is logged)."""
+        try:
+            seen = _fingerprint(self._files())
+        except OSError:
+            return False
+        if seen == self._seen:
+            return False
+        try:
+            fresh = self.build()
+        except (OSError, ssl.SSLError) as exc:
+            self.log.warn("serve.cert_reload", ok=False, error=exc.__class__.__name__)
+            return False
+        self._seen = seen
+        self.current = fresh
+        self.log.info("serve.cert_reload", ok=True)
+        return True
+
+    async def watch(self, interval: float) -> None:
+        while True:
+            await trio.sleep(interval)
+            self.check()
+
+
+class _Config(HypercornConfig):
+    """hypercorn's config, but with our (reloading) TLS context."""
+
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._agentd_context = context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return self._agentd_context is not None
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._agentd_context
+
+
+class _EventHandler(logging.Handler):
+    """hypercorn's error log, as agentd events (stderr carries JSON lines only)."""
+
+    def __init__(self, log: EventLog) -> None:
+        super().__init__(logging.WARNING)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._log.warn("serve.request", error=record.getMessage()[:500])
+
+
+@attrs.frozen
+class Serving:
+    """What ``task_status.started`` reports."""
+
+    urls: tuple[str, ...]
+    port: int
+
+
+def hypercorn_config(cfg: ServeConfig, context: ssl.SSLContext | None, log: EventLog) -> HypercornConfig:
+    config = _Config(context)
+    host = cfg.host
+    config.bind = [f"[{host}]:{cfg.port}" if ":" in host else f"{host}:{cfg.port}"]
+    config.keep_alive_timeout = cfg.header_timeout
+    config.graceful_timeout = cfg.graceful_timeout
+    config.ssl_handshake_timeout = cfg.header_timeout
+    config.accesslog = None
+    errors = logging.getLogger(f"agentd.serve.{id(config)}")
+    errors.propagate = False
+    errors.handlers = [_EventHandler(log)]
+    config.errorlog = errors
+    return config
+
+
+async def serve_mcp(
+    app: DrainableApp,
+    cfg: ServeConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[object]],
+    log: EventLog | None = None,
+    task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until ``shutdown_trigger`` returns; open streams get ``app.drain()`` first."""
+    log = log or null_log()
+    check_serve_config(cfg)
+    tls = ReloadingTls(cfg.cert, cfg.key, cfg.client_ca, log) if cfg.tls and cfg.cert and cfg.key else None
+    config = hypercorn_config(cfg, tls.front if tls is not None else None, log)
+
+    async def trigger() -> None:
+        await shutdown_trigger()
+        app.drain()
+        await trio.sleep(0.05)  # let streams write their final frames before hypercorn closes connections
+
+    async with trio.open_nursery() as nursery:
+        if tls is not None:
+            nursery.start_soon(tls.watch, cfg.reload_interval)
+
+        async def run_server(task_status: trio.TaskStatus[list[str]]) -> None:
+            await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)
+            nursery.cancel_scope.cancel()  # served and drained: stop the certificate watcher too
+
+        binds: list[str] = await nursery.start(run_server)
+        port = int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port
+        log.info("serve.start", urls=binds, tls=tls is not None, mtls=cfg.client_ca is not None,
+                 bearer=cfg.bearer is not None)
+        task_status.started(Serving(tuple(binds), port))
+    log.info("serve.stop")

@@ -1,0 +1,313 @@
+"""Benchmark the self-MCP server: ``tools/call status`` round trips against three servers, in one run.
+
+Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
+
+- ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) on hypercorn's trio worker,
+  legacy wire with a session, JSON responses;
+- ``floor``: a bare ASGI app on the same hypercorn trio worker that ``json.loads`` the body and
+  answers an MCP-shaped result (the floor of this stack);
+- ``sdk``: the official Python SDK (``MCPServer`` with a ``status`` tool), stateful, JSON responses,
+  on the same hypercorn trio worker.
+
+The client is a lean HTTP/1.1 keep-alive client on raw trio sockets (one connection per concurrent
+client; each first does ``initialize``/``initialized`` and then loops ``tools/call status``), so the
+numbers measure the servers, not httpx. Usage::
+
+    .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3] [--write docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+STATUS_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "status", "arguments": {}}}
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+# -- servers (run in a child process) ----------------------------------------------------------------------
+
+def _hypercorn_config(port: int) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.keep_alive_max_requests = 10**9
+    return config
+
+
+def serve_floor(port: int) -> None:
+    import trio
+    from hypercorn.trio import serve
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = json.loads(body)
+        out = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": {
+            "content": [{"type": "text", "text": "ok"}], "isError": False}}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
+            (b"mcp-session-id", b"floor")]})
+        await send({"type": "http.response.body", "body": out})
+
+    trio.run(serve, app, _hypercorn_config(port))
+
+
+def serve_agentd(port: int) -> None:
+    import trio
+    from hypercorn.trio import serve
+
+    from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
+    from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
+    from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+
+    class IdleBackend:
+        async def spawn(self, request: ServedSpawn) -> str | Refusal:
+            return Refusal("bench: no spawns")
+
+        async def send(self, handle: str, message: str) -> Refusal | None:
+            return Refusal("bench")
+
+        def view(self, handle: str) -> RunView | None:
+            return None
+
+        async def wait(self, handle: str) -> RunView:
+            raise AssertionError
+
+        async def cancel(self, handle: str) -> RunView | None:
+            return None
+
+        def counts(self) -> dict[str, int]:
+            return {"spawned": 0}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            surface = SelfMcpSurface(IdleBackend(), AgentInfo(run_id="bench", mode="loop"))
+            await nursery.start(surface.run)
+            app = McpAsgiApp(surface, AsgiOptions(max_sessions=1024))
+            await serve(app, _hypercorn_config(port))
+
+    trio.run(main)
+
+
+def serve_sdk(port: int) -> None:
+    import trio
+    from hypercorn.trio import serve
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer(name="sdk", version="0")
+
+    @server.tool()
+    def status() -> dict[str, Any]:
+        """Status."""
+        return {"run_id": "bench", "mode": "loop"}
+
+    app = server.streamable_http_app(json_response=True, max_sessions=None)
+    trio.run(serve, app, _hypercorn_config(port))
+
+
+SERVERS = {"agentd": serve_agentd, "floor": serve_floor, "sdk": serve_sdk}
+
+
+# -- the client -------------------------------------------------------------------------------------------
+
+def _request(port: int, body: dict[str, Any], session: str | None) -> bytes:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    head = [f"POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",
+            "Accept: application/json, text/event-stream", f"Content-Length: {len(data)}"]
+    if session:
+        head += [f"Mcp-Session-Id: {session}", "MCP-Protocol-Version: 2025-11-25"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+class Conn:
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def roundtrip(self, payload: bytes) -> tuple[int, dict[str, str], bytes]:
+        await self.stream.send_all(payload)
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += await self._more()
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            while len(self.buf) < n:
+                self.buf += await self._more()
+            body, self.buf = self.buf[:n], self.buf[n:]
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                while b"\r\n" not in self.buf:
+                    self.buf += await self._more()
+                size_line, _, self.buf = self.buf.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                while len(self.buf) < size + 2:
+                    self.buf += await self._more()
+                body += self.buf[:size]
+                self.buf = self.buf[size + 2:]
+                if size == 0:
+                    break
+        else:
+            body = b""
+        return status, headers, body
+
+    async def _more(self) -> bytes:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise ConnectionError("server closed")
+        return bytes(data)
+
+
+async def _client(port: int, deadline: float, latencies: list[float], check: bool) -> None:
+    import trio
+
+    conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
+    status, headers, body = await conn.roundtrip(_request(port, INIT, None))
+    assert status == 200, (status, body)
+    session = headers.get("mcp-session-id")
+    await conn.roundtrip(_request(port, INITIALIZED, session))
+    payload = _request(port, STATUS_CALL, session)
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        status, headers, body = await conn.roundtrip(payload)
+        latencies.append(time.perf_counter() - t0)
+        if check:
+            assert status == 200 and b'"result"' in body, (status, body[:200])
+    await conn.stream.aclose()
+
+
+def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
+    import trio
+
+    latencies: list[float] = []
+
+    async def main() -> None:
+        deadline = time.perf_counter() + seconds
+        async with trio.open_nursery() as nursery:
+            for i in range(clients):
+                nursery.start_soon(_client, port, deadline, latencies, i == 0)
+
+    start = time.perf_counter()
+    trio.run(main)
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "calls_per_s": len(latencies) / elapsed,
+        "p50_us": latencies[len(latencies) // 2] * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_up(port: int) -> None:
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on {port} did not come up")
+
+
+def bench(target: str, seconds: float, pin: bool) -> dict[str, dict[str, float]]:
+    port = _free_port()
+    cmd = [sys.executable, __file__, "--serve", target, "--port", str(port)]
+    if pin:
+        cmd = ["taskset", "-c", "0", *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        _wait_up(port)
+        run_load(port, 1, 0.5)  # warm up
+        out = {}
+        for clients in (1, 16, 64):
+            out[str(clients)] = run_load(port, clients, seconds)
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", choices=sorted(SERVERS))
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--targets", default="agentd,floor,sdk")
+    parser.add_argument("--write", type=Path, help="append/replace the results section in this markdown file")
+    args = parser.parse_args()
+    if args.serve:
+        SERVERS[args.serve](args.port)
+        return
+    pin = os.cpu_count() is not None and os.cpu_count() >= 2 and bool(subprocess.run(
+        ["which", "taskset"], capture_output=True).stdout)
+    if pin:
+        os.sched_setaffinity(0, {1})
+    targets = args.targets.split(",")
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in targets}
+    for rep in range(args.reps):
+        order = targets[rep % len(targets):] + targets[: rep % len(targets)]
+        for target in order:
+            runs[target].append(bench(target, args.seconds, pin))
+    table = ["| server | seq p50 µs | seq p99 µs | seq calls/s | 16 clients calls/s | 64 clients calls/s | 64 p50 ms |",
+             "|---|---|---|---|---|---|---|"]
+    medians: dict[str, dict[str, dict[str, float]]] = {}
+    for target in targets:
+        med: dict[str, dict[str, float]] = {}
+        for clients in ("1", "16", "64"):
+            med[clients] = {k: statistics.median(r[clients][k] for r in runs[target])
+                            for k in ("calls_per_s", "p50_us", "p99_us")}
+        medians[target] = med
+        table.append(f"| {target} | {med['1']['p50_us']:.0f} | {med['1']['p99_us']:.0f} | "
+                     f"{med['1']['calls_per_s']:.0f} | {med['16']['calls_per_s']:.0f} | "
+                     f"{med['64']['calls_per_s']:.0f} | {med['64']['p50_us'] / 1000:.1f} |")
+    text = "\n".join(table)
+    print(text)
+    if "agentd" in medians and "floor" in medians and "sdk" in medians:
+        a, f, s = medians["agentd"], medians["floor"], medians["sdk"]
+        ratio = a["1"]["p50_us"] / f["1"]["p50_us"]
+        tput = a["64"]["calls_per_s"] / s["64"]["calls_per_s"]
+        print(f"\nagentd/floor sequential latency: {ratio:.2f}x (target <= 1.3x); "
+              f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x)")
+    print(json.dumps(medians))
+
+
+if __name__ == "__main__":
+    main()

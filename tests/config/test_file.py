@@ -1,0 +1,170 @@
+"""The YAML config file: mcp_servers, scalar settings, path-named errors, merging with --mcp."""
+
+from pathlib import Path
+
+import pytest
+
+from agentd.config import Config, McpServerConfig, TlsConfig
+from agentd.config import file as config_file
+from agentd.errors import ConfigError
+
+BASE = ["--instruction", "do it", "--intelligence", "test"]
+
+
+def load(tmp_path: Path, text: str, *extra: str, env: dict[str, str] | None = None) -> Config:
+    path = tmp_path / "agentd.yaml"
+    path.write_text(text)
+    return Config.from_argv([*BASE, "--config", str(path), *extra], env=env or {})
+
+
+def refused(tmp_path: Path, text: str, *extra: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text, *extra, env=env)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_full_server_entry(tmp_path: Path) -> None:
+    for name in ("ca.pem", "client.pem", "client.key"):
+        (tmp_path / name).write_text("pem")
+    cfg = load(tmp_path, """
+mcp_servers:
+  - name: fs
+    url: https://mcp-fs.internal/mcp
+    required: false
+    headers: {Authorization: "Bearer {{secret:FS_TOKEN}}", X-Tenant: acme}
+    tls: {ca: ca.pem, cert: client.pem, key: client.key}
+    connect_timeout: 2s
+    call_timeout: 1.5m
+  - name: local
+    url: http://127.0.0.1:9000/mcp
+""", env={"FS_TOKEN": "t"})
+    fs, local = cfg.mcp
+    assert fs == McpServerConfig(
+        name="fs", url="https://mcp-fs.internal/mcp", required=False,
+        headers={"Authorization": "Bearer {{secret:FS_TOKEN}}", "X-Tenant": "acme"},
+        tls=TlsConfig(str(tmp_path / "ca.pem"), str(tmp_path / "client.pem"), str(tmp_path / "client.key")),
+        connect_timeout=2.0, call_timeout=90.0,
+    )
+    assert local == McpServerConfig(name="local", url="http://127.0.0.1:9000/mcp")
+
+
+def test_unknown_top_level_key_is_named(tmp_path: Path) -> None:
+    message = refused(tmp_path, "max_step: 3\n")
+    assert "unknown key 'max_step'" in message and "$.max_step" in message and "did you mean 'max_steps'" in message
+
+
+def test_unknown_server_key_is_named_with_its_path(tmp_path: Path) -> None:
+    message = refused(tmp_path, "mcp_servers:\n  - {name: a, url: 'https://a', hedaers: {}}\n")
+    assert "hedaers" in message and "$.mcp_servers[0]" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("mcp_servers:\n  - {name: a}\n", ["$.mcp_servers[0].url", "required field missing"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', required: 'yes'}\n", ["$.mcp_servers[0].required",
+                                                                                "true or false"]),
+        ("mcp_servers:\n  - {name: 7, url: 'https://a'}\n", ["$.mcp_servers[0].name", "expected a string"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', connect_timeout: soon}\n",
+         ["$.mcp_servers[0].connect_timeout", "'soon'"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', tls: {ca: x, crt: y}}\n", ["$.mcp_servers[0].tls", "crt"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', headers: {X-N: 5}}\n", ["$.mcp_servers[0].headers"]),
+        ("mcp_servers: {name: a}\n", ["$.mcp_servers", "list"]),
+        ("mcp_servers:\n  - {name: a, url: 'http://example.com/'}\n", ["non-loopback host 'example.com'"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a'}\n  - {name: a, url: 'https://b'}\n", ["duplicate", "'a'"]),
+        ("- a\n- b\n", ["top level must be a mapping"]),
+        ("max_steps: [1\n", ["not valid YAML", "line"]),
+        ("mode: sometimes\n", ["$.mode", "invalid choice 'sometimes'"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', connect_timeout: 0}\n", ["connect_timeout must be > 0"]),
+    ],
+)
+def test_bad_files(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    message = refused(tmp_path, text)
+    assert message.startswith("--config ")
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_inline_credential_in_header_is_refused_without_echo(tmp_path: Path) -> None:
+    token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    message = refused(tmp_path, f"mcp_servers:\n  - name: a\n    url: https://a\n    headers:\n"
+                                f"      Authorization: Bearer {token}\n")
+    assert "Authorization" in message and "inline credential" in message and token not in message
+
+
+def test_missing_secret_in_header_names_it(tmp_path: Path) -> None:
+    message = refused(tmp_path, "mcp_servers:\n  - name: a\n    url: https://a\n    headers:\n"
+                                "      Authorization: 'Bearer {{secret:A_TOKEN}}'\n", env={"OTHER": "value-xyz"})
+    assert "A_TOKEN" in message and "value-xyz" not in message
+
+
+def test_managed_header_is_refused(tmp_path: Path) -> None:
+    message = refused(tmp_path, "mcp_servers:\n  - {name: a, url: 'https://a', headers: {Mcp-Session-Id: x}}\n")
+    assert "Mcp-Session-Id" in message
+
+
+def test_mcp_flags_merge_with_file(tmp_path: Path) -> None:
+    text = "mcp_servers:\n  - {name: fs, url: 'https://fs/mcp', required: false}\n"
+    cfg = load(tmp_path, text, "--mcp", "gh=https://gh/mcp", "--mcp", "fs=https://fs/mcp")
+    assert [(s.name, s.url, s.required) for s in cfg.mcp] == [("fs", "https://fs/mcp", False),
+                                                              ("gh", "https://gh/mcp", True)]
+
+
+def test_mcp_flag_conflicting_with_file(tmp_path: Path) -> None:
+    message = refused(tmp_path, "mcp_servers:\n  - {name: fs, url: 'https://fs/mcp'}\n", "--mcp", "fs=https://x/mcp")
+    assert "conflicts" in message and "fs=https://x/mcp" in message
+
+
+def test_relative_paths_follow_the_file(tmp_path: Path) -> None:
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "tok").write_text("v\n")
+    (tmp_path / "instr.txt").write_text("from file")
+    cfg = load(tmp_path, "instruction_file: instr.txt\nintelligence_token: '{{secret-file:secrets/tok}}'\n"
+                         "mcp_servers:\n  - {name: a, url: 'https://a', headers: {X-K: '{{secret-file:secrets/tok}}'}}\n")
+    assert cfg.intelligence_token == f"{{{{secret-file:{tmp_path / 'secrets' / 'tok'}}}}}"
+    assert cfg.mcp[0].headers["X-K"] == f"{{{{secret-file:{tmp_path / 'secrets' / 'tok'}}}}}"
+
+
+def test_instruction_file_in_config_overridden_by_flag_instruction(tmp_path: Path) -> None:
+    (tmp_path / "instr.txt").write_text("from file")
+    cfg = load(tmp_path, "instruction_file: instr.txt\n")  # BASE also passes --instruction: the flag wins
+    assert cfg.instruction == "do it" and cfg.instruction_file is None
+
+
+def test_lists_and_scalars(tmp_path: Path) -> None:
+    cfg = load(tmp_path, "intelligence: [https://a/v1, https://b/v1]\nlog_content: true\nmode: reactive\n"
+                         "subscribe: [file:///inbox]\ndebounce: 100ms\n",)
+    assert cfg.intelligence == ("test",)  # --intelligence flag wins over the file
+    assert cfg.log_content and cfg.mode == "reactive" and cfg.subscribe == ("file:///inbox",) and cfg.debounce == 0.1
+
+
+def test_flag_only_keys_are_not_file_keys(tmp_path: Path) -> None:
+    for key in ("mcp: []", "config: x.yaml", "validate_config: true"):
+        assert "unknown key" in refused(tmp_path, key + "\n")
+
+
+def test_empty_file_is_fine(tmp_path: Path) -> None:
+    assert load(tmp_path, "").max_steps == 50
+
+
+def test_extension_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 7 adds `connections:` through SECTIONS; the loaded value lands in Config.sections."""
+    seen: list[str] = []
+
+    def load_connections(raw: object, base_dir: str) -> object:
+        seen.append(base_dir)
+        if not isinstance(raw, dict):
+            raise ConfigError("expected a mapping @ $.connections")
+        return {"count": len(raw)}
+
+    monkeypatch.setitem(config_file.SECTIONS, "connections", load_connections)
+    cfg = load(tmp_path, "connections: {a: {}, b: {}}\n")
+    assert cfg.sections == {"connections": {"count": 2}} and seen == [str(tmp_path)]
+    assert "$.connections" in refused(tmp_path, "connections: [1]\n")
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        Config.from_argv([*BASE, "--config", str(tmp_path / "missing.yaml")], env={})

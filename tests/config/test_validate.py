@@ -1,0 +1,121 @@
+"""Whole-config validation: modes, scheduling, the self-MCP listener, numbers, TLS files."""
+
+from pathlib import Path
+
+import pytest
+
+from agentd.config import Config
+from agentd.config.load import load_config
+from agentd.config.validate import split_subscription
+from agentd.errors import ConfigError
+
+BASE = ["--instruction", "do it", "--intelligence", "test"]
+
+
+def refused(*argv: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        Config.from_argv(list(argv), env=env or {})
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+@pytest.fixture
+def pem(tmp_path: Path) -> dict[str, str]:
+    paths = {}
+    for name in ("cert", "key", "ca"):
+        (tmp_path / f"{name}.pem").write_text("x")
+        paths[name] = str(tmp_path / f"{name}.pem")
+    return paths
+
+
+def test_instruction_required_unless_serving() -> None:
+    assert "--instruction" in refused("--intelligence", "test")
+    cfg = Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp"], env={})
+    assert cfg.instruction is None
+    assert "empty" in refused("--instruction", " ", "--intelligence", "test")
+
+
+def test_intelligence_required_and_checked() -> None:
+    assert "--intelligence is required" in refused("--instruction", "x")
+    assert "non-loopback" in refused("--instruction", "x", "--intelligence", "https://a/v1,http://gw.example/v1")
+    assert "ftp://gw" in refused("--instruction", "x", "--intelligence", "ftp://gw")
+    assert "cannot be combined" in refused("--instruction", "x", "--intelligence", "test,https://a/v1")
+
+
+def test_reactive_needs_subscribe() -> None:
+    assert "--subscribe" in refused(*BASE, "--mode", "reactive")
+    cfg = Config.from_argv([*BASE, "--mode", "reactive", "--subscribe", "file:///inbox", "--subscribe",
+                            "fs:file:///b"], env={})
+    assert cfg.subscribe == ("file:///inbox", "fs:file:///b")
+    assert Config.from_argv([*BASE, "--mode", "reactive", "--continue", "file:///x"], env={}).continue_uris == (
+        "file:///x",)
+    assert "needs --mode reactive" in refused(*BASE, "--subscribe", "file:///x")
+    assert "not a URI" in refused(*BASE, "--mode", "reactive", "--subscribe", "inbox")
+    assert "empty URI" in refused(*BASE, "--mode", "reactive", "--subscribe", "")
+
+
+def test_split_subscription() -> None:
+    servers = ["fs", "gh"]
+    assert split_subscription("fs:file:///a", servers) == ("fs", "file:///a")
+    assert split_subscription("file:///a", servers) == (None, "file:///a")
+    assert split_subscription("other:file:///a", servers) == (None, "other:file:///a")
+    assert split_subscription("fs:thing", servers) == (None, "fs:thing")  # scheme fs, not server:uri
+
+
+def test_schedule_rules() -> None:
+    assert "--interval or --cron" in refused(*BASE, "--mode", "schedule")
+    assert "mutually exclusive" in refused(*BASE, "--mode", "schedule", "--interval", "5m", "--cron", "* * * * *")
+    assert "expected 5 fields" in refused(*BASE, "--mode", "schedule", "--cron", "* * * *")
+    assert "out of range" in refused(*BASE, "--mode", "schedule", "--cron", "61 * * * *")
+    assert "--interval > 0" in refused(*BASE, "--mode", "schedule", "--interval", "0")
+    assert "needs --mode schedule" in refused(*BASE, "--cron", "* * * * *")
+    assert "needs --mode loop or schedule" in refused(*BASE, "--interval", "5s")
+    assert Config.from_argv([*BASE, "--mode", "loop", "--interval", "0"], env={}).interval == 0.0
+    assert Config.from_argv([*BASE, "--mode", "loop"], env={}).interval is None
+    assert Config.from_argv([*BASE, "--mode", "schedule", "--cron", "*/5 * * * mon-fri"], env={}).cron
+
+
+def test_numbers() -> None:
+    assert "--max-steps must be at least 1" in refused(*BASE, "--max-steps", "0")
+    assert "must be >= 0" in refused(*BASE, "--max-children", "-1")
+    assert "--deadline must be > 0" in refused(*BASE, "--deadline", "0")
+    assert "--poll-interval" in refused(*BASE, "--poll-interval", "0")
+    assert Config.from_argv([*BASE, "--max-depth", "0"], env={}).max_depth == 0
+
+
+def test_serve_rules(pem: dict[str, str]) -> None:
+    assert "needs mTLS (--serve-client-ca) or --serve-bearer" in refused(
+        *BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"], "--serve-key", pem["key"])
+    assert "non-loopback host '0.0.0.0'" in refused(*BASE, "--serve-mcp", "http://0.0.0.0:8080")
+    assert "https needs --serve-cert" in refused(*BASE, "--serve-mcp", "https://127.0.0.1:8443")
+    assert "need https://" in refused(*BASE, "--serve-mcp", "http://127.0.0.1:1", "--serve-cert", pem["cert"])
+    assert "needs --serve-mcp" in refused(*BASE, "--serve-client-ca", pem["ca"])
+    assert "no such readable file" in refused(*BASE, "--serve-mcp", "https://127.0.0.1:1", "--serve-cert",
+                                              "/nonexistent/cert.pem", "--serve-key", pem["key"])
+    mtls = Config.from_argv([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],
+                             "--serve-key", pem["key"], "--serve-client-ca", pem["ca"]], env={})
+    assert mtls.serve_client_ca == pem["ca"]
+    bearer = Config.from_argv([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],
+                               "--serve-key", pem["key"], "--serve-bearer", "{{secret:SERVE_TOKEN}}"],
+                              env={"SERVE_TOKEN": "abc"})
+    assert bearer.serve_bearer == "{{secret:SERVE_TOKEN}}"
+    assert Config.from_argv([*BASE, "--serve-mcp", "http://127.0.0.1:0"], env={}).serve_mcp
+
+
+def test_serve_bearer_must_be_a_reference(pem: dict[str, str]) -> None:
+    literal = "hunter2-very-long-token-123"
+    message = refused(*BASE, "--serve-mcp", "http://127.0.0.1:1", "--serve-bearer", literal)
+    assert "literal secret" in message and literal not in message
+    message = refused(*BASE, "--serve-mcp", "http://127.0.0.1:1", "--serve-bearer", "{{secret:NOPE}}")
+    assert "NOPE" in message
+
+
+def test_tls_ca_must_exist(tmp_path: Path) -> None:
+    assert "--tls-ca" in refused(*BASE, "--tls-ca", str(tmp_path / "nope.pem"))
+
+
+def test_check_purpose_needs_servers_only() -> None:
+    cfg = load_config(["--mcp", "a=http://127.0.0.1:1/mcp"], {}, purpose="check")
+    assert cfg.mcp[0].name == "a" and cfg.instruction is None
+    with pytest.raises(ConfigError, match="at least one server"):
+        load_config([], {}, purpose="check")

@@ -1,0 +1,171 @@
+"""agentd.main end to end: a real scripted gateway (HTTP) and real MCP servers in their own processes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+import agentd
+from agentd.events import EventLog
+from tests.loop import meta_server
+from tests.peers import launch
+from tests.peers.gateway import scripted_gateway, status, text, tool_call, tool_calls
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture(scope="module")
+def peer() -> Iterator[launch.PeerProcess]:
+    """The SDK peer plus ``whoami``; instructions set; resources test://static, blob, counter, cancelled."""
+    with launch.start_peer(meta_server.argv(instructions="Peer says: be brief.", tools=3),
+                           cwd=launch.REPO_ROOT) as started:
+        yield started
+
+
+def _cfg(*args: str) -> agentd.Config:
+    return agentd.Config.from_argv(["--instruction", "do the task", *args], env={})
+
+
+async def _main(cfg: agentd.Config) -> tuple[agentd.RunResult, list[dict[str, Any]]]:
+    lines: list[dict[str, Any]] = []
+    with trio.fail_after(30):
+        result = await agentd.main(cfg, log=EventLog(sink=lines.append))
+    return result, lines
+
+
+def _tool_contents(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_tool_call_observation_final_answer(peer: launch.PeerProcess, stream: bool) -> None:
+    async with scripted_gateway([tool_call("sdk__add", {"a": 2, "b": 40}), text("The sum is 42.")]) as gw:
+        args = ["--intelligence", gw.url, "--mcp", f"sdk={peer.url}", "--run-id", "e2e-1"]
+        cfg = _cfg(*args, *(["--stream-intelligence"] if stream else []))
+        result, lines = await _main(cfg)
+        assert result.to_json() == {
+            "run_id": "e2e-1", "status": "completed", "done": True, "partial": False, "result": "The sum is 42.",
+            "steps": 2, "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+        }
+        assert [r.stream for r in gw.requests] == [stream, stream]
+        first, second = gw.requests
+        assert "sdk__add" in first.tool_names and "resource_read" in first.tool_names
+        assert _tool_contents(second.messages) == ["42"]
+        assert {line["run_id"] for line in lines} == {"e2e-1"}
+        events = [line["event"] for line in lines]
+        assert events[0] == "run.start" and events[-1] == "run.end"
+
+
+async def test_prompt_holds_server_instructions_and_resource_catalogue(peer: launch.PeerProcess) -> None:
+    async with scripted_gateway([text("ok")]) as gw:
+        await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"))
+        system = gw.requests[0].messages[0]
+        assert system["role"] == "system"
+        assert 'Server "sdk"' in system["content"] and "Peer says: be brief." in system["content"]
+        assert "uri=test://static; server=sdk; name=static; mime=text/plain" in system["content"]
+        assert gw.requests[0].messages[-1] == {"role": "user", "content": "do the task"}
+
+
+async def test_run_id_reaches_tools_call_meta(peer: launch.PeerProcess) -> None:
+    async with scripted_gateway([tool_call("sdk__whoami", {}), text("done")]) as gw:
+        result, _ = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}", "--run-id", "meta-run-7"))
+        assert result.status is agentd.RunStatus.COMPLETED
+        observed = json.loads(_tool_contents(gw.requests[1].messages)[0])
+        assert "meta-run-7" in observed.values()
+
+
+async def test_is_error_self_correction_unknown_tool_invalid_arguments(peer: launch.PeerProcess) -> None:
+    script = [
+        tool_call("sdk__fail", {"message": "disk on fire"}),
+        tool_calls(("sdk__nonexistent", {}), ("sdk__add", {"a": "two", "b": 2}), ("sdk__add", "{broken")),
+        tool_call("sdk__echo", {"text": "recovered"}),
+        text("recovered"),
+    ]
+    async with scripted_gateway(script) as gw:
+        result, lines = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"))
+        assert (result.status.value, result.steps, result.result) == ("completed", 4, "recovered")
+        is_error = _tool_contents(gw.requests[1].messages)[-1]
+        assert is_error.startswith("[tool error") and "disk on fire" in is_error
+        rejected = _tool_contents(gw.requests[2].messages)[-3:]
+        assert all(r.startswith("[agentd rejected this call") for r in rejected)
+        assert "unknown tool 'sdk__nonexistent'" in rejected[0]
+        assert "inputSchema" in rejected[1] and "not valid JSON" in rejected[2]
+        assert _tool_contents(gw.requests[3].messages)[-1] == "recovered"
+        assert sum(line["event"] == "tool.rejected" for line in lines) == 3
+
+
+async def test_resource_read_listed_and_unlisted(peer: launch.PeerProcess) -> None:
+    script = [tool_calls(("resource_read", {"uri": "test://static"}), ("resource_read", {"uri": "test://item/9"}),
+                         ("resource_read", {"uri": "test://nope"})), text("read")]
+    async with scripted_gateway(script) as gw:
+        await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"))
+        static, item, missing = _tool_contents(gw.requests[1].messages)
+        assert "static text" in static and "item 9" in item
+        assert missing.startswith("[tool error") and "not found" in missing
+
+
+async def test_budgets_end_with_partial_best_result(peer: launch.PeerProcess) -> None:
+    async with scripted_gateway(default=tool_call("sdk__echo", {"text": "x"}, content="still going")) as gw:
+        result, lines = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}", "--max-steps", "3"))
+        assert (result.status.value, result.partial, result.result, result.steps, int(result.exit_code)) == (
+            "exhausted_steps", True, "still going", 3, 7)
+        assert any(line["event"] == "loop.budget" for line in lines)
+        result, _ = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}", "--max-tokens", "40"))
+        assert (result.status.value, result.steps, int(result.exit_code)) == ("exhausted_tokens", 3, 7)
+
+
+async def test_deadline_cuts_a_slow_tool(peer: launch.PeerProcess) -> None:
+    async with scripted_gateway([tool_call("sdk__slow", {"seconds": 30}, content="waiting on slow")]) as gw:
+        result, _ = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}", "--deadline", "500ms"))
+        assert (result.status.value, result.partial, result.result, int(result.exit_code)) == (
+            "deadline", True, "waiting on slow", 7)
+
+
+async def test_failover_and_429(peer: launch.PeerProcess) -> None:
+    async with scripted_gateway([status(429, retry_after=0), tool_call("sdk__echo", {"text": "a"}),
+                                 text("through")]) as gw:
+        down = "http://127.0.0.1:9/v1"  # discard port: refused
+        result, lines = await _main(_cfg("--intelligence", f"{down},{gw.url}", "--mcp", f"sdk={peer.url}"))
+        assert (result.status.value, result.result) == ("completed", "through")
+        assert len(gw.requests) == 3
+
+
+async def test_offline_test_model(peer: launch.PeerProcess) -> None:
+    result, lines = await _main(_cfg("--intelligence", "test", "--mcp", f"sdk={peer.url}"))
+    assert result.status is agentd.RunStatus.COMPLETED
+    called = {line["tool"] for line in lines if line["event"] == "tool.result"}
+    assert {"echo", "add", "whoami"} <= called
+    assert result.steps == len(called) + 1
+
+
+async def test_required_server_down_and_intelligence_down() -> None:
+    async with scripted_gateway([text("never")]) as gw:
+        result, lines = await _main(_cfg("--intelligence", gw.url, "--mcp", "gone=http://127.0.0.1:9/mcp"))
+        assert (result.status.value, int(result.exit_code)) == ("mcp_failed", 6)
+        assert lines[-1]["event"] == "run.end" and lines[-1]["exit_code"] == 6
+        assert gw.requests == []
+    result, _ = await _main(_cfg("--intelligence", "http://127.0.0.1:9/v1"))
+    assert (result.status.value, int(result.exit_code)) == ("intelligence_failed", 4)
+
+
+async def test_two_concurrent_main_runs(peer: launch.PeerProcess) -> None:
+    results: dict[str, agentd.RunResult] = {}
+
+    async def one(run_id: str, gw_url: str) -> None:
+        results[run_id], _ = await _main(_cfg("--intelligence", gw_url, "--mcp", f"sdk={peer.url}",
+                                              "--run-id", run_id))
+
+    async with scripted_gateway([tool_call("sdk__whoami", {}), tool_call("sdk__whoami", {}), text("A")]) as a, \
+            scripted_gateway([tool_call("sdk__whoami", {}), text("B")]) as b:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "run-a", a.url)
+            nursery.start_soon(one, "run-b", b.url)
+        assert (results["run-a"].result, results["run-a"].steps) == ("A", 3)
+        assert (results["run-b"].result, results["run-b"].steps) == ("B", 2)
+        for gw, run_id in ((a, "run-a"), (b, "run-b")):
+            for content in _tool_contents(gw.requests[-1].messages):
+                assert run_id in json.loads(content).values()

@@ -1,0 +1,41 @@
+"""Run statuses map to the original agentd's exit codes; the stdout object has exactly the contract keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentd.errors import ExitCode
+from agentd.loop.result import RunResult, RunStatus, RunUsage
+
+
+@pytest.mark.parametrize(
+    ("status", "partial", "code"),
+    [
+        (RunStatus.COMPLETED, False, ExitCode.OK),
+        (RunStatus.COMPLETED, True, ExitCode.PARTIAL),
+        (RunStatus.EXHAUSTED_STEPS, True, ExitCode.BUDGET),
+        (RunStatus.EXHAUSTED_TOKENS, True, ExitCode.BUDGET),
+        (RunStatus.DEADLINE, True, ExitCode.BUDGET),
+        (RunStatus.INTELLIGENCE_FAILED, False, ExitCode.INTELLIGENCE),
+        (RunStatus.MCP_FAILED, False, ExitCode.MCP_REQUIRED),
+        (RunStatus.REFUSED, False, ExitCode.REFUSED),
+        (RunStatus.FAILED, False, ExitCode.FAILURE),
+        (RunStatus.CANCELLED, False, ExitCode.FAILURE),
+        (RunStatus.CRASHED, True, ExitCode.FAILURE),
+    ],
+)
+def test_exit_codes(status: RunStatus, partial: bool, code: ExitCode) -> None:
+    assert RunResult("r", status, partial=partial).exit_code is code
+
+
+def test_stdout_contract() -> None:
+    result = RunResult("r1", RunStatus.COMPLETED, result={"a": 1}, steps=3, usage=RunUsage(10, 5), error="x")
+    assert result.to_json() == {
+        "run_id": "r1",
+        "status": "completed",
+        "done": True,
+        "partial": False,
+        "result": {"a": 1},
+        "steps": 3,
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }

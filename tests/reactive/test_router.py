@@ -1,0 +1,173 @@
+"""The router on the autojump clock: coalescing, independence, bounds, failures, close."""
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from agentd.reactive.router import Router, Wake
+
+
+class Resources:
+    """Resource state plus a wake that records what it read and when (notify-then-read)."""
+
+    def __init__(self, work: float = 0.05) -> None:
+        self.state: dict[str, int] = {}
+        self.work = work
+        self.reads: list[tuple[str, int, float]] = []
+        self.running: dict[str, int] = {}
+        self.max_running: dict[str, int] = {}
+        self.max_total = 0
+
+    async def wake(self, wake: Wake) -> None:
+        self.running[wake.uri] = self.running.get(wake.uri, 0) + 1
+        self.max_running[wake.uri] = max(self.max_running.get(wake.uri, 0), self.running[wake.uri])
+        self.max_total = max(self.max_total, sum(self.running.values()))
+        try:
+            await trio.sleep(0.001)  # the read's round trip
+            self.reads.append((wake.uri, self.state.get(wake.uri, 0), trio.current_time()))
+            await trio.sleep(self.work)
+        finally:
+            self.running[wake.uri] -= 1
+
+    def bump(self, router: Router, uri: str) -> None:
+        self.state[uri] = self.state.get(uri, 0) + 1
+        router.notify(uri, "srv")
+
+
+async def with_router(router: Router, body: Callable[[], Awaitable[None]]) -> None:
+    with trio.fail_after(3600):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(router.run)
+            await body()
+            await router.wait_idle()
+            nursery.cancel_scope.cancel()
+
+
+async def test_one_update_one_immediate_wake(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources()
+    router = Router(res.wake, debounce=0.25)
+
+    async def body() -> None:
+        start = trio.current_time()
+        res.bump(router, "file:///a")
+        await trio.sleep(5)
+        assert [(u, v) for u, v, _ in res.reads] == [("file:///a", 1)]
+        assert res.reads[0][2] - start < 0.01  # leading edge: no debounce wait for a lone change
+
+    await with_router(router, body)
+    assert router.stats.wakes == 1 and router.stats.updates == 1
+
+
+async def test_burst_coalesces_and_last_wake_reads_final_state(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources(work=0.02)
+    router = Router(res.wake, debounce=0.25)
+
+    async def body() -> None:
+        for _ in range(50):  # 50 updates in 100 ms
+            res.bump(router, "u")
+            await trio.sleep(0.002)
+
+    await with_router(router, body)
+    assert 1 < len(res.reads) <= 3
+    assert res.reads[-1][1] == 50
+    assert res.max_running["u"] == 1
+    gaps = [b[2] - a[2] for a, b in zip(res.reads, res.reads[1:])]
+    assert all(gap >= 0.25 for gap in gaps)  # at most one wake per debounce window
+
+
+async def test_updates_during_a_long_wake_fold_into_one_follow_up(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources(work=10.0)
+    router = Router(res.wake, debounce=0.25)
+
+    async def body() -> None:
+        res.bump(router, "u")
+        await trio.sleep(1)
+        for _ in range(20):
+            res.bump(router, "u")
+            await trio.sleep(0.1)
+        assert router.running == ["u"] and router.pending == ["u"]
+
+    await with_router(router, body)
+    assert [v for _, v, _ in res.reads] == [1, 21]
+    assert res.max_running["u"] == 1
+
+
+async def test_update_after_read_started_earns_another_wake(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources(work=1.0)
+    router = Router(res.wake, debounce=0.0)
+
+    async def body() -> None:
+        res.bump(router, "u")
+        await trio.sleep(0.5)  # the first wake has already read value 1
+        res.bump(router, "u")
+
+    await with_router(router, body)
+    assert [v for _, v, _ in res.reads] == [1, 2]
+
+
+async def test_uris_are_independent_and_bounded(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources(work=1.0)
+    router = Router(res.wake, debounce=0.25, max_concurrent=2)
+
+    async def body() -> None:
+        for uri in ("a", "b", "c", "d"):
+            res.bump(router, uri)
+        await trio.sleep(0.5)
+        assert len(router.running) == 2 and len(router.pending) == 2
+
+    await with_router(router, body)
+    assert sorted(u for u, _, _ in res.reads) == ["a", "b", "c", "d"]
+    assert res.max_total == 2
+
+
+async def test_two_uris_wake_without_waiting_for_each_other(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources(work=5.0)
+    router = Router(res.wake, debounce=0.25, max_concurrent=4)
+
+    async def body() -> None:
+        res.bump(router, "a")
+        await trio.sleep(0.1)
+        res.bump(router, "b")
+
+    await with_router(router, body)
+    times = {u: t for u, _, t in res.reads}
+    assert times["b"] - times["a"] < 0.2
+
+
+async def test_failed_wake_is_logged_and_router_continues(autojump_clock: trio.abc.Clock) -> None:
+    lines: list[dict[str, object]] = []
+    outcomes: list[tuple[int, str | None]] = []
+    from agentd.events import EventLog
+
+    async def wake(w: Wake) -> None:
+        if w.seq == 1:
+            raise RuntimeError("boom")
+
+    router = Router(wake, debounce=0.0, log=EventLog(sink=lines.append),
+                    on_done=lambda w, e: outcomes.append((w.seq, type(e).__name__ if e else None)))
+
+    async def body() -> None:
+        router.notify("u")
+        await trio.sleep(1)
+        router.notify("u")
+
+    await with_router(router, body)
+    assert outcomes == [(1, "RuntimeError"), (2, None)]
+    assert [line["event"] for line in lines] == ["reactive.wake_failed"]
+    assert router.stats.failed == 1
+
+
+async def test_close_drops_pending_and_lets_running_finish(autojump_clock: trio.abc.Clock) -> None:
+    res = Resources(work=3.0)
+    router = Router(res.wake, debounce=0.25)
+
+    async def body() -> None:
+        res.bump(router, "u")
+        await trio.sleep(0.5)
+        res.bump(router, "u")  # pending behind the running wake
+        router.close()
+        res.bump(router, "v")  # refused after close
+
+    await with_router(router, body)
+    assert [(u, v) for u, v, _ in res.reads] == [("u", 1)]
+    assert router.stats.dropped == 2

@@ -1,0 +1,134 @@
+"""Real child processes: sync, async and warm spawns, status, await, send, cancel."""
+
+from __future__ import annotations
+
+import trio
+
+from agentd.supervisor.caps import Refusal
+from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest
+from tests.supervisor.conftest import ROOT, req
+
+
+async def test_sync_spawn_returns_the_distilled_result(root, events):
+    with trio.fail_after(20):
+        async with root() as sup:
+            view = await sup.spawn(ROOT, req(["usage", 10, 5], ["echo"], output_contract="json"))
+    assert view.done and view.status == "completed" and view.partial is False
+    assert view.handle == "0.1"
+    assert view.result["handle"] == "0.1" and view.result["depth"] == 1
+    assert view.result["tool_scope"] == ["fs", "web"]
+    assert set(view.structured()) == {"handle", "status", "done", "partial", "result"}
+    assert events.named("subagent.exit", handle="0.1")[0]["usage_tokens"] == 15
+    assert events.named("subagent.exit", handle="0.1")[0]["rung"] == "exited"
+
+
+async def test_async_spawn_returns_a_handle_at_once_then_status_and_await(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            view = await sup.spawn(ROOT, req(["sleep", 0.5], ["result", {"n": 1}], async_=True))
+            assert view.handle == "0.1" and view.done is False and view.status in ("starting", "running")
+            assert sup.status(ROOT, "0.1").done is False
+            done = await sup.await_(ROOT, "0.1")
+            assert (done.status, done.done, done.result) == ("completed", True, {"n": 1})
+            assert sup.status(ROOT, "0.1") == done
+
+
+async def test_await_reports_still_running_after_its_bound(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            await sup.spawn(ROOT, req(["hang"], async_=True))
+            view = await sup.await_(ROOT, "0.1", timeout=0.5)
+            assert view.done is False and view.status == "running"
+
+
+async def test_warm_session_answers_each_message_until_cancelled(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            first = await sup.spawn(ROOT, req(["echo"], warm=True))
+            assert first.status == "awaiting_turn" and first.done is False
+            assert first.result["handle"] == "0.1"
+            second = await sup.send(ROOT, "0.1", "and now this")
+            assert second.status == "awaiting_turn" and second.result["message"] == "and now this"
+            third = await sup.send(ROOT, "0.1", "once more")
+            assert third.result["message"] == "once more"
+            ended = await sup.cancel(ROOT, "0.1", "enough")
+            assert (ended.status, ended.done, ended.partial) == ("cancelled", True, False)
+            assert isinstance(await sup.send(ROOT, "0.1", "too late"), Refusal)
+
+
+async def test_send_to_a_busy_or_cold_session_is_refused(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            await sup.spawn(ROOT, req(["hang"], async_=True))
+            refused = await sup.send(ROOT, "0.1", "hello")
+            assert isinstance(refused, Refusal) and "not awaiting a message" in refused.message
+
+
+async def test_handles_are_scoped_to_the_callers_subtree(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            await sup.spawn(ROOT, req(["hang"], async_=True))
+            assert isinstance(sup.status(ROOT, "0.9"), Refusal)
+            assert isinstance(sup.status(Caller(Origin.STDIO, "0.2"), "0.1"), Refusal)
+            assert isinstance(sup.status(Caller(Origin.MANAGEMENT), "0.1"), Refusal)
+
+
+async def test_served_spawns_get_served_handles(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            served = Caller(Origin.MANAGEMENT)
+            view = await sup.spawn(served, req(["echo"]))
+            assert view.handle == "served.1" and view.status == "completed"
+            assert sup.status(served, "served.1").done
+            assert isinstance(sup.status(ROOT, "served.1"), Refusal)
+
+
+async def test_cancel_ends_a_running_subagent_at_the_first_rung(root, events):
+    with trio.fail_after(20):
+        async with root() as sup:
+            await sup.spawn(ROOT, req(["usage", 3, 4], ["hang"], async_=True))
+            await trio.sleep(0.3)
+            view = await sup.cancel(ROOT, "0.1", "changed my mind")
+    assert (view.status, view.done, view.partial) == ("cancelled", True, True)
+    assert view.result == {"cancelled": "changed my mind"}
+    assert events.named("subagent.exit", handle="0.1")[0]["rung"] == "cancel"
+    assert events.named("subagent.cancel", handle="0.1")[0]["reason"] == "changed my mind"
+
+
+async def test_sync_spawn_is_cancelled_with_its_caller(root, events):
+    with trio.fail_after(20):
+        async with root() as sup:
+            with trio.move_on_after(1.0):
+                await sup.spawn(ROOT, req(["hang"]))
+            assert sup.status(ROOT, "0.1").status == "cancelled"
+    assert events.named("subagent.exit", handle="0.1")[0]["rung"] == "cancel"
+
+
+async def test_closing_the_supervisor_cancels_async_and_warm_children(root):
+    with trio.fail_after(20):
+        async with root() as sup:
+            await sup.spawn(ROOT, req(["hang"], async_=True))
+            await sup.spawn(ROOT, req(["echo"], warm=True))
+        assert sup.status(ROOT, "0.1").status == "cancelled"
+        assert sup.status(ROOT, "0.2").status == "cancelled"
+
+
+async def test_secrets_travel_in_the_payload_never_argv_or_env(root, tmp_path):
+    secret = "s3cr3t-value-never-logged"
+    with trio.fail_after(20):
+        async with root() as sup:
+            sup.secrets = {"TOKEN": secret, "OTHER": "unrelated-secret-value"}
+            sup.child_config = {"mcp_servers": [
+                {"name": "fs", "url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer {{secret:TOKEN}}"}},
+                {"name": "web", "url": "http://127.0.0.1:2/mcp", "headers": {"X": "{{secret:OTHER}}"}},
+            ]}
+            node_view = await sup.spawn(ROOT, req(["hang"], async_=True, tool_scope=("fs",)))
+            node = sup._nodes[node_view.handle]
+            assert node.payload.secrets == {"TOKEN": secret}
+            assert [s["name"] for s in node.payload.config["mcp_servers"]] == ["fs"]
+            for name in ("environ", "cmdline"):
+                blob = (trio.Path(f"/proc/{node.pid}") / name)
+                data = await blob.read_bytes()
+                assert secret.encode() not in data and b"unrelated-secret" not in data
+            env = dict(kv.split(b"=", 1) for kv in (await (trio.Path(f"/proc/{node.pid}") / "environ").read_bytes()).split(b"\0") if b"=" in kv)
+            assert env[b"AGENT_SUBAGENT"] == b"1"
