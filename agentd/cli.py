@@ -10,7 +10,7 @@
 stdout carries exactly one JSON document; stderr carries JSON event lines only. Exit codes are the
 original agentd's (docs/cli.md): errors map through ``AgentdError.exit_code``; anything unexpected is 1.
 
-Start-up stays cheap: this module imports only the standard library at the top, so ``--help`` and the
+Start-up stays cheap: this module imports only the standard library and attrs at the top, so ``--help`` and the
 subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn or
 jsonschema.
 """
@@ -18,12 +18,13 @@ jsonschema.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -124,14 +125,19 @@ def _run(argv: list[str], env: dict[str, str]) -> int:
     if daemon_main is None:
         _fail("agentd.daemon is not available in this build", 1)
         return 1
-    result, forced = _trio_run_with_drain(daemon_main, config, log)
+    outcome = _trio_run_with_drain(daemon_main, config, log)
+    result = outcome.result
     if result is None:
-        # Cancelled by the drain backstop (clean drain, 0) or by a second signal (forced, 1).
+        # Cancelled by the drain timeout (a clean drain, 0) or by a second signal (forced, 1).
         _print_json(_cancelled_doc(config))
-        code = 1 if forced else 0
+        code = 1 if outcome.forced else 0
     else:
         _print_json(result.to_json() if hasattr(result, "to_json") else result)
         code = int(getattr(result, "exit_code", 1))
+        if outcome.drained and not outcome.forced and str(getattr(result, "status", "")) == "cancelled":
+            code = 0  # the run was cancelled *because* we asked it to drain: that is success
+        if code in (3, 7) and config.budget_exit_code is not None:
+            code = config.budget_exit_code
     log.info("proc.exit", exit_code=code)
     return code
 
@@ -147,6 +153,9 @@ def _check(argv: list[str], env: dict[str, str]) -> int:
 
     config = load_config(argv, env, purpose="check")
     log = _root_log(config)
+    if config.validate_config:
+        _print_json({"valid": True, "config": effective_config(config)})
+        return 0
     run_check = _optional("agentd.client.check", "run_check")
     if run_check is None:
         _fail("agentd check is not available in this build", 2)
@@ -156,6 +165,8 @@ def _check(argv: list[str], env: dict[str, str]) -> int:
     from agentd.secrets import SecretResolver
 
     secrets = SecretResolver(env, log.redactor)
+
+    import inspect
 
     async def check() -> tuple[dict[str, Any], int]:
         outcome = run_check(config.mcp, log=log, secrets=secrets)
@@ -173,6 +184,8 @@ def _delegate(command: str, args: list[str]) -> int:
     if function is None:
         _fail(f"agentd {command}: not available in this build", 2)
         return 2
+    import inspect
+
     if inspect.iscoroutinefunction(function):
         import trio
 
@@ -199,17 +212,26 @@ def _optional(module: str, attribute: str) -> Callable[..., Any] | None:
 # --- running the daemon under signals -------------------------------------------------------------------
 
 
-def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog) -> tuple[Any, bool]:
+@attrs.frozen
+class DrainOutcome:
+    """What ``daemon_main`` returned (None if it was cancelled), and whether a drain or a force happened."""
+
+    result: Any
+    drained: bool
+    forced: bool
+
+
+def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog) -> DrainOutcome:
     """``trio.run(daemon_main, config)`` with SIGTERM/SIGINT turned into a drain (see agentd.drain)."""
     import trio
 
     from agentd.drain import DrainLatch, use_drain, watch_signals
 
     forced = False
+    latch = DrainLatch()
 
     async def supervise() -> Any:
         nonlocal forced
-        latch = DrainLatch()
         run_scope = trio.CancelScope()
 
         def force() -> None:
@@ -235,7 +257,8 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
                 nursery.cancel_scope.cancel()
         return result
 
-    return trio.run(supervise), forced
+    result = trio.run(supervise)
+    return DrainOutcome(result, drained=latch.requested, forced=forced)
 
 
 # --- output ------------------------------------------------------------------------------------------
@@ -243,8 +266,6 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
 
 def effective_config(config: Config) -> dict[str, Any]:
     """The Config as JSON (secrets are references, so this is safe to print)."""
-    import attrs
-
     return attrs.asdict(config)
 
 

@@ -33,6 +33,7 @@ from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnec
 from agentd.events import EventLog, stream_sink
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
+from agentd.intelligence.wire import Usage
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
@@ -77,23 +78,79 @@ async def main(
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode} is not available in this build")
     async with trio.open_nursery() as daemon:
+        served = await _start_serving(cfg, log, daemon)
         try:
-            result = await runner(cfg, log, daemon)
+            if served is not None and cfg.instruction is None:
+                result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
+            else:
+                result = await runner(cfg, log, daemon)
         except AgentdError:
             raise
         except Exception as exc:  # a bug: report it as a run outcome so stdout still carries one object
             log.error("run.failed", error=f"{type(exc).__name__}: {exc}")
             result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=f"{type(exc).__name__}: {exc}")
+        if served is not None:
+            # While serving, the daemon stays up until signalled, whatever its mode; then the serve task
+            # drains (listener, then served runs within --drain-timeout) and ends on its own.
+            await served.wait()
         # Services other parts start in the daemon nursery (serve, watchers) end with the root run in once mode.
         daemon.cancel_scope.cancel()
     return result
 
 
+async def _start_serving(cfg: Config, log: EventLog, daemon: trio.Nursery) -> trio.Event | None:
+    """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
+    if cfg.serve_mcp is None:
+        return None
+    from agentd.selfmcp.serving import serve_for_daemon
+
+    ended = trio.Event()
+
+    async def serve(task_status: trio.TaskStatus[object]) -> None:
+        try:
+            await serve_for_daemon(cfg, log, task_status=task_status)
+        finally:
+            ended.set()
+
+    await daemon.start(serve)
+    return ended
+
+
 async def _once(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
-    return await run_config(cfg, run_id=log.run_id, log=log, env=None)
+    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains."""
+    try:
+        from agentd.supervisor.messages import Usage as UsageFrame
+        from agentd.supervisor.supervisor import Caller, Origin
+        from agentd.supervisor.tools import register_subagent_tools
+        from agentd.supervisor.wiring import open_root_supervisor
+    except ModuleNotFoundError:  # a build without the supervisor: the loop alone
+        return await run_config(cfg, run_id=log.run_id, log=log)
+    async with open_root_supervisor(cfg, log=log, env=os.environ, run_id=log.run_id) as supervisor:
+        controls = ControlToolRegistry()
+        if cfg.max_depth > 0:
+            register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle))
+
+        async def on_usage(usage: Usage) -> None:
+            # The root's own tokens count against the tree ceiling like every descendant's.
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
+            await supervisor.authority.report_usage(supervisor.handle, frame)
+
+        return await run_config(cfg, run_id=log.run_id, log=log, controls=controls, on_usage=on_usage)
 
 
-MODES: dict[str, ModeRunner] = {"once": _once}
+async def _daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
+    from agentd.reactive.entry import daemon_mode
+
+    return await daemon_mode(cfg, log, daemon)
+
+
+#: ``cfg.mode`` -> its runner. Daemon modes live in agentd.reactive (imported when used).
+MODES: dict[str, ModeRunner] = {
+    "once": _once,
+    "loop": _daemon_mode,
+    "schedule": _daemon_mode,
+    "reactive": _daemon_mode,
+}
 
 
 def _register_daemon_modes() -> None:
@@ -104,6 +161,15 @@ def _register_daemon_modes() -> None:
 
 
 _register_daemon_modes()
+
+
+async def _serve(
+    cfg: Config, log: EventLog, env: Mapping[str, str] | None, *, task_status: trio.TaskStatus[Any]
+) -> None:
+    """The self-MCP serve task (``--serve-mcp``): runs in the daemon nursery until drained or cancelled."""
+    from agentd.selfmcp.serving import serve_for_daemon
+
+    await serve_for_daemon(cfg, log, env=env, task_status=task_status)
 
 
 def limits_of(cfg: Config) -> Limits:
@@ -170,6 +236,10 @@ async def run_config(
             result = await run_once(
                 request, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
             )
+    except* trio.Cancelled:
+        # Cancelled from outside (a forced drain, a parent's kill ladder): say so, then let it unwind.
+        log.warn("run.cancelled", reason="the run was cancelled from outside")
+        raise
     except* McpConnectError as group:
         failure = (RunStatus.MCP_FAILED, _first_message(group))
     except* IntelligenceError as group:

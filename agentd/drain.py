@@ -34,6 +34,11 @@ class DrainLatch:
     def requested(self) -> bool:
         return self._event.is_set()
 
+    @property
+    def event(self) -> trio.Event:
+        """The underlying event, for code that waits on (or sets) a plain ``trio.Event``."""
+        return self._event
+
     def request(self, reason: str) -> None:
         if not self._event.is_set():
             self.reason = reason
@@ -50,6 +55,11 @@ def current_drain() -> DrainLatch:
     """The latch of the current run (installed by the CLI or :func:`use_drain`), or a latch nobody sets."""
     latch = _CURRENT.get()
     return latch if latch is not None else DrainLatch()
+
+
+def installed_drain() -> DrainLatch | None:
+    """The installed latch, or None: then nobody owns the signals and a daemon may watch them itself."""
+    return _CURRENT.get()
 
 
 @contextlib.contextmanager

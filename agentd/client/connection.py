@@ -127,6 +127,7 @@ class ServerConnection:
     _waiters: dict[jsonrpc.RequestId, _Waiter] = attrs.field(factory=dict)
     _broken: trio.Event = attrs.field(factory=trio.Event)
     _broken_reason: str = ""
+    _started: bool = False
     _reconnected: trio.Event = attrs.field(factory=trio.Event)
     _activity: float = 0.0
     _refresh: set[str] = attrs.field(factory=set)
@@ -159,10 +160,14 @@ class ServerConnection:
         """Connect, then keep the connection alive until cancelled. Raises McpConnectError before started."""
         try:
             await self._connect()
-            task_status.started(self)
+            status: trio.TaskStatus[ServerConnection] | None = task_status
             after_reconnect = False
             while True:
-                await self._run_live(after_reconnect=after_reconnect)
+                # The first live phase reports the connection started once its streams are up.
+                await self._run_live(after_reconnect=after_reconnect, task_status=status)
+                if status is not None and not self._started:
+                    status.started(self)
+                status = None
                 self.connected = False
                 self.log.warn("mcp.disconnected", server=self.name, reason=self._broken_reason)
                 await self._reconnect()
@@ -280,7 +285,9 @@ class ServerConnection:
             except McpConnectError as exc:
                 self.log.warn("mcp.connect_failed", server=self.name, error=str(exc), attempt=attempt)
 
-    async def _run_live(self, *, after_reconnect: bool) -> None:
+    async def _run_live(
+        self, *, after_reconnect: bool, task_status: trio.TaskStatus[ServerConnection] | None = None
+    ) -> None:
         async with trio.open_nursery() as live:
             live.start_soon(self._watch_broken, live.cancel_scope)
             if self.era is Era.LEGACY:
@@ -292,6 +299,9 @@ class ServerConnection:
             else:
                 await live.start(self._listen_loop)
             live.start_soon(self._refresher)
+            if task_status is not None:
+                self._started = True
+                task_status.started(self)
             if after_reconnect:
                 for uri in self.watched:
                     self.log.info("mcp.updated", server=self.name, uri=uri, synthesized=True)
@@ -562,12 +572,8 @@ class ServerConnection:
             ToolInfo(self.name, t.name, t.description, t.input_schema, t.output_schema, t.annotations, t.title)
             for t in tools
         ]
+        # The audit record of each (untrusted) description is the loop's mcp.tool_description event.
         self._validators = {}
-        for tool in self.tools:
-            self.log.debug(
-                "mcp.tool_description", server=self.name, tool=tool.name,
-                description=self.log.content(tool.description or ""), annotations=tool.annotations,
-            )  # fmt: skip
 
     async def _load_resources(self) -> None:
         resources: list[types.Resource] = await self._drain(

@@ -63,7 +63,7 @@ _CONFIG = "configuration"
 FLAGS: Final[tuple[Flag, ...]] = (
     # run
     Flag("--instruction", "instruction", "str", "what the agent should do", _RUN, "TEXT"),
-    Flag("--instruction-file", "instruction_file", "path", "read the instruction from a file", _RUN, "PATH",
+    Flag("--instruction-file", "instruction_file", "path", "read the instruction from a file ('-' = stdin)", _RUN, "PATH",
          env=False),
     Flag("--output-contract", "output_contract", "str",
          "what the final answer must look like (a JSON answer is parsed)", _RUN, "TEXT"),
@@ -117,6 +117,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",
          "daemon modes: tokens over the process lifetime (default 0 = unbounded)", _BUDGETS, "N",
          env_aliases=("AGENTD_BUDGET_TOKENS", "AGENT_BUDGET_TOKENS")),
+    Flag("--budget-exit-code", "budget_exit_code", "int",
+         "exit with this code instead of 3 (partial) or 7 (budget exhausted)", _BUDGETS, "CODE", env=False),
     Flag("--cancel-grace", "cancel_grace", "duration",
          "kill ladder: wait after the cancel message before EOF/SIGTERM (default 5s)", _BUDGETS, "DURATION"),
     Flag("--term-grace", "term_grace", "duration", "kill ladder: wait after SIGTERM before SIGKILL (default 2s)",

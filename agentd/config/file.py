@@ -121,6 +121,23 @@ class FileLayer:
     sections: Mapping[str, object]
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``safe_load`` that refuses a key given twice in one mapping (YAML would silently keep the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: let the base class report it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_file(path: str) -> FileLayer:
     """Read and check one config file.
 
@@ -129,13 +146,15 @@ def load_file(path: str) -> FileLayer:
     """
     try:
         with open(path, encoding="utf-8") as file:
-            raw = yaml.safe_load(file)
+            raw = yaml.load(file, Loader=_StrictLoader)  # a SafeLoader subclass: safe_load semantics
     except OSError as exc:
         raise ConfigError(f"--config {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"--config {path}: not valid YAML{where}") from None
+        problem = getattr(exc, "problem", None)
+        detail = f" ({problem})" if isinstance(problem, str) and problem.startswith("duplicate key") else ""
+        raise ConfigError(f"--config {path}: not valid YAML{where}{detail}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -196,8 +215,8 @@ def _load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
 
 
 def _rebase(path: str | None, base_dir: str) -> str | None:
-    if path is None:
-        return None
+    if path is None or path == "-":
+        return path
     path = os.path.expanduser(path)
     return path if os.path.isabs(path) else os.path.join(base_dir, path)
 

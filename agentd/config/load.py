@@ -7,6 +7,8 @@ Each value is converted where it enters (so an error can name its origin: ``--ma
 from __future__ import annotations
 
 import os
+import secrets
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -31,15 +33,13 @@ _FALSE: Final = frozenset({"0", "false", "no", "off"})
 #: Settings that are two spellings of one thing: a layer may give one of them; a higher layer's choice wins.
 _EXCLUSIVE: Final = (("instruction", "instruction_file"), ("intelligence_token", "intelligence_token_file"))
 
-#: Pseudo-fields folded into real ones after merging.
-_PSEUDO: Final = frozenset({"intelligence_token_file", "version"})
-
-Layer = dict[str, tuple[Any, str]]  # dest -> (converted value, origin for messages)
+Layer = dict[str, Any]  # dest -> converted value
 
 
 def default_run_id() -> str:
-    """Time plus pid, like the original: sortable, unique per host, and readable in a log."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    """Time plus pid, like the original (sortable, readable in a log), plus a short random tag so two
+    Configs built in one process within a second still name different runs."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, purpose: Purpose = "run") -> Config:
@@ -60,20 +60,19 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         file_layer = load_file(os.path.expanduser(config_path))
         layers.append(
             {
-                dest: (_convert(flag, raw, f"--config {file_layer.path} $.{flag.file_key}", from_file=True), "file")
+                dest: _convert(flag, raw, f"--config {file_layer.path} $.{flag.file_key}", from_file=True)
                 for dest, (flag, raw) in file_layer.settings.items()
             }
         )
     layers.append(
         {
-            dest: (_convert(item.flag, item.value, f"${item.variable}", env_variable=item.variable), "env")
+            dest: _convert(item.flag, item.value, f"${item.variable}", env_variable=item.variable)
             for dest, item in env_values.items()
         }
     )
     layers.append(
         {
-            dest: (_convert(FLAGS_BY_DEST[dest], raw, FLAGS_BY_DEST[dest].name), "flag")
-            for dest, raw in flags_raw.items()
+            dest: _convert(FLAGS_BY_DEST[dest], raw, FLAGS_BY_DEST[dest].name) for dest, raw in flags_raw.items()
         }
     )
 
@@ -87,7 +86,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
             if given:
                 for dest in group:
                     merged.pop(dest, None)
-        merged.update({dest: value for dest, (value, _) in layer.items()})
+        merged.update(layer)
 
     token_file = merged.pop("intelligence_token_file", None)
     if token_file is not None:
@@ -103,16 +102,19 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         merged["sections"] = dict(file_layer.sections)
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
-    merged = {key: value for key, value in merged.items() if key not in _PSEUDO}
     config = Config(**merged)
     validate(config, env, purpose=purpose)
     return config
 
 
 def _read_instruction(path: str) -> str:
+    """The instruction file's text; ``-`` reads standard input (``generate-task | agentd --instruction-file -``)."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
         raise ConfigError(f"--instruction-file {path}: cannot read ({reason})") from None

@@ -89,6 +89,8 @@ class Config:
     # daemon lifetime
     drain_timeout: float = 25.0
     budget_tokens_lifetime: int = 0
+    #: Replaces exit codes 3 (partial) and 7 (budget) when set, as the original's --budget-exit-code.
+    budget_exit_code: int | None = None
     # identity and telemetry
     run_id: str = ""
     log_level: LogLevel = "info"

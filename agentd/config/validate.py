@@ -13,10 +13,10 @@ from typing import Final, Literal
 
 from agentd.config.cron import CronSchedule
 from agentd.config.endpoints import (
+    OFFLINE_MODEL,
     check_endpoint,
     check_intelligence_endpoint,
     check_server_name,
-    OFFLINE_MODEL,
     is_loopback_host,
 )
 from agentd.config.model import Config, McpServerConfig
@@ -128,6 +128,8 @@ def _check_numbers(config: Config) -> None:
     for field, flag in _AT_LEAST_ONE:
         if getattr(config, field) < 1:
             raise ConfigError(f"{flag} must be at least 1, got {getattr(config, field)}")
+    if config.budget_exit_code is not None and not 0 <= config.budget_exit_code <= 255:
+        raise ConfigError(f"--budget-exit-code must be 0-255, got {config.budget_exit_code}")
     for field, flag in _POSITIVE_DURATIONS:
         if getattr(config, field) <= 0:
             raise ConfigError(f"{flag} must be > 0")

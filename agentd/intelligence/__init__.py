@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+import attrs
 import httpx
 
 from agentd.errors import ConfigError
@@ -61,16 +62,16 @@ class Intelligence(Protocol):
     async def complete(self, messages: list[dict[str, Any]], tools: Sequence[ChatTool]) -> ModelReply: ...
 
 
-class _Registering(SecretResolver):
+@attrs.frozen
+class _Registering:
     """Whatever resolver the caller passed, every value it yields is also scrubbed from *this* log."""
 
-    def __init__(self, inner: SecretResolver, redactor: Redactor) -> None:
-        self._inner = inner
-        self._scrub = redactor
+    inner: SecretResolver = attrs.field(repr=False)
+    redactor: Redactor = attrs.field(repr=False)
 
     def resolve(self, template: str) -> str:
-        value = self._inner.resolve(template)
-        self._scrub.add(value)
+        value = self.inner.resolve(template)
+        self.redactor.add(value)
         return value
 
 

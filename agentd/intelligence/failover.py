@@ -140,12 +140,15 @@ class FailoverIntelligence:
     ) -> tuple[ModelReply | None, Retryable | None]:
         gateway, breaker = self.gateways[index], self.breakers[index]
         failure: Retryable | None = None
-        refreshed = False
-        for attempt in range(len(RETRY_DELAYS) + 1):
-            if not breaker.allow():
+        refreshed = False  # a 401/403 re-reads the token once; that retry is part of the same attempt
+        attempt_again = False
+        attempt = 0
+        while True:
+            if not attempt_again and not breaker.allow():
                 if attempt == 0:
                     self.log.info("intel.breaker", endpoint=gateway.name, state="skipped_open")
                 return None, failure
+            attempt_again = False
             probe = breaker.state is BreakerState.HALF_OPEN
             if probe:
                 self.log.info("intel.breaker", endpoint=gateway.name, state="half_open")
@@ -187,11 +190,13 @@ class FailoverIntelligence:
                     status=exc.status,
                 )
                 await trio.sleep(delay)
+                attempt += 1
                 continue
             except GatewayError as exc:
                 if exc.status in (401, 403) and not refreshed and gateway.token is not None:
                     refreshed = True
                     if gateway.token.refresh():
+                        attempt_again = True
                         # The secret was rotated since it was read: one more try with the new value.
                         self.log.warn(
                             "intel.retry",
@@ -218,7 +223,6 @@ class FailoverIntelligence:
                 elapsed_ms=round((trio.current_time() - started) * 1000, 1),
             )
             return reply, None
-        return None, failure  # pragma: no cover - the loop always returns
 
     def _delay(self, base: float, retry_after: float | None) -> float | None:
         jittered = base * (1 + self.rng.uniform(-JITTER, JITTER))

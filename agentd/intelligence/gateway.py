@@ -14,7 +14,7 @@ import math
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 import httpx
@@ -25,7 +25,6 @@ from agentd.events import EventLog
 from agentd.intelligence.endpoints import display
 from agentd.intelligence.wire import MalformedReply, ModelReply, StreamAssembler, parse_completion
 from agentd.mcp.sse import SseDecoder, SseError
-from agentd.secrets import SecretResolver
 
 #: A reply larger than this is refused rather than buffered.
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
@@ -81,6 +80,12 @@ def _error_detail(body: bytes) -> str:
     return message[:200] if isinstance(message, str) else ""
 
 
+class Resolver(Protocol):
+    """Anything that expands a secret reference (``agentd.secrets.SecretResolver``)."""
+
+    def resolve(self, template: str) -> str: ...
+
+
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     """Does ``kind`` appear in the cause/context chain (httpx on trio wraps SSL errors twice)?"""
     seen: set[int] = set()
@@ -102,7 +107,7 @@ class BearerToken:
     """
 
     template: str = attrs.field(repr=False)
-    resolver: SecretResolver = attrs.field(repr=False)
+    resolver: Resolver = attrs.field(repr=False)
     value: str = attrs.field(repr=False, default="")
 
     def __attrs_post_init__(self) -> None:

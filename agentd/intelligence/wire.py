@@ -176,8 +176,11 @@ def parse_completion(body: Any) -> ModelReply:
         raise MalformedReply("the first choice has no message")
     message = choice["message"]
     finish = choice.get("finish_reason")
+    content = _text(message.get("content"))
+    if content is None and isinstance(message.get("refusal"), str):
+        content = message["refusal"]  # a safety refusal is the model's answer, not an empty one
     return ModelReply(
-        content=_text(message.get("content")),
+        content=content,
         tool_calls=_tool_calls(message.get("tool_calls")),
         usage=parse_usage(body.get("usage")),
         finish_reason=finish if isinstance(finish, str) else None,
@@ -239,8 +242,10 @@ class StreamAssembler:
             partial.id = fragment["id"]
         function = fragment.get("function") or {}
         if isinstance(function, Mapping):
-            if isinstance(function.get("name"), str):
-                partial.name += function["name"]
+            name = function.get("name")
+            # OpenAI sends the name once; some servers repeat it in every fragment. Never double it.
+            if isinstance(name, str) and name and name != partial.name:
+                partial.name += name
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 partial.arguments.append(arguments)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -44,7 +44,8 @@ MAX_CONSECUTIVE_FAULTS = 3
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
-UsageHook = Callable[[Usage], None]
+#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling).
+UsageHook = Callable[[Usage], Awaitable[None] | None]
 
 
 @attrs.frozen
@@ -94,7 +95,9 @@ class _Run:
         reply = await self.intel.complete(self.messages, catalogue.chat_tools)
         self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         if self.on_usage is not None:
-            self.on_usage(reply.usage)
+            pending = self.on_usage(reply.usage)
+            if pending is not None:
+                await pending
         if reply.content and reply.content.strip():
             self.best_text = reply.content
         self.log.info(

@@ -168,6 +168,7 @@ class ClientSession:
     def complete_initialize(self, result: dict[str, Any]) -> types.InitializeResult:
         if self.state is not State.INITIALIZING:
             raise SessionError(f"an initialize result in state {self.state.value}")
+        self._forget(self._initialize_id)
         try:
             init = types.structure(result, types.InitializeResult)
         except types.WireError as exc:
@@ -194,9 +195,12 @@ class ClientSession:
         if self.state is State.READY:
             raise SessionError("discover after the session is ready")
         self.state = State.INITIALIZING
-        return self._new_request("server/discover", self._envelope({}, LATEST_MODERN))
+        request = self._new_request("server/discover", self._envelope({}, LATEST_MODERN))
+        self._initialize_id = request.id
+        return request
 
     def adopt_modern(self, result: dict[str, Any]) -> types.DiscoverResult:
+        self._forget(self._initialize_id)
         try:
             result_type(result)
             found = types.structure(result, types.DiscoverResult)

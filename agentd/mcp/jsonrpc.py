@@ -76,7 +76,7 @@ def parse_message(obj: Any) -> Message:
     if obj.get("jsonrpc") != "2.0":
         raise InvalidMessage('"jsonrpc" must be "2.0"', id=obj.get("id") if _valid_id(obj.get("id")) else None)
     has_id = "id" in obj
-    raw_id = obj.get("id")
+    raw_id: Any = obj.get("id")
     if "method" in obj:
         method = obj["method"]
         if not isinstance(method, str) or not method:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import trio
 
 from agentd.config.model import Config
-from agentd.errors import IntelligenceError, McpConnectError
+from agentd.errors import AgentdError, IntelligenceError, McpConnectError
 from agentd.events import EventLog
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
@@ -25,7 +25,7 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.loop.runner import RunRequest, run_loop
 from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
-from agentd.reactive.modes import DaemonContext, run_daemon
+from agentd.reactive.modes import DaemonContext, lone_agentd_error, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
 
 #: Adds the daemon's other control tools (``subagent.*``) to a run's registry: ``(registry, run_id)``.
@@ -75,12 +75,18 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, drain
     from agentd.secrets import SecretResolver
 
     if drain is None:
-        drain = trio.Event()
-        daemon.start_soon(drain_on_signals, drain, log)
+        from agentd.drain import installed_drain
+
+        latch = installed_drain()
+        if latch is not None:  # the CLI owns SIGTERM/SIGINT (agentd/drain.py): share its latch
+            drain = latch.event
+        else:
+            drain = trio.Event()
+            daemon.start_soon(drain_on_signals, drain, log)
     resolver = SecretResolver(env=env, redactor=log.redactor)
     limits = Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
     result: RunResult | None = None
-    failure: tuple[RunStatus, str] | None = None
+    error: AgentdError | None = None
     log.info("run.start", mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
         async with (
@@ -98,13 +104,20 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, drain
             ctx = DaemonContext(cfg, runs, log, drain, pool=pool, server_names=[s.name for s in cfg.mcp],
                                 open_session=conversation_sessions(runs))
             result = await run_daemon(ctx)
-    except* McpConnectError as group:
-        failure = (RunStatus.MCP_FAILED, str(group.exceptions[0]))
-    except* IntelligenceError as group:
-        failure = (RunStatus.INTELLIGENCE_FAILED, str(group.exceptions[0]))
+    except BaseExceptionGroup as group:
+        error = lone_agentd_error(group)
+        if error is None:
+            raise
+    except AgentdError as exc:
+        error = exc
     if result is None:
-        assert failure is not None
-        result = RunResult(run_id=log.run_id, status=failure[0], error=failure[1])
+        assert error is not None
+        if isinstance(error, McpConnectError):
+            result = RunResult(run_id=log.run_id, status=RunStatus.MCP_FAILED, error=str(error))
+        elif isinstance(error, IntelligenceError):
+            result = RunResult(run_id=log.run_id, status=RunStatus.INTELLIGENCE_FAILED, error=str(error))
+        else:
+            raise error  # ConfigError (exit 2): a bad --subscribe, no polling for a server that cannot push
     log.emit("run.end", "info" if result.status is RunStatus.COMPLETED else "warn", status=result.status.value,
              exit_code=int(result.exit_code), daemon=True, steps=result.steps, usage=result.usage.to_json(),
              **({"error": result.error} if result.error else {}))

@@ -86,10 +86,16 @@ async def run_daemon(ctx: DaemonContext, *, task_status: trio.TaskStatus[None] =
     try:
         return await _serve(ctx, body, task_status)
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
-        if len(leaves) == 1 and isinstance(leaves[0], AgentdError):
-            raise leaves[0] from None  # a bad --subscribe is exit 2, not a crash in a group
+        error = lone_agentd_error(group)
+        if error is not None:
+            raise error from None  # a bad --subscribe is exit 2, not a crash in a group
         raise
+
+
+def lone_agentd_error(group: BaseExceptionGroup[BaseException]) -> AgentdError | None:
+    """The error inside ``group`` when it is a single :class:`AgentdError` (nurseries wrap everything)."""
+    leaves = _leaves(group)
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], AgentdError) else None
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -273,4 +279,4 @@ def _wake_done(ctx: DaemonContext, error: BaseException | None) -> None:
         ctx.runs.note_failure(ctx.log)
 
 
-__all__ = ["DaemonContext", "reactive_status", "run_daemon"]
+__all__ = ["DaemonContext", "lone_agentd_error", "reactive_status", "run_daemon"]

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, ResourceNotFound
 from agentd.events import EventLog, null_log
 from agentd.reactive.condition import Condition, document_of
 from agentd.reactive.selftools import AwaitOutcome
@@ -167,6 +167,7 @@ class Watcher:
                     self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value, delivery="push")
                 else:
                     self._start_polling(watch)
+                    self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value, delivery="poll")
                 self._watches[uri] = watch
             watch.origins[origin] = watch.origins.get(origin, 0) + 1
 
@@ -225,6 +226,14 @@ class Watcher:
                     self.log.warn("reactive.degraded", uri=watch.uri, error=type(exc).__name__)
                 await trio.sleep(self.poll_interval)
 
+    async def _read_or_none(self, uri: str) -> Sequence[Mapping[str, Any]] | None:
+        """The current contents, or None while the resource does not exist (yet)."""
+        try:
+            read = await self.pool.read_resource(uri)
+        except ResourceNotFound:
+            return None
+        return list(read.contents)
+
     async def await_resource(self, uri: str, condition: Condition | None, timeout: float) -> AwaitOutcome:
         """Block until an update of ``uri`` satisfies ``condition`` (see ``selftools``) or ``timeout``."""
         start = trio.current_time()
@@ -237,14 +246,14 @@ class Watcher:
                 subscribed = True
                 if condition is not None:
                     # Level, not edge: a condition that already holds needs no further update.
-                    read = await self.pool.read_resource(uri)
-                    if condition.holds(document_of(read.contents)):
-                        return AwaitOutcome(uri, read.contents, trio.current_time() - start, 0)
+                    contents = await self._read_or_none(uri)
+                    if contents is not None and condition.holds(document_of(contents)):
+                        return AwaitOutcome(uri, contents, trio.current_time() - start, 0)
                 while True:
                     await waiter.next()
-                    read = await self.pool.read_resource(uri)
-                    if condition is None or condition.holds(document_of(read.contents)):
-                        return AwaitOutcome(uri, read.contents, trio.current_time() - start, waiter.seen)
+                    contents = await self._read_or_none(uri)
+                    if contents is not None and (condition is None or condition.holds(document_of(contents))):
+                        return AwaitOutcome(uri, contents, trio.current_time() - start, waiter.seen)
             return AwaitOutcome(uri, None, trio.current_time() - start, waiter.seen)
         finally:
             waiters = self._waiters.get(uri)

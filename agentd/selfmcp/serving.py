@@ -6,7 +6,8 @@ The daemon calls ``await nursery.start(serve_self_mcp, config, backend, ...)`` i
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import trio
@@ -71,3 +72,33 @@ async def serve_self_mcp(
 
         serving: Serving = await nursery.start(serve)
         task_status.started(serving)
+
+
+async def serve_for_daemon(
+    cfg: Config,
+    log: EventLog,
+    *,
+    env: Mapping[str, str] | None = None,
+    task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The daemon's serve task: a root supervisor for served runs, the self-MCP, until the drain latch.
+
+    On drain the listener stops (streams get their final frames), then the supervisor drains its served
+    runs within ``--drain-timeout`` and cancels the rest down the kill ladder.
+    """
+    from agentd.drain import current_drain
+    from agentd.selfmcp.supervised import SupervisorBackend
+    from agentd.supervisor.wiring import open_root_supervisor
+
+    environment = dict(os.environ if env is None else env)
+    secrets = SecretResolver(env=environment, redactor=log.redactor)
+    latch = current_drain()
+    async with open_root_supervisor(cfg, log=log, env=environment, run_id=log.run_id) as supervisor:
+        async def serve(task_status: trio.TaskStatus[Serving]) -> None:
+            await serve_self_mcp(cfg, SupervisorBackend(supervisor), secrets=secrets, shutdown_trigger=latch.wait,
+                                 log=log, task_status=task_status)
+
+        async with trio.open_nursery() as nursery:
+            started: Serving = await nursery.start(serve)
+            task_status.started(started)
+        await supervisor.drain()

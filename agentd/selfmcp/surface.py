@@ -204,9 +204,9 @@ class SelfMcpSurface:
             else:
                 self._reserved -= 1
         if isinstance(answer, Refusal):
-            return self._refuse(answer.reason)
+            return _refused(answer.reason)  # the supervisor logged its own refusal
         run = self._track(answer, warm)
-        self.log.info("subagent.spawn", handle=answer, origin="management", warm=warm, detached=detached)
+        self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if detached or warm:
             return _text_result({"handle": answer, "status": "running", "done": False})
         try:
@@ -221,7 +221,7 @@ class SelfMcpSurface:
         return _text_result(self._terminal(run.final))
 
     def _refuse(self, text: str) -> dict[str, Any]:
-        self.log.info("subagent.refused", origin="management", reason=text)
+        self.log.info("serve.refused", reason="spawn_limit", message=text)
         return _refused(text)
 
     def _track(self, handle: str, warm: bool) -> ServedRun:
@@ -236,7 +236,7 @@ class SelfMcpSurface:
         run.finished.set()
         fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
         if fired:
-            self.log.info("resource.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
+            self.log.info("serve.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
         await trio.sleep(self.limits.retention)
         self.runs.pop(run.handle, None)
 
@@ -256,7 +256,7 @@ class SelfMcpSurface:
         if run is None:
             return _refused(f"unknown handle {handle!r}")
         if run.final is None:
-            self.log.info("subagent.cancel", handle=handle, origin="management")
+            self.log.info("serve.request", tool="subagent.cancel", handle=handle)
             after = await self.backend.cancel(handle)
             if after is not None and after.done:
                 return _text_result(self._terminal(after))

@@ -68,6 +68,7 @@ class ChildContext:
     history: list[dict[str, Any]] = attrs.field(factory=list)
     outbox: trio.MemorySendChannel[Usage] = attrs.field(default=None)
     unsent: int = 0
+    drained: trio.Event = attrs.field(factory=trio.Event)
 
     async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
         await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
@@ -77,14 +78,17 @@ class ChildContext:
 
     def usage_soon(self, prompt_tokens: int, completion_tokens: int) -> None:
         """Queue a usage report from synchronous code (the loop's usage hook); sent in order."""
+        if self.unsent == 0:
+            self.drained = trio.Event()
         self.unsent += 1
         self.outbox.send_nowait(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
 
     async def flush(self) -> None:
         """Wait (bounded) until queued usage reports are on the wire, so they precede the result."""
+        if self.unsent == 0:
+            return
         with trio.move_on_after(1.0):
-            while self.unsent > 0:
-                await trio.sleep(0.005)
+            await self.drained.wait()
 
 
 #: A turn: given the context and this turn's message, return the turn's Result.
@@ -93,6 +97,11 @@ TurnRunner = Callable[[ChildContext, str], Awaitable[Result]]
 
 def child_main() -> int:
     """Entry point for ``python -m agentd`` under ``AGENT_SUBAGENT=1``; returns the exit status."""
+    server_fd = os.environ.pop("AGENTD_FORKSERVER", None)
+    if server_fd is not None and server_fd.isdigit():
+        from agentd.supervisor.forkserver import serve_forks
+
+        return serve_forks(int(server_fd))
     _die_with_parent()
     in_fd = os.dup(0)
     out_fd = os.dup(1)
@@ -180,6 +189,8 @@ class _Session:
             finally:
                 if self._ctx is not None:
                     self._ctx.unsent -= 1
+                    if self._ctx.unsent == 0:
+                        self._ctx.drained.set()
         self._usage_flushed.set()
 
     async def _turns(self, ctx: ChildContext) -> None:

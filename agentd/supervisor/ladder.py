@@ -13,12 +13,27 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import attrs
 import trio
 
 #: Reaping after SIGKILL is immediate on Linux; the bound only guards against a kernel in trouble.
 _REAP_BOUND = 5.0
+
+
+class ChildProcess(Protocol):
+    """What the ladder needs of a child: ``trio.Process`` (re-exec) or a fork server's child."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
 
 
 @attrs.frozen
@@ -28,17 +43,17 @@ class Graces:
     term: float = 2.0
 
 
-def _exited(proc: trio.Process) -> bool:
+def _exited(proc: ChildProcess) -> bool:
     return proc.returncode is not None
 
 
-async def _wait_exit(proc: trio.Process, grace: float) -> bool:
+async def _wait_exit(proc: ChildProcess, grace: float) -> bool:
     with trio.move_on_after(grace):
         await proc.wait()
     return _exited(proc)
 
 
-def _signal_group(proc: trio.Process, sig: signal.Signals) -> None:
+def _signal_group(proc: ChildProcess, sig: signal.Signals) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -51,7 +66,7 @@ def _signal_group(proc: trio.Process, sig: signal.Signals) -> None:
 
 
 async def run_ladder(
-    proc: trio.Process,
+    proc: ChildProcess,
     *,
     graces: Graces,
     send_cancel: Callable[[], Awaitable[None]] | None,

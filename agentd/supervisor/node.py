@@ -23,6 +23,7 @@ from agentd.events import EventLog
 from agentd.supervisor.authority import Authority
 from agentd.supervisor.caps import Refusal, is_within
 from agentd.supervisor.channel import ChannelBroken, ControlChannel
+from agentd.supervisor.forkserver import ForkedProcess, ForkServer, ForkServerGone
 from agentd.supervisor.ladder import Graces, run_ladder
 from agentd.supervisor.liveness import Liveness, LivenessSettings
 from agentd.supervisor.messages import (
@@ -94,6 +95,8 @@ class SubagentNode:
     authority: Authority
     log: EventLog
     settings: NodeSettings = attrs.field(factory=NodeSettings)
+    #: Fork children from this pre-imported server instead of re-executing (None: re-exec).
+    fork_server: ForkServer | None = None
     status: str = "starting"
     pid: int | None = None
     usage_tokens: int = 0
@@ -118,7 +121,9 @@ class SubagentNode:
         if self._view is not None:
             return self._view
         result = self._last.result if self._last is not None and not self._turn_running else None
-        return RunView(self.handle, self.status, False, False, result)
+        # "starting" (spawned, not yet ready) is an internal distinction: callers see it running.
+        status = "running" if self.status == "starting" else self.status
+        return RunView(self.handle, status, False, False, result)
 
     @property
     def warm(self) -> bool:
@@ -152,13 +157,21 @@ class SubagentNode:
 
     # -- the run ----------------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _launch(self) -> trio.Process | ForkedProcess:
+        env = child_environment(os.environ)
+        if self.fork_server is not None:
+            try:
+                return await self.fork_server.launch(env)
+            except ForkServerGone as exc:
+                self.log.warn("subagent.failed", handle=self.handle, reason=f"fork server: {exc}; re-exec instead")
         argv = [self.settings.python, *self.settings.argv_tail]
+        return await trio.lowlevel.open_process(
+            argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True, env=env,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            proc = await trio.lowlevel.open_process(
-                argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
-                env=child_environment(os.environ),
-            )
+            proc = await self._launch()
         except OSError as exc:
             self._failure = f"could not start the subagent process: {exc.strerror or type(exc).__name__}"
             task_status.started()
@@ -199,7 +212,7 @@ class SubagentNode:
             with trio.CancelScope(shield=True):
                 await self._settle(proc.returncode, rung)
 
-    async def _end(self, proc: trio.Process, channel: ControlChannel) -> str:
+    async def _end(self, proc: trio.Process | ForkedProcess, channel: ControlChannel) -> str:
         send_cancel = None
         if not self._final and not self._eof:
             # Still working: this ending is a cancellation (explicit, a deadline, or the parent ending),

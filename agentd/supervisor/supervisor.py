@@ -14,6 +14,7 @@ the admitted scope, only the secrets those servers name), and runs a :class:`Sub
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -25,10 +26,18 @@ import trio
 from agentd.events import EventLog, null_log
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
+from agentd.supervisor.forkserver import ForkServer, ForkServerGone, start_fork_server
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
 from agentd.supervisor.messages import RunPayload
-from agentd.supervisor.node import TERMINAL, NodeSettings, RunView, SessionBusy, SubagentNode
+from agentd.supervisor.node import (
+    TERMINAL,
+    NodeSettings,
+    RunView,
+    SessionBusy,
+    SubagentNode,
+    child_environment,
+)
 
 _SECRET_REF = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]*)\}\}")
 
@@ -100,6 +109,9 @@ class Supervisor:
     log: EventLog = attrs.field(factory=null_log)
     test_script: TestScript | None = None
     draining: bool = False
+    use_fork_server: bool = False
+    _fork_server: ForkServer | None = attrs.field(init=False, default=None)
+    _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
     _changed: trio.Event = attrs.field(init=False, factory=trio.Event)
 
@@ -117,7 +129,7 @@ class Supervisor:
         node = SubagentNode(
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
-            settings=self.settings.node_settings(),
+            settings=self.settings.node_settings(), fork_server=await self._forks(),
         )
         self._nodes[admitted.handle] = node
         if request.async_:
@@ -128,6 +140,25 @@ class Supervisor:
             return await node.wait_turn()
         await self._run_node(node)
         return node.view()
+
+    async def _forks(self) -> ForkServer | None:
+        """The fork server, started on first use; None (re-exec) when disabled or it cannot start."""
+        if not self.use_fork_server:
+            return None
+        async with self._fork_lock:
+            if self._fork_server is None or self._fork_server.gone:
+                if self._fork_server is not None:
+                    with trio.CancelScope(shield=True):
+                        await self._fork_server.aclose()  # reap the dead one before starting anew
+                try:
+                    self._fork_server = await start_fork_server(
+                        self.nursery, env=child_environment(os.environ), log=self.log,
+                        python=self.settings.node_settings().python)
+                except (ForkServerGone, OSError, trio.TooSlowError) as exc:
+                    self.log.warn("subagent.failed", handle="forkserver", reason=f"fork server: {exc}")
+                    self.use_fork_server = False
+                    return None
+            return self._fork_server
 
     def _refused(self, caller: Caller, refusal: Refusal) -> Refusal:
         self.log.info("subagent.refused", caller=caller.handle, origin=caller.origin.value,
@@ -249,6 +280,11 @@ class Supervisor:
                 nursery.start_soon(first, node.wait_turn)
 
 
+def _ladder_bound(settings: SupervisorSettings) -> float:
+    g = settings.graces
+    return g.cancel + g.eof + g.term + 10.0
+
+
 def is_terminal(view: RunView) -> bool:
     return view.done or view.status in TERMINAL
 
@@ -265,11 +301,13 @@ async def open_supervisor(
     authority: Authority | None = None,
     handle: str = "0",
     test_script: TestScript | None = None,
+    fork_server: bool = False,
 ) -> AsyncIterator[Supervisor]:
     """A supervisor whose async/warm subagents live no longer than this block.
 
     Without ``authority`` this is the root: it owns the tree ledger over ``servers`` (the caller's scope)
-    and cancels the subtree that pushes the tree past the token ceiling.
+    and cancels the subtree that pushes the tree past the token ceiling. With ``fork_server`` children
+    are forked from a pre-imported agentd process started on the first spawn (see ``forkserver.py``).
     """
     settings = settings or SupervisorSettings()
     sup_ref: list[Supervisor] = []
@@ -282,7 +320,7 @@ async def open_supervisor(
         sup = Supervisor(
             nursery=nursery, authority=authority, handle=handle, settings=settings,
             child_config=child_config or {}, secrets=secrets or {}, telemetry=telemetry or {},
-            log=log or null_log(), test_script=test_script,
+            log=log or null_log(), test_script=test_script, use_fork_server=fork_server,
         )
         sup_ref.append(sup)
         try:
@@ -290,3 +328,10 @@ async def open_supervisor(
         finally:
             for node in sup.live():
                 node.cancel("parent ended")
+            if sup._fork_server is not None:
+                with trio.CancelScope(shield=True):
+                    # Children forked by the server need it to report their exits: stop it last.
+                    with trio.move_on_after(_ladder_bound(settings)):
+                        for node in list(sup._nodes.values()):
+                            await node.ended.wait()
+                    await sup._fork_server.aclose()

@@ -59,13 +59,18 @@ def settings_from_config(cfg: Config) -> SupervisorSettings:
 
 @asynccontextmanager
 async def open_root_supervisor(
-    cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = ""
+    cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = "", fork_server: bool = True
 ) -> AsyncIterator[Supervisor]:
-    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` and its referenced secrets."""
+    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` and its referenced secrets.
+
+    Children are forked from a pre-imported fork server by default (started on the first spawn; see
+    docs/supervisor.md for the measurements behind that choice).
+    """
     wire = config_to_wire(cfg)
     async with open_supervisor(
         servers=frozenset(s.name for s in cfg.mcp), settings=settings_from_config(cfg), child_config=wire,
         secrets=referenced_secrets(wire, env), log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content},
+        fork_server=fork_server,
     ) as sup:
         yield sup

@@ -179,6 +179,9 @@ class McpAsgiApp:
             if scope["method"] == "DELETE" and routed.http.status == 200:
                 self._end_session(headers.get("mcp-session-id", ""))
         elif isinstance(routed, LegacyPost):
+            if routed.new_session:
+                self.log.debug("serve.session", action="created", version=routed.session.version,
+                               sessions=len(self.core.sessions))
             await self._legacy_post(routed, headers, receive, send)
         elif isinstance(routed, LegacyStream):
             await self._legacy_stream(routed, receive, send)
@@ -253,6 +256,7 @@ class McpAsgiApp:
         return notify
 
     def _end_session(self, session_id: str) -> None:
+        self.log.debug("serve.session", action="deleted")
         self.handler.session_closed(session_id)
         self._notifiers.pop(session_id, None)
         channel = self._streams.pop(session_id, None)
@@ -292,7 +296,7 @@ class McpAsgiApp:
         session = stream.session
         sender, receiver = trio.open_memory_channel[tuple[int, bytes]](256)
         self._streams[session.id] = sender
-        self.log.debug("serve.session", session="stream_open")
+        self.log.debug("serve.session", action="stream_open")
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)

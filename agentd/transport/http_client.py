@@ -207,12 +207,6 @@ class HttpTransport:
             with trio.move_on_after(CLOSE_GRACE, shield=True):
                 await response.aclose()
 
-    async def send_quietly(self, headers: dict[str, str], body: bytes) -> int:
-        """POST a notification or a response and return the status (the body is not needed)."""
-        async with self.open("POST", headers, body) as reply:
-            await reply.read_body()
-            return reply.status
-
     async def delete(self, headers: dict[str, str]) -> int:
         async with self.open("DELETE", headers) as reply:
             return reply.status

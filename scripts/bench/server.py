@@ -141,7 +141,7 @@ SERVERS = {"agentd": serve_agentd, "floor": serve_floor, "sdk": serve_sdk}
 
 def _request(port: int, body: dict[str, Any], session: str | None) -> bytes:
     data = json.dumps(body, separators=(",", ":")).encode()
-    head = [f"POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",
+    head = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",
             "Accept: application/json, text/event-stream", f"Content-Length: {len(data)}"]
     if session:
         head += [f"Mcp-Session-Id: {session}", "MCP-Protocol-Version: 2025-11-25"]
@@ -204,7 +204,8 @@ async def _client(port: int, deadline: float, latencies: list[float], check: boo
         status, headers, body = await conn.roundtrip(payload)
         latencies.append(time.perf_counter() - t0)
         if check:
-            assert status == 200 and b'"result"' in body, (status, body[:200])
+            assert status == 200, (status, body[:200])
+            assert b'"result"' in body, body[:200]
     await conn.stream.aclose()
 
 
@@ -224,10 +225,17 @@ def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
     elapsed = time.perf_counter() - start
     latencies.sort()
     return {
+        "calls": len(latencies),
         "calls_per_s": len(latencies) / elapsed,
         "p50_us": latencies[len(latencies) // 2] * 1e6,
         "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The server process's user+system CPU time (what it costs per call, whatever else the machine runs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -257,7 +265,10 @@ def bench(target: str, seconds: float, pin: bool) -> dict[str, dict[str, float]]
         run_load(port, 1, 0.5)  # warm up
         out = {}
         for clients in (1, 16, 64):
+            before = _cpu_seconds(proc.pid)
             out[str(clients)] = run_load(port, clients, seconds)
+            calls = out[str(clients)]["calls"]
+            out[str(clients)]["cpu_us_per_call"] = (_cpu_seconds(proc.pid) - before) / max(calls, 1) * 1e6
         return out
     finally:
         proc.terminate()
@@ -286,26 +297,31 @@ def main() -> None:
         order = targets[rep % len(targets):] + targets[: rep % len(targets)]
         for target in order:
             runs[target].append(bench(target, args.seconds, pin))
-    table = ["| server | seq p50 µs | seq p99 µs | seq calls/s | 16 clients calls/s | 64 clients calls/s | 64 p50 ms |",
-             "|---|---|---|---|---|---|---|"]
+    table = ["| server | seq p50 µs | seq p99 µs | seq calls/s | 16 clients calls/s | 64 clients calls/s | 64 p50 ms "
+             "| server CPU µs/call (seq / 64) |",
+             "|---|---|---|---|---|---|---|---|"]
     medians: dict[str, dict[str, dict[str, float]]] = {}
     for target in targets:
         med: dict[str, dict[str, float]] = {}
         for clients in ("1", "16", "64"):
             med[clients] = {k: statistics.median(r[clients][k] for r in runs[target])
-                            for k in ("calls_per_s", "p50_us", "p99_us")}
+                            for k in ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call")}
         medians[target] = med
         table.append(f"| {target} | {med['1']['p50_us']:.0f} | {med['1']['p99_us']:.0f} | "
                      f"{med['1']['calls_per_s']:.0f} | {med['16']['calls_per_s']:.0f} | "
-                     f"{med['64']['calls_per_s']:.0f} | {med['64']['p50_us'] / 1000:.1f} |")
+                     f"{med['64']['calls_per_s']:.0f} | {med['64']['p50_us'] / 1000:.1f} | "
+                     f"{med['1']['cpu_us_per_call']:.0f} / {med['64']['cpu_us_per_call']:.0f} |")
     text = "\n".join(table)
     print(text)
     if "agentd" in medians and "floor" in medians and "sdk" in medians:
         a, f, s = medians["agentd"], medians["floor"], medians["sdk"]
         ratio = a["1"]["p50_us"] / f["1"]["p50_us"]
         tput = a["64"]["calls_per_s"] / s["64"]["calls_per_s"]
+        cpu = a["1"]["cpu_us_per_call"] / f["1"]["cpu_us_per_call"]
+        cpu_sdk = s["64"]["cpu_us_per_call"] / a["64"]["cpu_us_per_call"]
         print(f"\nagentd/floor sequential latency: {ratio:.2f}x (target <= 1.3x); "
-              f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x)")
+              f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x); "
+              f"CPU per call agentd/floor {cpu:.2f}x, sdk/agentd at 64 {cpu_sdk:.2f}x")
     print(json.dumps(medians))
 
 

@@ -44,7 +44,18 @@ def rss_kib(pid: int) -> int:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
-    except FileNotFoundError:
+    except OSError:
+        pass
+    return 0
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size: shared pages (a fork server's imports) divided among their sharers."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
         pass
     return 0
 
@@ -56,7 +67,7 @@ def tree_pids() -> list[int]:
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
-            except FileNotFoundError:
+            except OSError:
                 continue
             ppid = int(stat[stat.rindex(")") + 2:].split()[1])
             parents.setdefault(ppid, []).append(int(entry))
@@ -76,9 +87,13 @@ ECHO = json.dumps({"steps": [["echo"]]})
 
 
 async def bench(runs: int, fanout: int) -> dict:
+    return {mode: await bench_mode(runs, fanout, fork=mode == "forked") for mode in ("re-exec", "forked")}
+
+
+async def bench_mode(runs: int, fanout: int, fork: bool) -> dict:
     out: dict = {}
     settings = SupervisorSettings(caps=BIG)
-    async with open_supervisor(settings=settings, test_script=scripted) as sup:
+    async with open_supervisor(settings=settings, test_script=scripted, fork_server=fork) as sup:
         await sup.spawn(ROOT, SpawnRequest(ECHO))  # warm the page cache
         lat = []
         for _ in range(runs):
@@ -90,16 +105,17 @@ async def bench(runs: int, fanout: int) -> dict:
         warm = [await sup.spawn(ROOT, SpawnRequest(ECHO, warm=True)) for _ in range(5)]
         await trio.sleep(0.5)
         out["scripted_warm_rss_kib"] = [rss_kib(sup._nodes[v.handle].pid) for v in warm]
+        out["scripted_warm_pss_kib"] = [pss_kib(sup._nodes[v.handle].pid) for v in warm]
         for v in warm:
             await sup.cancel(ROOT, v.handle)
 
-        peak = 0
+        peak = 0  # PSS of every descendant (shared pages counted once across the tree)
         done = trio.Event()
 
         async def sample() -> None:
             nonlocal peak
             while not done.is_set():
-                peak = max(peak, sum(rss_kib(p) for p in tree_pids()))
+                peak = max(peak, sum(pss_kib(p) for p in tree_pids() if p != os.getpid()))
                 await trio.sleep(0.05)
 
         async with trio.open_nursery() as nursery:
@@ -120,7 +136,7 @@ async def bench(runs: int, fanout: int) -> dict:
 
     async with scripted_gateway([]) as gw:
         cfg = Config(instruction="root", intelligence=(gw.url,), max_children=256, max_subagents=256)
-        async with open_root_supervisor(cfg, log=null_log(), env={}) as sup:
+        async with open_root_supervisor(cfg, log=null_log(), env={}, fork_server=fork) as sup:
             sup.authority.ledger._bucket.burst = 10_000  # benchmark many spawns; not a cap test
             sup.authority.ledger._bucket._tokens = 10_000.0
             to_first, loop_sync = [], []
@@ -138,6 +154,7 @@ async def bench(runs: int, fanout: int) -> dict:
             warm = [await sup.spawn(ROOT, SpawnRequest("say ok", warm=True)) for _ in range(3)]
             await trio.sleep(0.5)
             out["loop_warm_rss_kib"] = [rss_kib(sup._nodes[v.handle].pid) for v in warm]
+            out["loop_warm_pss_kib"] = [pss_kib(sup._nodes[v.handle].pid) for v in warm]
     return out
 
 
@@ -145,22 +162,41 @@ def med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.0f} (min {min(xs):.0f}, max {max(xs):.0f})"
 
 
-def report(r: dict, runs: int, fanout: int) -> str:
+def report(results: dict, runs: int, fanout: int) -> str:
+    a, b = results["re-exec"], results["forked"]
+
+    def mib(xs: list[int]) -> str:
+        return f"{statistics.median(xs) / 1024:.1f}"
+
+    rows = [
+        (f"sync spawn → result, trivial scripted child, ms (median of {runs})",
+         med(a["scripted_sync_ms"]), med(b["scripted_sync_ms"])),
+        ("sync spawn → first model request, real loop child, ms",
+         med(a["loop_to_first_model_request_ms"]), med(b["loop_to_first_model_request_ms"])),
+        ("sync spawn → result, real loop child (one model call), ms", med(a["loop_sync_ms"]), med(b["loop_sync_ms"])),
+        ("idle warm child, scripted: RSS / PSS MiB", f"{mib(a['scripted_warm_rss_kib'])} / {mib(a['scripted_warm_pss_kib'])}",
+         f"{mib(b['scripted_warm_rss_kib'])} / {mib(b['scripted_warm_pss_kib'])}"),
+        ("idle warm child, real loop after one turn: RSS / PSS MiB",
+         f"{mib(a['loop_warm_rss_kib'])} / {mib(a['loop_warm_pss_kib'])}",
+         f"{mib(b['loop_warm_rss_kib'])} / {mib(b['loop_warm_pss_kib'])}"),
+        (f"fan-out: {fanout} concurrent async scripted children, wall s",
+         f"{a['fanout_wall_s']:.2f} ({a['fanout_ok']} ok)", f"{b['fanout_wall_s']:.2f} ({b['fanout_ok']} ok)"),
+        ("fan-out: peak PSS of the children (incl. fork server), MiB",
+         f"{a['fanout_peak_tree_rss_mib']:.0f}", f"{b['fanout_peak_tree_rss_mib']:.0f}"),
+    ]
     lines = [
         "## Subagent spawns",
         "",
         f"Command: `.venv/bin/python scripts/bench/spawn.py --runs {runs} --fanout {fanout} --write` "
-        f"(2-core VM, {time.strftime('%Y-%m-%d')}, Python {sys.version.split()[0]}; re-exec of `python -m agentd`).",
+        f"(2-core VM, {time.strftime('%Y-%m-%d')}, Python {sys.version.split()[0]}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end: other sessions were running tests, so treat wall times as upper bounds).",
+        "`re-exec` starts `python -m agentd` per child; `forked` forks it from the pre-imported fork server "
+        "(the default for a root built from a Config). The first spawn of each mode is excluded (it starts the "
+        "fork server / warms the page cache).",
         "",
-        "| measure | value |",
-        "|---|---|",
-        f"| sync spawn → result, scripted trivial child, ms (median of {runs}) | {med(r['scripted_sync_ms'])} |",
-        f"| sync spawn → first model request, real loop child, ms | {med(r['loop_to_first_model_request_ms'])} |",
-        f"| sync spawn → result, real loop child (1 model call), ms | {med(r['loop_sync_ms'])} |",
-        f"| idle warm child RSS, scripted, MiB | {med([k / 1024 for k in r['scripted_warm_rss_kib']])} |",
-        f"| idle warm child RSS, real loop after one turn, MiB | {statistics.median(r['loop_warm_rss_kib']) / 1024:.1f} |",
-        f"| fan-out: {fanout} concurrent async scripted children, wall s | {r['fanout_wall_s']:.2f} ({r['fanout_ok']} completed) |",
-        f"| fan-out: peak RSS of the whole tree, MiB | {r['fanout_peak_tree_rss_mib']:.0f} |",
+        "| measure | re-exec | forked |",
+        "|---|---|---|",
+        *[f"| {name} | {x} | {y} |" for name, x, y in rows],
         "",
     ]
     return "\n".join(lines)

@@ -39,8 +39,10 @@ async def daemon(config: Config) -> Result:
 def main() -> None:
     config = Config.from_argv(["--instruction", "x", "--intelligence", "test", "--drain-timeout", sys.argv[2]],
                               env={})
-    result, forced = _trio_run_with_drain(daemon, config, EventLog(level="debug"))
-    print(json.dumps({"result": None if result is None else result.how, "forced": forced}), flush=True)
+    outcome = _trio_run_with_drain(daemon, config, EventLog(level="debug"))
+    result = outcome.result
+    print(json.dumps({"result": None if result is None else result.how, "forced": outcome.forced,
+                      "drained": outcome.drained}), flush=True)
 
 
 if __name__ == "__main__":

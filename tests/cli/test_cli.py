@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import assert_untouched, clean_env, run_agentd, tripwire
+from tests.peers import launch
 
 HEAVY = ("httpx", "hypercorn", "jsonschema")
 
@@ -98,14 +99,12 @@ def test_required_server_down_is_6() -> None:
         port = sock.getsockname()[1]
     outcome = run_agentd(["--instruction", "x", "--intelligence", "test", "--mcp", f"gone=http://127.0.0.1:{port}/mcp"],
                          timeout=60)
-    if outcome.document["status"] == "crashed":
-        pytest.skip("the MCP client is not built yet")  # the pool is another part; the mapping is what we check
     assert outcome.code == 6 and outcome.document["status"] == "mcp_failed"
 
 
 def test_unavailable_subcommands_are_usage_errors() -> None:
     try:
-        import agentd.connections.cli as connections_cli  # noqa: F401
+        import agentd.connections.cli as connections_cli
         if hasattr(connections_cli, "run_manifest"):
             pytest.skip("agentd run is built")
     except ModuleNotFoundError:
@@ -147,7 +146,7 @@ def test_first_signal_requests_a_drain(signum: int) -> None:
     os.kill(proc.pid, signum)
     doc, events = finish(proc)
     name = signal.Signals(signum).name
-    assert doc == {"result": f"drained:{name}", "forced": False}
+    assert doc == {"result": f"drained:{name}", "forced": False, "drained": True}
     assert [(e["event"], e["signal"], e["action"]) for e in events] == [("proc.signal", name, "drain")]
 
 
@@ -155,7 +154,7 @@ def test_drain_timeout_cancels_what_is_left() -> None:
     proc = start_harness("ignore", "200ms")
     os.kill(proc.pid, signal.SIGTERM)
     doc, events = finish(proc)
-    assert doc == {"result": None, "forced": False}
+    assert doc == {"result": None, "forced": False, "drained": True}
     assert [e["event"] for e in events] == ["proc.signal", "drain.end"]
 
 
@@ -168,5 +167,75 @@ def test_second_signal_forces() -> None:
     assert first["action"] == "drain"
     os.kill(proc.pid, signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=20)
-    assert json.loads(stdout) == {"result": None, "forced": True}
+    assert json.loads(stdout) == {"result": None, "forced": True, "drained": True}
     assert json.loads(stderr.splitlines()[0])["action"] == "force"
+
+
+def test_sigterm_during_a_real_run_is_a_clean_drain() -> None:
+    """The real daemon, stuck on a gateway that never answers: SIGTERM ends it at --drain-timeout, exit 0."""
+    import socket
+
+    with socket.socket() as gateway:
+        gateway.bind(("127.0.0.1", 0))
+        gateway.listen(8)  # accepts (in the backlog) and never answers
+        port = gateway.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentd", "--instruction", "x", "--intelligence", f"http://127.0.0.1:{port}/v1",
+             "--drain-timeout", "300ms", "--run-id", "drained-run"],
+            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:  # wait until the run has started (its first event after config.loaded)
+            if json.loads(line)["event"] != "config.loaded":
+                break
+        os.kill(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr
+    doc = json.loads(stdout)
+    assert doc["run_id"] == "drained-run" and doc["done"] in (True, False)
+    assert '"proc.signal"' in stderr
+
+
+@pytest.mark.interop
+def test_budget_exit_code_remaps_7(sdk_server: launch.PeerProcess) -> None:
+    """With a server offering tools, the offline model needs more than one step: the step budget runs out."""
+    args = ["--instruction", "x", "--intelligence", "test", "--mcp", f"peer={sdk_server.url}", "--max-steps", "1"]
+    plain = run_agentd(args, timeout=60)
+    assert plain.document["status"] == "exhausted_steps" and plain.code == 7
+    remapped = run_agentd([*args, "--budget-exit-code", "42"], timeout=60)
+    assert remapped.document["status"] == "exhausted_steps" and remapped.code == 42
+    assert "--budget-exit-code" in run_agentd(["--instruction", "x", "--intelligence", "test",
+                                               "--budget-exit-code", "300"]).events[0]["error"]
+
+
+def test_instruction_from_stdin() -> None:
+    proc = subprocess.run([sys.executable, "-m", "agentd", "--instruction-file", "-", "--intelligence", "test",
+                           "--validate-config"], input="summarise the inbox\n", capture_output=True, text=True,
+                          env=clean_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["config"]["instruction"] == "summarise the inbox\n"
+
+
+@pytest.mark.interop
+def test_sigterm_drains_a_reactive_daemon_through_the_cli_latch(sdk_server: launch.PeerProcess) -> None:
+    """The CLI owns the signals; the reactive daemon sees the same latch, drains, and the process exits 0."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentd", "--instruction", "triage", "--intelligence", "test",
+         "--mcp", f"peer={sdk_server.url}", "--mode", "reactive", "--subscribe", "test://counter",
+         "--drain-timeout", "5s"],
+        env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(json.loads(line)["event"])
+        if seen[-1] == "trigger.armed":
+            break
+    os.kill(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    events = [json.loads(line) for line in stderr.splitlines()]
+    names = [e["event"] for e in events]
+    assert names.count("proc.signal") == 1  # one owner of the signals: the CLI
+    assert "drain.start" in names and names[-1] == "proc.exit"
+    assert json.loads(stdout)["status"] == "completed"

@@ -13,7 +13,6 @@ SECRET = "sk-live-Zx9Qw8Er7Ty6Ui5Op4As3Df2"
 
 def cases(port: int, tmp: Path) -> dict[str, tuple[list[str], str]]:
     """name -> (extra argv, a fragment the error line must contain)."""
-    mcp = f"probe=http://127.0.0.1:{port}/mcp"
     (tmp / "unknown.yaml").write_text("mcp_servers: []\nbogus_key: 1\n")
     (tmp / "conflict.yaml").write_text(f"mcp_servers:\n  - {{name: probe, url: 'http://127.0.0.1:{port}/other'}}\n")
     (tmp / "inline.yaml").write_text(

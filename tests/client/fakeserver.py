@@ -11,6 +11,7 @@ whose real-time latency would let the mock clock jump).
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ class Req:
 
 
 class Resp:
-    def __init__(self, stream: trio.SocketStream, conn: h11.Connection) -> None:
+    def __init__(self, stream: trio.abc.Stream, conn: h11.Connection) -> None:
         self._stream = stream
         self._conn = conn
         self.started = False
@@ -125,8 +126,10 @@ async def mcp_answer(req: Req, resp: Resp, *, session: str = "s-1", init: dict[s
         await resp.json(error(req, -32601, "method not found"))
 
 
-async def _handle_connection(stream: trio.SocketStream, handler: Handler, log: list[Req]) -> None:
+async def _handle_connection(raw: trio.SocketStream, handler: Handler, log: list[Req],
+                             tls: ssl.SSLContext | None) -> None:
     conn = h11.Connection(h11.SERVER)
+    stream: trio.abc.Stream = trio.SSLStream(raw, tls, server_side=True) if tls is not None else raw
     try:
         while True:
             request: h11.Request | None = None
@@ -161,6 +164,8 @@ async def _handle_connection(stream: trio.SocketStream, handler: Handler, log: l
                 return
     except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError, h11.LocalProtocolError):
         return
+    except ssl.SSLError:
+        return
     finally:
         with trio.move_on_after(1, shield=True):
             await stream.aclose()
@@ -179,20 +184,21 @@ class FakeServer:
         self.scope.cancel()
 
 
-async def serve_fake(handler: Handler, port: int = 0, *,
+async def serve_fake(handler: Handler, port: int = 0, *, tls: ssl.SSLContext | None = None,
                      task_status: trio.TaskStatus[FakeServer] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``handler`` on 127.0.0.1 until cancelled (or ``stop()``); started with the server handle."""
     with trio.CancelScope() as scope:
         listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
         bound = listeners[0].socket.getsockname()[1]
         log: list[Req] = []
-        server = FakeServer(f"http://127.0.0.1:{bound}/mcp", log, scope)
+        scheme = "https" if tls is not None else "http"
+        server = FakeServer(f"{scheme}://127.0.0.1:{bound}/mcp", log, scope)
         async with trio.open_nursery() as nursery:
             task_status.started(server)
             try:
                 while True:
                     stream = await listeners[0].accept()
-                    nursery.start_soon(_handle_connection, stream, handler, log)
+                    nursery.start_soon(_handle_connection, stream, handler, log, tls)
             finally:
                 for listener in listeners:
                     await listener.aclose()

@@ -13,7 +13,7 @@ import trio
 
 from agentd import __version__
 from agentd.client import Tuning, open_mcp_pool
-from agentd.errors import McpConnectError
+from agentd.errors import McpConnectError, McpTransportError
 from agentd.mcp.sse import encode_event
 from tests.client.fakeserver import INIT_RESULT, Req, Resp, mcp_answer, result, serve_fake
 from tests.client.helpers import Events, server
@@ -130,8 +130,6 @@ async def test_abandoned_request_sends_cancelled_shielded(autojump_clock: trio.a
 
 
 async def test_call_timeout_is_a_transport_error_and_cancels(autojump_clock: trio.abc.Clock) -> None:
-    from agentd.errors import McpTransportError
-
     async def handler(req: Req, resp: Resp) -> None:
         if req.rpc_method == "tools/call":
             await trio.sleep_forever()
@@ -197,7 +195,7 @@ async def test_reconnect_backoff_resubscribe_and_one_synthesized_update(autojump
             assert await pool.subscribe("r://x")
             assert await pool.subscribe("r://y")
             fake.stop()
-            with pytest.raises(Exception):  # noqa: B017 - the call discovers the dead peer
+            with pytest.raises(McpTransportError):  # the call discovers the dead peer
                 await pool.call_tool("s", "t", {})
             await trio.sleep(20)  # several failed attempts, backing off
             attempts = events.named("mcp.reconnect")

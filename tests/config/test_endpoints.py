@@ -1,6 +1,8 @@
 """Endpoint rules: https anywhere, http only on loopback, and the --mcp name=URL form."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentd.config.endpoints import (
     check_endpoint,
@@ -79,3 +81,37 @@ def test_intelligence_endpoints() -> None:
         split_endpoints("https://a/v1,,https://b/v1")
     with pytest.raises(ConfigError, match="--intelligence"):
         check_intelligence_endpoint("http://gateway.example/v1")
+
+
+# --- properties -----------------------------------------------------------------------------------------
+
+ipv4 = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
+ports = st.integers(1, 65535)
+paths = st.sampled_from(["", "/", "/mcp", "/a/b?x=1"])
+
+
+@given(ipv4, ports, paths)
+def test_http_is_allowed_exactly_for_127_slash_8(host: str, port: int, path: str) -> None:
+    url = f"http://{host}:{port}{path}"
+    if host.startswith("127."):
+        assert check_endpoint(url, what="--mcp a") == url
+    else:
+        with pytest.raises(ConfigError, match="non-loopback"):
+            check_endpoint(url, what="--mcp a")
+
+
+@given(ipv4, ports, paths)
+def test_https_is_allowed_anywhere(host: str, port: int, path: str) -> None:
+    url = f"https://{host}:{port}{path}"
+    assert check_endpoint(url, what="--mcp a") == url
+
+
+@given(st.text(max_size=40))
+def test_mcp_flag_never_crashes(value: str) -> None:
+    try:
+        name, url = parse_mcp_flag(value)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+    else:
+        raw_name, _, raw_url = value.partition("=")
+        assert (name, url) == (raw_name.strip(), raw_url)

@@ -76,6 +76,8 @@ def test_unknown_server_key_is_named_with_its_path(tmp_path: Path) -> None:
         ("mcp_servers:\n  - {name: a, url: 'https://a'}\n  - {name: a, url: 'https://b'}\n", ["duplicate", "'a'"]),
         ("- a\n- b\n", ["top level must be a mapping"]),
         ("max_steps: [1\n", ["not valid YAML", "line"]),
+        ("max_steps: 5\nmodel: m\nmax_steps: 10\n", ["duplicate key 'max_steps'", "line 3"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', name: b}\n", ["duplicate key 'name'"]),
         ("mode: sometimes\n", ["$.mode", "invalid choice 'sometimes'"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', connect_timeout: 0}\n", ["connect_timeout must be > 0"]),
     ],

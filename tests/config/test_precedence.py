@@ -23,7 +23,8 @@ def test_defaults_match_the_original() -> None:
         25.0, 0, 0.25, 4)
     assert (cfg.mode, cfg.model, cfg.log_level, cfg.log_content) == ("once", "default", "info", False)
     assert cfg.poll_interval is None and cfg.mcp == () and cfg.config_path is None
-    assert cfg.run_id  # time + pid
+    assert cfg.run_id  # time + pid + a random tag
+    assert Config.from_argv(BASE, env={}).run_id != cfg.run_id  # two Configs in one process: two runs
 
 
 def test_every_layer_in_order(tmp_path: Path) -> None:
@@ -127,3 +128,24 @@ def test_run_id_flag_and_env() -> None:
 def test_no_abbreviations() -> None:
     with pytest.raises(ConfigError, match="unrecognized arguments: --max-step"):
         Config.from_argv([*BASE, "--max-step", "3"], env={})
+
+
+def test_config_round_trips_through_cattrs() -> None:
+    """The supervisor ships a Config to children as JSON; every field type must (un)structure."""
+    import json
+
+    import cattrs
+
+    cfg = Config.from_argv([*BASE, "--mcp", "a=http://127.0.0.1:1/m", "--mode", "reactive", "--subscribe",
+                            "file:///x", "--poll-interval", "2s"], env={})
+    converter = cattrs.Converter()
+    assert converter.structure(json.loads(json.dumps(converter.unstructure(cfg))), Config) == cfg
+
+
+def test_with_changes_revalidates() -> None:
+    from agentd.config.load import with_changes
+
+    cfg = Config.from_argv(BASE, env={})
+    assert with_changes(cfg, {}, max_steps=3).max_steps == 3
+    with pytest.raises(ConfigError, match="--subscribe"):
+        with_changes(cfg, {}, mode="reactive")

@@ -382,3 +382,36 @@ async def test_https_gateway_with_a_private_ca(tmp_path: Any) -> None:
                 await untrusting.complete(USER, [])
     assert "certificate verification failed" in str(info.value)
     assert len(gw.requests) == 1
+
+
+async def test_scripted_gateway_echo_and_wait_for() -> None:
+    async with scripted_gateway(default={"echo_last": True}) as gw:
+        async with open_intelligence([gw.url], log=capture()[0]) as intel, trio.open_nursery() as nursery:
+            answers: list[str | None] = []
+
+            async def ask(text_: str) -> None:
+                answers.append((await intel.complete([{"role": "tool", "content": text_}], [])).content)
+
+            nursery.start_soon(ask, "observed 1")
+            nursery.start_soon(ask, "observed 2")
+            with trio.fail_after(10):
+                await gw.wait_for(2)
+    assert sorted(a or "" for a in answers) == ["observed 1", "observed 2"]
+
+
+async def test_rotation_on_the_last_attempt_still_gets_its_retry(
+    tmp_path: Any, autojump_clock: trio.abc.Clock
+) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("first-token-value")
+    log, _ = capture()
+
+    def gate(request: Any) -> dict[str, Any]:
+        return text("in") if request.headers["authorization"] == "Bearer second-token-value" else status(401)
+
+    async with scripted_gateway([status(500), status(503)], default=gate) as gw:
+        async with open_intelligence([gw.url], token=f"{{{{secret-file:{secret}}}}}", log=log) as intel:
+            secret.write_text("second-token-value")
+            with trio.fail_after(30):
+                assert (await intel.complete(USER, [])).content == "in"
+    assert len(gw.requests) == 4

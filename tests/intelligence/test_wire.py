@@ -136,6 +136,28 @@ def test_stream_assembly_joins_fragments_and_reads_final_usage() -> None:
     assert _assemble({"content": "", "tool_calls": [{"name": "x__y", "arguments": {}}]}).content is None
 
 
+def test_stream_tolerates_repeated_names_and_missing_indexes() -> None:
+    assembler = StreamAssembler()
+    for piece in ('{"a"', ": 1}"):
+        assembler.feed(
+            {
+                "choices": [
+                    {"delta": {"tool_calls": [{"id": "c", "function": {"name": "s__t", "arguments": piece}}]}}
+                ]
+            }
+        )
+    assert assembler.reply().tool_calls == (ToolCall("c", "s__t", '{"a": 1}'),)
+
+
+def test_refusal_is_the_content() -> None:
+    body = {
+        "choices": [
+            {"message": {"content": None, "refusal": "I can't help with that."}, "finish_reason": "stop"}
+        ]
+    }
+    assert parse_completion(body).content == "I can't help with that."
+
+
 def test_stream_without_chunks_or_names_is_malformed() -> None:
     with pytest.raises(MalformedReply):
         StreamAssembler().reply()

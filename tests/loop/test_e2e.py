@@ -131,7 +131,8 @@ async def test_failover_and_429(peer: launch.PeerProcess) -> None:
         down = "http://127.0.0.1:9/v1"  # discard port: refused
         result, lines = await _main(_cfg("--intelligence", f"{down},{gw.url}", "--mcp", f"sdk={peer.url}"))
         assert (result.status.value, result.result) == ("completed", "through")
-        assert len(gw.requests) == 3
+        assert len(gw.requests) == 3  # the 429 was retried, the refused endpoint never answered
+        assert {"intel.failover", "intel.retry"} & {line["event"] for line in lines}
 
 
 async def test_offline_test_model(peer: launch.PeerProcess) -> None:
@@ -169,3 +170,41 @@ async def test_two_concurrent_main_runs(peer: launch.PeerProcess) -> None:
         for gw, run_id in ((a, "run-a"), (b, "run-b")):
             for content in _tool_contents(gw.requests[-1].messages):
                 assert run_id in json.loads(content).values()
+
+
+async def test_server_everything(everything_server: launch.PeerProcess) -> None:
+    script = [tool_calls(("everything__echo", {"message": "hello everything"}), ("everything__get-sum", {"a": 2, "b": 3})),
+              {"content": '{"echo": "hello everything", "sum": 5}'}]
+    async with scripted_gateway(script) as gw:
+        result, _ = await _main(_cfg("--intelligence", gw.url, "--mcp", f"everything={everything_server.url}",
+                                         "--output-contract", '{"echo": string, "sum": integer}'))
+        assert (result.status.value, result.result) == ("completed", {"echo": "hello everything", "sum": 5})
+        echo, total = _tool_contents(gw.requests[1].messages)
+        assert "hello everything" in echo and "5" in total
+        system = gw.requests[0].messages[0]["content"]
+        assert "## Resources" in system and "server=everything" in system
+        assert "Output contract" in system
+
+
+async def test_root_run_spawns_a_subagent_through_the_control_seam(peer: launch.PeerProcess) -> None:
+    child_rule = ({"last_role": "user", "last_contains": "child task"}, text('{"child": "done"}'))
+    script = [tool_call("subagent_spawn", {"instruction": "child task", "output_contract": "a JSON object"}),
+              text("root done")]
+    async with scripted_gateway(script, rules=[child_rule]) as gw:
+        result, lines = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"))
+        assert (result.status.value, result.result) == ("completed", "root done")
+        assert "subagent_spawn" in gw.requests[0].tool_names
+        spawned = [r for r in gw.requests if r.messages[-1].get("content") == "child task"]
+        assert spawned, "the child never asked the gateway"
+        observation = _tool_contents(gw.requests[-1].messages)[-1]
+        assert '"child": "done"' in observation or '"child":"done"' in observation
+        assert result.usage.total_tokens == 30  # the root's own usage; the child's is reported to the tree
+
+
+async def test_cancelled_from_outside_logs_run_cancelled(peer: launch.PeerProcess) -> None:
+    lines: list[dict[str, Any]] = []
+    async with scripted_gateway([tool_call("sdk__slow", {"seconds": 30})]) as gw:
+        with trio.move_on_after(2) as scope:
+            await agentd.main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"), log=EventLog(sink=lines.append))
+    assert scope.cancelled_caught
+    assert [line["event"] for line in lines if line["event"].startswith("run.")] == ["run.start", "run.cancelled"]

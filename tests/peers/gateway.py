@@ -33,6 +33,7 @@ A reply is a dict (build one with the helpers below) or, in-process, a callable 
 ``raw``            the exact body text (malformed replies), with ``content_type``
 ``json``           the exact JSON body
 ``delay``          seconds to wait before answering
+``echo_last``      answer with the last message's text as ``content`` (e.g. echo a tool observation)
 =================  ==================================================================================
 
 Rule ``match`` keys (all given must hold): ``last_role``, ``last_contains`` (substring of the last
@@ -323,6 +324,12 @@ class GatewayApp:
     script: Script
     requests: list[RecordedRequest] = attrs.field(factory=list)
     on_request: Callable[[RecordedRequest], None] | None = None
+    _arrived: trio.Event = attrs.field(factory=trio.Event)
+
+    async def wait_for(self, count: int) -> None:
+        """Until at least ``count`` requests have arrived (bound it with ``trio.fail_after``)."""
+        while len(self.requests) < count:
+            await self._arrived.wait()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -348,6 +355,8 @@ class GatewayApp:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         request = RecordedRequest(scope["method"], scope["path"], headers, body)
         self.requests.append(request)
+        self._arrived.set()
+        self._arrived = trio.Event()
         if self.on_request is not None:
             self.on_request(request)
         if scope["method"] != "POST" or not scope["path"].endswith("/chat/completions"):
@@ -356,6 +365,8 @@ class GatewayApp:
             )
             return
         reply = self.script.choose(request)
+        if reply.get("echo_last"):
+            reply = {**reply, "content": _text_of(request.last_message.get("content"))}
         if reply.get("delay"):
             await trio.sleep(float(reply["delay"]))
         await self._render(send, reply, request)
@@ -441,6 +452,10 @@ class ScriptedGateway:
     @property
     def script(self) -> Script:
         return self.app.script
+
+    async def wait_for(self, count: int) -> None:
+        """Until at least ``count`` requests have arrived (bound it with ``trio.fail_after``)."""
+        await self.app.wait_for(count)
 
     def push(self, *replies: Reply) -> None:
         self.app.script.replies.extend(replies)

@@ -132,3 +132,28 @@ async def test_closing_the_response_cancels_the_call() -> None:
                 while not (recorded := await trio.to_thread.run_sync(launch.cancelled, peer.url)):
                     await trio.sleep(0.05)
     assert recorded[0]["via"] == "disconnect" and recorded[0]["method"] == "tools/call"
+
+
+async def test_listen_keepalive_and_abrupt_drop() -> None:
+    async with launch.peer_server([*launch.modern_server_argv(), "--keepalive", "0.1"]) as peer:
+        body = {"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": {
+            "_meta": modern_envelope(), "notifications": {"resourcesListChanged": True}}}
+        async with httpx.AsyncClient(timeout=10) as client:
+            with trio.fail_after(15):
+                async with client.stream("POST", peer.url, headers=modern_headers("subscriptions/listen"),
+                                         json=body) as stream:
+                    raw = ""
+                    dropped = False
+                    async for chunk in stream.aiter_text():  # one iterator: leaving it would close the stream
+                        raw += chunk
+                        if raw.count(": ping") >= 2 and not dropped:
+                            stats = await trio.to_thread.run_sync(launch.stats, peer.url)
+                            assert stats["listens"] == 1
+                            await trio.to_thread.run_sync(launch._side_door, peer.url, "/_test/drop_listens")
+                            dropped = True
+        assert dropped
+        assert '"io.modelcontextprotocol/subscriptionId":9' in raw and '"resourcesListChanged":true' in raw
+        assert '"result"' not in raw  # abrupt: no final result frame
+        with trio.fail_after(5):
+            while (await trio.to_thread.run_sync(launch.stats, peer.url))["listens"]:
+                await trio.sleep(0.05)

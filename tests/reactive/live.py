@@ -54,6 +54,7 @@ class LiveDaemon:
     events: Events
     drain: trio.Event
     result: RunResult | None = None
+    error: Exception | None = None
     done: trio.Event = attrs.field(factory=trio.Event)
 
     def wake_ends(self) -> list[dict[str, Any]]:
@@ -88,6 +89,8 @@ async def live_daemon(cfg: Config, *, armed: int = 1) -> AsyncIterator[LiveDaemo
             async def body() -> None:
                 try:
                     daemon.result = await daemon_mode(cfg, log, nursery, drain=daemon.drain)
+                except Exception as exc:
+                    daemon.error = exc
                 finally:
                     daemon.done.set()
 
@@ -97,9 +100,6 @@ async def live_daemon(cfg: Config, *, armed: int = 1) -> AsyncIterator[LiveDaemo
                     event = trio.Event()
                     events._waiters.append((lambda e: e["event"] in ("trigger.armed", "run.end"), event))
                     await event.wait()
-            if daemon.done.is_set():
-                yield daemon
-                return
             yield daemon
             if not daemon.done.is_set():
                 await daemon.stop()

@@ -145,29 +145,60 @@ async def test_self_subscribe_is_applied_after_the_run_and_then_wakes_the_agent(
     assert "subscribe" in gw.requests[0].tool_names and "await_resource" in gw.requests[0].tool_names
 
 
-async def test_await_resource_with_an_update_and_with_a_timeout() -> None:
+async def test_await_resource_returns_the_update_that_satisfies_the_condition() -> None:
     other = "test://other"
     wait = {"uri": other, "timeout_s": 20, "condition": {"pointer": "", "op": "gt", "value": 1}}
-    rules = [
-        ({"last_role": "user", "contains": "counter is 1"}, tool_call("await_resource", wait)),
-        ({"last_role": "user", "contains": "counter is 2"},
-         tool_call("await_resource", {"uri": other, "timeout_s": 0.3})),
-    ]
+    rules = [({"last_role": "user"}, tool_call("await_resource", wait))]
     async with scripted_gateway(rules=rules, default=text("noted")) as gw, \
             launch.peer_server(launch.sdk_server_argv()) as peer:
-        cfg = config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,), instruction="When the counter is 1, act")
-        async with live_daemon(cfg) as daemon:
-            await launch.abump(peer.url)  # wake 1 awaits other > 1
-            with trio.fail_after(10):
-                while len(gw.requests) < 1:
-                    await trio.sleep(0.01)
-            await trio.sleep(0.3)  # the subscription for the await is in place
+        async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,))) as daemon:
+            await launch.abump(peer.url)  # the wake awaits other > 1 (other does not exist yet)
+            await daemon.events.wait_for("trigger.armed", count=2)  # subscribed for the await
             await launch.abump(peer.url, other)  # 1: not yet
             await launch.abump(peer.url, other)  # 2: satisfied
             await daemon.events.wait_for("run.end", trigger="wake")
-            daemon.events.lines.clear()
+            await daemon.stop()
         tool_results = [m["content"] for r in gw.requests for m in r.messages if m["role"] == "tool"]
-    assert any("matched after" in t and "\n2" in t for t in tool_results), tool_results
+    assert tool_results and "matched after" in tool_results[-1] and tool_results[-1].endswith("\n2")
+
+
+async def test_await_resource_times_out_as_an_observation() -> None:
+    rules = [({"last_role": "user"}, tool_call("await_resource", {"uri": "test://other", "timeout_s": 0.3}))]
+    async with scripted_gateway(rules=rules, default=text("noted")) as gw, \
+            launch.peer_server(launch.sdk_server_argv()) as peer:
+        async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,))) as daemon:
+            await launch.abump(peer.url)
+            await daemon.events.wait_for("run.end", trigger="wake")
+            await daemon.stop()
+    [observation] = [m["content"] for m in gw.requests[-1].messages if m["role"] == "tool"]
+    assert "no matching update of test://other within 0.3 s" in observation
+    assert [c for c in daemon.events.named("mcp.subscribe") if c.get("uri") == "test://other"]
+
+
+async def test_poll_degradation_when_the_server_cannot_subscribe() -> None:
+    import sys
+    from pathlib import Path
+
+    argv = [sys.executable, str(Path(__file__).with_name("nosub_server.py"))]
+    polled = "test://polled"
+    async with scripted_gateway(default=text("noted")) as gw, launch.peer_server(argv) as peer:
+        cfg = config(gw.url, {"nosub": peer.url}, subscribe=(polled,), poll_interval=0.1)
+        async with live_daemon(cfg) as daemon:
+            await daemon.events.wait_for("reactive.degraded")
+            await trio.sleep(0.3)  # a few polls of an unchanged resource: no wake
+            assert not gw.requests
+            await trio.to_thread.run_sync(lambda: launch._side_door(peer.url, "/_test/bump", uri=polled))
+            await daemon.events.wait_for("run.end", trigger="wake")
+            await daemon.stop()
+        no_polling = config(gw.url, {"nosub": peer.url}, subscribe=(polled,))
+        from agentd.errors import ConfigError
+
+        async with live_daemon(no_polling) as failing:
+            await failing.done.wait()
+        assert isinstance(failing.error, ConfigError) and "poll-interval" in str(failing.error)
+        assert failing.error.exit_code is ExitCode.USAGE
+    assert contents_of(wake_prompts(gw)[0]) == "1"
+    assert daemon.events.named("reactive.degraded")[0]["level"] == "warn"
 
 
 async def test_drain_during_a_wake_finishes_it_unsubscribes_and_exits_0() -> None:

@@ -197,7 +197,7 @@ async def test_poll_degradation(autojump_clock: trio.abc.Clock) -> None:
     assert len(model.requests) == 1 and "a1" in model.requests[0][1]
     [degraded] = daemon.named("reactive.degraded")
     assert degraded["level"] == "warn" and degraded["poll_interval"] == 2.0
-    assert [e["delivery"] for e in daemon.named("trigger.armed") if "delivery" in e] == []
+    assert [e["delivery"] for e in daemon.named("trigger.armed") if "delivery" in e] == ["poll"]
 
 
 async def test_no_subscribe_capability_and_no_polling_is_a_config_error(autojump_clock: trio.abc.Clock) -> None:

@@ -70,7 +70,7 @@ async def test_batches_only_for_2025_03_26() -> None:
         assert r.status_code == 400
         old = LegacyPeer(client, s.url, version="2025-03-26")
         await old.initialize()
-        r = await client.post(s.url, headers=old.headers(), json=batch + [rpc("notifications/cancelled", {}, None)])
+        r = await client.post(s.url, headers=old.headers(), json=[*batch, rpc("notifications/cancelled", {}, None)])
         assert r.status_code == 200
         answers = {a["id"]: a for a in r.json()}
         assert answers[1]["result"] == {}
@@ -124,7 +124,7 @@ async def test_get_stream_priming_updated_and_resumption() -> None:
                 events = await read_events(r.aiter_bytes(), decoder, 1)
         priming = events[0]
         assert priming.data == "" and priming.id is not None and priming.retry is not None
-        updated = [e for e in events if e.data][0]
+        updated = next(e for e in events if e.data)
         assert json.loads(updated.data) == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
                                             "params": {"uri": uri}}
         # resume from the priming event: the update is replayed with the same id

@@ -182,7 +182,7 @@ async def test_subscribe_to_terminal_handle_updates_at_once_and_unknown_is_32002
         with trio.fail_after(5):
             async with client.stream("GET", s.url, headers={**peer.headers(), "accept": "text/event-stream"}) as g:
                 events = await read_events(g.aiter_bytes(), decoder, 1)
-        assert json.loads([e for e in events if e.data][0].data)["params"]["uri"] == "agent://subagent/served.1"
+        assert json.loads(next(e for e in events if e.data).data)["params"]["uri"] == "agent://subagent/served.1"
         bad = await peer.call("resources/subscribe", {"uri": "agent://subagent/served.7"})
         assert bad["error"]["code"] == -32002
 

@@ -12,15 +12,31 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+import trio
 
 from agentd.events import EventLog
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
-from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, Supervisor, SupervisorSettings, open_supervisor
+from agentd.supervisor.supervisor import (
+    Caller,
+    Origin,
+    SpawnRequest,
+    Supervisor,
+    SupervisorSettings,
+    open_supervisor,
+)
 
 ROOT = Caller(Origin.STDIO, "0")
-FAST_GRACES = Graces(cancel=0.5, eof=0.3, term=0.5)
+#: Short enough for tests, long enough that a child on a loaded 2-core machine still reacts in time.
+FAST_GRACES = Graces(cancel=2.0, eof=1.0, term=1.0)
+
+
+async def ready(sup: Supervisor, handle: str) -> None:
+    """Wait until the child said ``ready`` (its start-up time varies with machine load)."""
+    node = sup._nodes[handle]
+    while node.status == "starting":
+        await trio.sleep(0.02)
 
 
 def script(*steps: list[Any], **flags: Any) -> str:
@@ -55,14 +71,14 @@ def root(events: Events, no_leftover_children: None):
     @asynccontextmanager
     async def open_root(
         *, servers: frozenset[str] = frozenset({"fs", "web"}), graces: Graces = FAST_GRACES,
-        liveness: LivenessSettings | None = None, **caps: Any,
+        liveness: LivenessSettings | None = None, fork_server: bool = False, **caps: Any,
     ) -> AsyncIterator[Supervisor]:
         settings = SupervisorSettings(
             caps=Caps(**caps), graces=graces, liveness=liveness or LivenessSettings(), await_timeout=10.0,
         )
         log = EventLog(sink=events.append, level="debug")
         async with open_supervisor(servers=servers, settings=settings, log=log,
-                                   test_script=_from_instruction) as sup:
+                                   test_script=_from_instruction, fork_server=fork_server) as sup:
             yield sup
 
     return open_root

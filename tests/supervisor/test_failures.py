@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from agentd.supervisor.liveness import LivenessSettings
-from tests.supervisor.conftest import ROOT, req
+from tests.supervisor.conftest import ROOT, ready, req
 
 
 @pytest.mark.parametrize(("steps", "reason"), [
@@ -32,8 +32,7 @@ async def test_a_child_killed_by_a_signal_is_reported_as_a_crash(root):
         async with root() as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True))
             node = sup._nodes["0.1"]
-            while node.status == "starting":
-                await trio.sleep(0.05)
+            await ready(sup, "0.1")
             import os
             import signal
             os.kill(node.pid, signal.SIGKILL)
@@ -51,8 +50,7 @@ async def test_the_kill_ladder_reaches_each_rung(root, events, flags, rung):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True, flags=flags))
-            while sup._nodes["0.1"].status == "starting":
-                await trio.sleep(0.05)
+            await ready(sup, "0.1")
             view = await sup.cancel(ROOT, "0.1")
     assert view.status == "cancelled"
     assert events.named("subagent.exit", handle="0.1")[0]["rung"] == rung
@@ -70,14 +68,14 @@ async def test_a_child_that_stops_answering_pings_is_stuck(root, events):
 
 
 async def test_a_child_without_progress_is_stuck_but_pongs_keep_an_idle_one_alive(root):
-    fast = LivenessSettings(ping_interval=0.1, pong_timeout=5, progress_timeout=0.6)
+    fast = LivenessSettings(ping_interval=0.1, pong_timeout=5, progress_timeout=1.5)
     with trio.fail_after(20):
         async with root(liveness=fast) as sup:
             view = await sup.spawn(ROOT, req(["hang"]))
-            assert view.result["error"] == "stuck: no progress for 0.6 s"
+            assert view.result["error"] == "stuck: no progress for 1.5 s"
             # An idle warm session is not stalling: it outlives several progress timeouts.
             warm = await sup.spawn(ROOT, req(["echo"], warm=True))
-            await trio.sleep(1.5)
+            await trio.sleep(2.5)
             assert sup.status(ROOT, warm.handle).status == "awaiting_turn"
             assert (await sup.send(ROOT, warm.handle, "hi")).result["message"] == "hi"
 

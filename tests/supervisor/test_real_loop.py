@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from agentd.config.model import Config
@@ -17,11 +18,13 @@ def _config(url: str, **kw) -> Config:
     return Config(instruction="root", intelligence=(url,), intelligence_token="{{secret:GW_TOKEN}}", **kw)
 
 
-async def test_a_real_child_runs_the_loop_and_reports_usage(events, no_leftover_children):
+@pytest.mark.parametrize("fork_server", [True, False], ids=["forked", "re-exec"])
+async def test_a_real_child_runs_the_loop_and_reports_usage(events, no_leftover_children, fork_server):
     async with scripted_gateway([text('{"answer": 42}', usage={"prompt_tokens": 30, "completion_tokens": 12})]) as gw:
         cfg = _config(gw.url)
         with trio.fail_after(30):
-            async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env={"GW_TOKEN": "tok-abcdef"}) as sup:
+            async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env={"GW_TOKEN": "tok-abcdef"},
+                                            fork_server=fork_server) as sup:
                 view = await sup.spawn(ROOT, SpawnRequest("find the answer", output_contract="JSON {answer}"))
                 used = sup.authority.ledger.tokens_used
     assert (view.status, view.done) == ("completed", True), view

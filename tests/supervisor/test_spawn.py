@@ -5,8 +5,8 @@ from __future__ import annotations
 import trio
 
 from agentd.supervisor.caps import Refusal
-from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest
-from tests.supervisor.conftest import ROOT, req
+from agentd.supervisor.supervisor import Caller, Origin
+from tests.supervisor.conftest import ROOT, ready, req
 
 
 async def test_sync_spawn_returns_the_distilled_result(root, events):
@@ -39,6 +39,9 @@ async def test_await_reports_still_running_after_its_bound(root):
             await sup.spawn(ROOT, req(["hang"], async_=True))
             view = await sup.await_(ROOT, "0.1", timeout=0.5)
             assert view.done is False and view.status == "running"
+            await ready(sup, "0.1")
+            view = await sup.await_(ROOT, "0.1", timeout=0.5)
+            assert view.done is False and view.status == "running"
 
 
 async def test_warm_session_answers_each_message_until_cancelled(root):
@@ -60,6 +63,7 @@ async def test_send_to_a_busy_or_cold_session_is_refused(root):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True))
+            await ready(sup, "0.1")
             refused = await sup.send(ROOT, "0.1", "hello")
             assert isinstance(refused, Refusal) and "not awaiting a message" in refused.message
 
@@ -87,7 +91,8 @@ async def test_cancel_ends_a_running_subagent_at_the_first_rung(root, events):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["usage", 3, 4], ["hang"], async_=True))
-            await trio.sleep(0.3)
+            await ready(sup, "0.1")
+            await trio.sleep(0.2)
             view = await sup.cancel(ROOT, "0.1", "changed my mind")
     assert (view.status, view.done, view.partial) == ("cancelled", True, True)
     assert view.result == {"cancelled": "changed my mind"}
@@ -124,6 +129,7 @@ async def test_secrets_travel_in_the_payload_never_argv_or_env(root, tmp_path):
             ]}
             node_view = await sup.spawn(ROOT, req(["hang"], async_=True, tool_scope=("fs",)))
             node = sup._nodes[node_view.handle]
+            await ready(sup, node.handle)
             assert node.payload.secrets == {"TOKEN": secret}
             assert [s["name"] for s in node.payload.config["mcp_servers"]] == ["fs"]
             for name in ("environ", "cmdline"):

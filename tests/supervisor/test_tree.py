@@ -6,8 +6,8 @@ import json
 
 import trio
 
-from agentd.loop.control import ControlContext, ControlToolRegistry
 from agentd.events import null_log
+from agentd.loop.control import ControlContext, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.tools import register_subagent_tools
 from tests.peers import proctree

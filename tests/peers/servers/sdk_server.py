@@ -330,6 +330,9 @@ async def serve(args: argparse.Namespace) -> None:
     app = build_app(args)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted sockets inherit TCP_NODELAY; without it uvicorn's separate header/body writes meet the client's
+    # delayed ACK and every response stalls ~40 ms.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((args.host, args.port))
     sock.listen(128)
     port = sock.getsockname()[1]

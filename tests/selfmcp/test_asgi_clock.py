@@ -1,0 +1,113 @@
+"""The ASGI app driven in memory (no sockets) so time-based behaviour runs on trio's autojump clock:
+SSE keepalives every 15 s, the body timeout, and the final listen frame on drain."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from agentd.mcp.sse import SseDecoder
+from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
+from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+from tests.selfmcp.backend import TaskBackend
+from tests.selfmcp.harness import modern_headers, modern_meta, rpc
+
+
+class Exchange:
+    """One in-memory HTTP exchange: feed the request, collect what the app sends."""
+
+    def __init__(self, method: str, headers: dict[str, str], body: bytes = b"", *, hold_body: bool = False) -> None:
+        self.scope: dict[str, Any] = {
+            "type": "http", "method": method, "path": "/mcp",
+            "headers": [(k.encode(), v.encode()) for k, v in {"host": "127.0.0.1:1", **headers}.items()],
+        }
+        self.body = body
+        self.hold_body = hold_body
+        self.sent: list[dict[str, Any]] = []
+        self.disconnect = trio.Event()
+        self._delivered = False
+        self.chunk = trio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        if not self._delivered:
+            self._delivered = True
+            if self.hold_body:
+                await trio.sleep_forever()
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        self.chunk.set()
+        self.chunk = trio.Event()
+
+    def status(self) -> int:
+        return int(self.sent[0]["status"])
+
+    def stream(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent[1:])
+
+
+async def _app(nursery: trio.Nursery) -> McpAsgiApp:
+    surface = SelfMcpSurface(TaskBackend(nursery), AgentInfo("r", "loop"))
+    await nursery.start(surface.run)
+    return McpAsgiApp(surface, AsgiOptions())
+
+
+async def test_listen_keepalive_every_15s_and_final_frame_on_drain(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        app = await _app(nursery)
+        params = {"_meta": modern_meta(), "notifications": {"resourceSubscriptions": []}}
+        ex = Exchange("POST", modern_headers("subscriptions/listen"), json.dumps(rpc("subscriptions/listen",
+                                                                                    params, 3)).encode())
+        nursery.start_soon(app, ex.scope, ex.receive, ex.send)
+        await trio.sleep(14.9)
+        assert ex.stream().count(b": keepalive") == 0
+        await trio.sleep(0.2)
+        assert ex.stream().count(b": keepalive") == 1
+        await trio.sleep(30)
+        assert ex.stream().count(b": keepalive") == 3
+        app.drain()
+        await trio.sleep(0.1)
+        events = [json.loads(e.data) for e in SseDecoder().feed(ex.stream()) if e.data]
+        assert events[0]["method"] == "notifications/subscriptions/acknowledged"
+        assert events[-1] == {"jsonrpc": "2.0", "id": 3, "result": {
+            "resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": 3}}}
+        assert ex.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+        nursery.cancel_scope.cancel()
+
+
+async def test_slow_body_is_408_after_30s(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        app = await _app(nursery)
+        ex = Exchange("POST", {"accept": "application/json, text/event-stream", "content-type": "application/json"},
+                      hold_body=True)
+        start = trio.current_time()
+        await app(ex.scope, ex.receive, ex.send)
+        assert ex.status() == 408
+        assert 30 <= trio.current_time() - start < 31
+        nursery.cancel_scope.cancel()
+
+
+async def test_sync_spawn_stream_keeps_alive_then_answers(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        app = await _app(nursery)
+        init = Exchange("POST", {"accept": "application/json, text/event-stream", "content-type": "application/json"},
+                        json.dumps(rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                      "clientInfo": {"name": "t", "version": "0"}})).encode())
+        await app(init.scope, init.receive, init.send)
+        sid = dict(init.sent[0]["headers"])[b"mcp-session-id"].decode()
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+                   "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        call = rpc("tools/call", {"name": "subagent.spawn", "arguments": {"instruction": "sleep=40"}}, 9)
+        ex = Exchange("POST", headers, json.dumps(call).encode())
+        await app(ex.scope, ex.receive, ex.send)
+        events = SseDecoder().feed(ex.stream())
+        assert events[0].data == "" and events[0].id is not None and events[0].retry == 2000  # priming
+        assert ex.stream().count(b": keepalive") == 2  # at 15 s and 30 s; the run ended at 40 s
+        answer = json.loads(events[-1].data)
+        assert answer["id"] == 9 and answer["result"]["structuredContent"]["status"] == "completed"
+        nursery.cancel_scope.cancel()

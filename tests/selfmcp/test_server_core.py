@@ -1,0 +1,105 @@
+"""The sans-io server core on its own: routing per request, session bookkeeping, replay, header rules."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentd.mcp.jsonrpc import Request
+from agentd.mcp.server_session import (
+    HttpRequest,
+    LegacyPost,
+    LegacyStream,
+    ModernPost,
+    Reply,
+    ServerCore,
+    ServerIdentity,
+    decode_header_value,
+    updated_notification,
+)
+
+IDENTITY = ServerIdentity("agentd", "9.9", {"tools": {}, "resources": {"subscribe": True}})
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _init(core: ServerCore, now: float = 0.0) -> LegacyPost:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
+    routed = core.route(HttpRequest("POST", ACCEPT, body.encode()), now)
+    assert isinstance(routed, LegacyPost)
+    return routed
+
+
+def test_initialize_creates_a_session_and_sets_the_header() -> None:
+    core = ServerCore(IDENTITY, new_session_id=lambda: "s1")
+    post = _init(core)
+    reply = core.legacy_reply(post, {})
+    assert ("mcp-session-id", "s1") in reply.headers
+    assert json.loads(reply.body)["result"]["serverInfo"] == {"name": "agentd", "version": "9.9"}
+
+
+def test_idle_sessions_make_room_only_after_the_idle_time() -> None:
+    ids = iter(range(100))
+    core = ServerCore(IDENTITY, max_sessions=2, session_idle=60, new_session_id=lambda: str(next(ids)))
+    _init(core, 0)
+    _init(core, 1)
+    full = core.route(HttpRequest("POST", ACCEPT, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                                                "params": {"protocolVersion": "x"}}).encode()), 30)
+    assert isinstance(full, Reply) and full.http.status == 503
+    assert isinstance(_init(core, 60.5), LegacyPost)  # session 0 idled out, session 1 not yet
+    assert set(core.sessions) == {"1", "2"}
+
+
+def test_replay_after_last_event_id_and_undelivered_on_fresh_get() -> None:
+    core = ServerCore(IDENTITY, new_session_id=lambda: "s")
+    session = _init(core).session
+    first, _ = core.session_event(session, updated_notification("agent://subagent/served.1"))
+    second, _ = core.session_event(session, updated_notification("agent://subagent/served.2"))
+    get = {"accept": "text/event-stream", "mcp-session-id": "s"}
+    stream = core.route(HttpRequest("GET", get), 1)
+    assert isinstance(stream, LegacyStream)
+    assert [seq for seq, _ in stream.replay] == [first, second]
+    core.delivered(session, second)
+    core.stream_closed(session, 2)
+    again = core.route(HttpRequest("GET", {**get, "last-event-id": str(first)}), 3)
+    assert isinstance(again, LegacyStream)
+    assert [seq for seq, _ in again.replay] == [second]
+    core.stream_closed(session, 4)
+    fresh = core.route(HttpRequest("GET", get), 5)
+    assert isinstance(fresh, LegacyStream) and fresh.replay == ()
+
+
+def test_modern_routing_is_by_header_only() -> None:
+    core = ServerCore(IDENTITY)
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    body = json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": meta}}).encode()
+    legacy = core.route(HttpRequest("POST", ACCEPT, body), 0)
+    assert isinstance(legacy, Reply) and legacy.http.status == 400  # no session: the legacy path
+    modern = core.route(HttpRequest("POST", {**ACCEPT, "mcp-protocol-version": "2026-07-28",
+                                             "mcp-method": "tools/list"}, body), 0)
+    assert isinstance(modern, ModernPost) and modern.request == Request(4, "tools/list", {"_meta": meta})
+    reply = core.modern_reply(modern, core_response(4))
+    result = json.loads(reply.body)["result"]
+    assert result["resultType"] == "complete" and result["ttlMs"] == 0 and result["cacheScope"] == "private"
+
+
+def core_response(id: int):
+    from agentd.mcp.jsonrpc import Response
+
+    return Response(id, {"tools": []})
+
+
+@given(st.text(min_size=0, max_size=40))
+def test_mcp_name_base64_round_trip(name: str) -> None:
+    import base64
+
+    assert decode_header_value("=?base64?" + base64.b64encode(name.encode()).decode() + "?=") == name
+
+
+@given(st.binary(max_size=200))
+def test_garbage_bodies_never_crash_the_router(body: bytes) -> None:
+    core = ServerCore(IDENTITY)
+    for headers in (ACCEPT, {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": "x"}):
+        routed = core.route(HttpRequest("POST", headers, body), 0)
+        assert isinstance(routed, Reply | LegacyPost | ModernPost)
