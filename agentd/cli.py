@@ -160,16 +160,16 @@ def _check(argv: list[str], env: dict[str, str]) -> int:
     if run_check is None:
         _fail("agentd check is not available in this build", 2)
         return 2
+    import inspect
+
     import trio
 
     from agentd.secrets import SecretResolver
 
     secrets = SecretResolver(env, log.redactor)
 
-    import inspect
-
     async def check() -> tuple[dict[str, Any], int]:
-        outcome = run_check(config.mcp, log=log, secrets=secrets)
+        outcome = run_check(config.mcp, log=log, secrets=secrets)  # async in agentd.client.check
         return await outcome if inspect.isawaitable(outcome) else outcome  # type: ignore[no-any-return]
 
     doc, code = trio.run(check)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import secrets as _random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+import traceback
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, Protocol
 
 import trio
 
@@ -42,8 +43,13 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.loop.runner import RunRequest, UsageHook, run_loop
 from agentd.secrets import SecretResolver
 
-#: ``cfg.mode`` -> the coroutine that runs the daemon in that mode, inside the daemon nursery.
-ModeRunner = Callable[[Config, EventLog, trio.Nursery], Awaitable[RunResult]]
+
+class ModeRunner(Protocol):
+    """Runs the daemon in one mode inside the daemon nursery; ``env`` is where secrets are looked up."""
+
+    def __call__(
+        self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None
+    ) -> Awaitable[RunResult]: ...
 
 
 def new_run_id() -> str:
@@ -83,12 +89,17 @@ async def main(
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
             else:
-                result = await runner(cfg, log, daemon)
+                result = await runner(cfg, log, daemon, env=env)
         except AgentdError:
             raise
         except Exception as exc:  # a bug: report it as a run outcome so stdout still carries one object
-            log.error("run.failed", error=f"{type(exc).__name__}: {exc}")
-            result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=f"{type(exc).__name__}: {exc}")
+            leaf = _leaf(exc)
+            if isinstance(leaf, ConfigError):
+                raise leaf from None  # a usage error from inside a task group is still exit 2
+            error = f"{type(leaf).__name__}: {leaf}"
+            trace = "".join(traceback.format_exception(leaf)[-12:])
+            log.error("run.failed", error=error, traceback=trace)
+            result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=error)
         if served is not None:
             # While serving, the daemon stays up until signalled, whatever its mode; then the serve task
             # drains (listener, then served runs within --drain-timeout) and ends on its own.
@@ -116,7 +127,9 @@ async def _start_serving(cfg: Config, log: EventLog, daemon: trio.Nursery) -> tr
     return ended
 
 
-async def _once(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
+async def _once(
+    cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None
+) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains."""
     try:
         from agentd.supervisor.messages import Usage as UsageFrame
@@ -124,8 +137,9 @@ async def _once(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
         from agentd.supervisor.tools import register_subagent_tools
         from agentd.supervisor.wiring import open_root_supervisor
     except ModuleNotFoundError:  # a build without the supervisor: the loop alone
-        return await run_config(cfg, run_id=log.run_id, log=log)
-    async with open_root_supervisor(cfg, log=log, env=os.environ, run_id=log.run_id) as supervisor:
+        return await run_config(cfg, run_id=log.run_id, log=log, env=env)
+    environ = os.environ if env is None else env
+    async with open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor:
         controls = ControlToolRegistry()
         if cfg.max_depth > 0:
             register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle))
@@ -135,13 +149,17 @@ async def _once(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
             frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
             await supervisor.authority.report_usage(supervisor.handle, frame)
 
-        return await run_config(cfg, run_id=log.run_id, log=log, controls=controls, on_usage=on_usage)
+        return await run_config(
+            cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage
+        )
 
 
-async def _daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery) -> RunResult:
+async def _daemon_mode(
+    cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None
+) -> RunResult:
     from agentd.reactive.entry import daemon_mode
 
-    return await daemon_mode(cfg, log, daemon)
+    return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env))
 
 
 #: ``cfg.mode`` -> its runner. Daemon modes live in agentd.reactive (imported when used).
@@ -151,16 +169,6 @@ MODES: dict[str, ModeRunner] = {
     "schedule": _daemon_mode,
     "reactive": _daemon_mode,
 }
-
-
-def _register_daemon_modes() -> None:
-    from agentd.reactive.entry import daemon_mode
-
-    for mode in ("loop", "schedule", "reactive"):
-        MODES.setdefault(mode, daemon_mode)
-
-
-_register_daemon_modes()
 
 
 async def _serve(
@@ -282,8 +290,12 @@ async def run_once(
     return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage)
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _first_message(group: BaseExceptionGroup[Any]) -> str:
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return str(leaf)
+    return str(_leaf(group))

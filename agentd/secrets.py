@@ -16,7 +16,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 
@@ -115,13 +115,23 @@ def _token_like(text: str) -> bool:
     return classes >= 2 and _entropy_bits_per_char(text) >= 3.0
 
 
-def looks_like_inline_credential(value: str) -> bool:
+_UUID: Final = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+#: Header names whose value is a credential whatever it looks like.
+_CREDENTIAL_NAME: Final = re.compile(
+    r"(authorization|authentication|(^|[-_])auth([-_]|$)|token|secret|passw|api[-_]?key|(^|[-_])key$|cookie)",
+    re.IGNORECASE,
+)
+
+
+def looks_like_inline_credential(value: str, *, name: str | None = None) -> bool:
     """True when ``value`` looks like a credential written inline instead of referenced.
 
-    Catches ``Bearer <token>``/``Basic <b64>``-style header values, well-known key prefixes (``sk-``,
-    ``ghp_``, ``AKIA``, JWTs ...) and long high-entropy token strings. A value holding a secret reference
-    (``Bearer {{secret:TOKEN}}``) is never inline. Ordinary text (``application/json``, ``en-US``, a
-    sentence) is not token-like.
+    Catches ``Bearer <token>``/``Basic <b64>``-style values, well-known key prefixes (``sk-``, ``ghp_``,
+    ``AKIA``, JWTs ...) and long high-entropy token strings. When the header ``name`` is credential-like
+    (``Authorization``, ``X-Api-Key``, ``*-Token``, ``Cookie`` ...) any literal of 8+ characters counts, so a
+    low-entropy password is caught too; under other names a UUID is taken for an identifier (a tenant or
+    request id), not a credential. A value holding a secret reference (``Bearer {{secret:TOKEN}}``) is never
+    inline. Ordinary text (``application/json``, ``en-US``, a sentence) is not credential-like.
     """
     if has_secret_ref(value):
         return False
@@ -129,17 +139,29 @@ def looks_like_inline_credential(value: str) -> bool:
     scheme = _AUTH_SCHEME.match(value)
     if scheme is not None:
         return len(scheme["cred"]) >= 8
+    if name is not None and _CREDENTIAL_NAME.search(name):
+        return len(value) >= 8
+    if _UUID.match(value):
+        return False
     return _token_like(value)
 
 
 # --- resolution ----------------------------------------------------------------------------------------
 
 
+class TemplateResolver(Protocol):
+    """What a connecting component needs: expand the references in one template. :class:`SecretResolver`
+    is the standard implementation; a host can plug in its own (a vault, a per-tenant store)."""
+
+    def resolve(self, template: str) -> str: ...
+
+
 class SecretResolver:
     """Expands references at the moment a value is needed, registering each value with the redactor.
 
-    ``env`` defaults to the live process environment; ``redactor`` to none (library use). The resolver
-    caches nothing: a rotated file or variable is picked up at the next connect.
+    ``env`` defaults to the live process environment; any mapping works, so a secret store can stand
+    behind ``{{secret:NAME}}``. ``redactor`` defaults to none (library use). The resolver caches nothing:
+    a rotated file or variable is picked up at the next connect.
     """
 
     def __init__(self, env: Mapping[str, str] | None = None, redactor: Redactor | None = None) -> None:

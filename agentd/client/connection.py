@@ -20,8 +20,10 @@ a resumed GET stream still finds its caller). A request abandoned by cancellatio
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any, Final
 
 import attrs
@@ -67,6 +69,8 @@ CLEANUP_GRACE: Final = 2.0
 #: How often a SSE response with an event id may be resumed over GET before the request fails.
 RESUME_ATTEMPTS: Final = 5
 DEFAULT_RETRY: Final = 1.0
+#: How long to read on after a POST stream's answer so the connection can be reused.
+STREAM_DRAIN_GRACE: Final = 0.05
 
 UpdateSink = Callable[[str, str, bool], None]
 
@@ -127,6 +131,8 @@ class ServerConnection:
     _waiters: dict[jsonrpc.RequestId, _Waiter] = attrs.field(factory=dict)
     _broken: trio.Event = attrs.field(factory=trio.Event)
     _broken_reason: str = ""
+    #: The era verdict for this server, kept across reconnects.
+    _was_modern: bool = False
     _started: bool = False
     _reconnected: trio.Event = attrs.field(factory=trio.Event)
     _activity: float = 0.0
@@ -134,8 +140,11 @@ class ServerConnection:
     _refresh_wanted: trio.Event = attrs.field(factory=trio.Event)
     _listen_changed: trio.Event = attrs.field(factory=trio.Event)
     _listen_dropped: bool = False
+    _listen_ended: bool = False
     _listen_acks: int = 0
     _listen_acked: trio.Event = attrs.field(factory=trio.Event)
+    #: URIs the current modern listen acknowledged.
+    _acked: set[str] = attrs.field(factory=set)
     _validators: dict[str, Any] = attrs.field(factory=dict)
 
     @property
@@ -223,6 +232,14 @@ class ServerConnection:
         return McpConnectError(f"MCP server {self.name!r} ({self.transport.display_url}): {what}", server=self.name)
 
     async def _handshake(self) -> None:
+        if self._was_modern:
+            # Reconnecting to a server already known to be modern-only: skip the refused initialize, but fall
+            # back to it if discover fails (the server behind the URL may have changed).
+            try:
+                await self._discover(None)
+                return
+            except McpConnectError:
+                self.session.reset()
         request = self.session.start_initialize()
         try:
             result = await self._exchange(request)
@@ -241,16 +258,19 @@ class ServerConnection:
         self.log.info("mcp.era", server=self.name, era="legacy", protocol_version=init.protocol_version)
         await self._post(self.session.initialized_notification())
 
-    async def _discover(self, refusal: McpRpcError) -> None:
+    async def _discover(self, refusal: McpRpcError | None) -> None:
         """The server refused ``initialize`` the way a 2026-07-28 server does: switch to the modern wire."""
         request = self.session.start_discover()
         try:
             result = await self._exchange(request)
             found = self.session.adopt_modern(result)
         except (McpError, HandshakeError) as exc:
+            if refusal is None:
+                raise self._connect_error(f"server/discover failed ({exc})") from None
             raise self._connect_error(
                 f"initialize was refused ({refusal}) and server/discover failed too ({exc})"
             ) from None
+        self._was_modern = True
         meta = found.extra.get("_meta")
         info = (meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None) or found.extra.get("serverInfo")
         try:
@@ -407,6 +427,8 @@ class ServerConnection:
                 if request.method == "initialize":
                     self._take_session_id(reply)
                 await self._pump(reply, waiter, request)
+                if reply.kind is Body.SSE and waiter.event.is_set():
+                    await self._drain_stream(reply)
                 if reply.kind is Body.SSE and not waiter.event.is_set():
                     if reply.truncated():
                         raise McpProtocolError(
@@ -446,6 +468,19 @@ class ServerConnection:
             if message is None:
                 return
             await self._dispatch(message)
+
+    async def _drain_stream(self, reply: HttpReply) -> None:
+        """Read the end of a POST's event stream after its answer (the server SHOULD close it right away).
+
+        Reading to the end lets httpx reuse the connection; a server that keeps the stream open costs at
+        most ``STREAM_DRAIN_GRACE`` and the connection.
+        """
+        with trio.move_on_after(STREAM_DRAIN_GRACE):
+            try:
+                while (message := await reply.receive()) is not None:
+                    await self._dispatch(message)
+            except McpError as exc:
+                self.log.debug("mcp.protocol_error", server=self.name, what=f"after the answer: {exc}")
 
     async def _resume(self, waiter: _Waiter, request: jsonrpc.Request, last_id: str, retry_ms: int | None) -> None:
         """The SSE response closed before the answer: reconnect with GET + Last-Event-ID after ``retry``."""
@@ -630,7 +665,18 @@ class ServerConnection:
                 if last_id is not None:
                     headers[LAST_EVENT_ID] = last_id
                 try:
-                    async with self.transport.open("GET", headers, had_session=self.session_id is not None) as reply:
+                    async with AsyncExitStack() as stack:
+                        # The first open is bounded: a server that never answers the GET must not stall connect.
+                        with trio.move_on_after(math.inf if started else self.config.connect_timeout) as opening:
+                            reply = await stack.enter_async_context(
+                                self.transport.open("GET", headers, had_session=self.session_id is not None)
+                            )
+                        if opening.cancelled_caught:
+                            self.log.warn("mcp.stream", server=self.name, offered=None, error="no answer to GET")
+                            started = True
+                            task_status.started()
+                            await trio.sleep(retry)
+                            continue
                         if reply.kind is Body.SESSION_GONE:
                             self._mark_broken("the server forgot the session (404 on GET)")
                             return
@@ -706,44 +752,68 @@ class ServerConnection:
         return want or None
 
     async def _listen_loop(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep one ``subscriptions/listen`` open; a new filter opens a new stream, then closes the old."""
+        """Keep one ``subscriptions/listen`` open; a new filter opens a new stream, then closes the old.
+
+        A stream that drops abruptly is re-opened with backoff and then every watched URI gets one
+        synthesized update; a stream that cannot be opened (refused, no ack in time) is retried with backoff.
+        """
         started = False
-        drops = 0
+        failures = 0
+        synthesize = False
         current: trio.CancelScope | None = None
         try:
             async with trio.open_nursery() as streams:
                 while True:
                     self._listen_changed = trio.Event()
                     self._listen_dropped = False
+                    self._listen_ended = False
                     want = self._listen_filter()
                     scope: trio.CancelScope | None = None
+                    failed = False
                     if want is not None:
                         try:
-                            scope = await streams.start(self._one_listen, want)
+                            with trio.fail_after(self.config.connect_timeout):
+                                scope = await streams.start(self._one_listen, want)
                         except ConnectionLost as exc:
                             self._mark_broken(str(exc))
                             return
-                        except McpError as exc:
-                            self.log.warn("mcp.subscribe_degraded", server=self.name, error=f"listen: {exc}")
-                    if current is not None:
-                        current.cancel()
-                    current = scope
+                        except (McpError, trio.TooSlowError) as exc:
+                            failed = True
+                            self.log.warn("mcp.subscribe_degraded", server=self.name,
+                                          error=f"listen: {exc or 'no acknowledgement in time'}")
+                    if not failed:
+                        if current is not None:
+                            current.cancel()
+                        current = scope
                     self._listen_acks += 1
                     acked, self._listen_acked = self._listen_acked, trio.Event()
                     acked.set()
                     if not started:
                         started = True
                         task_status.started()
-                    elif drops:
+                    if scope is not None and synthesize:
+                        synthesize = False
                         for uri in self.watched:
                             self.log.info("mcp.updated", server=self.name, uri=uri, synthesized=True)
                             self.on_update(self.name, uri, True)
+                    if failed:
+                        failures += 1
+                        with trio.move_on_after(backoff_delay(failures, self.tuning, self.rng)):
+                            await self._listen_changed.wait()
+                        continue
+                    opened_at = trio.current_time()
                     await self._listen_changed.wait()
-                    if self._listen_dropped:
-                        drops += 1
-                        await trio.sleep(backoff_delay(drops, self.tuning, self.rng))
+                    if self._listen_ended:
+                        # Ended on its own (abruptly, or with the final frame): re-listen with backoff; a stream
+                        # that lived long resets the backoff.
+                        if trio.current_time() - opened_at > self.tuning.backoff_max:
+                            failures = 0
+                        failures += 1
+                        synthesize = synthesize or self._listen_dropped
+                        current = None
+                        await trio.sleep(backoff_delay(failures, self.tuning, self.rng))
                     else:
-                        drops = 0
+                        failures = 0
         finally:
             if not started:
                 task_status.started()
@@ -784,6 +854,7 @@ class ServerConnection:
             finally:
                 self.session.pending.pop(request.id, None)
         if not scope.cancelled_caught:
+            self._listen_ended = True
             self._listen_dropped = not graceful
             self.log.info("mcp.stream", server=self.name, listen="ended", graceful=graceful)
             self._listen_changed.set()
@@ -797,6 +868,7 @@ class ServerConnection:
         honored = params.get("notifications") if isinstance(params.get("notifications"), dict) else {}
         assert isinstance(honored, dict)
         granted = honored.get("resourceSubscriptions") or []
+        self._acked = {uri for uri in granted if isinstance(uri, str)}
         for uri in want.get("resourceSubscriptions", []):
             if uri not in granted:
                 self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="not acknowledged by listen")
@@ -870,6 +942,10 @@ class ServerConnection:
         if not self.session.can_subscribe():
             self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="no resources.subscribe")
             return False
+        if self.era is Era.LEGACY and self.stream_offered is False:
+            # resources/updated is not tied to a request: without the GET stream it has no way to us.
+            self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="the server offers no GET stream")
+            return False
         self.watched[uri] = None
         try:
             with trio.fail_after(self.config.call_timeout):
@@ -878,6 +954,10 @@ class ServerConnection:
                     self._listen_changed.set()
                     while self._listen_acks == before:
                         await self._listen_acked.wait()
+                    if uri not in self._acked:
+                        # Still watched (a later listen may take it), but the caller must poll for now.
+                        self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="not acknowledged")
+                        return False
                 else:
                     await self.request("resources/subscribe", {"uri": uri})
         except trio.TooSlowError:

@@ -168,7 +168,10 @@ class McpPool:
             return
         conn = ServerConnection(
             config,
-            HttpTransport(client, config.url, server=config.name, max_body=max_body),
+            HttpTransport(
+                client, config.url, server=config.name, max_body=max_body,
+                auth=config.auth if isinstance(config.auth, httpx.Auth) else None,
+            ),  # fmt: skip
             self.log,
             self._on_update,
             extra_headers=headers,

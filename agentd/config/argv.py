@@ -7,6 +7,7 @@ config-file keys and docs/cli.md, so the four can never disagree. Defaults live 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from typing import Any, Final, Literal, NoReturn
 
@@ -84,7 +85,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
          "NAME=URL", env=False, file=False),
-    Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints (default: system roots)", _MCP, "PATH"),
+    Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH"),
     # modes
     Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,
          choices=("once", "loop", "schedule", "reactive")),
@@ -166,6 +167,7 @@ FLAGS_BY_FILE_KEY: Final = {flag.file_key: flag for flag in FLAGS if flag.file}
 USAGE: Final = """agentd [run flags]                 run (--mode once by default) and print one JSON result
        agentd check --mcp NAME=URL ...    connect, list tools/resources, print a JSON report
        agentd run MANIFEST.yaml ...       run an agent manifest against a host config
+       agentd transcript ...              show durable run transcripts
        agentd --version | --help"""
 
 EPILOG: Final = """environment: every flag marked [env] is also read from AGENTD_<FLAG> (AGENT_<FLAG> accepted);
@@ -207,7 +209,24 @@ def build_parser(prog: str = "agentd", *, description: str | None = None) -> arg
     return parser
 
 
+@functools.cache
+def _cached_parser(prog: str) -> argparse.ArgumentParser:
+    # Building 50 arguments costs ~2 ms; parse_args does not mutate the parser, so one per prog is enough.
+    return build_parser(prog)
+
+
 def parse_flags(argv: Sequence[str], *, prog: str = "agentd") -> dict[str, Any]:
-    """The flags actually given, by dest, as raw strings/bools/lists (conversion happens in ``load``)."""
-    namespace = build_parser(prog).parse_args(list(argv))
+    """The flags actually given, by dest, as raw strings/bools/lists (conversion happens in ``load``).
+
+    Unknown arguments are reported by name only: a mistyped ``--intelligence-tokn sk-...`` must not put
+    the token into an error line.
+    """
+    namespace, extras = _cached_parser(prog).parse_known_args(list(argv))
+    if extras:
+        flags = [item.split("=", 1)[0] for item in extras if item.startswith("-")]
+        others = len(extras) - len(flags)
+        parts = [f"unknown flag{'s' if len(flags) > 1 else ''} {', '.join(flags)}"] if flags else []
+        if others:
+            parts.append(f"{others} unexpected argument{'s' if others > 1 else ''} (values not shown)")
+        raise ConfigError("; ".join(parts) + " (see agentd --help)")
     return vars(namespace)

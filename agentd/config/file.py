@@ -165,6 +165,8 @@ def load_file(path: str) -> FileLayer:
     sections: dict[str, object] = {}
     for key, value in raw.items():
         try:
+            if value is None and isinstance(key, str) and (key == "mcp_servers" or key in FLAGS_BY_FILE_KEY):
+                continue  # `key:` with nothing after it (everything commented out) means "not set"
             if key == "mcp_servers":
                 servers = _load_servers(value, base_dir)
             elif isinstance(key, str) and key in SECTIONS:

@@ -19,7 +19,7 @@ from agentd.config.argv import FLAGS_BY_DEST, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
 from agentd.config.env import read_env
-from agentd.config.model import Config, McpServerConfig
+from agentd.config.model import Config, McpServerConfig, TlsConfig
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
 from agentd.secrets import has_secret_ref, secret_refs
@@ -100,6 +100,8 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     if file_layer is not None:
         merged["config_path"] = file_layer.path
         merged["sections"] = dict(file_layer.sections)
+    if merged.get("tls_ca") is not None:
+        merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)
@@ -145,6 +147,17 @@ def _merge_servers(from_file: Sequence[McpServerConfig], flags: Sequence[str]) -
             continue  # the same server declared twice: the file's entry carries headers, TLS and timeouts
         servers[name] = McpServerConfig(name=name, url=url)
     return tuple(servers.values())
+
+
+def _with_default_ca(server: McpServerConfig, ca: str) -> McpServerConfig:
+    """``--tls-ca`` is every https server's CA unless its config-file entry names its own ``tls.ca``."""
+    if not server.url.lower().startswith("https://"):
+        return server
+    if server.tls is None:
+        return attrs.evolve(server, tls=TlsConfig(ca=ca))
+    if server.tls.ca is None:
+        return attrs.evolve(server, tls=attrs.evolve(server.tls, ca=ca))
+    return server
 
 
 def _convert(

@@ -43,6 +43,9 @@ class McpServerConfig:
     tls: TlsConfig | None = None
     connect_timeout: float = 10.0
     call_timeout: float = 60.0
+    #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
+    #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
+    auth: object | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

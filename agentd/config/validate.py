@@ -192,7 +192,7 @@ def check_server(server: McpServerConfig, *, what: str) -> None:
             raise ConfigError(f"{what}: header {name!r} is set by agentd and cannot be configured")
         if any(c in value for c in "\r\n\0"):
             raise ConfigError(f"{what}: header {name!r} contains a line break")
-        if looks_like_inline_credential(value):
+        if looks_like_inline_credential(value, name=name):
             raise ConfigError(
                 f"{what}: header {name!r} holds an inline credential; "
                 "use {{secret:NAME}} or {{secret-file:PATH}} instead"

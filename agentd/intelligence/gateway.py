@@ -232,7 +232,11 @@ class Gateway:
                         pass
             if not done and decoder.pending():
                 raise Retryable("the stream was cut off mid-event")
-            return assembler.reply()
+            reply = assembler.reply()
+            if not done and reply.finish_reason is None:
+                # No [DONE] and no finish_reason: the connection ended mid-reply, not the model.
+                raise Retryable("the stream ended before the reply was complete")
+            return reply
         except SseError as exc:
             raise self._malformed(f"the event stream is invalid: {exc}")
         except MalformedReply as exc:
@@ -259,7 +263,9 @@ class Gateway:
                 status=status,
             )
         detail = self.log.redactor.scrub(_error_detail(body))
-        hint = "; is the base URL right?" if status == 404 else ""
+        hint = {404: "; is the base URL right?"}.get(status, "")
+        if 300 <= status < 400:
+            hint = "; redirects are not followed, give the final URL"
         suffix = f": {detail}" if detail else ""
         raise self._fatal(f"the gateway refused the request (HTTP {status}){suffix}{hint}", status=status)
 

@@ -102,8 +102,27 @@ def build_catalogue(
     return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
 
 
+#: Compiled validators by canonical schema text. ``check_schema`` costs milliseconds per tool, and daemon
+#: modes build a catalogue per run (each wake): the same schemas must not be checked again every time.
+_VALIDATORS: dict[str, tuple[Any, str | None]] = {}
+_VALIDATORS_MAX = 4096
+
+
 def _validator(schema: Mapping[str, Any]) -> tuple[Any, str | None]:
     """A compiled validator for ``schema`` (its ``$schema`` dialect, else 2020-12), or why there is none."""
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return _compile(schema)
+    cached = _VALIDATORS.get(key)
+    if cached is None:
+        if len(_VALIDATORS) >= _VALIDATORS_MAX:
+            _VALIDATORS.clear()
+        cached = _VALIDATORS[key] = _compile(schema)
+    return cached
+
+
+def _compile(schema: Mapping[str, Any]) -> tuple[Any, str | None]:
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)

@@ -89,9 +89,13 @@ class RunResult:
     usage: RunUsage = RunUsage()
     done: bool = True
     error: str | None = None
+    #: Ended at a step boundary because the daemon was asked to drain: a clean drain exits 0.
+    drained: bool = False
 
     @property
     def exit_code(self) -> ExitCode:
+        if self.drained and self.status is RunStatus.CANCELLED:
+            return ExitCode.OK
         code = _EXIT[self.status]
         if code is ExitCode.OK and self.partial:
             return ExitCode.PARTIAL

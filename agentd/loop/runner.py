@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
+from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
@@ -46,6 +47,26 @@ _LIST_NAMES = 40
 
 #: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling).
 UsageHook = Callable[[Usage], Awaitable[None] | None]
+
+
+class ToolObserver(Protocol):
+    """Optional hooks around each tool call (agentd.connections: lifecycle events, per-iteration limits,
+    the durable transcript). ``started`` may refuse a call: its reason becomes a rejection observation."""
+
+    def requested(self, step: int, call: ToolCall) -> None: ...
+
+    def started(self, step: int, call: ToolCall, entry: Entry) -> str | None: ...
+
+    def completed(
+        self,
+        step: int,
+        call: ToolCall,
+        entry: Entry | None,
+        kind: str,
+        is_error: bool,
+        ms: float,
+        observation: str,
+    ) -> None: ...
 
 
 @attrs.frozen
@@ -76,6 +97,7 @@ class _Run:
     best_text: str | None = None
     faults_in_a_row: int = 0
     reprompted: bool = False
+    observer: ToolObserver | None = None
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -109,6 +131,9 @@ class _Run:
             usage=self.meter.usage.to_json(),
         )
         self.messages.append(_assistant_message(reply))
+        if self.observer is not None:
+            for call in reply.tool_calls:
+                self.observer.requested(step, call)
         if not reply.tool_calls:
             return self.final(reply)
         for call in reply.tool_calls:
@@ -130,7 +155,13 @@ class _Run:
         return self.finish(RunStatus.COMPLETED, text, forced_partial=cut_by_model)
 
     def finish(
-        self, status: RunStatus, text: str | None, *, forced_partial: bool = False, error: str | None = None
+        self,
+        status: RunStatus,
+        text: str | None,
+        *,
+        forced_partial: bool = False,
+        error: str | None = None,
+        drained: bool = False,
     ) -> RunResult:
         distillate: Distillate = distill(text, output_contract=self.request.output_contract)
         partial = forced_partial or distillate.partial or status is not RunStatus.COMPLETED
@@ -152,6 +183,7 @@ class _Run:
             steps=self.meter.steps,
             usage=self.meter.usage,
             error=error,
+            drained=drained,
         )
 
     # -- one tool call ---------------------------------------------------------------------------
@@ -172,6 +204,11 @@ class _Run:
         if problem is not None or entry is None:
             self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=problem)
             self.observe(call, observe.rejection(problem or "unknown tool"), "rejected", entry, step, started)
+            return None
+        refusal = self.observer.started(step, call, entry) if self.observer is not None else None
+        if refusal is not None:
+            self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=refusal)
+            self.observe(call, observe.rejection(refusal), "rejected", entry, step, started)
             return None
         if entry.control is not None:
             ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step)
@@ -256,6 +293,8 @@ class _Run:
         if reason is not None:
             fields["reason"] = reason
         self.log.emit("tool.result", "warn" if kind == "fault" else "info", **fields)
+        if self.observer is not None:
+            self.observer.completed(step, call, entry, kind, is_error, fields["ms"], text)
 
 
 _REPROMPT = (
@@ -302,11 +341,13 @@ async def run_loop(
     controls: ControlToolRegistry,
     log: EventLog,
     on_usage: UsageHook | None = None,
+    observer: ToolObserver | None = None,
 ) -> RunResult:
     """Run one task to a :class:`RunResult`. Intelligence failures end the run (status
     ``intelligence_failed``, exit 4) with the best result so far; cancellation from outside propagates.
+    ``observer`` (optional) sees every tool call's request, start and end.
     """
-    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits))
+    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits), observer=observer)
     system = system_prompt(
         instructions=pool.instructions(), resources=pool.resources(), output_contract=request.output_contract
     )
@@ -325,9 +366,15 @@ async def run_loop(
         instruction=log.content(request.instruction),
     )
     result: RunResult | None = None
+    drain = current_drain()
     with trio.move_on_after(request.limits.deadline) as deadline:
         try:
             while result is None:
+                if drain.requested:
+                    # Drain: stop at a step boundary with the best result so far (a clean drain exits 0).
+                    reason = f"drained ({drain.reason})"
+                    result = run.finish(RunStatus.CANCELLED, run.best_text, error=reason, drained=True)
+                    break
                 exhausted = run.meter.exhausted()
                 if exhausted is not None:
                     _budget_event(log, exhausted.value, run)
@@ -356,4 +403,4 @@ def _budget_event(log: EventLog, which: str, run: _Run) -> None:
     )
 
 
-__all__: Sequence[str] = ("MAX_CONSECUTIVE_FAULTS", "RunRequest", "UsageHook", "run_loop")
+__all__: Sequence[str] = ("MAX_CONSECUTIVE_FAULTS", "RunRequest", "ToolObserver", "UsageHook", "run_loop")

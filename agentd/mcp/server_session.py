@@ -194,6 +194,9 @@ class ServerCore:
         self.retry_ms = retry_ms
         self._new_id = new_session_id
         self.sessions: dict[str, LegacySession] = {}
+        #: Ids of sessions expired for idleness since the last :meth:`take_expired` (their state elsewhere
+        #: -- subscriptions, stream channels -- is the caller's to drop).
+        self.expired: list[str] = []
 
     # -- routing -----------------------------------------------------------------------------------------
 
@@ -296,6 +299,7 @@ class ServerCore:
         for session in idle:
             if now - session.last_seen >= self.session_idle:
                 del self.sessions[session.id]
+                self.expired.append(session.id)
         if len(self.sessions) >= self.max_sessions:
             raise SessionLimit
 
@@ -304,6 +308,11 @@ class ServerCore:
         gone = [s.id for s in self.sessions.values() if not s.stream_open and now - s.last_seen >= self.session_idle]
         for sid in gone:
             del self.sessions[sid]
+        self.expired.extend(gone)
+        return gone
+
+    def take_expired(self) -> list[str]:
+        gone, self.expired = self.expired, []
         return gone
 
     def _route_get(self, req: HttpRequest, version: str | None, now: float) -> Routed:

@@ -3,26 +3,30 @@ for ``loop``, ``schedule`` and ``reactive``.
 
 Unlike ``once``, a daemon opens the intelligence and the MCP pool once for its whole life (the
 subscriptions live on the pool's connections) and runs every fire through :func:`loop_run_job`, the
-loop with the built-in ``resource.read`` plus the run's self-tools. SIGTERM and SIGINT set the drain
-latch (a second signal does not force anything here: drain is already bounded by --drain-timeout).
+loop with the built-in ``resource.read``, the root supervisor's ``subagent.*`` tools and the run's
+self-tools. Drain comes from the CLI's latch (agentd.drain); a library caller without one gets SIGTERM
+and SIGINT watched here.
 """
 
 from __future__ import annotations
 
+import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 
 import trio
 
 from agentd.config.model import Config
 from agentd.errors import AgentdError, IntelligenceError, McpConnectError
 from agentd.events import EventLog
+from agentd.intelligence.wire import Usage
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus
-from agentd.loop.runner import RunRequest, run_loop
+from agentd.loop.runner import RunRequest, UsageHook, run_loop
 from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
 from agentd.reactive.modes import DaemonContext, lone_agentd_error, run_daemon
@@ -39,6 +43,7 @@ def loop_run_job(
     *,
     output_contract: str | None = None,
     add_controls: AddControls | None = None,
+    on_usage: UsageHook | None = None,
 ) -> RunJob:
     """A :data:`RunJob` running the agent loop with an already open pool and intelligence."""
 
@@ -50,58 +55,97 @@ def loop_run_job(
             add_controls(controls, run_id)
         request = RunRequest(instruction=job.instruction, run_id=run_id, limits=limits,
                              output_contract=output_contract, seed=job.seed)
-        return await run_loop(request, pool=pool, intel=intel, controls=controls, log=log.bind(run_id=run_id))
+        return await run_loop(request, pool=pool, intel=intel, controls=controls, log=log.bind(run_id=run_id),
+                              on_usage=on_usage)
 
     return run_job
 
 
 async def drain_on_signals(drain: trio.Event, log: EventLog) -> None:
-    """Set ``drain`` on SIGTERM/SIGINT. Outside the main thread there are no signals to watch."""
+    """Set ``drain`` on SIGTERM/SIGINT, for library callers without the CLI's latch (agentd.drain)."""
     try:
         receiver = trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT)
-    except (RuntimeError, ValueError):
+    except (RuntimeError, ValueError):  # not the main thread: there are no signals to watch
         return
     with receiver as signals:
         async for signum in signals:
-            log.info("proc.signal", signal=signal.Signals(signum).name, action="drain")
+            log.warn("proc.signal", signal=signal.Signals(signum).name, action="drain")
             drain.set()
 
 
-async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, drain: trio.Event | None = None,
-                      env: dict[str, str] | None = None) -> RunResult:
-    """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0)."""
+def _drain_event(daemon: trio.Nursery, log: EventLog) -> trio.Event:
+    """The CLI's drain latch when one is installed; else watch the signals ourselves."""
+    from agentd.drain import installed_drain
+
+    latch = installed_drain()
+    if latch is not None:
+        return latch.event
+    drain = trio.Event()
+    daemon.start_soon(drain_on_signals, drain, log)
+    return drain
+
+
+async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: Mapping[str, str] | None
+                       ) -> tuple[AddControls | None, UsageHook | None]:
+    """The root supervisor for the daemon's runs (``subagent.*`` tools, tree token accounting), as in once."""
+    try:
+        from agentd.supervisor.messages import Usage as UsageFrame
+        from agentd.supervisor.supervisor import Caller, Origin
+        from agentd.supervisor.tools import register_subagent_tools
+        from agentd.supervisor.wiring import open_root_supervisor
+    except ModuleNotFoundError:  # a build without the supervisor: the loop alone
+        return None, None
+    environ = os.environ if env is None else env
+    supervisor = await stack.enter_async_context(
+        open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id))
+    caller = Caller(Origin.STDIO, supervisor.handle)
+
+    def add_controls(registry: ControlToolRegistry, run_id: str) -> None:
+        if cfg.max_depth > 0:
+            register_subagent_tools(registry, supervisor, caller)
+
+    async def on_usage(usage: Usage) -> None:
+        await supervisor.authority.report_usage(supervisor.handle, UsageFrame(usage.prompt_tokens,
+                                                                               usage.completion_tokens))
+
+    return add_controls, on_usage
+
+
+async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None = None,
+                      drain: trio.Event | None = None) -> RunResult:
+    """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
+
+    ``drain`` defaults to the CLI's latch (agentd.drain); ``env`` is where secret references are looked up.
+    """
     from agentd.client import open_mcp_pool
     from agentd.intelligence import open_intelligence
     from agentd.secrets import SecretResolver
 
     if drain is None:
-        from agentd.drain import installed_drain
-
-        latch = installed_drain()
-        if latch is not None:  # the CLI owns SIGTERM/SIGINT (agentd/drain.py): share its latch
-            drain = latch.event
-        else:
-            drain = trio.Event()
-            daemon.start_soon(drain_on_signals, drain, log)
+        drain = _drain_event(daemon, log)
     resolver = SecretResolver(env=env, redactor=log.redactor)
     limits = Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
     result: RunResult | None = None
     error: AgentdError | None = None
     log.info("run.start", mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
-        async with (
-            open_intelligence(list(cfg.intelligence), model=cfg.model, token=cfg.intelligence_token,
-                              stream=cfg.stream_intelligence, log=log, secrets=resolver) as intel,
-            open_mcp_pool(cfg.mcp, log=log, secrets=resolver, run_id=log.run_id) as pool,
-        ):
+        async with AsyncExitStack() as stack:
+            intel = await stack.enter_async_context(open_intelligence(
+                list(cfg.intelligence), model=cfg.model, token=cfg.intelligence_token,
+                stream=cfg.stream_intelligence, log=log, secrets=resolver))
+            pool = await stack.enter_async_context(
+                open_mcp_pool(cfg.mcp, log=log, secrets=resolver, run_id=log.run_id))
+            add_controls, on_usage = await _supervision(stack, cfg, log, env)
+            daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
-                loop_run_job(pool, intel, log, output_contract=cfg.output_contract),
+                loop_run_job(pool, intel, log, output_contract=cfg.output_contract, add_controls=add_controls,
+                             on_usage=on_usage),
                 base_run_id=log.run_id,
                 limits=limits,
-                log=log,
+                log=daemon_log,
                 budget=LifetimeBudget(cfg.budget_tokens_lifetime),
             )
-            ctx = DaemonContext(cfg, runs, log, drain, pool=pool, server_names=[s.name for s in cfg.mcp],
+            ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=pool, server_names=[s.name for s in cfg.mcp],
                                 open_session=conversation_sessions(runs))
             result = await run_daemon(ctx)
     except BaseExceptionGroup as group:

@@ -21,6 +21,7 @@ and a clean drain (exit 0) in reactive mode, as in the original agentd.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -38,6 +39,7 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
+from agentd.reactive.status import published
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
 
@@ -84,12 +86,23 @@ async def run_daemon(ctx: DaemonContext, *, task_status: trio.TaskStatus[None] =
         runs.budget_status = RunStatus.COMPLETED
     body = _body_for(ctx)
     try:
-        return await _serve(ctx, body, task_status)
+        # Also under the configured run id (possibly ""): the served status knows only the config's.
+        keys = {runs.base_run_id, ctx.cfg.run_id}
+        with contextlib.ExitStack() as stack:
+            for key in keys:
+                stack.enter_context(published(key, lambda: reactive_status(ctx)))
+            return await _serve(ctx, body, task_status)
     except BaseExceptionGroup as group:
         error = lone_agentd_error(group)
         if error is not None:
             raise error from None  # a bad --subscribe is exit 2, not a crash in a group
         raise
+
+
+def drain_wait(drain_timeout: float) -> float:
+    """How long running fires may take once draining: ``--drain-timeout`` minus a reserve (up to 2 s) for
+    unsubscribing and closing sessions, so the whole drain fits the timeout the CLI enforces."""
+    return max(0.0, drain_timeout - min(2.0, drain_timeout / 5))
 
 
 def lone_agentd_error(group: BaseExceptionGroup[BaseException]) -> AgentdError | None:
@@ -116,12 +129,12 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
         nursery.start_soon(body)
         task_status.started()
         await _first_of(ctx.drain.wait, runs.stopping.wait)
-        ctx.log.info("drain.start", reason="signal" if ctx.drain.is_set() else (runs.stop.reason if runs.stop else ""),
-                     running=runs.active, timeout_s=cfg.drain_timeout)
+        ctx.log.warn("drain.start", reason="signal" if ctx.drain.is_set() else (runs.stop.reason if runs.stop else ""),
+                     running=runs.active, drain_timeout=cfg.drain_timeout)
         runs.close()
         if ctx.router is not None:
             ctx.router.close()
-        with trio.move_on_after(cfg.drain_timeout) as waited:
+        with trio.move_on_after(drain_wait(cfg.drain_timeout)) as waited:
             if ctx.router is not None:
                 await ctx.router.wait_idle()
             await runs.wait_idle()
@@ -130,7 +143,8 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
         await ctx.continue_route.close()
     if ctx.watcher is not None:
         await ctx.watcher.unwatch_all()
-    ctx.log.info("drain.end", runs=runs.runs, timed_out=waited.cancelled_caught)
+    ctx.log.warn("drain.end", outcome="cut" if waited.cancelled_caught else "drained", runs=runs.runs,
+                 drain_timeout=cfg.drain_timeout)
     stop = runs.stop
     status = stop.status if stop is not None else RunStatus.COMPLETED
     return RunResult(

@@ -13,7 +13,6 @@ or a timeout observation. It needs an :class:`Awaiter` (``agentd.reactive.watch`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
@@ -208,8 +207,3 @@ def register_self_tools(registry: ControlToolRegistry, requests: SelfRequests,
                         awaiter: Awaiter | None = None) -> None:
     for tool in self_tools(requests, awaiter):
         registry.register(tool)
-
-
-def describe(requests: SelfRequests) -> str:
-    """A compact, log-safe summary (counts only; instructions are content)."""
-    return json.dumps({"subscriptions": len(requests.subscriptions), "schedules": len(requests.schedules)})

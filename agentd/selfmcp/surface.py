@@ -163,7 +163,7 @@ class SelfMcpSurface:
     def status(self) -> dict[str, Any]:
         counts = dict(self.backend.counts())
         counts.setdefault("served_running", sum(1 for r in self.runs.values() if r.final is None))
-        return {
+        body = {
             "run_id": self.info.run_id,
             "mode": self.info.mode,
             "version": self.info.version,
@@ -171,6 +171,12 @@ class SelfMcpSurface:
             "uptime_ms": int((trio.current_time() - self._started) * 1000),
             "spawns": counts,
         }
+        from agentd.reactive.status import reactive_status_of
+
+        daemon = reactive_status_of(self.info.run_id)
+        if daemon is not None:  # daemon modes: subscriptions (incl. the agent's own), wakes, budget
+            body["reactive"] = dict(daemon)
+        return body
 
     def _running(self, warm: bool) -> int:
         return sum(1 for r in self.runs.values() if r.final is None and r.warm == warm)

@@ -66,29 +66,12 @@ class ChildContext:
     channel: ControlChannel
     supervisor: Any = None  # agentd.supervisor.supervisor.Supervisor, typed loosely to keep imports lazy
     history: list[dict[str, Any]] = attrs.field(factory=list)
-    outbox: trio.MemorySendChannel[Usage] = attrs.field(default=None)
-    unsent: int = 0
-    drained: trio.Event = attrs.field(factory=trio.Event)
 
     async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
         await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
 
     async def progress(self, note: str = "") -> None:
         await self.channel.send(Progress(note=note))
-
-    def usage_soon(self, prompt_tokens: int, completion_tokens: int) -> None:
-        """Queue a usage report from synchronous code (the loop's usage hook); sent in order."""
-        if self.unsent == 0:
-            self.drained = trio.Event()
-        self.unsent += 1
-        self.outbox.send_nowait(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
-
-    async def flush(self) -> None:
-        """Wait (bounded) until queued usage reports are on the wire, so they precede the result."""
-        if self.unsent == 0:
-            return
-        with trio.move_on_after(1.0):
-            await self.drained.wait()
 
 
 #: A turn: given the context and this turn's message, return the turn's Result.
@@ -150,18 +133,14 @@ class _Session:
     _cancelled: str | None = None
     _session_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _authority: RemoteAuthority | None = None
-    _usage_flushed: trio.Event = attrs.field(factory=trio.Event)
-    _ctx: ChildContext | None = None
 
     async def run(self) -> int:
         from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
 
         self._authority = RemoteAuthority(self.channel)
         settings = SupervisorSettings.from_payload(self.payload.supervision)
-        outbox, pending_usage = trio.open_memory_channel[Usage](1024)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._control)
-            nursery.start_soon(self._forward_usage, pending_usage)
             if not (self.payload.test or {}).get("ignore_sigterm"):
                 nursery.start_soon(self._on_sigterm)
             with self._session_scope:
@@ -171,33 +150,16 @@ class _Session:
                     secrets=self.payload.secrets,
                     test_script=_nested_script if self.payload.test is not None else None,
                 ) as sup:
-                    ctx = self._ctx = ChildContext(self.payload, self.channel, sup, outbox=outbox)
+                    ctx = ChildContext(self.payload, self.channel, sup)
                     await self._turns(ctx)
                     await sup.drain(0)
-            outbox.close()
-            with trio.move_on_after(1.0):
-                await self._usage_flushed.wait()
             nursery.cancel_scope.cancel()
         return 0
-
-    async def _forward_usage(self, pending: trio.MemoryReceiveChannel[Usage]) -> None:
-        async for usage in pending:
-            try:
-                await self.channel.send(usage)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                break
-            finally:
-                if self._ctx is not None:
-                    self._ctx.unsent -= 1
-                    if self._ctx.unsent == 0:
-                        self._ctx.drained.set()
-        self._usage_flushed.set()
 
     async def _turns(self, ctx: ChildContext) -> None:
         message = self.payload.instruction
         while True:
             result = await self._turn(ctx, message)
-            await ctx.flush()
             if result is None:
                 return
             try:

@@ -38,16 +38,24 @@ from agentd.events import EventLog
 _MSG = 1 << 16
 
 
+#: Everything a child's turn may touch, including what the daemon imports lazily per run: each import
+#: here is time no forked child pays again.
+PREIMPORT = (
+    "agentd.daemon", "agentd.client", "agentd.intelligence", "agentd.secrets", "agentd.transport.http_client",
+    "agentd.supervisor.child", "agentd.supervisor.graph", "agentd.supervisor.loop_runner",
+    "agentd.supervisor.scripted", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
+    "agentd.supervisor.wiring",
+)
+
+
 def _preimport() -> None:
-    # Everything a child's turn may touch; each import here is a millisecond no child pays again.
-    import agentd.daemon
-    import agentd.supervisor.child
-    import agentd.supervisor.graph
-    import agentd.supervisor.loop_runner
-    import agentd.supervisor.scripted
-    import agentd.supervisor.supervisor
-    import agentd.supervisor.tools
-    import agentd.supervisor.wiring  # noqa: F401
+    import importlib
+
+    for name in PREIMPORT:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # a partial build: the child imports lazily, as a re-exec would
 
 
 def serve_forks(sock_fd: int) -> int:
@@ -55,10 +63,7 @@ def serve_forks(sock_fd: int) -> int:
     from agentd.supervisor.child import _die_with_parent
 
     _die_with_parent()
-    try:
-        _preimport()
-    except ImportError:
-        pass  # a partial build: children import lazily, as a re-exec would
+    _preimport()
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

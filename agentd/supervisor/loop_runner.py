@@ -36,8 +36,8 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     registry = ControlToolRegistry()
     register_subagent_tools(registry, ctx.supervisor, Caller(Origin.STDIO, payload.handle))
 
-    def on_usage(usage: Any) -> None:
-        ctx.usage_soon(int(usage.prompt_tokens), int(usage.completion_tokens))
+    async def on_usage(usage: Any) -> None:
+        await ctx.usage(int(usage.prompt_tokens), int(usage.completion_tokens))
 
     seed: list[dict[str, Any]] = []
     if payload.context:

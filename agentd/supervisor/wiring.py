@@ -14,12 +14,13 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import cattrs
+import trio
 
 from agentd.events import EventLog
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
-from agentd.supervisor.supervisor import Supervisor, SupervisorSettings, open_supervisor
+from agentd.supervisor.supervisor import Supervisor, SupervisorSettings, TestScript, open_supervisor
 
 if TYPE_CHECKING:
     from agentd.config.model import Config
@@ -59,18 +60,33 @@ def settings_from_config(cfg: Config) -> SupervisorSettings:
 
 @asynccontextmanager
 async def open_root_supervisor(
-    cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = "", fork_server: bool = True
+    cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = "", fork_server: bool = True,
+    test_script: TestScript | None = None,
 ) -> AsyncIterator[Supervisor]:
     """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` and its referenced secrets.
 
     Children are forked from a pre-imported fork server by default (started on the first spawn; see
-    docs/supervisor.md for the measurements behind that choice).
+    docs/supervisor.md for the measurements behind that choice). When the process's drain latch fires,
+    the supervisor stops accepting spawns and drains (running children get ``drain_timeout``).
     """
+    from agentd.drain import current_drain
+
     wire = config_to_wire(cfg)
-    async with open_supervisor(
+    latch = current_drain()
+    async with trio.open_nursery() as watchers, open_supervisor(
         servers=frozenset(s.name for s in cfg.mcp), settings=settings_from_config(cfg), child_config=wire,
         secrets=referenced_secrets(wire, env), log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content},
-        fork_server=fork_server,
+        fork_server=fork_server, test_script=test_script,
     ) as sup:
-        yield sup
+
+        async def stop_accepting() -> None:
+            # Drain: no new subagents from here on; running ones finish or are cancelled with their run.
+            await latch.wait()
+            await sup.drain(cfg.drain_timeout)
+
+        watchers.start_soon(stop_accepting)
+        try:
+            yield sup
+        finally:
+            watchers.cancel_scope.cancel()

@@ -131,6 +131,7 @@ class McpAsgiApp:
         self.draining = trio.Event()
         self._streams: dict[str, trio.MemorySendChannel[tuple[int, bytes]]] = {}
         self._notifiers: dict[str, Callable[[str], None]] = {}
+        self._listens = 0
 
     def drain(self) -> None:
         self.draining.set()
@@ -174,6 +175,8 @@ class McpAsgiApp:
                 await _send_reply(send, error_reply(408, jsonrpc.INVALID_REQUEST, "request body too slow").http)
                 return
         routed = self.core.route(HttpRequest(scope["method"], headers, body), trio.current_time())
+        if self.core.expired:
+            self._forget_expired()
         if isinstance(routed, Reply):
             await _send_reply(send, routed.http)
             if scope["method"] == "DELETE" and routed.http.status == 200:
@@ -239,6 +242,18 @@ class McpAsgiApp:
             raise trio.TooSlowError
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    async def _dispatch(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
+        """The handler's answer; a bug in it becomes -32603 for this request instead of a 500 for all."""
+        try:
+            return await self.handler.handle(request, ctx)
+        except Exception as exc:
+            self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
+            return ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+
+    def _forget_expired(self) -> None:
+        for session_id in self.core.take_expired():
+            self._end_session(session_id)
+
     # -- legacy ------------------------------------------------------------------------------------------
 
     def _notifier(self, session: LegacySession) -> Callable[[str], None]:
@@ -275,17 +290,17 @@ class McpAsgiApp:
                 return str(session.next_id())
 
             async def answer() -> Message:
-                return await self.handler.handle(request, ctx)
+                return await self._dispatch(request, ctx)
 
-            await self._stream_answer(send, answer, event_id, post_headers(post))
+            await self._stream_answer(send, answer, event_id, post_headers(post), receive=receive)
             return
         answers: dict[int, Message] = {}
         if len(pending) == 1:
             index, request = pending[0]
-            answers[index] = await self.handler.handle(request, ctx)
+            answers[index] = await self._dispatch(request, ctx)
         elif pending:
             async def one(index: int, request: Request) -> None:
-                answers[index] = await self.handler.handle(request, ctx)
+                answers[index] = await self._dispatch(request, ctx)
 
             async with trio.open_nursery() as nursery:
                 for index, request in pending:
@@ -336,7 +351,7 @@ class McpAsgiApp:
         ctx = CallContext(Era.MODERN, cancel_on_disconnect=True)
         if accepts(headers, SSE) and _streamed(request) and "accept" in headers:
             async def answer() -> Message:
-                return await self.handler.handle(request, ctx)
+                return await self._dispatch(request, ctx)
 
             def no_id() -> str | None:
                 return None
@@ -346,7 +361,7 @@ class McpAsgiApp:
         answers: list[Message] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            answers.append(await self.handler.handle(request, ctx))
+            answers.append(await self._dispatch(request, ctx))
             nursery.cancel_scope.cancel()
         if answers:
             await _send_reply(send, self.core.modern_reply(post, answers[0]))
@@ -361,6 +376,12 @@ class McpAsgiApp:
             await _send_reply(send, error_reply(400, jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be strings",
                                                 id=request.id).http)
             return
+        if self._listens >= self.options.max_sessions:
+            self.log.info("serve.refused", reason="listen_limit", status=503, limit=self.options.max_sessions)
+            await _send_reply(send, error_reply(503, jsonrpc.INTERNAL_ERROR,
+                                                f"listen stream limit reached ({self.options.max_sessions})",
+                                                id=request.id, headers=(("retry-after", "5"),)).http)
+            return
         sender, receiver = trio.open_memory_channel[str](256)
 
         def sink(uri: str) -> None:
@@ -371,6 +392,7 @@ class McpAsgiApp:
 
         ticket = self.handler.listen(wanted, sink)
         core = self.core
+        self._listens += 1
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -390,6 +412,7 @@ class McpAsgiApp:
                     await _body(send, core.listen_final(request.id))
                 nursery.cancel_scope.cancel()
         finally:
+            self._listens -= 1
             self.handler.unlisten(ticket)
         with trio.move_on_after(1) as cleanup:
             cleanup.shield = True
@@ -403,7 +426,9 @@ class McpAsgiApp:
         """Open SSE at once (priming event on legacy), keep it alive, then send the answer and end."""
         done: list[Message] = []
         async with trio.open_nursery() as nursery:
-            if receive is not None:  # modern: a closed stream cancels the request
+            if receive is not None:
+                # A closed stream ends this request. Whether the run it started ends too is the
+                # handler's call (CallContext.cancel_on_disconnect: modern yes, legacy no).
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
             await send(_sse_start(extra))
             first = event_id()

@@ -174,6 +174,13 @@ class HttpTransport:
     url: str
     server: str | None = None
     max_body: int = DEFAULT_MAX_BODY
+    #: Parsed once: httpx would re-parse the string on every request.
+    _target: httpx.URL = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._target = httpx.URL(self.url)
+    #: An ``httpx.Auth`` consulted on every request (credentials, 401 -> refresh -> retry once), or None.
+    auth: httpx.Auth | None = None
 
     @property
     def display_url(self) -> str:
@@ -184,9 +191,12 @@ class HttpTransport:
         self, method: str, headers: dict[str, str], body: bytes | None = None, *, had_session: bool = False
     ) -> AsyncIterator[HttpReply]:
         """Send one request and yield its reply; the response is closed (shielded, bounded) on exit."""
-        request = self.client.build_request(method, self.url, headers=headers, content=body)
+        request = self.client.build_request(method, self._target, headers=headers, content=body)
         try:
-            response = await self.client.send(request, stream=True)
+            if self.auth is not None:
+                response = await self.client.send(request, stream=True, auth=self.auth)
+            else:
+                response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise ConnectionLost(f"{method} {display_url(self.url)}: {_describe(exc)}", server=self.server) from None
         try:

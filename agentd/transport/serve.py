@@ -2,9 +2,11 @@
 
 ``serve_mcp`` binds, reports the bound URLs through ``task_status``, and returns once
 ``shutdown_trigger`` fires and hypercorn has drained (open streams are told first through
-``app.drain()``). TLS uses one :class:`ssl.SSLContext` handed to hypercorn whose SNI callback (OpenSSL
-calls it on every handshake, with or without SNI) switches the handshake to the newest context, so
-rotated certificate, key and client-CA files take effect for new connections without a restart.
+``app.drain()``). hypercorn gets a context *proxy* whose ``wrap_bio`` (the one call trio's
+``SSLListener`` makes per connection) uses the newest :class:`ssl.SSLContext`, so rotated certificate,
+key and client-CA files take effect for new connections without a restart. (Switching contexts in an SNI
+callback would not do: OpenSSL keeps the first context's verify settings, so a rotated client CA would
+be ignored.)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import attrs
@@ -122,17 +124,19 @@ class ReloadingTls:
     client_ca: Path | None = None
     log: EventLog = attrs.field(factory=null_log)
     current: ssl.SSLContext = attrs.field(init=False)
-    front: ssl.SSLContext = attrs.field(init=False)
     _seen: tuple[tuple[int, int, int], ...] = attrs.field(init=False, default=())
 
     def __attrs_post_init__(self) -> None:
         try:
             self._seen = _fingerprint(self._files())
             self.current = self.build()
-            self.front = self.build()
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load the serving certificate or key: {exc.__class__.__name__}") from None
-        self.front.sni_callback = self._pick
+
+    @property
+    def front(self) -> ssl.SSLContext:
+        """What hypercorn (and trio's SSLListener) holds: every new connection wraps with ``current``."""
+        return cast(ssl.SSLContext, _ContextProxy(self))
 
     def _files(self) -> list[Path]:
         return [self.cert, self.key] + ([self.client_ca] if self.client_ca is not None else [])
@@ -147,9 +151,6 @@ class ReloadingTls:
             context.load_verify_locations(cafile=self.client_ca)
             context.verify_mode = ssl.CERT_REQUIRED
         return context
-
-    def _pick(self, sslobj: Any, server_name: str | None, context: ssl.SSLContext) -> None:
-        sslobj.context = self.current
 
     def check(self) -> bool:
         """Reload when any file changed; a broken new set keeps the old context (and is logged)."""
@@ -173,6 +174,19 @@ class ReloadingTls:
         while True:
             await trio.sleep(interval)
             self.check()
+
+
+class _ContextProxy:
+    """Duck-types the part of :class:`ssl.SSLContext` trio's ``SSLListener`` uses, always the newest."""
+
+    def __init__(self, source: ReloadingTls) -> None:
+        self._source = source
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        return self._source.current.wrap_bio(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source.current, name)
 
 
 class _Config(HypercornConfig):

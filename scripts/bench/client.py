@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -38,17 +39,18 @@ def _check(content: list[dict[str, Any]]) -> None:
         raise AssertionError(content)
 
 
-async def bench_agentd(url: str, calls: int, warmup: int) -> list[float]:
+async def bench_agentd(url: str, calls: int, warmup: int) -> tuple[list[float], float]:
     async with open_mcp_pool([McpServerConfig("b", url)], log=null_log(), run_id="bench") as pool:
         for _ in range(warmup):
             await pool.call_tool("b", "echo", ARGS)
         times = []
+        c0 = time.process_time()
         for _ in range(calls):
             t0 = time.perf_counter()
             result = await pool.call_tool("b", "echo", ARGS)
             times.append(time.perf_counter() - t0)
             _check(result.content)
-        return times
+        return times, time.process_time() - c0
 
 
 def _parse_body(response: httpx.Response) -> dict[str, Any]:
@@ -63,7 +65,7 @@ def _parse_body(response: httpx.Response) -> dict[str, Any]:
     return parsed
 
 
-async def bench_httpx(url: str, calls: int, warmup: int) -> list[float]:
+async def bench_httpx(url: str, calls: int, warmup: int) -> tuple[list[float], float]:
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     async with httpx.AsyncClient(timeout=None, trust_env=False) as client:
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -76,7 +78,10 @@ async def bench_httpx(url: str, calls: int, warmup: int) -> list[float]:
         headers["MCP-Protocol-Version"] = _parse_body(response)["result"]["protocolVersion"]
         await client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
         times = []
+        c0 = 0.0
         for i in range(warmup + calls):
+            if i == warmup:
+                c0 = time.process_time()
             body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
                     "params": {"name": "echo", "arguments": ARGS}}
             t0 = time.perf_counter()
@@ -86,10 +91,10 @@ async def bench_httpx(url: str, calls: int, warmup: int) -> list[float]:
             _check(message["result"]["content"])
             if i >= warmup:
                 times.append(elapsed)
-        return times
+        return times, time.process_time() - c0
 
 
-async def bench_sdk(url: str, calls: int, warmup: int) -> list[float]:
+async def bench_sdk(url: str, calls: int, warmup: int) -> tuple[list[float], float]:
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -100,25 +105,31 @@ async def bench_sdk(url: str, calls: int, warmup: int) -> list[float]:
             for _ in range(warmup):
                 await session.call_tool("echo", ARGS)
             times = []
+            c0 = time.process_time()
             for _ in range(calls):
                 t0 = time.perf_counter()
                 result = await session.call_tool("echo", ARGS)
                 times.append(time.perf_counter() - t0)
                 if result.content[0].text != ARGS["text"]:  # type: ignore[union-attr]
                     raise AssertionError(result)
-            return times
+            return times, time.process_time() - c0
 
 
 CLIENTS = {"httpx": bench_httpx, "agentd": bench_agentd, "sdk": bench_sdk}
 
 
-def run_mode(mode: str, calls: int, warmup: int, rounds: int) -> dict[str, list[float]]:
+def run_mode(mode: str, calls: int, warmup: int, rounds: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Wall-clock samples per call, and client CPU seconds per call (this process only: the server is another)."""
     samples: dict[str, list[float]] = {name: [] for name in CLIENTS}
+    cpu: dict[str, float] = dict.fromkeys(CLIENTS, 0.0)
     with launch.start_peer(launch.sdk_server_argv(mode=mode)) as peer:
         for _ in range(rounds):
             for name, fn in CLIENTS.items():
-                samples[name] += trio.run(fn, peer.url, calls // rounds, warmup)
-    return samples
+                times, spent = trio.run(fn, peer.url, calls // rounds, warmup)
+                samples[name] += times
+                cpu[name] += spent
+    per_call = {name: cpu[name] / len(samples[name]) for name in CLIENTS}
+    return samples, per_call
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -136,13 +147,16 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for mode in args.modes.split(","):
-        samples = run_mode(mode, args.calls, args.warmup, args.rounds)
+        samples, cpu = run_mode(mode, args.calls, args.warmup, args.rounds)
         med = {name: statistics.median(v) * 1000 for name, v in samples.items()}
+        us = {name: value * 1e6 for name, value in cpu.items()}
         rows.append(
             f"| {mode} | {med['httpx']:.3f} / {_ms(samples['httpx'], 0.95):.3f} "
             f"| {med['agentd']:.3f} / {_ms(samples['agentd'], 0.95):.3f} "
             f"| {med['sdk']:.3f} / {_ms(samples['sdk'], 0.95):.3f} "
-            f"| {med['agentd'] / med['httpx']:.2f}x | {med['agentd'] / med['sdk']:.2f}x |"
+            f"| {med['agentd'] / med['httpx']:.2f}x | {med['agentd'] / med['sdk']:.2f}x "
+            f"| {us['httpx']:.0f} / {us['agentd']:.0f} / {us['sdk']:.0f} "
+            f"| {us['agentd'] / us['httpx']:.2f}x | {us['agentd'] / us['sdk']:.2f}x |"
         )
         print(rows[-1], flush=True)
     command = (f".venv/bin/python scripts/bench/client.py --calls {args.calls} --warmup {args.warmup} "
@@ -157,12 +171,16 @@ def main() -> None:
         "`sdk` is the official SDK client (`streamable_http_client` + `ClientSession`, on trio).",
         "",
         "| server mode | httpx median / p95 (ms) | agentd median / p95 (ms) | SDK median / p95 (ms) "
-        "| agentd ÷ httpx | agentd ÷ SDK |",
-        "|---|---|---|---|---|---|",
+        "| wall agentd ÷ httpx | wall agentd ÷ SDK | client CPU µs/call httpx / agentd / SDK "
+        "| CPU agentd ÷ httpx | CPU agentd ÷ SDK |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
-        "Target: agentd within 1.2x of bare httpx and faster than the SDK client. 2-core machine shared with the "
-        "server process; medians are the stable figure.",
+        "Target: agentd within 1.2x of bare httpx and faster than the SDK client. Client CPU per call (this "
+        "process's CPU time over the timed calls; the server is another process) is the "
+        "figure that load on the shared 2-core machine distorts least; wall-clock medians include the server. "
+        f"Load average during this run: {os.getloadavg()[0]:.1f}. The SDK peer sets TCP_NODELAY on its listening "
+        "socket; without it every uvicorn response stalls ~40 ms on delayed ACK and all three clients measure that.",
         "",
     ])
     if args.write:

@@ -51,43 +51,41 @@ def _hypercorn_config(port: int) -> Any:
     return config
 
 
+async def floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The floor: parse the body, answer an MCP-shaped result, nothing else."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    request = json.loads(body)
+    out = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": {
+        "content": [{"type": "text", "text": "ok"}], "isError": False}}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
+        (b"mcp-session-id", b"floor")]})
+    await send({"type": "http.response.body", "body": out})
+
+
 def serve_floor(port: int) -> None:
     import trio
     from hypercorn.trio import serve
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        request = json.loads(body)
-        out = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": {
-            "content": [{"type": "text", "text": "ok"}], "isError": False}}).encode()
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
-            (b"mcp-session-id", b"floor")]})
-        await send({"type": "http.response.body", "body": out})
-
-    trio.run(serve, app, _hypercorn_config(port))
+    trio.run(serve, floor_app, _hypercorn_config(port))
 
 
-def serve_agentd(port: int) -> None:
-    import trio
-    from hypercorn.trio import serve
-
+def _agentd_surface() -> Any:
     from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
     from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
-    from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
 
     class IdleBackend:
         async def spawn(self, request: ServedSpawn) -> str | Refusal:
@@ -108,9 +106,18 @@ def serve_agentd(port: int) -> None:
         def counts(self) -> dict[str, int]:
             return {"spawned": 0}
 
+    return SelfMcpSurface(IdleBackend(), AgentInfo(run_id="bench", mode="loop"))
+
+
+def serve_agentd(port: int) -> None:
+    import trio
+    from hypercorn.trio import serve
+
+    from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            surface = SelfMcpSurface(IdleBackend(), AgentInfo(run_id="bench", mode="loop"))
+            surface = _agentd_surface()
             await nursery.start(surface.run)
             app = McpAsgiApp(surface, AsgiOptions(max_sessions=1024))
             await serve(app, _hypercorn_config(port))
@@ -190,7 +197,7 @@ class Conn:
         return bytes(data)
 
 
-async def _client(port: int, deadline: float, latencies: list[float], check: bool) -> None:
+async def _client(port: int, gate: Any, latencies: list[float], check: bool) -> None:
     import trio
 
     conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
@@ -199,7 +206,9 @@ async def _client(port: int, deadline: float, latencies: list[float], check: boo
     session = headers.get("mcp-session-id")
     await conn.roundtrip(_request(port, INITIALIZED, session))
     payload = _request(port, STATUS_CALL, session)
-    while time.perf_counter() < deadline:
+    gate.ready += 1
+    await gate.go.wait()  # every client is connected and initialized: measure calls only
+    while time.perf_counter() < gate.deadline:
         t0 = time.perf_counter()
         status, headers, body = await conn.roundtrip(payload)
         latencies.append(time.perf_counter() - t0)
@@ -214,15 +223,28 @@ def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
 
     latencies: list[float] = []
 
+    class Gate:
+        ready = 0
+        deadline = 0.0
+        go: Any = None
+
+    gate = Gate()
+    elapsed = 0.0
+
     async def main() -> None:
-        deadline = time.perf_counter() + seconds
+        nonlocal elapsed
+        gate.go = trio.Event()
         async with trio.open_nursery() as nursery:
             for i in range(clients):
-                nursery.start_soon(_client, port, deadline, latencies, i == 0)
+                nursery.start_soon(_client, port, gate, latencies, i == 0)
+            while gate.ready < clients:
+                await trio.sleep(0.01)
+            start = time.perf_counter()
+            gate.deadline = start + seconds
+            gate.go.set()
+        elapsed = time.perf_counter() - start
 
-    start = time.perf_counter()
     trio.run(main)
-    elapsed = time.perf_counter() - start
     latencies.sort()
     return {
         "calls": len(latencies),
@@ -236,6 +258,55 @@ def _cpu_seconds(pid: int) -> float:
     """The server process's user+system CPU time (what it costs per call, whatever else the machine runs)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def app_only(calls: int = 20000) -> dict[str, float]:
+    """µs per ``tools/call status`` inside the ASGI app alone (no HTTP, no sockets): agentd vs the floor app."""
+    import trio
+
+    from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+
+    async def drive(app: Any, session: bool) -> float:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        def request(body: bytes, sid: str | None) -> tuple[dict[str, Any], Any]:
+            headers = [(b"host", b"127.0.0.1:1"), (b"content-type", b"application/json"),
+                       (b"accept", b"application/json, text/event-stream"),
+                       (b"content-length", str(len(body)).encode())]
+            if sid:
+                headers += [(b"mcp-session-id", sid.encode()), (b"mcp-protocol-version", b"2025-11-25")]
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}, receive
+
+        sid = None
+        if session:
+            scope, receive = request(json.dumps(INIT).encode(), None)
+            await app(scope, receive, send)
+            sid = dict(sent[0]["headers"])[b"mcp-session-id"].decode()
+        body = json.dumps(STATUS_CALL).encode()
+        start = time.perf_counter()
+        for _ in range(calls):
+            scope, receive = request(body, sid)
+            await app(scope, receive, send)
+        assert b'"result"' in sent[-1]["body"]
+        return (time.perf_counter() - start) / calls * 1e6
+
+    async def main() -> dict[str, float]:
+        async with trio.open_nursery() as nursery:
+            surface = _agentd_surface()
+            await nursery.start(surface.run)
+            out = {"agentd_app_us": await drive(McpAsgiApp(surface, AsgiOptions()), True),
+                   "floor_app_us": await drive(floor_app, False)}
+            nursery.cancel_scope.cancel()
+        return out
+
+    return trio.run(main)
 
 
 def _free_port() -> int:
@@ -282,10 +353,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--targets", default="agentd,floor,sdk")
-    parser.add_argument("--write", type=Path, help="append/replace the results section in this markdown file")
+    parser.add_argument("--app-only", action="store_true", help="only the in-process ASGI app cost per call")
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port)
+        return
+    if args.app_only:
+        print(json.dumps(app_only()))
         return
     pin = os.cpu_count() is not None and os.cpu_count() >= 2 and bool(subprocess.run(
         ["which", "taskset"], capture_output=True).stdout)

@@ -60,6 +60,20 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
+def len_key(handle: str) -> tuple[int, int]:
+    return (handle.count("."), int(handle.rsplit(".", 1)[-1]))
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time (user + system) the process has used: a load-independent start-up cost."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return float("nan")
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def tree_pids() -> list[int]:
     me = os.getpid()
     parents: dict[int, list[int]] = {}
@@ -129,30 +143,45 @@ async def bench_mode(runs: int, fanout: int, fork: bool) -> dict:
         out["fanout_peak_tree_rss_mib"] = peak / 1024
 
     first_request: list[float] = []
+    child_cpu: list[float] = []
+    current: list[int] = []
 
     def answer(request: object) -> dict:
         first_request.append(time.perf_counter())
+        if current:
+            child_cpu.append(cpu_ms(current[-1]))
         return text('{"ok": true}')
 
-    async with scripted_gateway([]) as gw:
+    async with scripted_gateway([], default=answer) as gw:
         cfg = Config(instruction="root", intelligence=(gw.url,), max_children=256, max_subagents=256)
         async with open_root_supervisor(cfg, log=null_log(), env={}, fork_server=fork) as sup:
             sup.authority.ledger._bucket.burst = 10_000  # benchmark many spawns; not a cap test
             sup.authority.ledger._bucket._tokens = 10_000.0
             to_first, loop_sync = [], []
             for _ in range(runs + 1):
-                gw.push(answer)
                 first_request.clear()
                 t = time.perf_counter()
-                view = await sup.spawn(ROOT, SpawnRequest("say ok"))
+                current.clear()
+                before = len(sup._nodes)
+                async with trio.open_nursery() as nursery:
+                    async def spot() -> None:
+                        while len(sup._nodes) == before or sup._nodes[max(sup._nodes, key=len_key)].pid is None:
+                            await trio.sleep(0.001)
+                        current.append(sup._nodes[max(sup._nodes, key=len_key)].pid)
+                    nursery.start_soon(spot)
+                    view = await sup.spawn(ROOT, SpawnRequest("say ok"))
                 loop_sync.append((time.perf_counter() - t) * 1000)
+                assert first_request, (fork, view)
                 to_first.append((first_request[0] - t) * 1000)
                 assert view.status == "completed", view
             out["loop_to_first_model_request_ms"] = to_first[1:]
+            out["loop_child_cpu_at_first_request_ms"] = child_cpu[1:]
             out["loop_sync_ms"] = loop_sync[1:]
-            gw.push(*[answer] * 3)
             warm = [await sup.spawn(ROOT, SpawnRequest("say ok", warm=True)) for _ in range(3)]
+            assert all(v.status == "awaiting_turn" for v in warm), warm
             await trio.sleep(0.5)
+            assert all(sup._nodes[v.handle].status == "awaiting_turn" for v in warm), [
+                sup._nodes[v.handle].view() for v in warm]
             out["loop_warm_rss_kib"] = [rss_kib(sup._nodes[v.handle].pid) for v in warm]
             out["loop_warm_pss_kib"] = [pss_kib(sup._nodes[v.handle].pid) for v in warm]
     return out
@@ -173,6 +202,8 @@ def report(results: dict, runs: int, fanout: int) -> str:
          med(a["scripted_sync_ms"]), med(b["scripted_sync_ms"])),
         ("sync spawn → first model request, real loop child, ms",
          med(a["loop_to_first_model_request_ms"]), med(b["loop_to_first_model_request_ms"])),
+        ("child CPU time used by its first model request, ms (load-independent)",
+         med(a["loop_child_cpu_at_first_request_ms"]), med(b["loop_child_cpu_at_first_request_ms"])),
         ("sync spawn → result, real loop child (one model call), ms", med(a["loop_sync_ms"]), med(b["loop_sync_ms"])),
         ("idle warm child, scripted: RSS / PSS MiB", f"{mib(a['scripted_warm_rss_kib'])} / {mib(a['scripted_warm_pss_kib'])}",
          f"{mib(b['scripted_warm_rss_kib'])} / {mib(b['scripted_warm_pss_kib'])}"),

@@ -81,3 +81,19 @@ def test_environment_errors_name_the_variable() -> None:
     outcome = run_agentd(["--instruction", "x", "--intelligence", "test"], env={"AGENTD_MAX_STEPS": "lots"})
     assert outcome.code == 2
     assert outcome.events[0]["error"] == "$AGENTD_MAX_STEPS: expected a whole number, got 'lots'"
+
+
+def test_missing_instruction_before_any_traffic() -> None:
+    with tripwire() as sock:
+        port = sock.getsockname()[1]
+        outcome = run_agentd(["--intelligence", f"http://127.0.0.1:{port}/v1", "--mcp",
+                              f"probe=http://127.0.0.1:{port}/mcp"])
+        assert outcome.code == 2 and outcome.stdout == ""
+        (event,) = outcome.events
+        assert "--instruction" in event["error"] and "--serve-mcp" in event["error"]
+        assert_untouched(sock)
+
+
+def test_serving_makes_the_instruction_optional() -> None:
+    outcome = run_agentd(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp", "--validate-config"])
+    assert outcome.code == 0 and outcome.document["config"]["instruction"] is None

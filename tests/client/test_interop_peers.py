@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from agentd.client import Tuning, open_mcp_pool
-from agentd.errors import McpRpcError
+from agentd.errors import McpRpcError, ResourceNotFound
 from tests.client.helpers import Events, server
 from tests.peers import launch
 
@@ -27,6 +27,14 @@ async def test_legacy_1x_sdk_server(legacy_sdk_server: launch.PeerProcess) -> No
             failed = await pool.call_tool("old", "fail", {"message": "bad"})
             assert failed.is_error
             assert (await pool.call_tool("old", "echo", {"text": "hi"})).content[0]["text"] == "hi"
+            # Resources, not-found, and a subscription delivered over the 1.x GET stream.
+            with pytest.raises(ResourceNotFound) as info:
+                await pool.read_resource("test://missing", server="old")
+            assert info.value.uri == "test://missing"
+            assert await pool.subscribe("test://counter", server="old")
+            await pool.call_tool("old", "bump", {"uri": "test://counter"})
+            update = await pool.updates().receive()
+            assert (update.server, update.uri) == ("old", "test://counter")
 
 
 async def test_everything_server(everything_server: launch.PeerProcess) -> None:

@@ -186,10 +186,16 @@ async def test_answered_pings_keep_the_connection(autojump_clock: trio.abc.Clock
 
 
 async def test_reconnect_backoff_resubscribe_and_one_synthesized_update(autojump_clock: trio.abc.Clock) -> None:
+    async def with_stream(req: Req, resp: Resp) -> None:
+        if req.method == "GET":
+            await resp.start(200, {"content-type": "text/event-stream"})
+            await trio.sleep_forever()
+        await mcp_answer(req, resp)
+
     events = Events()
     tuning = Tuning(backoff_initial=0.5, backoff_max=8.0)
     async with trio.open_nursery() as nursery:
-        fake = await nursery.start(serve_fake, mcp_answer)
+        fake = await nursery.start(serve_fake, with_stream)
         port = int(fake.url.split(":")[2].split("/")[0])
         async with open_mcp_pool([server(fake.url)], log=events.log, tuning=tuning) as pool:
             assert await pool.subscribe("r://x")
@@ -204,7 +210,7 @@ async def test_reconnect_backoff_resubscribe_and_one_synthesized_update(autojump
             for n, delay in enumerate(delays[1:], start=1):
                 cap = min(8.0, 0.5 * 2 ** (n - 1))
                 assert cap * 0.5 <= delay <= cap
-            revived = await nursery.start(serve_fake, mcp_answer, port)
+            revived = await nursery.start(serve_fake, with_stream, port)
             updates = pool.updates()
             with trio.fail_after(60):
                 got = {(await updates.receive()).uri, (await updates.receive()).uri}
@@ -308,3 +314,50 @@ async def test_post_stream_closed_early_is_resumed_over_get(autojump_clock: trio
     assert len(seen) == 1
     assert seen[0][1] == "event-1"
     assert seen[0][0] - start == pytest.approx(0.5, abs=0.05)
+
+
+async def test_subscribe_degrades_without_a_get_stream() -> None:
+    events = Events()
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, mcp_answer)  # advertises subscribe, answers GET with 405
+        async with open_mcp_pool([server(fake.url)], log=events.log) as pool:
+            assert pool.connections["s"].stream_offered is False
+            assert await pool.subscribe("r://x") is False
+        nursery.cancel_scope.cancel()
+    assert "resources/subscribe" not in fake.methods()
+    assert events.named("mcp.subscribe_degraded")[0]["error"] == "the server offers no GET stream"
+
+
+async def test_read_resource_finds_the_owner_across_servers() -> None:
+    from agentd.errors import ResourceNotFound
+
+    async def only_b(req: Req, resp: Resp) -> None:
+        if req.rpc_method == "resources/read" and not req.json["params"]["uri"].startswith("r://b"):
+            await resp.json({"jsonrpc": "2.0", "id": req.json["id"],
+                             "error": {"code": -32002, "message": "not found", "data": {"uri": "x"}}})
+        elif req.rpc_method == "resources/list":
+            await resp.json(result(req, {"resources": [{"uri": "r://b", "name": "b"}]}))
+        else:
+            await mcp_answer(req, resp)
+
+    async def nothing(req: Req, resp: Resp) -> None:
+        if req.rpc_method == "resources/read":
+            await resp.json({"jsonrpc": "2.0", "id": req.json["id"], "error": {"code": -32002, "message": "nope"}})
+        else:
+            await mcp_answer(req, resp)
+
+    async with trio.open_nursery() as nursery:
+        a = await nursery.start(serve_fake, nothing)
+        b = await nursery.start(serve_fake, only_b)
+        async with open_mcp_pool([server(a.url, "a"), server(b.url, "b")], log=Events().log) as pool:
+            with trio.fail_after(10):
+                listed = await pool.read_resource("r://b")  # listed by b: asked there first
+                assert listed.server == "b"
+                unlisted = await pool.read_resource("r://b-only-by-asking")  # a says not found, then b
+                assert unlisted.server == "b"
+                with pytest.raises(ResourceNotFound) as info:
+                    await pool.read_resource("r://nowhere", server="a")
+                assert info.value.uri == "r://nowhere" and info.value.server == "a"
+        nursery.cancel_scope.cancel()
+    reads_on_a = [r.json["params"]["uri"] for r in a.requests if r.rpc_method == "resources/read"]
+    assert "r://b" not in reads_on_a and "r://b-only-by-asking" in reads_on_a

@@ -72,6 +72,18 @@ async def test_listen_delivers_updates_and_drops_synthesize(fresh_modern: launch
             name = await trio.to_thread.run_sync(launch.add_tool, url, "late_tool")
             while name not in [t.name for t in pool.tools()]:
                 await trio.sleep(0.02)
+            # A graceful end (final frame) re-listens without synthesizing anything.
+            def acks() -> int:
+                return len([e for e in events.named("mcp.stream") if e.get("listen") == "acknowledged"])
+
+            before = acks()
+            await trio.to_thread.run_sync(launch._side_door, url, "/_test/close_listens")
+            while acks() == before:
+                await trio.sleep(0.02)
+            await launch.abump(url, "test://counter")
+            update = await updates.receive()
+            assert (update.uri, update.synthesized) == ("test://counter", False)
+    assert len([e for e in events.named("mcp.updated") if e["synthesized"]]) == 1
     assert launch.stats(url)["listens"] == 0  # every listen was closed on exit
 
 

@@ -46,7 +46,7 @@ async def test_private_ca_and_mtls(tmp_path: Path) -> None:
                 assert set(pool.connections) == {"a", "b"}
                 assert (await pool.call_tool("b", "t", {})).content[0]["text"] == "ok"
             # No trust anchor for our CA: verification fails, a connect error.
-            with pytest.raises(McpConnectError, match="CERTIFICATE_VERIFY_FAILED|ConnectError"):
+            with pytest.raises(McpConnectError, match=r"CERTIFICATE_VERIFY_FAILED|ConnectError"):
                 async with open_mcp_pool([server(plain.url, "a")], log=Events().log):
                     pass
             # The server requires a client certificate and gets none.

@@ -149,6 +149,8 @@ def test_flag_only_keys_are_not_file_keys(tmp_path: Path) -> None:
 
 def test_empty_file_is_fine(tmp_path: Path) -> None:
     assert load(tmp_path, "").max_steps == 50
+    cfg = load(tmp_path, "mcp_servers:\n#  - {name: a, url: 'https://a'}\nmax_steps:\n")
+    assert cfg.mcp == () and cfg.max_steps == 50
 
 
 def test_extension_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,3 +172,17 @@ def test_extension_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         Config.from_argv([*BASE, "--config", str(tmp_path / "missing.yaml")], env={})
+
+
+def test_tls_ca_applies_to_https_servers_without_their_own(tmp_path: Path) -> None:
+    for name in ("global.pem", "own.pem", "c.pem", "k.pem"):
+        (tmp_path / name).write_text("pem")
+    cfg = load(tmp_path, "mcp_servers:\n  - {name: own, url: 'https://own', tls: {ca: own.pem}}\n"
+                         "  - {name: cert, url: 'https://cert', tls: {cert: c.pem, key: k.pem}}\n"
+                         "  - {name: local, url: 'http://127.0.0.1:1/mcp'}\n",
+               "--mcp", "flag=https://flag/mcp", "--tls-ca", str(tmp_path / "global.pem"))
+    tls = {server.name: server.tls for server in cfg.mcp}
+    assert tls["own"] == TlsConfig(ca=str(tmp_path / "own.pem"))
+    assert tls["cert"] == TlsConfig(str(tmp_path / "global.pem"), str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+    assert tls["flag"] == TlsConfig(ca=str(tmp_path / "global.pem"))
+    assert tls["local"] is None

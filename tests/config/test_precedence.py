@@ -126,8 +126,18 @@ def test_run_id_flag_and_env() -> None:
 
 
 def test_no_abbreviations() -> None:
-    with pytest.raises(ConfigError, match="unrecognized arguments: --max-step"):
+    with pytest.raises(ConfigError, match="unknown flag --max-step;"):
         Config.from_argv([*BASE, "--max-step", "3"], env={})
+
+
+def test_unknown_arguments_never_echo_values() -> None:
+    with pytest.raises(ConfigError) as info:
+        Config.from_argv([*BASE, "--intelligence-tokn", "sk-live-abcdefghijklmnop", "stray"], env={})
+    assert "--intelligence-tokn" in str(info.value) and "sk-live" not in str(info.value)
+    assert "2 unexpected arguments" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        Config.from_argv([*BASE, "--api-key=sk-live-abcdefghijklmnop"], env={})
+    assert str(info.value) == "unknown flag --api-key (see agentd --help)"
 
 
 def test_config_round_trips_through_cattrs() -> None:

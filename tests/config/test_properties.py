@@ -30,7 +30,7 @@ def build(argv: list[str], env: dict[str, str]) -> None:
         assert str(exc) and "\n" not in str(exc)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(FLAG_NAMES), VALUES), max_size=6))
 def test_random_flags(pairs: list[tuple[str, str]]) -> None:
     argv = ["--instruction", "x", "--intelligence", "test"]
@@ -39,7 +39,7 @@ def test_random_flags(pairs: list[tuple[str, str]]) -> None:
     build(argv, {"X": "value"})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.sampled_from([f.name.removeprefix("--").replace("-", "_").upper() for f in FLAGS]),
                        VALUES, max_size=5))
 def test_random_environment(values: dict[str, str]) -> None:
@@ -64,10 +64,33 @@ document = st.dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document)
 def test_random_config_files(doc: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "agentd.yaml"
         path.write_text(yaml.safe_dump(doc))
         build(["--instruction", "x", "--intelligence", "test", "--config", str(path)], {"X": "value"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(file=st.none() | st.integers(1, 99), agent=st.none() | st.integers(1, 99),
+       agentd=st.none() | st.integers(1, 99), flag=st.none() | st.integers(1, 99))
+def test_precedence_is_a_total_order(file: int | None, agent: int | None, agentd: int | None,
+                                     flag: int | None) -> None:
+    """defaults < file < AGENT_ < AGENTD_ < flag, for any combination of layers that set the value."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["--instruction", "x", "--intelligence", "test"]
+        if file is not None:
+            path = Path(tmp) / "c.yaml"
+            path.write_text(f"max_tokens: {file}\n")
+            argv += ["--config", str(path)]
+        env = {}
+        if agent is not None:
+            env["AGENT_MAX_TOKENS"] = str(agent)
+        if agentd is not None:
+            env["AGENTD_MAX_TOKENS"] = str(agentd)
+        if flag is not None:
+            argv += ["--max-tokens", str(flag)]
+        expected = next((v for v in (flag, agentd, agent, file) if v is not None), 200_000)
+        assert Config.from_argv(argv, env=env).max_tokens == expected

@@ -112,3 +112,24 @@ def test_inline_credentials_detected(value: str) -> None:
 )
 def test_ordinary_values_are_not_credentials(value: str) -> None:
     assert not looks_like_inline_credential(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "inline"),
+    [
+        ("X-Api-Key", "hunter2hunter2", True),  # low entropy, but the name says credential
+        ("X-Auth-Token", "password", True),
+        ("Cookie", "session=abcdefgh", True),
+        ("Private-Key", "changeme", True),
+        ("X-Api-Key", "short", False),
+        ("X-Tenant-Id", "123e4567-e89b-12d3-a456-426614174000", False),  # an identifier
+        ("X-Api-Key", "123e4567-e89b-12d3-a456-426614174000", True),  # a UUID-shaped key
+        ("X-Request-Source", "agentd-nightly", False),
+        ("X-Monkey", "banana-bread", False),  # "key" inside a word is not a credential name
+        ("X-Author", "Jane Doe-Smith", False),
+        ("X-Auth", "letmeinplease", True),
+        ("Authorization", "Bearer {{secret:TOKEN}}", False),
+    ],
+)
+def test_header_names_sharpen_detection(name: str, value: str, inline: bool) -> None:
+    assert looks_like_inline_credential(value, name=name) is inline

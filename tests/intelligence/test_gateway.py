@@ -297,14 +297,17 @@ async def test_timeout_is_retried_then_fails(autojump_clock: trio.abc.Clock) -> 
     assert all("120 s" in line["reason"] for line in events(lines, "intel.retry"))
 
 
-async def test_cut_stream_is_retried(autojump_clock: trio.abc.Clock) -> None:
+@pytest.mark.parametrize(
+    ("cut", "reason"), [(True, "cut off mid-event"), ("event", "before the reply was complete")]
+)
+async def test_cut_stream_is_retried(autojump_clock: trio.abc.Clock, cut: object, reason: str) -> None:
     log, lines = capture()
-    replies = [text("this stream breaks off half way", cut=True), text("whole")]
+    replies = [text("this stream breaks off half way", cut=cut), text("whole")]
     async with scripted_gateway(replies) as gw, open_intelligence([gw.url], stream=True, log=log) as intel:
         with trio.fail_after(30):
             assert (await intel.complete(USER, [])).content == "whole"
     assert len(gw.requests) == 2
-    assert "cut off" in events(lines, "intel.retry")[0]["reason"]
+    assert reason in events(lines, "intel.retry")[0]["reason"]
 
 
 async def test_long_retry_after_moves_on_at_once(autojump_clock: trio.abc.Clock) -> None:
@@ -415,3 +418,12 @@ async def test_rotation_on_the_last_attempt_still_gets_its_retry(
             with trio.fail_after(30):
                 assert (await intel.complete(USER, [])).content == "in"
     assert len(gw.requests) == 4
+
+
+@pytest.mark.parametrize(("code", "hint"), [(404, "base URL"), (307, "redirects are not followed")])
+async def test_wrong_place_errors_say_what_to_fix(code: int, hint: str) -> None:
+    async with scripted_gateway([status(code, headers={"Location": "https://elsewhere.example/"})]) as gw:
+        async with open_intelligence([gw.url], log=capture()[0]) as intel:
+            with pytest.raises(GatewayError) as info:
+                await intel.complete(USER, [])
+    assert info.value.status == code and hint in str(info.value)

@@ -16,7 +16,7 @@ from tests.loop import meta_server
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text, tool_call
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
 CONTRACT_KEYS = ["run_id", "status", "done", "partial", "result", "steps", "usage"]
 
@@ -85,3 +85,36 @@ async def test_offline_model_end_to_end(peer: launch.PeerProcess) -> None:
                                     "--mcp", f"sdk={peer.url}")
     assert rc == 0 and doc["status"] == "completed"
     assert doc["steps"] == sum(e["event"] == "tool.call" for e in events) + 1
+
+
+async def test_sigterm_drains_at_a_step_boundary_exit_0(peer: launch.PeerProcess) -> None:
+    import signal
+
+    script = [tool_call("sdk__slow", {"seconds": 2}, content="working on it"), text("never reached")]
+    async with scripted_gateway(script) as gw:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "AGENT_"))}
+        argv = [sys.executable, "-m", "agentd", "--instruction", "go", "--intelligence", gw.url,
+                "--mcp", f"sdk={peer.url}"]
+        with trio.fail_after(60):
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                    stdin=subprocess.DEVNULL, cwd=launch.REPO_ROOT, env=env)
+            assert proc.stdout is not None and proc.stderr is not None
+            buffer = b""
+            while b'"tool.call"' not in buffer:
+                chunk = await proc.stderr.receive_some()
+                assert chunk, buffer.decode()
+                buffer += chunk
+            proc.send_signal(signal.SIGTERM)
+            out = b""
+            async with trio.open_nursery() as nursery:
+                async def drain_stderr() -> None:
+                    while await proc.stderr.receive_some():
+                        pass
+                nursery.start_soon(drain_stderr)
+                while chunk := await proc.stdout.receive_some():
+                    out += chunk
+            code = await proc.wait()
+    doc = json.loads(out)
+    assert code == 0
+    assert (doc["status"], doc["partial"], doc["result"], doc["steps"]) == ("cancelled", True, "working on it", 1)
+    assert len(gw.requests) == 1

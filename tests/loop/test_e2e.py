@@ -15,7 +15,7 @@ from tests.loop import meta_server
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, status, text, tool_call, tool_calls
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +193,7 @@ async def test_root_run_spawns_a_subagent_through_the_control_seam(peer: launch.
     async with scripted_gateway(script, rules=[child_rule]) as gw:
         result, lines = await _main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"))
         assert (result.status.value, result.result) == ("completed", "root done")
+        assert any(line["event"] == "subagent.spawn" for line in lines)
         assert "subagent_spawn" in gw.requests[0].tool_names
         spawned = [r for r in gw.requests if r.messages[-1].get("content") == "child task"]
         assert spawned, "the child never asked the gateway"
@@ -208,3 +209,21 @@ async def test_cancelled_from_outside_logs_run_cancelled(peer: launch.PeerProces
             await agentd.main(_cfg("--intelligence", gw.url, "--mcp", f"sdk={peer.url}"), log=EventLog(sink=lines.append))
     assert scope.cancelled_caught
     assert [line["event"] for line in lines if line["event"].startswith("run.")] == ["run.start", "run.cancelled"]
+
+
+async def test_secrets_never_reach_events_and_log_content_shows_bodies(peer: launch.PeerProcess) -> None:
+    secret = "sk-very-secret-token-123"
+    async with scripted_gateway([tool_call("sdk__echo", {"text": f"leak {secret}?"}), text(f"done {secret}")]) as gw:
+        cfg = agentd.Config.from_argv(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"sdk={peer.url}",
+                                       "--intelligence-token", "{{secret:GW_TOKEN}}", "--log-content"],
+                                      env={"GW_TOKEN": secret})
+        lines: list[dict[str, Any]] = []
+        with trio.fail_after(30):
+            result = await agentd.main(cfg, log=EventLog(sink=lines.append, log_content=True),
+                                       env={"GW_TOKEN": secret})
+        assert result.status is agentd.RunStatus.COMPLETED
+        assert gw.requests[0].headers.get("authorization") == f"Bearer {secret}"
+        dumped = json.dumps(lines)
+        assert secret not in dumped and "***" in dumped
+        tool_results = [line for line in lines if line["event"] == "tool.result"]
+        assert tool_results[0]["content"] == "leak ***?"  # bodies as text with --log-content, still scrubbed

@@ -283,3 +283,22 @@ async def test_two_runs_in_one_process_do_not_interfere() -> None:
         result, pool = results[tag]
         assert (result.run_id, result.result, result.steps) == (tag, tag, steps)
         assert {c[3] for c in pool.calls} == {tag}
+
+
+async def test_drain_stops_at_a_step_boundary_and_exits_0() -> None:
+    from agentd.drain import DrainLatch, use_drain
+
+    latch = DrainLatch()
+    pool = _pool()
+
+    async def drains(args: Any) -> Any:
+        latch.request("SIGTERM")  # arrives while a tool call is in flight: the step still finishes
+        return text_result("finished anyway")
+
+    pool.add("s", "work", drains)
+    model = ScriptedModel([tools_reply(call("s__work", {}), content="halfway"), final("never")])
+    with use_drain(latch):
+        result = await _run(model, pool)
+    assert (result.status, result.steps, result.result, result.partial) == (RunStatus.CANCELLED, 1, "halfway", True)
+    assert result.drained and result.exit_code == 0 and result.error == "drained (SIGTERM)"
+    assert _tool_messages(model.requests[0][0]) == [] and len(pool.calls) == 1

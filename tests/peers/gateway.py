@@ -28,7 +28,8 @@ A reply is a dict (build one with the helpers below) or, in-process, a callable 
 ``finish_reason``  default ``tool_calls`` or ``stop``
 ``stream``         force SSE (true) or JSON (false); default: whatever the request asked for
 ``chunk``          characters per streamed content/argument fragment (default 7)
-``cut``            streaming: stop mid-event, no ``[DONE]`` (a broken stream)
+``cut``            streaming: stop mid-event, no ``[DONE]`` (a broken stream); ``"event"``: stop cleanly
+                   between events, before ``finish_reason`` and ``[DONE]``
 ``status``         HTTP status (with ``headers``, e.g. ``{"Retry-After": "1"}``); an OpenAI error body
 ``raw``            the exact body text (malformed replies), with ``content_type``
 ``json``           the exact JSON body
@@ -398,7 +399,9 @@ class GatewayApp:
         headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": code, "headers": headers})
         events = stream_events(reply, model)
-        if reply.get("cut"):
+        if reply.get("cut") == "event":
+            events = events[: max(1, len(events) // 2)]
+        elif reply.get("cut"):
             events = [*events[: max(1, len(events) // 2)], b'data: {"id": "chatcmpl-scr']
         for event in events:
             await send({"type": "http.response.body", "body": event, "more_body": True})

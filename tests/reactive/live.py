@@ -93,6 +93,8 @@ async def live_daemon(cfg: Config, *, armed: int = 1) -> AsyncIterator[LiveDaemo
                     daemon.error = exc
                 finally:
                     daemon.done.set()
+                    for _, event in events._waiters:
+                        event.set()
 
             nursery.start_soon(body)
             with trio.fail_after(20):

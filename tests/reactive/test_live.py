@@ -216,7 +216,7 @@ async def test_drain_during_a_wake_finishes_it_unsubscribes_and_exits_0() -> Non
     assert result.exit_code is ExitCode.OK
     assert [e["status"] for e in daemon.wake_ends()] == ["completed"]
     assert len(gw.requests) == 1
-    assert daemon.events.named("drain.end")[0]["timed_out"] is False
+    assert daemon.events.named("drain.end")[0]["outcome"] == "drained"
     assert "resources/unsubscribe" in json.dumps(stats)
 
 
@@ -231,3 +231,55 @@ async def test_continue_feeds_one_warm_session_in_order() -> None:
     turns = [[m for m in r.messages if m["role"] in ("user", "assistant")] for r in gw.requests]
     assert [len(t) for t in turns] == [1, 3, 5]  # each turn carries the conversation so far
     assert [contents_of(str(t[-1]["content"])) for t in turns] == ["1", "2", "3"]
+
+
+async def test_self_subscriptions_are_listed_in_agent_status_of_a_serving_worker() -> None:
+    """The spec's reusable worker: reactive mode with --serve-mcp, through agentd.main and the drain latch."""
+    import agentd
+    from agentd.client import open_mcp_pool
+    from agentd.config.model import McpServerConfig
+    from agentd.drain import DrainLatch, use_drain
+    from agentd.events import EventLog, null_log
+    from tests.reactive.live import Events
+
+    other = "test://other"
+    rules = [({"last_role": "user", "contains": f"resource {COUNTER}"}, tool_call("subscribe", {"uri": other}))]
+    served = f"http://127.0.0.1:{launch.free_port()}/mcp"
+    async with scripted_gateway(rules=rules, default=text("noted")) as gw, \
+            launch.peer_server(launch.sdk_server_argv()) as peer:
+        cfg = config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,), serve_mcp=served, run_id="worker-1")
+        events = Events()
+        latch = DrainLatch()
+        result = None
+        with trio.fail_after(60), use_drain(latch):
+            async with trio.open_nursery() as nursery:
+                async def run() -> None:
+                    nonlocal result
+                    result = await agentd.main(cfg, log=EventLog(sink=events.sink, level="debug"))
+
+                nursery.start_soon(run)
+                await events.wait_for("trigger.armed")
+                await events.wait_for("serve.start")
+                await launch.abump(peer.url)
+                await events.wait_for("mcp.subscribe", origin="self", applied=True)
+                async with open_mcp_pool([McpServerConfig("self", served)], log=null_log()) as pool:
+                    read = await pool.read_resource("agent://status", "self")
+                status = json.loads(read.contents[0]["text"])
+                latch.request("test")
+    assert result is not None and result.exit_code is ExitCode.OK
+    assert status["run_id"] == "worker-1" and status["mode"] == "reactive"
+    subscriptions = {s["uri"]: s["origins"] for s in status["reactive"]["subscriptions"]}
+    assert subscriptions == {COUNTER: ["config"], other: ["self"]}
+
+
+async def test_loop_mode_runs_ordinary_runs_through_the_real_loop() -> None:
+    async with scripted_gateway(default=text("looped")) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
+        cfg = config(gw.url, {"srv": peer.url}, mode="loop", interval=0.05, debounce=0.25)
+        async with live_daemon(cfg, armed=0) as daemon:
+            await daemon.events.wait_for("run.end", count=3, trigger="loop")
+            result = await daemon.stop()
+    runs = daemon.events.named("run.end", trigger="loop")
+    assert [e["status"] for e in runs][:3] == ["completed"] * 3
+    assert len({e["run_id"] for e in runs}) == len(runs)  # each fire has its own run id
+    assert result.exit_code is ExitCode.OK and result.result["mode"] == "loop"
+    assert all(r.messages[-1]["content"] == "Keep the counter report up to date" for r in gw.requests)

@@ -111,3 +111,26 @@ async def test_sync_spawn_stream_keeps_alive_then_answers(autojump_clock: object
         answer = json.loads(events[-1].data)
         assert answer["id"] == 9 and answer["result"]["structuredContent"]["status"] == "completed"
         nursery.cancel_scope.cancel()
+
+
+async def test_listen_streams_are_capped(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        surface = SelfMcpSurface(TaskBackend(nursery), AgentInfo("r", "loop"))
+        await nursery.start(surface.run)
+        app = McpAsgiApp(surface, AsgiOptions(max_sessions=1))
+        params = {"_meta": modern_meta(), "notifications": {}}
+        body = json.dumps(rpc("subscriptions/listen", params, 1)).encode()
+        first = Exchange("POST", modern_headers("subscriptions/listen"), body)
+        nursery.start_soon(app, first.scope, first.receive, first.send)
+        await trio.sleep(1)
+        second = Exchange("POST", modern_headers("subscriptions/listen"), body)
+        await app(second.scope, second.receive, second.send)
+        assert first.status() == 200
+        assert second.status() == 503
+        first.disconnect.set()  # the peer closes the first stream: room again
+        await trio.sleep(1)
+        third = Exchange("POST", modern_headers("subscriptions/listen"), body)
+        nursery.start_soon(app, third.scope, third.receive, third.send)
+        await trio.sleep(1)
+        assert third.status() == 200
+        nursery.cancel_scope.cancel()

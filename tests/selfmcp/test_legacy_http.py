@@ -147,3 +147,37 @@ async def test_second_get_stream_conflicts() -> None:
                 assert r.status_code == 200
                 second = await client.get(s.url, headers=headers)
                 assert second.status_code == 409
+
+
+async def test_delete_ends_the_open_get_stream_and_drops_subscriptions() -> None:
+    async with serving() as s, httpx.AsyncClient(timeout=10) as client:
+        peer = LegacyPeer(client, s.url)
+        await peer.initialize()
+        spawned = await peer.call("tools/call", {"name": "subagent.spawn",
+                                                 "arguments": {"instruction": "sleep=5", "async": True}})
+        uri = "agent://subagent/" + spawned["result"]["structuredContent"]["handle"]
+        await peer.call("resources/subscribe", {"uri": uri})
+        assert s.surface.subscriptions.count() == 1
+        with trio.fail_after(5):
+            async with client.stream("GET", s.url, headers={**peer.headers(), "accept": "text/event-stream"}) as r:
+                chunks = r.aiter_bytes()
+                await chunks.__anext__()  # the priming event
+                d = await client.delete(s.url, headers={"mcp-session-id": peer.session})
+                assert d.status_code == 200
+                rest = b"".join([c async for c in chunks])  # the stream ends
+        assert b"data: {" not in rest
+        assert s.surface.subscriptions.count() == 0
+
+
+async def test_a_failing_backend_is_32603_for_that_request_only() -> None:
+    async with serving() as s, httpx.AsyncClient() as client:
+        peer = LegacyPeer(client, s.url)
+        await peer.initialize()
+
+        def broken() -> dict:
+            raise RuntimeError("backend bug")
+
+        s.backend.counts = broken  # type: ignore[method-assign]
+        r = await peer.call("tools/call", {"name": "status", "arguments": {}})
+        assert r["error"]["code"] == -32603 and "backend bug" not in json.dumps(r)
+        assert (await peer.call("ping"))["result"] == {}

@@ -214,3 +214,50 @@ async def test_subscription_limit_per_session() -> None:
         assert "result" in await peer.call("resources/subscribe", {"uri": uris[1]})
         over = await peer.call("resources/subscribe", {"uri": uris[2]})
         assert over["error"]["code"] == -32602 and "subscription limit" in over["error"]["message"]
+
+
+async def test_client_ca_rotation_without_restart(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    live_ca = tmp_path / "clients-ca.crt"
+    shutil.copy(pki.ca, live_ca)
+    init = rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                              "clientInfo": {"name": "x", "version": "0"}})
+    from agentd.transport.serve import Serving, serve_mcp
+
+    async with trio.open_nursery() as nursery:
+        from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
+        from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+        from tests.selfmcp.backend import TaskBackend
+
+        surface = SelfMcpSurface(TaskBackend(nursery), AgentInfo("r", "loop"))
+        await nursery.start(surface.run)
+        app = McpAsgiApp(surface, AsgiOptions())
+        cfg = ServeConfig(url="https://127.0.0.1:0/mcp", cert=pki.server.cert, key=pki.server.key,
+                          client_ca=live_ca, reload_interval=0.05)
+        stop = trio.Event()
+        info: Serving = await nursery.start(lambda task_status: serve_mcp(app, cfg, shutdown_trigger=stop.wait,
+                                                                         task_status=task_status))
+        url = f"https://127.0.0.1:{info.port}/mcp"
+        ours = httpx.AsyncClient(verify=pki.client_context(pki.client), timeout=5)
+        rogue = httpx.AsyncClient(verify=pki.client_context(pki.rogue_client), timeout=5)
+        async with ours, rogue:
+            assert (await ours.post(url, headers=ACCEPT, json=init)).status_code == 200
+            with pytest.raises(httpx.TransportError):
+                await rogue.post(url, headers=ACCEPT, json=init)
+            # the operator now trusts the other CA only
+            shutil.copy(pki.rogue_ca, tmp_path / "next.crt")
+            (tmp_path / "next.crt").replace(live_ca)
+            with trio.fail_after(5):
+                while True:
+                    try:
+                        r = await rogue.post(url, headers=ACCEPT, json=init)
+                        break
+                    except httpx.TransportError:
+                        await trio.sleep(0.05)
+            assert r.status_code == 200
+            fresh = httpx.AsyncClient(verify=pki.client_context(pki.client), timeout=5)
+            async with fresh:
+                with pytest.raises(httpx.TransportError):
+                    await fresh.post(url, headers=ACCEPT, json=init)
+        stop.set()
+        nursery.cancel_scope.cancel()

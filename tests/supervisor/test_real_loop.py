@@ -55,3 +55,26 @@ async def test_a_real_child_delegates_through_its_own_subagent_tools(events, no_
                 view = await sup.spawn(ROOT, SpawnRequest("child task: delegate"))
     assert view.status == "completed", view
     assert "grandchild done" in str(view.result) and "0.1.1" in str(view.result)
+
+
+async def test_the_drain_latch_stops_spawns_and_drains_the_root_supervisor(events, no_leftover_children):
+    from agentd.drain import DrainLatch, use_drain
+    from agentd.supervisor.caps import Refusal
+    from tests.supervisor.conftest import _from_instruction, req
+
+    cfg = Config(instruction="root", intelligence=("http://127.0.0.1:9/v1",), drain_timeout=1.5, cancel_grace=2.0)
+    latch = DrainLatch()
+    with use_drain(latch), trio.fail_after(40):
+        async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env={},
+                                        test_script=_from_instruction) as sup:
+            quick = await sup.spawn(ROOT, req(["sleep", 0.5], ["result", "finished in time"], async_=True))
+            slow = await sup.spawn(ROOT, req(["hang"], async_=True))
+            latch.request("SIGTERM")
+            await trio.sleep(0.05)
+            refused = await sup.spawn(ROOT, req(["echo"]))
+            assert isinstance(refused, Refusal) and "draining" in refused.message
+            assert (await sup.await_(ROOT, quick.handle)).result == "finished in time"
+            ended = await sup.await_(ROOT, slow.handle)
+            assert (ended.status, ended.partial) == ("cancelled", True)
+    assert events.named("subagent.drain")
+    assert events.named("subagent.cancel", handle=slow.handle)[0]["reason"] == "draining"

@@ -1,0 +1,120 @@
+"""Strict structuring of host and manifest files: cattrs with path-naming errors and ``{env: NAME}`` references.
+
+YAML keys are the document's camelCase (``readTools``, ``connectTimeoutMs``); attrs fields carry them as
+aliases. Unknown keys are errors, nothing is coerced (``yes`` is not ``true``, ``8443`` is not a name), and
+every error names its JSON path (``$.connections.docs.auth.token``) through cattrs' error transformation.
+
+A secret is only ever an environment *reference*, ``{env: NAME}``; the value is read when a connection is
+made, through :class:`agentd.secrets.SecretResolver` (so it is registered with the redactor), never here.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
+
+import attrs
+import cattrs
+import cattrs.v
+
+from agentd.errors import ConfigError
+
+T = TypeVar("T")
+
+_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@attrs.frozen
+class EnvRef:
+    """``{env: NAME}``: a value taken from the environment when it is needed."""
+
+    env: str
+
+    def template(self) -> str:
+        """The ``{{secret:NAME}}`` template the rest of agentd resolves (and redacts)."""
+        return f"{{{{secret:{self.env}}}}}"
+
+
+class FieldError(ValueError):
+    """A value of the wrong shape; the message is shown as is, followed by its path."""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _strict(kind: type[T], label: str) -> Callable[[Any, Any], T]:
+    def hook(value: Any, _: Any) -> T:
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise FieldError(f"expected {label}, got {type(value).__name__} {_short(value)}")
+        return value
+
+    return hook
+
+
+def env_ref(value: Any, what: str = "a secret") -> EnvRef:
+    """Structure ``{env: NAME}``; a literal (string, number) is refused without echoing it."""
+    if isinstance(value, Mapping):
+        extra = sorted(str(k) for k in value if k != "env")
+        if extra:
+            raise FieldError(f"an environment reference has only the key 'env' (found {', '.join(extra)})")
+        name = value.get("env")
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise FieldError("expected {env: NAME} with NAME an environment variable name")
+        return EnvRef(name)
+    raise FieldError(
+        f"{what} must be an environment reference {{env: NAME}}, not a literal {type(value).__name__} "
+        "(literal secrets are not accepted)"
+    )
+
+
+def str_or_env(value: Any, _: Any = None) -> str | EnvRef:
+    """A plain value that may also come from the environment (``url: {env: DOCS_URL}``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return env_ref(value, "a value")
+    raise FieldError(f"expected a string or {{env: NAME}}, got {type(value).__name__} {_short(value)}")
+
+
+def _non_negative_int(value: Any, _: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise FieldError(f"expected an integer, got {type(value).__name__} {_short(value)}")
+    if value < 0:
+        raise FieldError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+converter: Final = cattrs.Converter(forbid_extra_keys=True, use_alias=True)
+converter.register_structure_hook(str, _strict(str, "a string"))
+converter.register_structure_hook(bool, _strict(bool, "true or false"))
+converter.register_structure_hook(int, _non_negative_int)
+converter.register_structure_hook(EnvRef, lambda v, _: env_ref(v))
+converter.register_structure_hook(str | EnvRef, str_or_env)
+
+
+def _format(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, FieldError | ConfigError) and str(exc):
+        return str(exc)
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, ValueError) and " not in literal " in str(exc):
+        allowed = ", ".join(repr(a) for a in typing.get_args(type_))
+        return f"expected one of {allowed}, got {str(exc).split(' not in literal ', 1)[0]}"
+    return cattrs.v.format_exception(exc, type_)
+
+
+def error_paths(exc: BaseException, path: str) -> list[str]:
+    """Every problem in a cattrs error as ``message @ $.path``."""
+    return cattrs.transform_error(exc, path=path, format_exception=_format)
+
+
+def structure(raw: Any, type_: type[T], *, path: str = "$") -> T:
+    """Structure ``raw`` as ``type_``; every problem becomes one ``message @ $.path`` in a ConfigError."""
+    try:
+        return converter.structure(raw, type_)
+    except Exception as exc:
+        raise ConfigError("; ".join(error_paths(exc, path))) from None

@@ -1,0 +1,262 @@
+"""Wake latency and burst coalescing of the reactive daemon, against the official SDK server.
+
+Setup: the official Python SDK test peer (a separate process, legacy era with ``resources/subscribe``
+and a GET stream), the scripted gateway in this process answering every request at once, and
+``agentd.reactive.entry.daemon_mode`` in this process in ``--mode reactive`` (default ``--debounce``
+250 ms, 4 concurrent wakes), subscribed to ``--uris`` counters.
+
+Latency: ``--wakes`` sequential wakes, round robin over the URIs (so each URI is idle and outside its
+debounce window when bumped; the leading edge wakes at once). For each wake two intervals end at the
+moment the gateway receives the wake's first model request:
+
+* ``notify→model``: from the client receiving ``notifications/resources/updated`` (the ``mcp.updated``
+  event, stamped with ``perf_counter`` by the event sink) — agentd's own path: router, watcher,
+  ``resources/read`` round trip, run setup, prompt, and the POST to the gateway;
+* ``bump→model``: from just before the side-door POST that makes the server change the resource and
+  send the notification — adds the side door and the server's notification write.
+
+Bursts: for N in ``--bursts``, N updates of a fresh URI as fast as the side door takes them (8 in
+flight), then wait until the daemon is quiet; report the wakes and whether the last wake read N.
+
+    .venv/bin/python scripts/bench/reactive.py [--wakes 500] [--uris 50] [--bursts 10,100,1000] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from agentd.config.model import Config, McpServerConfig  # noqa: E402
+from agentd.events import EventLog  # noqa: E402
+from agentd.reactive.entry import daemon_mode  # noqa: E402
+from tests.peers import launch  # noqa: E402
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
+
+SECTION = "## Reactive wakes"
+_CONTENT = re.compile(r'<resource uri="([^"]+)"[^>]*>\n(.*?)\n</resource>', re.S)
+
+
+class Bench:
+    def __init__(self) -> None:
+        self.updated: dict[str, list[float]] = {}
+        self.woken: dict[str, list[float]] = {}
+        self.requests: list[tuple[float, str, str]] = []  # (perf_counter, uri, content)
+        self.wake_ends = 0
+        self.armed = 0
+        self.changed = trio.Event()
+
+    def sink(self, line: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        event = line["event"]
+        if event == "mcp.updated":
+            self.updated.setdefault(str(line.get("uri")), []).append(now)
+        elif event == "reactive.wake":
+            self.woken.setdefault(str(line.get("uri")), []).append(now)
+        elif event == "run.end" and line.get("trigger") == "wake":
+            self.wake_ends += 1
+            self.changed.set()
+        elif event == "trigger.armed":
+            self.armed += 1
+            self.changed.set()
+
+    def reply(self, request: RecordedRequest) -> dict[str, Any]:
+        now = time.perf_counter()
+        users = [m for m in request.messages if m.get("role") == "user"]
+        match = _CONTENT.search(str(users[-1]["content"])) if users else None
+        if match:
+            self.requests.append((now, match.group(1), match.group(2).strip()))
+        return text("ok")
+
+    async def until(self, predicate: Any, timeout: float = 60.0) -> None:
+        with trio.fail_after(timeout):
+            while not predicate():
+                self.changed = trio.Event()
+                if predicate():
+                    return
+                with trio.move_on_after(0.05):
+                    await self.changed.wait()
+
+
+async def read_floor(url: str, uri: str, reads: int = 200) -> list[float]:
+    """A bare ``resources/read`` through agentd's client on its own connection: the wake's floor."""
+    from agentd.client import open_mcp_pool
+    from agentd.events import null_log
+
+    times: list[float] = []
+    async with open_mcp_pool([McpServerConfig("floor", url)], log=null_log()) as pool:
+        for _ in range(reads):
+            start = time.perf_counter()
+            await pool.read_resource(uri, "floor")
+            times.append((time.perf_counter() - start) * 1000)
+    return times[10:]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    bench = Bench()
+    uris = [f"test://bench/{i}" for i in range(args.uris)]
+    bursts = [int(n) for n in args.bursts.split(",") if n]
+    burst_uris = [f"test://burst/{n}" for n in bursts]
+    async with scripted_gateway(default=bench.reply) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
+        cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
+                     mcp=(McpServerConfig("srv", peer.url),), subscribe=tuple(uris + burst_uris),
+                     debounce=args.debounce, max_concurrent_wakes=4)
+        log = EventLog(sink=bench.sink, level="debug", run_id="bench")
+        drain = trio.Event()
+        async with httpx.AsyncClient() as side, trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, drain=drain))
+            await bench.until(lambda: bench.armed >= len(uris) + len(burst_uris))
+            bump_url = peer.origin + "/_test/bump"
+
+            async def bump(uri: str) -> None:
+                (await side.post(bump_url, params={"uri": uri})).raise_for_status()
+
+            # warm-up: first runs pay lazy imports and connection set-up
+            for uri in uris[:5]:
+                ends = bench.wake_ends
+                await bump(uri)
+                await bench.until(lambda e=ends: bench.wake_ends > e)
+            bench.requests.clear()
+            bench.updated.clear()
+            bench.woken.clear()
+            floor_ms = await read_floor(peer.url, uris[0])
+
+            notify_ms: list[float] = []
+            bump_ms: list[float] = []
+            read_ms: list[float] = []
+            run_ms: list[float] = []
+            for i in range(args.wakes):
+                uri = uris[i % len(uris)]
+                ends, seen = bench.wake_ends, len(bench.requests)
+                start = time.perf_counter()
+                await bump(uri)
+                await bench.until(lambda e=ends, s=seen: bench.wake_ends > e and len(bench.requests) > s)
+                at, got_uri, _ = bench.requests[seen]
+                assert got_uri == uri, (got_uri, uri)
+                bump_ms.append((at - start) * 1000)
+                notify_ms.append((at - bench.updated[uri][-1]) * 1000)
+                read_ms.append((bench.woken[uri][-1] - bench.updated[uri][-1]) * 1000)
+                run_ms.append((at - bench.woken[uri][-1]) * 1000)
+
+            burst_rows = []
+            for n, uri in zip(bursts, burst_uris, strict=True):
+                before = len(bench.requests)
+                limiter = trio.CapacityLimiter(8)
+
+                async def one(uri: str = uri) -> None:
+                    async with limiter:
+                        await bump(uri)
+
+                t0 = time.perf_counter()
+                async with trio.open_nursery() as fire:
+                    for _ in range(n):
+                        fire.start_soon(one)
+                sent_s = time.perf_counter() - t0
+
+                def final_read(uri: str = uri, n: int = n) -> bool:
+                    reads = [c for _, u, c in bench.requests if u == uri]
+                    return bool(reads) and reads[-1] == str(n)
+
+                await bench.until(final_read, timeout=120)
+                await trio.sleep(max(0.5, args.debounce * 2))  # stay quiet: no further wake may follow
+                reads = [c for _, u, c in bench.requests[before:] if u == uri]
+                burst_rows.append({"updates": n, "sent_s": sent_s, "wakes": len(reads),
+                                   "last_read": reads[-1] if reads else None, "final_ok": reads[-1] == str(n)})
+            drain.set()
+    return {
+        "wakes": args.wakes,
+        "uris": args.uris,
+        "debounce": args.debounce,
+        "notify_median": statistics.median(notify_ms),
+        "notify_p99": pct(notify_ms, 0.99),
+        "bump_median": statistics.median(bump_ms),
+        "read_median": statistics.median(read_ms),
+        "read_p99": pct(read_ms, 0.99),
+        "run_median": statistics.median(run_ms),
+        "run_p99": pct(run_ms, 0.99),
+        "floor_median": statistics.median(floor_ms),
+        "floor_p99": pct(floor_ms, 0.99),
+        "bump_p99": pct(bump_ms, 0.99),
+        "bursts": burst_rows,
+        "load": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
+
+
+def render(r: dict[str, Any], command: str) -> str:
+    rows = "\n".join(
+        f"| {b['updates']} | {b['sent_s'] * 1000:.0f} | {b['wakes']} | {b['last_read']} | "
+        f"{'yes' if b['final_ok'] else '**NO**'} |" for b in r["bursts"]
+    )
+    return f"""{SECTION}
+
+Latency from an update to the wake's first model request, over {r['wakes']} sequential wakes (round robin
+over {r['uris']} subscribed URIs, `--debounce {r['debounce']:g}`, official SDK server in its own process,
+scripted gateway and agentd in this process). `notify→model` starts when agentd's client receives
+`notifications/resources/updated`; `bump→model` starts before the side-door POST that makes the server
+change the resource and notify.
+
+| interval | median (ms) | p99 (ms) |
+|---|---|---|
+| notify→model (agentd: route, `resources/read`, run setup, POST) | **{r['notify_median']:.2f}** | {r['notify_p99']:.2f} |
+| of which: notify→read done (router, watcher, `resources/read` round trip) | {r['read_median']:.2f} | {r['read_p99']:.2f} |
+| of which: read done→model (run setup, prompt, catalogue, POST to the gateway) | {r['run_median']:.2f} | {r['run_p99']:.2f} |
+| bump→model (plus side door and the server's notification) | {r['bump_median']:.2f} | {r['bump_p99']:.2f} |
+| floor: one bare `resources/read` through agentd's client, same server | {r['floor_median']:.2f} | {r['floor_p99']:.2f} |
+
+Bursts: N updates of one URI as fast as the side door takes them (8 in flight), then quiet.
+
+| updates | sent in (ms) | wakes | last wake read | final state read |
+|---|---|---|---|---|
+{rows}
+
+Target: under 5 ms median wake latency on loopback, and the final state always read. Machine: {r['cpus']} CPUs,
+load average {r['load']:.2f} while measuring.
+
+Reproduce: `{command}`
+"""
+
+
+def write_section(section: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    current = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    updated = pattern.sub(section + "\n", current) if pattern.search(current) else current.rstrip() + "\n\n" + section
+    path.write_text(updated)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--wakes", type=int, default=500)
+    parser.add_argument("--uris", type=int, default=50)
+    parser.add_argument("--bursts", default="10,100,1000")
+    parser.add_argument("--debounce", type=float, default=0.25)
+    parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    args = parser.parse_args()
+    result = trio.run(run, args)
+    command = ".venv/bin/python scripts/bench/reactive.py " + " ".join(sys.argv[1:])
+    section = render(result, command.strip())
+    print(section)
+    if args.write:
+        write_section(section)
+
+
+if __name__ == "__main__":
+    main()
