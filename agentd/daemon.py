@@ -83,33 +83,40 @@ async def main(
     runner = MODES.get(cfg.mode)
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode} is not available in this build")
+    escaped: AgentdError | None = None
     async with trio.open_nursery() as daemon:
-        served = await _start_serving(cfg, log, daemon)
+        served = await _start_serving(cfg, log, daemon, env)
         try:
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
             else:
                 result = await runner(cfg, log, daemon, env=env)
-        except AgentdError:
-            raise
-        except Exception as exc:  # a bug: report it as a run outcome so stdout still carries one object
+        except Exception as exc:
             leaf = _leaf(exc)
-            if isinstance(leaf, ConfigError):
-                raise leaf from None  # a usage error from inside a task group is still exit 2
-            error = f"{type(leaf).__name__}: {leaf}"
-            trace = "".join(traceback.format_exception(leaf)[-12:])
-            log.error("run.failed", error=error, traceback=trace)
-            result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=error)
-        if served is not None:
+            if isinstance(leaf, AgentdError):
+                # Ours, even from inside a task group (a ConfigError is still exit 2): re-raised as itself
+                # once the daemon nursery is closed, so the CLI maps it to its exit code.
+                escaped = leaf
+                result = RunResult(run_id=run_id, status=RunStatus.FAILED, error=str(leaf))
+            else:  # a bug: report it as a run outcome so stdout still carries one object
+                error = f"{type(leaf).__name__}: {leaf}"
+                trace = "".join(traceback.format_exception(leaf)[-12:])
+                log.error("run.failed", error=error, traceback=trace)
+                result = RunResult(run_id=run_id, status=RunStatus.CRASHED, error=error)
+        if served is not None and escaped is None:
             # While serving, the daemon stays up until signalled, whatever its mode; then the serve task
             # drains (listener, then served runs within --drain-timeout) and ends on its own.
             await served.wait()
         # Services other parts start in the daemon nursery (serve, watchers) end with the root run in once mode.
         daemon.cancel_scope.cancel()
+    if escaped is not None:
+        raise escaped
     return result
 
 
-async def _start_serving(cfg: Config, log: EventLog, daemon: trio.Nursery) -> trio.Event | None:
+async def _start_serving(
+    cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None = None
+) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
     if cfg.serve_mcp is None:
         return None
@@ -119,7 +126,7 @@ async def _start_serving(cfg: Config, log: EventLog, daemon: trio.Nursery) -> tr
 
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
-            await serve_for_daemon(cfg, log, task_status=task_status)
+            await serve_for_daemon(cfg, log, env=env, task_status=task_status)
         finally:
             ended.set()
 
@@ -171,15 +178,6 @@ MODES: dict[str, ModeRunner] = {
 }
 
 
-async def _serve(
-    cfg: Config, log: EventLog, env: Mapping[str, str] | None, *, task_status: trio.TaskStatus[Any]
-) -> None:
-    """The self-MCP serve task (``--serve-mcp``): runs in the daemon nursery until drained or cancelled."""
-    from agentd.selfmcp.serving import serve_for_daemon
-
-    await serve_for_daemon(cfg, log, env=env, task_status=task_status)
-
-
 def limits_of(cfg: Config) -> Limits:
     return Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
 
@@ -214,6 +212,8 @@ async def run_config(
         output_contract=output_contract if output_contract is not None else cfg.output_contract,
         seed=tuple(seed),
     )
+    if not request.instruction.strip():
+        raise ConfigError("an instruction is required (--instruction or --instruction-file)")
     declared = tuple(cfg.mcp if servers is None else servers)
     log.info(
         "run.start",

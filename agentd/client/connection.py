@@ -197,15 +197,15 @@ class ServerConnection:
         self.stream_offered = None
         self._broken = trio.Event()
         self.log.info("mcp.connect", server=self.name, url=self.transport.display_url)
+        step = "no completed handshake"
         try:
             with trio.fail_after(self.config.connect_timeout):
                 await self._handshake()
+            step = "the tools and resources lists did not complete"
             with trio.fail_after(self.config.connect_timeout):
                 await self._load_catalogue()
         except trio.TooSlowError:
-            raise self._connect_error(
-                f"no completed handshake and catalogue within {self.config.connect_timeout:g} s"
-            ) from None
+            raise self._connect_error(f"{step} within {self.config.connect_timeout:g} s") from None
         except McpConnectError:
             raise
         except _SessionGone:
@@ -371,8 +371,12 @@ class ServerConnection:
             return await self._request_once(method, params)
         except _SessionGone:
             self._mark_broken("the server forgot the session (404)")
-        with trio.fail_after(self.config.connect_timeout + self.tuning.backoff_initial):
+        with trio.move_on_after(self.config.connect_timeout + self.tuning.backoff_initial) as waiting:
             await self.wait_reconnected(generation)
+        if waiting.cancelled_caught:
+            raise McpTransportError(
+                f"{method}: the server forgot the session (404) and no new one came up in time", server=self.name
+            )
         try:
             return await self._request_once(method, params)
         except _SessionGone:
@@ -393,6 +397,8 @@ class ServerConnection:
         except ConnectionLost as exc:
             self._mark_broken(str(exc))
             raise
+        finally:
+            self.session.pending.pop(request.id, None)  # answered, failed or abandoned: forget it
         if self.era is Era.MODERN:
             try:
                 result_type(result)

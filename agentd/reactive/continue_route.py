@@ -112,7 +112,7 @@ class ContinueRoute:
         if item.error is not None:
             raise item.error
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self._send.close()
 
     async def _feed_one(self, session: WarmSession, wake: Wake) -> None:

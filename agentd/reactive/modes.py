@@ -121,28 +121,31 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_status: trio.TaskStatus[None]
                  ) -> RunResult:
     cfg, runs = ctx.cfg, ctx.runs
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runs.serve)
-        if ctx.pool is not None:
-            await _start_reactivity(ctx, nursery)
-        await _arm(ctx)
-        nursery.start_soon(body)
-        task_status.started()
-        await _first_of(ctx.drain.wait, runs.stopping.wait)
-        ctx.log.warn("drain.start", reason="signal" if ctx.drain.is_set() else (runs.stop.reason if runs.stop else ""),
-                     running=runs.active, drain_timeout=cfg.drain_timeout)
-        runs.close()
-        if ctx.router is not None:
-            ctx.router.close()
-        with trio.move_on_after(drain_wait(cfg.drain_timeout)) as waited:
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runs.serve)
+            if ctx.pool is not None:
+                await _start_reactivity(ctx, nursery)
+            await _arm(ctx)
+            nursery.start_soon(body)
+            task_status.started()
+            await _first_of(ctx.drain.wait, runs.stopping.wait)
+            reason = "signal" if ctx.drain.is_set() else (runs.stop.reason if runs.stop else "")
+            ctx.log.warn("drain.start", reason=reason, running=runs.active, drain_timeout=cfg.drain_timeout)
+            runs.close()
             if ctx.router is not None:
-                await ctx.router.wait_idle()
-            await runs.wait_idle()
-        nursery.cancel_scope.cancel()
-    if ctx.continue_route is not None:
-        await ctx.continue_route.close()
-    if ctx.watcher is not None:
-        await ctx.watcher.unwatch_all()
+                ctx.router.close()
+            with trio.move_on_after(drain_wait(cfg.drain_timeout)) as waited:
+                if ctx.router is not None:
+                    await ctx.router.wait_idle()
+                await runs.wait_idle()
+            nursery.cancel_scope.cancel()
+    finally:
+        # Also when cancelled from outside (a forced stop): unsubscribing is shielded and bounded.
+        if ctx.continue_route is not None:
+            ctx.continue_route.close()
+        if ctx.watcher is not None:
+            await ctx.watcher.unwatch_all()
     ctx.log.warn("drain.end", outcome="cut" if waited.cancelled_caught else "drained", runs=runs.runs,
                  drain_timeout=cfg.drain_timeout)
     stop = runs.stop

@@ -29,7 +29,7 @@ from agentd.reactive.condition import Condition, document_of
 from agentd.reactive.selftools import AwaitOutcome
 
 #: Bound on unsubscribe/cleanup work that runs under cancellation (shielded).
-CLEANUP_TIMEOUT = 5.0
+CLEANUP_TIMEOUT = 2.0
 
 
 class Origin(enum.Enum):
@@ -214,16 +214,24 @@ class Watcher:
     async def _poll(self, watch: Watch, scope: trio.CancelScope) -> None:
         assert self.poll_interval
         last: str | None = None
+        failing = False
         with scope:
             while True:
                 try:
                     read = await self.pool.read_resource(watch.uri, watch.server)
-                    digest = content_digest(read.contents)
-                    if last is not None and digest != last:
-                        self.dispatch(watch.uri, read.server)
-                    last = digest
-                except Exception as exc:  # a failed poll is retried at the next tick
-                    self.log.warn("reactive.degraded", uri=watch.uri, error=type(exc).__name__)
+                    digest, server = content_digest(read.contents), read.server
+                except ResourceNotFound:  # gone (or not there yet) is a state too: appearing is a change
+                    digest, server = "missing", watch.server
+                except Exception as exc:  # retried at the next tick; logged once per failure streak
+                    if not failing:
+                        self.log.warn("reactive.degraded", uri=watch.uri, error=type(exc).__name__)
+                    failing = True
+                    await trio.sleep(self.poll_interval)
+                    continue
+                failing = False
+                if last is not None and digest != last:
+                    self.dispatch(watch.uri, server)
+                last = digest
                 await trio.sleep(self.poll_interval)
 
     async def _read_or_none(self, uri: str) -> Sequence[Mapping[str, Any]] | None:

@@ -6,8 +6,9 @@ answers pings and handles ``cancel``/``inject``/``admitted`` independently of th
 call never looks like a dead child. Its own subagents are supervised by a nested :class:`Supervisor`
 whose authority is the root, reached through this same channel.
 
-Orphan safety: the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and
-then checks that the parent it was started by is still its parent (closing the race). Its fd 1 is
+Orphan safety: the child refuses to start if the parent that started it is already gone, and then
+watches it (a pidfd): when the parent dies, the child cancels its own subtree and exits. Its stdin also
+reaches EOF then, which ends the session the same way. Forked children also have ``PR_SET_PDEATHSIG``. Its fd 1 is
 pointed at stderr once the channel has its own copy, so a stray ``print`` cannot corrupt a frame.
 
 Imports are kept to what a child uses: no httpx/hypercorn on this path unless the turn runner needs them.
@@ -46,16 +47,58 @@ _PAYLOAD_WAIT = 30.0
 
 
 def _die_with_parent() -> None:
-    try:
-        import ctypes
+    """Refuse to start orphaned; in a forked child, also ask the kernel for SIGKILL when the parent dies.
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    ``PR_SET_PDEATHSIG`` fires when the parent *thread* exits. trio starts processes from a worker thread
+    of its thread cache, which exits after idling, so the signal is armed only when the parent is the
+    single-threaded fork server (``AGENTD_FORKED=1``). Every child also watches its parent (see
+    :func:`wait_parent_gone`), which covers both cases.
+    """
+    if os.environ.get("AGENTD_FORKED") == "1":
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    expected = _expected_parent()
+    if expected is not None and os.getppid() != expected:
+        os._exit(1)  # the parent died before we got here
+
+
+def _expected_parent() -> int | None:
+    value = os.environ.get("AGENTD_PARENT_PID", "")
+    return int(value) if value.isdigit() else None
+
+
+def parent_pidfd() -> int | None:
+    """A pidfd that becomes readable when our parent exits (Linux ≥ 5.3), else None."""
+    expected = _expected_parent()
+    if expected is None:
+        return None
+    try:
+        fd = os.pidfd_open(expected)
     except (OSError, AttributeError):
-        pass
-    expected = os.environ.get("AGENTD_PARENT_PID")
-    if expected is not None and expected.isdigit() and os.getppid() != int(expected):
-        os._exit(1)  # the parent died before we could ask to die with it
+        return None
+    if os.getppid() != expected:  # it died (and we were reparented) before the pidfd was taken
+        os.close(fd)
+        return None
+    return fd
+
+
+async def wait_parent_gone() -> None:
+    """Return when the process that started us has exited."""
+    expected = _expected_parent()
+    fd = parent_pidfd()
+    if fd is not None:
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        finally:
+            os.close(fd)
+        return
+    while expected is not None and os.getppid() == expected:  # noqa: ASYNC110 -- no pidfd: poll coarsely
+        await trio.sleep(1.0)
 
 
 @attrs.define(eq=False)
@@ -141,6 +184,7 @@ class _Session:
         settings = SupervisorSettings.from_payload(self.payload.supervision)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._control)
+            nursery.start_soon(self._watch_parent)
             if not (self.payload.test or {}).get("ignore_sigterm"):
                 nursery.start_soon(self._on_sigterm)
             with self._session_scope:
@@ -211,6 +255,12 @@ class _Session:
         self._inbox[0].close()
         if self._turn_scope is not None:
             self._turn_scope.cancel()
+
+    async def _watch_parent(self) -> None:
+        await wait_parent_gone()
+        # Orphaned (the parent was killed): end our own subtree down its ladder, then exit.
+        self._cancel("the parent is gone")
+        self._session_scope.cancel()
 
     async def _on_sigterm(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM) as signals:

@@ -12,9 +12,11 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket pair (message boundaries for fre
 - server → supervisor: ``{"ready": pid}`` once, then ``{"spawned": pid}`` per request (always before
   that pid's exit notice), ``{"exited": pid, "returncode": n}`` as it reaps, ``{"error": text}``.
 
-Orphan safety is a chain: the server dies with the supervisor (``PR_SET_PDEATHSIG``, ppid check), every
-forked child dies with the server (the same, set again after fork since fork clears it), and each child
-is its own session leader, so the kill ladder's ``killpg`` works exactly as for a re-exec.
+Orphan safety is a chain: the server exits when the supervisor does (it watches a pidfd of its parent;
+``PR_SET_PDEATHSIG`` cannot be used there, since trio starts processes from a worker thread and the signal
+follows the thread), every forked child dies with the server (``PR_SET_PDEATHSIG`` is sound there: the
+server is single-threaded) and watches it too, and each child is its own session leader, so the kill
+ladder's ``killpg`` works exactly as for a re-exec.
 """
 
 from __future__ import annotations
@@ -60,10 +62,11 @@ def _preimport() -> None:
 
 def serve_forks(sock_fd: int) -> int:
     """The fork server's main loop (blocking; no trio). Returns when the supervisor goes away."""
-    from agentd.supervisor.child import _die_with_parent
+    from agentd.supervisor.child import _die_with_parent, _expected_parent, parent_pidfd
 
     _die_with_parent()
     _preimport()
+    parent_fd = parent_pidfd()
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -72,6 +75,9 @@ def serve_forks(sock_fd: int) -> int:
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
+    if parent_fd is not None:
+        selector.register(parent_fd, selectors.EVENT_READ)
+    expected_parent = _expected_parent()
 
     def tell(obj: Mapping[str, Any]) -> bool:
         try:
@@ -82,7 +88,12 @@ def serve_forks(sock_fd: int) -> int:
 
     tell({"ready": os.getpid()})
     while True:
-        for key, _ in selector.select():
+        events = selector.select(timeout=None if parent_fd is not None else 1.0)
+        if parent_fd is None and os.getppid() != expected_parent:
+            return 0
+        for key, _ in events:
+            if key.fileobj == parent_fd:
+                return 0  # the supervisor is gone: our children follow via PDEATHSIG
             if key.fileobj is sock:
                 try:
                     data, fds, _flags, _addr = socket.recv_fds(sock, _MSG, 3)
@@ -98,7 +109,8 @@ def serve_forks(sock_fd: int) -> int:
                 env = json.loads(data)["env"]
                 pid = os.fork()
                 if pid == 0:
-                    _become_child(sock, selector, (wake_r, wake_w), fds, env)
+                    _become_child(sock, selector, (wake_r, wake_w, *([] if parent_fd is None else [parent_fd])),
+                                  fds, env)
                 for fd in fds:
                     os.close(fd)
                 tell({"spawned": pid})
@@ -117,7 +129,7 @@ def serve_forks(sock_fd: int) -> int:
                     tell({"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
 
-def _become_child(sock: socket.socket, selector: selectors.BaseSelector, wake: tuple[int, int],
+def _become_child(sock: socket.socket, selector: selectors.BaseSelector, wake: tuple[int, ...],
                   fds: list[int], env: dict[str, str]) -> None:
     code = 1
     try:
@@ -134,6 +146,7 @@ def _become_child(sock: socket.socket, selector: selectors.BaseSelector, wake: t
         os.environ.clear()
         os.environ.update(env)
         os.environ["AGENTD_PARENT_PID"] = str(os.getppid())
+        os.environ["AGENTD_FORKED"] = "1"  # the fork server is single-threaded: PDEATHSIG is sound here
         from agentd.supervisor.child import child_main
 
         code = child_main()

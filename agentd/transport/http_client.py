@@ -125,7 +125,7 @@ class HttpReply:
                 return None
             if self.kind is Body.JSON:
                 self._done = True
-                self._queue.extend(self._parse(await self.read_body(), batch=True))
+                self._queue.extend(self._parse(await self.read_body()))
                 continue
             chunk = await self._next_chunk()
             if chunk is None:
@@ -137,7 +137,8 @@ class HttpReply:
                 raise self._protocol(f"broken event stream: {exc}") from None
             for event in events:
                 if event.data.strip():  # priming events carry only an id and/or retry
-                    self._queue.extend(self._parse(event.data.encode(), batch=False))
+                    # A 2025-03-26 server may put a JSON-RPC batch in one event.
+                    self._queue.extend(self._parse(event.data.encode()))
         return self._queue.pop(0)
 
     def truncated(self) -> bool:
@@ -155,9 +156,10 @@ class HttpReply:
                 f"{self.method} {display_url(self.url)}: the response broke ({_describe(exc)})", server=self.server
             ) from None
 
-    def _parse(self, data: bytes, *, batch: bool) -> list[jsonrpc.Message]:
+    def _parse(self, data: bytes) -> list[jsonrpc.Message]:
+        """One message, or a batch (2025-03-26 allowed them, in a body or in one event)."""
         try:
-            parsed = jsonrpc.parse_body(data) if batch else jsonrpc.parse_message(jsonrpc.loads(data))
+            parsed = jsonrpc.parse_body(data)
         except jsonrpc.InvalidMessage as exc:
             raise self._protocol(f"not a JSON-RPC message ({exc})") from None
         return parsed if isinstance(parsed, list) else [parsed]

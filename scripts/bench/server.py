@@ -7,7 +7,8 @@ Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
 - ``floor``: a bare ASGI app on the same hypercorn trio worker that ``json.loads`` the body and
   answers an MCP-shaped result (the floor of this stack);
 - ``sdk``: the official Python SDK (``MCPServer`` with a ``status`` tool), stateful, JSON responses,
-  on the same hypercorn trio worker.
+  on the same hypercorn trio worker;
+- ``sdk-uvicorn``: the same SDK server on uvicorn (asyncio, h11), the SDK's best measured configuration.
 
 The client is a lean HTTP/1.1 keep-alive client on raw trio sockets (one connection per concurrent
 client; each first does ``initialize``/``initialized`` and then loops ``tools/call status``), so the
@@ -141,7 +142,23 @@ def serve_sdk(port: int) -> None:
     trio.run(serve, app, _hypercorn_config(port))
 
 
-SERVERS = {"agentd": serve_agentd, "floor": serve_floor, "sdk": serve_sdk}
+def serve_sdk_uvicorn(port: int) -> None:
+    """The SDK's best configuration measured in the perf baseline: uvicorn (asyncio + h11), stateful, JSON."""
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer(name="sdk", version="0")
+
+    @server.tool()
+    def status() -> dict[str, Any]:
+        """Status."""
+        return {"run_id": "bench", "mode": "loop"}
+
+    app = server.streamable_http_app(json_response=True, max_sessions=None)
+    uvicorn.run(app, host="127.0.0.1", port=port, loop="asyncio", http="h11", log_level="error", access_log=False)
+
+
+SERVERS = {"agentd": serve_agentd, "floor": serve_floor, "sdk": serve_sdk, "sdk-uvicorn": serve_sdk_uvicorn}
 
 
 # -- the client -------------------------------------------------------------------------------------------
@@ -352,7 +369,7 @@ def main() -> None:
     parser.add_argument("--port", type=int)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--targets", default="agentd,floor,sdk")
+    parser.add_argument("--targets", default="agentd,floor,sdk,sdk-uvicorn")
     parser.add_argument("--app-only", action="store_true", help="only the in-process ASGI app cost per call")
     args = parser.parse_args()
     if args.serve:
@@ -396,6 +413,9 @@ def main() -> None:
         print(f"\nagentd/floor sequential latency: {ratio:.2f}x (target <= 1.3x); "
               f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x); "
               f"CPU per call agentd/floor {cpu:.2f}x, sdk/agentd at 64 {cpu_sdk:.2f}x")
+        if "sdk-uvicorn" in medians:
+            best = medians["sdk-uvicorn"]["64"]["calls_per_s"]
+            print(f"agentd/sdk-uvicorn throughput at 64: {a['64']['calls_per_s'] / best:.2f}x (target > 1x)")
     print(json.dumps(medians))
 
 

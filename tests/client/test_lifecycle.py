@@ -361,3 +361,28 @@ async def test_read_resource_finds_the_owner_across_servers() -> None:
         nursery.cancel_scope.cancel()
     reads_on_a = [r.json["params"]["uri"] for r in a.requests if r.rpc_method == "resources/read"]
     assert "r://b" not in reads_on_a and "r://b-only-by-asking" in reads_on_a
+
+
+async def test_a_2025_03_26_batch_in_one_event_is_accepted() -> None:
+    async def handler(req: Req, resp: Resp) -> None:
+        if req.rpc_method == "initialize":
+            await mcp_answer(req, resp, init={**INIT_RESULT, "protocolVersion": "2025-03-26"})
+        elif req.rpc_method == "tools/call":
+            batch = [{"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "r://x"}},
+                     result(req, {"content": [{"type": "text", "text": "batched"}]})]
+            import json as _json
+
+            await resp.start(200, {"content-type": "text/event-stream"})
+            await resp.write(encode_event(_json.dumps(batch)))
+            await resp.end()
+        else:
+            await mcp_answer(req, resp)
+
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, handler)
+        async with open_mcp_pool([server(fake.url)], log=Events().log) as pool:
+            with trio.fail_after(10):
+                res = await pool.call_tool("s", "t", {})
+                assert res.content[0]["text"] == "batched"
+                assert (await pool.updates().receive()).uri == "r://x"
+        nursery.cancel_scope.cancel()

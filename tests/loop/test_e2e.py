@@ -227,3 +227,15 @@ async def test_secrets_never_reach_events_and_log_content_shows_bodies(peer: lau
         assert secret not in dumped and "***" in dumped
         tool_results = [line for line in lines if line["event"] == "tool.result"]
         assert tool_results[0]["content"] == "leak ***?"  # bodies as text with --log-content, still scrubbed
+
+
+async def test_library_config_errors_raise_before_side_effects() -> None:
+    from agentd.errors import ConfigError
+
+    lines: list[dict[str, Any]] = []
+    with pytest.raises(ConfigError, match="instruction"):
+        await agentd.main(agentd.Config(intelligence=("test",)), log=EventLog(sink=lines.append))
+    with pytest.raises(ConfigError):
+        await agentd.main(agentd.Config(instruction="x", intelligence=("ftp://nowhere",)),
+                          log=EventLog(sink=lines.append))
+    assert not any(line["event"] == "mcp.connect" for line in lines)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+import trio
 
 ACCEPT = "application/json, text/event-stream"
 LEGACY_VERSION = "2025-11-25"
@@ -57,6 +58,28 @@ async def read_sse_until(
         if len(seen) > limit:
             break
     raise AssertionError(f"SSE stream ended without the expected message; saw {seen}")
+
+
+async def poke_until_seen(
+    response: httpx.Response, poke: Callable[[], Awaitable[Any]], predicate: Callable[[dict[str, Any]], bool],
+    *, interval: float = 0.5,
+) -> list[dict[str, Any]]:
+    """Call ``poke()`` every ``interval`` seconds until the SSE stream yields a message matching ``predicate``.
+
+    For streams whose attachment on the server is not observable (the legacy GET stream sends no first frame):
+    a notification sent before the stream attached is dropped by the server, so poke again instead of sleeping
+    and hoping. Callers bound the wait.
+    """
+    async with trio.open_nursery() as nursery:
+        async def keep_poking() -> None:
+            while True:
+                await poke()
+                await trio.sleep(interval)
+
+        nursery.start_soon(keep_poking)
+        seen = await read_sse_until(response, predicate)
+        nursery.cancel_scope.cancel()
+    return seen
 
 
 def messages(resp: httpx.Response) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from tests.peers import launch
-from tests.peers.rawclient import LegacySession, RpcError, modern_request, read_sse_until
+from tests.peers.rawclient import LegacySession, RpcError, modern_request, poke_until_seen, read_sse_until
 
 pytestmark = pytest.mark.interop
 
@@ -77,14 +77,12 @@ async def test_subscription_cancel_and_list_changed() -> None:
                 headers = {"Accept": "text/event-stream", "Mcp-Session-Id": s.session_id or "",
                            "MCP-Protocol-Version": "2025-11-25"}
                 async with client.stream("GET", peer.url, headers=headers) as stream:
-                    async with trio.open_nursery() as nursery:
-                        async def poke() -> None:
-                            await trio.sleep(0.2)
-                            assert await launch.abump(peer.url) == 1
-                            await trio.to_thread.run_sync(launch.add_tool, peer.url, "late")
-                        nursery.start_soon(poke)
-                        seen = await read_sse_until(
-                            stream, lambda m: m.get("method") == "notifications/tools/list_changed")
+                    seen = await poke_until_seen(
+                        stream, lambda: launch.abump(peer.url),
+                        lambda m: m.get("method") == "notifications/resources/updated")
+                    await trio.to_thread.run_sync(launch.add_tool, peer.url, "late")
+                    seen += await read_sse_until(
+                        stream, lambda m: m.get("method") == "notifications/tools/list_changed")
                 async with trio.open_nursery() as nursery:
                     async def call() -> None:
                         with pytest.raises(Exception):
@@ -98,5 +96,5 @@ async def test_subscription_cancel_and_list_changed() -> None:
                 counter = await s.request("resources/read", {"uri": "test://counter"})
     assert any(m.get("method") == "notifications/resources/updated" and m["params"]["uri"] == "test://counter"
                for m in seen)
-    assert json.loads(counter["contents"][0]["text"]) == 1
+    assert json.loads(counter["contents"][0]["text"]) >= 1
     assert recorded == [{"requestId": 55, "reason": "enough", "via": "notification"}]

@@ -71,3 +71,25 @@ async def test_sigterm_during_a_wake_drains_and_exits_0(no_leftover_children: No
     ends = [e for e in lines if e["event"] == "run.end" and e.get("trigger") == "wake"]
     assert [e["status"] for e in ends] == ["completed"]  # the running wake finished
     assert "resources/unsubscribe" in json.dumps(stats)
+
+
+def _agentd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentd", *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_reactive_without_subscribe_is_exit_2() -> None:
+    done = _agentd("--mode", "reactive", "--instruction", "x", "--intelligence", "test")
+    assert done.returncode == 2 and "--subscribe" in done.stderr
+
+
+async def test_a_server_that_cannot_push_without_poll_interval_is_exit_2(no_leftover_children: None) -> None:
+    from pathlib import Path
+
+    argv = [sys.executable, str(Path(__file__).with_name("nosub_server.py"))]
+    async with launch.peer_server(argv) as peer:
+        done = await trio.to_thread.run_sync(lambda: _agentd(
+            "--mode", "reactive", "--instruction", "x", "--intelligence", "test", "--mcp", f"nosub={peer.url}",
+            "--subscribe", "test://polled"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "poll-interval" in done.stderr

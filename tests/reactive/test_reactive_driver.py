@@ -292,3 +292,24 @@ async def test_continue_feeds_one_session_in_order(autojump_clock: trio.abc.Cloc
     assert texts[0].startswith("triage the inbox")  # the first turn carries the instruction
     assert seeds == [0, 1, 2]  # each turn continues the conversation
     assert [e.get("route") for e in daemon.named("reactive.wake")] == ["continue"] * 3
+
+
+async def test_polling_sees_appear_and_disappear_and_logs_a_failure_streak_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pool, model = MemoryPool(push=False, state={}), ScriptedModel()
+    async with running(reactive(pool, model, subscribe=("u://late",), poll_interval=1.0)) as daemon:
+        await trio.sleep(2.5)
+        pool.state["u://late"] = "born"  # appears: a change
+        await trio.sleep(2)
+        pool.down = True
+        await trio.sleep(5)  # five failed polls
+        pool.down = False
+        del pool.state["u://late"]  # gone: a change too
+        await trio.sleep(2)
+        await daemon.drain()
+    prompts = wake_prompts(model)
+    assert len(prompts) == 2
+    assert "born" in prompts[0] and "no longer exists" in prompts[1]
+    failures = [e for e in daemon.named("reactive.degraded") if "error" in e]
+    assert [e["error"] for e in failures] == ["McpTransportError"]

@@ -35,13 +35,15 @@ TOKEN = "worker-bearer-token-1234"
 
 
 @asynccontextmanager
-async def worker(argv: list[str], env: dict[str, str] | None = None) -> AsyncIterator[str]:
-    """Start ``agentd --serve-mcp ...``; yield its URL once ``serve.start`` is logged; SIGTERM at the end."""
+async def worker(argv: list[str], env: dict[str, str] | None = None,
+                 stderr_lines: list[str] | None = None) -> AsyncIterator[str]:
+    """Start ``agentd --serve-mcp ...``; yield its URL once ``serve.start`` is logged; SIGTERM at the end.
+    Every stderr line is appended to ``stderr_lines`` if given."""
     proc = await trio.lowlevel.open_process(
         [*AGENTD, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
         env={**os.environ, **(env or {})},
     )
-    lines: list[str] = []
+    lines: list[str] = stderr_lines if stderr_lines is not None else []
     try:
         with trio.fail_after(30):
             buffer = b""
@@ -58,8 +60,11 @@ async def worker(argv: list[str], env: dict[str, str] | None = None) -> AsyncIte
                         url = event["urls"][0]
 
         async def drain_stderr() -> None:
-            while await proc.stderr.receive_some(65536):
-                pass
+            rest = buffer
+            while chunk := await proc.stderr.receive_some(65536):
+                rest += chunk
+                *complete, rest = rest.split(b"\n")
+                lines.extend(raw.decode() for raw in complete)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(drain_stderr)
@@ -116,7 +121,8 @@ async def test_parent_drives_worker_over_bearer_and_wrong_token_fails(tmp_path: 
     pki = make_pki(tmp_path / "pki")
     argv = ["--serve-mcp", "https://127.0.0.1:0", "--serve-cert", str(pki.server.cert), "--serve-key",
             str(pki.server.key), "--serve-bearer", "{{secret:REVIEWER_TOKEN}}", "--intelligence", "test"]
-    async with worker(argv, env={"REVIEWER_TOKEN": TOKEN}) as url:
+    worker_log: list[str] = []
+    async with worker(argv, env={"REVIEWER_TOKEN": TOKEN}, stderr_lines=worker_log) as url:
         port = url.rsplit(":", 1)[1]
         config = tmp_path / "parent.yaml"
         config.write_text(
@@ -135,6 +141,16 @@ async def test_parent_drives_worker_over_bearer_and_wrong_token_fails(tmp_path: 
                 env={**os.environ, "REVIEWER_TOKEN": "wrong-token-xyz"}, check=False)
         assert bad.returncode == 6  # a required server refused the handshake
         assert TOKEN.encode() not in bad.stderr
+    assert any('"serve.refused"' in line and '"bearer"' in line for line in worker_log)
+    assert worker_log and not any(TOKEN in line for line in worker_log)
+
+
+async def test_non_loopback_bind_without_auth_exits_2() -> None:
+    with trio.fail_after(30):
+        done = await trio.run_process([*AGENTD, "--serve-mcp", "http://0.0.0.0:0", "--intelligence", "test"],
+                                      capture_stdout=True, capture_stderr=True, cwd=ROOT, check=False)
+    assert done.returncode == 2
+    assert b"non-loopback" in done.stderr
 
 
 async def test_subscribe_pattern_with_agentd_client_over_mtls(tmp_path: Path) -> None:

@@ -261,3 +261,19 @@ async def test_client_ca_rotation_without_restart(tmp_path: Path) -> None:
                     await fresh.post(url, headers=ACCEPT, json=init)
         stop.set()
         nursery.cancel_scope.cancel()
+
+
+async def test_header_timeout_does_not_cut_open_streams() -> None:
+    # The header/idle timeout applies between requests, not to a GET stream or a long answer in progress.
+    async with serving(header_timeout=0.3, keepalive=0.2) as s, httpx.AsyncClient(timeout=10) as client:
+        peer = LegacyPeer(client, s.url)
+        await peer.initialize()
+        got = b""
+        with trio.fail_after(5):
+            async with client.stream("GET", s.url, headers={**peer.headers(), "accept": "text/event-stream"}) as r:
+                with trio.move_on_after(1.2):
+                    async for chunk in r.aiter_bytes():
+                        got += chunk
+        assert got.count(b": keepalive") >= 3  # still open well past the 0.3 s header timeout
+        spawn = await peer.call("tools/call", {"name": "subagent.spawn", "arguments": {"instruction": "sleep=1"}})
+        assert spawn["result"]["structuredContent"]["status"] == "completed"

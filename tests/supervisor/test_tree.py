@@ -97,7 +97,7 @@ async def test_a_sigkilled_middle_child_takes_its_subtree_along(root):
             os.kill(sup._nodes["0.1"].pid, signal.SIGKILL)
             view = await sup.await_(ROOT, "0.1")
             assert view.status == "failed"
-            # PDEATHSIG: the grandchild dies with its parent, and the ledger forgets the subtree.
+            # The grandchild sees its parent die (pidfd) and exits; the ledger forgets the subtree.
             assert sup.authority.ledger.live == frozenset()
 
 
