@@ -5,9 +5,10 @@
     trio.run(agentd.main, cfg)          # a harness, or the CLI after Config.from_argv(argv)
 
 ``main`` owns the daemon nursery (the root of the nursery tree in docs/architecture.md) and dispatches on
-``cfg.mode`` through :data:`MODES`: daemon modes, the self-MCP serve task and the drain latch are added as
-entries and tasks there, without touching the run path. Once mode opens the intelligence, then the MCP
-pool, registers the built-in control tools and runs the loop once under its budgets.
+``cfg.mode`` through :data:`MODES` (``once`` here, ``loop``/``schedule``/``reactive`` in agentd.reactive);
+``--serve-mcp`` starts the self-MCP serve task in the same nursery. Once mode opens the root supervisor
+(whose ``subagent.*``/``graph.run`` tools it offers), then per run the intelligence and the MCP pool,
+registers ``resource.read`` and runs the loop once under its budgets.
 
 Nothing here is global: every run builds its own log binding, secret resolver, pool, intelligence and
 control registry, so two ``main`` calls in one trio process do not interfere.
@@ -15,13 +16,15 @@ control registry, so two ``main`` calls in one trio process do not interfere.
 Run-level failures end as a :class:`RunResult` (so the CLI always prints one JSON object): a required MCP
 server failing its handshake is ``mcp_failed`` (exit 6); an unusable intelligence is
 ``intelligence_failed`` (exit 4); an unexpected exception is ``crashed`` (exit 1, logged as
-``run.failed``). A ``ConfigError`` (exit 2) propagates: it is the caller's mistake, not a run outcome.
+``run.failed``). A ``ConfigError`` (exit 2) is not a run outcome: it propagates, as does any other
+``AgentdError`` escaping a mode runner (unwrapped from task-group exception groups).
 """
 
 from __future__ import annotations
 
 import os
 import secrets as _random
+import sys
 import time
 import traceback
 from collections.abc import Awaitable, Mapping, Sequence
@@ -59,8 +62,6 @@ def new_run_id() -> str:
 
 def open_log(cfg: Config, run_id: str) -> EventLog:
     """The process's event log as the config asks for it: JSON lines on stderr."""
-    import sys
-
     return EventLog(
         sink=stream_sink(sys.stderr),
         level=cfg.log_level,

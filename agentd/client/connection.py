@@ -59,7 +59,15 @@ from agentd.mcp.client_session import (
     State,
     result_type,
 )
-from agentd.mcp.streamable_http import LAST_EVENT_ID, SESSION_ID, Body, request_headers, valid_session_id
+from agentd.mcp.streamable_http import (
+    LAST_EVENT_ID,
+    SESSION_ID,
+    Body,
+    invalid_header_annotation,
+    param_headers,
+    request_headers,
+    valid_session_id,
+)
 from agentd.mcp.versions import LATEST_MODERN, Era
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
 
@@ -362,13 +370,15 @@ class ServerConnection:
         )
         return headers
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """One request on the live session; a 404 on the session re-initializes and retries once."""
         if not self.connected:
             raise McpTransportError(f"MCP server {self.name!r} is not connected (reconnecting)", server=self.name)
         generation = self.generation
         try:
-            return await self._request_once(method, params)
+            return await self._request_once(method, params, headers)
         except _SessionGone:
             self._mark_broken("the server forgot the session (404)")
         with trio.move_on_after(self.config.connect_timeout + self.tuning.backoff_initial) as waiting:
@@ -378,11 +388,13 @@ class ServerConnection:
                 f"{method}: the server forgot the session (404) and no new one came up in time", server=self.name
             )
         try:
-            return await self._request_once(method, params)
+            return await self._request_once(method, params, headers)
         except _SessionGone:
             raise McpTransportError(f"{method}: the server forgot the session twice", server=self.name) from None
 
-    async def _request_once(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def _request_once(
+        self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         try:
             request = self.session.request(method, params)
         except CapabilityMissing:
@@ -390,7 +402,7 @@ class ServerConnection:
         except SessionError as exc:
             raise McpError(f"{method}: {exc}", server=self.name) from None
         try:
-            result = await self._exchange(request)
+            result = await self._exchange(request, headers)
         except trio.Cancelled:
             await self._abandon(request, "the request was cancelled")
             raise
@@ -418,16 +430,17 @@ class ServerConnection:
                 pass
         self.log.info("mcp.cancelled", server=self.name, request_id=request.id, method=request.method)
 
-    async def _exchange(self, request: jsonrpc.Request) -> dict[str, Any]:
+    async def _exchange(self, request: jsonrpc.Request, extra: dict[str, str] | None = None) -> dict[str, Any]:
         """POST one request and pump replies until its answer arrives (resuming over GET if allowed)."""
         waiter = _Waiter()
         self._waiters[request.id] = waiter
         body = jsonrpc.dumps(request)
+        headers = self._headers(request)
+        if extra:
+            headers.update(extra)
         resume: tuple[str | None, int | None] = (None, None)
         try:
-            async with self.transport.open(
-                "POST", self._headers(request), body, had_session=self.session_id is not None
-            ) as reply:
+            async with self.transport.open("POST", headers, body, had_session=self.session_id is not None) as reply:
                 if reply.kind is Body.SESSION_GONE:
                     raise _SessionGone()
                 if request.method == "initialize":
@@ -609,6 +622,16 @@ class ServerConnection:
 
     async def _load_tools(self) -> None:
         tools: list[types.Tool] = await self._drain("tools/list", "tools", types.ListToolsResult)
+        if self.era is Era.MODERN:
+            # 2026-07-28: a tool whose x-mcp-header annotations are invalid MUST be dropped.
+            kept = []
+            for tool in tools:
+                reason = invalid_header_annotation(tool.input_schema)
+                if reason is None:
+                    kept.append(tool)
+                else:
+                    self.log.warn("mcp.protocol_error", server=self.name, what=f"tool {tool.name!r} dropped: {reason}")
+            tools = kept
         self.tools = [
             ToolInfo(self.name, t.name, t.description, t.input_schema, t.output_schema, t.annotations, t.title)
             for t in tools
@@ -886,7 +909,15 @@ class ServerConnection:
         params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {RUN_ID_KEY: run_id}}
         try:
             with trio.fail_after(self.config.call_timeout):
-                result = await self.request("tools/call", params)
+                try:
+                    result = await self.request("tools/call", params, headers=self._param_headers(tool, arguments))
+                except McpRpcError as exc:
+                    if self.era is not Era.MODERN or exc.code != jsonrpc.HEADER_MISMATCH:
+                        raise
+                    # -32020: our Mcp-Param-* headers disagree with the server's current schema. Re-list the
+                    # tools and retry once (2026-07-28).
+                    await self._load_tools()
+                    result = await self.request("tools/call", params, headers=self._param_headers(tool, arguments))
         except trio.TooSlowError:
             raise McpTransportError(
                 f"tools/call {tool}: no answer within {self.config.call_timeout:g} s", server=self.name
@@ -898,6 +929,12 @@ class ServerConnection:
         if not parsed.is_error:
             self._check_structured(tool, parsed.structured_content)
         return ToolResult(parsed.content, parsed.is_error, parsed.structured_content)
+
+    def _param_headers(self, tool: str, arguments: dict[str, Any]) -> dict[str, str] | None:
+        if self.era is not Era.MODERN:
+            return None
+        info = next((t for t in self.tools if t.name == tool), None)
+        return param_headers(info.input_schema, arguments) if info is not None else None
 
     def _check_structured(self, tool: str, structured: dict[str, Any] | None) -> None:
         info = next((t for t in self.tools if t.name == tool), None)
@@ -951,6 +988,10 @@ class ServerConnection:
         if self.era is Era.LEGACY and self.stream_offered is False:
             # resources/updated is not tied to a request: without the GET stream it has no way to us.
             self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="the server offers no GET stream")
+            return False
+        if self.era is Era.LEGACY and self.session_id is None:
+            # A sessionless (stateless) server cannot tie a subscription to the stream that would carry it.
+            self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="the server keeps no session")
             return False
         self.watched[uri] = None
         try:

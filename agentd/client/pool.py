@@ -171,7 +171,7 @@ class McpPool:
             HttpTransport(
                 client, config.url, server=config.name, max_body=max_body,
                 auth=config.auth if isinstance(config.auth, httpx.Auth) else None,
-            ),  # fmt: skip
+            ),
             self.log,
             self._on_update,
             extra_headers=headers,
@@ -258,5 +258,7 @@ async def open_mcp_pool(
                     yield pool
                 finally:
                     nursery.cancel_scope.cancel()
+        # A consumer still reading updates() sees the end of the channel instead of waiting forever.
+        pool._send.close()
     if failure is not None:
         raise failure

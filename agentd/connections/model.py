@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import attrs
 
-from agentd.connections.structure import EnvRef, FieldError, converter, str_or_env
+from agentd.connections.structure import EnvRef, FieldError, converter, register_aliases, str_or_env
 
 Mode = Literal["read", "read_write"]
 DataPolicy = Literal["full", "redact_tool_values", "metadata_only"]
@@ -209,3 +209,6 @@ class Manifest:
     name: str | None = None
     #: The output contract of the last step (as ``--output-contract``).
     output: str | None = None
+
+
+register_aliases(AuthClientCredentials, HostConnection, TranscriptSettings, ManifestLimits)

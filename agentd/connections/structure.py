@@ -101,15 +101,35 @@ def _format(exc: BaseException, type_: Any) -> str:
         return str(exc)
     if isinstance(exc, KeyError):
         return "required field missing"
-    if isinstance(exc, ValueError) and " not in literal " in str(exc):
+    if " not in literal " in str(exc):
         allowed = ", ".join(repr(a) for a in typing.get_args(type_))
-        return f"expected one of {allowed}, got {str(exc).split(' not in literal ', 1)[0]}"
+        return f"expected one of {allowed}, got {str(exc).split(' not in literal ', 1)[0]!r}"
     return cattrs.v.format_exception(exc, type_)
 
 
+#: attrs field name -> the key as written (``read_tools`` -> ``readTools``), so paths name what the user wrote.
+_ALIASES: Final[dict[str, str]] = {}
+_SEGMENT: Final = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)(?=[.\[]|$)")
+
+
+def register_aliases(*classes: type[Any]) -> None:
+    for cls in classes:
+        for field in attrs.fields(cls):
+            if field.alias and field.alias != field.name and not field.name.startswith("_"):
+                _ALIASES[field.name] = field.alias
+
+
 def error_paths(exc: BaseException, path: str) -> list[str]:
-    """Every problem in a cattrs error as ``message @ $.path``."""
-    return cattrs.transform_error(exc, path=path, format_exception=_format)
+    """Every problem in a cattrs error as ``message @ $.path`` (with the keys as written)."""
+    lines = cattrs.transform_error(exc, path=path, format_exception=_format)
+    out = []
+    for line in lines:
+        message, sep, where = line.rpartition(" @ ")
+        if sep:
+            where = _SEGMENT.sub(lambda m: "." + _ALIASES.get(m[1], m[1]), where)
+            line = f"{message} @ {where}"
+        out.append(line)
+    return out
 
 
 def structure(raw: Any, type_: type[T], *, path: str = "$") -> T:

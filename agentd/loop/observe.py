@@ -70,6 +70,13 @@ def fault(server: str, tool: str, reason: str) -> str:
     )
 
 
+def elided(size: int) -> str:
+    return (
+        f"[agentd elided this older observation ({size} characters) to keep the conversation within bounds; "
+        "call the tool again if you still need it]"
+    )
+
+
 def cap(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
     if len(text) <= limit:
         return text

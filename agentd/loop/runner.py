@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -42,6 +43,9 @@ from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
 
 MAX_CONSECUTIVE_FAULTS = 3
+#: Characters of tool observations kept in the conversation (about 64k tokens). Beyond it the oldest are
+#: replaced by a short note, so a long run degrades gracefully instead of overflowing the model's context.
+MAX_HISTORY_OBSERVATION_CHARS = 256_000
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
@@ -97,6 +101,9 @@ class _Run:
     best_text: str | None = None
     faults_in_a_row: int = 0
     reprompted: bool = False
+    observation_chars: int = 0
+    elided: int = 0
+    _kept: deque[int] = attrs.field(factory=deque)  # indices of tool messages not yet elided, oldest first
     observer: ToolObserver | None = None
 
     # -- catalogue -------------------------------------------------------------------------------
@@ -172,6 +179,7 @@ class _Run:
             steps=self.meter.steps,
             partial=partial,
             parsed=distillate.parsed,
+            elided_observations=self.elided,
             result=self.log.content(text or ""),
             usage=self.meter.usage.to_json(),
         )
@@ -250,6 +258,15 @@ class _Run:
         )
         return None
 
+    def fit_history(self) -> None:
+        """Elide the oldest observations (never the newest) while they exceed the history bound."""
+        while self.observation_chars > MAX_HISTORY_OBSERVATION_CHARS and len(self._kept) > 1:
+            index = self._kept.popleft()
+            message = self.messages[index]
+            self.observation_chars -= len(message["content"])
+            self.elided += 1
+            self.messages[index] = {**message, "content": observe.elided(len(message["content"]))}
+
     def fault(self, call: ToolCall, entry: Entry, reason: str, step: int, started: float) -> RunResult | None:
         server = entry.server or "agentd"
         self.faults_in_a_row += 1
@@ -278,6 +295,9 @@ class _Run:
     ) -> None:
         text = observe.cap(text)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        self._kept.append(len(self.messages) - 1)
+        self.observation_chars += len(text)
+        self.fit_history()
         fields: dict[str, Any] = {
             "step": step,
             "call_id": call.id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -22,6 +23,8 @@ SESSION_ID: Final = "Mcp-Session-Id"
 PROTOCOL_VERSION: Final = "MCP-Protocol-Version"
 METHOD: Final = "Mcp-Method"
 NAME: Final = "Mcp-Name"
+PARAM_PREFIX: Final = "Mcp-Param-"
+X_MCP_HEADER: Final = "x-mcp-header"
 LAST_EVENT_ID: Final = "Last-Event-ID"
 
 #: Methods whose ``Mcp-Name`` header carries a parameter (2026-07-28, SEP-2243).
@@ -70,8 +73,10 @@ def valid_session_id(value: str) -> bool:
 
 
 def encode_header_value(value: str) -> str:
-    """A header-safe form of a name or URI: as is when plain ASCII, else ``=?base64?...?=`` (SEP-2243)."""
-    if value and value == value.strip() and all(0x20 <= ord(c) <= 0x7E for c in value):
+    """A header-safe form of a name, URI or argument: as is when plain printable ASCII without edge
+    whitespace, else ``=?base64?...?=`` (SEP-2243; also when the value itself looks like that wrapper)."""
+    looks_wrapped = value.startswith("=?base64?") and value.endswith("?=")
+    if value == value.strip() and not looks_wrapped and all(0x20 <= ord(c) <= 0x7E for c in value):
         return value
     return "=?base64?" + base64.b64encode(value.encode()).decode() + "?="
 
@@ -114,4 +119,80 @@ def request_headers(
         headers[SESSION_ID] = session_id
     if protocol_version is not None:
         headers[PROTOCOL_VERSION] = protocol_version
+    return headers
+
+
+# -- x-mcp-header (2026-07-28, SEP-2243): tool arguments mirrored into Mcp-Param-* headers -----------------------
+
+_TOKEN: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_TYPES: Final = frozenset({"string", "integer", "boolean"})
+_SUB_ONE: Final = frozenset({"items", "contains", "unevaluatedItems", "additionalProperties", "propertyNames",
+                             "unevaluatedProperties", "not", "if", "then", "else", "contentSchema"})
+_SUB_LIST: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_SUB_MAP: Final = frozenset({"patternProperties", "dependentSchemas", "$defs", "definitions"})
+
+
+def _positions(root: Any) -> list[tuple[tuple[str, ...] | None, dict[str, Any]]]:
+    """Every schema position with its pure ``properties`` path (None once another applicator is crossed)."""
+    out: list[tuple[tuple[str, ...] | None, dict[str, Any]]] = []
+    stack: list[tuple[tuple[str, ...] | None, Any]] = [((), root)]
+    while stack:
+        path, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        out.append((path, node))
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                stack.extend(((*path, name) if path is not None else None, sub) for name, sub in value.items())
+            elif key in _SUB_ONE:
+                stack.append((None, value))
+            elif key in _SUB_LIST and isinstance(value, list):
+                stack.extend((None, sub) for sub in value)
+            elif key in _SUB_MAP and isinstance(value, dict):
+                stack.extend((None, sub) for sub in value.values())
+    return out
+
+
+def invalid_header_annotation(input_schema: Any) -> str | None:
+    """Why a tool's ``x-mcp-header`` annotations are invalid (the client must drop such a tool), or None.
+
+    Valid: on a property reachable through ``properties`` only, an RFC 9110 token, on a string, integer or
+    boolean property, unique case-insensitively.
+    """
+    seen: dict[str, str] = {}
+    for path, schema in _positions(input_schema):
+        if X_MCP_HEADER not in schema:
+            continue
+        if not path:
+            return f"{X_MCP_HEADER} outside a plain properties chain"
+        where = ".".join(path)
+        token = schema[X_MCP_HEADER]
+        if not isinstance(token, str) or not _TOKEN.match(token):
+            return f"property {where!r}: {X_MCP_HEADER} is not an HTTP token"
+        if schema.get("type") not in _HEADER_TYPES:
+            return f"property {where!r}: {X_MCP_HEADER} is only allowed on string, integer or boolean properties"
+        if token.lower() in seen:
+            return f"property {where!r}: {X_MCP_HEADER} {token!r} duplicates property {seen[token.lower()]!r}"
+        seen[token.lower()] = where
+    return None
+
+
+def param_headers(input_schema: Any, arguments: Mapping[str, Any]) -> dict[str, str]:
+    """The ``Mcp-Param-<token>`` headers for a call: each annotated argument that is present, rendered
+    (booleans as true/false) and encoded like any header value. Call only on a valid schema."""
+    headers: dict[str, str] = {}
+    for path, schema in _positions(input_schema):
+        token = schema.get(X_MCP_HEADER)
+        if not path or not isinstance(token, str):
+            continue
+        value: Any = arguments
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, bool):
+            rendered = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            rendered = str(value)
+        else:
+            continue
+        headers[PARAM_PREFIX + token] = encode_header_value(rendered)
     return headers

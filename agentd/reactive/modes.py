@@ -233,7 +233,8 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
     assert ctx.pool is not None
     cfg = ctx.cfg
     ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
-                        max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e))
+                        max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
+                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri))
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
@@ -283,7 +284,7 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     except ResourceNotFound:
         contents, server = None, wake.server
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
-                 run=runs.runs + 1, wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
+                 wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
     result = await runs.run(Job("wake", wake_instruction(_instruction(ctx), wake.uri, server, contents), wake.uri))
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,

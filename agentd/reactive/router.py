@@ -15,13 +15,19 @@ restart governor can count failures).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
 import trio
 
 from agentd.events import EventLog, null_log
+
+
+@contextlib.asynccontextmanager
+async def _unbounded() -> AsyncIterator[None]:
+    yield
 
 
 @attrs.frozen
@@ -67,6 +73,8 @@ class Router:
     max_concurrent: int = 4
     log: EventLog = attrs.field(factory=null_log)
     on_done: DoneFn | None = None
+    #: URIs whose wakes count against ``max_concurrent`` (a ``--continue`` route serialises itself instead).
+    bounded: Callable[[str], bool] = lambda uri: True
     stats: RouterStats = attrs.field(factory=RouterStats)
     _slots: dict[str, _Slot] = attrs.field(factory=dict, init=False)
     _limiter: trio.CapacityLimiter = attrs.field(init=False)
@@ -131,7 +139,7 @@ class Router:
                 delay = slot.last_start + self.debounce - trio.current_time()
                 if delay > 0:
                     await trio.sleep(delay)
-                async with self._limiter:
+                async with self._limiter if self.bounded(uri) else _unbounded():
                     if not self._wanted(slot):  # closed while waiting for a slot
                         break
                     self._seq += 1

@@ -90,6 +90,8 @@ def parent_pidfd() -> int | None:
 async def wait_parent_gone() -> None:
     """Return when the process that started us has exited."""
     expected = _expected_parent()
+    if expected is None:  # not started by a supervisor (a test harness): nothing to watch
+        await trio.sleep_forever()
     fd = parent_pidfd()
     if fd is not None:
         try:
@@ -97,7 +99,7 @@ async def wait_parent_gone() -> None:
         finally:
             os.close(fd)
         return
-    while expected is not None and os.getppid() == expected:  # noqa: ASYNC110 -- no pidfd: poll coarsely
+    while os.getppid() == expected:  # noqa: ASYNC110 -- no pidfd: poll coarsely
         await trio.sleep(1.0)
 
 

@@ -58,6 +58,14 @@ def _preimport() -> None:
             importlib.import_module(name)
         except ImportError:
             pass  # a partial build: the child imports lazily, as a re-exec would
+    try:
+        # cattrs generates its (un)structure hooks on first use: do it once here, not in every child.
+        from agentd.config.model import Config
+        from agentd.supervisor.wiring import config_from_wire, config_to_wire
+
+        config_from_wire(config_to_wire(Config()))
+    except Exception:  # a warm-up only: the child does the real work and reports failures
+        pass
 
 
 def serve_forks(sock_fd: int) -> int:

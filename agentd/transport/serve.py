@@ -231,6 +231,10 @@ def hypercorn_config(cfg: ServeConfig, context: ssl.SSLContext | None, log: Even
     config.graceful_timeout = cfg.graceful_timeout
     config.ssl_handshake_timeout = cfg.header_timeout
     config.accesslog = None
+    config.include_server_header = False  # do not advertise the server software; one header less per reply
+    # hypercorn closes a keep-alive connection after 1000 requests by default; a peer driving an agent over
+    # mTLS would pay a full handshake for that, so let long-lived connections live (idle ones still time out).
+    config.keep_alive_max_requests = 100_000
     errors = logging.getLogger(f"agentd.serve.{id(config)}")
     errors.propagate = False
     errors.handlers = [_EventHandler(log)]

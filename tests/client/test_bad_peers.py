@@ -173,8 +173,9 @@ async def test_oversized_json_response_is_refused() -> None:
         async with open_mcp_pool([server(fake.url)], log=Events().log, max_body=1024 * 1024) as pool:
             with trio.fail_after(10), pytest.raises(McpProtocolError, match="exceeds the 1048576-byte limit"):
                 await pool.call_tool("s", "t", {})
-            # The connection survives a refused body.
+            # The connection survives a refused body, and nothing is left pending.
             assert (await pool.read_resource("r://x")).contents[0]["text"] == "x"
+            assert pool.connections["s"].session.pending == {}
         nursery.cancel_scope.cancel()
 
 

@@ -386,3 +386,13 @@ async def test_a_2025_03_26_batch_in_one_event_is_accepted() -> None:
                 assert res.content[0]["text"] == "batched"
                 assert (await pool.updates().receive()).uri == "r://x"
         nursery.cancel_scope.cancel()
+
+
+async def test_updates_channel_ends_with_the_pool() -> None:
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, mcp_answer)
+        async with open_mcp_pool([server(fake.url)], log=Events().log) as pool:
+            updates = pool.updates()
+        with trio.fail_after(5), pytest.raises(trio.EndOfChannel):
+            await updates.receive()
+        nursery.cancel_scope.cancel()

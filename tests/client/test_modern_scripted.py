@@ -176,3 +176,61 @@ async def test_reconnect_to_a_known_modern_server_skips_initialize(autojump_cloc
         nursery.cancel_scope.cancel()
     assert fake.methods()[:2] == ["initialize", "server/discover"]
     assert revived.methods()[0] == "server/discover" and "initialize" not in revived.methods()
+
+
+async def test_x_mcp_header_arguments_are_mirrored_and_invalid_tools_dropped() -> None:
+    tools = {"tools": [
+        {"name": "deploy", "inputSchema": {"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "dry": {"type": "boolean", "x-mcp-header": "Dry-Run"},
+            "note": {"type": "string", "x-mcp-header": "Note"},
+            "count": {"type": "integer"}}}},
+        {"name": "bad_number", "inputSchema": {"type": "object", "properties": {
+            "ratio": {"type": "number", "x-mcp-header": "Ratio"}}}},
+        {"name": "bad_dup", "inputSchema": {"type": "object", "properties": {
+            "a": {"type": "string", "x-mcp-header": "X"}, "b": {"type": "string", "x-mcp-header": "x"}}}},
+    ]}
+    events = Events()
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, modern_peer(overrides={"tools/list": tools}))
+        async with open_mcp_pool([server(fake.url)], log=events.log) as pool:
+            assert [t.name for t in pool.tools()] == ["deploy"]
+            with trio.fail_after(10):
+                await pool.call_tool("s", "deploy", {"region": "eu-west", "dry": True, "note": "héllo", "count": 3})
+        nursery.cancel_scope.cancel()
+    call = next(r for r in fake.requests if r.rpc_method == "tools/call")
+    assert call.headers["mcp-param-region"] == "eu-west"
+    assert call.headers["mcp-param-dry-run"] == "true"
+    assert call.headers["mcp-param-note"].startswith("=?base64?")
+    assert not any(h.startswith("mcp-param-count") for h in call.headers)
+    dropped = [e["what"] for e in events.named("mcp.protocol_error") if "dropped" in e["what"]]
+    assert len(dropped) == 2
+
+
+async def test_header_mismatch_relists_tools_and_retries_once() -> None:
+    state = {"calls": 0, "lists": 0}
+    base = modern_peer()
+
+    async def handler(req: Req, resp: Resp) -> None:
+        if req.rpc_method == "tools/list":
+            state["lists"] += 1
+            schema = {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "Region"}}}
+            tools = [{"name": "t", "inputSchema": schema if state["lists"] > 1 else {"type": "object"}}]
+            await resp.json(result(req, {"tools": tools}))
+        elif req.rpc_method == "tools/call":
+            state["calls"] += 1
+            if "mcp-param-region" not in req.headers:
+                await resp.json(error(req, -32020, "Mcp-Param-Region missing"), status=400)
+            else:
+                await resp.json(result(req, {"content": [{"type": "text", "text": "ok"}]}))
+        else:
+            await base(req, resp)
+
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, handler)
+        async with open_mcp_pool([server(fake.url)], log=Events().log) as pool:
+            with trio.fail_after(10):
+                res = await pool.call_tool("s", "t", {"r": "eu"})
+            assert res.content[0]["text"] == "ok"
+        nursery.cancel_scope.cancel()
+    assert state == {"calls": 2, "lists": 2}

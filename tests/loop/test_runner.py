@@ -302,3 +302,48 @@ async def test_drain_stops_at_a_step_boundary_and_exits_0() -> None:
     assert (result.status, result.steps, result.result, result.partial) == (RunStatus.CANCELLED, 1, "halfway", True)
     assert result.drained and result.exit_code == 0 and result.error == "drained (SIGTERM)"
     assert _tool_messages(model.requests[0][0]) == [] and len(pool.calls) == 1
+
+
+async def test_catalogue_is_rebuilt_only_when_the_tool_list_changes() -> None:
+    pool = _pool()
+
+    async def add_tool(args: Any) -> Any:
+        pool.add("s", "fresh", _add, ADD_SCHEMA)  # as after notifications/tools/list_changed
+        return text_result("added")
+
+    pool.add("s", "grow", add_tool)
+    model = ScriptedModel([tools_reply(call("s__add", {"a": 1, "b": 1})), tools_reply(call("s__grow", {})),
+                           tools_reply(call("s__fresh", {"a": 2, "b": 2})), final("ok")])
+    lines: list[dict[str, Any]] = []
+    result = await _run(model, pool, lines=lines)
+    assert result.status is RunStatus.COMPLETED and result.steps == 4
+    offered = [{t.name for t in tools} for _, tools in model.requests]
+    assert "s__fresh" not in offered[1] and "s__fresh" in offered[2]
+    assert pool.calls[-1][:3] == ("s", "fresh", {"a": 2, "b": 2})
+    audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
+    assert audits == ["add", "grow", "add", "grow", "fresh"]  # one load at start, one after the change
+
+
+async def test_old_observations_are_elided_to_bound_the_history() -> None:
+    from agentd.loop.runner import MAX_HISTORY_OBSERVATION_CHARS
+
+    pool = _pool()
+    size = 30_000
+
+    async def big(args: Any) -> Any:
+        return text_result(str(args["n"]) * size)
+
+    pool.add("s", "big", big, {"type": "object", "properties": {"n": {"type": "integer"}}})
+    steps = MAX_HISTORY_OBSERVATION_CHARS // size + 3
+    model = ScriptedModel([tools_reply(call("s__big", {"n": i % 10})) for i in range(steps)] + [final("done")])
+    lines: list[dict[str, Any]] = []
+    result = await _run(model, pool, limits=Limits(max_steps=steps + 1), lines=lines)
+    assert result.status is RunStatus.COMPLETED
+    observations = _tool_messages(model.requests[-1][0])
+    assert len(observations) == steps
+    kept = [o for o in observations if not o.startswith("[agentd elided")]
+    assert sum(map(len, kept)) <= MAX_HISTORY_OBSERVATION_CHARS
+    assert observations[-1] == str((steps - 1) % 10) * size  # the newest is always whole
+    assert observations[0].startswith("[agentd elided this older observation (30000 characters)")
+    final_line = next(line for line in lines if line["event"] == "loop.final")
+    assert final_line["elided_observations"] == steps - len(kept)

@@ -307,3 +307,45 @@ def test_header_values_round_trip(value: str) -> None:
 def test_session_id_grammar() -> None:
     assert valid_session_id("a-B_9.~!")
     assert not valid_session_id("") and not valid_session_id("has space") and not valid_session_id("é")
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                     max_leaves=10)
+
+
+@given(st.fixed_dictionaries({"jsonrpc": st.just("2.0")}, optional={
+    "id": st.integers(0, 5) | st.text(max_size=3) | st.none(),
+    "method": st.sampled_from(["ping", "roots/list", "notifications/x", "sampling/createMessage", ""]),
+    "params": _json, "result": _json, "error": _json}))
+def test_receive_never_raises_on_any_parsable_message(obj: dict[str, Any]) -> None:
+    session = ready()
+    session.request("tools/list")
+    try:
+        message = jsonrpc.parse_message(obj)
+    except jsonrpc.InvalidMessage:
+        return
+    event = session.receive(message)
+    assert isinstance(event, ResponseReceived | ErrorReceived | ServerRequestAnswered | NotificationReceived
+                      | Unexpected)
+
+
+def test_x_mcp_header_rules() -> None:
+    from agentd.mcp.streamable_http import invalid_header_annotation, param_headers
+
+    ok = {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "Region"},
+                                           "n": {"type": "object", "properties": {
+                                               "deep": {"type": "integer", "x-mcp-header": "Deep"}}}}}
+    assert invalid_header_annotation(ok) is None
+    assert param_headers(ok, {"r": "eu", "n": {"deep": 7}}) == {"Mcp-Param-Region": "eu", "Mcp-Param-Deep": "7"}
+    assert param_headers(ok, {"n": "not an object"}) == {}
+    for bad in (
+        {"type": "object", "properties": {"r": {"type": "number", "x-mcp-header": "R"}}},
+        {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "has space"}}},
+        {"type": "object", "items": {"type": "string", "x-mcp-header": "I"}},
+        {"x-mcp-header": "Root"},
+        {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "X"},
+                                          "b": {"type": "string", "x-mcp-header": "x"}}},
+    ):
+        assert invalid_header_annotation(bad) is not None
+    assert encode_header_value("=?base64?abc?=").startswith("=?base64?") and encode_header_value(" x").startswith("=?")

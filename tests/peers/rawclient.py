@@ -38,30 +38,51 @@ def parse_sse(body: str) -> list[dict[str, Any]]:
     return out
 
 
-async def read_sse_until(
-    response: httpx.Response, predicate: Callable[[dict[str, Any]], bool], limit: int = 50
-) -> list[dict[str, Any]]:
-    """Read SSE messages from a streaming response until one satisfies ``predicate``; returns all seen.
+class SseReader:
+    """Reads JSON-RPC messages off one streaming response; call ``until`` as often as needed.
 
-    Callers bound the wait (``trio.fail_after``); a stream that ends first raises AssertionError.
+    httpx lets a response body be iterated once, so a test that waits for several messages in turn keeps one
+    reader (one underlying iterator) for the whole stream.
     """
-    seen: list[dict[str, Any]] = []
-    buf = ""
-    async for chunk in response.aiter_text():
-        buf = (buf + chunk).replace("\r\n", "\n")
-        while "\n\n" in buf:
-            frame, buf = buf.split("\n\n", 1)
-            for msg in parse_sse(frame + "\n\n"):
-                seen.append(msg)
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._chunks = response.aiter_text()
+        self._buf = ""
+        self._pending: list[dict[str, Any]] = []
+        self.seen: list[dict[str, Any]] = []
+
+    async def until(self, predicate: Callable[[dict[str, Any]], bool], limit: int = 50) -> list[dict[str, Any]]:
+        """Messages read up to and including the first that satisfies ``predicate``. Callers bound the wait."""
+        out: list[dict[str, Any]] = []
+        while True:
+            while self._pending:
+                msg = self._pending.pop(0)
+                out.append(msg)
+                self.seen.append(msg)
                 if predicate(msg):
-                    return seen
-        if len(seen) > limit:
-            break
-    raise AssertionError(f"SSE stream ended without the expected message; saw {seen}")
+                    return out
+            if len(out) > limit:
+                raise AssertionError(f"no expected message among {out}")
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                raise AssertionError(f"SSE stream ended without the expected message; saw {out}") from None
+            self._buf = (self._buf + chunk).replace("\r\n", "\n")
+            while "\n\n" in self._buf:
+                frame, self._buf = self._buf.split("\n\n", 1)
+                self._pending += parse_sse(frame + "\n\n")
+
+
+async def read_sse_until(
+    response: httpx.Response | SseReader, predicate: Callable[[dict[str, Any]], bool], limit: int = 50
+) -> list[dict[str, Any]]:
+    """Read SSE messages until one satisfies ``predicate``; returns those read. Pass an ``SseReader`` to read on."""
+    reader = response if isinstance(response, SseReader) else SseReader(response)
+    return await reader.until(predicate, limit)
 
 
 async def poke_until_seen(
-    response: httpx.Response, poke: Callable[[], Awaitable[Any]], predicate: Callable[[dict[str, Any]], bool],
+    response: httpx.Response | SseReader, poke: Callable[[], Awaitable[Any]], predicate: Callable[[dict[str, Any]], bool],
     *, interval: float = 0.5,
 ) -> list[dict[str, Any]]:
     """Call ``poke()`` every ``interval`` seconds until the SSE stream yields a message matching ``predicate``.

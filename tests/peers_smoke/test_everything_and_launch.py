@@ -80,3 +80,15 @@ def test_leak_detector_sees_live_and_zombie_children() -> None:
         live.wait()
         zombie.wait()
     assert proctree.leftovers(before, grace=0.5) == []
+
+
+def test_inspector_cli_against_sdk_peer(sdk_server: launch.PeerProcess) -> None:
+    if not (launch.INSPECTOR_DIR / "index.js").exists():
+        if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
+            pytest.fail("inspector-cli not installed")
+        pytest.skip("inspector-cli not installed (run scripts/test)")
+    tools = launch.inspector(sdk_server.url, "--method", "tools/list")
+    called = launch.inspector(sdk_server.url, "--method", "tools/call", "--tool-name", "echo",
+                              "--tool-arg", "text=inspected")
+    assert "echo" in {t["name"] for t in tools["tools"]}
+    assert called["content"][0]["text"] == "inspected"

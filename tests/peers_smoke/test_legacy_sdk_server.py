@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from tests.peers import launch
-from tests.peers.rawclient import LegacySession, RpcError, modern_request, poke_until_seen, read_sse_until
+from tests.peers.rawclient import LegacySession, RpcError, SseReader, modern_request, poke_until_seen
 
 pytestmark = pytest.mark.interop
 
@@ -77,21 +77,21 @@ async def test_subscription_cancel_and_list_changed() -> None:
                 headers = {"Accept": "text/event-stream", "Mcp-Session-Id": s.session_id or "",
                            "MCP-Protocol-Version": "2025-11-25"}
                 async with client.stream("GET", peer.url, headers=headers) as stream:
+                    sse = SseReader(stream)
                     seen = await poke_until_seen(
-                        stream, lambda: launch.abump(peer.url),
+                        sse, lambda: launch.abump(peer.url),
                         lambda m: m.get("method") == "notifications/resources/updated")
                     await trio.to_thread.run_sync(launch.add_tool, peer.url, "late")
-                    seen += await read_sse_until(
-                        stream, lambda m: m.get("method") == "notifications/tools/list_changed")
+                    seen += await sse.until(lambda m: m.get("method") == "notifications/tools/list_changed")
                 async with trio.open_nursery() as nursery:
                     async def call() -> None:
                         with pytest.raises(Exception):
                             await s.request("tools/call", {"name": "slow", "arguments": {"seconds": 30}}, id=55)
                     nursery.start_soon(call)
-                    await trio.sleep(0.3)
-                    await s.notify("notifications/cancelled", {"requestId": 55, "reason": "enough"})
+                    # A cancel that overtakes its request is ignored by the server: repeat until it lands.
                     while not (recorded := launch.cancelled(peer.url)):
-                        await trio.sleep(0.05)
+                        await s.notify("notifications/cancelled", {"requestId": 55, "reason": "enough"})
+                        await trio.sleep(0.3)
                     nursery.cancel_scope.cancel()
                 counter = await s.request("resources/read", {"uri": "test://counter"})
     assert any(m.get("method") == "notifications/resources/updated" and m["params"]["uri"] == "test://counter"

@@ -13,11 +13,11 @@ from tests.peers import launch
 from tests.peers.rawclient import (
     LegacySession,
     RpcError,
+    SseReader,
     modern_envelope,
     modern_headers,
     modern_request,
     poke_until_seen,
-    read_sse_until,
 )
 
 pytestmark = pytest.mark.interop
@@ -133,9 +133,10 @@ async def test_legacy_subscription_via_get_stream_and_side_door(mutable_peer) ->
                        "MCP-Protocol-Version": "2025-11-25"}
             async with client.stream("GET", peer.url, headers=headers) as stream:
                 assert stream.status_code == 200
-                seen = await poke_until_seen(stream, lambda: launch.abump(peer.url, "test://counter-a"), is_update)
+                sse = SseReader(stream)
+                seen = await poke_until_seen(sse, lambda: launch.abump(peer.url, "test://counter-a"), is_update)
                 assert await trio.to_thread.run_sync(launch.add_tool, peer.url, "late_tool") == "late_tool"
-                seen += await read_sse_until(stream, lambda m: m.get("method") == "notifications/tools/list_changed")
+                seen += await sse.until(lambda m: m.get("method") == "notifications/tools/list_changed")
             counter = await s.request("resources/read", {"uri": "test://counter-a"})
             tools, _ = await s.list_all("tools/list", "tools")
     updates = [m for m in seen if m.get("method") == "notifications/resources/updated"]
@@ -175,10 +176,10 @@ async def test_cancellation_is_recorded(mutable_peer) -> None:
                     with pytest.raises(Exception):
                         await s.request("tools/call", {"name": "slow", "arguments": {"seconds": 30}}, id=77)
                 nursery.start_soon(call)
-                await trio.sleep(0.3)
-                await s.notify("notifications/cancelled", {"requestId": 77, "reason": "test says stop"})
+                # A cancel that overtakes its request is ignored by the server: repeat until it lands.
                 while not any(c["requestId"] == 77 for c in launch.cancelled(peer.url)):
-                    await trio.sleep(0.05)
+                    await s.notify("notifications/cancelled", {"requestId": 77, "reason": "test says stop"})
+                    await trio.sleep(0.3)
                 nursery.cancel_scope.cancel()
             resource = await s.request("resources/read", {"uri": "test://cancelled"})
     recorded = [c for c in json.loads(resource["contents"][0]["text"]) if c["requestId"] == 77]
@@ -199,9 +200,10 @@ async def test_modern_era_discover_and_listen(mutable_peer) -> None:
                                      json=body) as stream:
                 assert stream.status_code == 200
                 # The ack is the first frame and the SDK subscribes before sending it: one bump is enough.
-                seen = await read_sse_until(stream, lambda m: "subscriptions/acknowledged" in m.get("method", ""))
+                sse = SseReader(stream)
+                seen = await sse.until(lambda m: "subscriptions/acknowledged" in m.get("method", ""))
                 await launch.abump(peer.url, "test://counter-c")
-                seen += await read_sse_until(stream, is_update)
+                seen += await sse.until(is_update)
     assert "2026-07-28" in discover["supportedVersions"]
     assert call["resultType"] == "complete" and call["content"][0]["text"] == "m"
     assert seen[0]["method"] == "notifications/subscriptions/acknowledged"

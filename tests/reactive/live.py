@@ -33,7 +33,7 @@ class Events:
     def named(self, name: str, **fields: Any) -> list[dict[str, Any]]:
         return [e for e in self.lines if e["event"] == name and all(e.get(k) == v for k, v in fields.items())]
 
-    async def wait_for(self, name: str, count: int = 1, timeout: float = 15.0, **fields: Any) -> dict[str, Any]:
+    async def wait_for(self, name: str, count: int = 1, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
         """Wait until ``count`` lines named ``name`` (with ``fields``) were emitted; the last one."""
         with trio.fail_after(timeout):
             while len(self.named(name, **fields)) < count:
@@ -97,7 +97,7 @@ async def live_daemon(cfg: Config, *, armed: int = 1) -> AsyncIterator[LiveDaemo
                         event.set()
 
             nursery.start_soon(body)
-            with trio.fail_after(20):
+            with trio.fail_after(40):
                 while len(events.named("trigger.armed")) < armed and not daemon.done.is_set():
                     event = trio.Event()
                     events._waiters.append((lambda e: e["event"] in ("trigger.armed", "run.end"), event))

@@ -142,7 +142,10 @@ async def test_self_subscribe_is_applied_after_the_run_and_then_wakes_the_agent(
             await daemon.stop()
     prompts = wake_prompts(gw)
     assert len(prompts) == 2 and other in prompts[1] and contents_of(prompts[1]) == "1"
-    assert "subscribe" in gw.requests[0].tool_names and "await_resource" in gw.requests[0].tool_names
+    offered = gw.requests[0].tool_names
+    assert {"subscribe", "unsubscribe", "schedule", "await_resource"} <= set(offered)
+    assert any(name.startswith("subagent") for name in offered)  # a wake is an ordinary run: subagents too
+    assert any(name.startswith("srv__") for name in offered) and any("resource" in n for n in offered)
 
 
 async def test_await_resource_returns_the_update_that_satisfies_the_condition() -> None:

@@ -313,3 +313,36 @@ async def test_polling_sees_appear_and_disappear_and_logs_a_failure_streak_once(
     assert "born" in prompts[0] and "no longer exists" in prompts[1]
     failures = [e for e in daemon.named("reactive.degraded") if "error" in e]
     assert [e["error"] for e in failures] == ["McpTransportError"]
+
+
+async def test_failing_wakes_back_off_and_the_breaker_ends_a_reactive_daemon_with_exit_1(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    from agentd.errors import IntelligenceError
+
+    def script(messages: Sequence[Mapping[str, Any]], tools: Sequence[ChatTool]) -> ModelReply:
+        raise IntelligenceError("every gateway is down")
+
+    uris = [f"u://{i}" for i in range(8)]
+    pool, model = MemoryPool(state=dict.fromkeys(uris, "0")), ScriptedModel(script)
+    async with running(reactive(pool, model, subscribe=tuple(uris), max_concurrent_wakes=1)) as daemon:
+        for uri in uris:
+            pool.bump(uri, "1")
+        result = await daemon.finished()
+    assert result.exit_code is ExitCode.FAILURE and "breaker" in (result.error or "")
+    starts = [round(t, 2) for t, _ in model.requests]
+    assert starts == [0, 0.5, 1.5, 3.5, 7.5, 15.5]  # one wake at a time, each after the backoff
+    assert [e["status"] for e in daemon.named("reactive.wake_failed")] == ["intelligence_failed"] * 6
+
+
+async def test_a_busy_continue_session_does_not_hold_fresh_wakes_back(autojump_clock: trio.abc.Clock) -> None:
+    pool = MemoryPool(state={"u://log": "l0", "u://a": "a0"})
+    model = ScriptedModel(delay=10.0)
+    cfg = {"continue_uris": ("u://log",), "subscribe": ("u://a",), "max_concurrent_wakes": 1}
+    async with running(reactive(pool, model, **cfg)) as daemon:
+        pool.bump("u://log", "entry 1")  # a 10 s turn of the warm session
+        await trio.sleep(1)
+        pool.bump("u://a", "a1")  # a fresh wake: not queued behind the session
+        await trio.sleep(1)
+        assert len(model.requests) == 2
+        await daemon.drain()

