@@ -3,8 +3,8 @@
 See docs/mcp-client.md for the behaviour and docs/architecture.md § MCP client for the contract.
 """
 
+from agentd.client._streams import Tuning as Tuning
 from agentd.client.connection import ServerConnection as ServerConnection
-from agentd.client.connection import Tuning as Tuning
 from agentd.client.models import ResourceContents as ResourceContents
 from agentd.client.models import ResourceInfo as ResourceInfo
 from agentd.client.models import ResourceTemplateInfo as ResourceTemplateInfo

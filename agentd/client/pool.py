@@ -18,7 +18,8 @@ import attrs
 import httpx
 import trio
 
-from agentd.client.connection import ServerConnection, Tuning
+from agentd.client._streams import Tuning
+from agentd.client.connection import ServerConnection
 from agentd.client.models import (
     ResourceContents,
     ResourceInfo,

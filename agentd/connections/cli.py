@@ -186,7 +186,7 @@ async def execute(
                 manifest=manifest_path, log=log.bind(comp="transcript"),
             ))  # fmt: skip
         try:
-            servers, denied = await _servers(plan, runtime, resolver, log, identity)
+            servers, denied = await _servers(plan, runtime, resolver, log, identity, env)
             if denied is not None:
                 raise denied
             intel = await stack.enter_async_context(
@@ -223,7 +223,12 @@ def _failed(identity: Identity, status: RunStatus, error: str, code: str) -> Man
 
 
 async def _servers(
-    plan: Plan, runtime: RuntimeModule, resolver: SecretResolver, log: EventLog, identity: Identity
+    plan: Plan,
+    runtime: RuntimeModule,
+    resolver: SecretResolver,
+    log: EventLog,
+    identity: Identity,
+    env: Mapping[str, str],
 ) -> tuple[list[McpServerConfig], McpConnectError | None]:
     """Each binding's server entry with its auth, after the host's ``authorize_connection`` verdict."""
     servers: list[McpServerConfig] = []
@@ -242,12 +247,29 @@ async def _servers(
                     server=bound.alias, code="connection_denied",
                 )  # fmt: skip
             continue
-        servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity)))
+        servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity, env)))
     return servers, None
 
 
+def _pem(name: str, env: Mapping[str, str], log: EventLog) -> str:
+    """A PEM key from the environment (multi-line, so not a header template); every line is redacted."""
+    value = env.get(name)
+    if value is None:
+        raise ConfigError(f"environment variable {name} is not set (privateKey)")
+    log.redactor.add(value)
+    for line in value.splitlines():
+        if len(line) >= 16 and not line.startswith("-----"):
+            log.redactor.add(line)
+    return value
+
+
 def _auth_for(
-    bound: BoundConnection, runtime: RuntimeModule, resolver: SecretResolver, log: EventLog, identity: Identity
+    bound: BoundConnection,
+    runtime: RuntimeModule,
+    resolver: SecretResolver,
+    log: EventLog,
+    identity: Identity,
+    env: Mapping[str, str],
 ) -> object | None:
     auth = bound.connection.auth
     if isinstance(auth, AuthOAuth):
@@ -262,7 +284,7 @@ def _auth_for(
         settings = ClientCredentialsSettings(
             client_id=resolver.resolve(auth.client_id.template()),
             client_secret=resolver.resolve(auth.client_secret.template()) if auth.client_secret else None,
-            private_key_pem=resolver.resolve(auth.private_key.template()) if auth.private_key else None,
+            private_key_pem=_pem(auth.private_key.env, env, log) if auth.private_key else None,
             scopes=tuple(auth.scopes),
             method=auth.token_endpoint_auth_method,
             signing_algorithm=auth.signing_algorithm,

@@ -198,7 +198,8 @@ class _Session:
                 ) as sup:
                     ctx = ChildContext(self.payload, self.channel, sup)
                     await self._turns(ctx)
-                    await sup.drain(0)
+                # Leaving the block cancels our own children down their ladders before we exit:
+                # the tree ends deepest first.
             nursery.cancel_scope.cancel()
         return 0
 
@@ -227,7 +228,11 @@ class _Session:
             try:
                 return await self.runner(ctx, message)
             except Exception as exc:  # a failed turn is reported; the child still exits cleanly
-                await _report_failure(self.channel, f"{type(exc).__name__}: {exc}")
+                reason = f"{type(exc).__name__}: {exc}"
+                for secret in self.payload.secrets.values():
+                    if len(secret) >= 4:
+                        reason = reason.replace(secret, "***")
+                await _report_failure(self.channel, reason)
                 return None
         return Result(status="cancelled", partial=True, result={"cancelled": self._cancelled})
 

@@ -72,10 +72,13 @@ async def open_root_supervisor(
     from agentd.drain import current_drain
 
     wire = config_to_wire(cfg)
+    secrets = referenced_secrets(wire, env)
+    for value in secrets.values():
+        log.redactor.add(value)  # whatever a child reports back is scrubbed like our own lines
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
         servers=frozenset(s.name for s in cfg.mcp), settings=settings_from_config(cfg), child_config=wire,
-        secrets=referenced_secrets(wire, env), log=log.bind(comp="supervisor"),
+        secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content},
         fork_server=fork_server, test_script=test_script,
     ) as sup:

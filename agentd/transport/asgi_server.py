@@ -358,6 +358,10 @@ class McpAsgiApp:
 
             await self._stream_answer(send, answer, no_id, (), modern=post, receive=receive)
             return
+        if request.method != "tools/call":
+            # Lists, reads and discover answer at once: no disconnect watcher (a task per request) needed.
+            await _send_reply(send, self.core.modern_reply(post, await self._dispatch(request, ctx)))
+            return
         answers: list[Message] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -464,7 +468,8 @@ def post_headers(post: LegacyPost) -> tuple[tuple[str, str], ...]:
 
 def _streamed(request: Request) -> bool:
     params = request.params or {}
-    if request.method != "tools/call" or params.get("name") not in STREAMED_TOOLS:
+    name = params.get("name")
+    if request.method != "tools/call" or not isinstance(name, str) or name not in STREAMED_TOOLS:
         return False
     arguments = params.get("arguments") or {}
     return isinstance(arguments, dict) and not arguments.get("async") and not arguments.get("warm")

@@ -138,3 +138,15 @@ async def test_secrets_travel_in_the_payload_never_argv_or_env(root, tmp_path):
                 assert secret.encode() not in data and b"unrelated-secret" not in data
             env = dict(kv.split(b"=", 1) for kv in (await (trio.Path(f"/proc/{node.pid}") / "environ").read_bytes()).split(b"\0") if b"=" in kv)
             assert env[b"AGENT_SUBAGENT"] == b"1"
+
+
+async def test_a_secret_in_a_childs_failure_is_scrubbed(root, events):
+    secret = "tok-0123456789-secret"
+    with trio.fail_after(20):
+        async with root() as sup:
+            sup.secrets = {"TOKEN": secret}
+            sup.child_config = {"mcp_servers": [
+                {"name": "fs", "url": "http://127.0.0.1:1/mcp", "headers": {"A": "Bearer {{secret:TOKEN}}"}}]}
+            view = await sup.spawn(ROOT, req(["fail", f"server said {secret}"]))
+    assert view.result == {"error": "subagent failed: RuntimeError: server said ***"}
+    assert secret not in repr(list(events))
