@@ -177,7 +177,12 @@ def _body_for(ctx: DaemonContext) -> Callable[[], Awaitable[None]]:
         return lambda: _loop(ctx)
     if cfg.mode == "schedule":
         if cfg.cron is not None:
-            return lambda: _cron(ctx, CronSchedule.parse(cfg.cron))  # type: ignore[arg-type]
+            expr = CronSchedule.parse(cfg.cron)
+            try:  # "0 0 30 2 *" parses but never fires: say so now (exit 2), not at the first fire
+                expr.next_after(dt.datetime.fromtimestamp(ctx.wall_clock(), dt.UTC))
+            except ValueError as exc:
+                raise ConfigError(f"--cron {cfg.cron!r}: {exc}") from None
+            return lambda: _cron(ctx, expr)
         if cfg.interval is None or cfg.interval <= 0:
             raise ConfigError("--mode schedule needs --interval > 0 or --cron")
         return lambda: _fixed_rate(ctx, cfg.interval)  # type: ignore[arg-type]

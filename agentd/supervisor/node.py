@@ -219,6 +219,7 @@ class SubagentNode:
             # unless it was already classed as a failure (stuck, garbage on the channel).
             if self._failure is None and self._cancel_reason is None:
                 self._cancel_reason = "parent ended"
+                self.log.info("subagent.cancel", handle=self.handle, reason=self._cancel_reason)
             reason = self._cancel_reason or "failed"
             send_cancel = functools.partial(channel.send, Cancel(reason=reason))
 

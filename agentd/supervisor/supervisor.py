@@ -39,6 +39,9 @@ from agentd.supervisor.node import (
     child_environment,
 )
 
+#: Ended subagents whose final view stays readable by handle (oldest forgotten first).
+ENDED_KEPT = 1024
+
 _SECRET_REF = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]*)\}\}")
 
 
@@ -170,8 +173,15 @@ class Supervisor:
         try:
             await node.run(task_status=task_status)
         finally:
+            self._forget_oldest_ended()
             self._changed.set()
             self._changed = trio.Event()
+
+    def _forget_oldest_ended(self) -> None:
+        """Keep the views of at most ``ENDED_KEPT`` ended subagents (a daemon's supervisor lives long)."""
+        ended = [h for h, n in self._nodes.items() if n.ended.is_set()]
+        for handle in ended[: max(0, len(ended) - ENDED_KEPT)]:
+            del self._nodes[handle]
 
     def _payload(self, admitted: Admission, request: SpawnRequest) -> RunPayload:
         config = dict(self.child_config)

@@ -42,4 +42,4 @@ async def test_mcp_flag_connection_offers_named_tools(tmp_path):
             outcome = await run(tmp_path, host, manifest, args=["--mcp", f"x={peer.url}"])
     assert outcome.code == 0, outcome.raw
     assert gw.requests[0].tool_names == ["x__add"]
-    assert "5" in [m["content"] for m in gw.requests[1].messages if m["role"] == "tool"][0]
+    assert "5" in next(m["content"] for m in gw.requests[1].messages if m["role"] == "tool")

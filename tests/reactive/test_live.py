@@ -129,11 +129,12 @@ async def test_modern_listen_server() -> None:
     assert daemon.events.named("mcp.era") == [] or any(e.get("era") == "modern" for e in daemon.events.named("mcp.era"))
 
 
-async def test_self_subscribe_is_applied_after_the_run_and_then_wakes_the_agent() -> None:
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_self_subscribe_is_applied_after_the_run_and_then_wakes_the_agent(era: str) -> None:
     other = "test://other"
     rules = [({"last_role": "user", "contains": f"resource {COUNTER}"}, tool_call("subscribe", {"uri": other}))]
-    async with scripted_gateway(rules=rules, default=text("noted")) as gw, \
-            launch.peer_server(launch.sdk_server_argv()) as peer:
+    argv = launch.sdk_server_argv() if era == "legacy" else launch.modern_server_argv()
+    async with scripted_gateway(rules=rules, default=text("noted")) as gw, launch.peer_server(argv) as peer:
         async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,))) as daemon:
             await launch.abump(peer.url)
             await daemon.events.wait_for("mcp.subscribe", origin="self", applied=True)

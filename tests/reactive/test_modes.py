@@ -105,3 +105,11 @@ async def test_drain_cancels_a_run_that_outlasts_the_drain_timeout(autojump_cloc
         assert trio.current_time() - start == pytest.approx(23.0)  # 2 s of the 25 are kept for cleanup
     assert result.exit_code is ExitCode.OK
     assert daemon.named("drain.end")[0]["outcome"] == "cut"
+
+
+async def test_a_cron_expression_that_never_fires_is_a_config_error(autojump_clock: trio.abc.Clock) -> None:
+    from agentd.errors import ConfigError
+    from agentd.reactive.modes import run_daemon
+
+    with pytest.raises(ConfigError, match="never fires"):
+        await run_daemon(context(TimedJobs(), mode="schedule", cron="0 0 30 2 *"))

@@ -150,3 +150,15 @@ async def test_a_secret_in_a_childs_failure_is_scrubbed(root, events):
             view = await sup.spawn(ROOT, req(["fail", f"server said {secret}"]))
     assert view.result == {"error": "subagent failed: RuntimeError: server said ***"}
     assert secret not in repr(list(events))
+
+
+async def test_only_the_newest_ended_views_are_kept(root, monkeypatch):
+    import agentd.supervisor.supervisor as module
+
+    monkeypatch.setattr(module, "ENDED_KEPT", 2)
+    with trio.fail_after(30):
+        async with root() as sup:
+            for _ in range(3):
+                await sup.spawn(ROOT, req(["result", 1]))
+            assert isinstance(sup.status(ROOT, "0.1"), Refusal)
+            assert sup.status(ROOT, "0.2").done and sup.status(ROOT, "0.3").done
