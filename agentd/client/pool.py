@@ -198,6 +198,13 @@ class McpPool:
 
 
 def _client_for(config: McpServerConfig, shared: httpx.AsyncClient) -> httpx.AsyncClient | McpConnectError:
+    if callable(config.http_client):
+        # A host's HTTP policy (agentd.connections runtime module): its own client, transport and hooks.
+        client = config.http_client()
+        if not isinstance(client, httpx.AsyncClient):
+            return McpConnectError(f"MCP server {config.name!r}: the HTTP policy gave no httpx.AsyncClient",
+                                   server=config.name)  # fmt: skip
+        return client
     if config.tls is None or not (config.tls.ca or config.tls.cert):
         return shared
     try:

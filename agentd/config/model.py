@@ -46,6 +46,9 @@ class McpServerConfig:
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)
+    #: A zero-argument factory of the ``httpx.AsyncClient`` for this server (a host's HTTP policy: transport,
+    #: event hooks, redirects). None: agentd's own client (no redirects). Set by agentd.connections only.
+    http_client: object | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -188,7 +188,9 @@ class ProviderAuth(httpx.Auth):
             )  # fmt: skip
         result = await call_maybe_async(get, self._request(force=force))
         status = member(result, "status")
-        self.log.info("connection.auth", connection=self.alias, type="oauth", status=str(status), refresh=force)
+        self.log.info(
+            "connection.auth", connection=self.alias, type="oauth", status=str(status), refresh=force
+        )
         if status == "ready":
             headers = member(result, "headers") or {}
             if not isinstance(headers, Mapping):
@@ -226,7 +228,9 @@ class ProviderAuth(httpx.Auth):
         response = yield request
         if response.status_code != 401:
             return
-        self.log.warn("connection.auth", connection=self.alias, type="oauth", status="unauthorized", refresh=True)
+        self.log.warn(
+            "connection.auth", connection=self.alias, type="oauth", status="unauthorized", refresh=True
+        )
         await self.invalidate("unauthorized")
         credential = await self.credential(force=True)
         request.headers.update(credential.headers)
@@ -320,7 +324,9 @@ def sign_jwt(claims: Mapping[str, Any], pem: str, algorithm: str | None) -> str:
     else:
         raise ValueError("the private key must be an RSA or P-256 EC key")
     header = {"alg": alg, "typ": "JWT"}
-    signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(dict(claims)).encode())}".encode()
+    signing_input = (
+        f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(dict(claims)).encode())}".encode()
+    )
     if isinstance(key, ec.EllipticCurvePrivateKey):
         r, s = decode_dss_signature(key.sign(signing_input, ec.ECDSA(hashes.SHA256())))
         signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
@@ -351,7 +357,9 @@ class ClientCredentialsAuth(httpx.Auth):
 
     def _valid(self) -> _Token | None:
         token = self._token
-        if token is None or (token.expires_at is not None and token.expires_at - self.clock() <= REFRESH_SKEW):
+        if token is None or (
+            token.expires_at is not None and token.expires_at - self.clock() <= REFRESH_SKEW
+        ):
             return None
         return token
 
@@ -415,8 +423,12 @@ class ClientCredentialsAuth(httpx.Auth):
     def _method(self) -> str:
         if self.settings.method:
             return self.settings.method
-        supported = (self._metadata or {}).get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
-        if self.settings.private_key_pem and ("private_key_jwt" in supported or not self.settings.client_secret):
+        supported = (self._metadata or {}).get("token_endpoint_auth_methods_supported") or [
+            "client_secret_basic"
+        ]
+        if self.settings.private_key_pem and (
+            "private_key_jwt" in supported or not self.settings.client_secret
+        ):
             return "private_key_jwt"
         if "client_secret_basic" in supported:
             return "client_secret_basic"

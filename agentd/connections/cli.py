@@ -12,10 +12,12 @@ With ``--stream`` every event goes to stdout too, as JSON lines, and the result 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from typing import Any, TextIO
 
 import attrs
@@ -30,25 +32,40 @@ from agentd.connections.auth import (
 )
 from agentd.connections.model import AuthClientCredentials, AuthOAuth, Manifest
 from agentd.connections.plan import BoundConnection, Host, Plan, bind, load_host, load_manifest
-from agentd.connections.runtime import RuntimeModule, load_runtime_module
+from agentd.connections.runtime import RuntimeModule, http_client_factory, load_runtime_module
 from agentd.connections.steps import Identity, ManifestResult, run_steps
 from agentd.connections.structure import EnvRef
-from agentd.connections.transcript import default_path, list_runs, open_transcript, read_run
+from agentd.connections.transcript import (
+    FLUSH_GRACE,
+    Transcript,
+    default_path,
+    list_runs,
+    open_transcript,
+    read_run,
+)
+from agentd.drain import DrainLatch, use_drain, watch_signals
 from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
 from agentd.events import EventLog, stream_sink
 from agentd.loop.result import RunResult, RunStatus
 from agentd.secrets import SecretResolver
+from agentd.transport.http_client import tls_context
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd run", description="Run an agent manifest against a host config.")
     p.add_argument("manifest", help="the agent manifest (YAML)")
     p.add_argument("--config", help="the host config (YAML): connections, intelligence, transcript")
-    p.add_argument("--runtime-module", help="a trusted Python module: tool_adapter, connection_credentials, ...")
-    p.add_argument("--stream", action="store_true", help="every event to stdout as JSON lines, then the result")
+    p.add_argument(
+        "--runtime-module", help="a trusted Python module: tool_adapter, connection_credentials, ..."
+    )
+    p.add_argument(
+        "--stream", action="store_true", help="every event to stdout as JSON lines, then the result"
+    )
     p.add_argument("--mcp", action="append", default=[], metavar="NAME=URL",
                    help="declare a connection (all tools, read_write), as in agentd --mcp")  # fmt: skip
-    p.add_argument("--intelligence", help="gateway base URL(s), comma-separated, or 'test' (overrides the host)")
+    p.add_argument(
+        "--intelligence", help="gateway base URL(s), comma-separated, or 'test' (overrides the host)"
+    )
     p.add_argument("--model", help="model name (overrides the host)")
     p.add_argument("--run-id", default="")
     p.add_argument("--user", help="the user this run acts for (given to authorize callbacks and tools)")
@@ -56,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transcript", help="transcript SQLite path (overrides the host)")
     p.add_argument("--no-transcript", action="store_true", help="do not record a durable transcript")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
+    p.add_argument("--drain-timeout", type=float, default=25.0, metavar="SECONDS",
+                   help="after SIGTERM/SIGINT, how long running work may finish before it is cancelled")  # fmt: skip
     return p
 
 
@@ -85,6 +104,7 @@ class Prepared:
     stream: bool
     log_level: str
     env: Mapping[str, str]
+    drain_timeout: float = 25.0
 
 
 def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
@@ -100,8 +120,10 @@ def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
     if not options.no_transcript and host.transcript.enabled:
         transcript_path = options.transcript or host.transcript_path or default_path(env)
     identity = Identity(options.run_id or new_run_id(), options.user, options.tenant)
+    if not options.drain_timeout >= 0:
+        raise ConfigError("--drain-timeout must be >= 0")
     return Prepared(host, manifest, os.path.abspath(options.manifest), runtime, endpoints, model, token, identity,
-                    transcript_path, options.stream, options.log_level, env)  # fmt: skip
+                    transcript_path, options.stream, options.log_level, env, options.drain_timeout)  # fmt: skip
 
 
 async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
@@ -122,11 +144,52 @@ async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
 def run_manifest(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """The ``agentd run`` subcommand; returns the exit code (ConfigError propagates: exit 2)."""
     prepared = prepare(args, dict(os.environ) if env is None else dict(env))
-    result = trio.run(run_prepared, prepared, sys.stdout)
+    result = trio.run(run_with_signals, prepared, sys.stdout)
     return int(result.run.exit_code)
 
 
-def _intelligence(options: argparse.Namespace, spec: Any, env: Mapping[str, str]) -> tuple[list[str], str, str | None]:
+async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
+    """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.drain): the first signal
+    drains (no new step or model call; running work may finish for ``--drain-timeout``, then it is cancelled,
+    exit 0), a second one cancels at once (exit 1)."""
+    latch = DrainLatch()
+    scope = trio.CancelScope()
+    forced = False
+    log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), run_id=prepared.identity.run_id,
+                   comp="proc")  # fmt: skip
+
+    def force() -> None:
+        nonlocal forced
+        forced = True
+        scope.cancel()
+
+    async def backstop() -> None:
+        await latch.wait()
+        await trio.sleep(prepared.drain_timeout)
+        log.warn("drain.end", outcome="cancelled", drain_timeout=prepared.drain_timeout)
+        scope.cancel()
+
+    result: ManifestResult | None = None
+    with use_drain(latch):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(watch_signals, latch, force, log=log))
+            nursery.start_soon(backstop)
+            with scope:
+                result = await run_prepared(prepared, out)
+            nursery.cancel_scope.cancel()
+    if result is None:
+        run = RunResult(run_id=prepared.identity.run_id, status=RunStatus.CANCELLED, partial=True, done=False,
+                        error="forced by a second signal" if forced else "cancelled at the drain timeout",
+                        drained=not forced)  # fmt: skip
+        result = ManifestResult(run, (), error_code="cancelled")
+        out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
+        out.flush()
+    return result
+
+
+def _intelligence(
+    options: argparse.Namespace, spec: Any, env: Mapping[str, str]
+) -> tuple[list[str], str, str | None]:
     from agentd.intelligence.endpoints import parse_endpoints
 
     token: str | None = None
@@ -167,11 +230,6 @@ async def execute(
     manifest_path: str | None = None,
 ) -> ManifestResult:
     """Open the transcript, the intelligence and the bound connections, run the steps, close everything."""
-    from contextlib import AsyncExitStack
-
-    from agentd.client import open_mcp_pool
-    from agentd.intelligence import open_intelligence
-
     resolver = SecretResolver(env=env, redactor=log.redactor)
     host = plan.host
     log.info("run.start", mode="manifest", servers=[b.alias for b in plan.bound], model=model,
@@ -187,28 +245,63 @@ async def execute(
             ))  # fmt: skip
         try:
             servers, denied = await _servers(plan, runtime, resolver, log, identity, env)
-            if denied is not None:
-                raise denied
-            intel = await stack.enter_async_context(
-                open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
-            )
-            pool = await stack.enter_async_context(
-                open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
-            )
-            result = await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
-                                     transcript=transcript)  # fmt: skip
-        except* McpConnectError as group:
-            exc = _first(group)
-            code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
-            result = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
-        except* IntelligenceError as group:
-            result = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+            result = await _connect_and_run(plan, runtime, stack, servers, denied, endpoints=endpoints,
+                                            model=model, token=token, log=log, resolver=resolver,
+                                            identity=identity, transcript=transcript)  # fmt: skip
+        except* trio.Cancelled:
+            log.warn("run.cancelled", reason="the run was cancelled from outside")
+            if transcript is not None:
+                with trio.move_on_after(FLUSH_GRACE, shield=True):
+                    await transcript.abort("cancelled")
+            raise
         if transcript is not None:
             await transcript.end(result.run.status.value, result.run.result)
     log.emit("run.end", "info" if result.run.status is RunStatus.COMPLETED else "warn",
              status=result.run.status.value, exit_code=int(result.run.exit_code), steps=result.run.steps,
              usage=result.run.usage.to_json(), **({"error": result.run.error} if result.run.error else {}))  # fmt: skip
     return result
+
+
+async def _connect_and_run(
+    plan: Plan,
+    runtime: RuntimeModule,
+    stack: AsyncExitStack,
+    servers: list[McpServerConfig],
+    denied: McpConnectError | None,
+    *,
+    endpoints: list[str],
+    model: str,
+    token: str | None,
+    log: EventLog,
+    resolver: SecretResolver,
+    identity: Identity,
+    transcript: Transcript | None,
+) -> ManifestResult:
+    """Open the intelligence and the MCP pool on ``stack`` and run the steps; connect and intelligence
+    failures become the run's result (exit 6 / 4)."""
+    from agentd.client import open_mcp_pool
+    from agentd.intelligence import open_intelligence
+
+    failure: ManifestResult | None = None
+    try:
+        if denied is not None:
+            raise denied
+        intel = await stack.enter_async_context(
+            open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
+        )
+        pool = await stack.enter_async_context(
+            open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
+        )
+        return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
+                               transcript=transcript)  # fmt: skip
+    except* McpConnectError as group:
+        exc = _first(group)
+        code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
+        failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
+    except* IntelligenceError as group:
+        failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+    assert failure is not None
+    return failure
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:
@@ -247,7 +340,12 @@ async def _servers(
                     server=bound.alias, code="connection_denied",
                 )  # fmt: skip
             continue
-        servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity, env)))
+        tls = bound.connection.tls
+        factory = http_client_factory(
+            runtime.http_policy, connection=bound.binding.ref, alias=bound.alias, url=bound.connection.url,
+            verify=tls_context(tls.ca, tls.cert, tls.key) if tls is not None and (tls.ca or tls.cert) else True,
+        )  # fmt: skip
+        servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity, env), factory))
     return servers, None
 
 

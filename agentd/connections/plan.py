@@ -91,7 +91,7 @@ class BoundConnection:
     def offers(self, tool: str) -> bool:
         return self.tools is None or tool in self.tools
 
-    def server_config(self, auth: object | None = None) -> McpServerConfig:
+    def server_config(self, auth: object | None = None, http_client: object | None = None) -> McpServerConfig:
         return McpServerConfig(
             name=self.alias,
             url=self.connection.url,
@@ -101,6 +101,7 @@ class BoundConnection:
             connect_timeout=self.connection.connect_timeout,
             call_timeout=self.connection.call_timeout,
             auth=auth,
+            http_client=http_client,
         )
 
 
@@ -138,9 +139,7 @@ def read_yaml(path: str, what: str) -> Any:
     return raw
 
 
-def load_host(
-    path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[McpServerConfig] = ()
-) -> Host:
+def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[McpServerConfig] = ()) -> Host:
     """The host config (``path`` may be None: only ``--mcp`` flags), checked completely."""
     raw: dict[str, Any] = read_yaml(path, "--config") if path is not None else {}
     base_dir = os.path.dirname(os.path.abspath(path)) if path is not None else os.getcwd()
@@ -218,7 +217,11 @@ def _from_host_entry(name: str, entry: HostConnection, env: Mapping[str, str], w
         for field in ("client_id", "client_secret", "private_key"):
             ref = getattr(entry.auth, field)
             if ref is not None:
-                alias = {"client_id": "clientId", "client_secret": "clientSecret", "private_key": "privateKey"}
+                alias = {
+                    "client_id": "clientId",
+                    "client_secret": "clientSecret",
+                    "private_key": "privateKey",
+                }
                 _env_present(ref, env, f"{where}.auth.{alias[field]}")
     connection = Connection(
         name=name,
@@ -278,7 +281,9 @@ def load_manifest(path: str) -> Manifest:
 # --- binding ---------------------------------------------------------------------------------------------
 
 
-def bind(host: Host, manifest: Manifest, *, application_tools: Sequence[str] = (), manifest_path: str = "") -> Plan:
+def bind(
+    host: Host, manifest: Manifest, *, application_tools: Sequence[str] = (), manifest_path: str = ""
+) -> Plan:
     """Check the manifest against the host and the runtime module's tools; every problem at once."""
     problems: list[str] = []
     bound: list[BoundConnection] = []
@@ -321,7 +326,9 @@ def bind(host: Host, manifest: Manifest, *, application_tools: Sequence[str] = (
             for t_index, tool in enumerate(binding.tools):
                 at = f"{where}.tools[{t_index}]"
                 if connection.tools is not None and tool not in connection.tools:
-                    problems.append(f"tool {tool!r} is not in the host's allowlist for {binding.ref!r} @ {at}")
+                    problems.append(
+                        f"tool {tool!r} is not in the host's allowlist for {binding.ref!r} @ {at}"
+                    )
                 elif allowed is not None and tool not in allowed:
                     problems.append(
                         f"tool {tool!r} is not classified read-only (readTools) for {binding.ref!r}; a read binding "
@@ -332,7 +339,9 @@ def bind(host: Host, manifest: Manifest, *, application_tools: Sequence[str] = (
     app = set(application_tools)
     for name in sorted(app):
         if not _APP_TOOL.match(name):
-            problems.append(f"application tool {name!r} must match {_APP_TOOL.pattern} @ runtime module tool_adapter")
+            problems.append(
+                f"application tool {name!r} must match {_APP_TOOL.pattern} @ runtime module tool_adapter"
+            )
         head = name.split(SEPARATOR, 1)[0] if SEPARATOR in name else None
         if head is not None and (head in aliases or head in skipped):
             problems.append(

@@ -11,7 +11,10 @@ A runtime module may export (snake_case, or the document's camelCase):
 * ``authorize_connection(request)`` / ``authorizeConnection`` and ``authorize_tool(request)`` /
   ``authorizeTool``: host policy binding connections and calls to the current user, tenant and run.
   ``True``/``None``/``{"allowed": true}`` allows; ``False`` or ``{"allowed": false, "reason": ...}`` denies.
-* ``http_policy`` / ``httpPolicy`` (optional): reserved for a policy-enforcing HTTP transport.
+* ``http_policy`` / ``httpPolicy`` (optional): when redirects or private destinations are required, the HTTP
+  policy for MCP connections: ``{transport, event_hooks, follow_redirects}`` (an ``httpx.AsyncBaseTransport``,
+  httpx event hooks, a bool; camelCase accepted), or a function of ``{connection, alias, url}`` returning one
+  (None: agentd's default client for that connection). Without it agentd never follows a redirect.
 
 Exports may be objects with methods or plain dicts of functions; functions may be sync or async
 (coroutines run on trio). Calls carry ``.id``, ``.name``, ``.input`` (and mapping access); the context
@@ -26,11 +29,12 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 import attrs
+import httpx
 import trio
 
 from agentd.connections.auth import call_maybe_async, member
@@ -240,6 +244,37 @@ def _from_module(module: ModuleType, path: str) -> RuntimeModule:
         if field in found and not callable(found[field]):
             raise ConfigError(f"--runtime-module {path}: {field} must be a function")
     return RuntimeModule(path=path, **found)
+
+
+def http_client_factory(
+    policy: Any, *, connection: str, alias: str, url: str, verify: Any = True
+) -> Callable[[], httpx.AsyncClient] | None:
+    """The client factory a connection uses under the module's HTTP policy (None: the default client)."""
+    if policy is None:
+        return None
+    if callable(policy) and not isinstance(policy, Mapping):
+        policy = policy(_Request({"connection": connection, "alias": alias, "url": url}))
+        if policy is None:
+            return None
+    transport = member(policy, "transport")
+    hooks = member(policy, "event_hooks", "eventHooks")
+    follow = member(policy, "follow_redirects", "followRedirects")
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise ConfigError(f"http_policy for {alias!r}: transport must be an httpx.AsyncBaseTransport")
+    if hooks is not None and not isinstance(hooks, Mapping):
+        raise ConfigError(f"http_policy for {alias!r}: event_hooks must be a mapping of lists")
+
+    def factory() -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=transport,
+            event_hooks={k: list(v) for k, v in hooks.items()} if hooks else None,
+            follow_redirects=bool(follow),
+            verify=verify,
+            trust_env=False,
+            timeout=httpx.Timeout(None),
+        )
+
+    return factory
 
 
 def tool_names(tools: Sequence[AgentTool]) -> list[str]:

@@ -33,6 +33,7 @@ from agentd.connections.runtime import (
 )
 from agentd.connections.runtime import ToolCall as AppToolCall
 from agentd.connections.transcript import Entry, Transcript
+from agentd.drain import current_drain
 from agentd.errors import McpError
 from agentd.events import EventLog
 from agentd.intelligence.names import SEPARATOR
@@ -71,7 +72,9 @@ class ToolActivity:
     def requested(self, step: int, call: ToolCall) -> None:
         if step != self.iteration:
             self.iteration, self.admitted = step, 0
-        self.log.info("model.tool.requested", step_id=self.step_id, iteration=step, call_id=call.id, name=call.name)
+        self.log.info(
+            "model.tool.requested", step_id=self.step_id, iteration=step, call_id=call.id, name=call.name
+        )
 
     def started(self, step: int, call: ToolCall, entry: CatalogueEntry) -> str | None:
         if self.max_calls is not None and self.admitted >= self.max_calls:
@@ -101,7 +104,9 @@ class ToolActivity:
         observation: str,
     ) -> None:
         began = self._started.pop(call.id, None)
-        outcome = self._outcome.pop(call.id, None) or {"result": "error" if is_error else "ok"}.get(kind, kind)
+        outcome = self._outcome.pop(call.id, None) or {"result": "error" if is_error else "ok"}.get(
+            kind, kind
+        )
         duration = round((time.perf_counter() - began) * 1000, 3) if began is not None else 0.0
         self.log.emit(
             "model.tool.completed", "info" if outcome == "ok" else "warn",
@@ -255,7 +260,9 @@ class RecordingIntelligence:
         if self.transcript is not None:
             content: dict[str, Any] = {"content": reply.content}
             if reply.tool_calls:
-                content["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
+                content["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+                ]
             self.transcript.record(Entry(self.step_id, "model.reply", role="assistant", content=content))
         return reply
 
@@ -294,13 +301,26 @@ async def run_steps(
     manifest = plan.manifest
     limits = manifest.limits
     app_tools = {t.name: t for t in await runtime.list_tools()}
+    listed = {(t.server, t.name) for t in pool.tools()}
+    for bound in plan.bound:
+        if bound.tools is not None and bound.alias in pool.connections:
+            missing = [tool for tool in bound.tools if (bound.alias, tool) not in listed]
+            if missing:
+                log.warn("config.warning", connection=bound.alias, missing_tools=missing,
+                         warning="allowlisted tools the server does not list are not offered")  # fmt: skip
     deadline = trio.current_time() + limits.deadline_ms / 1000
     usage = RunUsage()
     iterations = 0
     seed: list[dict[str, Any]] = []
     outcomes: list[StepOutcome] = []
     final: RunResult | None = None
+    drain = current_drain()
     for index, step in enumerate(manifest.steps):
+        if drain.requested:
+            final = RunResult(run_id=identity.run_id, status=RunStatus.CANCELLED, partial=True, steps=iterations,
+                              usage=usage, error=f"drained ({drain.reason}) before step {step.id!r}",
+                              drained=True)  # fmt: skip
+            break
         remaining = deadline - trio.current_time()
         if remaining <= 0:
             final = RunResult(run_id=identity.run_id, status=RunStatus.DEADLINE, partial=True, steps=iterations,

@@ -31,6 +31,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from agentd.errors import ConfigError
 from agentd.events import EventLog
 
 REDACTED: Final = "[redacted]"
@@ -51,7 +52,9 @@ CREATE TABLE IF NOT EXISTS entries (
 
 
 def default_path(env: Mapping[str, str]) -> str:
-    state = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    state = env.get("XDG_STATE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".local", "state"
+    )
     return os.path.join(state, "agentd", "transcripts.sqlite3")
 
 
@@ -201,6 +204,11 @@ class Transcript:
         if batch:
             await self._write(batch)
 
+    async def abort(self, status: str) -> None:
+        """Cancelled: commit what is queued and mark the run (the caller shields and bounds this)."""
+        await self.drain()
+        await self._run(lambda: self._db.end(self.run_id, status, None))
+
     async def end(self, status: str, result: Any) -> None:
         await self.flush()
         text = None if self.policy == "metadata_only" or result is None else json.dumps(result, default=str)
@@ -213,7 +221,10 @@ async def open_transcript(
 ) -> AsyncIterator[Transcript]:
     """Open the store (creating it), apply retention, start the run's record and its writer task."""
     limiter = trio.CapacityLimiter(1)
-    db = await trio.to_thread.run_sync(_Db, path, limiter=limiter)
+    try:
+        db = await trio.to_thread.run_sync(_Db, path, limiter=limiter)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"transcript store {path}: cannot open ({exc})") from None
     send, receive = trio.open_memory_channel[Entry](math.inf)
     transcript = Transcript(run_id, policy, log, db, limiter, send, receive)
     transcript._idle.set()
@@ -267,7 +278,8 @@ def list_runs(path: str, limit: int = 50) -> list[dict[str, Any]]:
     try:
         conn.row_factory = sqlite3.Row
         rows = conn.execute(
-            "SELECT run_id, started_at, ended_at, status, policy FROM runs ORDER BY started_at DESC LIMIT ?", (limit,)
+            "SELECT run_id, started_at, ended_at, status, policy FROM runs ORDER BY started_at DESC LIMIT ?",
+            (limit,),
         ).fetchall()
     finally:
         conn.close()

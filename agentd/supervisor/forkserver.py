@@ -228,8 +228,10 @@ class ForkServer:
                 request = json.dumps({"env": dict(env)}).encode()
                 rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
                 try:
-                    await self.sock.sendmsg([request], rights)
-                    with trio.fail_after(10):
+                    # Shielded (and bounded): abandoning the exchange half-way would leave an untracked
+                    # child and hand its "spawned" reply to the next launch.
+                    with trio.CancelScope(shield=True), trio.fail_after(10):
+                        await self.sock.sendmsg([request], rights)
                         reply = await self._replies[1].receive()
                 except (OSError, trio.EndOfChannel, trio.TooSlowError) as exc:
                     raise ForkServerGone(f"fork server unreachable ({type(exc).__name__})") from None

@@ -129,10 +129,16 @@ class Supervisor:
         )
         if isinstance(admitted, Refusal):
             return self._refused(caller, admitted)
+        try:
+            fork_server = await self._forks()
+        except BaseException:
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await self.authority.release(admitted.handle)  # admitted, never started: free the slot
+            raise
         node = SubagentNode(
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
-            settings=self.settings.node_settings(), fork_server=await self._forks(),
+            settings=self.settings.node_settings(), fork_server=fork_server,
         )
         self._nodes[admitted.handle] = node
         if request.async_:

@@ -6,7 +6,7 @@ and every token request. Behaviour knobs (attributes, changeable mid-test):
 
 * ``bearer``: the exact ``Authorization`` value required on /mcp (401 + ``WWW-Authenticate`` otherwise);
 * ``valid_tokens``: for client credentials / oauth: accepted bearer tokens (401 otherwise);
-* ``redirect``: answer /mcp with a 307;
+* ``redirect``: answer /mcp with a 307 to /moved (which then serves MCP);
 * ``never_answer``: hang every /mcp request (connect timeouts).
 
 Tools: ``search`` and ``read`` (echo their input), ``delete`` (annotated destructive), ``slow``
@@ -35,16 +35,28 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 TOOLS = [
-    {"name": "search", "description": "Search documents.",
-     "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
-     "annotations": {"readOnlyHint": True}},
-    {"name": "read", "description": "Read a document.",
-     "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}}},
-    {"name": "delete", "description": "Delete a document.",
-     "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}},
-     "annotations": {"readOnlyHint": True, "destructiveHint": True}},  # a lying server: never trusted
-    {"name": "slow", "description": "Sleep, then answer.",
-     "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}},
+    {
+        "name": "search",
+        "description": "Search documents.",
+        "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "read",
+        "description": "Read a document.",
+        "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}},
+    },
+    {
+        "name": "delete",
+        "description": "Delete a document.",
+        "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}},
+        "annotations": {"readOnlyHint": True, "destructiveHint": True},
+    },  # a lying server: never trusted
+    {
+        "name": "slow",
+        "description": "Sleep, then answer.",
+        "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+    },
 ]
 
 
@@ -79,6 +91,7 @@ class PeerApp:
     token_requests: list[dict[str, Any]] = attrs.field(factory=list)
     metadata_requests: list[str] = attrs.field(factory=list)
     calls: list[dict[str, Any]] = attrs.field(factory=list)
+    called: trio.Event = attrs.field(factory=trio.Event)  # set at the first tools/call
     _tokens: itertools.count[int] = attrs.field(factory=itertools.count)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -102,21 +115,28 @@ class PeerApp:
         path = scope["path"]
         if path.startswith("/.well-known/oauth-protected-resource"):
             self.metadata_requests.append(path)
-            await _json(send, 200, {"resource": f"{self.origin}/mcp", "authorization_servers": [f"{self.origin}/as"]})
+            await _json(
+                send, 200, {"resource": f"{self.origin}/mcp", "authorization_servers": [f"{self.origin}/as"]}
+            )
         elif path.startswith("/.well-known/oauth-authorization-server"):
             self.metadata_requests.append(path)
             if path != "/.well-known/oauth-authorization-server/as":
                 await _json(send, 404, {"error": "not_found"})
                 return
-            await _json(send, 200, {
-                "issuer": f"{self.origin}/as", "token_endpoint": f"{self.origin}/as/token",
-                "grant_types_supported": ["client_credentials"],
-                "token_endpoint_auth_methods_supported": self.auth_methods,
-            })
+            await _json(
+                send,
+                200,
+                {
+                    "issuer": f"{self.origin}/as",
+                    "token_endpoint": f"{self.origin}/as/token",
+                    "grant_types_supported": ["client_credentials"],
+                    "token_endpoint_auth_methods_supported": self.auth_methods,
+                },
+            )
         elif path == "/as/token":
             await self._token(send, headers, body)
-        elif path == "/mcp":
-            await self._mcp(scope, send, headers, body)
+        elif path == "/mcp" or (path == "/moved" and self.redirect):
+            await self._mcp(scope, send, headers, body, moved=path == "/moved")
         else:
             await _json(send, 404, {"error": "not_found"})
 
@@ -128,7 +148,10 @@ class PeerApp:
         auth = headers.get("authorization", "")
         if auth.startswith("Basic "):
             ident, _, secret = base64.b64decode(auth[6:]).decode().partition(":")
-            ok = urllib.parse.unquote(ident) == self.client_id and urllib.parse.unquote(secret) == self.client_secret
+            ok = (
+                urllib.parse.unquote(ident) == self.client_id
+                and urllib.parse.unquote(secret) == self.client_secret
+            )
             record["method"] = "client_secret_basic"
         elif "client_secret" in form:
             ok = form.get("client_id") == self.client_id and form["client_secret"] == self.client_secret
@@ -149,13 +172,20 @@ class PeerApp:
             self.valid_tokens.add(token)
         await _json(send, 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
 
-    async def _mcp(self, scope: dict[str, Any], send: Send, headers: dict[str, str], body: bytes) -> None:
+    async def _mcp(
+        self, scope: dict[str, Any], send: Send, headers: dict[str, str], body: bytes, *, moved: bool = False
+    ) -> None:
         self.headers_seen.append(headers)
         if self.never_answer:
             await trio.sleep_forever()
         if self.redirect:
-            await send({"type": "http.response.start", "status": 307,
-                        "headers": [(b"location", f"{self.origin}/elsewhere".encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 307,
+                    "headers": [(b"location", f"{self.origin}/elsewhere".encode())],
+                }
+            )
             await send({"type": "http.response.body", "body": b""})
             return
         authorization = headers.get("authorization")
@@ -183,13 +213,17 @@ class PeerApp:
             return
         result: dict[str, Any]
         if method == "initialize":
-            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                      "serverInfo": {"name": "peer", "version": "1"}}
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "peer", "version": "1"},
+            }
         elif method == "tools/list":
             result = {"tools": TOOLS}
         elif method == "tools/call":
             params = message["params"]
             self.calls.append({"name": params["name"], "arguments": params.get("arguments")})
+            self.called.set()
             if params["name"] == "slow":
                 await trio.sleep(float(params["arguments"].get("seconds", 1)))
             text = f"{params['name']}: {json.dumps(params.get('arguments'), sort_keys=True)}"
@@ -197,8 +231,15 @@ class PeerApp:
         elif method == "ping":
             result = {}
         else:
-            await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"],
-                                    "error": {"code": -32601, "message": "no such method"}})
+            await _json(
+                send,
+                200,
+                {
+                    "jsonrpc": "2.0",
+                    "id": message["id"],
+                    "error": {"code": -32601, "message": "no such method"},
+                },
+            )
             return
         extra = [(b"mcp-session-id", b"sess-1")] if method == "initialize" else []
         await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
@@ -206,8 +247,13 @@ class PeerApp:
 
 async def _json(send: Send, status: int, doc: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps(doc).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), *(extra or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(extra or [])],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -221,6 +267,8 @@ async def mcp_peer(**knobs: Any) -> AsyncIterator[PeerApp]:
     config.graceful_timeout = 0.1
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(functools.partial(serve, app, config))  # type: ignore[arg-type]
-        app.origin = binds[0].rsplit(":", 1)[0].replace("0.0.0.0", "127.0.0.1") + ":" + binds[0].rsplit(":", 1)[1]
+        app.origin = (
+            binds[0].rsplit(":", 1)[0].replace("0.0.0.0", "127.0.0.1") + ":" + binds[0].rsplit(":", 1)[1]
+        )
         yield app
         nursery.cancel_scope.cancel()

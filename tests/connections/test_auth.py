@@ -22,8 +22,9 @@ MANIFEST = {
 def host(gw, peer, **auth_and_more):
     return {
         "intelligence": {"url": gw.url},
-        "connections": {"docs": connection(f"{peer.origin}/mcp", tools=["search"], readTools=["search"],
-                                           **auth_and_more)},
+        "connections": {
+            "docs": connection(f"{peer.origin}/mcp", tools=["search"], readTools=["search"], **auth_and_more)
+        },
         "transcript": {"enabled": False},
     }
 
@@ -89,8 +90,11 @@ async def test_oauth_provider_401_invalidates_refreshes_and_retries_once(tmp_pat
             outcome = await run(tmp_path, config, MANIFEST, args=["--runtime-module", module])
     assert outcome.code == 0, outcome.raw
     calls = provider_calls(tmp_path)
-    assert calls[:3] == [["get", "customer-documents", False], ["invalidate", "customer-documents", "unauthorized"],
-                         ["get", "customer-documents", True]]
+    assert calls[:3] == [
+        ["get", "customer-documents", False],
+        ["invalidate", "customer-documents", "unauthorized"],
+        ["get", "customer-documents", True],
+    ]
     assert len(calls) == 3  # the fresh credential is cached afterwards
     assert peer.calls == [{"name": "search", "arguments": {"q": "x"}}]
     assert "fresh-token-abcdef" not in outcome.raw
@@ -108,8 +112,13 @@ async def test_oauth_second_401_fails_the_connection(tmp_path):
     assert len(peer.headers_seen) == 2
 
 
-@pytest.mark.parametrize(("profile", "code"), [("needs-consent", "connection_authorization_required"),
-                                               ("broken", "connection_credentials_unavailable")])
+@pytest.mark.parametrize(
+    ("profile", "code"),
+    [
+        ("needs-consent", "connection_authorization_required"),
+        ("broken", "connection_credentials_unavailable"),
+    ],
+)
 async def test_oauth_authorization_required_and_unavailable(tmp_path, profile, code):
     module = provider_module(tmp_path, OAUTH_PROVIDER)
     async with mcp_peer() as peer, scripted_gateway(script()) as gw:
@@ -125,26 +134,32 @@ async def test_oauth_authorization_required_and_unavailable(tmp_path, profile, c
 
 def _ec_key():
     key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     return key.public_key(), pem
 
 
 @pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post", "private_key_jwt"])
 async def test_client_credentials_against_local_authorization_server(tmp_path, method):
     public, pem = _ec_key()
-    async with mcp_peer(valid_tokens=set(), auth_methods=[method], public_key=public) as peer, \
-            scripted_gateway(script()) as gw:
+    async with (
+        mcp_peer(valid_tokens=set(), auth_methods=[method], public_key=public) as peer,
+        scripted_gateway(script()) as gw,
+    ):
         auth = {"type": "client_credentials", "clientId": {"env": "CID"}, "scopes": ["documents.read"]}
         auth["privateKey" if method == "private_key_jwt" else "clientSecret"] = {
-            "env": "CKEY" if method == "private_key_jwt" else "CSECRET"}
+            "env": "CKEY" if method == "private_key_jwt" else "CSECRET"
+        }
         config = host(gw, peer, auth=auth)
         env = {"CID": peer.client_id, "CSECRET": peer.client_secret, "CKEY": pem}
         with trio.fail_after(20):
             outcome = await run(tmp_path, config, MANIFEST, env=env)
     assert outcome.code == 0, outcome.raw
-    assert peer.metadata_requests[:2] == ["/.well-known/oauth-protected-resource/mcp",
-                                          "/.well-known/oauth-authorization-server/as"]
+    assert peer.metadata_requests[:2] == [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server/as",
+    ]
     assert len(peer.token_requests) == 1
     request = peer.token_requests[0]
     assert request["method"] == method and request["form"]["scope"] == "documents.read"
@@ -160,7 +175,9 @@ async def test_client_credentials_refreshes_before_expiry(tmp_path):
         auth = {"type": "client_credentials", "clientId": {"env": "CID"}, "clientSecret": {"env": "CSECRET"}}
         config = host(gw, peer, auth=auth)
         with trio.fail_after(20):
-            outcome = await run(tmp_path, config, MANIFEST, env={"CID": peer.client_id, "CSECRET": peer.client_secret})
+            outcome = await run(
+                tmp_path, config, MANIFEST, env={"CID": peer.client_id, "CSECRET": peer.client_secret}
+            )
     assert outcome.code == 0, outcome.raw
     # A 30 s token is inside the renewal window: each later request gets a new one first, never a 401.
     assert len(peer.token_requests) == len(peer.headers_seen) - 1 >= 3
@@ -171,8 +188,12 @@ async def test_client_credentials_bad_secret_is_a_connect_failure(tmp_path):
     async with mcp_peer(valid_tokens=set()) as peer, scripted_gateway(script()) as gw:
         auth = {"type": "client_credentials", "clientId": {"env": "CID"}, "clientSecret": {"env": "CSECRET"}}
         with trio.fail_after(20):
-            outcome = await run(tmp_path, host(gw, peer, auth=auth), MANIFEST,
-                                env={"CID": peer.client_id, "CSECRET": "wrong-secret-value"})
+            outcome = await run(
+                tmp_path,
+                host(gw, peer, auth=auth),
+                MANIFEST,
+                env={"CID": peer.client_id, "CSECRET": "wrong-secret-value"},
+            )
     assert outcome.code == 6
     assert "token endpoint answered HTTP 401 (invalid_client)" in outcome.doc["error"]["message"]
     assert "wrong-secret-value" not in outcome.raw
@@ -183,5 +204,80 @@ async def test_redirecting_server_is_refused(tmp_path):
         with trio.fail_after(20):
             outcome = await run(tmp_path, host(gw, peer), MANIFEST)
     assert outcome.code == 6
-    assert "redirect" in outcome.doc["error"]["message"] and "never follows redirects" in outcome.doc["error"]["message"]
+    assert (
+        "redirect" in outcome.doc["error"]["message"]
+        and "never follows redirects" in outcome.doc["error"]["message"]
+    )
     assert gw.requests == []
+
+
+EXPIRING_PROVIDER = """
+import time
+
+async def get_credential(request):
+    note("get", request.forceRefresh)
+    # expires inside the renewal window: agentd must ask again (force_refresh) before each later request
+    return {"status": "ready", "headers": {"Authorization": "Bearer short-lived-token"},
+            "expiresAt": (time.time() + 10) * 1000}
+
+connectionCredentials = {"getCredential": get_credential}
+"""
+
+
+async def test_oauth_refreshes_before_expiry(tmp_path):
+    module = provider_module(tmp_path, EXPIRING_PROVIDER)
+    async with mcp_peer(bearer="Bearer short-lived-token") as peer, scripted_gateway(script()) as gw:
+        config = host(gw, peer, auth={"type": "oauth", "profile": "p"})
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, config, MANIFEST, args=["--runtime-module", module])
+    assert outcome.code == 0, outcome.raw
+    calls = provider_calls(tmp_path)
+    assert calls[0] == ["get", False] and all(c == ["get", True] for c in calls[1:])
+    assert len(calls) == len(peer.headers_seen) >= 3  # one renewal per request, never a 401
+
+
+def test_rs256_assertion_verifies_and_challenge_parses():
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    from agentd.connections.auth import parse_challenge, sign_jwt
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    token = sign_jwt({"iss": "c", "sub": "c", "aud": "https://as"}, pem, None)
+    head, body, sig = token.split(".")
+    import base64
+
+    raw = base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
+    key.public_key().verify(raw, f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+    assert json.loads(base64.urlsafe_b64decode(head + "==="))["alg"] == "RS256"
+    with pytest.raises(ValueError):
+        sign_jwt({}, pem, "ES256")
+    assert parse_challenge('Bearer error="invalid_token", resource_metadata="https://x/.well-known/a", scope="a b"') == {
+        "error": "invalid_token", "resource_metadata": "https://x/.well-known/a", "scope": "a b"}
+    assert parse_challenge(None) == {}
+
+
+async def test_runtime_http_policy_may_allow_redirects(tmp_path):
+    module = provider_module(tmp_path, """
+def _record(request):
+    note("request", request.method, request.url.path)
+
+def http_policy(connection):
+    note("policy", connection.alias, connection["connection"])
+    return {"follow_redirects": True, "event_hooks": {"request": [_async(_record)]}}
+
+def _async(fn):
+    async def hook(request):
+        fn(request)
+    return hook
+""")
+    async with mcp_peer(redirect=True) as peer, scripted_gateway(script()) as gw:
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, host(gw, peer), MANIFEST, args=["--runtime-module", module])
+    assert outcome.code == 0, outcome.raw
+    calls = provider_calls(tmp_path)
+    assert calls[0] == ["policy", "docs", "docs"]
+    assert ["request", "POST", "/moved"] in calls and ["request", "POST", "/mcp"] in calls
+    assert peer.calls == [{"name": "search", "arguments": {"q": "x"}}]

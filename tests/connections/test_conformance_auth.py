@@ -23,12 +23,20 @@ def _harness() -> None:
         pytest.skip("conformance harness or Node 22 not installed (run scripts/test)")
 
 
-@pytest.mark.parametrize(("scenario", "check"), [("auth/client-credentials-basic", "client-credentials-basic-auth"),
-                                               ("auth/client-credentials-jwt", "client-credentials-jwt-verified")])
+@pytest.mark.parametrize(
+    ("scenario", "check"),
+    [
+        ("auth/client-credentials-basic", "client-credentials-basic-auth"),
+        ("auth/client-credentials-jwt", "client-credentials-jwt-verified"),
+    ],
+)
 async def test_client_credentials_scenario(scenario: str, check: str, tmp_path: Path) -> None:
-    run = await conformance.arun_client([sys.executable, str(CLIENT)], out_dir=tmp_path, scenario=scenario,
-                                        timeout_ms=30000, timeout=120)
-    result = run.scenarios[scenario.split("/")[-1]] if scenario not in run.scenarios else run.scenarios[scenario]
+    run = await conformance.arun_client(
+        [sys.executable, str(CLIENT)], out_dir=tmp_path, scenario=scenario, timeout_ms=30000, timeout=120
+    )
+    result = (
+        run.scenarios[scenario.split("/")[-1]] if scenario not in run.scenarios else run.scenarios[scenario]
+    )
     assert result.failures() == [], run.output[-3000:]
     assert result.passed >= 1, result.checks
     assert any(c.get("id") == check and c.get("status") == "SUCCESS" for c in result.checks), result.checks

@@ -12,14 +12,21 @@ SECRET_ARG = "needle-argument-value-42"
 
 
 async def test_prefixing_narrowing_and_events(tmp_path):
-    async with mcp_peer() as peer, scripted_gateway(
-        [tool_call("d__search", {"q": SECRET_ARG}), text("found it")]
-    ) as gw:
+    async with (
+        mcp_peer() as peer,
+        scripted_gateway([tool_call("d__search", {"q": SECRET_ARG}), text("found it")]) as gw,
+    ):
         host = {
             "version": "1.0",
             "intelligence": {"url": gw.url, "model": "m"},
-            "connections": {"docs": connection(f"{peer.origin}/mcp", mode="read_write",
-                                               tools=["search", "read", "delete"], readTools=["search", "read"])},
+            "connections": {
+                "docs": connection(
+                    f"{peer.origin}/mcp",
+                    mode="read_write",
+                    tools=["search", "read", "delete"],
+                    readTools=["search", "read"],
+                )
+            },
             "transcript": {"enabled": False},
         }
         manifest = {
@@ -46,3 +53,49 @@ async def test_prefixing_narrowing_and_events(tmp_path):
             assert "arguments" not in event and "result" not in event
     assert SECRET_ARG not in outcome.raw.split("\n")[-2]  # not in the result line
     assert all(SECRET_ARG not in str(e) for e in outcome.events)
+
+
+async def test_allowlisted_tool_the_server_lacks_is_warned_and_absent(tmp_path):
+    async with mcp_peer() as peer, scripted_gateway([text("nothing to do")]) as gw:
+        host = {
+            "intelligence": {"url": gw.url},
+            "connections": {"docs": connection(f"{peer.origin}/mcp", tools=["search", "ghost"],
+                                               readTools=["search", "ghost"])},
+            "transcript": {"enabled": False},
+        }
+        manifest = {"connections": [{"ref": "docs"}],
+                    "steps": [{"id": "s", "prompt": "p", "tools": ["docs__search", "docs__ghost"]}]}
+        with trio.fail_after(20):
+            outcome = await run(tmp_path, host, manifest)
+    assert outcome.code == 0, outcome.raw
+    assert gw.requests[0].tool_names == ["docs__search"]
+    warning = outcome.named("config.warning")[0]
+    assert warning["connection"] == "docs" and warning["missing_tools"] == ["ghost"]
+
+
+async def test_cli_subprocess_prints_one_result_line(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.connections.helpers import files
+
+    db = tmp_path / "store" / "t.sqlite3"
+    async with mcp_peer() as peer, scripted_gateway([tool_call("docs__search", {"q": "1"}), text("fine")]) as gw:
+        host = {"intelligence": {"url": gw.url},
+                "connections": {"docs": connection(f"{peer.origin}/mcp", tools=["search"], readTools=["search"])},
+                "transcript": {"path": str(db), "dataPolicy": "metadata_only"}}
+        manifest = {"connections": [{"ref": "docs"}], "steps": [{"id": "s", "prompt": "p", "tools": ["docs__search"]}]}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
+        argv = [sys.executable, "-m", "agentd", "run", *files(tmp_path, host, manifest), "--run-id", "sub-1"]
+        with trio.fail_after(60):
+            proc = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    lines = proc.stdout.decode().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["status"] == "completed"
+    events = [json.loads(x)["event"] for x in proc.stderr.decode().splitlines()]
+    assert "model.tool.completed" in events and events[-1] == "run.end"
+    listed = subprocess.run([sys.executable, "-m", "agentd", "transcript", "list", "--db", str(db)],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert [r["run_id"] for r in json.loads(listed.stdout)["runs"]] == ["sub-1"]

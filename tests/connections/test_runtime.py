@@ -8,7 +8,7 @@ from tests.connections.helpers import connection, run, write
 from tests.connections.peer import mcp_peer
 from tests.peers.gateway import scripted_gateway, text, tool_call, tool_calls
 
-RUNTIME = '''
+RUNTIME = """
 import trio
 
 tools = [
@@ -50,21 +50,31 @@ def authorize_tool(request):
     if request["tool"] == "read" or request.input.get("trackingNumber") == "forbidden":
         return {"allowed": False, "reason": f"{request['user']} may not do that"}
     return True
-'''
+"""
 
 
 def host_for(gw, peer, **extra):
     return {
         "intelligence": {"url": gw.url},
-        "connections": {"docs": connection(f"{peer.origin}/mcp", mode="read_write",
-                                           tools=["search", "read", "slow"], readTools=["search", "read"], **extra)},
+        "connections": {
+            "docs": connection(
+                f"{peer.origin}/mcp",
+                mode="read_write",
+                tools=["search", "read", "slow"],
+                readTools=["search", "read"],
+                **extra,
+            )
+        },
         "transcript": {"enabled": False},
     }
 
 
 def manifest(tools, **extra):
-    return {"connections": [{"ref": "docs", "alias": "docs"}],
-            "steps": [{"id": "s", "type": "prompt", "prompt": "p", "tools": tools}], **extra}
+    return {
+        "connections": [{"ref": "docs", "alias": "docs"}],
+        "steps": [{"id": "s", "type": "prompt", "prompt": "p", "tools": tools}],
+        **extra,
+    }
 
 
 def observations(request):
@@ -74,16 +84,23 @@ def observations(request):
 async def test_application_tools_results_errors_and_authorize(tmp_path):
     module = str(write(tmp_path, "runtime.py", RUNTIME))
     script = [
-        tool_calls(("lookup_status", {"trackingNumber": "A1"}), ("lookup_status", {"trackingNumber": "unknown"}),
-                   ("lookup_status", {"trackingNumber": "forbidden"}), ("docs__read", {"id": "1"}),
-                   ("docs__search", {"q": "ok"})),
+        tool_calls(
+            ("lookup_status", {"trackingNumber": "A1"}),
+            ("lookup_status", {"trackingNumber": "unknown"}),
+            ("lookup_status", {"trackingNumber": "forbidden"}),
+            ("docs__read", {"id": "1"}),
+            ("docs__search", {"q": "ok"}),
+        ),
         text("done"),
     ]
     async with mcp_peer() as peer, scripted_gateway(script) as gw:
         with trio.fail_after(20):
-            outcome = await run(tmp_path, host_for(gw, peer),
-                                manifest(["lookup_status", "docs__search", "docs__read"]),
-                                args=["--runtime-module", module, "--user", "alice", "--tenant", "acme"])
+            outcome = await run(
+                tmp_path,
+                host_for(gw, peer),
+                manifest(["lookup_status", "docs__search", "docs__read"]),
+                args=["--runtime-module", module, "--user", "alice", "--tenant", "acme"],
+            )
     assert outcome.code == 0, outcome.raw
     assert sorted(gw.requests[0].tool_names) == ["docs__read", "docs__search", "lookup_status"]
     seen = observations(gw.requests[1])
@@ -95,14 +112,17 @@ async def test_application_tools_results_errors_and_authorize(tmp_path):
     assert peer.calls == [{"name": "search", "arguments": {"q": "ok"}}]  # the denied read never left agentd
     outcomes = [e["outcome"] for e in outcome.named("model.tool.completed")]
     assert outcomes == ["ok", "error", "denied", "denied", "ok"]
+    # "slow" is allowlisted and listed; nothing is missing on this server
+    assert not outcome.named("config.warning")
 
 
 async def test_application_tool_exception_fails_the_step(tmp_path):
     module = str(write(tmp_path, "runtime.py", RUNTIME))
     async with mcp_peer() as peer, scripted_gateway([tool_call("explode", {}), text("never")]) as gw:
         with trio.fail_after(20):
-            outcome = await run(tmp_path, host_for(gw, peer), manifest(["explode"]),
-                                args=["--runtime-module", module])
+            outcome = await run(
+                tmp_path, host_for(gw, peer), manifest(["explode"]), args=["--runtime-module", module]
+            )
     assert outcome.code == 1
     assert outcome.doc["status"] == "failed"
     assert "the warehouse is on fire" in outcome.doc["error"]["message"]
@@ -110,12 +130,17 @@ async def test_application_tool_exception_fails_the_step(tmp_path):
 
 
 async def test_max_tool_calls_per_iteration(tmp_path):
-    script = [tool_calls(("docs__search", {"q": "1"}), ("docs__search", {"q": "2"}), ("docs__search", {"q": "3"})),
-              text("done")]
+    script = [
+        tool_calls(("docs__search", {"q": "1"}), ("docs__search", {"q": "2"}), ("docs__search", {"q": "3"})),
+        text("done"),
+    ]
     async with mcp_peer() as peer, scripted_gateway(script) as gw:
         with trio.fail_after(20):
-            outcome = await run(tmp_path, host_for(gw, peer),
-                                manifest(["docs__search"], limits={"maxToolCallsPerIteration": 2}))
+            outcome = await run(
+                tmp_path,
+                host_for(gw, peer),
+                manifest(["docs__search"], limits={"maxToolCallsPerIteration": 2}),
+            )
     assert outcome.code == 0, outcome.raw
     assert [c["arguments"]["q"] for c in peer.calls] == ["1", "2"]
     seen = observations(gw.requests[1])
@@ -141,19 +166,26 @@ async def test_tool_timeout_cancels_with_notification(tmp_path, autojump_clock):
 async def test_connect_timeout(tmp_path, autojump_clock):
     async with mcp_peer(never_answer=True) as peer, scripted_gateway([text("x")]) as gw:
         with trio.fail_after(300):
-            outcome = await run(tmp_path, host_for(gw, peer, connectTimeoutMs=2000), manifest(["docs__search"]))
+            outcome = await run(
+                tmp_path, host_for(gw, peer, connectTimeoutMs=2000), manifest(["docs__search"])
+            )
     assert outcome.code == 6
     assert "within 2 s" in outcome.doc["error"]["message"]
 
 
 async def test_steps_run_in_order_and_see_earlier_outputs(tmp_path):
-    steps = [{"id": "find", "prompt": "Find the doc.", "tools": ["docs__search"]},
-             {"id": "summarize", "prompt": "Summarize what you found.", "tools": []}]
+    steps = [
+        {"id": "find", "prompt": "Find the doc.", "tools": ["docs__search"]},
+        {"id": "summarize", "prompt": "Summarize what you found.", "tools": []},
+    ]
     script = [tool_call("docs__search", {"q": "x"}), text("doc 7 says hello"), text("Summary: hello")]
     async with mcp_peer() as peer, scripted_gateway(script) as gw:
         with trio.fail_after(20):
-            outcome = await run(tmp_path, host_for(gw, peer),
-                                {"connections": [{"ref": "docs", "alias": "docs"}], "steps": steps})
+            outcome = await run(
+                tmp_path,
+                host_for(gw, peer),
+                {"connections": [{"ref": "docs", "alias": "docs"}], "steps": steps},
+            )
     assert outcome.code == 0, outcome.raw
     assert outcome.doc["outputs"] == {"find": "doc 7 says hello", "summarize": "Summary: hello"}
     assert outcome.doc["result"] == "Summary: hello" and outcome.doc["steps"] == 3
@@ -165,13 +197,23 @@ async def test_steps_run_in_order_and_see_earlier_outputs(tmp_path):
 
 
 async def test_authorize_connection_denies_a_required_binding(tmp_path):
-    module = str(write(tmp_path, "runtime.py", '''
+    module = str(
+        write(
+            tmp_path,
+            "runtime.py",
+            """
 def authorize_connection(request):
     return {"allowed": request.tenant == "acme", "reason": "tenant mismatch"}
-'''))
+""",
+        )
+    )
     async with mcp_peer() as peer, scripted_gateway([text("x")]) as gw:
         with trio.fail_after(20):
-            outcome = await run(tmp_path, host_for(gw, peer), manifest(["docs__search"]),
-                                args=["--runtime-module", module, "--tenant", "other"])
+            outcome = await run(
+                tmp_path,
+                host_for(gw, peer),
+                manifest(["docs__search"]),
+                args=["--runtime-module", module, "--tenant", "other"],
+            )
     assert outcome.code == 6 and outcome.doc["error"]["code"] == "connection_denied"
     assert peer.headers_seen == [] and gw.requests == []

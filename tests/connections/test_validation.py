@@ -17,7 +17,12 @@ URL = "http://127.0.0.1:9/mcp"
 
 
 def host_with(**conn):
-    base = {"url": URL, "tools": ["search", "read", "delete"], "readTools": ["search", "read"], "mode": "read_write"}
+    base = {
+        "url": URL,
+        "tools": ["search", "read", "delete"],
+        "readTools": ["search", "read"],
+        "mode": "read_write",
+    }
     base.update(conn)
     return {"version": "1.0", "connections": {"docs": connection(**base)}}
 
@@ -47,34 +52,74 @@ def fails(tmp_path, host, manifest, *, env=None, app_tools=()):
     [
         (host_with(tolls=[]), manifest_with(), "extra fields found (tolls) @ $.connections['docs']"),
         (host_with(), manifest_with({"ref": "docs", "alias": "d", "tols": []}), "@ $.connections[0]"),
-        (host_with(), manifest_with({"ref": "nope", "alias": "d"}),
-         "required connection 'nope' is not configured by the host (configured: docs) @ $.connections[0].ref"),
-        (host_with(), manifest_with({"ref": "docs", "alias": "d", "tools": ["search", "drop"]}),
-         "tool 'drop' is not in the host's allowlist for 'docs' @ $.connections[0].tools[1]"),
-        (host_with(mode="read"), manifest_with({"ref": "docs", "alias": "d", "mode": "read_write"}),
-         "cannot elevate read to read_write @ $.connections[0].mode"),
-        (host_with(), manifest_with({"ref": "docs", "alias": "d", "mode": "read", "tools": ["delete"]}),
-         "'delete' is not classified read-only (readTools) for 'docs'; a read binding cannot offer it "
-         "@ $.connections[0].tools[0]"),
-        (host_with(), manifest_with({"ref": "docs", "alias": "d", "tools": ["search"]},
-                                    steps=[{"id": "s", "prompt": "p", "tools": ["d__read"]}]),
-         "binding 'd' does not provide 'read' (it offers: search) @ $.steps[0].tools[0]"),
-        (host_with(), manifest_with(steps=[{"id": "s", "prompt": "p", "tools": ["other__x"]}]),
-         "step tool 'other__x' is provided by no binding and no application tool @ $.steps[0].tools[0]"),
-        (host_with(auth={"type": "bearer", "token": "literal-token-value"}), manifest_with(),
-         "not a literal str (literal secrets are not accepted) @ $.connections['docs'].auth.token"),
-        (host_with(headers={"Authorization": "Bearer abcdefghijklmnopqrstuvwxyz012345"}), manifest_with(),
-         "@ $.connections.docs.headers.Authorization"),
-        (host_with(auth={"type": "client_credentials", "clientId": "abc", "clientSecret": {"env": "S"}}),
-         manifest_with(), "@ $.connections['docs'].auth.clientId"),
-        (host_with(mode="write"), manifest_with(),
-         "expected one of 'read', 'read_write', got 'write' @ $.connections['docs'].mode"),
+        (
+            host_with(),
+            manifest_with({"ref": "nope", "alias": "d"}),
+            "required connection 'nope' is not configured by the host (configured: docs) @ $.connections[0].ref",
+        ),
+        (
+            host_with(),
+            manifest_with({"ref": "docs", "alias": "d", "tools": ["search", "drop"]}),
+            "tool 'drop' is not in the host's allowlist for 'docs' @ $.connections[0].tools[1]",
+        ),
+        (
+            host_with(mode="read"),
+            manifest_with({"ref": "docs", "alias": "d", "mode": "read_write"}),
+            "cannot elevate read to read_write @ $.connections[0].mode",
+        ),
+        (
+            host_with(),
+            manifest_with({"ref": "docs", "alias": "d", "mode": "read", "tools": ["delete"]}),
+            "'delete' is not classified read-only (readTools) for 'docs'; a read binding cannot offer it "
+            "@ $.connections[0].tools[0]",
+        ),
+        (
+            host_with(),
+            manifest_with(
+                {"ref": "docs", "alias": "d", "tools": ["search"]},
+                steps=[{"id": "s", "prompt": "p", "tools": ["d__read"]}],
+            ),
+            "binding 'd' does not provide 'read' (it offers: search) @ $.steps[0].tools[0]",
+        ),
+        (
+            host_with(),
+            manifest_with(steps=[{"id": "s", "prompt": "p", "tools": ["other__x"]}]),
+            "step tool 'other__x' is provided by no binding and no application tool @ $.steps[0].tools[0]",
+        ),
+        (
+            host_with(auth={"type": "bearer", "token": "literal-token-value"}),
+            manifest_with(),
+            "not a literal str (literal secrets are not accepted) @ $.connections['docs'].auth.token",
+        ),
+        (
+            host_with(headers={"Authorization": "Bearer abcdefghijklmnopqrstuvwxyz012345"}),
+            manifest_with(),
+            "@ $.connections.docs.headers.Authorization",
+        ),
+        (
+            host_with(auth={"type": "client_credentials", "clientId": "abc", "clientSecret": {"env": "S"}}),
+            manifest_with(),
+            "@ $.connections['docs'].auth.clientId",
+        ),
+        (
+            host_with(mode="write"),
+            manifest_with(),
+            "expected one of 'read', 'read_write', got 'write' @ $.connections['docs'].mode",
+        ),
         (host_with(readTools=["zap"]), manifest_with(), "readTools names 'zap', which is not in tools"),
-        (host_with(), manifest_with(limits={"maxToolCallsPerIteration": 0}),
-         "maxToolCallsPerIteration must be at least 1 @ $.limits.maxToolCallsPerIteration"),
+        (
+            host_with(),
+            manifest_with(limits={"maxToolCallsPerIteration": 0}),
+            "maxToolCallsPerIteration must be at least 1 @ $.limits.maxToolCallsPerIteration",
+        ),
         (host_with(), manifest_with({"ref": "docs", "alias": "a__b"}), "never '__'"),
-        (host_with(), manifest_with(steps=[{"id": "s", "type": "shell", "prompt": "p"}]),
-         "expected one of 'prompt', got 'shell' @ $.steps[0].type"),
+        ({**host_with(), "intelligence": {"url": "http://127.0.0.1:9/v1", "key": "sk-literal-key-value"}},
+         manifest_with(), "not a literal str (literal secrets are not accepted) @ $.intelligence.key"),
+        (
+            host_with(),
+            manifest_with(steps=[{"id": "s", "type": "shell", "prompt": "p"}]),
+            "expected one of 'prompt', got 'shell' @ $.steps[0].type",
+        ),
     ],
 )
 def test_failure_names_its_path(tmp_path, host, manifest, expected):
@@ -105,8 +150,10 @@ def test_application_tool_clash_and_names(tmp_path):
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    manifest = manifest_with({"ref": "docs", "alias": "d", "tools": ["nope"]},
-                             steps=[{"id": "s", "prompt": "p", "tools": ["zz__y"]}])
+    manifest = manifest_with(
+        {"ref": "docs", "alias": "d", "tools": ["nope"]},
+        steps=[{"id": "s", "prompt": "p", "tools": ["zz__y"]}],
+    )
     message = fails(tmp_path, host_with(), manifest)
     assert "$.connections[0].tools[0]" in message and "$.steps[0].tools[0]" in message
 
@@ -118,7 +165,9 @@ def test_mcp_servers_list_and_flags_map_into_one_model(tmp_path):
     legacy = h.connections["legacy"]
     assert legacy.tools is None and legacy.mode == "read_write" and legacy.call_timeout == 5.0
     assert legacy.source == "mcp_servers"
-    manifest = manifest_with({"ref": "legacy", "alias": "lg"}, steps=[{"id": "s", "prompt": "p", "tools": ["lg__any"]}])
+    manifest = manifest_with(
+        {"ref": "legacy", "alias": "lg"}, steps=[{"id": "s", "prompt": "p", "tools": ["lg__any"]}]
+    )
     m = load_manifest(str(write(tmp_path, "agent.yaml", manifest)))
     assert bind(h, m).bound[0].offers("any")
 
@@ -130,8 +179,15 @@ def test_cli_exit_2_before_side_effects(tmp_path):
     host["transcript"] = {"path": str(db)}
     host["intelligence"] = {"url": "http://127.0.0.1:9/v1"}
     manifest = manifest_with({"ref": "docs", "alias": "d", "mode": "read", "tools": ["delete"]})
-    argv = [sys.executable, "-m", "agentd", "run", str(write(tmp_path, "agent.yaml", manifest)),
-            "--config", str(write(tmp_path, "host.yaml", host))]
+    argv = [
+        sys.executable,
+        "-m",
+        "agentd",
+        "run",
+        str(write(tmp_path, "agent.yaml", manifest)),
+        "--config",
+        str(write(tmp_path, "host.yaml", host)),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=os.getcwd())
     assert proc.returncode == 2, proc.stderr
