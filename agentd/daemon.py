@@ -6,9 +6,11 @@
 
 ``main`` owns the daemon nursery (the root of the nursery tree in docs/architecture.md) and dispatches on
 ``cfg.mode`` through :data:`MODES` (``once`` here, ``loop``/``schedule``/``reactive`` in agentd.reactive);
-``--serve-mcp`` starts the self-MCP serve task in the same nursery. Once mode opens the root supervisor
-(whose ``subagent.*``/``graph.run`` tools it offers), then per run the intelligence and the MCP pool,
-registers ``resource.read`` and runs the loop once under its budgets.
+``--serve-mcp`` starts the self-MCP serve task in the same nursery. ``main`` opens ONE root supervisor
+around the daemon nursery and hands it to the serve task and to the mode runner, so served spawns and
+the agent's own spawns share one chokepoint (caps, ``--max-subagents``, the token ceiling). Once mode
+offers its ``subagent.*``/``graph.run`` tools, opens the intelligence and the MCP pool, registers
+``resource.read`` and runs the loop once under its budgets.
 
 Nothing here is global: every run builds its own log binding, secret resolver, pool, intelligence and
 control registry, so two ``main`` calls in one trio process do not interfere.
@@ -27,8 +29,9 @@ import secrets as _random
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -46,12 +49,20 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.loop.runner import RunRequest, UsageHook, run_loop
 from agentd.secrets import SecretResolver
 
+if TYPE_CHECKING:
+    from agentd.supervisor.supervisor import Supervisor
+
 
 class ModeRunner(Protocol):
-    """Runs the daemon in one mode inside the daemon nursery; ``env`` is where secrets are looked up."""
+    """Runs the daemon in one mode inside the daemon nursery; ``env`` is where secrets are looked up.
+
+    ``supervisor`` is the daemon's one root supervisor (None in a build without agentd.supervisor): the
+    runner offers its ``subagent.*`` tools and reports its runs' usage to it, and never opens another.
+    """
 
     def __call__(
-        self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None
+        self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
+        supervisor: Supervisor | None = None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -85,13 +96,16 @@ async def main(
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode} is not available in this build")
     escaped: AgentdError | None = None
-    async with trio.open_nursery() as daemon:
-        served = await _start_serving(cfg, log, daemon, env)
+    # ONE root supervisor per daemon, opened before and closed after the daemon nursery: the served
+    # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
+    # chokepoint, so caps and the tree token ceiling are counted once.
+    async with _root_supervisor(cfg, log, env) as supervisor, trio.open_nursery() as daemon:
+        served = await _start_serving(cfg, log, daemon, env, supervisor)
         try:
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
             else:
-                result = await runner(cfg, log, daemon, env=env)
+                result = await runner(cfg, log, daemon, env=env, supervisor=supervisor)
         except Exception as exc:
             leaf = _leaf(exc)
             if isinstance(leaf, AgentdError):
@@ -115,8 +129,24 @@ async def main(
     return result
 
 
+@asynccontextmanager
+async def _root_supervisor(
+    cfg: Config, log: EventLog, env: Mapping[str, str] | None
+) -> AsyncIterator[Supervisor | None]:
+    """The daemon's root supervisor (children start lazily: opening it costs nothing until a spawn)."""
+    try:
+        from agentd.supervisor.wiring import open_root_supervisor
+    except ModuleNotFoundError:  # a build without the supervisor: the loop alone
+        yield None
+        return
+    environ = os.environ if env is None else env
+    async with open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor:
+        yield supervisor
+
+
 async def _start_serving(
-    cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None = None
+    cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None = None,
+    supervisor: Supervisor | None = None,
 ) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
     if cfg.serve_mcp is None:
@@ -127,7 +157,7 @@ async def _start_serving(
 
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
-            await serve_for_daemon(cfg, log, env=env, task_status=task_status)
+            await serve_for_daemon(cfg, log, env=env, supervisor=None, task_status=task_status)
         finally:
             ended.set()
 
@@ -136,38 +166,47 @@ async def _start_serving(
 
 
 async def _once(
-    cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None
+    cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
+    supervisor: Supervisor | None = None,
 ) -> RunResult:
-    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains."""
+    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
+
+    Without a ``supervisor`` handed in (a library caller of the runner) one is opened for this run.
+    When the run ends its own subagents (``0.*``) are cancelled, as a finishing parent's are; served
+    runs (``served.N``) on the same supervisor keep running until the daemon drains.
+    """
+    if supervisor is None:
+        async with _root_supervisor(cfg, log, env) as opened:
+            if opened is None:
+                return await run_config(cfg, run_id=log.run_id, log=log, env=env)
+            return await _once(cfg, log, daemon, env=env, supervisor=opened)
+    from agentd.supervisor.messages import Usage as UsageFrame
+    from agentd.supervisor.supervisor import Caller, Origin
+    from agentd.supervisor.tools import register_subagent_tools
+
+    root = supervisor
+    controls = ControlToolRegistry()
+    if cfg.max_depth > 0:
+        register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
+
+    async def on_usage(usage: Usage) -> None:
+        # The root's own tokens count against the tree ceiling like every descendant's.
+        frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
+        await root.authority.report_usage(root.handle, frame)
+
     try:
-        from agentd.supervisor.messages import Usage as UsageFrame
-        from agentd.supervisor.supervisor import Caller, Origin
-        from agentd.supervisor.tools import register_subagent_tools
-        from agentd.supervisor.wiring import open_root_supervisor
-    except ModuleNotFoundError:  # a build without the supervisor: the loop alone
-        return await run_config(cfg, run_id=log.run_id, log=log, env=env)
-    environ = os.environ if env is None else env
-    async with open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor:
-        controls = ControlToolRegistry()
-        if cfg.max_depth > 0:
-            register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle))
-
-        async def on_usage(usage: Usage) -> None:
-            # The root's own tokens count against the tree ceiling like every descendant's.
-            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
-            await supervisor.authority.report_usage(supervisor.handle, frame)
-
-        return await run_config(
-            cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage
-        )
+        return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage)
+    finally:
+        root.cancel_own_subtree("parent ended")
 
 
 async def _daemon_mode(
-    cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None
+    cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
+    supervisor: Supervisor | None = None,
 ) -> RunResult:
     from agentd.reactive.entry import daemon_mode
 
-    return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env))
+    return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor)
 
 
 #: ``cfg.mode`` -> its runner. Daemon modes live in agentd.reactive (imported when used).

@@ -16,8 +16,8 @@ import attrs
 import trio
 
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError
-from agentd.mcp import jsonrpc
-from agentd.mcp.client_session import SUBSCRIPTION_ID_KEY, CapabilityMissing, ClientSession
+from agentd.mcp import jsonrpc, meta
+from agentd.mcp.client_session import CapabilityMissing, ClientSession
 from agentd.mcp.streamable_http import LAST_EVENT_ID, Body
 from agentd.transport.http_client import ConnectionLost
 
@@ -289,8 +289,7 @@ class StreamsMixin:
                     while (message := await reply.receive()) is not None:
                         self._activity = trio.current_time()
                         if isinstance(message, jsonrpc.Notification):
-                            meta = (message.params or {}).get("_meta") or {}
-                            if isinstance(meta, dict) and meta.get(SUBSCRIPTION_ID_KEY) == request.id:
+                            if meta.subscription_of(message.params or {}) == request.id:
                                 self._on_notification(message.method, message.params or {})
                         elif isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id == request.id:
                             graceful = True

@@ -53,9 +53,8 @@ from agentd.errors import (
 )
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc, types
+from agentd.mcp import meta as mcp_meta
 from agentd.mcp.client_session import (
-    RUN_ID_KEY,
-    SERVER_INFO_KEY,
     CapabilityMissing,
     ClientSession,
     ErrorReceived,
@@ -249,7 +248,7 @@ class ServerConnection(StreamsMixin):
             ) from None
         self._was_modern = True
         meta = found.extra.get("_meta")
-        info = (meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None) or found.extra.get("serverInfo")
+        info = (meta.get(mcp_meta.SERVER_INFO) if isinstance(meta, dict) else None) or found.extra.get("serverInfo")
         try:
             self.server_info = types.structure(info, types.Implementation) if info else None
         except types.WireError:
@@ -653,7 +652,7 @@ class ServerConnection(StreamsMixin):
     # -- operations --------------------------------------------------------------------------------------
 
     async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str) -> ToolResult:
-        params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {RUN_ID_KEY: run_id}}
+        params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {mcp_meta.RUN_ID: run_id}}
         try:
             with trio.fail_after(self.config.call_timeout):
                 try:

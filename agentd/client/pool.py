@@ -33,6 +33,7 @@ from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFou
 from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from agentd.transport.http_client import DEFAULT_MAX_BODY, HttpTransport, display_url, new_client, tls_context
+from agentd.transport.tls import verify_for
 
 
 @attrs.define(eq=False)
@@ -197,6 +198,11 @@ class McpPool:
         self.connections = {c.name: self.connections[c.name] for c in self.declared if c.name in self.connections}
 
 
+def _own_client(config: McpServerConfig) -> bool:
+    """Does this server get its own client (a host policy, or private TLS material) instead of the shared one?"""
+    return callable(config.http_client) or (config.tls is not None and bool(config.tls.ca or config.tls.cert))
+
+
 def _client_for(config: McpServerConfig, shared: httpx.AsyncClient) -> httpx.AsyncClient | McpConnectError:
     if callable(config.http_client):
         # A host's HTTP policy (agentd.connections runtime module): its own client, transport and hooks.
@@ -235,7 +241,10 @@ async def open_mcp_pool(
     pool = McpPool(log.bind(comp="mcp"), run_id, declared=list(declared))
     failure: McpConnectError | None = None
     async with AsyncExitStack() as stack:
-        shared = await stack.enter_async_context(new_client())
+        # Plain-http servers need no CA bundle; https ones share the process's cached context.
+        shared = await stack.enter_async_context(
+            new_client(verify=verify_for(c.url for c in declared if not _own_client(c)))
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pool._forward_updates)
             async with trio.open_nursery() as connecting:

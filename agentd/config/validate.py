@@ -5,6 +5,7 @@ Secret references are checked for availability (the variable is set, the file is
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import urllib.parse
@@ -106,9 +107,20 @@ def _check_modes(config: Config) -> None:
     elif config.interval is not None and mode != "loop":
         raise ConfigError(f"--interval needs --mode loop or schedule (the mode is {mode})")
     if config.cron is not None:
-        CronSchedule.parse(config.cron)
+        _check_cron_fires(config.cron)
     if config.poll_interval is not None and config.poll_interval <= 0:
         raise ConfigError("--poll-interval must be > 0 (leave it unset to disable polling)")
+
+
+def _check_cron_fires(expression: str) -> None:
+    """Parse ``--cron`` and refuse one that never fires (``0 0 30 2 *``): the schedule's bounded search
+    (nine years, which covers every leap day) is run here, so the daemon fails with exit 2 before it
+    opens a connection instead of after."""
+    schedule = CronSchedule.parse(expression)
+    try:
+        schedule.next_after(dt.datetime.now(dt.UTC))
+    except ValueError:
+        raise ConfigError(f"--cron {expression!r} never fires (no such date in the calendar)") from None
 
 
 def split_subscription(value: str, servers: Iterable[str], *, flag: str = "--subscribe") -> tuple[str | None, str]:

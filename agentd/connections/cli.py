@@ -49,6 +49,7 @@ from agentd.events import EventLog, stream_sink
 from agentd.loop.result import RunResult, RunStatus
 from agentd.secrets import SecretResolver
 from agentd.transport.http_client import tls_context
+from agentd.transport.tls import default_context
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -343,7 +344,7 @@ async def _servers(
         tls = bound.connection.tls
         factory = http_client_factory(
             runtime.http_policy, connection=bound.binding.ref, alias=bound.alias, url=bound.connection.url,
-            verify=tls_context(tls.ca, tls.cert, tls.key) if tls is not None and (tls.ca or tls.cert) else True,
+            verify=tls_context(tls.ca, tls.cert, tls.key) if tls is not None else default_context(),
         )  # fmt: skip
         servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity, env), factory))
     return servers, None

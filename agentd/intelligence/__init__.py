@@ -30,6 +30,7 @@ from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
 from agentd.intelligence.offline import OfflineIntelligence, example_value
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.secrets import SecretResolver, has_secret_ref
+from agentd.transport.tls import verify_for
 
 __all__ = [
     "OFFLINE",
@@ -90,7 +91,8 @@ async def open_intelligence(
     """Validate the endpoints, resolve the token, and hold one HTTP client for the block.
 
     Raises ``ConfigError`` for a bad endpoint or a literal token (before any connection). ``verify`` is
-    passed to httpx (an ``ssl.SSLContext`` for a private CA).
+    passed to httpx (an ``ssl.SSLContext`` for a private CA); the default ``True`` uses the process's cached
+    public-CA context (:mod:`agentd.transport.tls`), or one without any CA when every endpoint is ``http``.
     """
     urls = parse_endpoints(endpoints)
     log = log.bind(comp="intelligence")
@@ -107,6 +109,8 @@ async def open_intelligence(
         resolver = secrets if secrets is not None else SecretResolver(redactor=log.redactor)
         bearer = BearerToken(token, _Registering(resolver, log.redactor))
     limits = httpx.Limits(max_connections=len(urls) * 4, max_keepalive_connections=len(urls) * 2)
+    if verify is True:  # the process's cached context; none at all for plain-http endpoints
+        verify = verify_for(urls)
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(None), limits=limits, verify=verify, follow_redirects=False, trust_env=False
     ) as client:

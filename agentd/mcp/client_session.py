@@ -23,28 +23,21 @@ from __future__ import annotations
 
 import enum
 import itertools
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
-from agentd.mcp import jsonrpc, types
+from agentd.mcp import jsonrpc, meta, types
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, RequestId, Response
-from agentd.mcp.versions import LATEST_LEGACY, LATEST_MODERN, LEGACY_VERSIONS, MODERN_VERSIONS, Era
-
-META_PREFIX: Final = "io.modelcontextprotocol/"
-PROTOCOL_VERSION_KEY: Final = META_PREFIX + "protocolVersion"
-CLIENT_CAPABILITIES_KEY: Final = META_PREFIX + "clientCapabilities"
-CLIENT_INFO_KEY: Final = META_PREFIX + "clientInfo"
-SERVER_INFO_KEY: Final = META_PREFIX + "serverInfo"
-SUBSCRIPTION_ID_KEY: Final = META_PREFIX + "subscriptionId"
-#: The run id key the design document names (a reserved prefix; see docs/mcp-client.md).
-RUN_ID_KEY: Final = META_PREFIX + "run-id"
-
-#: Methods that exist only on one wire.
-LEGACY_ONLY: Final = frozenset(
-    {"initialize", "ping", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"}
+from agentd.mcp.versions import (
+    LATEST_LEGACY,
+    LATEST_MODERN,
+    LEGACY_ONLY,
+    LEGACY_VERSIONS,
+    MODERN_ONLY,
+    MODERN_VERSIONS,
+    Era,
 )
-MODERN_ONLY: Final = frozenset({"server/discover", "subscriptions/listen"})
 
 
 class State(enum.Enum):
@@ -159,7 +152,7 @@ class ClientSession:
             {
                 "protocolVersion": LATEST_LEGACY,
                 "capabilities": {},
-                "clientInfo": {"name": self.client_info.name, "version": self.client_info.version},
+                "clientInfo": self._wire_info(),
             },
         )
         self._initialize_id = request.id
@@ -310,10 +303,9 @@ class ClientSession:
         if request_id is not None:
             self.pending.pop(request_id, None)
 
+    def _wire_info(self) -> dict[str, str]:
+        """``clientInfo`` as agentd sends it: name and version, no title."""
+        return {"name": self.client_info.name, "version": self.client_info.version}
+
     def _envelope(self, params: dict[str, Any], version: str) -> dict[str, Any]:
-        meta = dict(params.get("_meta") or {})
-        meta[PROTOCOL_VERSION_KEY] = version
-        meta[CLIENT_CAPABILITIES_KEY] = {}
-        meta[CLIENT_INFO_KEY] = {"name": self.client_info.name, "version": self.client_info.version}
-        params["_meta"] = meta
-        return params
+        return meta.with_envelope(params, version, self._wire_info())

@@ -66,7 +66,7 @@ class InvalidMessage(ValueError):
 
 
 def _valid_id(value: Any) -> bool:
-    return (isinstance(value, str) or isinstance(value, int)) and not isinstance(value, bool)
+    return isinstance(value, str | int) and not isinstance(value, bool)
 
 
 def parse_message(obj: Any) -> Message:

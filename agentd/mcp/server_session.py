@@ -13,48 +13,53 @@ or :meth:`ServerCore.modern_reply`. No I/O, no clock: the adapter passes ``now``
 
 from __future__ import annotations
 
-import base64
 import collections
-import functools
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
 
-from agentd.mcp import jsonrpc
+from agentd.mcp import jsonrpc, meta
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, Response
-from agentd.mcp.sse import encode_event
+from agentd.mcp.streamable_http import (
+    EVENT_STREAM,
+    JSON,
+    LAST_EVENT_ID,
+    METHOD,
+    NAME,
+    NAME_PARAM,
+    PROTOCOL_VERSION,
+    SESSION_ID,
+    accepts,
+    decode_header_value,
+    media_type,
+    named_value,
+    priming_event,
+    sse_message,
+)
 from agentd.mcp.versions import (
     DEFAULT_HEADERLESS_VERSION,
     LATEST_LEGACY,
-    LEGACY_VERSIONS,
+    LEGACY_ONLY,
     MODERN_VERSIONS,
+    SUPPORTED_VERSIONS,
+    Era,
     allows_batches,
+    request_era,
     server_pick_legacy,
 )
 
-# Header names, lower case (ASGI gives them lower case; HTTP names are case-insensitive).
-SESSION_ID: Final = "mcp-session-id"
-PROTOCOL_VERSION: Final = "mcp-protocol-version"
-LAST_EVENT_ID: Final = "last-event-id"
-MCP_METHOD: Final = "mcp-method"
-MCP_NAME: Final = "mcp-name"
+# The request headers the core reads, as ASGI hands them over: lower case.
+_SESSION_ID: Final = SESSION_ID.lower()
+_PROTOCOL_VERSION: Final = PROTOCOL_VERSION.lower()
+_LAST_EVENT_ID: Final = LAST_EVENT_ID.lower()
+_METHOD: Final = METHOD.lower()
+_NAME: Final = NAME.lower()
 
-#: What ``-32022`` names as supported: the modern revision first, and the handshake one to fall back to.
-SUPPORTED_VERSIONS: Final = ("2026-07-28", "2025-11-25")
-META_PREFIX: Final = "io.modelcontextprotocol/"
-META_VERSION: Final = META_PREFIX + "protocolVersion"
-META_CAPABILITIES: Final = META_PREFIX + "clientCapabilities"
-META_SERVER_INFO: Final = META_PREFIX + "serverInfo"
-META_SUBSCRIPTION: Final = META_PREFIX + "subscriptionId"
 #: Results that carry cache hints on the modern wire (``ttlMs`` 0: agent:// state changes under you).
 CACHEABLE: Final = frozenset({"server/discover", "tools/list", "resources/list", "resources/templates/list", "resources/read"})
-#: Methods the modern wire does not have; they answer 404 -32601 there.
-LEGACY_ONLY: Final = frozenset({"initialize", "ping", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 REPLAY_EVENTS: Final = 256
-JSON: Final = "application/json"
-SSE: Final = "text/event-stream"
 
 
 @attrs.frozen
@@ -153,29 +158,6 @@ def error_reply(status: int, code: int, message: str, *, id: jsonrpc.RequestId |
     return Reply(HttpReply(status, _error_body(code, message, id, data), headers=headers))
 
 
-def decode_header_value(value: str) -> str:
-    """``Mcp-Name`` may carry unsafe values as ``=?base64?...?=``."""
-    if value.startswith("=?base64?") and value.endswith("?="):
-        try:
-            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return value
-    return value
-
-
-@functools.lru_cache(maxsize=64)
-def _media_kinds(accept: str) -> frozenset[str]:
-    return frozenset(part.split(";")[0].strip().lower() for part in accept.split(","))
-
-
-def accepts(headers: Mapping[str, str], media: str) -> bool:
-    accept = headers.get("accept", "")
-    if not accept:
-        return True
-    kinds = _media_kinds(accept)
-    return media in kinds or "*/*" in kinds or f"{media.split('/')[0]}/*" in kinds
-
-
 class ServerCore:
     """Routes requests to an era, keeps legacy sessions, and renders replies."""
 
@@ -201,8 +183,8 @@ class ServerCore:
     # -- routing -----------------------------------------------------------------------------------------
 
     def route(self, req: HttpRequest, now: float) -> Routed:
-        version = req.headers.get(PROTOCOL_VERSION)
-        if version is not None and version not in LEGACY_VERSIONS:
+        version = req.headers.get(_PROTOCOL_VERSION)
+        if version is not None and request_era(version) is Era.MODERN:
             return self._route_modern(req, version)
         if req.method == "POST":
             return self._route_legacy_post(req, version, now)
@@ -213,7 +195,7 @@ class ServerCore:
         return Reply(HttpReply(405, b"", None, (("allow", "GET, POST, DELETE"),)))
 
     def _session_for(self, req: HttpRequest, version: str | None, now: float) -> LegacySession | Reply:
-        sid = req.headers.get(SESSION_ID)
+        sid = req.headers.get(_SESSION_ID)
         if sid is None:
             return error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID")
         session = self.sessions.get(sid)
@@ -223,11 +205,11 @@ class ServerCore:
         return session
 
     def _route_legacy_post(self, req: HttpRequest, version: str | None, now: float) -> Routed:
-        if not (accepts(req.headers, JSON) and accepts(req.headers, SSE)):
+        accept = req.headers.get("accept")
+        if not (accepts(accept, JSON) and accepts(accept, EVENT_STREAM)):
             return error_reply(406, jsonrpc.INVALID_REQUEST,
                                "Not Acceptable: Accept must list application/json and text/event-stream")
-        ctype = req.headers.get("content-type", JSON).split(";")[0].strip().lower()
-        if ctype != JSON:
+        if media_type(req.headers.get("content-type", JSON)) != JSON:
             return error_reply(415, jsonrpc.INVALID_REQUEST, "Unsupported Media Type: send application/json")
         try:
             parsed = jsonrpc.parse_body(req.body)
@@ -244,8 +226,6 @@ class ServerCore:
         if isinstance(found, Reply):
             return found
         session = found
-        if version is not None and version not in LEGACY_VERSIONS:  # pragma: no cover - routed modern above
-            return error_reply(400, jsonrpc.INVALID_REQUEST, f"Unsupported protocol version: {version}")
         effective = version or session.version
         if isinstance(parsed, list) and not (allows_batches(effective) and allows_batches(session.version)):
             return error_reply(400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are only accepted from 2025-03-26 peers")
@@ -316,7 +296,8 @@ class ServerCore:
         return gone
 
     def _route_get(self, req: HttpRequest, version: str | None, now: float) -> Routed:
-        if not accepts(req.headers, SSE) or "accept" not in req.headers:
+        accept = req.headers.get("accept")
+        if accept is None or not accepts(accept, EVENT_STREAM):
             return error_reply(406, jsonrpc.INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream")
         found = self._session_for(req, version, now)
         if isinstance(found, Reply):
@@ -325,7 +306,7 @@ class ServerCore:
         if session.stream_open:
             return error_reply(409, jsonrpc.INVALID_REQUEST, "Conflict: this session's GET stream is already open")
         after = session.delivered
-        last = req.headers.get(LAST_EVENT_ID)
+        last = req.headers.get(_LAST_EVENT_ID)
         if last is not None:
             try:
                 after = int(last)
@@ -333,11 +314,11 @@ class ServerCore:
                 after = session.delivered
         replay = tuple((seq, data) for seq, data in session.events if seq > after)
         session.stream_open = True
-        priming = encode_event("", id=str(session.next_id()), retry=self.retry_ms)
+        priming = priming_event(str(session.next_id()), self.retry_ms)
         return LegacyStream(session, priming, replay)
 
     def _route_delete(self, req: HttpRequest) -> Routed:
-        sid = req.headers.get(SESSION_ID)
+        sid = req.headers.get(_SESSION_ID)
         if sid is None:
             return error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID")
         if self.sessions.pop(sid, None) is None:
@@ -354,7 +335,7 @@ class ServerCore:
                 out.append(answers[index])
             elif slot is not None:
                 out.append(slot)
-        headers = ((SESSION_ID, post.session.id),) if post.new_session else ()
+        headers = session_headers(post)
         if not out:
             return HttpReply(202, b"", None, headers)
         body = jsonrpc.dumps(out if post.batch else out[0])
@@ -363,7 +344,7 @@ class ServerCore:
     def session_event(self, session: LegacySession, message: Message) -> tuple[int, bytes]:
         """Number and buffer one server→client message for the session's GET stream (replayable)."""
         seq = session.next_id()
-        data = encode_event(jsonrpc.dumps(message).decode(), id=str(seq))
+        data = sse_message(message, id=str(seq))
         session.events.append((seq, data))
         return seq, data
 
@@ -389,19 +370,17 @@ class ServerCore:
             return Reply(HttpReply(202, b"", None))
         params = parsed.params or {}
         rid = parsed.id if isinstance(parsed, Request) else None
-        meta = params.get("_meta")
-        if (not isinstance(meta, dict) or not isinstance(meta.get(META_VERSION), str)
-                or not isinstance(meta.get(META_CAPABILITIES), dict)):
+        meta_version = meta.envelope_version(params)
+        if meta_version is None:
             return error_reply(400, jsonrpc.INVALID_PARAMS,
                                "params._meta must carry protocolVersion and clientCapabilities", id=rid)
-        if req.headers.get(MCP_METHOD) != parsed.method:
+        if req.headers.get(_METHOD) != parsed.method:
             return error_reply(400, jsonrpc.HEADER_MISMATCH, "Mcp-Method header does not match the method", id=rid)
-        named = params.get("uri") if parsed.method == "resources/read" else params.get("name")
-        if parsed.method in ("tools/call", "resources/read", "prompts/get"):
-            got = req.headers.get(MCP_NAME)
-            if got is None or decode_header_value(got) != named:
+        if parsed.method in NAME_PARAM:
+            got = req.headers.get(_NAME)
+            if got is None or decode_header_value(got) != named_value(parsed.method, params):
                 return error_reply(400, jsonrpc.HEADER_MISMATCH, "Mcp-Name header does not match the request", id=rid)
-        if meta[META_VERSION] != header_version:
+        if meta_version != header_version:
             return error_reply(400, jsonrpc.HEADER_MISMATCH,
                                "MCP-Protocol-Version header does not match params._meta", id=rid)
         if header_version not in MODERN_VERSIONS:
@@ -429,9 +408,7 @@ class ServerCore:
     def modern_result(self, method: str, result: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(result)
         out["resultType"] = "complete"
-        meta = dict(out.get("_meta") or {})
-        meta[META_SERVER_INFO] = self.identity.info()
-        out["_meta"] = meta
+        out["_meta"] = {**(out.get("_meta") or {}), meta.SERVER_INFO: self.identity.info()}
         if method in CACHEABLE:
             out.setdefault("ttlMs", 0)
             out.setdefault("cacheScope", "private")
@@ -456,18 +433,23 @@ class ServerCore:
         if honored:
             notifications["resourceSubscriptions"] = honored
         note = Notification("notifications/subscriptions/acknowledged",
-                            {"_meta": {META_SUBSCRIPTION: request_id}, "notifications": notifications})
-        return encode_event(jsonrpc.dumps(note).decode())
+                            {"_meta": meta.subscription_meta(request_id), "notifications": notifications})
+        return sse_message(note)
 
     @staticmethod
     def listen_updated(request_id: jsonrpc.RequestId, uri: str) -> bytes:
-        note = Notification("notifications/resources/updated", {"_meta": {META_SUBSCRIPTION: request_id}, "uri": uri})
-        return encode_event(jsonrpc.dumps(note).decode())
+        note = Notification("notifications/resources/updated", {"_meta": meta.subscription_meta(request_id), "uri": uri})
+        return sse_message(note)
 
     @staticmethod
     def listen_final(request_id: jsonrpc.RequestId) -> bytes:
-        done = Response(request_id, {"resultType": "complete", "_meta": {META_SUBSCRIPTION: request_id}})
-        return encode_event(jsonrpc.dumps(done).decode())
+        done = Response(request_id, {"resultType": "complete", "_meta": meta.subscription_meta(request_id)})
+        return sse_message(done)
+
+
+def session_headers(post: LegacyPost) -> tuple[tuple[str, str], ...]:
+    """The response header that hands a new session its id (only on the ``initialize`` answer)."""
+    return ((_SESSION_ID, post.session.id),) if post.new_session else ()
 
 
 def updated_notification(uri: str) -> Notification:
@@ -486,4 +468,8 @@ __all__ = [
     "Reply",
     "ServerCore",
     "ServerIdentity",
+    "decode_header_value",
+    "error_reply",
+    "session_headers",
+    "updated_notification",
 ]

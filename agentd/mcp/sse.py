@@ -113,11 +113,10 @@ class SseDecoder:
                 self._saw_field = True
                 self._id = value
                 self.last_event_id = value
-        elif name == "retry":
-            if value.isdigit():
-                self._saw_field = True
-                self._retry = int(value)
-                self.retry_ms = int(value)
+        elif name == "retry" and value.isdigit():
+            self._saw_field = True
+            self._retry = int(value)
+            self.retry_ms = int(value)
         return None
 
     def _dispatch(self) -> SseEvent | None:

@@ -1,17 +1,23 @@
 """Streamable HTTP rules (2025-11-25 and 2026-07-28), pure: headers, statuses, content types, session ids.
 
 Both roles use these: the client builds its request headers here and classifies responses; the server
-checks the same header names and session-id grammar. No I/O.
+(:mod:`agentd.mcp.server_session`) checks the same header names, media types, ``Mcp-Name`` rule and
+session-id grammar. Names are spelled as on the wire; HTTP names are case-insensitive, so the server
+matches their ``.lower()`` against the lower-case names ASGI hands it. No I/O.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import enum
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from agentd.mcp import jsonrpc
+from agentd.mcp.sse import encode_event
 from agentd.mcp.versions import Era
 
 ACCEPT_POST: Final = "application/json, text/event-stream"
@@ -48,6 +54,19 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
+@functools.lru_cache(maxsize=64)
+def _media_kinds(accept: str) -> frozenset[str]:
+    return frozenset(media_type(part) for part in accept.split(","))
+
+
+def accepts(accept: str | None, media: str) -> bool:
+    """Does an ``Accept`` header value admit ``media``? A missing or empty one admits anything."""
+    if not accept:
+        return True
+    kinds = _media_kinds(accept)
+    return media in kinds or "*/*" in kinds or f"{media.split('/')[0]}/*" in kinds
+
+
 def classify(status: int, content_type: str | None, *, method: str = "POST", had_session: bool = False) -> Body:
     if 300 <= status < 400:
         return Body.REDIRECT
@@ -67,6 +86,17 @@ def classify(status: int, content_type: str | None, *, method: str = "POST", had
     return Body.BAD_CONTENT_TYPE
 
 
+def sse_message(message: jsonrpc.Message, *, id: str | None = None) -> bytes:
+    """One JSON-RPC message as one SSE event, as POST answer streams and the GET stream carry them."""
+    return encode_event(jsonrpc.dumps(message).decode(), id=id)
+
+
+def priming_event(id: str, retry_ms: int) -> bytes:
+    """The 2025-11-25 priming event: an id (to resume from) and a retry hint over empty data, which the
+    receiving side must not parse as a message."""
+    return encode_event("", id=id, retry=retry_ms)
+
+
 def valid_session_id(value: str) -> bool:
     """A session id is 1+ visible ASCII characters (0x21-0x7E), per 2025-11-25 § Session Management."""
     return bool(value) and all(0x21 <= ord(c) <= 0x7E for c in value)
@@ -82,9 +112,21 @@ def encode_header_value(value: str) -> str:
 
 
 def decode_header_value(value: str) -> str:
+    """The inverse of :func:`encode_header_value`; a malformed wrapper stays as it is (and so mismatches)."""
     if value.startswith("=?base64?") and value.endswith("?="):
-        return base64.b64decode(value[len("=?base64?") : -2]).decode()
+        try:
+            return base64.b64decode(value[len("=?base64?") : -2], validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return value
     return value
+
+
+def named_value(method: str, params: Mapping[str, Any] | None) -> str | None:
+    """What ``Mcp-Name`` must carry (decoded) for this request, or None when the method names nothing
+    or the parameter is not a string."""
+    key = NAME_PARAM.get(method)
+    value = (params or {}).get(key) if key else None
+    return value if isinstance(value, str) else None
 
 
 def request_headers(
@@ -110,9 +152,8 @@ def request_headers(
             headers[PROTOCOL_VERSION] = protocol_version
         if method is not None:
             headers[METHOD] = method
-            key = NAME_PARAM.get(method)
-            value = (params or {}).get(key) if key else None
-            if isinstance(value, str):
+            value = named_value(method, params)
+            if value is not None:
                 headers[NAME] = encode_header_value(value)
         return headers
     if session_id is not None:

@@ -18,6 +18,13 @@ LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
 LATEST_MODERN: Final = MODERN_VERSIONS[0]
 #: What a server assumes when a legacy request carries no ``MCP-Protocol-Version`` header.
 DEFAULT_HEADERLESS_VERSION: Final = "2025-03-26"
+#: What a server names as supported in ``-32022``: the modern revision first, the handshake one to fall back to.
+SUPPORTED_VERSIONS: Final = (LATEST_MODERN, LATEST_LEGACY)
+
+#: Methods that exist only on the handshake wire; the modern wire answers them -32601 (initialize: -32602).
+LEGACY_ONLY: Final = frozenset({"initialize", "ping", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
+#: Methods that exist only on the modern wire.
+MODERN_ONLY: Final = frozenset({"server/discover", "subscriptions/listen"})
 
 
 class Era(enum.Enum):
@@ -31,6 +38,15 @@ def era_of(version: str) -> Era | None:
     if version in MODERN_VERSIONS:
         return Era.MODERN
     return None
+
+
+def request_era(header_version: str | None) -> Era:
+    """The era a request to a dual-era endpoint belongs to, from its ``MCP-Protocol-Version`` header.
+
+    The official SDK's rule: no header, or a handshake revision, is legacy; any other value is modern
+    (an unknown one is then refused there with -32022, naming :data:`SUPPORTED_VERSIONS`).
+    """
+    return Era.MODERN if header_version is not None and header_version not in LEGACY_VERSIONS else Era.LEGACY
 
 
 def server_pick_legacy(requested: str) -> str:

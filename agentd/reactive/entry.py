@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -31,6 +32,9 @@ from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
 from agentd.reactive.modes import DaemonContext, lone_agentd_error, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
+
+if TYPE_CHECKING:
+    from agentd.supervisor.supervisor import Supervisor
 
 #: Adds the daemon's other control tools (``subagent.*``) to a run's registry: ``(registry, run_id)``.
 AddControls = Callable[[ControlToolRegistry, str], None]
@@ -85,9 +89,13 @@ def _drain_event(daemon: trio.Nursery, log: EventLog) -> trio.Event:
     return drain
 
 
-async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: Mapping[str, str] | None
-                       ) -> tuple[AddControls | None, UsageHook | None]:
-    """The root supervisor for the daemon's runs (``subagent.*`` tools, tree token accounting), as in once."""
+async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: Mapping[str, str] | None,
+                       supervisor: Supervisor | None = None) -> tuple[AddControls | None, UsageHook | None]:
+    """The root supervisor for the daemon's runs (``subagent.*`` tools, tree token accounting), as in once.
+
+    ``supervisor`` is the daemon's one root supervisor (shared with the served self-MCP); without one
+    (a library caller) a root supervisor is opened on ``stack``.
+    """
     try:
         from agentd.supervisor.messages import Usage as UsageFrame
         from agentd.supervisor.supervisor import Caller, Origin
@@ -95,27 +103,29 @@ async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: M
         from agentd.supervisor.wiring import open_root_supervisor
     except ModuleNotFoundError:  # a build without the supervisor: the loop alone
         return None, None
-    environ = os.environ if env is None else env
-    supervisor = await stack.enter_async_context(
-        open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id))
-    caller = Caller(Origin.STDIO, supervisor.handle)
+    if supervisor is None:
+        environ = os.environ if env is None else env
+        supervisor = await stack.enter_async_context(
+            open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id))
+    root = supervisor
+    caller = Caller(Origin.STDIO, root.handle)
 
     def add_controls(registry: ControlToolRegistry, run_id: str) -> None:
         if cfg.max_depth > 0:
-            register_subagent_tools(registry, supervisor, caller)
+            register_subagent_tools(registry, root, caller)
 
     async def on_usage(usage: Usage) -> None:
-        await supervisor.authority.report_usage(supervisor.handle, UsageFrame(usage.prompt_tokens,
-                                                                               usage.completion_tokens))
+        await root.authority.report_usage(root.handle, UsageFrame(usage.prompt_tokens, usage.completion_tokens))
 
     return add_controls, on_usage
 
 
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None = None,
-                      drain: trio.Event | None = None) -> RunResult:
+                      drain: trio.Event | None = None, supervisor: Supervisor | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
-    ``drain`` defaults to the CLI's latch (agentd.drain); ``env`` is where secret references are looked up.
+    ``drain`` defaults to the CLI's latch (agentd.drain); ``env`` is where secret references are looked up;
+    ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's; opened here when None).
     """
     from agentd.client import open_mcp_pool
     from agentd.intelligence import open_intelligence
@@ -135,7 +145,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: 
                 stream=cfg.stream_intelligence, log=log, secrets=resolver))
             pool = await stack.enter_async_context(
                 open_mcp_pool(cfg.mcp, log=log, secrets=resolver, run_id=log.run_id))
-            add_controls, on_usage = await _supervision(stack, cfg, log, env)
+            add_controls, on_usage = await _supervision(stack, cfg, log, env, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
                 loop_run_job(pool, intel, log, output_contract=cfg.output_contract, add_controls=add_controls,

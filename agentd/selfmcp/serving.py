@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -19,6 +21,9 @@ from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.surface import AgentInfo, SelfMcpLimits, SelfMcpSurface
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp
+
+if TYPE_CHECKING:
+    from agentd.supervisor.supervisor import Supervisor
 
 
 def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
@@ -33,13 +38,15 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
     )
 
 
-def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: EventLog) -> tuple[SelfMcpSurface, McpAsgiApp]:
+def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: EventLog, *,
+              run_id: str | None = None) -> tuple[SelfMcpSurface, McpAsgiApp]:
+    """``run_id`` is the daemon's real run id (``config.run_id`` is empty when the daemon generated one)."""
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
         retention=config.serve_retention,
     )
-    surface = SelfMcpSurface(backend, AgentInfo(run_id=config.run_id, mode=config.mode), limits=limits, log=log)
+    surface = SelfMcpSurface(backend, AgentInfo(run_id=run_id or config.run_id, mode=config.mode), limits=limits, log=log)
     options = AsgiOptions(
         paths=cfg.paths,
         bearer=cfg.bearer,
@@ -58,11 +65,12 @@ async def serve_self_mcp(
     secrets: SecretResolver,
     shutdown_trigger: Callable[[], Awaitable[object]],
     log: EventLog | None = None,
+    run_id: str | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     log = (log or null_log()).bind(comp="serve")
     cfg = serve_config(config, secrets)
-    surface, app = build_app(config, backend, cfg, log)
+    surface, app = build_app(config, backend, cfg, log, run_id=run_id)
     async with trio.open_nursery() as nursery:
         await nursery.start(surface.run)
 
@@ -79,11 +87,15 @@ async def serve_for_daemon(
     log: EventLog,
     *,
     env: Mapping[str, str] | None = None,
+    supervisor: Supervisor | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The daemon's serve task: a root supervisor for served runs, the self-MCP, until the drain latch.
+    """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
 
-    On drain the listener stops (streams get their final frames), then the supervisor drains its served
+    ``supervisor`` is the daemon's one root supervisor (agentd.daemon.main hands it over), so served
+    spawns (Management origin) and the agent's own spawns (Stdio origin) meet the same chokepoint and
+    count against the same caps; without one (a library caller) a root supervisor is opened here.
+    On drain the listener stops (streams get their final frames), then the supervisor drains its
     runs within ``--drain-timeout`` and cancels the rest down the kill ladder.
     """
     from agentd.drain import current_drain
@@ -93,12 +105,17 @@ async def serve_for_daemon(
     environment = dict(os.environ if env is None else env)
     secrets = SecretResolver(env=environment, redactor=log.redactor)
     latch = current_drain()
-    async with open_root_supervisor(cfg, log=log, env=environment, run_id=log.run_id) as supervisor:
+    async with AsyncExitStack() as stack:
+        if supervisor is None:
+            supervisor = await stack.enter_async_context(
+                open_root_supervisor(cfg, log=log, env=environment, run_id=log.run_id))
+        root = supervisor
+
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_self_mcp(cfg, SupervisorBackend(supervisor), secrets=secrets, shutdown_trigger=latch.wait,
-                                 log=log, task_status=task_status)
+            await serve_self_mcp(cfg, SupervisorBackend(root), secrets=secrets, shutdown_trigger=latch.wait,
+                                 log=log, run_id=log.run_id, task_status=task_status)
 
         async with trio.open_nursery() as nursery:
             started: Serving = await nursery.start(serve)
             task_status.started(started)
-        await supervisor.drain()
+        await root.drain()

@@ -44,6 +44,7 @@ _MSG = 1 << 16
 #: here is time no forked child pays again.
 PREIMPORT = (
     "agentd.daemon", "agentd.client", "agentd.intelligence", "agentd.secrets", "agentd.transport.http_client",
+    "agentd.transport.tls",
     "agentd.supervisor.child", "agentd.supervisor.graph", "agentd.supervisor.loop_runner",
     "agentd.supervisor.scripted", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
     "agentd.supervisor.wiring",
@@ -65,6 +66,13 @@ def _preimport() -> None:
 
         config_from_wire(config_to_wire(Config()))
     except Exception:  # a warm-up only: the child does the real work and reports failures
+        pass
+    try:
+        # The public CA bundle (~30 ms of CPU to load): built here once, every forked child inherits it.
+        from agentd.transport.tls import warm
+
+        warm()
+    except Exception:  # the child would build it itself
         pass
 
 

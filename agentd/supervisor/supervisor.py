@@ -260,6 +260,13 @@ class Supervisor:
             if is_within(handle, h) and not node.ended.is_set():
                 node.cancel(reason)
 
+    def cancel_own_subtree(self, reason: str) -> None:
+        """Cancel this agent's own live subagents (its ``handle.*`` children), not the served ones:
+        the daemon's root run ended while its supervisor keeps serving."""
+        for h, node in self._nodes.items():
+            if is_within(h, self.handle) and not node.ended.is_set():
+                node.cancel(reason)
+
     def live(self) -> list[SubagentNode]:
         return [n for n in self._nodes.values() if not n.ended.is_set()]
 

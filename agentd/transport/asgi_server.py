@@ -24,7 +24,6 @@ from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
 from agentd.mcp.server_session import (
-    SSE,
     HttpReply,
     HttpRequest,
     LegacyPost,
@@ -34,11 +33,12 @@ from agentd.mcp.server_session import (
     Reply,
     ServerCore,
     ServerIdentity,
-    accepts,
     error_reply,
+    session_headers,
     updated_notification,
 )
 from agentd.mcp.sse import encode_comment, encode_event
+from agentd.mcp.streamable_http import EVENT_STREAM, SESSION_ID, accepts, priming_event
 from agentd.mcp.versions import Era
 
 Scope = dict[str, Any]
@@ -180,7 +180,7 @@ class McpAsgiApp:
         if isinstance(routed, Reply):
             await _send_reply(send, routed.http)
             if scope["method"] == "DELETE" and routed.http.status == 200:
-                self._end_session(headers.get("mcp-session-id", ""))
+                self._end_session(headers.get(SESSION_ID.lower(), ""))
         elif isinstance(routed, LegacyPost):
             if routed.new_session:
                 self.log.debug("serve.session", action="created", version=routed.session.version,
@@ -281,7 +281,7 @@ class McpAsgiApp:
     async def _legacy_post(self, post: LegacyPost, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
         ctx = CallContext(Era.LEGACY, post.session.id, self._notifier(post.session))
         pending = [(i, slot) for i, slot in enumerate(post.slots) if isinstance(slot, Request)]
-        if (len(pending) == 1 and not post.batch and accepts(headers, SSE)
+        if (len(pending) == 1 and not post.batch and accepts(headers.get("accept"), EVENT_STREAM)
                 and _streamed(pending[0][1])):
             index, request = pending[0]
             session = post.session
@@ -292,7 +292,7 @@ class McpAsgiApp:
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
 
-            await self._stream_answer(send, answer, event_id, post_headers(post), receive=receive)
+            await self._stream_answer(send, answer, event_id, session_headers(post), receive=receive)
             return
         answers: dict[int, Message] = {}
         if len(pending) == 1:
@@ -349,7 +349,7 @@ class McpAsgiApp:
             await self._listen(request, headers, receive, send)
             return
         ctx = CallContext(Era.MODERN, cancel_on_disconnect=True)
-        if accepts(headers, SSE) and _streamed(request) and "accept" in headers:
+        if "accept" in headers and accepts(headers["accept"], EVENT_STREAM) and _streamed(request):
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
 
@@ -371,7 +371,7 @@ class McpAsgiApp:
             await _send_reply(send, self.core.modern_reply(post, answers[0]))
 
     async def _listen(self, request: Request, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
-        if "accept" in headers and not accepts(headers, SSE):
+        if "accept" in headers and not accepts(headers["accept"], EVENT_STREAM):
             await _send_reply(send, error_reply(406, jsonrpc.INVALID_REQUEST,
                                                 "subscriptions/listen answers as text/event-stream", id=request.id).http)
             return
@@ -437,7 +437,7 @@ class McpAsgiApp:
             await send(_sse_start(extra))
             first = event_id()
             if first is not None:
-                await _body(send, encode_event("", id=first, retry=self.core.retry_ms))
+                await _body(send, priming_event(first, self.core.retry_ms))
             finished = trio.Event()
 
             async def run() -> None:
@@ -462,10 +462,6 @@ class McpAsgiApp:
             await _end_body(send)
 
 
-def post_headers(post: LegacyPost) -> tuple[tuple[str, str], ...]:
-    return (("mcp-session-id", post.session.id),) if post.new_session else ()
-
-
 def _streamed(request: Request) -> bool:
     params = request.params or {}
     name = params.get("name")
@@ -476,7 +472,7 @@ def _streamed(request: Request) -> bool:
 
 
 def _sse_start(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
-    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+    headers = [(b"content-type", EVENT_STREAM.encode()), (b"cache-control", b"no-cache"),
                (b"x-accel-buffering", b"no")]
     headers.extend((k.encode(), v.encode()) for k, v in extra)
     return {"type": "http.response.start", "status": 200, "headers": headers}

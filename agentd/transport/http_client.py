@@ -23,6 +23,7 @@ from agentd.errors import McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
+from agentd.transport.tls import client_context, default_context
 
 DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
 #: How long closing a response may take when the caller is being cancelled.
@@ -50,9 +51,13 @@ def _describe(exc: httpx.HTTPError) -> str:
 
 
 def new_client(verify: ssl.SSLContext | bool = True) -> httpx.AsyncClient:
-    """The httpx client agentd uses: no redirects, no environment proxies, no httpx timeouts."""
+    """The httpx client agentd uses: no redirects, no environment proxies, no httpx timeouts.
+
+    ``verify=True`` means the process's cached public-CA context (:mod:`agentd.transport.tls`), not a fresh
+    load of the CA bundle per client.
+    """
     return httpx.AsyncClient(
-        verify=verify,
+        verify=default_context() if verify is True else verify,
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(None),
@@ -61,11 +66,8 @@ def new_client(verify: ssl.SSLContext | bool = True) -> httpx.AsyncClient:
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
-    """A client TLS context: a private CA bundle and/or a client certificate for mTLS."""
-    context = ssl.create_default_context(cafile=ca)
-    if cert:
-        context.load_cert_chain(cert, key)
-    return context
+    """A client TLS context: a private CA bundle and/or a client certificate for mTLS (cached per files)."""
+    return client_context(ca, cert, key)
 
 
 @attrs.define(eq=False)

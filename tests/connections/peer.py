@@ -178,12 +178,12 @@ class PeerApp:
         self.headers_seen.append(headers)
         if self.never_answer:
             await trio.sleep_forever()
-        if self.redirect:
+        if self.redirect and not moved:
             await send(
                 {
                     "type": "http.response.start",
                     "status": 307,
-                    "headers": [(b"location", f"{self.origin}/elsewhere".encode())],
+                    "headers": [(b"location", f"{self.origin}/moved".encode())],
                 }
             )
             await send({"type": "http.response.body", "body": b""})

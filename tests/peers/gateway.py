@@ -35,6 +35,8 @@ A reply is a dict (build one with the helpers below) or, in-process, a callable 
 ``json``           the exact JSON body
 ``delay``          seconds to wait before answering
 ``echo_last``      answer with the last message's text as ``content`` (e.g. echo a tool observation)
+``wait``           in-process only: an object with ``async wait()`` (a ``trio.Event``) awaited before answering,
+                   so a test holds a model request open until it says so
 =================  ==================================================================================
 
 Rule ``match`` keys (all given must hold): ``last_role``, ``last_contains`` (substring of the last
@@ -370,6 +372,8 @@ class GatewayApp:
             reply = {**reply, "content": _text_of(request.last_message.get("content"))}
         if reply.get("delay"):
             await trio.sleep(float(reply["delay"]))
+        if reply.get("wait") is not None:
+            await reply["wait"].wait()
         await self._render(send, reply, request)
 
     async def _render(self, send: Send, reply: Mapping[str, Any], request: RecordedRequest) -> None:

@@ -1,0 +1,52 @@
+"""The ``_meta`` keys MCP reserves, and the 2026-07-28 request envelope built from them.
+
+One definition for both roles: the client writes the envelope into every modern request and reads
+``serverInfo`` and ``subscriptionId`` back; the server checks the envelope and writes those keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+META_PREFIX: Final = "io.modelcontextprotocol/"
+PROTOCOL_VERSION: Final = META_PREFIX + "protocolVersion"
+CLIENT_CAPABILITIES: Final = META_PREFIX + "clientCapabilities"
+CLIENT_INFO: Final = META_PREFIX + "clientInfo"
+SERVER_INFO: Final = META_PREFIX + "serverInfo"
+SUBSCRIPTION_ID: Final = META_PREFIX + "subscriptionId"
+#: The run id key the design document names (a reserved prefix; see docs/mcp-client.md).
+RUN_ID: Final = META_PREFIX + "run-id"
+
+
+def with_envelope(params: dict[str, Any], version: str, client_info: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with the modern envelope merged into its ``_meta`` (agentd declares no capabilities)."""
+    meta = dict(params.get("_meta") or {})
+    meta[PROTOCOL_VERSION] = version
+    meta[CLIENT_CAPABILITIES] = {}
+    meta[CLIENT_INFO] = dict(client_info)
+    params["_meta"] = meta
+    return params
+
+
+def envelope_version(params: Mapping[str, Any]) -> str | None:
+    """The version a modern request's envelope names, or None when the envelope is missing or malformed
+    (it must carry a string protocolVersion and an object clientCapabilities)."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        return None
+    version = meta.get(PROTOCOL_VERSION)
+    if not isinstance(version, str) or not isinstance(meta.get(CLIENT_CAPABILITIES), dict):
+        return None
+    return version
+
+
+def subscription_meta(subscription_id: Any) -> dict[str, Any]:
+    """The ``_meta`` every frame of a ``subscriptions/listen`` stream carries."""
+    return {SUBSCRIPTION_ID: subscription_id}
+
+
+def subscription_of(params: Mapping[str, Any]) -> Any:
+    """The listen stream a frame belongs to (None when it names none)."""
+    meta = params.get("_meta")
+    return meta.get(SUBSCRIPTION_ID) if isinstance(meta, dict) else None
