@@ -157,7 +157,7 @@ async def _start_serving(
 
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
-            await serve_for_daemon(cfg, log, env=env, supervisor=None, task_status=task_status)
+            await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, task_status=task_status)
         finally:
             ended.set()
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from agentd.backoff import exponential
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError
 from agentd.mcp import jsonrpc, meta
 from agentd.mcp.client_session import CapabilityMissing, ClientSession
@@ -64,7 +65,7 @@ def backoff_delay(attempt: int, tuning: Tuning, rng: random.Random) -> float:
     """Attempt 0 is immediate; then initial·2^(n-1), capped, with 50-100 % jitter."""
     if attempt <= 0:
         return 0.0
-    return min(tuning.backoff_max, tuning.backoff_initial * 2.0 ** (attempt - 1)) * rng.uniform(0.5, 1.0)
+    return exponential(attempt, tuning.backoff_initial, tuning.backoff_max) * rng.uniform(0.5, 1.0)
 
 
 class StreamsMixin:

@@ -22,14 +22,15 @@ from agentd.config.endpoints import (
 )
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
+from agentd.mcp.streamable_http import MCP_HEADERS
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 Purpose = Literal["run", "check"]
 
 #: Headers agentd sets itself; a configured value would break the protocol or smuggle a second body.
 _MANAGED_HEADERS: Final = frozenset(
-    {"accept", "content-type", "content-length", "host", "mcp-session-id", "mcp-protocol-version",
-     "last-event-id", "transfer-encoding", "connection", "mcp-method", "mcp-name"}
+    {"accept", "content-type", "content-length", "host", "transfer-encoding", "connection",
+     *(name.lower() for name in MCP_HEADERS)}
 )
 _HEADER_NAME: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")

@@ -7,6 +7,7 @@ Every wire name maps back to exactly one entry through :class:`~agentd.intellige
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -72,34 +73,73 @@ def build_catalogue(
 ) -> Catalogue:
     """Name, describe and compile validators for every tool. Logs each MCP description once, for audit."""
     control_list = list(controls)
-    names = ToolNameMap([(t.server, t.name) for t in tools] + [(None, c.name) for c in control_list])
+    names = _name_map(tuple((t.server, t.name) for t in tools) + tuple((None, c.name) for c in control_list))
     entries: dict[str, Entry] = {}
     chat: list[ChatTool] = []
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
-        schema = dict(tool.input_schema or _EMPTY_OBJECT)
-        validator, schema_error = _validator(schema)
-        entries[wire] = Entry(wire, tool.server, tool.name, validator)
-        chat.append(ChatTool(wire, tool.description or "", schema))
+        prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
+        entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator)
+        chat.append(ChatTool(wire, tool.description or "", prepared.schema))
         if log is not None:
             # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
             # A broken schema does not hide the tool: the server judges the arguments instead.
             log.emit(
                 "mcp.tool_description",
-                "warn" if schema_error else "info",
+                "warn" if prepared.error else "info",
                 server=tool.server,
                 tool=tool.name,
                 wire_name=wire,
                 description=log.content(tool.description or ""),
-                input_schema=log.content(json.dumps(schema, default=str)),
-                **({"schema_error": schema_error} if schema_error else {}),
+                input_schema=log.content(prepared.text),
+                **({"schema_error": prepared.error} if prepared.error else {}),
             )
     for control in control_list:
         wire = names.to_wire(None, control.name)
-        schema = dict(control.input_schema or _EMPTY_OBJECT)
-        entries[wire] = Entry(wire, None, control.name, _validator(schema)[0], control)
-        chat.append(ChatTool(wire, control.description, schema))
+        prepared = _prepared(control.input_schema or _EMPTY_OBJECT)
+        entries[wire] = Entry(wire, None, control.name, prepared.validator, control)
+        chat.append(ChatTool(wire, control.description, prepared.schema))
     return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
+
+
+@functools.lru_cache(maxsize=64)
+def _name_map(keys: tuple[tuple[str | None, str], ...]) -> ToolNameMap:
+    """The name map for this exact key list; a daemon builds a catalogue per wake from the same tools.
+
+    ``ToolNameMap`` is never mutated after construction, so sharing one between runs is safe.
+    """
+    return ToolNameMap(keys)
+
+
+@attrs.frozen
+class _Prepared:
+    """What a catalogue needs from one ``inputSchema``: its plain copy, validator and audit text."""
+
+    source: Mapping[str, Any]  # held so its id() cannot be reused while the entry lives
+    schema: dict[str, Any]
+    validator: Any
+    error: str | None
+    text: str
+
+
+#: By the identity of the schema object: a pool hands out the same (frozen) ToolInfo objects until its
+#: tool list changes and control tools carry module-level schemas, so a daemon's per-wake catalogue
+#: finds every schema here without even serialising it. Nothing mutates a tool's schema after listing.
+_PREPARED: dict[int, _Prepared] = {}
+_PREPARED_MAX = 4096
+
+
+def _prepared(source: Mapping[str, Any]) -> _Prepared:
+    found = _PREPARED.get(id(source))
+    if found is not None and found.source is source:
+        return found
+    schema = dict(source)
+    validator, error = _validator(schema)
+    prepared = _Prepared(source, schema, validator, error, json.dumps(schema, default=str))
+    if len(_PREPARED) >= _PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[id(source)] = prepared
+    return prepared
 
 
 #: Compiled validators by canonical schema text. ``check_schema`` costs milliseconds per tool, and daemon

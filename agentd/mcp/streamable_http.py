@@ -32,6 +32,8 @@ NAME: Final = "Mcp-Name"
 PARAM_PREFIX: Final = "Mcp-Param-"
 X_MCP_HEADER: Final = "x-mcp-header"
 LAST_EVENT_ID: Final = "Last-Event-ID"
+#: The MCP headers the transport sets itself (a configured header must not override them).
+MCP_HEADERS: Final = (SESSION_ID, PROTOCOL_VERSION, METHOD, NAME, LAST_EVENT_ID)
 
 #: Methods whose ``Mcp-Name`` header carries a parameter (2026-07-28, SEP-2243).
 NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}

@@ -16,6 +16,8 @@ from typing import Final
 
 import attrs
 
+from agentd.backoff import exponential
+
 BACKOFF_BASE: Final = 0.5
 BACKOFF_CAP: Final = 30.0
 BREAKER_WINDOW: Final = 60.0
@@ -51,7 +53,7 @@ class RestartGovernor:
         while self._recent and self._recent[0] <= now - self.window:
             self._recent.popleft()
         self._consecutive += 1
-        backoff = min(self.cap, self.base * 2 ** (self._consecutive - 1))
+        backoff = exponential(self._consecutive, self.base, self.cap)
         return Verdict(backoff, len(self._recent) > self.threshold, len(self._recent))
 
     @property

@@ -8,9 +8,12 @@ Tests use a backend that runs real trio tasks (tests/selfmcp/backend.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
+
+# A served run as a peer sees it is the supervisor's one result shape; re-exported for backends.
+from agentd.supervisor.node import RunView as RunView
 
 #: Statuses after which a run never changes again.
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "partial", "refused", "budget_exhausted"})
@@ -32,17 +35,6 @@ class Refusal:
     """A cap or scope refusal: the peer gets ``isError: true`` with this text, never a crash."""
 
     reason: str
-
-
-@attrs.frozen
-class RunView:
-    """A served run as a peer may see it. ``result`` is the distilled value once ``done``."""
-
-    handle: str
-    status: str
-    done: bool
-    partial: bool = False
-    result: Any = None
 
 
 class SelfMcpBackend(Protocol):

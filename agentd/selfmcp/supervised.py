@@ -16,14 +16,9 @@ import attrs
 
 from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
 from agentd.supervisor.caps import Refusal as SupervisorRefusal
-from agentd.supervisor.node import RunView as NodeView
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, Supervisor, is_terminal
 
 MANAGEMENT = Caller(origin=Origin.MANAGEMENT)
-
-
-def _view(view: NodeView) -> RunView:
-    return RunView(view.handle, view.status, bool(view.done), bool(view.partial), view.result)
 
 
 @attrs.define(eq=False)
@@ -52,7 +47,7 @@ class SupervisorBackend:
 
     def view(self, handle: str) -> RunView | None:
         answer = self.supervisor.status(MANAGEMENT, handle)
-        return None if isinstance(answer, SupervisorRefusal) else _view(answer)
+        return None if isinstance(answer, SupervisorRefusal) else answer
 
     async def wait(self, handle: str) -> RunView:
         while True:
@@ -60,12 +55,12 @@ class SupervisorBackend:
             if isinstance(answer, SupervisorRefusal):
                 return RunView(handle, "failed", True, False, None)
             if is_terminal(answer):
-                return _view(answer)
+                return answer
             await self.supervisor.wait_changed()  # a warm session between turns: wait for an end
 
     async def cancel(self, handle: str) -> RunView | None:
         answer = await self.supervisor.cancel(MANAGEMENT, handle, "cancelled by peer")
-        return None if isinstance(answer, SupervisorRefusal) else _view(answer)
+        return None if isinstance(answer, SupervisorRefusal) else answer
 
     def counts(self) -> Mapping[str, int]:
         live = [n for n in self.supervisor.live() if n.handle.startswith("served.")]

@@ -142,6 +142,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             bump_ms: list[float] = []
             read_ms: list[float] = []
             run_ms: list[float] = []
+            cpu_start = time.process_time()
             for i in range(args.wakes):
                 uri = uris[i % len(uris)]
                 ends, seen = bench.wake_ends, len(bench.requests)
@@ -154,6 +155,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 notify_ms.append((at - bench.updated[uri][-1]) * 1000)
                 read_ms.append((bench.woken[uri][-1] - bench.updated[uri][-1]) * 1000)
                 run_ms.append((at - bench.woken[uri][-1]) * 1000)
+            cpu_per_wake = (time.process_time() - cpu_start) * 1000 / args.wakes
 
             burst_rows = []
             for n, uri in zip(bursts, burst_uris, strict=True):
@@ -195,6 +197,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "floor_p99": pct(floor_ms, 0.99),
         "bump_p99": pct(bump_ms, 0.99),
         "bursts": burst_rows,
+        "cpu_per_wake": cpu_per_wake,
         "load": os.getloadavg()[0],
         "cpus": os.cpu_count(),
     }
@@ -220,6 +223,9 @@ change the resource and notify.
 | of which: read done→model (run setup, prompt, catalogue, POST to the gateway) | {r['run_median']:.2f} | {r['run_p99']:.2f} |
 | bump→model (plus side door and the server's notification) | {r['bump_median']:.2f} | {r['bump_p99']:.2f} |
 | floor: one bare `resources/read` through agentd's client, same server | {r['floor_median']:.2f} | {r['floor_p99']:.2f} |
+
+CPU time of this process per wake (agentd's daemon plus the in-process scripted gateway and side-door
+client; the SDK server is another process), the figure load disturbs least: **{r['cpu_per_wake']:.2f} ms**.
 
 Bursts: N updates of one URI as fast as the side door takes them (8 in flight), then quiet.
 

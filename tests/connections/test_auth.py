@@ -36,11 +36,13 @@ def script():
 async def test_bearer_header_seen_by_server_and_never_logged(tmp_path):
     token = "bearer-token-value-9f8e7d"
     async with mcp_peer(bearer=f"Bearer {token}") as peer, scripted_gateway(script()) as gw:
-        config = host(gw, peer, auth={"type": "bearer", "token": {"env": "DOCS_TOKEN"}})
+        config = host(gw, peer, auth={"type": "bearer", "token": {"env": "DOCS_TOKEN"}},
+                      headers={"X-Workspace": {"env": "DOCS_WORKSPACE"}, "X-Client": "agentd-tests"})
         with trio.fail_after(20):
-            outcome = await run(tmp_path, config, MANIFEST, env={"DOCS_TOKEN": token})
+            outcome = await run(tmp_path, config, MANIFEST, env={"DOCS_TOKEN": token, "DOCS_WORKSPACE": "ws-7"})
     assert outcome.code == 0, outcome.raw
     assert peer.headers_seen and all(h["authorization"] == f"Bearer {token}" for h in peer.headers_seen)
+    assert all(h["x-workspace"] == "ws-7" and h["x-client"] == "agentd-tests" for h in peer.headers_seen)
     assert peer.calls == [{"name": "search", "arguments": {"q": "x"}}]
     assert token not in outcome.raw
 

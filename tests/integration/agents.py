@@ -32,6 +32,11 @@ class Worker:
     stdout: bytes = b""
     returncode: int | None = None
     _changed: trio.Event = attrs.field(factory=trio.Event)
+    _pid: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self._pid
 
     @property
     def port(self) -> int:
@@ -62,15 +67,16 @@ class Worker:
 
 
 @asynccontextmanager
-async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None,
+async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None, serving: bool = True,
                         stop_timeout: float = 30.0) -> AsyncIterator[Worker]:
-    """``agentd *argv`` (which must include ``--serve-mcp``); yields once it serves, drains it at the end."""
+    """``agentd *argv``; yields once it serves (``--serve-mcp``; with ``serving=False`` at once), and
+    drains it with SIGTERM at the end of the block unless it already exited."""
     proc = await trio.lowlevel.open_process(
         [*AGENTD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
         env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None and proc.stderr is not None
-    worker = Worker()
+    worker = Worker(pid=proc.pid)
     started = trio.Event()
     out = bytearray()
 
@@ -86,7 +92,7 @@ async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None,
                 except ValueError:
                     event = {"event": "non-json", "text": raw.decode(errors="replace")}
                 worker._add(event)
-                if event.get("event") == "serve.start" and not started.is_set():
+                if serving and event.get("event") == "serve.start" and not started.is_set():
                     worker.url = event["urls"][0]
                     started.set()
         started.set()  # exited before serving: the caller's assertion says so
@@ -100,9 +106,10 @@ async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None,
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_stderr)
             nursery.start_soon(read_stdout)
-            with trio.fail_after(60):
-                await started.wait()
-            assert worker.url, "worker exited before serving: " + json.dumps(worker.events[-5:])
+            if serving:
+                with trio.fail_after(60):
+                    await started.wait()
+                assert worker.url, "worker exited before serving: " + json.dumps(worker.events[-5:])
             yield worker
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)

@@ -27,7 +27,7 @@ from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from tests.selfmcp.certs import Pki, make_pki
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTD = [sys.executable, "-m", "agentd"]

@@ -13,13 +13,11 @@ import argparse
 import asyncio
 import base64
 import json
-import socket
 import sys
 import weakref
 from typing import Any
 
 import anyio
-import uvicorn
 from mcp import types
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.lowlevel import NotificationOptions
@@ -27,6 +25,11 @@ from mcp.shared.exceptions import McpError
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+try:
+    from tests.peers.servers.uvicorn_peer import parse_peer_args, serve_app
+except ModuleNotFoundError:  # run as a script (perhaps from another venv): this directory is on sys.path
+    from uvicorn_peer import parse_peer_args, serve_app  # type: ignore[no-redef]
 
 RESOURCE_NOT_FOUND = -32002
 BLOB_BYTES = bytes(range(256))
@@ -300,32 +303,11 @@ def _filler(i: int) -> Any:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    app = LegacyPeer(args).app()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            await task
-            raise SystemExit("server exited before it started")
-        await asyncio.sleep(0.01)
-    print(f"LISTENING http://{args.host}:{port}/mcp", flush=True)
-    await task
+    await serve_app(LegacyPeer(args).app(), args.host, args.port)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="1.x-era MCP test peer (FastMCP, mcp<2)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--mode", choices=["stateful", "stateless", "json"], default="stateful")
-    p.add_argument("--tools", type=int, default=0)
-    p.add_argument("--page-size", type=int, default=0)
-    p.add_argument("--instructions", default=None)
-    return p.parse_args(argv)
+    return parse_peer_args("1.x-era MCP test peer (FastMCP, mcp<2)", argv)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,12 @@ import argparse
 import asyncio
 import base64
 import json
-import socket
 import sys
 import weakref
 from typing import Any
 
 import anyio
 import mcp_types as types
-import uvicorn
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated, ToolsListChanged
@@ -36,6 +34,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+try:
+    from tests.peers.servers.uvicorn_peer import parse_peer_args, serve_app
+except ModuleNotFoundError:  # run as a script (perhaps from another venv): this directory is on sys.path
+    from uvicorn_peer import parse_peer_args, serve_app  # type: ignore[no-redef]
 
 RESOURCE_NOT_FOUND = -32002
 BLOB_BYTES = bytes(range(256))
@@ -327,36 +330,11 @@ def build_app(args: argparse.Namespace) -> Any:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    app = build_app(args)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted sockets inherit TCP_NODELAY; without it uvicorn's separate header/body writes meet the client's
-    # delayed ACK and every response stalls ~40 ms.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            await task
-            raise SystemExit("server exited before it started")
-        await asyncio.sleep(0.01)
-    print(f"LISTENING http://{args.host}:{port}/mcp", flush=True)
-    await task
+    await serve_app(build_app(args), args.host, args.port)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--mode", choices=["stateful", "stateless", "json"], default="stateful")
-    p.add_argument("--tools", type=int, default=0, help="extra filler tools")
-    p.add_argument("--page-size", type=int, default=0, help="page size of tools/list and resources/list (0 = all)")
-    p.add_argument("--instructions", default=None)
-    return p.parse_args(argv)
+    return parse_peer_args(__doc__.splitlines()[0] if __doc__ else None, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,81 @@
+"""A daemon builds a catalogue per wake: the per-schema and name-map work is reused, never stale."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+
+from agentd.events import EventLog
+from agentd.loop import catalogue
+from agentd.loop.catalogue import build_catalogue
+from agentd.loop.control import ControlContext, ControlResult, ControlTool
+
+
+@attrs.frozen
+class Tool:
+    server: str
+    name: str
+    description: str | None
+    input_schema: dict[str, Any]
+
+
+async def _noop(arguments: Any, ctx: ControlContext) -> ControlResult:
+    return ControlResult.text("ok")
+
+
+def _schema(i: int) -> dict[str, Any]:
+    return {"type": "object", "properties": {f"p{i}": {"type": "integer"}, "q": {"type": "string"}},
+            "required": [f"p{i}"]}
+
+
+def test_rebuilt_catalogue_reuses_validators_and_still_logs_each_load() -> None:
+    tools = [Tool("srv", f"t{i}", f"tool {i}", _schema(i)) for i in range(20)]
+    control_schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
+    lines: list[dict[str, Any]] = []
+    log = EventLog(sink=lines.append)
+    # Control tools are registered afresh per wake (new objects, same module-level schema).
+    first = build_catalogue(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
+    second = build_catalogue(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
+    assert first is not second
+    for wire, entry in first.entries.items():
+        assert second.entries[wire].validator is entry.validator
+    assert [t.name for t in first.chat_tools] == [t.name for t in second.chat_tools]
+    # Nothing per schema was redone: the prepared copies themselves are shared (and never mutated).
+    assert all(a.parameters is b.parameters for a, b in zip(first.chat_tools, second.chat_tools, strict=True))
+    # The audit record is per catalogue load, as before: 20 descriptions each time.
+    assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 40
+    entry = second.resolve("srv__t3")
+    assert entry is not None and entry.check({"p3": 1}) is None and "required" in (entry.check({}) or "")
+
+
+def test_a_new_schema_object_is_compiled_for_itself() -> None:
+    """The identity cache never hands one schema's validator to another (new list from the pool)."""
+    strict = Tool("srv", "t", "", {"type": "object", "required": ["a"]})
+    loose = Tool("srv", "t", "", {"type": "object"})
+    a = build_catalogue([strict], []).resolve("srv__t")
+    b = build_catalogue([loose], []).resolve("srv__t")
+    assert a is not None and b is not None
+    assert a.check({}) is not None and b.check({}) is None
+    # And a changed tool list changes the wire names the map hands out.
+    both = build_catalogue([strict, Tool("other", "t", "", {})], [])
+    assert set(both.entries) == {"srv__t", "other__t"}
+
+
+def test_a_rebuilt_catalogue_costs_a_fraction_of_a_cold_one() -> None:
+    """CPU, not wall time: the second build of the same tools must skip schema checks and serialisation."""
+    tools = [Tool("srv", f"t{i}", "d", _schema(i)) for i in range(30)]
+    catalogue._PREPARED.clear()
+    catalogue._VALIDATORS.clear()
+    catalogue._name_map.cache_clear()
+    start = time.process_time()
+    build_catalogue(tools, [])
+    cold = time.process_time() - start
+    assert catalogue._name_map.cache_info().misses == 1
+    start = time.process_time()
+    for _ in range(10):
+        build_catalogue(tools, [])
+    warm = (time.process_time() - start) / 10
+    assert catalogue._name_map.cache_info().hits == 10
+    assert warm < cold / 3, (warm, cold)
