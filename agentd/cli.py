@@ -225,40 +225,11 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
     """``trio.run(daemon_main, config)`` with SIGTERM/SIGINT turned into a drain (see agentd.drain)."""
     import trio
 
-    from agentd.drain import DrainLatch, use_drain, watch_signals
+    from agentd.drain import run_with_signals
 
-    forced = False
-    latch = DrainLatch()
-
-    async def supervise() -> Any:
-        nonlocal forced
-        run_scope = trio.CancelScope()
-
-        def force() -> None:
-            nonlocal forced
-            forced = True
-            run_scope.cancel()
-
-        async def backstop() -> None:
-            await latch.wait()
-            # At the drain timeout the run scope is cancelled; the cancellation itself walks the kill ladder
-            # and the services' shielded, bounded cleanup (unsubscribe, DELETE), so nothing is orphaned.
-            await trio.sleep(config.drain_timeout)
-            log.warn("drain.end", outcome="cancelled", drain_timeout=config.drain_timeout)
-            run_scope.cancel()
-
-        with use_drain(latch):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(functools.partial(watch_signals, latch, force, log=log))
-                nursery.start_soon(backstop)
-                result = None
-                with run_scope:
-                    result = await daemon_main(config)
-                nursery.cancel_scope.cancel()
-        return result
-
-    result = trio.run(supervise)
-    return DrainOutcome(result, drained=latch.requested, forced=forced)
+    main = functools.partial(daemon_main, config)
+    run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
+    return DrainOutcome(run.result, drained=run.drained, forced=run.forced)
 
 
 # --- output ------------------------------------------------------------------------------------------

@@ -13,9 +13,11 @@ A library caller that installs none gets a latch that never fires.
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
+from typing import Generic, TypeVar
 
 import attrs
 import trio
@@ -90,3 +92,49 @@ async def watch_signals(
             else:
                 log.warn("proc.signal", signal=name, action="force")
                 force()
+
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class SignalledRun(Generic[T]):
+    """How a run under :func:`run_with_signals` ended: its result (None if it was cancelled), and whether a
+    drain was requested and a second signal forced the end."""
+
+    result: T | None
+    drained: bool
+    forced: bool
+
+
+async def run_with_signals(
+    main: Callable[[], Awaitable[T]], *, drain_timeout: float, log: EventLog
+) -> SignalledRun[T]:
+    """Run ``main()`` owning SIGTERM/SIGINT the way every agentd command does: the first signal sets a fresh
+    latch (installed for ``main``), ``drain_timeout`` seconds later the run is cancelled, a second signal
+    cancels it at once. The cancellation itself walks the kill ladder and the services' shielded, bounded
+    cleanup (unsubscribe, DELETE), so nothing is orphaned."""
+    latch = DrainLatch()
+    run_scope = trio.CancelScope()
+    forced = False
+
+    def force() -> None:
+        nonlocal forced
+        forced = True
+        run_scope.cancel()
+
+    async def backstop() -> None:
+        await latch.wait()
+        await trio.sleep(drain_timeout)
+        log.warn("drain.end", outcome="cancelled", drain_timeout=drain_timeout)
+        run_scope.cancel()
+
+    result: T | None = None
+    with use_drain(latch):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(watch_signals, latch, force, log=log))
+            nursery.start_soon(backstop)
+            with run_scope:
+                result = await main()
+            nursery.cancel_scope.cancel()
+    return SignalledRun(result, drained=latch.requested, forced=forced)

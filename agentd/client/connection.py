@@ -122,6 +122,11 @@ class ServerConnection(StreamsMixin):
     #: URIs the current modern listen acknowledged.
     _acked: set[str] = attrs.field(factory=set)
     _validators: dict[str, Any] = attrs.field(factory=dict)
+    #: Requests between POST and their abandon step; closing waits for them so a run cancelled as a whole
+    #: still sends every ``notifications/cancelled`` before the session is deleted.
+    _inflight: int = 0
+    _idle: trio.Event = attrs.field(factory=trio.Event)
+    _closing: bool = False
 
     @property
     def name(self) -> str:
@@ -158,6 +163,12 @@ class ServerConnection(StreamsMixin):
                 await self._reconnect()
                 after_reconnect = True
         finally:
+            # Refuse new requests, let the cancelled ones send their notifications/cancelled (their tasks
+            # are cancelled along with this one, in no set order), only then forget and DELETE the session.
+            self._closing = True
+            with trio.move_on_after(CLEANUP_GRACE, shield=True):
+                while self._inflight:
+                    await self._idle.wait()
             self.connected = False
             with trio.move_on_after(CLEANUP_GRACE, shield=True):
                 await self._close_session()
@@ -342,6 +353,8 @@ class ServerConnection(StreamsMixin):
         self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
         """One request on the live session; a 404 on the session re-initializes and retries once."""
+        if self._closing:
+            raise McpTransportError(f"MCP server {self.name!r}: the connection is closing", server=self.name)
         if not self.connected:
             raise McpTransportError(f"MCP server {self.name!r} is not connected (reconnecting)", server=self.name)
         generation = self.generation
@@ -369,6 +382,7 @@ class ServerConnection(StreamsMixin):
             raise
         except SessionError as exc:
             raise McpError(f"{method}: {exc}", server=self.name) from None
+        self._inflight += 1
         try:
             result = await self._exchange(request, headers)
         except trio.Cancelled:
@@ -379,6 +393,10 @@ class ServerConnection(StreamsMixin):
             raise
         finally:
             self.session.pending.pop(request.id, None)  # answered, failed or abandoned: forget it
+            self._inflight -= 1
+            if not self._inflight:
+                idle, self._idle = self._idle, trio.Event()
+                idle.set()
         if self.era is Era.MODERN:
             try:
                 result_type(result)
@@ -600,9 +618,11 @@ class ServerConnection(StreamsMixin):
                 else:
                     self.log.warn("mcp.protocol_error", server=self.name, what=f"tool {tool.name!r} dropped: {reason}")
             tools = kept
+        allowed = self.config.tools
         self.tools = [
             ToolInfo(self.name, t.name, t.description, t.input_schema, t.output_schema, t.annotations, t.title)
             for t in tools
+            if allowed is None or t.name in allowed  # a host allowlist: the rest never reach the catalogue
         ]
         # The audit record of each (untrusted) description is the loop's mcp.tool_description event.
         self._validators = {}
@@ -652,6 +672,8 @@ class ServerConnection(StreamsMixin):
     # -- operations --------------------------------------------------------------------------------------
 
     async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str) -> ToolResult:
+        if self.config.tools is not None and tool not in self.config.tools:
+            raise McpError(f"tools/call {tool}: not in the host's allowlist for {self.name!r}", server=self.name)
         params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {mcp_meta.RUN_ID: run_id}}
         try:
             with trio.fail_after(self.config.call_timeout):

@@ -33,7 +33,7 @@ import cattrs
 import cattrs.v
 import yaml
 
-from agentd.config.argv import FLAGS_BY_FILE_KEY, Flag
+from agentd.config.argv import FLAGS_BY_DEST, FLAGS_BY_FILE_KEY, Flag
 from agentd.config.durations import parse_duration
 from agentd.config.model import McpServerConfig, TlsConfig
 from agentd.errors import ConfigError
@@ -138,12 +138,18 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_file(path: str) -> FileLayer:
-    """Read and check one config file.
+#: A host file's own keys (agentd.connections.plain), accepted here so one host file serves both commands.
+HOST_KEYS: Final = ("version", "connections", "transcript")
+
+
+def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
+    """Read and check one config file (``env``: for the host keys' ``{env: NAME}`` references).
 
     Raises:
-        ConfigError: unreadable or not YAML, not a mapping, an unknown key, or a bad ``mcp_servers`` entry.
+        ConfigError: unreadable or not YAML, not a mapping, an unknown key, or a bad ``mcp_servers`` or
+            ``connections`` entry.
     """
+    env = os.environ if env is None else env
     try:
         with open(path, encoding="utf-8") as file:
             raw = yaml.load(file, Loader=_StrictLoader)  # a SafeLoader subclass: safe_load semantics
@@ -162,6 +168,7 @@ def load_file(path: str) -> FileLayer:
     base_dir = os.path.dirname(os.path.abspath(path))
     settings: dict[str, tuple[Flag, Any]] = {}
     servers: tuple[McpServerConfig, ...] = ()
+    connections: tuple[McpServerConfig, ...] = ()
     sections: dict[str, object] = {}
     for key, value in raw.items():
         try:
@@ -169,6 +176,8 @@ def load_file(path: str) -> FileLayer:
                 continue  # `key:` with nothing after it (everything commented out) means "not set"
             if key == "mcp_servers":
                 servers = _load_servers(value, base_dir)
+            elif key in HOST_KEYS or (key == "intelligence" and isinstance(value, dict)):
+                connections = _host_key(key, value, env, settings) or connections
             elif isinstance(key, str) and key in SECTIONS:
                 sections[key] = SECTIONS[key](value, base_dir)
             elif isinstance(key, str) and key in FLAGS_BY_FILE_KEY:
@@ -178,11 +187,36 @@ def load_file(path: str) -> FileLayer:
                 raise ConfigError(f"unknown key {key!r} @ $.{key}{_suggest(key)}")
         except ConfigError as exc:
             raise ConfigError(f"--config {path}: {exc}") from None
-    return FileLayer(path, settings, servers, sections)
+    for index, server in enumerate(servers):
+        if any(other.name == server.name for other in connections):
+            raise ConfigError(
+                f"--config {path}: connection {server.name!r} is declared twice "
+                f"($.mcp_servers[{index}] and $.connections.{server.name})"
+            )
+    return FileLayer(path, settings, (*connections, *servers), sections)
+
+
+def _host_key(
+    key: str, value: Any, env: Mapping[str, str], settings: dict[str, tuple[Flag, Any]]
+) -> tuple[McpServerConfig, ...] | None:
+    """A host file's key: ``connections`` gives server entries; the others fill settings or are checked."""
+    from agentd.connections import plain
+
+    if key == "connections":
+        return plain.load_connections(value, env)
+    if key == "intelligence":
+        for dest, raw in plain.intelligence_settings(value, env).items():
+            flag = FLAGS_BY_DEST[dest]
+            settings[flag.dest] = (flag, raw)
+    elif key == "version":
+        plain.check_version(value)
+    else:
+        plain.check_transcript(value)
+    return None
 
 
 def _suggest(key: object) -> str:
-    known = ["mcp_servers", *SECTIONS, *FLAGS_BY_FILE_KEY]
+    known = ["mcp_servers", *HOST_KEYS, *SECTIONS, *FLAGS_BY_FILE_KEY]
     close = difflib.get_close_matches(str(key), known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -57,7 +57,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     if config_path is not None:
         from agentd.config.file import load_file  # cattrs and PyYAML only when there is a file
 
-        file_layer = load_file(os.path.expanduser(config_path))
+        file_layer = load_file(os.path.expanduser(config_path), env)
         layers.append(
             {
                 dest: _convert(flag, raw, f"--config {file_layer.path} $.{flag.file_key}", from_file=True)

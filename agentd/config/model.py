@@ -43,6 +43,9 @@ class McpServerConfig:
     tls: TlsConfig | None = None
     connect_timeout: float = 10.0
     call_timeout: float = 60.0
+    #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
+    #: None: every tool the server lists. The connection hides the rest and refuses calls to them.
+    tools: tuple[str, ...] | None = None
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)

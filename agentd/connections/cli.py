@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
+from agentd import drain
 from agentd.config.model import McpServerConfig
 from agentd.connections.auth import (
     ClientCredentialsAuth,
@@ -43,7 +44,6 @@ from agentd.connections.transcript import (
     open_transcript,
     read_run,
 )
-from agentd.drain import DrainLatch, use_drain, watch_signals
 from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
 from agentd.events import EventLog, stream_sink
 from agentd.loop.result import RunResult, RunStatus
@@ -153,31 +153,11 @@ async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
     """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.drain): the first signal
     drains (no new step or model call; running work may finish for ``--drain-timeout``, then it is cancelled,
     exit 0), a second one cancels at once (exit 1)."""
-    latch = DrainLatch()
-    scope = trio.CancelScope()
-    forced = False
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), run_id=prepared.identity.run_id,
                    comp="proc")  # fmt: skip
-
-    def force() -> None:
-        nonlocal forced
-        forced = True
-        scope.cancel()
-
-    async def backstop() -> None:
-        await latch.wait()
-        await trio.sleep(prepared.drain_timeout)
-        log.warn("drain.end", outcome="cancelled", drain_timeout=prepared.drain_timeout)
-        scope.cancel()
-
-    result: ManifestResult | None = None
-    with use_drain(latch):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(watch_signals, latch, force, log=log))
-            nursery.start_soon(backstop)
-            with scope:
-                result = await run_prepared(prepared, out)
-            nursery.cancel_scope.cancel()
+    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out),
+                                             drain_timeout=prepared.drain_timeout, log=log)
+    result, forced = signalled.result, signalled.forced
     if result is None:
         run = RunResult(run_id=prepared.identity.run_id, status=RunStatus.CANCELLED, partial=True, done=False,
                         error="forced by a second signal" if forced else "cancelled at the drain timeout",

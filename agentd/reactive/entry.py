@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 #: Adds the daemon's other control tools (``subagent.*``) to a run's registry: ``(registry, run_id)``.
 AddControls = Callable[[ControlToolRegistry, str], None]
+#: The usage hook of one run, by its run id (the run's tokens count in its own run tree).
+UsageFor = Callable[[str], UsageHook]
 
 
 def loop_run_job(
@@ -48,8 +50,12 @@ def loop_run_job(
     output_contract: str | None = None,
     add_controls: AddControls | None = None,
     on_usage: UsageHook | None = None,
+    usage_for: UsageFor | None = None,
 ) -> RunJob:
-    """A :data:`RunJob` running the agent loop with an already open pool and intelligence."""
+    """A :data:`RunJob` running the agent loop with an already open pool and intelligence.
+
+    ``usage_for(run_id)`` (when given) is each run's own usage hook, else ``on_usage`` serves them all.
+    """
 
     async def run_job(job: Job, run_id: str, controls: ControlToolRegistry, limits: Limits) -> RunResult:
         builtin = resource_read_tool(pool)
@@ -60,7 +66,7 @@ def loop_run_job(
         request = RunRequest(instruction=job.instruction, run_id=run_id, limits=limits,
                              output_contract=output_contract, seed=job.seed)
         return await run_loop(request, pool=pool, intel=intel, controls=controls, log=log.bind(run_id=run_id),
-                              on_usage=on_usage)
+                              on_usage=usage_for(run_id) if usage_for is not None else on_usage)
 
     return run_job
 
@@ -90,11 +96,13 @@ def _drain_event(daemon: trio.Nursery, log: EventLog) -> trio.Event:
 
 
 async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: Mapping[str, str] | None,
-                       supervisor: Supervisor | None = None) -> tuple[AddControls | None, UsageHook | None]:
+                       supervisor: Supervisor | None = None) -> tuple[AddControls | None, UsageFor | None]:
     """The root supervisor for the daemon's runs (``subagent.*`` tools, tree token accounting), as in once.
 
     ``supervisor`` is the daemon's one root supervisor (shared with the served self-MCP); without one
-    (a library caller) a root supervisor is opened on ``stack``.
+    (a library caller) a root supervisor is opened on ``stack``. Every run (a wake) is its own run tree
+    for ``--token-ceiling``: its spawns and its own usage are counted under its run id, so the ceiling
+    bounds each wake and ``--budget-tokens-lifetime`` bounds the daemon.
     """
     try:
         from agentd.supervisor.messages import Usage as UsageFrame
@@ -108,16 +116,19 @@ async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: M
         supervisor = await stack.enter_async_context(
             open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id))
     root = supervisor
-    caller = Caller(Origin.STDIO, root.handle)
 
     def add_controls(registry: ControlToolRegistry, run_id: str) -> None:
         if cfg.max_depth > 0:
-            register_subagent_tools(registry, root, caller)
+            register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
-    async def on_usage(usage: Usage) -> None:
-        await root.authority.report_usage(root.handle, UsageFrame(usage.prompt_tokens, usage.completion_tokens))
+    def usage_for(run_id: str) -> UsageHook:
+        async def on_usage(usage: Usage) -> None:
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
+            await root.authority.report_usage(root.handle, frame, tree=run_id)
 
-    return add_controls, on_usage
+        return on_usage
+
+    return add_controls, usage_for
 
 
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None = None,
@@ -145,11 +156,11 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: 
                 stream=cfg.stream_intelligence, log=log, secrets=resolver))
             pool = await stack.enter_async_context(
                 open_mcp_pool(cfg.mcp, log=log, secrets=resolver, run_id=log.run_id))
-            add_controls, on_usage = await _supervision(stack, cfg, log, env, supervisor)
+            add_controls, usage_for = await _supervision(stack, cfg, log, env, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
                 loop_run_job(pool, intel, log, output_contract=cfg.output_contract, add_controls=add_controls,
-                             on_usage=on_usage),
+                             usage_for=usage_for),
                 base_run_id=log.run_id,
                 limits=limits,
                 log=daemon_log,

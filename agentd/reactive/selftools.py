@@ -67,6 +67,38 @@ class Awaiter(Protocol):
 
 
 _URI_SCHEMA: Final = {"type": "string", "description": "a concrete resource URI on a declared MCP server"}
+#: Module-level schemas: a daemon registers these tools afresh for every wake, and the loop's catalogue
+#: reuses what it prepared for a schema object it has already seen (agentd.loop.catalogue).
+_SUBSCRIPTION_SCHEMA: Final = {"type": "object", "properties": {"uri": _URI_SCHEMA}, "required": ["uri"],
+                               "additionalProperties": False}
+_SCHEDULE_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "after_seconds": {"type": "number", "minimum": MIN_AFTER_SECONDS, "maximum": MAX_AFTER_SECONDS},
+        "instruction": {"type": "string"},
+    },
+    "required": ["after_seconds", "instruction"],
+    "additionalProperties": False,
+}
+_AWAIT_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "uri": _URI_SCHEMA,
+        "condition": {
+            "type": "object",
+            "properties": {
+                "pointer": {"type": "string", "description": "RFC 6901 JSON Pointer, '' = whole content"},
+                "op": {"type": "string", "enum": list(OPS)},
+                "value": {},
+            },
+            "required": ["pointer", "op"],
+        },
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_AWAIT_TIMEOUT,
+                      "default": DEFAULT_AWAIT_TIMEOUT},
+    },
+    "required": ["uri"],
+    "additionalProperties": False,
+}
 
 
 def _uri(arguments: Mapping[str, Any]) -> str | None:
@@ -91,8 +123,7 @@ def _subscription_tool(action: Literal["subscribe", "unsubscribe"], requests: Se
     return ControlTool(
         name=action,
         description=f"{verb} the MCP resource `uri` changes. Applied after this run ends.",
-        input_schema={"type": "object", "properties": {"uri": _URI_SCHEMA}, "required": ["uri"],
-                      "additionalProperties": False},
+        input_schema=_SUBSCRIPTION_SCHEMA,
         handler=handler,
     )
 
@@ -116,15 +147,7 @@ def _schedule_tool(requests: SelfRequests) -> ControlTool:
         name="schedule",
         description="Start a later run of this agent with `instruction`, `after_seconds` (1 s to 30 days) "
         "after this run ends.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "after_seconds": {"type": "number", "minimum": MIN_AFTER_SECONDS, "maximum": MAX_AFTER_SECONDS},
-                "instruction": {"type": "string"},
-            },
-            "required": ["after_seconds", "instruction"],
-            "additionalProperties": False,
-        },
+        input_schema=_SCHEDULE_SCHEMA,
         handler=handler,
     )
 
@@ -163,25 +186,7 @@ def _await_tool(awaiter: Awaiter) -> ControlTool:
         description="Wait until the MCP resource `uri` is updated and its content satisfies `condition` "
         "(a JSON Pointer into the JSON content and an op), then return the fresh content; "
         "returns a timeout observation after `timeout_s` seconds.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "uri": _URI_SCHEMA,
-                "condition": {
-                    "type": "object",
-                    "properties": {
-                        "pointer": {"type": "string", "description": "RFC 6901 JSON Pointer, '' = whole content"},
-                        "op": {"type": "string", "enum": list(OPS)},
-                        "value": {},
-                    },
-                    "required": ["pointer", "op"],
-                },
-                "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_AWAIT_TIMEOUT,
-                              "default": DEFAULT_AWAIT_TIMEOUT},
-            },
-            "required": ["uri"],
-            "additionalProperties": False,
-        },
+        input_schema=_AWAIT_SCHEMA,
         handler=handler,
     )
 

@@ -20,13 +20,16 @@ from agentd.supervisor.messages import Admit, Admitted, Release, Usage
 
 
 class Authority(Protocol):
+    """``tree`` names the root's run tree a root-level spawn or the root's own usage belongs to (the
+    token ceiling is per run tree; see agentd.supervisor.caps). Only the root's authority uses it."""
+
     async def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False
+        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
     ) -> Admission | Refusal: ...
 
     async def release(self, handle: str) -> None: ...
 
-    async def report_usage(self, handle: str, usage: Usage) -> None: ...
+    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None: ...
 
 
 @attrs.define(eq=False)
@@ -37,15 +40,15 @@ class LocalAuthority:
     on_ceiling: Callable[[str], None] = lambda handle: None
 
     async def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False
+        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
     ) -> Admission | Refusal:
-        return self.ledger.admit(caller, tool_scope, trio.current_time(), served=served)
+        return self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree)
 
     async def release(self, handle: str) -> None:
         self.ledger.release(handle)
 
-    async def report_usage(self, handle: str, usage: Usage) -> None:
-        if self.ledger.add_tokens(usage.total):
+    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
+        if self.ledger.add_tokens(usage.total, handle, tree):
             self.on_ceiling(handle)
 
 
@@ -62,7 +65,7 @@ class RemoteAuthority:
     _pending: dict[int, trio.MemorySendChannel[Admitted]] = attrs.field(init=False, factory=dict)
 
     async def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False
+        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
     ) -> Admission | Refusal:
         ref = next(self._refs)
         send, receive = trio.open_memory_channel[Admitted](1)
@@ -89,7 +92,7 @@ class RemoteAuthority:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def report_usage(self, handle: str, usage: Usage) -> None:
+    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
         try:
             await self.channel.send(usage)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

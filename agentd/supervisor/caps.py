@@ -10,14 +10,25 @@ Depth: a handle names its tree path (``0`` is the root, ``0.2.1`` the root's sec
 depth 0, and a caller at depth ``d`` may spawn only while ``d + 1 < max_depth``: with the default 4 the
 tree holds at most four levels of agents, and the refusal reads ``max_depth=4 reached at handle 0.2.1.3``.
 The depth is always computed from the caller's handle, never taken from a request.
+
+The token ceiling is per *run tree*: a root run and everything it spawns. A long-lived supervisor (a
+daemon's, shared by its wakes and its served spawns) holds several trees: each root-level spawn is
+admitted into the caller's tree (``tree=``, default ``""``, the once-mode run), each served spawn
+(``served.N``) is a tree of its own, and a nested spawn belongs to its top-level ancestor's tree.
+``tokens_used`` stays the supervisor's total over all trees.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Final
 
 import attrs
+
+#: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
+TREES_KEPT: Final = 1024
 
 
 @attrs.frozen
@@ -53,6 +64,12 @@ def depth_of(handle: str) -> int:
 def parent_of(handle: str) -> str | None:
     head, dot, _ = handle.rpartition(".")
     return head if dot else None
+
+
+def top_of(handle: str) -> str:
+    """The root-level subagent whose subtree holds ``handle`` (``0.3.1`` -> ``0.3``, ``served.2.1`` ->
+    ``served.2``); a root handle is its own."""
+    return ".".join(handle.split(".")[:2])
 
 
 def is_within(handle: str, ancestor: str) -> bool:
@@ -96,6 +113,9 @@ class TreeLedger:
     draining: bool = False
     _live: dict[str, frozenset[str]] = attrs.field(init=False, factory=dict)
     _minted: dict[str, int] = attrs.field(init=False, factory=dict)
+    #: Root-level subagent handle -> its run tree; run tree -> tokens it used (bounded, oldest first out).
+    _tree_of: dict[str, str] = attrs.field(init=False, factory=dict)
+    _tree_tokens: OrderedDict[str, int] = attrs.field(init=False, factory=OrderedDict)
     _bucket: TokenBucket = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -110,10 +130,20 @@ class TreeLedger:
             return self.root_scope
         return self._live.get(handle)
 
+    def tree_of(self, handle: str, tree: str = "") -> str:
+        """The run tree ``handle``'s usage counts in; ``tree`` names the root's own run (its caller)."""
+        if handle == self.root:
+            return tree
+        return self._tree_of.get(top_of(handle), tree)
+
+    def tree_tokens(self, tree: str = "") -> int:
+        return self._tree_tokens.get(tree, 0)
+
     def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False
+        self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False, tree: str = ""
     ) -> Admission | Refusal:
-        """Decide one spawn by ``caller``; on success the child is counted live until :meth:`release`."""
+        """Decide one spawn by ``caller`` in run tree ``tree`` (the root's run; nested callers use their
+        ancestor's); on success the child is counted live until :meth:`release`."""
         if self.draining:
             return Refusal("spawn refused: draining, no new subagents are accepted")
         caller_scope = self.scope_of(caller)
@@ -132,10 +162,12 @@ class TreeLedger:
         depth = depth_of(caller) + 1
         if depth >= self.caps.max_depth:
             return Refusal(f"spawn refused: max_depth={self.caps.max_depth} reached at handle {caller}")
-        if self.tokens_used >= self.caps.token_ceiling:
+        tree = self.tree_of(caller, tree)
+        used = 0 if served else self.tree_tokens(tree)
+        if used >= self.caps.token_ceiling:
             return Refusal(
                 f"spawn refused: token_ceiling={self.caps.token_ceiling} reached "
-                f"(the tree used {self.tokens_used} tokens)"
+                f"(the tree used {used} tokens)"
             )
         if len(self._live) >= self.caps.max_subagents:
             return Refusal(
@@ -161,14 +193,24 @@ class TreeLedger:
         self._minted[parent] = n
         handle = f"{parent}.{n}"
         self._live[handle] = scope
+        if handle == top_of(handle):
+            self._tree_of[handle] = handle if served else tree
         return Admission(handle=handle, depth=depth_of(handle), scope=scope)
 
     def release(self, handle: str) -> None:
         """The subagent ended: it and anything still recorded under it stop counting."""
         for h in [h for h in self._live if is_within(h, handle)]:
             del self._live[h]
+        self._tree_of.pop(handle, None)  # a root-level subagent ended: its tree's count stays
 
-    def add_tokens(self, n: int) -> bool:
-        """Count ``n`` more tokens used by the tree; True when the tree is now past the ceiling."""
-        self.tokens_used += max(0, n)
-        return self.tokens_used > self.caps.token_ceiling
+    def add_tokens(self, n: int, handle: str | None = None, tree: str = "") -> bool:
+        """Count ``n`` more tokens used by ``handle`` (default the root, in run tree ``tree``); True when its
+        run tree is now past the ceiling."""
+        n = max(0, n)
+        self.tokens_used += n
+        key = self.tree_of(self.root if handle is None else handle, tree)
+        total = self._tree_tokens.pop(key, 0) + n
+        self._tree_tokens[key] = total  # most recently used last
+        while len(self._tree_tokens) > TREES_KEPT:
+            self._tree_tokens.popitem(last=False)
+        return total > self.caps.token_ceiling

@@ -22,6 +22,7 @@ ladder's ``killpg`` works exactly as for a re-exec.
 from __future__ import annotations
 
 import array
+import gc
 import json
 import os
 import selectors
@@ -48,6 +49,8 @@ PREIMPORT = (
     "agentd.supervisor.child", "agentd.supervisor.graph", "agentd.supervisor.loop_runner",
     "agentd.supervisor.scripted", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
     "agentd.supervisor.wiring",
+    # Imported lazily by httpx/httpcore on a client's first request (~15 ms of CPU in every child otherwise).
+    "httpcore", "httpcore._backends.auto", "httpcore._backends.trio", "encodings.idna",
 )
 
 
@@ -82,6 +85,11 @@ def serve_forks(sock_fd: int) -> int:
 
     _die_with_parent()
     _preimport()
+    # Everything imported so far lives as long as the children: the collector in a child never needs to
+    # scan it. Frozen objects cost a child no collection time and no copy-on-write faults from the
+    # collector writing their headers (the fork server allocates little after this point).
+    gc.collect()
+    gc.freeze()
     parent_fd = parent_pidfd()
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()

@@ -54,6 +54,9 @@ class Origin(enum.Enum):
 class Caller:
     origin: Origin
     handle: str = "0"
+    #: The root's run tree this caller's spawns count in (a daemon's wake passes its run id, so the
+    #: token ceiling is per wake); "" is the once-mode run. Ignored below the root.
+    tree: str = ""
 
 
 @attrs.frozen
@@ -125,7 +128,7 @@ class Supervisor:
             return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted"))
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
-            request.tool_scope, served=caller.origin is Origin.MANAGEMENT,
+            request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
         )
         if isinstance(admitted, Refusal):
             return self._refused(caller, admitted)

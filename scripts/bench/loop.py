@@ -41,6 +41,7 @@ from agentd.config.model import Config, McpServerConfig  # noqa: E402
 from agentd.daemon import run_config  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
 from agentd.loop.budgets import Limits  # noqa: E402
+from tests.peers.asgi import lifespan, read_body  # noqa: E402
 from tests.peers.gateway import _hypercorn_config, scripted_gateway, tool_call  # noqa: E402
 
 REPLY = tool_call("srv__echo", {"text": "hello from the benchmark"})
@@ -51,17 +52,9 @@ SESSION = "bench-session"
 async def instant_mcp(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """A minimal 2025-11-25 MCP server (ASGI, JSON replies, one ``echo`` tool) that answers at once."""
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            await send({"type": message["type"] + ".complete"})
-            if message["type"] == "lifespan.shutdown":
-                return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+        await lifespan(receive, send)
+        return
+    body = await read_body(receive)
     if scope["method"] != "POST":
         await _reply(send, 405, b"")
         return

@@ -5,7 +5,6 @@ Counts are recorded in docs/mcp-client.md. Auth scenarios belong to the host-con
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -21,10 +20,7 @@ EXPECTED = {"initialize": 1, "tools_call": 1, "sse-retry": 3}
 
 @pytest.fixture(scope="module", autouse=True)
 def _harness() -> None:
-    if not conformance.available():
-        if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
-            pytest.fail("conformance harness or Node 22 not installed")
-        pytest.skip("conformance harness or Node 22 not installed (run scripts/test)")
+    conformance.require()
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))

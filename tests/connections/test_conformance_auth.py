@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -17,10 +16,7 @@ CLIENT = Path(__file__).resolve().parent / "cc_client.py"
 
 @pytest.fixture(scope="module", autouse=True)
 def _harness() -> None:
-    if not conformance.available():
-        if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
-            pytest.fail("conformance harness or Node 22 not installed")
-        pytest.skip("conformance harness or Node 22 not installed (run scripts/test)")
+    conformance.require()
 
 
 @pytest.mark.parametrize(

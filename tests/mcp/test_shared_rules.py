@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from agentd.backoff import exponential
 from agentd.mcp import meta
 from agentd.mcp.client_session import ClientSession, is_modern_refusal
-from agentd.mcp.jsonrpc import ErrorResponse, Request
+from agentd.mcp.jsonrpc import ErrorResponse, Request, dumps, parse_body
 from agentd.mcp.server_session import HttpRequest, ModernPost, Reply, ServerCore, ServerIdentity
 from agentd.mcp.sse import SseDecoder
 from agentd.mcp.streamable_http import (
@@ -34,8 +34,6 @@ def _modern_client() -> ClientSession:
 
 
 def _to_server(request: Request, headers: dict[str, str]) -> HttpRequest:
-    from agentd.mcp.jsonrpc import dumps
-
     return HttpRequest("POST", {k.lower(): v for k, v in headers.items()}, dumps(request))
 
 
@@ -72,8 +70,6 @@ def test_the_servers_version_refusal_reads_as_modern_to_the_client() -> None:
     request.params["_meta"][meta.PROTOCOL_VERSION] = "2099-01-01"
     routed = ServerCore(IDENTITY).route(_to_server(request, headers), 0.0)
     assert isinstance(routed, Reply)
-    from agentd.mcp.jsonrpc import parse_body
-
     error = parse_body(routed.http.body)
     assert isinstance(error, ErrorResponse) and error.data["supported"] == list(SUPPORTED_VERSIONS)
     assert is_modern_refusal(error)

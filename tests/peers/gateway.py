@@ -51,7 +51,7 @@ import functools
 import json
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -61,10 +61,12 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-Reply = Mapping[str, Any] | Callable[["RecordedRequest"], Mapping[str, Any]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
+try:
+    from tests.peers.asgi import Receive, Send, lifespan, read_body
+except ModuleNotFoundError:  # run as a script: this directory is on sys.path
+    from asgi import Receive, Send, lifespan, read_body  # type: ignore[no-redef]
 
+Reply = Mapping[str, Any] | Callable[["RecordedRequest"], Mapping[str, Any]]
 
 # --- reply builders ------------------------------------------------------------------------------------
 
@@ -336,21 +338,11 @@ class GatewayApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         try:
             body = json.loads(raw) if raw else None
         except ValueError:

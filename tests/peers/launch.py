@@ -51,13 +51,11 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-class PeerProcess:
-    """A running peer. ``url`` is what it printed; ``stop()`` kills its process group and reaps it."""
+class _Peer:
+    """What both peer handles know: the process and the URL it printed."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, argv: Sequence[str]) -> None:
-        self.proc = proc
-        self.url = url
-        self.argv = list(argv)
+    proc: subprocess.Popen[bytes] | trio.Process
+    url: str
 
     @property
     def pid(self) -> int:
@@ -67,6 +65,15 @@ class PeerProcess:
     def origin(self) -> str:
         parts = urllib.parse.urlsplit(self.url)
         return f"{parts.scheme}://{parts.netloc}"
+
+
+class PeerProcess(_Peer):
+    """A running peer. ``url`` is what it printed; ``stop()`` kills its process group and reaps it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, argv: Sequence[str]) -> None:
+        self.proc: subprocess.Popen[bytes] = proc
+        self.url = url
+        self.argv = list(argv)
 
     def stop(self) -> None:
         """SIGKILL the whole group (test peers keep no state worth a graceful exit) and reap the leader.
@@ -182,21 +189,12 @@ async def peer_server(
             await proc.stdout.aclose()
 
 
-class AsyncPeer:
+class AsyncPeer(_Peer):
     """The trio-side handle of a running peer."""
 
     def __init__(self, proc: trio.Process, url: str) -> None:
-        self.proc = proc
+        self.proc: trio.Process = proc
         self.url = url
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def origin(self) -> str:
-        parts = urllib.parse.urlsplit(self.url)
-        return f"{parts.scheme}://{parts.netloc}"
 
 
 async def _read_listening(proc: trio.Process, argv: Sequence[str], timeout: float) -> str:

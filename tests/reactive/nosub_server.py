@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
+from pathlib import Path
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+if not __package__:  # run as a script: make the repository importable for the shared peer plumbing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.peers.servers.uvicorn_peer import serve_app
 
 state = {"test://polled": 0}
 server: MCPServer = MCPServer("nosub", subscriptions=False)
@@ -36,18 +39,7 @@ async def bump(request: Request) -> Response:
 async def main() -> None:
     app = server.streamable_http_app(host="127.0.0.1")
     app.router.routes.append(Route("/_test/bump", bump, methods=["POST"]))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    task = asyncio.create_task(uv.serve(sockets=[sock]))
-    while not uv.started:
-        if task.done():
-            await task
-            raise SystemExit("server exited before it started")
-        await asyncio.sleep(0.01)
-    print(f"LISTENING http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
-    await task
+    await serve_app(app)
 
 
 if __name__ == "__main__":

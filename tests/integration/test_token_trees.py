@@ -1,0 +1,102 @@
+"""The tree token ceiling is per run tree: a once-mode run, each daemon wake, each served spawn.
+
+Sans-io checks of the ledger's tree accounting, then a real ``--mode loop`` daemon whose first wake
+blows its ceiling while the next wake still spawns (the ceiling does not add up over the daemon's life).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from agentd.supervisor.caps import TREES_KEPT, Caps, Refusal, TreeLedger
+from tests.integration.agents import agentd_worker, text_of
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+
+
+def ledger(ceiling: int = 100) -> TreeLedger:
+    return TreeLedger(Caps(token_ceiling=ceiling, spawn_burst=1000), root_scope=frozenset())
+
+
+def test_wakes_are_separate_trees() -> None:
+    led = ledger()
+    assert led.add_tokens(150, tree="wake.1") is True  # the root's own usage in wake 1
+    refused = led.admit("0", None, 0.0, tree="wake.1")
+    assert isinstance(refused, Refusal) and "token_ceiling=100 reached (the tree used 150 tokens)" in refused.message
+    admitted = led.admit("0", None, 0.0, tree="wake.2")
+    assert not isinstance(admitted, Refusal)
+    assert led.tokens_used == 150 and led.tree_tokens("wake.2") == 0
+
+
+def test_descendant_usage_counts_in_its_top_level_ancestors_tree() -> None:
+    led = ledger()
+    child = led.admit("0", None, 0.0, tree="wake.2")
+    assert not isinstance(child, Refusal)
+    grandchild = led.admit(child.handle, None, 0.0)  # nested: asked up the channel, no tree given
+    assert not isinstance(grandchild, Refusal)
+    assert led.add_tokens(60, grandchild.handle) is False
+    assert led.add_tokens(60, child.handle) is True  # 120 > 100 in wake.2
+    assert led.tree_tokens("wake.2") == 120 and led.tree_tokens("") == 0
+    assert isinstance(led.admit(child.handle, None, 0.0), Refusal)  # the tree is spent, however deep
+    assert not isinstance(led.admit("0", None, 0.0, tree="wake.3"), Refusal)
+
+
+def test_each_served_spawn_is_its_own_tree_but_shares_the_live_caps() -> None:
+    led = TreeLedger(Caps(token_ceiling=100, max_subagents=2, spawn_burst=1000), root_scope=frozenset())
+    assert led.add_tokens(500) is True  # the once-mode run spent its tree
+    served = led.admit("0", None, 0.0, served=True)
+    assert not isinstance(served, Refusal) and served.handle == "served.1"
+    assert led.add_tokens(99, served.handle) is False
+    assert led.tree_tokens("served.1") == 99
+    assert isinstance(led.admit("0", None, 0.0), Refusal)  # the own run's tree is over its ceiling
+    assert not isinstance(led.admit("0", None, 0.0, served=True), Refusal)
+    third = led.admit("0", None, 0.0, served=True)
+    assert isinstance(third, Refusal) and "max_subagents=2" in third.message  # one chokepoint for caps
+
+
+def test_tree_counts_are_bounded() -> None:
+    led = ledger()
+    for n in range(TREES_KEPT + 10):
+        led.add_tokens(1, tree=f"wake.{n}")
+    assert led.tree_tokens("wake.0") == 0 and led.tree_tokens(f"wake.{TREES_KEPT + 9}") == 1
+    assert led.tokens_used == TREES_KEPT + 10
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leftover_children")
+async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
+    hold = trio.Event()  # never set: the third wake waits here until the drain
+    wakes: list[int] = []
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        user = " ".join(text_of(m.get("content")) for m in request.messages if m.get("role") == "user")
+        if "CHILD-TASK" in user:
+            return text("child ok", usage={"prompt_tokens": 1, "completion_tokens": 1})
+        if any(m.get("role") == "tool" for m in request.messages):
+            return text("wake done", usage={"prompt_tokens": 1, "completion_tokens": 1})
+        wakes.append(1)
+        if len(wakes) == 1:  # the first wake spends more than its ceiling before it spawns
+            return tool_call("subagent_spawn", {"instruction": "CHILD-TASK"},
+                             usage={"prompt_tokens": 30, "completion_tokens": 0})
+        if len(wakes) == 2:
+            return tool_call("subagent_spawn", {"instruction": "CHILD-TASK"},
+                             usage={"prompt_tokens": 1, "completion_tokens": 1})
+        return text("never", wait=hold)
+
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--mode", "loop", "--interval", "0", "--token-ceiling", "20", "--intelligence", gw.url,
+                "--instruction", "WAKE-TASK", "--drain-timeout", "1"]
+        async with agentd_worker(argv, serving=False) as daemon:
+            with trio.fail_after(60):
+                while len(wakes) < 3:
+                    await daemon.wait_event(lambda e: e.get("event") == "run.end" and e.get("run_id", "").endswith(
+                        f".{len(wakes)}"))
+        assert daemon.returncode == 0
+    finals = [r for r in gw.requests if any(m.get("role") == "tool" for m in r.messages)
+              and "CHILD-TASK" not in " ".join(text_of(m.get("content")) for m in r.messages if m.get("role") == "user")]
+    observations = [text_of(r.messages[-1].get("content")) for r in finals]
+    assert len(observations) == 2, observations
+    assert "spawn refused: token_ceiling=20 reached (the tree used 30 tokens)" in observations[0]
+    assert "child ok" in observations[1] and "refused" not in observations[1]
