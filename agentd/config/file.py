@@ -12,6 +12,10 @@
         call_timeout: 60s
     max_steps: 20                            # any flag marked "file" in the flag table, snake_case
 
+A host file's keys are accepted too (``version``, ``intelligence: {url, model, key}``, ``connections:``,
+``transcript``; agentd.connections.plain, docs/config.md): each connection becomes a server entry with its
+tool allowlist, so plain ``agentd --config host.yaml`` runs what ``agentd run`` would.
+
 Unknown keys are errors naming their path (``$.mcp_servers[0].hedaers``). Relative paths (TLS files,
 ``--serve-*`` files, ``{{secret-file:...}}``) are relative to the config file's directory.
 
@@ -176,10 +180,10 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 continue  # `key:` with nothing after it (everything commented out) means "not set"
             if key == "mcp_servers":
                 servers = _load_servers(value, base_dir)
+            elif isinstance(key, str) and key in SECTIONS:  # a registered extension wins over a built-in key
+                sections[key] = SECTIONS[key](value, base_dir)
             elif key in HOST_KEYS or (key == "intelligence" and isinstance(value, dict)):
                 connections = _host_key(key, value, env, settings) or connections
-            elif isinstance(key, str) and key in SECTIONS:
-                sections[key] = SECTIONS[key](value, base_dir)
             elif isinstance(key, str) and key in FLAGS_BY_FILE_KEY:
                 flag = FLAGS_BY_FILE_KEY[key]
                 settings[flag.dest] = (flag, _rebase_setting(flag, value, base_dir))

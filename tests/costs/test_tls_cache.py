@@ -124,3 +124,15 @@ async def test_https_still_verifies_with_the_cached_contexts(tmp_path: Path, fre
                 async with open_intelligence([gw.url], log=log, verify=verify) as intel:
                     assert (await intel.complete(USER, [])).content == "over tls"
             nursery.cancel_scope.cancel()
+
+
+def test_the_fork_server_warm_up_builds_what_children_would_pay_for(fresh_cache: None) -> None:
+    """Children inherit the fork server's state: the public context and httpcore's lazy imports are in it."""
+    import sys
+
+    from agentd.supervisor import forkserver
+
+    forkserver._preimport()
+    assert tls._default is not None
+    assert {"httpcore._backends.trio", "encodings.idna", "agentd.transport.tls"} <= set(sys.modules)
+    assert set(forkserver.PREIMPORT) <= set(sys.modules)
