@@ -98,7 +98,7 @@ async def main(
     escaped: AgentdError | None = None
     # ONE root supervisor per daemon, opened before and closed after the daemon nursery: the served
     # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
-    # chokepoint, so caps and the tree token ceiling are counted once.
+    # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with _root_supervisor(cfg, log, env) as supervisor, trio.open_nursery() as daemon:
         served = await _start_serving(cfg, log, daemon, env, supervisor)
         try:

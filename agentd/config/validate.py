@@ -68,6 +68,9 @@ def _check_run(config: Config, env: Mapping[str, str]) -> None:
         raise ConfigError("--instruction is empty")
     if config.instruction is None and config.serve_mcp is None:
         raise ConfigError("--instruction (or --instruction-file) is required unless --serve-mcp is given")
+    if config.instruction is None and config.mode != "once":
+        # A serving daemon without an instruction would be a pure worker that silently ignores its mode.
+        raise ConfigError(f"--mode {config.mode} needs --instruction (or --instruction-file): every fire runs it")
     if not config.intelligence:
         raise ConfigError("--intelligence is required (a Chat Completions base URL, or 'test')")
     for endpoint in config.intelligence:

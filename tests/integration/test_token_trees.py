@@ -90,9 +90,8 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
                 "--instruction", "WAKE-TASK", "--drain-timeout", "1"]
         async with agentd_worker(argv, serving=False) as daemon:
             with trio.fail_after(60):
-                while len(wakes) < 3:
-                    await daemon.wait_event(lambda e: e.get("event") == "run.end" and e.get("run_id", "").endswith(
-                        f".{len(wakes)}"))
+                while len(wakes) < 3:  # the model requests of other processes: poll, bounded
+                    await trio.sleep(0.02)
         assert daemon.returncode == 0
     finals = [r for r in gw.requests if any(m.get("role") == "tool" for m in r.messages)
               and "CHILD-TASK" not in " ".join(text_of(m.get("content")) for m in r.messages if m.get("role") == "user")]

@@ -1,4 +1,5 @@
-"""``--cron`` that can never fire is a configuration error (exit 2) found before any side effect."""
+"""Config checks at the seams (exit 2 before any side effect): a `--cron` that can never fire; a serving
+daemon mode without its instruction."""
 
 from __future__ import annotations
 
@@ -37,3 +38,11 @@ async def test_cli_exits_2_before_connecting() -> None:
         assert b"never fires" in done.stderr
         with pytest.raises(BlockingIOError):
             listener.accept()
+
+
+@pytest.mark.parametrize("mode", [["--mode", "reactive", "--subscribe", "test://x"], ["--mode", "loop"]])
+def test_a_serving_daemon_mode_needs_its_instruction(mode: list[str]) -> None:
+    # Without one, main would run a pure worker and silently ignore the mode and its subscriptions.
+    with pytest.raises(ConfigError, match=f"--mode {mode[1]} needs --instruction"):
+        Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0", *mode], env={})
+    assert Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0"], env={}).mode == "once"
