@@ -108,3 +108,34 @@ async def test_served_and_own_spawns_share_max_subagents() -> None:
         result = worker.result()
         assert result["status"] == "completed" and result["result"] == "root done", result
         assert result["run_id"] == worker.run_id
+
+
+async def test_a_daemon_wake_and_served_spawns_share_the_chokepoint() -> None:
+    """The same in a daemon mode: a loop wake's subagent holds the only slot, a served spawn is refused."""
+    hold = trio.Event()
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        role = _role(request)
+        if role == "CHILD-TASK":
+            return text("child done", wait=hold)
+        if _tool_texts(request):
+            return text("wake done")
+        return tool_call("subagent_spawn", {"instruction": "CHILD-TASK"})
+
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--max-subagents", "1", "--intelligence", gw.url,
+                "--mode", "loop", "--interval", "1h", "--instruction", "ROOT-TASK", "--drain-timeout", "5"]
+        async with agentd_worker(argv) as worker:
+            server = McpServerConfig(name="worker", url=worker.url + "/mcp")
+            with trio.fail_after(60):
+                async with open_mcp_pool([server], log=EventLog(sink=lambda line: None),
+                                         secrets=SecretResolver(env={}), run_id="t") as pool:
+                    await _until(lambda: any(_role(r) == "CHILD-TASK" for r in gw.requests))
+                    refused = await pool.call_tool("worker", "subagent.spawn", {"instruction": "SERVED-TASK"})
+                    assert refused.is_error is True and REFUSED in text_of(refused.content), refused
+                    hold.set()
+                    await worker.wait_event(lambda e: e.get("event") == "run.end" and e.get("run_id", "").endswith(".1"))
+                    ok = await pool.call_tool("worker", "subagent.spawn", {"instruction": "SERVED-TASK",
+                                                                           "async": True})
+                    assert ok.is_error is False and ok.structured["handle"] == "served.1"
+        assert worker.returncode == 0
