@@ -26,6 +26,16 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_era_cache() -> Iterator[None]:
+    """Each test starts with an empty per-process era cache (ports are reused; verdicts must not leak)."""
+    from agentd.client.era_cache import process_era_cache
+
+    process_era_cache().clear()
+    yield
+    process_era_cache().clear()
+
+
 @pytest.fixture
 def free_port() -> int:
     return launch.free_port()

@@ -5,6 +5,9 @@ See docs/mcp-client.md for the behaviour and docs/architecture.md § MCP client 
 
 from agentd.client._streams import Tuning as Tuning
 from agentd.client.connection import ServerConnection as ServerConnection
+from agentd.client.era_cache import EraCache as EraCache
+from agentd.client.era_cache import process_era_cache as process_era_cache
+from agentd.client.errors import ResponseStreamBroken as ResponseStreamBroken
 from agentd.client.models import ResourceContents as ResourceContents
 from agentd.client.models import ResourceInfo as ResourceInfo
 from agentd.client.models import ResourceTemplateInfo as ResourceTemplateInfo
@@ -15,14 +18,17 @@ from agentd.client.pool import McpPool as McpPool
 from agentd.client.pool import open_mcp_pool as open_mcp_pool
 
 __all__ = [
+    "EraCache",
     "McpPool",
     "ResourceContents",
     "ResourceInfo",
     "ResourceTemplateInfo",
     "ResourceUpdated",
+    "ResponseStreamBroken",
     "ServerConnection",
     "ToolInfo",
     "ToolResult",
     "Tuning",
     "open_mcp_pool",
+    "process_era_cache",
 ]

@@ -54,6 +54,15 @@ class _SessionGone(Exception):
     """A 404 on a request that carried our session id: the server forgot the session."""
 
 
+class _StreamBroke(Exception):
+    """A modern response (JSON or SSE) broke or ended before its answer: re-issue it, or surface it typed."""
+
+    def __init__(self, detail: str, request_id: jsonrpc.RequestId) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.request_id = request_id
+
+
 @attrs.define(eq=False)
 class _Waiter:
     event: trio.Event = attrs.field(factory=trio.Event)
@@ -270,37 +279,67 @@ class StreamsMixin:
     async def _one_listen(
         self, want: dict[str, Any], *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """One listen stream until it ends or its scope is cancelled.
+
+        A stream that breaks before its acknowledgement is re-issued once at once under a new id (2026-07-28
+        has no resumability); a second break is a transport error (the loop retries with backoff).
+        """
         with trio.CancelScope() as scope:
-            request = self.session.request("subscriptions/listen", {"notifications": want})
             graceful = False
-            started = False
-            try:
-                async with self.transport.open("POST", self._headers(request), jsonrpc.dumps(request)) as reply:
-                    if reply.kind is Body.HTTP_ERROR:
-                        error = await reply.error_body()
-                        if error is not None:
-                            raise self._rpc_error(error, request)
-                        raise McpTransportError(f"subscriptions/listen: HTTP {reply.status}", server=self.name)
-                    if reply.kind not in (Body.SSE, Body.JSON):
-                        raise McpProtocolError(f"subscriptions/listen: HTTP {reply.status}", server=self.name)
-                    first = await reply.receive()
-                    self._check_ack(first, request, want)
-                    started = True
-                    task_status.started(scope)
-                    while (message := await reply.receive()) is not None:
-                        self._activity = trio.current_time()
-                        if isinstance(message, jsonrpc.Notification):
-                            if meta.subscription_of(message.params or {}) == request.id:
-                                self._on_notification(message.method, message.params or {})
-                        elif isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id == request.id:
-                            graceful = True
-                            break
-            except McpError as exc:
-                if not started:
-                    raise
-                self.log.warn("mcp.stream", server=self.name, listen="dropped", error=str(exc))
-            finally:
-                self.session.pending.pop(request.id, None)
+            for attempt in range(2):
+                request = self.session.request("subscriptions/listen", {"notifications": want})
+                started = False
+                opened = False
+                try:
+                    async with self.transport.open("POST", self._headers(request), jsonrpc.dumps(request)) as reply:
+                        opened = True
+                        if reply.kind is Body.HTTP_ERROR:
+                            error = await reply.error_body()
+                            if error is not None:
+                                raise self._rpc_error(error, request)
+                            raise McpTransportError(f"subscriptions/listen: HTTP {reply.status}", server=self.name)
+                        if reply.kind not in (Body.SSE, Body.JSON):
+                            raise McpProtocolError(f"subscriptions/listen: HTTP {reply.status}", server=self.name)
+                        first = await reply.receive()
+                        if first is None:
+                            raise _StreamBroke("the stream ended before the acknowledgement", request.id)
+                        self._check_ack(first, request, want)
+                        started = True
+                        task_status.started(scope)
+                        while (message := await reply.receive()) is not None:
+                            self._activity = trio.current_time()
+                            if isinstance(message, jsonrpc.Notification):
+                                if meta.subscription_of(message.params or {}) == request.id:
+                                    self._on_notification(message.method, message.params or {})
+                            elif (isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
+                                  and message.id == request.id):  # fmt: skip
+                                graceful = True
+                                break
+                    break
+                except ConnectionLost as exc:
+                    if started:
+                        self.log.warn("mcp.stream", server=self.name, listen="dropped", error=str(exc))
+                        break
+                    if not opened:
+                        raise  # refused: the server may be gone (the loop reconnects)
+                    broke = _StreamBroke(str(exc), request.id)
+                except _StreamBroke as exc:
+                    broke = exc
+                except McpError as exc:
+                    if not started:
+                        raise
+                    self.log.warn("mcp.stream", server=self.name, listen="dropped", error=str(exc))
+                    break
+                finally:
+                    self.session.pending.pop(request.id, None)
+                if attempt:
+                    raise McpTransportError(
+                        f"subscriptions/listen: the stream broke before the acknowledgement, again after re-issuing "
+                        f"it under a new id ({broke.detail})",
+                        server=self.name,
+                    )
+                self.log.warn("mcp.stream", server=self.name, listen="reissued", request_id=request.id,
+                              error=broke.detail)  # fmt: skip
         if not scope.cancelled_caught:
             self._listen_ended = True
             self._listen_dropped = not graceful

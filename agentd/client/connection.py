@@ -38,9 +38,12 @@ from agentd.client._streams import (
     Tuning,
     UpdateSink,
     _SessionGone,
+    _StreamBroke,
     _Waiter,
     backoff_delay,
 )
+from agentd.client.era_cache import EraCache
+from agentd.client.errors import ResponseStreamBroken
 from agentd.client.models import ResourceContents, ResourceInfo, ResourceTemplateInfo, ToolInfo, ToolResult
 from agentd.config.model import McpServerConfig
 from agentd.errors import (
@@ -73,11 +76,16 @@ from agentd.mcp.streamable_http import (
     Body,
     invalid_header_annotation,
     param_headers,
+    reissue_safe,
     request_headers,
     valid_session_id,
 )
 from agentd.mcp.versions import LATEST_MODERN, Era
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
+
+
+class _NotModern(Exception):
+    """A cached modern-only verdict did not hold: probe again with ``initialize``."""
 
 
 @attrs.define(eq=False)
@@ -89,6 +97,8 @@ class ServerConnection(StreamsMixin):
     extra_headers: dict[str, str] = attrs.field(factory=dict)
     tuning: Tuning = attrs.field(factory=Tuning)
     rng: random.Random = attrs.field(factory=random.Random)
+    #: Origins known to be modern-only; the pool shares one (see agentd.client.era_cache).
+    eras: EraCache = attrs.field(factory=EraCache)
     session: ClientSession = attrs.field(
         factory=lambda: ClientSession(types.Implementation(name="agentd", version=__version__))
     )
@@ -107,8 +117,6 @@ class ServerConnection(StreamsMixin):
     _waiters: dict[jsonrpc.RequestId, _Waiter] = attrs.field(factory=dict)
     _broken: trio.Event = attrs.field(factory=trio.Event)
     _broken_reason: str = ""
-    #: The era verdict for this server, kept across reconnects.
-    _was_modern: bool = False
     _started: bool = False
     _reconnected: trio.Event = attrs.field(factory=trio.Event)
     _activity: float = 0.0
@@ -219,13 +227,13 @@ class ServerConnection(StreamsMixin):
         return McpConnectError(f"MCP server {self.name!r} ({self.transport.display_url}): {what}", server=self.name)
 
     async def _handshake(self) -> None:
-        if self._was_modern:
-            # Reconnecting to a server already known to be modern-only: skip the refused initialize, but fall
-            # back to it if discover fails (the server behind the URL may have changed).
+        if self.eras.modern(self.transport.url) is not None:
+            # The origin is known to be modern-only (this connection or an earlier one in the process learnt
+            # it): skip the refused initialize. If discover says otherwise, the entry is dropped and we probe.
             try:
                 await self._discover(None)
                 return
-            except McpConnectError:
+            except _NotModern:
                 self.session.reset()
         request = self.session.start_initialize()
         try:
@@ -246,18 +254,41 @@ class ServerConnection(StreamsMixin):
         await self._post(self.session.initialized_notification())
 
     async def _discover(self, refusal: McpRpcError | None) -> None:
-        """The server refused ``initialize`` the way a 2026-07-28 server does: switch to the modern wire."""
-        request = self.session.start_discover()
-        try:
-            result = await self._exchange(request)
-            found = self.session.adopt_modern(result)
-        except (McpError, HandshakeError) as exc:
+        """Switch to the modern wire: the server refused ``initialize`` the way a 2026-07-28 server does, or
+        (``refusal`` None) the era cache says its origin is modern-only.
+
+        Raises:
+            _NotModern: the cached verdict did not hold (the entry is dropped; probe with initialize).
+            McpConnectError: anything else.
+        """
+        failure: McpError | HandshakeError
+        for attempt in range(2):
+            request = self.session.start_discover()
+            try:
+                result = await self._exchange(request)
+                found = self.session.adopt_modern(result)
+                break
+            except _StreamBroke as exc:
+                if attempt == 0:
+                    self.log.warn("mcp.stream", server=self.name, method=request.method, reissued=True,
+                                  request_id=request.id, error=exc.detail)  # fmt: skip
+                    continue
+                failure = self._stream_broken(request.method, exc, reissued=True)
+            except (McpError, HandshakeError) as exc:
+                failure = exc
+            # A network failure (refused, reset, broken twice) is no verdict about the era.
+            no_verdict = isinstance(failure, ConnectionLost | ResponseStreamBroken)
+            if refusal is None and not no_verdict:
+                if self.eras.forget(self.transport.url):
+                    self.log.info("mcp.era", server=self.name, era=None, cache="dropped", error=str(failure))
+                raise _NotModern()
             if refusal is None:
-                raise self._connect_error(f"server/discover failed ({exc})") from None
+                raise self._connect_error(f"server/discover failed ({failure})") from None
             raise self._connect_error(
-                f"initialize was refused ({refusal}) and server/discover failed too ({exc})"
+                f"initialize was refused ({refusal}) and server/discover failed too ({failure})"
             ) from None
-        self._was_modern = True
+        assert self.protocol_version is not None
+        self.eras.record_modern(self.transport.url, self.protocol_version)
         meta = found.extra.get("_meta")
         info = (meta.get(mcp_meta.SERVER_INFO) if isinstance(meta, dict) else None) or found.extra.get("serverInfo")
         try:
@@ -266,7 +297,8 @@ class ServerConnection(StreamsMixin):
             self.server_info = None
         self.instructions = found.instructions
         self.ttl_ms["server/discover"] = found.ttl_ms
-        self.log.info("mcp.era", server=self.name, era="modern", protocol_version=self.protocol_version)
+        self.log.info("mcp.era", server=self.name, era="modern", protocol_version=self.protocol_version,
+                      cached=refusal is None)  # fmt: skip
 
     async def _close_session(self) -> None:
         """DELETE the legacy session on an orderly close (a 405 just means the server keeps no sessions)."""
@@ -376,6 +408,32 @@ class ServerConnection(StreamsMixin):
     async def _request_once(
         self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
+        """One request (no 404 recovery). On the modern wire a response stream that breaks before the answer
+        is re-issued once under a new id when the method is side-effect free, else surfaced typed."""
+        try:
+            return await self._request_attempt(method, params, headers)
+        except _StreamBroke as exc:
+            if not reissue_safe(method):
+                raise self._stream_broken(method, exc, reissued=False) from None
+            self.log.warn("mcp.stream", server=self.name, method=method, reissued=True, request_id=exc.request_id,
+                          error=exc.detail)  # fmt: skip
+        try:
+            return await self._request_attempt(method, params, headers)
+        except _StreamBroke as exc:
+            raise self._stream_broken(method, exc, reissued=True) from None
+
+    def _stream_broken(self, method: str, exc: _StreamBroke, *, reissued: bool) -> ResponseStreamBroken:
+        if reissued:
+            what = f"{method}: the response stream broke before the answer, again after re-issuing it under a new id"
+        else:
+            what = (f"{method}: the response stream broke before the answer; not re-sent, because the request may "
+                    "not be idempotent (it may or may not have run)")  # fmt: skip
+        return ResponseStreamBroken(f"{what} ({exc.detail})", server=self.name, method=method,
+                                    request_id=exc.request_id, reissued=reissued)  # fmt: skip
+
+    async def _request_attempt(
+        self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         try:
             request = self.session.request(method, params)
         except CapabilityMissing:
@@ -425,22 +483,41 @@ class ServerConnection(StreamsMixin):
         if extra:
             headers.update(extra)
         resume: tuple[str | None, int | None] = (None, None)
+        # 2026-07-28 has no resumability: a response that breaks before its answer is a _StreamBroke.
+        modern = request.method == "server/discover" or self.session.era is Era.MODERN
+        opened = False
         try:
-            async with self.transport.open("POST", headers, body, had_session=self.session_id is not None) as reply:
-                if reply.kind is Body.SESSION_GONE:
-                    raise _SessionGone()
-                if request.method == "initialize":
-                    self._take_session_id(reply)
-                await self._pump(reply, waiter, request)
-                if reply.kind is Body.SSE and waiter.event.is_set():
-                    await self._drain_stream(reply)
-                if reply.kind is Body.SSE and not waiter.event.is_set():
-                    if reply.truncated():
-                        raise McpProtocolError(
-                            f"{request.method}: the event stream ended in the middle of an event", server=self.name
-                        )
-                    resume = (reply.last_event_id, reply.retry_ms)
-            if not waiter.event.is_set() and resume[0] is not None and self.session.era is not Era.MODERN:
+            try:
+                async with self.transport.open(
+                    "POST", headers, body, had_session=self.session_id is not None
+                ) as reply:
+                    opened = True
+                    if reply.kind is Body.SESSION_GONE:
+                        raise _SessionGone()
+                    if request.method == "initialize":
+                        self._take_session_id(reply)
+                    await self._pump(reply, waiter, request)
+                    if reply.kind is Body.SSE and waiter.event.is_set():
+                        await self._drain_stream(reply)
+                    if reply.kind is Body.SSE and not waiter.event.is_set():
+                        middle = reply.truncated()
+                        if modern:
+                            self.session.pending.pop(request.id, None)
+                            where = "in the middle of an event" if middle else "before the answer"
+                            raise _StreamBroke(f"the event stream ended {where}", request.id)
+                        if middle:
+                            raise McpProtocolError(
+                                f"{request.method}: the event stream ended in the middle of an event",
+                                server=self.name,
+                            )
+                        resume = (reply.last_event_id, reply.retry_ms)
+            except ConnectionLost as exc:
+                if modern and opened and not waiter.event.is_set():
+                    # The connection broke mid-response, not before it: the request reached the server.
+                    self.session.pending.pop(request.id, None)
+                    raise _StreamBroke(str(exc), request.id) from None
+                raise
+            if not waiter.event.is_set() and resume[0] is not None and not modern:
                 await self._resume(waiter, request, resume[0], resume[1])
         finally:
             self._waiters.pop(request.id, None)

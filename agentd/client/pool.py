@@ -20,6 +20,7 @@ import trio
 
 from agentd.client._streams import Tuning
 from agentd.client.connection import ServerConnection
+from agentd.client.era_cache import EraCache, process_era_cache
 from agentd.client.models import (
     ResourceContents,
     ResourceInfo,
@@ -45,6 +46,8 @@ class McpPool:
     #: Servers that failed to connect (optional ones, or every one with ``raise_required=False``).
     failed: dict[str, AgentdError] = attrs.field(factory=dict)
     declared: list[McpServerConfig] = attrs.field(factory=list)
+    #: Origins known to be modern-only, shared by every connection of the pool (and, by default, the process).
+    eras: EraCache = attrs.field(factory=process_era_cache)
     _send: trio.MemorySendChannel[ResourceUpdated] = attrs.field(init=False)
     _receive: trio.MemoryReceiveChannel[ResourceUpdated] = attrs.field(init=False)
     _pending: dict[tuple[str, str], ResourceUpdated] = attrs.field(factory=dict)
@@ -179,6 +182,7 @@ class McpPool:
             extra_headers=headers,
             tuning=tuning,
             rng=random.Random(),
+            eras=self.eras,
         )
         try:
             await nursery.start(conn.serve)
@@ -230,15 +234,21 @@ async def open_mcp_pool(
     raise_required: bool = True,
     tuning: Tuning | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    eras: EraCache | None = None,
 ) -> AsyncIterator[McpPool]:
     """Connect every server concurrently and keep them connected while the block runs.
+
+    ``eras`` remembers which origins are modern-only (2026-07-28), so their connections skip the refused
+    ``initialize``; None means the per-process cache (:func:`agentd.client.era_cache.process_era_cache`).
 
     Raises:
         McpConnectError: a required server failed its handshake (unless ``raise_required=False``, which
             ``agentd check`` uses to report every server).
     """
     declared: Sequence[McpServerConfig] = list(servers)
-    pool = McpPool(log.bind(comp="mcp"), run_id, declared=list(declared))
+    pool = McpPool(
+        log.bind(comp="mcp"), run_id, declared=list(declared), eras=eras if eras is not None else process_era_cache()
+    )
     failure: McpConnectError | None = None
     async with AsyncExitStack() as stack:
         # Plain-http servers need no CA bundle; https ones share the process's cached context.

@@ -71,27 +71,32 @@ class Catalogue:
 def build_catalogue(
     tools: Sequence[ToolLike], controls: Iterable[ControlTool], *, log: EventLog | None = None
 ) -> Catalogue:
-    """Name, describe and compile validators for every tool. Logs each MCP description once, for audit."""
+    """Name, describe and compile validators for every tool. Logs each MCP description once per load, for audit.
+
+    A load is a new MCP tool list from the pool (connect, ``list_changed``): a daemon builds a catalogue
+    per wake from the same list, and re-logging every description per wake would be noise on its hot path.
+    """
     control_list = list(controls)
     names = _name_map(tuple((t.server, t.name) for t in tools) + tuple((None, c.name) for c in control_list))
     entries: dict[str, Entry] = {}
     chat: list[ChatTool] = []
+    audit = log if log is not None and _first_load(log, tools, names) else None
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
         prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
         entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator)
         chat.append(ChatTool(wire, tool.description or "", prepared.schema))
-        if log is not None:
+        if audit is not None:
             # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
             # A broken schema does not hide the tool: the server judges the arguments instead.
-            log.emit(
+            audit.emit(
                 "mcp.tool_description",
                 "warn" if prepared.error else "info",
                 server=tool.server,
                 tool=tool.name,
                 wire_name=wire,
-                description=log.content(tool.description or ""),
-                input_schema=log.content(prepared.text),
+                description=audit.content(tool.description or ""),
+                input_schema=audit.content(prepared.text),
                 **({"schema_error": prepared.error} if prepared.error else {}),
             )
     for control in control_list:
@@ -100,6 +105,33 @@ def build_catalogue(
         entries[wire] = Entry(wire, None, control.name, prepared.validator, control)
         chat.append(ChatTool(wire, control.description, prepared.schema))
     return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
+
+
+#: Per sink (held, so its id cannot be reused): the MCP tool list and wire names last audited there.
+_AUDITED: dict[int, tuple[Any, tuple[Any, ...], tuple[str, ...]]] = {}
+_AUDITED_MAX = 256
+
+
+def _first_load(log: EventLog, tools: Sequence[ToolLike], names: ToolNameMap) -> bool:
+    """Whether this tool list is new to ``log``'s sink: not the very objects (and wire names) audited last.
+
+    The pool hands out the same frozen tool objects until it re-lists, so identity marks one load.
+    """
+    key = tuple(tools)
+    wires = tuple(names.to_wire(t.server, t.name) for t in tools)
+    seen = _AUDITED.get(id(log.sink))
+    if (
+        seen is not None
+        and seen[0] is log.sink
+        and len(seen[1]) == len(key)
+        and all(a is b for a, b in zip(seen[1], key, strict=True))
+        and seen[2] == wires
+    ):
+        return False
+    if len(_AUDITED) >= _AUDITED_MAX:
+        _AUDITED.clear()
+    _AUDITED[id(log.sink)] = (log.sink, key, wires)
+    return True
 
 
 @functools.lru_cache(maxsize=64)

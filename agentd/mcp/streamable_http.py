@@ -38,6 +38,19 @@ MCP_HEADERS: Final = (SESSION_ID, PROTOCOL_VERSION, METHOD, NAME, LAST_EVENT_ID)
 #: Methods whose ``Mcp-Name`` header carries a parameter (2026-07-28, SEP-2243).
 NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
+#: 2026-07-28 has no resumability: a request whose response stream breaks before its answer is re-issued
+#: under a new id. Only requests without side effects may be: discovery, the lists, reads and listen.
+#: ``tools/call`` is deliberately absent (a tool may not be idempotent; it may already have run).
+REISSUE_SAFE: Final = frozenset({
+    "server/discover", "tools/list", "resources/list", "resources/templates/list", "prompts/list",
+    "resources/read", "subscriptions/listen",
+})
+
+
+def reissue_safe(method: str) -> bool:
+    """May a modern request whose response stream broke be sent again under a new id?"""
+    return method in REISSUE_SAFE
+
 
 class Body(enum.Enum):
     """What a response to a POST (or GET) holds, decided from its status and content type."""

@@ -234,7 +234,7 @@ Bursts: N updates of one URI as fast as the side door takes them (8 in flight), 
 {rows}
 
 Target: under 5 ms median wake latency on loopback, and the final state always read. Machine: {r['cpus']} CPUs,
-load average {r['load']:.2f} while measuring (other suites ran concurrently). Two round trips are inherent to
+load average {r["load"]:.2f} at the end of the run. Two round trips are inherent to
 notify-then-read (the read, then the model POST); the SDK server alone spends about {r['floor_median']:.1f} ms on a
 bare read here, and during a wake it is also still answering the side door that triggered the notification.
 Median notify→model minus the bare-read floor, i.e. agentd's routing, run setup and gateway client:

@@ -102,15 +102,10 @@ def test_required_server_down_is_6() -> None:
     assert outcome.code == 6 and outcome.document["status"] == "mcp_failed"
 
 
-def test_unavailable_subcommands_are_usage_errors() -> None:
-    try:
-        import agentd.connections.cli as connections_cli
-        if hasattr(connections_cli, "run_manifest"):
-            pytest.skip("agentd run is built")
-    except ModuleNotFoundError:
-        pass
-    outcome = run_agentd(["run", "agent.yaml"])
-    assert outcome.code == 2 and "agentd run" in outcome.events[0]["error"]
+def test_run_with_a_missing_manifest_is_a_usage_error() -> None:
+    outcome = run_agentd(["run", "no-such-agent.yaml"])
+    assert outcome.code == 2 and "no-such-agent.yaml" in outcome.events[0]["error"]
+    assert outcome.stdout.strip() == ""
 
 
 def test_check_needs_a_server() -> None:

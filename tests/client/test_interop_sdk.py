@@ -96,9 +96,13 @@ async def test_subscribe_and_updated_notify_then_read(peer: launch.PeerProcess) 
             await pool.unsubscribe("test://counter")
 
 
+# A stateless server has no session to deliver list_changed on, nor to route notifications/cancelled to the
+# request it names: these two behaviours exist only with a session.
+WITH_SESSION = pytest.mark.parametrize("peer", ["stateful", "json"], indirect=True)
+
+
+@WITH_SESSION
 async def test_tools_list_changed_refreshes_the_catalogue(peer: launch.PeerProcess) -> None:
-    if peer.mode == "stateless":  # type: ignore[attr-defined]
-        pytest.skip("a stateless server has no session to deliver list_changed on")
     events = Events()
     async with open_mcp_pool([server(peer.url, "sdk")], log=events.log) as pool:
         before = len(pool.tools())
@@ -110,9 +114,8 @@ async def test_tools_list_changed_refreshes_the_catalogue(peer: launch.PeerProce
     assert events.named("mcp.list_changed")[0]["advertised"] is True
 
 
+@WITH_SESSION
 async def test_abandoned_call_is_cancelled_on_the_server(peer: launch.PeerProcess) -> None:
-    if peer.mode == "stateless":  # type: ignore[attr-defined]
-        pytest.skip("a stateless server cannot route notifications/cancelled to the request")
     async with open_mcp_pool([server(peer.url, "sdk")], log=Events().log) as pool:
         with trio.move_on_after(0.5):
             await pool.call_tool("sdk", "slow", {"seconds": 30})

@@ -30,7 +30,7 @@ def _schema(i: int) -> dict[str, Any]:
             "required": [f"p{i}"]}
 
 
-def test_rebuilt_catalogue_reuses_validators_and_still_logs_each_load() -> None:
+def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     tools = [Tool("srv", f"t{i}", f"tool {i}", _schema(i)) for i in range(20)]
     control_schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
     lines: list[dict[str, Any]] = []
@@ -44,8 +44,15 @@ def test_rebuilt_catalogue_reuses_validators_and_still_logs_each_load() -> None:
     assert [t.name for t in first.chat_tools] == [t.name for t in second.chat_tools]
     # Nothing per schema was redone: the prepared copies themselves are shared (and never mutated).
     assert all(a.parameters is b.parameters for a, b in zip(first.chat_tools, second.chat_tools, strict=True))
-    # The audit record is per catalogue load, as before: 20 descriptions each time.
+    # The audit record is per catalogue load (a new tool list), not per build: the same list is logged once.
+    assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 20
+    # A re-listed tool list (new objects, as after list_changed) is a new load and is audited again,
+    # and so is the same list on another sink (another daemon's log).
+    build_catalogue([Tool(t.server, t.name, t.description, t.input_schema) for t in tools], [], log=log)
     assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 40
+    other: list[dict[str, Any]] = []
+    build_catalogue(tools, [], log=EventLog(sink=other.append))
+    assert len([x for x in other if x["event"] == "mcp.tool_description"]) == 20
     entry = second.resolve("srv__t3")
     assert entry is not None and entry.check({"p3": 1}) is None and "required" in (entry.check({}) or "")
 

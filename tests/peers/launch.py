@@ -389,3 +389,9 @@ def cancelled(url: str) -> list[dict[str, Any]]:
 
 def stats(url: str) -> dict[str, Any]:
     return dict(_side_door(url, "/_test/stats", method="GET"))
+
+
+def break_next(url: str, rpc: str, *, count: int = 1, how: str = "abort") -> None:
+    """Make the modern-only peer break the response stream of the next ``count`` ``rpc`` requests
+    (``abort``: connection reset mid-stream; ``end``: the stream closes cleanly), before their answers."""
+    _side_door(url, "/_test/break_next", rpc=rpc, count=str(count), how=how)

@@ -9,7 +9,13 @@ cancellation (recorded, see ``/_test/cancelled``).
 
 Side doors: ``POST /_test/bump?uri=``, ``POST /_test/add_tool?name=``, ``GET /_test/cancelled``,
 ``POST /_test/close_listens`` (graceful: final result frame, then end), ``POST /_test/drop_listens`` (abrupt),
-``GET /_test/stats`` (open listens, requests by method).
+``GET /_test/stats`` (open listens, requests by method, request ids by method),
+``POST /_test/break_next?rpc=&count=&how=abort|end`` (the next ``count`` requests of method ``rpc`` get an SSE
+response that carries a progress notification and then breaks: ``abort`` resets the connection mid-stream,
+``end`` closes the stream cleanly, both before the answer).
+
+Test-only tool ``break_stream`` and resource ``test://broken``: their response stream always breaks (abort)
+before the answer; every ``break_stream`` call that reached the server is counted (``stats.broken_calls``).
 """
 
 from __future__ import annotations
@@ -68,6 +74,9 @@ class ModernPeer:
         self.counters: dict[str, int] = {"test://counter": 0}
         self.cancelled: list[dict[str, Any]] = []
         self.requests: dict[str, int] = {}
+        self.request_ids: dict[str, list[Any]] = {}
+        self.breaks: dict[str, tuple[int, str]] = {}
+        self.broken_calls = 0
         self.listens: dict[int, tuple[Any, frozenset[str], bool, bool, trio.MemorySendChannel[Any]]] = {}
         self._next_listen = 0
         self.tools: list[dict[str, Any]] = [
@@ -80,12 +89,15 @@ class ModernPeer:
              "inputSchema": _schema({"seconds": {"type": "number"}}, ["seconds"])},
             {"name": "bump", "description": "Increment a counter resource and notify listeners.",
              "inputSchema": _schema({"uri": {"type": "string"}}, [])},
+            {"name": "break_stream", "description": "Test-only: the response stream always breaks before the answer.",
+             "inputSchema": _schema({}, [])},
         ]
         self.tools += [{"name": f"filler_{i:04d}", "description": f"Filler tool {i}.", "inputSchema": _schema({}, [])}
                        for i in range(filler_tools)]
         self.resources = [
             {"uri": "test://static", "name": "static", "mimeType": "text/plain"},
             {"uri": "test://counter", "name": "counter", "mimeType": "application/json"},
+            {"uri": "test://broken", "name": "broken", "mimeType": "text/plain"},
         ]
 
     # -- ASGI ------------------------------------------------------------------------------------------------------
@@ -136,6 +148,7 @@ class ModernPeer:
             return
         rid, rpc_method = msg["id"], msg["method"]
         self.requests[rpc_method] = self.requests.get(rpc_method, 0) + 1
+        self.request_ids.setdefault(rpc_method, []).append(rid)
         accept = headers.get("accept", "")
         try:
             params = msg.get("params") or {}
@@ -146,6 +159,10 @@ class ModernPeer:
             self.check_envelope(rpc_method, params, headers)
             if "application/json" not in accept and "*/*" not in accept:
                 await _plain(send, 406, b"Not Acceptable: application/json required")
+                return
+            how = self._take_break(rpc_method, params)
+            if how is not None:
+                await _break_stream(send, rid, how, listen=rpc_method == "subscriptions/listen")
                 return
             if rpc_method == "subscriptions/listen":
                 if "text/event-stream" not in accept:
@@ -256,6 +273,19 @@ class ModernPeer:
             raise RpcError(200, INVALID_PARAMS, "Resource not found", {"uri": uri})
         return {"contents": contents, "ttlMs": 0, "cacheScope": "private"}
 
+    def _take_break(self, method: str, params: dict[str, Any]) -> str | None:
+        """How this request's response stream must break, if it must."""
+        if method == "tools/call" and params.get("name") == "break_stream":
+            self.broken_calls += 1
+            return "abort"
+        if method == "resources/read" and params.get("uri") == "test://broken":
+            return "abort"
+        count, how = self.breaks.get(method, (0, "abort"))
+        if count <= 0:
+            return None
+        self.breaks[method] = (count - 1, how)
+        return how
+
     def _record_cancel(self, rid: Any, method: str) -> None:
         self.cancelled.append({"requestId": rid, "reason": None, "via": "disconnect", "method": method})
 
@@ -359,8 +389,12 @@ class ModernPeer:
                 except (trio.WouldBlock, trio.ClosedResourceError):
                     pass
             await _json(send, 200, {"dropped": n})
+        elif path == "/_test/break_next" and method == "POST":
+            self.breaks[query["rpc"]] = (int(query.get("count", "1")), query.get("how", "abort"))
+            await _json(send, 200, {"rpc": query["rpc"]})
         elif path == "/_test/stats":
-            await _json(send, 200, {"listens": len(self.listens), "requests": self.requests})
+            await _json(send, 200, {"listens": len(self.listens), "requests": self.requests,
+                                    "request_ids": self.request_ids, "broken_calls": self.broken_calls})
         else:
             await _plain(send, 404, b"not found")
 
@@ -396,6 +430,24 @@ async def _cancel_on_disconnect(receive: Any, work: Any, *, on_cancel: Any) -> A
     if failure is not None:
         raise failure
     return result
+
+
+class _AbortStream(Exception):
+    """Raised out of the ASGI app mid-response: hypercorn drops the connection without ending the body."""
+
+
+async def _break_stream(send: Any, rid: Any, how: str, *, listen: bool = False) -> None:
+    """Start an SSE response, send one progress notification (not on a listen), then break before the answer."""
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+    if not listen:  # a listen stream carries only its acknowledgement and change notifications
+        await _sse(send, {"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": f"p-{rid}", "progress": 1}})
+    if how == "end":
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    await send({"type": "http.response.body", "body": b"event: message\ndata: {\"jsonrpc\":", "more_body": True})
+    raise _AbortStream(f"test peer: breaking the response stream of request {rid!r}")
 
 
 async def _watch_disconnect(receive: Any, scope: trio.CancelScope) -> None:
