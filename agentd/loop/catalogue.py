@@ -113,20 +113,15 @@ _AUDITED_MAX = 256
 
 
 def _first_load(log: EventLog, tools: Sequence[ToolLike], names: ToolNameMap) -> bool:
-    """Whether this tool list is new to ``log``'s sink: not the very objects (and wire names) audited last.
+    """Whether this tool list is new to ``log``'s sink: not equal to the list (and wire names) audited last.
 
-    The pool hands out the same frozen tool objects until it re-lists, so identity marks one load.
+    The pool hands out the same frozen tool objects until it re-lists, so the comparison is mostly by
+    identity; a re-listed but unchanged catalogue has nothing new to audit.
     """
     key = tuple(tools)
     wires = tuple(names.to_wire(t.server, t.name) for t in tools)
     seen = _AUDITED.get(id(log.sink))
-    if (
-        seen is not None
-        and seen[0] is log.sink
-        and len(seen[1]) == len(key)
-        and all(a is b for a, b in zip(seen[1], key, strict=True))
-        and seen[2] == wires
-    ):
+    if seen is not None and seen[0] is log.sink and seen[1] == key and seen[2] == wires:
         return False
     if len(_AUDITED) >= _AUDITED_MAX:
         _AUDITED.clear()

@@ -26,8 +26,23 @@ from agentd.events import EventLog, null_log
 
 
 @contextlib.asynccontextmanager
-async def _unbounded() -> AsyncIterator[None]:
-    yield
+async def _wake_slot(limiter: trio.CapacityLimiter | None) -> AsyncIterator[None]:
+    """One of the ``max_concurrent`` wake slots (none for an unbounded URI).
+
+    A free slot is taken without a scheduling round (``async with limiter`` always yields): on the
+    leading edge a wake should reach its read at once, not after every other ready task has run.
+    """
+    if limiter is None:
+        yield
+        return
+    try:
+        limiter.acquire_nowait()
+    except trio.WouldBlock:
+        await limiter.acquire()
+    try:
+        yield
+    finally:
+        limiter.release()
 
 
 @attrs.frozen
@@ -139,7 +154,7 @@ class Router:
                 delay = slot.last_start + self.debounce - trio.current_time()
                 if delay > 0:
                     await trio.sleep(delay)
-                async with self._limiter if self.bounded(uri) else _unbounded():
+                async with _wake_slot(self._limiter if self.bounded(uri) else None):
                     if not self._wanted(slot):  # closed while waiting for a slot
                         break
                     self._seq += 1

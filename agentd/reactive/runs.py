@@ -107,8 +107,13 @@ class DaemonRuns:
         self.stopping.set()
 
     async def backoff_gate(self) -> None:
-        """Wait out the governor's backoff after a failure before starting the next run."""
-        await trio.sleep_until(self._not_before)
+        """Wait out the governor's backoff after a failure before starting the next run.
+
+        Without a backoff due it returns without a scheduling round: it sits on the wake path, whose
+        budget is a few milliseconds, and every caller checkpoints soon after anyway.
+        """
+        if self._not_before > trio.current_time():
+            await trio.sleep_until(self._not_before)
 
     @contextmanager
     def _counted(self) -> Iterator[None]:

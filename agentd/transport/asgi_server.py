@@ -106,6 +106,29 @@ def _hostname(value: str) -> str:
     return host.strip().lower().rstrip(".")
 
 
+#: How much of an oversized body is read and thrown away before the 413, so the connection closes with
+#: nothing unread: closing a socket with unread data sends a TCP reset, which makes the peer's kernel drop
+#: the 413 it had already received ("server disconnected"). Past this the peer may see a reset instead.
+DISCARD_MAX: Final = 4 * 1024 * 1024
+DISCARD_TIME: Final = 2.0
+
+
+async def _discard_body(headers: Mapping[str, str], receive: Receive) -> None:
+    """Read the rest of a refused body, bounded in bytes and time; a body declared larger is not read."""
+    length = headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > DISCARD_MAX:
+        return
+    seen = 0
+    with trio.move_on_after(DISCARD_TIME):
+        while seen <= DISCARD_MAX:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            seen += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+
 def _headers(scope: Scope) -> dict[str, str]:
     out: dict[str, str] = {}
     for raw_name, raw_value in scope.get("headers", ()):
@@ -167,6 +190,7 @@ class McpAsgiApp:
                 body = await self._read_body(headers, receive)
             except _TooLarge:
                 self.log.info("serve.refused", reason="body_too_large", limit=self.options.max_body)
+                await _discard_body(headers, receive)
                 await _send_reply(send, error_reply(413, jsonrpc.INVALID_REQUEST,
                                                     f"request body exceeds {self.options.max_body} bytes").http)
                 return

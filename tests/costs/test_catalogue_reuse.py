@@ -46,9 +46,12 @@ def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     assert all(a.parameters is b.parameters for a, b in zip(first.chat_tools, second.chat_tools, strict=True))
     # The audit record is per catalogue load (a new tool list), not per build: the same list is logged once.
     assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 20
-    # A re-listed tool list (new objects, as after list_changed) is a new load and is audited again,
-    # and so is the same list on another sink (another daemon's log).
+    # Re-listed but unchanged (new, equal objects): nothing new to audit. A changed list is a new load
+    # and is audited again, and so is the same list on another sink (another daemon's log).
     build_catalogue([Tool(t.server, t.name, t.description, t.input_schema) for t in tools], [], log=log)
+    assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 20
+    changed = [*tools[:-1], Tool("srv", "t19", "a new description", _schema(19))]
+    build_catalogue(changed, [], log=log)
     assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 40
     other: list[dict[str, Any]] = []
     build_catalogue(tools, [], log=EventLog(sink=other.append))

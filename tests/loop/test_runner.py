@@ -324,6 +324,31 @@ async def test_catalogue_is_rebuilt_only_when_the_tool_list_changes() -> None:
     assert audits == ["add", "grow", "add", "grow", "fresh"]  # one load at start, one after the change
 
 
+async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
+    """A daemon runs every wake on one log: descriptions are logged per catalogue load, not per run."""
+    pool = _pool()
+    lines: list[dict[str, Any]] = []
+    log = EventLog(sink=lines.append, run_id="daemon")
+
+    async def wake(n: int) -> list[str]:
+        request = RunRequest("add things", f"daemon.{n}", Limits())
+        result = await run_once(request, pool=pool, intel=ScriptedModel([final("ok")]), log=log.bind(run_id=f"d.{n}"))
+        assert result.status is RunStatus.COMPLETED
+        audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
+        lines.clear()
+        return audits
+
+    assert await wake(1) == ["add"]
+    assert await wake(2) == []  # same tool list: nothing new to audit
+    pool.add("s", "fresh", _add, ADD_SCHEMA)  # as after notifications/tools/list_changed
+    assert await wake(3) == ["add", "fresh"]
+    assert await wake(4) == []
+    other: list[dict[str, Any]] = []
+    await run_once(RunRequest("add things", "other", Limits()), pool=pool, intel=ScriptedModel([final("ok")]),
+                   log=EventLog(sink=other.append))
+    assert [line["tool"] for line in other if line["event"] == "mcp.tool_description"] == ["add", "fresh"]
+
+
 async def test_old_observations_are_elided_to_bound_the_history() -> None:
     from agentd.loop.runner import MAX_HISTORY_OBSERVATION_CHARS
 

@@ -43,6 +43,7 @@ async def serving(
     path: str = "/mcp",
     max_body: int = 8 * 1024 * 1024,
     header_timeout: float = 10.0,
+    body_timeout: float = 30.0,
     keepalive: float = 15.0,
     reload_interval: float = 2.0,
     cert: Path | None = None,
@@ -63,7 +64,7 @@ async def serving(
         surface = SelfMcpSurface(backend, AgentInfo(run_id="run-test", mode="loop"), limits=limits)
         await nursery.start(surface.run)
         app = McpAsgiApp(surface, AsgiOptions(paths=cfg.paths, bearer=bearer, max_body=max_body,
-                                              keepalive=keepalive))
+                                              keepalive=keepalive, body_timeout=body_timeout))
         stop = trio.Event()
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
@@ -127,7 +128,7 @@ class LegacyPeer:
         self.session = r.headers["mcp-session-id"]
         n = await self.client.post(self.url, headers=self.headers(), json=rpc("notifications/initialized", id=None))
         assert n.status_code == 202
-        return r.json()["result"]
+        return dict(r.json()["result"])
 
     async def post(self, method: str, params: dict[str, Any] | None = None) -> httpx.Response:
         self._id += 1
@@ -143,8 +144,8 @@ def decode_reply(r: httpx.Response) -> dict[str, Any]:
     """The JSON-RPC answer of a POST, whether it came as JSON or as an SSE stream."""
     if r.headers.get("content-type", "").startswith("text/event-stream"):
         events = [e for e in SseDecoder().feed(r.content) if e.data]
-        return json.loads(events[-1].data)
-    return r.json()
+        return dict(json.loads(events[-1].data))
+    return dict(r.json())
 
 
 async def read_events(lines: AsyncIterator[bytes], decoder: SseDecoder, want: int) -> list[SseEvent]:

@@ -1,0 +1,134 @@
+"""A well-behaved client that keeps calling the server while a test throws bad traffic at it.
+
+``kept_serving(url)`` opens a legacy session (raw httpx, the wire agentd's own client and every 2025-era
+SDK speak), then, in a background task, calls ``tools/call status`` in a loop and records each round
+trip. On exit it asserts that no round trip failed, that no gap between answers (nor from the last
+answer to the exit) exceeded ``max_gap``, and that the probe kept answering *while* the bad traffic ran
+(``hammer`` waits for rounds to land during it). That is "refused cleanly while a concurrent
+well-behaved client keeps being served", measured rather than checked between bad requests.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+import httpx
+import trio
+
+from tests.selfmcp.harness import LegacyPeer
+
+
+@attrs.define(eq=False)
+class Probe:
+    """What the well-behaved client saw: latencies of successful round trips and any failure."""
+
+    latencies: list[float] = attrs.field(factory=list)
+    failures: list[str] = attrs.field(factory=list)
+    max_gap_seen: float = 0.0
+    last_ok: float = 0.0
+    #: The probe's legacy session id (a hijack target for the tests).
+    session: str = ""
+    _progress: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.latencies)
+
+    def _record(self, started: float, ended: float) -> None:
+        self.latencies.append(ended - started)
+        self.max_gap_seen = max(self.max_gap_seen, ended - self.last_ok)
+        self.last_ok = ended
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def fail(self, failure: str) -> None:
+        self.failures.append(failure)
+        self._progress.set()
+
+    async def wait_rounds(self, target: int) -> None:
+        """Until at least ``target`` rounds succeeded (bound it with ``trio.fail_after``)."""
+        while self.rounds < target and not self.failures:
+            await self._progress.wait()
+
+
+async def _round(peer: LegacyPeer) -> str | None:
+    """One ``tools/call status``; ``None`` when it was answered properly, else what went wrong."""
+    try:
+        reply = await peer.call("tools/call", {"name": "status", "arguments": {}})
+    except (httpx.HTTPError, AssertionError, ValueError) as exc:
+        return f"{exc.__class__.__name__}: {exc}"
+    result = reply.get("result")
+    if not isinstance(result, dict) or result.get("isError") or "run_id" not in result.get("structuredContent", {}):
+        return f"bad answer: {reply!r}"
+    return None
+
+
+@asynccontextmanager
+async def kept_serving(
+    url: str,
+    *,
+    verify: ssl.SSLContext | bool = True,
+    headers: dict[str, str] | None = None,
+    max_gap: float = 3.0,
+) -> AsyncIterator[Probe]:
+    """Yield a :class:`Probe` whose background client is served throughout; assert so at exit."""
+    probe = Probe()
+    async with httpx.AsyncClient(verify=verify, timeout=max_gap) as client:
+        peer = LegacyPeer(client, url, headers=headers)
+        with trio.fail_after(max_gap * 2):
+            await peer.initialize()
+        probe.session = peer.session or ""
+        async with trio.open_nursery() as nursery:
+
+            async def loop() -> None:
+                probe.last_ok = trio.current_time()
+                while True:
+                    started = trio.current_time()
+                    failure = await _round(peer)
+                    if failure is not None:
+                        probe.fail(failure)
+                        return
+                    probe._record(started, trio.current_time())
+                    await trio.sleep(0)  # a tight loop, but let the bad traffic run too
+
+            nursery.start_soon(loop)
+            try:
+                yield probe
+                # one more answer after the bad traffic stopped: the server is still serving
+                with trio.fail_after(max_gap):
+                    await probe.wait_rounds(probe.rounds + 1)
+            finally:
+                nursery.cancel_scope.cancel()
+        final_gap = trio.current_time() - probe.last_ok
+    assert not probe.failures, probe.failures
+    assert probe.max_gap_seen <= max_gap, f"the well-behaved client waited {probe.max_gap_seen:.2f}s"
+    assert final_gap <= max_gap + 0.5, f"no answer for {final_gap:.2f}s at the end"
+
+
+async def hammer(probe: Probe, attack: Callable[[], Awaitable[None]], *, parallel: int = 8,
+                 rounds: int = 5, timeout: float = 15.0) -> int:
+    """Run ``attack`` in ``parallel`` tasks, over and over, until the probe answered ``rounds`` more times.
+
+    ``attack`` makes one bad request and asserts its refusal; each task runs it at least once. Returns how
+    many attacks were made.
+    """
+    target = probe.rounds + rounds
+    made = 0
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as nursery:
+
+            async def worker() -> None:
+                nonlocal made
+                while True:
+                    await attack()
+                    made += 1
+                    if probe.rounds >= target or probe.failures:
+                        return
+
+            for _ in range(parallel):
+                nursery.start_soon(worker)
+    assert probe.rounds >= target or probe.failures
+    return made
