@@ -141,6 +141,14 @@ class McpPool:
         return self._receive
 
     def _on_update(self, server: str, uri: str, synthesized: bool) -> None:
+        if not self._pending:
+            # The consumer is already waiting (the usual case): hand the update over now instead of a
+            # scheduling round later through the forwarder; a wake's latency budget is milliseconds.
+            try:
+                self._send.send_nowait(ResourceUpdated(server, uri, synthesized))
+                return
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # busy or gone: the forwarder coalesces (and meets a closed channel) as before
         key = (server, uri)
         previous = self._pending.get(key)
         self._pending[key] = ResourceUpdated(server, uri, synthesized and (previous is None or previous.synthesized))

@@ -19,7 +19,6 @@ All time is ``trio.current_time()``, so tests drive it with a mock clock.
 from __future__ import annotations
 
 import enum
-import json
 import random
 from collections.abc import Sequence
 from typing import Any, Final
@@ -30,7 +29,7 @@ import trio
 from agentd.errors import IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.gateway import Gateway, GatewayError, Retryable
-from agentd.intelligence.wire import ChatTool, ModelReply, Usage, request_body
+from agentd.intelligence.wire import ChatTool, ModelReply, Usage, encode_request
 
 RETRY_DELAYS: Final = (0.25, 0.5)
 JITTER: Final = 0.2
@@ -111,8 +110,7 @@ class FailoverIntelligence:
         self.breakers = [Breaker() for _ in self.gateways]
 
     async def complete(self, messages: list[dict[str, Any]], tools: Sequence[ChatTool]) -> ModelReply:
-        body = request_body(self.model, messages, tools, stream=self.stream)
-        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        payload = encode_request(self.model, messages, tools, stream=self.stream)
         count = len(self.gateways)
         last: Retryable | None = None
         for step in range(count):

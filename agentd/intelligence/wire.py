@@ -99,13 +99,60 @@ def request_body(
     body: dict[str, Any] = {"model": model, "messages": list(messages)}
     if tools:
         body["tools"] = [tool_definition(tool) for tool in tools]
-        body["tool_choice"] = "auto"
-    cap_key = "max_completion_tokens" if uses_max_completion_tokens(model) else "max_tokens"
-    body[cap_key] = MAX_OUTPUT_TOKENS
-    if stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+    body.update(_options(model, bool(tools), stream))
     return body
+
+
+def _options(model: str, has_tools: bool, stream: bool) -> dict[str, Any]:
+    """The request fields after ``tools``, in wire order."""
+    options: dict[str, Any] = {"tool_choice": "auto"} if has_tools else {}
+    cap_key = "max_completion_tokens" if uses_max_completion_tokens(model) else "max_tokens"
+    options[cap_key] = MAX_OUTPUT_TOKENS
+    if stream:
+        options["stream"] = True
+        options["stream_options"] = {"include_usage": True}
+    return options
+
+
+def encode_request(
+    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[ChatTool], *, stream: bool
+) -> bytes:
+    """:func:`request_body` serialised (compact, UTF-8), byte for byte ``json.dumps`` of it.
+
+    The ``tools`` array is most of a short request (every schema) and the same on every step and every
+    wake until the catalogue changes, so its JSON text is reused (:func:`tools_json`); only the
+    messages and a few scalars are encoded per call.
+    """
+    head = _compact({"model": model, "messages": list(messages)})
+    parts = [head[:-1]]
+    if tools:
+        parts.append(',"tools":' + tools_json(tools))
+    parts.append("," + _compact(_options(model, bool(tools), stream))[1:])
+    return "".join(parts).encode()
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: JSON text of a ``tools`` array, by each tool's name, description and the identity of its schema
+#: object (held in the value, so an id cannot be reused while cached). Schemas are never mutated once
+#: offered: the loop's catalogue hands out one prepared copy per schema (agentd.loop.catalogue).
+_TOOLS_JSON: dict[tuple[tuple[str, str, int], ...], tuple[tuple[ChatTool, ...], str]] = {}
+_TOOLS_JSON_MAX = 64
+
+
+def tools_json(tools: Sequence[ChatTool]) -> str:
+    """The ``tools`` array of a request as compact JSON, encoded once per distinct catalogue."""
+    key = tuple((t.name, t.description, id(t.parameters)) for t in tools)
+    cached = _TOOLS_JSON.get(key)
+    if cached is not None:
+        return cached[1]
+    text = _compact([tool_definition(tool) for tool in tools])
+    if len(_TOOLS_JSON) >= _TOOLS_JSON_MAX:
+        _TOOLS_JSON.clear()
+    _TOOLS_JSON[key] = (tuple(tools), text)
+    return text
 
 
 def _int(value: Any) -> int:

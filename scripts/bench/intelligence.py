@@ -164,7 +164,7 @@ def _section(result: dict[str, Any], command: str) -> str:
             *rows,
             "",
             f"agentd's own CPU work per call without the network (body, JSON, parse, two events): "
-            f"{result['cpu_per_call_ms']} ms. Raw and agentd calls are interleaved; on a loaded 2-core machine",
+            f"{result['cpu_per_call_ms']} ms. Raw and agentd calls are interleaved; under load on this 2-core machine",
             "the wall-clock numbers are noisy (the streaming reply is ~35 small SSE writes from hypercorn).",
             "",
             f"`ToolNameMap` for 1000 tools: {result['names_1000_ms']} ms. Offline model decision: "

@@ -275,7 +275,7 @@ def render(row: dict[str, Any], command: str) -> str:
         "",
         f"Target: under 1 ms of agentd overhead per step. Connect + handshake + listing (once per run): "
         f"{row['connect_ms']} ms. Machine: {row['cpus']} CPUs, load average {row['load_average']} while measuring",
-        "(other test suites ran concurrently; numbers on an idle machine are lower).",
+        "(1-minute average; above ~1 other processes were competing for the 2 cores and wall numbers rise).",
         "",
         f"Reproduce: `{command}`",
         "",

@@ -220,7 +220,7 @@ def report(results: dict, runs: int, fanout: int) -> str:
         "",
         f"Command: `.venv/bin/python scripts/bench/spawn.py --runs {runs} --fanout {fanout} --write` "
         f"(2-core VM, {time.strftime('%Y-%m-%d')}, Python {sys.version.split()[0]}, load average "
-        f"{os.getloadavg()[0]:.1f} at the end: other sessions were running tests, so treat wall times as upper bounds).",
+        f"{os.getloadavg()[0]:.1f} at the end, which the fan-out itself raises; with other load, wall times are upper bounds).",
         "`re-exec` starts `python -m agentd` per child; `forked` forks it from the pre-imported fork server "
         "(the default for a root built from a Config). The first spawn of each mode is excluded (it starts the "
         "fork server / warms the page cache).",

@@ -18,8 +18,10 @@ from agentd.intelligence.wire import (
     StreamAssembler,
     ToolCall,
     Usage,
+    encode_request,
     parse_completion,
     request_body,
+    tools_json,
     uses_max_completion_tokens,
 )
 from tests.peers.gateway import completion_body, stream_events
@@ -73,6 +75,28 @@ def test_request_body_tools_and_stream() -> None:
     assert body["stream_options"] == {"include_usage": True}
     plain = request_body("m", [], [], stream=False)
     assert "tools" not in plain and "tool_choice" not in plain and "stream" not in plain
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("model", ["m", "o3-mini"])
+def test_encoded_request_is_exactly_the_dumped_body(model: str, stream: bool) -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string", "description": "é ✓"}}}
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "naïve \"quoted\"\n"}]
+    for tools in ([], [ChatTool("s__t", "desc", schema), ChatTool("ctl", "", {})]):
+        expected = json.dumps(request_body(model, messages, tools, stream=stream), ensure_ascii=False,
+                              separators=(",", ":")).encode()
+        assert encode_request(model, messages, tools, stream=stream) == expected
+
+
+def test_tools_json_is_reused_per_catalogue_and_never_confused() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    first = tools_json([ChatTool("s__t", "d", schema)])
+    assert tools_json([ChatTool("s__t", "d", schema)]) is first  # same schema object: the cached text
+    other = {"type": "object", "properties": {"b": {"type": "string"}}}
+    assert '"b"' in tools_json([ChatTool("s__t", "d", other)])  # another schema object: encoded afresh
+    assert '"new"' in tools_json([ChatTool("s__t", "new", schema)])  # another description
+    assert json.loads(first) == [{"type": "function", "function": {"name": "s__t", "description": "d",
+                                                                     "parameters": schema}}]
 
 
 def test_parse_completion_variants() -> None:
