@@ -58,7 +58,7 @@ async def test_discover_list_call_read(modern_server: launch.PeerProcess) -> Non
                 await modern_request(client, url, "resources/read", {"uri": "test://nope"}, name="test://nope")
     assert discover["supportedVersions"] == ["2026-07-28"] and discover["resultType"] == "complete"
     assert discover["capabilities"]["resources"]["subscribe"] is True
-    assert pages == 4 and len(names) == 16
+    assert pages == 4 and len(names) == 17  # 5 fixed tools (incl. the test-only break_stream) + 12 fillers
     assert add["structuredContent"] == {"sum": 3} and add["resultType"] == "complete"
     assert "io.modelcontextprotocol/serverInfo" in add["_meta"]
     assert static["contents"][0]["text"] == "static text" and static["ttlMs"] == 0
