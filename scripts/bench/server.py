@@ -15,6 +15,8 @@ client; each first does ``initialize``/``initialized`` and then loops ``tools/ca
 numbers measure the servers, not httpx. Usage::
 
     .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3] [--write docs/benchmarks.md]
+    .venv/bin/python scripts/bench/server.py --app-only    # the ASGI app alone, no HTTP
+    .venv/bin/python scripts/bench/server.py --sched       # trio scheduler work per sequential call
 """
 
 from __future__ import annotations
@@ -326,6 +328,67 @@ def app_only(calls: int = 20000) -> dict[str, float]:
     return trio.run(main)
 
 
+def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
+    """Trio scheduler work per sequential ``tools/call status``: agentd's app vs the floor, same hypercorn.
+
+    Server and client share one ``trio.run`` (the client's own steps are in both counts alike); a
+    ``trio.abc.Instrument`` counts tasks spawned, task steps and I/O waits while ``calls`` requests run.
+    """
+    import trio
+
+    from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+
+    class Counter(trio.abc.Instrument):
+        def __init__(self) -> None:
+            self.spawned = self.steps = self.io_waits = 0
+
+        def task_spawned(self, task: Any) -> None:
+            self.spawned += 1
+
+        def before_task_step(self, task: Any) -> None:
+            self.steps += 1
+
+        def before_io_wait(self, timeout: float) -> None:
+            self.io_waits += 1
+
+    async def measure(app: Any) -> dict[str, float]:
+        port = _free_port()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_serve_started, app, port)
+            conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
+            _, headers, _ = await conn.roundtrip(_request(port, INIT, None))
+            session = headers.get("mcp-session-id")
+            await conn.roundtrip(_request(port, INITIALIZED, session))
+            payload = _request(port, STATUS_CALL, session)
+            for _ in range(50):
+                await conn.roundtrip(payload)
+            counter = Counter()
+            trio.lowlevel.add_instrument(counter)
+            for _ in range(calls):
+                await conn.roundtrip(payload)
+            trio.lowlevel.remove_instrument(counter)
+            await conn.stream.aclose()
+            nursery.cancel_scope.cancel()
+        return {"tasks_spawned": counter.spawned / calls, "task_steps": counter.steps / calls,
+                "io_waits": counter.io_waits / calls}
+
+    async def _serve_started(app: Any, port: int, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from hypercorn.trio import serve
+
+        await serve(app, _hypercorn_config(port), task_status=task_status)
+
+    async def main() -> dict[str, dict[str, float]]:
+        async with trio.open_nursery() as nursery:
+            surface = _agentd_surface()
+            await nursery.start(surface.run)
+            out = {"agentd": await measure(McpAsgiApp(surface, AsgiOptions(max_sessions=1024))),
+                   "floor": await measure(floor_app)}
+            nursery.cancel_scope.cancel()
+        return out
+
+    return trio.run(main)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -371,12 +434,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--targets", default="agentd,floor,sdk,sdk-uvicorn")
     parser.add_argument("--app-only", action="store_true", help="only the in-process ASGI app cost per call")
+    parser.add_argument("--sched", action="store_true", help="trio scheduler work per sequential call")
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port)
         return
     if args.app_only:
         print(json.dumps(app_only()))
+        return
+    if args.sched:
+        print(json.dumps(sched_counts()))
         return
     pin = os.cpu_count() is not None and os.cpu_count() >= 2 and bool(subprocess.run(
         ["which", "taskset"], capture_output=True).stdout)
