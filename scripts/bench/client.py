@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -25,6 +24,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd.client import open_mcp_pool  # noqa: E402
 from agentd.config.model import McpServerConfig  # noqa: E402
@@ -184,12 +185,7 @@ def main() -> None:
         "",
     ])
     if args.write:
-        path = ROOT / "docs" / "benchmarks.md"
-        text = path.read_text()
-        pattern = re.compile(r"## MCP client\n.*?(?=\n## |\Z)", re.S)
-        text = pattern.sub(section.rstrip("\n") + "\n", text) if pattern.search(text) else (
-            text.rstrip("\n") + "\n\n" + section)
-        path.write_text(text)
+        replace_section("## MCP client", section)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,8 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # PYTHONPATH (an older tree) wins over this checkout
+
+from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd.client.models import ToolInfo, ToolResult  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
@@ -184,11 +185,7 @@ Command: `{command}` (CPU time per call, best of rounds; load average {r['load']
 
 
 def write_section(section: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    updated = pattern.sub(section + "\n", current) if pattern.search(current) else current.rstrip() + "\n\n" + section
-    path.write_text(updated)
+    replace_section(SECTION, section)
 
 
 def main() -> None:

@@ -25,6 +25,8 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
+
 from agentd.events import EventLog  # noqa: E402
 from agentd.intelligence import ChatTool, ToolNameMap, open_intelligence  # noqa: E402
 from agentd.intelligence.offline import OfflineIntelligence  # noqa: E402
@@ -187,16 +189,7 @@ def main() -> None:
             + (f" --calls {args.calls}" if args.calls != 400 else "")
             + " --write"
         )
-        path = ROOT / "docs" / "benchmarks.md"
-        text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-        section = _section(result, command)
-        start = text.find("## Intelligence\n")
-        if start == -1:
-            text = text.rstrip("\n") + "\n\n" + section
-        else:
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + section + (text[end + 1 :] if end != -1 else "")
-        path.write_text(text)
+        replace_section("## Intelligence", _section(result, command))
 
 
 if __name__ == "__main__":

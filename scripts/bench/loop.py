@@ -22,7 +22,6 @@ import argparse
 import functools
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -36,6 +35,8 @@ from hypercorn.trio import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd.config.model import Config, McpServerConfig  # noqa: E402
 from agentd.daemon import run_config  # noqa: E402
@@ -283,14 +284,7 @@ def render(row: dict[str, Any], command: str) -> str:
 
 
 def write_section(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    current = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(current):
-        current = pattern.sub(lambda m: text, current)
-    else:
-        current = current.rstrip("\n") + "\n\n" + text
-    path.write_text(current)
+    replace_section(SECTION, text)
 
 
 def main() -> None:

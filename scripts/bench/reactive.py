@@ -39,6 +39,8 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
+
 from agentd.config.model import Config, McpServerConfig  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
@@ -245,11 +247,7 @@ Reproduce: `{command}`
 
 
 def write_section(section: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    updated = pattern.sub(section + "\n", current) if pattern.search(current) else current.rstrip() + "\n\n" + section
-    path.write_text(updated)
+    replace_section(SECTION, section)
 
 
 def main() -> None:

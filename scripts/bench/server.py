@@ -14,7 +14,7 @@ The client is a lean HTTP/1.1 keep-alive client on raw trio sockets (one connect
 client; each first does ``initialize``/``initialized`` and then loops ``tools/call status``), so the
 numbers measure the servers, not httpx. Usage::
 
-    .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3] [--write docs/benchmarks.md]
+    .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3]
     .venv/bin/python scripts/bench/server.py --app-only    # the ASGI app alone, no HTTP
     .venv/bin/python scripts/bench/server.py --sched       # trio scheduler work per sequential call
 """

@@ -22,6 +22,8 @@ import trio
 ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))
 
+from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
+
 from agentd.config.model import Config  # noqa: E402
 from agentd.events import null_log  # noqa: E402
 from agentd.supervisor.caps import Caps  # noqa: E402
@@ -234,13 +236,7 @@ def report(results: dict, runs: int, fanout: int) -> str:
 
 
 def write_section(text_: str) -> None:
-    path = ROOT_DIR / "docs" / "benchmarks.md"
-    current = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    start = current.find("## Subagent spawns")
-    if start >= 0:
-        end = current.find("\n## ", start + 1)
-        current = current[:start] + current[end + 1:] if end >= 0 else current[:start]
-    path.write_text(current.rstrip("\n") + "\n\n" + text_)
+    replace_section("## Subagent spawns", text_)
 
 
 def main() -> None:

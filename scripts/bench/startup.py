@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_doc import replace_section
+
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("trio", "httpx", "hypercorn", "jsonschema", "cattrs", "yaml")
 
@@ -116,15 +118,7 @@ def main() -> None:
     text = section(results, parse_ms, command, args.runs)
     print(text)
     if args.write:
-        path = ROOT / "docs" / "benchmarks.md"
-        doc = path.read_text() if path.exists() else "# Benchmarks\n\n"
-        start = doc.find("## CLI start-up\n")
-        if start == -1:
-            doc = doc.rstrip("\n") + "\n\n" + text
-        else:
-            end = doc.find("\n## ", start + 1)
-            doc = doc[:start] + text + (doc[end + 1:] if end != -1 else "")
-        path.write_text(doc)
+        replace_section("## CLI start-up", text)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import trio
+from bench_doc import replace_section
 
 from agentd.connections.transcript import Entry, open_transcript
 from agentd.events import null_log
@@ -86,15 +87,7 @@ def main() -> None:
             *[f"| `{p}` | {r['entries_per_s']:.0f} | {r['worst_lag_ms']:.1f} | {r['boundary_ms']:.2f} |" for p, r in rows],
             "",
         ]  # fmt: skip
-        doc = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
-        text = doc.read_text()
-        if SECTION in text:
-            start = text.index(SECTION)
-            end = text.find("\n## ", start + len(SECTION))
-            text = text[:start] + "\n".join(lines) + (text[end + 1 :] if end >= 0 else "")
-        else:
-            text = text.rstrip("\n") + "\n\n" + "\n".join(lines)
-        doc.write_text(text)
+        replace_section(SECTION, "\n".join(lines))
 
 
 if __name__ == "__main__":
