@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -21,14 +21,12 @@ from agentd.backoff import exponential
 from agentd.client.exchange import DEFAULT_RETRY, Exchange, SessionGone, StreamBroke
 from agentd.client.liveness import Liveness
 from agentd.client.subscriptions import Subscriptions
+from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError
+from agentd.events import EventLog
 from agentd.mcp import jsonrpc, meta
 from agentd.mcp.streamable_http import LAST_EVENT_ID, Body
 from agentd.transport.http_client import ConnectionLost
-
-if TYPE_CHECKING:
-    from agentd.config.model import McpServerConfig
-    from agentd.events import EventLog
 
 
 @attrs.frozen

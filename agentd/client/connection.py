@@ -161,7 +161,7 @@ class ServerConnection:
                 if status is not None and not self._started:
                     status.started(self)
                 status = None
-                self.liveness.connected = False
+                self.liveness.down()
                 self.log.warn("mcp.disconnected", server=self.name, reason=self.liveness.broken_reason)
                 await self._reconnect()
                 after_reconnect = True
@@ -171,7 +171,7 @@ class ServerConnection:
             self.exchange.closing = True
             with trio.move_on_after(CLEANUP_GRACE, shield=True):
                 await self.exchange.wait_idle()
-            self.liveness.connected = False
+            self.liveness.down()
             with trio.move_on_after(CLEANUP_GRACE, shield=True):
                 await close_session(self.exchange, self.log)
 

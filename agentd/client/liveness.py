@@ -40,6 +40,10 @@ class Liveness:
         reconnected, self._reconnected = self._reconnected, trio.Event()
         reconnected.set()
 
+    def down(self) -> None:
+        """The live phase ended (broken, or the connection is closing)."""
+        self.connected = False
+
     async def wait_reconnected(self, generation: int) -> None:
         """Wait until a connection newer than ``generation`` is up (the caller bounds the wait)."""
         while self.generation <= generation or not self.connected:
