@@ -82,6 +82,8 @@ class JournalFile:
     def __init__(self, path: str, *, readonly: bool = False, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.clock = clock
+        #: A read-only open of a file whose schema is not created yet (the writer is just starting).
+        self.empty = False
         try:
             if readonly:
                 self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
@@ -115,6 +117,7 @@ class JournalFile:
                 f"up to {SCHEMA_VERSION} (upgrade agentd or use another --state-dir)"
             )
         if readonly:
+            self.empty = version is None
             return
         try:
             mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -193,6 +196,8 @@ class JournalFile:
 
     def read_raw(self, run_id: str) -> tuple[RunSummary | None, list[tuple[int, float, str, str]]]:
         """The run's summary and its rows ``(seq, ts, kind, body JSON)``, read in one snapshot."""
+        if self.empty:
+            return None, []
         try:
             self.conn.execute("BEGIN")
             try:
@@ -212,6 +217,8 @@ class JournalFile:
         return _summary(row), rows
 
     def _runs(self, where: str, params: tuple[Any, ...], order: str) -> list[RunSummary]:
+        if self.empty:
+            return []
         try:
             rows = self.conn.execute(
                 f"SELECT run_id, status, started_at, ended_at, parent, next_seq FROM runs {where} {order}", params
@@ -251,6 +258,8 @@ class JournalFile:
     # --- daemon state ---
 
     def get_state(self, namespace: str) -> dict[str, Any]:
+        if self.empty:
+            return {}
         try:
             rows = self.conn.execute("SELECT key, value FROM state WHERE namespace = ?", (namespace,)).fetchall()
         except sqlite3.Error as exc:
