@@ -9,8 +9,17 @@ from hypothesis import strategies as st
 
 from agentd.journal.errors import JournalFormatError
 from agentd.journal.ledger import (
-    ROOT, Charged, Granted, Ledger, Overdrawn, Refunded, Refused, drop_ledger, load_ledger, save_ledger,
-)  # fmt: skip
+    ROOT,
+    Charged,
+    Granted,
+    Ledger,
+    Overdrawn,
+    Refunded,
+    Refused,
+    drop_ledger,
+    load_ledger,
+    save_ledger,
+)
 from agentd.journal.sqlite import open_journal
 
 
