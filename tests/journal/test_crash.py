@@ -83,7 +83,7 @@ async def test_sigkill_mid_write_leaves_a_readable_journal(tmp_path, capsys):
         # steps go r0, r1, r2 in turn, so the runs differ by at most one step, r0 ahead
         assert runs["r0"] >= runs["r1"] >= runs["r2"] >= runs["r0"] - 1 and runs["r2"] >= 200
         progress = await journal.get_state("progress")
-        assert progress["n"] in (runs["r2"] - 1, runs["r2"])
+        assert progress["n"] in (runs["r2"] - 2, runs["r2"] - 1)  # written after each round of steps
         assert sorted(s.run_id for s in await journal.unfinished_runs()) == ["r0", "r1", "r2"]
         # the journal takes new batches after the crash
         last = await journal.append("r2", [Usage(10_000, 1, 1)])

@@ -144,3 +144,31 @@ async def test_leases_claim_renew_release(tmp_path):
         assert await journal.claim("r1", "daemon-c", ttl=10) is None
         await journal.release(b)
         assert await journal.claim("r1", "daemon-c", ttl=10) is not None
+
+
+async def test_a_blocked_disk_never_blocks_the_event_loop(tmp_path):
+    """Another connection holds the write lock (as a stalled disk would hold a commit): the append waits on
+    the worker thread while trio keeps scheduling; it commits once the lock is released."""
+    async with open_journal(str(tmp_path)) as journal:
+        await journal.append("r", [RunStarted("d", "go")])
+        blocker = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        done = trio.Event()
+        seq: list[int] = []
+
+        async def append() -> None:
+            seq.append(await journal.append("r", step(0)))
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append)
+            ticks = 0
+            for _ in range(50):
+                await trio.sleep(0.002)
+                ticks += 1
+            assert ticks == 50 and not done.is_set()
+            blocker.execute("COMMIT")
+            blocker.close()
+            with trio.fail_after(10):
+                await done.wait()
+        assert seq == [4]
