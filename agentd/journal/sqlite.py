@@ -27,7 +27,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 import trio
@@ -35,6 +35,9 @@ import trio
 from agentd.journal.errors import JournalError, JournalSchemaError
 from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
 
 #: The journal's file name inside the state directory.
 DB_NAME: Final = "journal.sqlite3"
@@ -89,7 +92,7 @@ class JournalFile:
                 self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
                                             isolation_level=None, timeout=BUSY_TIMEOUT)  # fmt: skip
             else:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
                 self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                             timeout=BUSY_TIMEOUT)  # fmt: skip
         except (OSError, sqlite3.Error) as exc:
@@ -366,3 +369,9 @@ async def open_journal(state_dir: str, *, clock: Callable[[], float] = time.time
         yield journal
     finally:
         await journal.aclose()
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_interface(journal: SqliteJournal) -> JournalStore:
+        return journal  # mypy checks SqliteJournal against the JournalStore protocol here

@@ -172,3 +172,10 @@ async def test_a_blocked_disk_never_blocks_the_event_loop(tmp_path):
             with trio.fail_after(10):
                 await done.wait()
         assert seq == [4]
+
+
+async def test_a_created_state_dir_is_private(tmp_path):
+    state = tmp_path / "new" / "state"
+    async with open_journal(str(state)) as journal:
+        await journal.append("r", [RunStarted("d", "go")])
+    assert (state.stat().st_mode & 0o777) == 0o700
