@@ -99,6 +99,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
+    ("journal", frozenset({"journal"})),
     ("client, intelligence", frozenset({"client", "intelligence"})),
     ("loop", frozenset({"loop"})),
     ("run", frozenset({"run"})),
