@@ -273,3 +273,35 @@ async def test_accept_errors_under_a_small_descriptor_limit_do_not_end_the_serve
                     await trio.sleep(0.5)
     _clean(log)
     assert any('"reason": "accept"' in line for line in log)
+
+
+# -- in process: TLS offers HTTP/2 only when enabled; error replies do not echo a large value ------------------
+
+
+async def test_tls_offers_only_http11_by_default(tmp_path: Any) -> None:
+    """Before: agentd's own TLS context advertised ``h2``, so HTTP/2's frame handling was reachable over TLS."""
+    from tests.selfmcp.certs import make_pki
+    from tests.selfmcp.harness import serving
+
+    pki = make_pki(tmp_path)
+    async with serving(pki=pki) as s:
+        context = pki.client_context(None)
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        tcp = await trio.open_tcp_stream("127.0.0.1", s.serving.port)
+        stream = trio.SSLStream(tcp, context, server_hostname="localhost")
+        async with stream:
+            with trio.fail_after(10):
+                await stream.do_handshake()
+            assert stream.selected_alpn_protocol() == "http/1.1"
+
+
+async def test_an_unknown_huge_method_is_not_echoed_back() -> None:
+    """Before: a 5.5 MB request produced an 11 MB error reply (the method name, escaped)."""
+    from tests.selfmcp.harness import serving
+
+    async with serving() as s, httpx.AsyncClient(timeout=30) as client:
+        peer = LegacyPeer(client, s.url)
+        await peer.initialize()
+        r = await peer.post("x" * 2_000_000)
+        assert r.json()["error"]["code"] == -32601
+        assert len(r.content) < 4096
