@@ -178,6 +178,34 @@ async def test_http2_floods_close_only_the_flooding_connection() -> None:
     _clean(log)
 
 
+async def test_a_failing_connection_is_contained_logged_and_closed() -> None:
+    """The containment itself, with a failure no bound prevents: DATA that arrives (legally) after the server
+    answered and ended the stream makes hypercorn's h2 protocol raise ``KeyError``. Before, that ended the
+    process; now that one connection is closed and ``serve.connection_error`` names the class, nothing more."""
+    log: list[str] = []
+    async with _daemon("--serve-http2", log=log) as url:
+        for _ in range(3):
+            conn = _h2_client()
+            conn.send_headers(1, [(":method", "POST"), (":path", "/nope"), (":scheme", "http"),
+                                  (":authority", "127.0.0.1")])
+            sock = await trio.open_tcp_stream("127.0.0.1", _port(url))
+            async with sock:
+                await sock.send_all(conn.data_to_send())
+                ended = False
+                with trio.fail_after(10):
+                    while not ended:
+                        data = await sock.receive_some(65536)
+                        assert data
+                        ended = any(isinstance(e, h2.events.StreamEnded) for e in conn.receive_data(data))
+                conn.send_data(1, b"late body", end_stream=True)
+                await _send(sock, conn.data_to_send())
+                await _until_closed(sock, 10)
+            await _served(url)
+    _clean(log)
+    errors = [json.loads(line) for line in log if '"serve.connection_error"' in line]
+    assert errors and errors[0]["error"] == "KeyError" and errors[0]["level"] == "warn"
+
+
 async def test_an_idle_http2_connection_kept_alive_by_pings_is_closed() -> None:
     """Before: a prior-knowledge h2c connection with no stream was never idle-closed while it sent PINGs."""
     log: list[str] = []
