@@ -34,7 +34,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Request as StreamRequest
 from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
+from hypercorn.protocol.h11 import STREAM_ID, H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import TCPServer
@@ -120,10 +120,10 @@ class _H11(H11Protocol):
         # hypercorn would switch to WebSocket framing here; nothing in agentd serves WebSocket, so the request
         # stays plain HTTP and the app answers it (404 for other paths, its usual reply for GET on the endpoint).
         self.stream = HTTPStream(self.app, self.config, self.context, self.task_group, self.ssl, self.client,
-                                 self.server, self.stream_send, 1)
+                                 self.server, self.stream_send, STREAM_ID)
         headers = request.headers.raw_items() if self.config.h11_pass_raw_headers else list(request.headers)
         await self.stream.handle(StreamRequest(
-            stream_id=1, headers=headers, http_version=request.http_version.decode(),
+            stream_id=STREAM_ID, headers=headers, http_version=request.http_version.decode(),
             method=request.method.decode("ascii").upper(), raw_path=request.target, state=self.connection_state,
         ))
         self.keep_alive_requests += 1
