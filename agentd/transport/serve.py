@@ -59,10 +59,10 @@ class ServeConfig:
     #: How often certificate files are checked for rotation.
     reload_interval: float = 2.0
     #: Open connections, in total and per client address; past either, new connections are closed at once.
-    max_connections: int = 256
-    max_per_client: int = 64
+    max_connections: int = _DEFAULTS.serve_max_connections.default
+    max_per_client: int = _DEFAULTS.serve_max_per_client.default
     #: Serve HTTP/2 (ALPN ``h2`` over TLS, ``h2c`` in clear); off: HTTP/1.1 only.
-    http2: bool = False
+    http2: bool = _DEFAULTS.serve_http2.default
 
     @property
     def host(self) -> str:
