@@ -1,7 +1,8 @@
 """The flag table: every command-line flag agentd has, its type, default source, env and file names.
 
 One table drives argparse (``--help``), the environment layer (``AGENTD_<FLAG>``/``AGENT_<FLAG>``), the
-config-file keys and docs/cli.md, so the four can never disagree. Defaults live on :class:`Config`.
+config-file keys and docs/cli.md, so the four can never disagree. Default values live in
+:mod:`agentd.defaults` (the help text quotes them from there).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Final, Literal, NoReturn
 
 import attrs
 
+from agentd import defaults as D
 from agentd.errors import ConfigError
 
 Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
@@ -52,6 +54,11 @@ class Flag:
         return self.name.removeprefix("--").replace("-", "_")
 
 
+def _s(seconds: float) -> str:
+    """A default duration as help text writes it: ``250ms``, ``5s``."""
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
 _RUN = "run"
 _INTEL = "intelligence"
 _MCP = "tools / MCP"
@@ -80,7 +87,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--intelligence-token-file", "intelligence_token_file", "path",
          "read the gateway bearer token from a file (same as --intelligence-token '{{secret-file:PATH}}')",
          _INTEL, "PATH"),
-    Flag("--model", "model", "str", "model name sent to the gateway (default: default)", _INTEL, "NAME"),
+    Flag("--model", "model", "str", f"model name sent to the gateway (default: {D.MODEL})", _INTEL, "NAME"),
     Flag("--stream-intelligence", "stream_intelligence", "bool", "stream gateway replies (SSE)", _INTEL),
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
@@ -101,19 +108,19 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--poll-interval", "poll_interval", "duration",
          "reactive: poll resources/read at this interval when a server cannot subscribe (default: off)",
          _MODES, "DURATION"),
-    Flag("--debounce", "debounce", "duration", "reactive: coalescing window per URI (default 250ms)",
+    Flag("--debounce", "debounce", "duration", f"reactive: coalescing window per URI (default {_s(D.DEBOUNCE)})",
          _MODES, "DURATION"),
-    Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", "reactive: concurrent wakes (default 4)",
+    Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", f"reactive: concurrent wakes (default {D.MAX_CONCURRENT_WAKES})",
          _MODES, "N"),
     # budgets and subagents
-    Flag("--max-steps", "max_steps", "int", "steps per run (default 50)", _BUDGETS, "N"),
-    Flag("--max-tokens", "max_tokens", "int", "tokens per run (default 200000)", _BUDGETS, "N"),
-    Flag("--deadline", "deadline", "duration", "wall-clock limit per run (default 600s)", _BUDGETS,
+    Flag("--max-steps", "max_steps", "int", f"steps per run (default {D.MAX_STEPS})", _BUDGETS, "N"),
+    Flag("--max-tokens", "max_tokens", "int", f"tokens per run (default {D.MAX_TOKENS})", _BUDGETS, "N"),
+    Flag("--deadline", "deadline", "duration", f"wall-clock limit per run (default {_s(D.DEADLINE)})", _BUDGETS,
          "DURATION"),
-    Flag("--max-depth", "max_depth", "int", "subagent tree depth (default 4)", _BUDGETS, "N", env=False),
-    Flag("--max-children", "max_children", "int", "subagents per node (default 8)", _BUDGETS, "N"),
-    Flag("--max-subagents", "max_subagents", "int", "subagents in the whole tree (default 64)", _BUDGETS, "N"),
-    Flag("--token-ceiling", "token_ceiling", "int", "tokens for the whole tree (default 2000000)", _BUDGETS,
+    Flag("--max-depth", "max_depth", "int", f"subagent tree depth (default {D.MAX_DEPTH})", _BUDGETS, "N", env=False),
+    Flag("--max-children", "max_children", "int", f"subagents per node (default {D.MAX_CHILDREN})", _BUDGETS, "N"),
+    Flag("--max-subagents", "max_subagents", "int", f"subagents in the whole tree (default {D.MAX_SUBAGENTS})", _BUDGETS, "N"),
+    Flag("--token-ceiling", "token_ceiling", "int", f"tokens for the whole tree (default {D.TOKEN_CEILING})", _BUDGETS,
          "N"),
     Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",
          "daemon modes: tokens over the process lifetime (default 0 = unbounded)", _BUDGETS, "N",
@@ -121,15 +128,15 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--budget-exit-code", "budget_exit_code", "int",
          "exit with this code instead of 3 (partial) or 7 (budget exhausted)", _BUDGETS, "CODE", env=False),
     Flag("--cancel-grace", "cancel_grace", "duration",
-         "kill ladder: wait after the cancel message before EOF/SIGTERM (default 5s)", _BUDGETS, "DURATION"),
-    Flag("--term-grace", "term_grace", "duration", "kill ladder: wait after SIGTERM before SIGKILL (default 2s)",
+         f"kill ladder: wait after the cancel message before EOF/SIGTERM (default {_s(D.CANCEL_GRACE)})", _BUDGETS, "DURATION"),
+    Flag("--term-grace", "term_grace", "duration", f"kill ladder: wait after SIGTERM before SIGKILL (default {_s(D.TERM_GRACE)})",
          _BUDGETS, "DURATION"),
     Flag("--pong-timeout", "pong_timeout", "duration", "subagent channel: missing pong marks a child stuck "
-         "(default 10s)", _BUDGETS, "DURATION"),
+         f"(default {_s(D.PONG_TIMEOUT)})", _BUDGETS, "DURATION"),
     Flag("--progress-timeout", "progress_timeout", "duration",
-         "subagent channel: no progress marks a child stuck (default 120s)", _BUDGETS, "DURATION"),
+         f"subagent channel: no progress marks a child stuck (default {_s(D.PROGRESS_TIMEOUT)})", _BUDGETS, "DURATION"),
     Flag("--drain-timeout", "drain_timeout", "duration",
-         "on SIGTERM/SIGINT, let running work finish this long, then cancel (default 25s)", _BUDGETS,
+         f"on SIGTERM/SIGINT, let running work finish this long, then cancel (default {_s(D.DRAIN_TIMEOUT)})", _BUDGETS,
          "DURATION"),
     # self-MCP
     Flag("--serve-mcp", "serve_mcp", "url", "serve agentd's own MCP at URL (HTTP(S), mTLS/bearer auth)",
@@ -140,15 +147,15 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _SERVE, "PATH"),
     Flag("--serve-bearer", "serve_bearer", "secret",
          "require this bearer token, as '{{secret:NAME}}' or '{{secret-file:PATH}}'", _SERVE, "REF"),
-    Flag("--serve-max-spawns", "serve_max_spawns", "int", "concurrent served spawns (default 4)", _SERVE, "N"),
-    Flag("--serve-max-sessions", "serve_max_sessions", "int", "MCP sessions (default 64)", _SERVE, "N"),
-    Flag("--serve-max-warm", "serve_max_warm", "int", "warm subagent sessions (default 8)", _SERVE, "N"),
-    Flag("--serve-max-body", "serve_max_body", "int", "request body limit in bytes (default 8 MiB)", _SERVE,
+    Flag("--serve-max-spawns", "serve_max_spawns", "int", f"concurrent served spawns (default {D.SERVE_MAX_SPAWNS})", _SERVE, "N"),
+    Flag("--serve-max-sessions", "serve_max_sessions", "int", f"MCP sessions (default {D.SERVE_MAX_SESSIONS})", _SERVE, "N"),
+    Flag("--serve-max-warm", "serve_max_warm", "int", f"warm subagent sessions (default {D.SERVE_MAX_WARM})", _SERVE, "N"),
+    Flag("--serve-max-body", "serve_max_body", "int", f"request body limit in bytes (default {D.SERVE_MAX_BODY // 1024 // 1024} MiB)", _SERVE,
          "BYTES"),
-    Flag("--serve-keepalive", "serve_keepalive", "duration", "SSE keepalive interval (default 15s)", _SERVE,
+    Flag("--serve-keepalive", "serve_keepalive", "duration", f"SSE keepalive interval (default {_s(D.SERVE_KEEPALIVE)})", _SERVE,
          "DURATION"),
     Flag("--serve-retention", "serve_retention", "duration",
-         "keep terminal agent://subagent handles this long (default 600s)", _SERVE, "DURATION"),
+         f"keep terminal agent://subagent handles this long (default {_s(D.SERVE_RETENTION)})", _SERVE, "DURATION"),
     # telemetry
     Flag("--log-level", "log_level", "choice", "debug, info (default), warn or error", _LOG,
          choices=("debug", "info", "warn", "error")),

@@ -24,7 +24,7 @@ from agentd.connections.model import (
 from agentd.connections.plan import _ALIAS, Connection, _from_host_entry
 from agentd.connections.structure import EnvRef, structure
 from agentd.errors import ConfigError
-from agentd.intelligence.names import SEPARATOR
+from agentd.tool_separator import SEPARATOR
 
 
 def load_connections(raw: Any, env: Mapping[str, str]) -> tuple[McpServerConfig, ...]:

@@ -36,8 +36,8 @@ from agentd.connections.model import (
 )
 from agentd.connections.structure import EnvRef, structure
 from agentd.errors import ConfigError
-from agentd.intelligence.names import SEPARATOR
 from agentd.secrets import check_refs_available
+from agentd.tool_separator import SEPARATOR
 
 _ALIAS: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*$")
 _APP_TOOL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.events import EventLog, null_log
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
@@ -76,7 +77,7 @@ class SupervisorSettings:
     graces: Graces = attrs.field(factory=Graces)
     liveness: LivenessSettings = attrs.field(factory=LivenessSettings)
     await_timeout: float = 30.0
-    drain_timeout: float = 25.0
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
     node: NodeSettings | None = None
 
     def node_settings(self) -> NodeSettings:
@@ -93,7 +94,7 @@ class SupervisorSettings:
         return cls(caps=caps or Caps(), graces=Graces(**data.get("graces", {})),
                    liveness=LivenessSettings(**data.get("liveness", {})),
                    await_timeout=float(data.get("await_timeout", 30.0)),
-                   drain_timeout=float(data.get("drain_timeout", 25.0)))
+                   drain_timeout=float(data.get("drain_timeout", defaults.DRAIN_TIMEOUT)))
 
 
 #: Test-only hook: maps a request to a scripted child behaviour (see agentd.supervisor.child). It exists
