@@ -99,7 +99,6 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     )
     if file_layer is not None:
         merged["config_path"] = file_layer.path
-        merged["sections"] = dict(file_layer.sections)
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
     if not merged.get("run_id"):

@@ -1,6 +1,6 @@
 """The configuration model: plain frozen values, no parsing.
 
-Parsing lives next door (``argv.py``, ``env.py``, ``file.py``, ``load.py``); validation in ``validate.py``.
+Parsing lives next door (``argv.py``, ``env.py``, ``file.py``, ``host.py``, ``load.py``); validation in ``validate.py``.
 Every duration is float seconds; every secret is a *reference* (``{{secret:NAME}}``), resolved only when
 a connection is made (``agentd.secrets``).
 """

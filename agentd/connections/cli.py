@@ -24,18 +24,19 @@ import attrs
 import trio
 
 from agentd import drain
+from agentd.config.host import AuthClientCredentials, AuthOAuth, Host, load_host
 from agentd.config.model import McpServerConfig
+from agentd.config.structure import EnvRef
 from agentd.connections.auth import (
     ClientCredentialsAuth,
     ClientCredentialsSettings,
     ConnectionAuthError,
     ProviderAuth,
 )
-from agentd.connections.model import AuthClientCredentials, AuthOAuth, Manifest
-from agentd.connections.plan import BoundConnection, Host, Plan, bind, load_host, load_manifest
+from agentd.connections.model import Manifest
+from agentd.connections.plan import BoundConnection, Plan, bind, load_manifest
 from agentd.connections.runtime import RuntimeModule, http_client_factory, load_runtime_module
 from agentd.connections.steps import Identity, ManifestResult, run_steps
-from agentd.connections.structure import EnvRef
 from agentd.connections.transcript import (
     FLUSH_GRACE,
     Transcript,

@@ -153,20 +153,10 @@ def test_empty_file_is_fine(tmp_path: Path) -> None:
     assert cfg.mcp == () and cfg.max_steps == 50
 
 
-def test_extension_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 7 adds `connections:` through SECTIONS; the loaded value lands in Config.sections."""
-    seen: list[str] = []
-
-    def load_connections(raw: object, base_dir: str) -> object:
-        seen.append(base_dir)
-        if not isinstance(raw, dict):
-            raise ConfigError("expected a mapping @ $.connections")
-        return {"count": len(raw)}
-
-    monkeypatch.setitem(config_file.SECTIONS, "connections", load_connections)
-    cfg = load(tmp_path, "connections: {a: {}, b: {}}\n")
-    assert cfg.sections == {"connections": {"count": 2}} and seen == [str(tmp_path)]
+def test_host_connections_key_errors_name_their_path(tmp_path: Path) -> None:
+    """A host file's `connections:` is read by the same strict format as the rest of the file."""
     assert "$.connections" in refused(tmp_path, "connections: [1]\n")
+    assert "$.connections['docs'].tools" in refused(tmp_path, "connections: {docs: {url: 'https://d/mcp'}}\n")
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
