@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from agentd.config import Config, McpServerConfig, TlsConfig
-from agentd.config import file as config_file
 from agentd.errors import ConfigError
 
 BASE = ["--instruction", "do it", "--intelligence", "test"]
