@@ -169,8 +169,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--log-content", "log_content", "bool", "log bodies and arguments instead of their lengths", _LOG),
     # configuration
     Flag("--config", "config_path", "path",
-         "YAML config file (mcp_servers, a host file's connections, and any setting below); for agentd run "
-         "and agentd transcript, the host config", _CONFIG, "PATH", file=False,
+         "YAML config or host file (mcp_servers, connections, intelligence and any setting below)", _CONFIG, "PATH", file=False,
          commands=("agentd", "run", "transcript")),
     Flag("--validate-config", "validate_config", "bool",
          "check everything, print the effective config, exit 0 or 2; no network", _CONFIG, env=False,
