@@ -26,6 +26,9 @@ CANCEL_GRACE: Final = 5.0
 EOF_GRACE: Final = 0.5
 TERM_GRACE: Final = 2.0
 
+#: ``subagent.await`` without a timeout, and a warm session's ``send`` with ``wait``, wait this long.
+AWAIT_TIMEOUT: Final = 30.0
+
 # --- subagent liveness (agentd.supervisor.liveness.LivenessSettings) ------------------------------------
 PONG_TIMEOUT: Final = 10.0
 PROGRESS_TIMEOUT: Final = 120.0
