@@ -50,3 +50,28 @@ def test_loading_a_host_file_imports_no_runtime(tmp_path: Path) -> None:
         "assert sorted(host.connections) == ['docs', 'fs'], host\n"
     )
     assert _loaded_after(code) == []
+
+
+ABOVE_CONFIG = ("agentd.connections", "agentd.intelligence", "agentd.client", "agentd.loop", "agentd.supervisor",
+                "agentd.reactive", "agentd.selfmcp", "agentd.daemon", "agentd.cli", "agentd.drain")
+
+
+def _imports(path: Path) -> list[str]:
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def test_config_never_imports_the_layers_above_it() -> None:
+    root = Path(__file__).resolve().parents[2] / "agentd"
+    found = [f"{path.name}: {name}" for path in sorted((root / "config").rglob("*.py")) for name in _imports(path)
+             if name.startswith(ABOVE_CONFIG)]
+    assert found == []
+    for leaf in ("defaults.py", "tool_separator.py"):
+        assert [name for name in _imports(root / leaf) if name.startswith("agentd")] == []
