@@ -52,5 +52,8 @@ SERVE_RETENTION: Final = 600.0
 CONNECT_TIMEOUT: Final = 10.0
 CALL_TIMEOUT: Final = 60.0
 
+# --- telemetry ------------------------------------------------------------------------------------------
+LOG_LEVEL: Final = "info"
+
 # --- intelligence ---------------------------------------------------------------------------------------
 MODEL: Final = "default"

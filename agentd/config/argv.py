@@ -164,7 +164,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--serve-retention", "serve_retention", "duration",
          f"keep terminal agent://subagent handles this long (default {_s(D.SERVE_RETENTION)})", _SERVE, "DURATION"),
     # telemetry
-    Flag("--log-level", "log_level", "choice", "debug, info (default), warn or error", _LOG,
+    Flag("--log-level", "log_level", "choice", f"debug, info, warn or error (default {D.LOG_LEVEL})", _LOG,
          choices=("debug", "info", "warn", "error"), commands=_AND_RUN),
     Flag("--log-content", "log_content", "bool", "log bodies and arguments instead of their lengths", _LOG),
     # configuration

@@ -104,7 +104,7 @@ class Config:
     budget_exit_code: int | None = None
     # identity and telemetry
     run_id: str = ""
-    log_level: LogLevel = "info"
+    log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
     # the self-MCP server
     serve_mcp: str | None = None

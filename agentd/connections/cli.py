@@ -96,7 +96,7 @@ def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
         transcript_path = options.get("transcript") or host.transcript_path or default_path(env)
     identity = Identity(options.get("run_id") or new_run_id(), options.get("user"), options.get("tenant"))
     return Prepared(host, manifest, os.path.abspath(options["manifest"]), runtime, endpoints, model, token,
-                    identity, transcript_path, options.get("stream", False), options.get("log_level", "info"), env,
+                    identity, transcript_path, options.get("stream", False), options.get("log_level", defaults.LOG_LEVEL), env,
                     options.get("drain_timeout", defaults.DRAIN_TIMEOUT))  # fmt: skip
 
 
