@@ -48,6 +48,7 @@ from agentd.connections.transcript import (
 )
 from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
 from agentd.events import EventLog, stream_sink
+from agentd.ids import new_run_id
 from agentd.loop.result import RunResult, RunStatus
 from agentd.secrets import SecretResolver
 from agentd.transport.http_client import tls_context
@@ -89,8 +90,6 @@ def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
     manifest = load_manifest(options["manifest"])
     runtime = load_runtime_module(options.get("runtime_module"))
     endpoints, model, token = _intelligence(options, host.intelligence, env)
-    from agentd.daemon import new_run_id
-
     transcript_path = None
     if not options.get("no_transcript", False) and host.transcript.enabled:
         transcript_path = options.get("transcript") or host.transcript_path or default_path(env)
