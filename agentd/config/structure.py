@@ -87,6 +87,8 @@ def str_or_env(value: Any, _: Any = None) -> str | EnvRef:
 
 
 def _duration(value: Any, _: Any) -> Duration:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise FieldError(f"expected a duration (250ms, 10s, 2m), got {type(value).__name__} {_short(value)}")
     try:
         return Duration(parse_duration(value))
     except (ValueError, ConfigError) as exc:

@@ -68,6 +68,8 @@ def test_unknown_server_key_is_named_with_its_path(tmp_path: Path) -> None:
         ("mcp_servers:\n  - {name: 7, url: 'https://a'}\n", ["$.mcp_servers[0].name", "expected a string"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', connect_timeout: soon}\n",
          ["$.mcp_servers[0].connect_timeout", "'soon'"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', call_timeout: [1]}\n",
+         ["$.mcp_servers[0].call_timeout", "expected a duration"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', tls: {ca: x, crt: y}}\n", ["$.mcp_servers[0].tls", "crt"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', headers: {X-N: 5}}\n", ["$.mcp_servers[0].headers"]),
         ("mcp_servers: {name: a}\n", ["$.mcp_servers", "list"]),
