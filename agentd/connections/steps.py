@@ -36,7 +36,6 @@ from agentd.connections.transcript import Entry, Transcript
 from agentd.drain import current_drain
 from agentd.errors import McpError
 from agentd.events import EventLog
-from agentd.intelligence.names import SEPARATOR
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.loop.budgets import Limits
 from agentd.loop.catalogue import Entry as CatalogueEntry
@@ -44,6 +43,7 @@ from agentd.loop.control import ControlContext, ControlResult, ControlTool, Cont
 from agentd.loop.ports import Intelligence
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import RunRequest, run_loop
+from agentd.tool_separator import SEPARATOR
 
 
 @attrs.frozen

@@ -48,6 +48,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
         retention=config.serve_retention,
+        cancel_grace=config.cancel_grace,
     )
     surface = SelfMcpSurface(backend, AgentInfo(run_id=run_id or config.run_id, mode=config.mode), limits=limits, log=log)
     options = AsgiOptions(

@@ -17,6 +17,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from agentd import defaults
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
@@ -43,13 +44,14 @@ class AgentInfo:
 
 @attrs.frozen
 class SelfMcpLimits:
-    """Defaults as in the original agentd."""
+    """What the served surface allows; build it from the Config (agentd.selfmcp.serving.build_app)."""
 
-    max_concurrent_spawns: int = 4
-    max_warm: int = 8
+    max_concurrent_spawns: int = defaults.SERVE_MAX_SPAWNS
+    max_warm: int = defaults.SERVE_MAX_WARM
     max_subscriptions: int = 64
-    retention: float = 600.0
-    cancel_grace: float = 5.0
+    retention: float = defaults.SERVE_RETENTION
+    #: How long a cancelled request waits for its run's cancel (``--cancel-grace``).
+    cancel_grace: float = defaults.CANCEL_GRACE
 
 
 @attrs.define(eq=False)

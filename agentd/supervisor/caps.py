@@ -27,16 +27,18 @@ from typing import Final
 
 import attrs
 
+from agentd import defaults
+
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
 
 
 @attrs.frozen
 class Caps:
-    max_depth: int = 4
-    max_children: int = 8
-    max_subagents: int = 64
-    token_ceiling: int = 2_000_000
+    max_depth: int = defaults.MAX_DEPTH
+    max_children: int = defaults.MAX_CHILDREN
+    max_subagents: int = defaults.MAX_SUBAGENTS
+    token_ceiling: int = defaults.TOKEN_CEILING
     spawn_burst: int = 8
     spawn_rate: float = 2.0
 

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.events import EventLog, null_log
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
@@ -92,8 +93,8 @@ class SupervisorSettings:
     caps: Caps = attrs.field(factory=Caps)
     graces: Graces = attrs.field(factory=Graces)
     liveness: LivenessSettings = attrs.field(factory=LivenessSettings)
-    await_timeout: float = 30.0
-    drain_timeout: float = 25.0
+    await_timeout: float = defaults.AWAIT_TIMEOUT
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
     node: NodeSettings | None = None
 
     def node_settings(self) -> NodeSettings:
@@ -109,8 +110,8 @@ class SupervisorSettings:
     def from_payload(cls, data: Mapping[str, Any], caps: Caps | None = None) -> SupervisorSettings:
         return cls(caps=caps or Caps(), graces=Graces(**data.get("graces", {})),
                    liveness=LivenessSettings(**data.get("liveness", {})),
-                   await_timeout=float(data.get("await_timeout", 30.0)),
-                   drain_timeout=float(data.get("drain_timeout", 25.0)))
+                   await_timeout=float(data.get("await_timeout", defaults.AWAIT_TIMEOUT)),
+                   drain_timeout=float(data.get("drain_timeout", defaults.DRAIN_TIMEOUT)))
 
 
 #: Test-only hook: maps a request to a scripted child behaviour (see agentd.supervisor.child). It exists
@@ -239,7 +240,7 @@ class Supervisor:
         return node if isinstance(node, Refusal) else node.view()
 
     async def await_(self, caller: Caller, handle: str, timeout: float | None = None) -> RunView | Refusal:
-        """Wait up to ``timeout`` (default ``await_timeout``, 30 s); a running view means still running."""
+        """Wait up to ``timeout`` (default ``await_timeout``); a running view means still running."""
         node = self._lookup(caller, handle)
         if isinstance(node, Refusal):
             return node
