@@ -260,3 +260,7 @@ def with_changes(config: Config, env: Mapping[str, str] | None = None, **changes
     evolved = attrs.evolve(config, **changes)
     validate(evolved, os.environ if env is None else env)
     return evolved
+
+
+# ``Config.from_argv`` is this loader: attached here so that the model never imports the layer that builds it.
+setattr(Config, "from_argv", staticmethod(load_config))  # noqa: B010

@@ -8,7 +8,7 @@ a connection is made (``agentd.secrets``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
@@ -122,19 +122,19 @@ class Config:
     serve_max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     serve_http2: bool = False
 
-    @classmethod
-    def from_argv(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
-        """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
+    if TYPE_CHECKING:  # attached by agentd.config.load (the loader builds a Config; the model imports no loader)
 
-        ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no
-        socket and starts no process.
+        @staticmethod
+        def from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
+            """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
 
-        Raises:
-            ConfigError: one line naming the bad value (exit 2).
-        """
-        from agentd.config.load import load_config
+            ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no
+            socket and starts no process.
 
-        return load_config(argv, env)
+            Raises:
+                ConfigError: one line naming the bad value (exit 2).
+            """
+            ...
 
     def server(self, name: str) -> McpServerConfig:
         """The declared server called ``name`` (KeyError if none)."""
