@@ -69,8 +69,21 @@ def _text_result(structured: Mapping[str, Any], *, is_error: bool = False) -> di
     }
 
 
+#: The retry hint for a retryable refusal with no known wait (a live-count cap frees when a run ends).
+RETRY_POLL_S: Final = 1.0
+
+
 def _refused(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _spawn_refused(refusal: Refusal) -> dict[str, Any]:
+    """A refused spawn: the text for a model, ``structuredContent`` for a program deciding to retry."""
+    retry: float | None = None
+    if refusal.retryable:
+        retry = round(refusal.retry_after, 3) if refusal.retry_after > 0 else RETRY_POLL_S
+    return {**_refused(refusal.reason),
+            "structuredContent": {"refused": refusal.cap, "retryable": refusal.retryable, "retry_after_s": retry}}
 
 
 class SelfMcpSurface:
@@ -96,6 +109,7 @@ class SelfMcpSurface:
         self._reserved_warm = 0
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
+        self._refused_by: dict[str, int] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
@@ -161,8 +175,10 @@ class SelfMcpSurface:
         return Response(request.id, result)
 
     def status(self) -> dict[str, Any]:
-        counts = dict(self.backend.counts())
+        counts: dict[str, Any] = dict(self.backend.counts())
         counts.setdefault("served_running", sum(1 for r in self.runs.values() if r.final is None))
+        counts["refused"] = sum(self._refused_by.values())  # the surface's own caps and the chokepoint's
+        counts["refused_by"] = dict(sorted(self._refused_by.items()))
         body = {
             "run_id": self.info.run_id,
             "mode": self.info.mode,
@@ -186,10 +202,13 @@ class SelfMcpSurface:
         detached = bool(arguments.get("async", False))
         if warm:
             if self._running(True) + self._reserved_warm >= self.limits.max_warm:
-                return self._refuse(f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)")
+                return self._refuse(Refusal(
+                    f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)",
+                    cap="serve_max_warm", retryable=True))
         elif self._running(False) + self._reserved >= self.limits.max_concurrent_spawns:
-            return self._refuse(
-                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)")
+            return self._refuse(Refusal(
+                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)",
+                cap="serve_max_spawns", retryable=True))
         scope = arguments.get("tool_scope")
         spawn = ServedSpawn(
             instruction=arguments["instruction"],
@@ -210,7 +229,8 @@ class SelfMcpSurface:
             else:
                 self._reserved -= 1
         if isinstance(answer, Refusal):
-            return _refused(answer.reason)  # the supervisor logged its own refusal
+            self._count_refusal(answer)  # the supervisor logged its own refusal
+            return _spawn_refused(answer)
         run = self._track(answer, warm)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if detached or warm:
@@ -226,9 +246,14 @@ class SelfMcpSurface:
         assert run.final is not None
         return _text_result(self._terminal(run.final))
 
-    def _refuse(self, text: str) -> dict[str, Any]:
-        self.log.info("serve.refused", reason="spawn_limit", message=text)
-        return _refused(text)
+    def _refuse(self, refusal: Refusal) -> dict[str, Any]:
+        self.log.info("serve.refused", reason="spawn_limit", message=refusal.reason, cap=refusal.cap)
+        self._count_refusal(refusal)
+        return _spawn_refused(refusal)
+
+    def _count_refusal(self, refusal: Refusal) -> None:
+        if refusal.cap in self._refused_by or len(self._refused_by) < 64:  # cap names are a small fixed set
+            self._refused_by[refusal.cap] = self._refused_by.get(refusal.cap, 0) + 1
 
     def _track(self, handle: str, warm: bool) -> ServedRun:
         run = ServedRun(handle, warm, trio.current_time())
@@ -245,6 +270,7 @@ class SelfMcpSurface:
             self.log.info("serve.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
         await trio.sleep(self.limits.retention)
         self.runs.pop(run.handle, None)
+        self.backend.forget(run.handle)  # the supervisor keeps the ended node's view until told
 
     async def _send(self, handle: str, message: str) -> dict[str, Any]:
         run = self.runs.get(handle)
