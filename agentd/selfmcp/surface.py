@@ -110,6 +110,9 @@ class SelfMcpSurface:
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
         self._refused_by: dict[str, int] = {}
+        self._waiting = 0  # sync spawn calls waiting for their run's end
+        self._none_waiting = trio.Event()
+        self._none_waiting.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
@@ -235,6 +238,8 @@ class SelfMcpSurface:
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if detached or warm:
             return _text_result({"handle": answer, "status": "running", "done": False})
+        self._waiting += 1
+        self._none_waiting = trio.Event()
         try:
             await run.finished.wait()
         except trio.Cancelled:
@@ -243,8 +248,18 @@ class SelfMcpSurface:
                 with trio.CancelScope(shield=True), trio.move_on_after(self.limits.cancel_grace):
                     await self.backend.cancel(answer)
             raise
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._none_waiting.set()
         assert run.final is not None
         return _text_result(self._terminal(run.final))
+
+    async def answered(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until no sync spawn call is still waiting for its run: at drain, once
+        the runs ended, their callers get the final answers before the listener stops."""
+        with trio.move_on_after(timeout):
+            await self._none_waiting.wait()
 
     def _refuse(self, refusal: Refusal) -> dict[str, Any]:
         self.log.info("serve.refused", reason="spawn_limit", message=refusal.reason, cap=refusal.cap)
