@@ -82,8 +82,10 @@ def _spawn_refused(refusal: Refusal) -> dict[str, Any]:
     retry: float | None = None
     if refusal.retryable:
         retry = round(refusal.retry_after, 3) if refusal.retry_after > 0 else RETRY_POLL_S
-    return {**_refused(refusal.reason),
-            "structuredContent": {"refused": refusal.cap, "retryable": refusal.retryable, "retry_after_s": retry}}
+    # Shaped like every spawn answer (the tool's outputSchema: SDK clients validate it even on isError).
+    structured = {"handle": "", "status": "refused", "done": True, "refused": refusal.cap,
+                  "retryable": refusal.retryable, "retry_after_s": retry}
+    return {**_refused(refusal.reason), "structuredContent": structured}
 
 
 class SelfMcpSurface:
@@ -178,10 +180,9 @@ class SelfMcpSurface:
         return Response(request.id, result)
 
     def status(self) -> dict[str, Any]:
-        counts: dict[str, Any] = dict(self.backend.counts())
+        counts = dict(self.backend.counts())
         counts.setdefault("served_running", sum(1 for r in self.runs.values() if r.final is None))
         counts["refused"] = sum(self._refused_by.values())  # the surface's own caps and the chokepoint's
-        counts["refused_by"] = dict(sorted(self._refused_by.items()))
         body = {
             "run_id": self.info.run_id,
             "mode": self.info.mode,
@@ -189,6 +190,7 @@ class SelfMcpSurface:
             "pid": self.info.pid,
             "uptime_ms": int((trio.current_time() - self._started) * 1000),
             "spawns": counts,
+            "refusals": dict(sorted(self._refused_by.items())),  # refused spawns by cap
         }
         from agentd.reactive.status import reactive_status_of
 

@@ -67,23 +67,24 @@ async def test_refusals_carry_a_retry_hint_and_are_counted_by_cap() -> None:
             await nursery.start(surface.run)
             scoped = await _call(surface, "subagent.spawn", {"instruction": "x", "tool_scope": ["nope"]})
             assert scoped["isError"] is True
-            assert scoped["structuredContent"] == {"refused": "tool_scope", "retryable": False, "retry_after_s": None}
+            assert scoped["structuredContent"] == {"handle": "", "status": "refused", "done": True,
+                                                   "refused": "tool_scope", "retryable": False, "retry_after_s": None}
             for _ in range(2):
                 ack = await _call(surface, "subagent.spawn", {"instruction": hang, "async": True})
                 assert ack["isError"] is False
             over = await _call(surface, "subagent.spawn", {"instruction": hang, "async": True})
             assert over["isError"] is True and "2 served spawns already running" in over["content"][0]["text"]
-            assert over["structuredContent"] == {"refused": "serve_max_spawns", "retryable": True,
-                                                 "retry_after_s": 1.0}
+            assert over["structuredContent"] == {"handle": "", "status": "refused", "done": True,
+                                                 "refused": "serve_max_spawns", "retryable": True, "retry_after_s": 1.0}
             # The supervisor's own cap (two subagents live) refuses the warm spawn the surface let through.
             warm = await _call(surface, "subagent.spawn", {"instruction": hang, "warm": True})
             assert warm["isError"] is True and "max_subagents=2" in warm["content"][0]["text"]
             assert warm["structuredContent"]["refused"] == "max_subagents"
             assert warm["structuredContent"]["retryable"] is True
             status = await _call(surface, "status", {})
-            spawns = status["structuredContent"]["spawns"]
-            assert spawns["refused"] == 3
-            assert spawns["refused_by"] == {"max_subagents": 1, "serve_max_spawns": 1, "tool_scope": 1}
+            assert status["structuredContent"]["spawns"]["refused"] == 3
+            assert status["structuredContent"]["refusals"] == {"max_subagents": 1, "serve_max_spawns": 1,
+                                                               "tool_scope": 1}
             nursery.cancel_scope.cancel()
 
 
