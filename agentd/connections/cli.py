@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -198,7 +199,7 @@ async def execute(
             ))  # fmt: skip
         try:
             servers, denied = await _servers(plan, runtime, resolver, log, identity, env)
-            result = await _connect_and_run(plan, runtime, stack, servers, denied, endpoints=endpoints,
+            result = await _connect_and_run(plan, runtime, servers, denied, endpoints=endpoints,
                                             model=model, token=token, log=log, resolver=resolver,
                                             identity=identity, transcript=transcript)  # fmt: skip
         except* trio.Cancelled:
@@ -218,7 +219,6 @@ async def execute(
 async def _connect_and_run(
     plan: Plan,
     runtime: RuntimeModule,
-    stack: AsyncExitStack,
     servers: list[McpServerConfig],
     denied: McpConnectError | None,
     *,
@@ -230,29 +230,39 @@ async def _connect_and_run(
     identity: Identity,
     transcript: Transcript | None,
 ) -> ManifestResult:
-    """Open the intelligence and the MCP pool on ``stack`` and run the steps; connect and intelligence
+    """Open the intelligence and the MCP pool and run the steps; connect and intelligence
     failures become the run's result (exit 6 / 4)."""
     from agentd.client import open_mcp_pool
     from agentd.intelligence import open_intelligence
 
     failure: ManifestResult | None = None
-    try:
-        if denied is not None:
-            raise denied
-        intel = await stack.enter_async_context(
-            open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
-        )
-        pool = await stack.enter_async_context(
-            open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
-        )
-        return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
-                               transcript=transcript)  # fmt: skip
-    except* McpConnectError as group:
-        exc = _first(group)
-        code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
-        failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
-    except* IntelligenceError as group:
-        failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+    # ``deadlineMs`` bounds the whole run: connecting spends it too (a server that accepts and never
+    # answers cannot hold the run past it). Once connected, run_steps owns the rest of it.
+    deadline = trio.current_time() + plan.manifest.limits.deadline_ms / 1000
+    with trio.CancelScope(deadline=deadline) as opening:
+        try:
+            if denied is not None:
+                raise denied
+            async with AsyncExitStack() as connected:
+                intel = await connected.enter_async_context(
+                    open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
+                )
+                pool = await connected.enter_async_context(
+                    open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
+                )
+                opening.deadline = math.inf
+                return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
+                                       transcript=transcript, deadline=deadline)  # fmt: skip
+        except* McpConnectError as group:
+            exc = _first(group)
+            code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
+            failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
+        except* IntelligenceError as group:
+            failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+    if opening.cancel_called:
+        error = f"the run deadline ({plan.manifest.limits.deadline_ms} ms) passed while connecting"
+        return ManifestResult(RunResult(run_id=identity.run_id, status=RunStatus.DEADLINE, partial=True,
+                                        error=error), ())
     assert failure is not None
     return failure
 

@@ -143,7 +143,8 @@ class Supervisor:
 
     async def spawn(self, caller: Caller, request: SpawnRequest) -> RunView | Refusal:
         if self.draining:
-            return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted"))
+            return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted",
+                                                 cap="draining"))
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
@@ -162,13 +163,17 @@ class Supervisor:
             settings=self.settings.node_settings(), fork_server=fork_server,
         )
         self._nodes[admitted.handle] = node
-        if request.async_:
+        if request.async_ or request.warm:
             await self.nursery.start(self._run_node, node)
-            return node.view()
+        else:
+            await self._run_node(node)
+        if node.start_error is not None:
+            # No process (out of descriptors or processes): a retryable refusal, not a run that never was.
+            self._nodes.pop(admitted.handle, None)
+            return self._refused(caller, Refusal(f"spawn refused: {node.start_error}", retryable=True,
+                                                 cap="resources"))
         if request.warm:
-            await self.nursery.start(self._run_node, node)
             return await node.wait_turn()
-        await self._run_node(node)
         return node.view()
 
     async def _forks(self) -> ForkServer | None:
@@ -192,7 +197,7 @@ class Supervisor:
 
     def _refused(self, caller: Caller, refusal: Refusal) -> Refusal:
         self.log.info("subagent.refused", caller=caller.handle, origin=caller.origin.value,
-                      reason=refusal.message)
+                      reason=refusal.message, cap=refusal.cap)
         return refusal
 
     async def _run_node(self, node: SubagentNode, *,
@@ -234,6 +239,12 @@ class Supervisor:
         if node is None or not owned:
             return Refusal(f"unknown subagent handle {handle}")
         return node
+
+    def forget(self, caller: Caller, handle: str) -> None:
+        """Drop an ended subagent's view now (the served surface's retention); a live one is kept."""
+        node = self._lookup(caller, handle)
+        if not isinstance(node, Refusal) and node.ended.is_set():
+            del self._nodes[handle]
 
     def status(self, caller: Caller, handle: str) -> RunView | Refusal:
         node = self._lookup(caller, handle)

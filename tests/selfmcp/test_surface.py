@@ -89,7 +89,7 @@ async def test_status_tool_and_status_resource() -> None:
         read = (await peer.call("resources/read", {"uri": "agent://status"}))["result"]["contents"][0]
         body = json.loads(read["text"])
         assert read["mimeType"] == "application/json"
-        assert set(body) == {"run_id", "mode", "version", "pid", "uptime_ms", "spawns"}
+        assert set(body) == {"run_id", "mode", "version", "pid", "uptime_ms", "spawns", "refusals"}
 
 
 async def test_async_spawn_read_running_then_terminal_and_unknown() -> None:
