@@ -98,12 +98,9 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _subagent() -> int:
     """The hidden control mode: the supervisor's child entry, before any argv parsing."""
-    child_main = _optional("agentd.supervisor.child", "child_main")
-    if child_main is None:
-        _fail("subagent mode is not available in this build", 1)
-        return 1
-    code = child_main()
-    return int(code) if isinstance(code, int) else 0
+    from agentd.child.session import child_main
+
+    return child_main()
 
 
 def _run(argv: list[str], env: dict[str, str]) -> int:
