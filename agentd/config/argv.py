@@ -105,6 +105,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _MODES, "DURATION"),
     Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", "reactive: concurrent wakes (default 4)",
          _MODES, "N"),
+    Flag("--max-wakes-per-minute", "max_wakes_per_minute", "int",
+         "reactive: wakes the daemon may start in any 60 s; more wait, coalesced (default 60, 0 = no limit)",
+         _MODES, "N"),
+    Flag("--max-wakes-per-uri-per-minute", "max_wakes_per_uri_per_minute", "int",
+         "reactive: wakes one URI may start in any 60 s; more wait, coalesced (default 10, 0 = no limit)",
+         _MODES, "N"),
     # budgets and subagents
     Flag("--max-steps", "max_steps", "int", "steps per run (default 50)", _BUDGETS, "N"),
     Flag("--max-tokens", "max_tokens", "int", "tokens per run (default 200000)", _BUDGETS, "N"),

@@ -82,6 +82,8 @@ class Config:
     poll_interval: float | None = None
     debounce: float = 0.25
     max_concurrent_wakes: int = 4
+    max_wakes_per_minute: int = 60
+    max_wakes_per_uri_per_minute: int = 10
     # per-run budgets
     max_steps: int = 50
     max_tokens: int = 200_000

@@ -40,6 +40,7 @@ from agentd.reactive.continue_route import ContinueRoute, OpenSession
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.status import published
+from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
 
@@ -239,7 +240,9 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
     cfg = ctx.cfg
     ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
                         max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
-                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri))
+                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri),
+                        budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
+                                          per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
