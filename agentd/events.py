@@ -15,7 +15,8 @@ notifications a second, a bad-bearer flood on the served endpoint), so two limit
 * **Size**: a string field longer than :data:`MAX_FIELD_CHARS` is cut and ends with a marker that gives the
   original length; a list or mapping keeps its first :data:`MAX_FIELD_ITEMS` items (a marker says how many
   were left out). This holds with ``--log-content`` too.
-* **Rate**: at most :data:`RATE_LIMIT` lines per event name (and agent path) per :data:`RATE_WINDOW` seconds.
+* **Rate**: at most :data:`RATE_LIMIT` lines per event name (and agent path, and ``server`` or ``handle``
+  field when the line has one) per :data:`RATE_WINDOW` seconds.
   Lines over it are dropped and counted; once the window has passed, the next line written carries the
   count in a ``log.suppressed`` line (``error`` level when an error line was among them, so errors are
   summarised, never silently lost). :meth:`EventLog.flush` writes the pending summaries at once.
@@ -43,6 +44,8 @@ MAX_FIELD_DEPTH: Final = 8
 #: Lines per event name (and agent path) per :data:`RATE_WINDOW` seconds; more are counted, not written.
 RATE_LIMIT: Final = 50
 RATE_WINDOW: Final = 1.0
+#: Fields that split an event's rate budget: one server's or one subagent's flood does not silence another's.
+RATE_KEY_FIELDS: Final = ("server", "handle")
 
 #: Every event agentd emits. Grouped by component; docs/events.md documents each one.
 VOCABULARY: Final[frozenset[str]] = frozenset(
@@ -124,6 +127,7 @@ class Suppressed:
 
     event: str
     agent_path: str
+    scope: str
     count: int
     errors: int
     window_s: float
@@ -144,13 +148,14 @@ class RateLimiter:
 
     limit: int = RATE_LIMIT
     window: float = RATE_WINDOW
-    _windows: dict[tuple[str, str], _Window] = attrs.field(factory=dict, init=False)
+    _windows: dict[tuple[str, str, str], _Window] = attrs.field(factory=dict, init=False)
 
-    def admit(self, event: str, agent_path: str, level: str, now: float) -> bool:
-        """Whether this line may be written now; a dropped one is counted for the next summary."""
+    def admit(self, event: str, agent_path: str, level: str, now: float, scope: str = "") -> bool:
+        """Whether this line may be written now; a dropped one is counted for the next summary. ``scope``
+        splits the budget further (a server name, a subagent handle)."""
         if self.limit <= 0:
             return True
-        key = (event, agent_path)
+        key = (event, agent_path, scope)
         window = self._windows.get(key)
         if window is None or now - window.start >= self.window:  # (a summary owed was handed out by due)
             window = self._windows[key] = _Window(now)
@@ -166,7 +171,7 @@ class RateLimiter:
         owed: list[Suppressed] = []
         for key, window in list(self._windows.items()):
             if window.dropped and (everything or now - window.start >= self.window):
-                owed.append(Suppressed(key[0], key[1], window.dropped, window.errors, self.window))
+                owed.append(Suppressed(key[0], key[1], key[2], window.dropped, window.errors, self.window))
                 self._windows[key] = _Window(now)
             elif now - window.start >= self.window:
                 del self._windows[key]  # idle: keep the table as small as the set of busy events
@@ -219,7 +224,8 @@ class EventLog:
         now = self.clock()
         for owed in self.limiter.due(now):
             self._summary(owed)
-        if not self.limiter.admit(event, self.agent_path, level, now):
+        scope = "/".join(str(fields[name]) for name in RATE_KEY_FIELDS if fields.get(name) is not None)
+        if not self.limiter.admit(event, self.agent_path, level, now, scope[:256]):
             return
         line: dict[str, Any] = {
             "ts": _rfc3339_ms(time.time()),
@@ -245,7 +251,7 @@ class EventLog:
             "ts": _rfc3339_ms(time.time()), "level": level, "event": "log.suppressed", "run_id": self.run_id,
             "agent_path": owed.agent_path, "comp": self.comp, "pid": os.getpid(),
             "suppressed_event": owed.event, "suppressed": owed.count, "errors": owed.errors,
-            "window_s": owed.window_s,
+            "window_s": owed.window_s, **({"scope": self.redactor.scrub(owed.scope)} if owed.scope else {}),
         })  # fmt: skip
 
     def debug(self, event: str, /, **fields: Any) -> None:

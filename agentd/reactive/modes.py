@@ -293,7 +293,9 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
         contents, server = None, wake.server
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                  wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
-    result = await runs.run(Job("wake", wake_instruction(_instruction(ctx), wake.uri, server, contents), wake.uri))
+    # A resource may hold a credential a server echoed: registered secret values never reach the model.
+    prompt = ctx.log.redactor.scrub(wake_instruction(_instruction(ctx), wake.uri, server, contents))
+    result = await runs.run(Job("wake", prompt, wake.uri))
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
                                                  status=result.status.value, error=result.error or "")
