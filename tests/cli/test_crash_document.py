@@ -50,3 +50,23 @@ async def test_an_internal_crash_prints_one_crashed_document_and_exits_1(tmp_pat
     assert len(doc["error"]) < 400  # a short message, not the whole exception text
     for line in done.stderr.decode().splitlines():
         json.loads(line)  # stderr stays JSON lines
+
+
+async def test_plain_agentd_crash_before_the_run_still_prints_a_crashed_document(tmp_path: Path) -> None:
+    # The served endpoint's port is taken: the listener fails outside the run itself.
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "agentd", "--intelligence", "test", "--instruction", "x",
+                "--run-id", "crash-2", "--serve-mcp", f"http://127.0.0.1:{port}/mcp"]
+        with trio.fail_after(60):
+            done = await trio.run_process(argv, env=clean_env(), capture_stdout=True, capture_stderr=True,
+                                          check=False, stdin=b"")
+    assert done.returncode == 1, done.stderr.decode()[-2000:]
+    [line] = done.stdout.decode().splitlines()
+    doc = json.loads(line)
+    assert doc["run_id"] == "crash-2" and doc["status"] == "crashed" and doc["done"] is True
+    assert doc["error"].startswith("OSError: ")
