@@ -72,13 +72,18 @@ class ResultPromise:
             doc = self.redactor.scrub_value(doc)
         _print_json(doc, sys.stdout if out is None else out)
 
-    def crashed(self, exc: BaseException) -> dict[str, Any]:
+    def error_of(self, exc: BaseException) -> str:
+        """``Type: message``, the message on one line, scrubbed and cut to :data:`CRASH_MESSAGE_CHARS`."""
         message = str(exc)
         if self.redactor is not None:
             message = self.redactor.scrub(message)
         message = " ".join(message.split())
         if len(message) > CRASH_MESSAGE_CHARS:
             message = message[:CRASH_MESSAGE_CHARS] + "…"
+        return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+    def crashed(self, exc: BaseException) -> dict[str, Any]:
+        """The result document of a command that crashed before it wrote its own."""
         return {
             "run_id": self.run_id,
             "status": "crashed",
@@ -87,7 +92,7 @@ class ResultPromise:
             "result": None,
             "steps": 0,
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "error": f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+            "error": self.error_of(exc),
         }
 
 
@@ -116,10 +121,9 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         if isinstance(exc, AgentdError):
             _fail(str(exc), int(exc.exit_code), config=int(exc.exit_code) == 2)
             return int(exc.exit_code)
-        doc = promise.crashed(exc) if promise.run_id is not None else None
-        _fail(f"unexpected {doc['error'] if doc else type(exc).__name__}", 1)
-        if doc is not None and not promise.written:
-            promise.write(doc)
+        _fail(f"unexpected {promise.error_of(exc)}", 1)
+        if promise.run_id is not None and not promise.written:
+            promise.write(promise.crashed(exc))
         return 1
 
 
