@@ -104,6 +104,7 @@ class Router:
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _closing: trio.Event = attrs.field(factory=trio.Event, init=False)
     _seq: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -139,6 +140,7 @@ class Router:
     def close(self) -> None:
         """Stop taking wakes: pending ones are dropped, running ones go on (drain waits for them)."""
         self._closed = True
+        self._closing.set()
         for slot in self._slots.values():
             if slot.pending:
                 slot.pending = False
@@ -168,7 +170,8 @@ class Router:
                     self.stats.throttled += 1
                     self.log.warn("reactive.throttled", uri=uri, scope=decision.scope,
                                   wait_s=round(decision.wait, 3), updates=slot.updates)  # fmt: skip
-                    await trio.sleep(max(decision.wait, 0.0))
+                    with trio.move_on_after(max(decision.wait, 0.0)):
+                        await self._closing.wait()  # a drain does not wait out the budget
                     continue
                 async with _wake_slot(self._limiter if self.bounded(uri) else None):
                     if not self._wanted(slot):  # closed while waiting for a slot

@@ -68,3 +68,24 @@ async def test_daemon_flood_costs_at_most_the_budget(autojump_clock: trio.abc.Cl
     assert wakes[0] - start < 0.01  # a lone (first) update still wakes at once
     assert any("a6000" in p for p in prompts) and any("b6000" in p for p in prompts)  # nothing lost
     assert throttled and {e["scope"] for e in throttled} <= {"uri", "daemon"}
+
+
+async def test_a_drain_does_not_wait_out_the_budget(autojump_clock: trio.abc.Clock) -> None:
+    woken: list[float] = []
+
+    async def wake(w: Wake) -> None:
+        woken.append(trio.current_time())
+
+    router = Router(wake, budget=WakeBudget(per_uri=1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(router.run)
+        router.notify("u")
+        await trio.sleep(1)
+        router.notify("u")  # over budget: pending for ~59 s
+        await trio.sleep(1)
+        closed = trio.current_time()
+        router.close()
+        await router.wait_idle()
+        assert trio.current_time() - closed < 0.01
+        nursery.cancel_scope.cancel()
+    assert len(woken) == 1 and router.stats.dropped == 1
