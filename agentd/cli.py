@@ -35,7 +35,7 @@ import attrs
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.events import EventLog
+    from agentd.events import EventLog, Redactor
 
 #: The original agentd's re-exec marker: a subagent child is ``python -m agentd`` with this set to 1.
 SUBAGENT_ENV = "AGENT_SUBAGENT"
@@ -57,9 +57,9 @@ class ResultPromise:
 
     run_id: str | None = None
     written: bool = False
-    redactor: Any = None
+    redactor: Redactor | None = None
 
-    def promise(self, run_id: str, redactor: Any = None) -> None:
+    def promise(self, run_id: str, redactor: Redactor | None = None) -> None:
         self.run_id = run_id
         if redactor is not None:
             self.redactor = redactor
