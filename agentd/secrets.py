@@ -72,6 +72,20 @@ def secret_refs(template: str) -> tuple[SecretRef, ...]:
     return tuple(refs)
 
 
+def referenced_env_names(template: str) -> frozenset[str]:
+    """The ``NAME`` of every well-formed ``{{secret:NAME}}`` in ``template`` (any spacing the resolver accepts).
+
+    This is the one place that decides which environment secrets a template needs: the supervisor hands a
+    child exactly these values. Unlike :func:`secret_refs` it never raises, so it can be run over any text
+    of a configuration (an instruction may hold braces); a malformed reference names nothing here and is
+    reported by validation or at resolution.
+    """
+    return frozenset(
+        match["arg"] for match in _REF.finditer(template)
+        if match["kind"] == "secret" and _ENV_NAME.match(match["arg"])
+    )
+
+
 def has_secret_ref(template: str) -> bool:
     """True when ``template`` holds at least one ``{{secret:...}}``/``{{secret-file:...}}``."""
     return _REF.search(template) is not None

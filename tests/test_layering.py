@@ -88,3 +88,139 @@ def test_package_never_imports_asyncio_anyio_or_threading() -> None:
 def test_the_checker_itself(source: str, forbidden: set[str], expected: list[str]) -> None:
     names = [name for _, name in _imported_roots(ast.parse(source)) if name in forbidden]
     assert names == expected
+
+
+# --- the package order --------------------------------------------------------------------------------------------
+#: Every unit of ``agentd/`` (a top-level module or subpackage) in its layer, lowest first. A unit may import its
+#: own layer's leaves and any lower layer; never a higher layer, and never a sibling role in its own layer (siblings
+#: meet only in a layer above them, which hands one to the other). docs/architecture.md shows the same table.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults"})),
+    ("mcp", frozenset({"mcp"})),
+    ("transport", frozenset({"transport"})),
+    ("config", frozenset({"config"})),
+    ("journal", frozenset({"journal"})),
+    ("client, intelligence", frozenset({"client", "intelligence"})),
+    ("loop", frozenset({"loop"})),
+    ("run", frozenset({"run"})),
+    ("supervisor", frozenset({"supervisor"})),
+    ("selfmcp, reactive, connections", frozenset({"selfmcp", "reactive", "connections"})),
+    ("daemon", frozenset({"daemon"})),
+    ("child", frozenset({"child"})),
+    ("cli", frozenset({"cli", "__init__"})),
+    ("entry", frozenset({"__main__"})),
+)
+#: Units that may import each other within one layer (the leaves are small shared vocabulary; the graph of their
+#: modules must still be acyclic, which test_no_import_cycles checks).
+MUTUAL = frozenset({"leaves"})
+
+
+def _layer_of(unit: str) -> int:
+    for index, (_, units) in enumerate(LAYERS):
+        if unit in units:
+            return index
+    raise AssertionError(f"agentd unit {unit!r} is in no layer: add it to LAYERS (and docs/architecture.md)")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def _agentd_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every ``agentd`` module this file imports (absolute or relative, nested or not), resolved to a module."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    known = {_module_name(p) for p in _modules(PACKAGE)}
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            # ``from agentd import drain`` imports the module agentd.drain
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            targets = [node.args[0].value]
+        for target in targets:
+            if target == "agentd" or target.startswith("agentd."):
+                yield node.lineno, target
+
+
+def _upward_edges() -> list[str]:
+    out = []
+    for path in _modules(PACKAGE):
+        source = _module_name(path)
+        unit = _unit(source)
+        for lineno, target in _agentd_imports(path):
+            other = _unit(target)
+            if other == unit:
+                continue
+            mine, theirs = _layer_of(unit), _layer_of(other)
+            if theirs > mine or (theirs == mine and LAYERS[mine][0] not in MUTUAL):
+                out.append(f"{path.relative_to(REPO)}:{lineno} ({LAYERS[mine][0]}) imports {target} "
+                           f"({LAYERS[theirs][0]})")
+    return out
+
+
+def test_every_unit_has_a_layer() -> None:
+    for path in _modules(PACKAGE):
+        _layer_of(_unit(_module_name(path)))
+
+
+def test_no_import_points_upward_or_sideways() -> None:
+    assert _upward_edges() == []
+
+
+def test_no_import_cycles() -> None:
+    graph: dict[str, set[str]] = {}
+    modules = {_module_name(p): p for p in _modules(PACKAGE)}
+    for name, path in modules.items():
+        graph[name] = {t for _, t in _agentd_imports(path) if t in modules and t != name}
+    # Tarjan's strongly connected components: any component of more than one module is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert cycles == []

@@ -1,56 +1,64 @@
-"""A connection's catalogue: paging ``tools/list`` and the resource lists in, and re-listing what a
-``list_changed`` (or an expired modern ``ttlMs``) made stale.
+"""A connection's catalogue: paging ``tools/list`` and the resource lists in, re-listing what a
+``list_changed`` (or an expired modern ``ttlMs``) made stale, and checking a tool's structured result
+against the output schema it declared.
 
-These are methods of :class:`agentd.client.connection.ServerConnection`, kept here so each module stays
-readable.
+It exists so what a server offers (and when that is stale) has one owner. It asks through the
+:class:`~agentd.client.exchange.Exchange` and reads the era and capabilities from its session.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
 
+import attrs
+import jsonschema
 import trio
 
-from agentd.client._streams import MAX_PAGES, _SessionGone
+from agentd.client.exchange import Exchange, SessionGone
 from agentd.client.models import ResourceInfo, ResourceTemplateInfo, ToolInfo
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError
 from agentd.events import EventLog
 from agentd.mcp import types
-from agentd.mcp.client_session import ClientSession
 from agentd.mcp.streamable_http import invalid_header_annotation
 from agentd.mcp.versions import Era
 
+#: A server still returning a cursor after this many pages is broken.
+MAX_PAGES: Final = 1024
 
-class CatalogueMixin:
-    """Catalogue loading and refresh. Everything it uses is defined by ``ServerConnection``."""
 
-    if TYPE_CHECKING:
-        config: McpServerConfig
-        log: EventLog
-        session: ClientSession
-        tools: list[ToolInfo]
-        resources: list[ResourceInfo]
-        templates: list[ResourceTemplateInfo]
-        ttl_ms: dict[str, int | None]
-        _refresh: set[str]
-        _refresh_wanted: trio.Event
-        _validators: dict[str, Any]
+@attrs.define(eq=False)
+class Catalogue:
+    """The tools, resources and templates of one server, kept current."""
 
-        @property
-        def name(self) -> str: ...
-        @property
-        def era(self) -> Era | None: ...
-        async def _request_once(
-            self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None = None
-        ) -> dict[str, Any]: ...
-    async def _load_catalogue(self) -> None:
-        if self.session.has("tools") or self.era is Era.MODERN:
-            await self._load_tools()
+    config: McpServerConfig
+    exchange: Exchange
+    log: EventLog
+    tools: list[ToolInfo] = attrs.field(factory=list)
+    resources: list[ResourceInfo] = attrs.field(factory=list)
+    templates: list[ResourceTemplateInfo] = attrs.field(factory=list)
+    #: The modern ``ttlMs`` of each list method's last page.
+    ttl_ms: dict[str, int | None] = attrs.field(factory=dict)
+    _refresh: set[str] = attrs.field(factory=set)
+    _refresh_wanted: trio.Event = attrs.field(factory=trio.Event)
+    #: Compiled output schemas, per tool, for the current tool list.
+    _validators: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def tool(self, name: str) -> ToolInfo | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    async def load(self) -> None:
+        session = self.exchange.session
+        if session.has("tools") or session.era is Era.MODERN:
+            await self.load_tools()
         else:
             self.tools = []
-        if self.session.has("resources"):
-            await self._load_resources()
+        if session.has("resources"):
+            await self.load_resources()
         else:
             self.resources, self.templates = [], []
 
@@ -59,7 +67,7 @@ class CatalogueMixin:
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             params = {"cursor": cursor} if cursor is not None else None
-            result = await self._request_once(method, params)
+            result = await self.exchange.request_once(method, params)
             try:
                 page = types.structure(result, cls)
             except types.WireError as exc:
@@ -73,9 +81,9 @@ class CatalogueMixin:
             f"{method}: still paging after {MAX_PAGES} pages (the server keeps returning a cursor)", server=self.name
         )
 
-    async def _load_tools(self) -> None:
+    async def load_tools(self) -> None:
         tools: list[types.Tool] = await self._drain("tools/list", "tools", types.ListToolsResult)
-        if self.era is Era.MODERN:
+        if self.exchange.session.era is Era.MODERN:
             # 2026-07-28: a tool whose x-mcp-header annotations are invalid MUST be dropped.
             kept = []
             for tool in tools:
@@ -94,7 +102,7 @@ class CatalogueMixin:
         # The audit record of each (untrusted) description is the loop's mcp.tool_description event.
         self._validators = {}
 
-    async def _load_resources(self) -> None:
+    async def load_resources(self) -> None:
         resources: list[types.Resource] = await self._drain(
             "resources/list", "resources", types.ListResourcesResult
         )
@@ -112,10 +120,18 @@ class CatalogueMixin:
             ResourceTemplateInfo(self.name, t.uri_template, t.name, t.description, t.mime_type) for t in templates
         ]
 
-    async def _refresher(self) -> None:
+    def want_refresh(self, what: str, *, advertised: bool) -> None:
+        """A ``list_changed`` for ``what`` ("tools" or "resources") arrived; honoured if it was advertised."""
+        self.log.info("mcp.list_changed", server=self.name, list=what, advertised=advertised)
+        if advertised:
+            self._refresh.add(what)
+            self._refresh_wanted.set()
+
+    async def refresher(self) -> None:
         """Re-list what a ``list_changed`` (or an expired modern ``ttlMs``) made stale."""
+        session = self.exchange.session
         while True:
-            ttl = self.ttl_ms.get("tools/list") if self.era is Era.MODERN else None
+            ttl = self.ttl_ms.get("tools/list") if session.era is Era.MODERN else None
             with trio.move_on_after(max(ttl / 1000, 1.0) if ttl else float("inf")) as expiry:
                 await self._refresh_wanted.wait()
             if expiry.cancelled_caught:
@@ -125,13 +141,39 @@ class CatalogueMixin:
             try:
                 with trio.fail_after(self.config.call_timeout):
                     if "tools" in wanted:
-                        await self._load_tools()
-                    if "resources" in wanted and self.session.has("resources"):
-                        await self._load_resources()
-            except (McpError, trio.TooSlowError, _SessionGone) as exc:
+                        await self.load_tools()
+                    if "resources" in wanted and session.has("resources"):
+                        await self.load_resources()
+            except (McpError, trio.TooSlowError, SessionGone) as exc:
                 self.log.warn("mcp.protocol_error", server=self.name, what=f"refreshing the catalogue: {exc}")
                 continue
             self.log.info(
                 "mcp.catalogue", server=self.name, tools=len(self.tools), resources=len(self.resources),
                 refreshed=sorted(wanted),
             )  # fmt: skip
+
+    def check_structured(self, tool: str, structured: dict[str, Any] | None) -> None:
+        """Check a tool's ``structuredContent`` against its declared ``outputSchema`` (if any)."""
+        info = self.tool(tool)
+        if info is None or info.output_schema is None:
+            return
+        if structured is None:
+            raise McpProtocolError(
+                f"tools/call {tool}: the tool declares an outputSchema but returned no structuredContent",
+                server=self.name,
+            )
+        validator = self._validators.get(tool)
+        if validator is None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(info.output_schema)
+            except jsonschema.SchemaError as exc:
+                self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc.message}")
+                return
+            validator = self._validators[tool] = jsonschema.Draft202012Validator(info.output_schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(structured))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise McpProtocolError(
+                f"tools/call {tool}: structuredContent does not match the outputSchema at {where}: {error.message}",
+                server=self.name,
+            )

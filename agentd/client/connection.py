@@ -11,13 +11,18 @@ It connects (handshake, catalogue), reports itself started, then alternates two 
   re-subscribed and exactly one synthesized ``updated`` per URI is delivered, so a change missed while
   disconnected is not lost.
 
-Requests (:meth:`call_tool`, :meth:`read_resource`, ...) run in their callers' tasks. Every message that
-arrives on any stream goes through :meth:`_dispatch` and the sans-io :class:`ClientSession`, which
-answers server requests and matches responses to waiting requests by id (so a response that arrives on
-a resumed GET stream still finds its caller). A request abandoned by cancellation sends
-``notifications/cancelled`` shielded and bounded (legacy) or just closes its response stream (modern).
-"""
+The connection owns its pieces, each with one job, and wires them together here:
 
+* :class:`~agentd.client.exchange.Exchange`: requests out, messages in (the sans-io session lives there);
+* :func:`~agentd.client.handshake.handshake`: the era probe, whose :class:`~agentd.client.handshake.Handshake`
+  result says what the server told about itself;
+* :class:`~agentd.client.catalogue.Catalogue`: tools, resources, templates, kept current;
+* :class:`~agentd.client.subscriptions.Subscriptions`: the watched URIs and their updates;
+* :class:`~agentd.client._streams.PushStreams`: the GET stream, the pinger, the listen loop;
+* :class:`~agentd.client.liveness.Liveness`: connected or broken, and which generation.
+
+Requests (:meth:`call_tool`, :meth:`read_resource`, ...) run in their callers' tasks.
+"""
 
 from __future__ import annotations
 
@@ -25,26 +30,17 @@ import random
 from typing import Any
 
 import attrs
-import jsonschema
 import trio
 
 from agentd._version import __version__
-from agentd.client._streams import (
-    CLEANUP_GRACE,
-    StreamsMixin,
-    Tuning,
-    UpdateSink,
-    _SessionGone,
-    _Waiter,
-    backoff_delay,
-)
-from agentd.client.catalogue import CatalogueMixin
+from agentd.client._streams import PushStreams, Tuning, backoff_delay
+from agentd.client.catalogue import Catalogue
 from agentd.client.era_cache import EraCache
-from agentd.client.exchange import ExchangeMixin
-from agentd.client.handshake import HandshakeMixin
-from agentd.client.handshake import _NotModern as _NotModern  # re-exported: its home used to be here
+from agentd.client.exchange import CLEANUP_GRACE, Exchange, SessionGone
+from agentd.client.handshake import Handshake, close_session, connect_error, handshake
+from agentd.client.liveness import Liveness
 from agentd.client.models import ResourceContents, ResourceInfo, ResourceTemplateInfo, ToolInfo, ToolResult
-from agentd.client.subscriptions import SubscriptionsMixin
+from agentd.client.subscriptions import Subscriptions, UpdateSink
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpConnectError, McpError, McpProtocolError, McpRpcError, McpTransportError
 from agentd.events import EventLog
@@ -57,9 +53,8 @@ from agentd.transport.http_client import HttpTransport
 
 
 @attrs.define(eq=False)
-class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, SubscriptionsMixin, StreamsMixin):
-    """One declared server. The era probe, request exchange, catalogue, subscriptions and push streams are
-    its mixins (handshake, exchange, catalogue, subscriptions, _streams); lifecycle and calls live here."""
+class ServerConnection:
+    """One declared server: lifecycle and calls; the rest is delegated to the pieces it owns."""
 
     config: McpServerConfig
     transport: HttpTransport
@@ -73,39 +68,28 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
     session: ClientSession = attrs.field(
         factory=lambda: ClientSession(types.Implementation(name="agentd", version=__version__))
     )
-    session_id: str | None = None
-    tools: list[ToolInfo] = attrs.field(factory=list)
-    resources: list[ResourceInfo] = attrs.field(factory=list)
-    templates: list[ResourceTemplateInfo] = attrs.field(factory=list)
-    server_info: types.Implementation | None = None
-    instructions: str | None = None
-    ttl_ms: dict[str, int | None] = attrs.field(factory=dict)
-    #: Watched URIs in subscription order (a dict as an ordered set).
-    watched: dict[str, None] = attrs.field(factory=dict)
-    connected: bool = False
-    generation: int = 0
-    stream_offered: bool | None = None
-    _waiters: dict[jsonrpc.RequestId, _Waiter] = attrs.field(factory=dict)
-    _broken: trio.Event = attrs.field(factory=trio.Event)
-    _broken_reason: str = ""
-    _started: bool = False
-    _reconnected: trio.Event = attrs.field(factory=trio.Event)
-    _activity: float = 0.0
-    _refresh: set[str] = attrs.field(factory=set)
-    _refresh_wanted: trio.Event = attrs.field(factory=trio.Event)
-    _listen_changed: trio.Event = attrs.field(factory=trio.Event)
-    _listen_dropped: bool = False
-    _listen_ended: bool = False
-    _listen_acks: int = 0
-    _listen_acked: trio.Event = attrs.field(factory=trio.Event)
-    #: URIs the current modern listen acknowledged.
-    _acked: set[str] = attrs.field(factory=set)
-    _validators: dict[str, Any] = attrs.field(factory=dict)
-    #: Requests between POST and their abandon step; closing waits for them so a run cancelled as a whole
-    #: still sends every ``notifications/cancelled`` before the session is deleted.
-    _inflight: int = 0
-    _idle: trio.Event = attrs.field(factory=trio.Event)
-    _closing: bool = False
+    liveness: Liveness = attrs.field(init=False, factory=Liveness)
+    exchange: Exchange = attrs.field(init=False)
+    catalogue: Catalogue = attrs.field(init=False)
+    subscriptions: Subscriptions = attrs.field(init=False)
+    streams: PushStreams = attrs.field(init=False)
+    #: What the last completed handshake learnt (None before the first).
+    greeting: Handshake | None = attrs.field(init=False, default=None)
+    _started: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.exchange = Exchange(
+            self.config.name, self.transport, self.session, self.log, self.liveness, self._on_notification,
+            reconnect_wait=self.config.connect_timeout + self.tuning.backoff_initial,
+            extra_headers=self.extra_headers,
+        )  # fmt: skip
+        self.catalogue = Catalogue(self.config, self.exchange, self.log)
+        self.subscriptions = Subscriptions(self.config, self.exchange, self.log, self.on_update)
+        self.streams = PushStreams(
+            self.config, self.exchange, self.liveness, self.subscriptions, self.log, self.tuning, self.rng
+        )
+
+    # -- what the rest of agentd reads ---------------------------------------------------------------------
 
     @property
     def name(self) -> str:
@@ -123,6 +107,46 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
     def capabilities(self) -> dict[str, Any]:
         return self.session.capabilities
 
+    @property
+    def session_id(self) -> str | None:
+        return self.exchange.session_id
+
+    @property
+    def server_info(self) -> types.Implementation | None:
+        return self.greeting.server_info if self.greeting is not None else None
+
+    @property
+    def instructions(self) -> str | None:
+        return self.greeting.instructions if self.greeting is not None else None
+
+    @property
+    def tools(self) -> list[ToolInfo]:
+        return self.catalogue.tools
+
+    @property
+    def resources(self) -> list[ResourceInfo]:
+        return self.catalogue.resources
+
+    @property
+    def templates(self) -> list[ResourceTemplateInfo]:
+        return self.catalogue.templates
+
+    @property
+    def watched(self) -> dict[str, None]:
+        return self.subscriptions.watched
+
+    @property
+    def connected(self) -> bool:
+        return self.liveness.connected
+
+    @property
+    def generation(self) -> int:
+        return self.liveness.generation
+
+    @property
+    def stream_offered(self) -> bool | None:
+        return self.streams.stream_offered
+
     # -- lifecycle ---------------------------------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[ServerConnection] = trio.TASK_STATUS_IGNORED) -> None:
@@ -137,50 +161,44 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
                 if status is not None and not self._started:
                     status.started(self)
                 status = None
-                self.connected = False
-                self.log.warn("mcp.disconnected", server=self.name, reason=self._broken_reason)
+                self.liveness.down()
+                self.log.warn("mcp.disconnected", server=self.name, reason=self.liveness.broken_reason)
                 await self._reconnect()
                 after_reconnect = True
         finally:
             # Refuse new requests, let the cancelled ones send their notifications/cancelled (their tasks
             # are cancelled along with this one, in no set order), only then forget and DELETE the session.
-            self._closing = True
+            self.exchange.closing = True
             with trio.move_on_after(CLEANUP_GRACE, shield=True):
-                while self._inflight:
-                    await self._idle.wait()
-            self.connected = False
+                await self.exchange.wait_idle()
+            self.liveness.down()
             with trio.move_on_after(CLEANUP_GRACE, shield=True):
-                await self._close_session()
-
-    def _mark_broken(self, reason: str) -> None:
-        if self.connected and not self._broken.is_set():
-            self._broken_reason = reason
-            self._broken.set()
+                await close_session(self.exchange, self.log)
 
     async def _connect(self) -> None:
-        self.session.reset()
-        self.session_id = None
-        self.stream_offered = None
-        self._broken = trio.Event()
+        self.exchange.reset()
+        self.streams.stream_offered = None
+        self.liveness.connecting()
         self.log.info("mcp.connect", server=self.name, url=self.transport.display_url)
         step = "no completed handshake"
         try:
             with trio.fail_after(self.config.connect_timeout):
-                await self._handshake()
+                self.greeting = await handshake(self.exchange, self.eras, self.log)
             step = "the tools and resources lists did not complete"
             with trio.fail_after(self.config.connect_timeout):
-                await self._load_catalogue()
+                await self.catalogue.load()
         except trio.TooSlowError:
-            raise self._connect_error(f"{step} within {self.config.connect_timeout:g} s") from None
+            raise connect_error(self.exchange, f"{step} within {self.config.connect_timeout:g} s") from None
         except McpConnectError:
             raise
-        except _SessionGone:
-            raise self._connect_error("the server answered 404 for the session it had just issued") from None
+        except SessionGone:
+            raise connect_error(
+                self.exchange, "the server answered 404 for the session it had just issued"
+            ) from None
         except McpError as exc:
-            raise self._connect_error(str(exc)) from exc
-        self.connected = True
-        self.generation += 1
-        self._activity = trio.current_time()
+            raise connect_error(self.exchange, str(exc)) from exc
+        self.exchange.activity = trio.current_time()
+        self.liveness.up()
         self.log.info(
             "mcp.connected",
             server=self.name,
@@ -191,11 +209,6 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
             tools=len(self.tools),
             resources=len(self.resources),
         )
-        reconnected, self._reconnected = self._reconnected, trio.Event()
-        reconnected.set()
-
-    def _connect_error(self, what: str) -> McpConnectError:
-        return McpConnectError(f"MCP server {self.name!r} ({self.transport.display_url}): {what}", server=self.name)
 
     async def _reconnect(self) -> None:
         attempt = 0
@@ -216,34 +229,38 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
         async with trio.open_nursery() as live:
             live.start_soon(self._watch_broken, live.cancel_scope)
             if self.era is Era.LEGACY:
-                if self._wants_stream():
-                    await live.start(self._get_stream)
+                if self.streams.wants_get():
+                    await live.start(self.streams.get_stream)
                 if after_reconnect:
-                    await self._resubscribe()
-                live.start_soon(self._pinger)
+                    await self.subscriptions.resubscribe()
+                live.start_soon(self.streams.pinger)
             else:
-                await live.start(self._listen_loop)
-            live.start_soon(self._refresher)
+                await live.start(self.streams.listen_loop)
+            live.start_soon(self.catalogue.refresher)
             if task_status is not None:
                 self._started = True
                 task_status.started(self)
             if after_reconnect:
-                for uri in self.watched:
-                    self.log.info("mcp.updated", server=self.name, uri=uri, synthesized=True)
-                    self.on_update(self.name, uri, True)
+                self.subscriptions.synthesize()
 
     async def _watch_broken(self, scope: trio.CancelScope) -> None:
-        await self._broken.wait()
+        await self.liveness.broken.wait()
         scope.cancel()
-
-    def _wants_stream(self) -> bool:
-        s = self.session
-        return s.tools_list_changed() or s.resources_list_changed() or s.can_subscribe()
 
     async def wait_reconnected(self, generation: int) -> None:
         """Wait until a connection newer than ``generation`` is up (the caller bounds the wait)."""
-        while self.generation <= generation or not self.connected:
-            await self._reconnected.wait()
+        await self.liveness.wait_reconnected(generation)
+
+    def _on_notification(self, method: str, params: dict[str, Any]) -> None:
+        """Route what the exchange cannot settle itself: updates to subscriptions, list changes to the catalogue."""
+        if method == "notifications/resources/updated":
+            uri = params.get("uri")
+            if isinstance(uri, str):
+                self.subscriptions.updated(uri)
+        elif method == "notifications/tools/list_changed":
+            self.catalogue.want_refresh("tools", advertised=self.session.tools_list_changed())
+        elif method == "notifications/resources/list_changed":
+            self.catalogue.want_refresh("resources", advertised=self.session.resources_list_changed())
 
     # -- operations --------------------------------------------------------------------------------------
 
@@ -251,17 +268,18 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
         if self.config.tools is not None and tool not in self.config.tools:
             raise McpError(f"tools/call {tool}: not in the host's allowlist for {self.name!r}", server=self.name)
         params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {mcp_meta.RUN_ID: run_id}}
+        exchange = self.exchange
         try:
             with trio.fail_after(self.config.call_timeout):
                 try:
-                    result = await self.request("tools/call", params, headers=self._param_headers(tool, arguments))
+                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments))
                 except McpRpcError as exc:
                     if self.era is not Era.MODERN or exc.code != jsonrpc.HEADER_MISMATCH:
                         raise
                     # -32020: our Mcp-Param-* headers disagree with the server's current schema. Re-list the
                     # tools and retry once (2026-07-28).
-                    await self._load_tools()
-                    result = await self.request("tools/call", params, headers=self._param_headers(tool, arguments))
+                    await self.catalogue.load_tools()
+                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments))
         except trio.TooSlowError:
             raise McpTransportError(
                 f"tools/call {tool}: no answer within {self.config.call_timeout:g} s", server=self.name
@@ -271,44 +289,19 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
         except types.WireError as exc:
             raise McpProtocolError(f"tools/call {tool}: {exc}", server=self.name) from None
         if not parsed.is_error:
-            self._check_structured(tool, parsed.structured_content)
+            self.catalogue.check_structured(tool, parsed.structured_content)
         return ToolResult(parsed.content, parsed.is_error, parsed.structured_content)
 
     def _param_headers(self, tool: str, arguments: dict[str, Any]) -> dict[str, str] | None:
         if self.era is not Era.MODERN:
             return None
-        info = next((t for t in self.tools if t.name == tool), None)
+        info = self.catalogue.tool(tool)
         return param_headers(info.input_schema, arguments) if info is not None else None
-
-    def _check_structured(self, tool: str, structured: dict[str, Any] | None) -> None:
-        info = next((t for t in self.tools if t.name == tool), None)
-        if info is None or info.output_schema is None:
-            return
-        if structured is None:
-            raise McpProtocolError(
-                f"tools/call {tool}: the tool declares an outputSchema but returned no structuredContent",
-                server=self.name,
-            )
-        validator = self._validators.get(tool)
-        if validator is None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(info.output_schema)
-            except jsonschema.SchemaError as exc:
-                self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc.message}")
-                return
-            validator = self._validators[tool] = jsonschema.Draft202012Validator(info.output_schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(structured))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-            raise McpProtocolError(
-                f"tools/call {tool}: structuredContent does not match the outputSchema at {where}: {error.message}",
-                server=self.name,
-            )
 
     async def read_resource(self, uri: str) -> ResourceContents:
         try:
             with trio.fail_after(self.config.call_timeout):
-                result = await self.request("resources/read", {"uri": uri})
+                result = await self.exchange.request("resources/read", {"uri": uri})
         except trio.TooSlowError:
             raise McpTransportError(
                 f"resources/read {uri}: no answer within {self.config.call_timeout:g} s", server=self.name
@@ -318,3 +311,13 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
         except types.WireError as exc:
             raise McpProtocolError(f"resources/read {uri}: {exc}", server=self.name) from None
         return ResourceContents(self.name, uri, parsed.contents)
+
+    def can_subscribe(self) -> bool:
+        return self.subscriptions.can_subscribe()
+
+    async def subscribe(self, uri: str) -> bool:
+        """Watch ``uri``. False (and a ``mcp.subscribe_degraded`` event) when the server cannot push it."""
+        return await self.subscriptions.subscribe(uri, stream_offered=self.streams.stream_offered)
+
+    async def unsubscribe(self, uri: str) -> None:
+        await self.subscriptions.unsubscribe(uri)

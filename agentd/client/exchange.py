@@ -1,30 +1,24 @@
-"""Request/response on a connection: sending a request, pumping its reply (resuming a legacy SSE response over
-GET, re-issuing a side-effect-free modern one), abandoning it on cancellation, and dispatching every
-incoming message to the sans-io session.
+"""The request/response side of one connection: sending a request, pumping its reply (resuming a legacy SSE
+response over GET, re-issuing a side-effect-free modern one), abandoning it on cancellation, and
+dispatching every incoming message, on whichever stream it arrives, to the sans-io session.
 
-These are methods of :class:`agentd.client.connection.ServerConnection`, kept here so each module stays
-readable.
+It exists so that everything which turns a JSON-RPC request into an answer over HTTP sits in one place,
+beside the session that numbers the requests and matches their answers. It owns the session, the
+transport and the legacy session id; it knows nothing of the catalogue, subscriptions or push streams:
+notifications it cannot settle itself go to the ``on_notification`` callback, and a transport that is
+gone is reported to the shared :class:`~agentd.client.liveness.Liveness`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Final
 
+import attrs
 import trio
 
-from agentd.client._streams import (
-    CLEANUP_GRACE,
-    DEFAULT_RETRY,
-    RESUME_ATTEMPTS,
-    STREAM_DRAIN_GRACE,
-    Tuning,
-    UpdateSink,
-    _SessionGone,
-    _StreamBroke,
-    _Waiter,
-)
 from agentd.client.errors import ResponseStreamBroken
-from agentd.config.model import McpServerConfig
+from agentd.client.liveness import Liveness
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc
@@ -51,36 +45,74 @@ from agentd.mcp.streamable_http import (
 from agentd.mcp.versions import LATEST_MODERN, Era
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
 
+#: Bound on the shielded clean-up sends (notifications/cancelled, DELETE).
+CLEANUP_GRACE: Final = 2.0
+#: How often a SSE response with an event id may be resumed over GET before the request fails.
+RESUME_ATTEMPTS: Final = 5
+#: How long to wait before resuming a stream whose server gave no ``retry``.
+DEFAULT_RETRY: Final = 1.0
+#: How long to read on after a POST stream's answer so the connection can be reused.
+STREAM_DRAIN_GRACE: Final = 0.05
 
-class ExchangeMixin:
-    """Requests out, messages in. Everything it uses is defined by ``ServerConnection``."""
+NotificationSink = Callable[[str, dict[str, Any]], None]
 
-    if TYPE_CHECKING:
-        config: McpServerConfig
-        transport: HttpTransport
-        log: EventLog
-        on_update: UpdateSink
-        extra_headers: dict[str, str]
-        tuning: Tuning
-        session: ClientSession
-        session_id: str | None
-        connected: bool
-        generation: int
-        _waiters: dict[jsonrpc.RequestId, _Waiter]
-        _refresh: set[str]
-        _refresh_wanted: trio.Event
-        _activity: float
-        _inflight: int
-        _idle: trio.Event
-        _closing: bool
 
-        @property
-        def name(self) -> str: ...
-        @property
-        def era(self) -> Era | None: ...
-        def _mark_broken(self, reason: str) -> None: ...
-        async def wait_reconnected(self, generation: int) -> None: ...
-    def _headers(self, request: jsonrpc.Request | None, *, get: bool = False) -> dict[str, str]:
+class SessionGone(Exception):
+    """A 404 on a request that carried our session id: the server forgot the session."""
+
+
+class StreamBroke(Exception):
+    """A modern response (JSON or SSE) broke or ended before its answer: re-issue it, or surface it typed."""
+
+    def __init__(self, detail: str, request_id: jsonrpc.RequestId) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.request_id = request_id
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    event: trio.Event = attrs.field(factory=trio.Event)
+    result: dict[str, Any] | None = None
+    error: jsonrpc.ErrorResponse | None = None
+
+
+@attrs.define(eq=False)
+class Exchange:
+    """Requests out, messages in, for one server."""
+
+    name: str
+    transport: HttpTransport
+    session: ClientSession
+    log: EventLog
+    liveness: Liveness
+    #: Where ``resources/updated`` and ``list_changed`` notifications go.
+    on_notification: NotificationSink
+    #: How long a request that met a forgotten session waits for the new one before it fails.
+    reconnect_wait: float
+    extra_headers: dict[str, str] = attrs.field(factory=dict)
+    session_id: str | None = None
+    #: When the server last sent anything (the pinger keeps quiet while it talks).
+    activity: float = 0.0
+    #: Set once the connection is closing: new requests are refused.
+    closing: bool = False
+    _waiters: dict[jsonrpc.RequestId, _Waiter] = attrs.field(factory=dict)
+    #: Requests between POST and their abandon step; closing waits for them so a run cancelled as a whole
+    #: still sends every ``notifications/cancelled`` before the session is deleted.
+    _inflight: int = 0
+    _idle: trio.Event = attrs.field(factory=trio.Event)
+
+    def reset(self) -> None:
+        """A new handshake starts: a fresh session, no session id."""
+        self.session.reset()
+        self.session_id = None
+
+    async def wait_idle(self) -> None:
+        """Wait until no request is between its POST and its abandon step (the caller bounds the wait)."""
+        while self._inflight:
+            await self._idle.wait()
+
+    def headers_for(self, request: jsonrpc.Request | None, *, get: bool = False) -> dict[str, str]:
         headers = dict(self.extra_headers)
         if request is not None and request.method == "server/discover":
             era: Era | None = Era.MODERN
@@ -104,44 +136,44 @@ class ExchangeMixin:
         self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
         """One request on the live session; a 404 on the session re-initializes and retries once."""
-        if self._closing:
+        if self.closing:
             raise McpTransportError(f"MCP server {self.name!r}: the connection is closing", server=self.name)
-        if not self.connected:
+        if not self.liveness.connected:
             raise McpTransportError(f"MCP server {self.name!r} is not connected (reconnecting)", server=self.name)
-        generation = self.generation
+        generation = self.liveness.generation
         try:
-            return await self._request_once(method, params, headers)
-        except _SessionGone:
-            self._mark_broken("the server forgot the session (404)")
-        with trio.move_on_after(self.config.connect_timeout + self.tuning.backoff_initial) as waiting:
-            await self.wait_reconnected(generation)
+            return await self.request_once(method, params, headers)
+        except SessionGone:
+            self.liveness.mark_broken("the server forgot the session (404)")
+        with trio.move_on_after(self.reconnect_wait) as waiting:
+            await self.liveness.wait_reconnected(generation)
         if waiting.cancelled_caught:
             raise McpTransportError(
                 f"{method}: the server forgot the session (404) and no new one came up in time", server=self.name
             )
         try:
-            return await self._request_once(method, params, headers)
-        except _SessionGone:
+            return await self.request_once(method, params, headers)
+        except SessionGone:
             raise McpTransportError(f"{method}: the server forgot the session twice", server=self.name) from None
 
-    async def _request_once(
+    async def request_once(
         self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
         """One request (no 404 recovery). On the modern wire a response stream that breaks before the answer
         is re-issued once under a new id when the method is side-effect free, else surfaced typed."""
         try:
             return await self._request_attempt(method, params, headers)
-        except _StreamBroke as exc:
+        except StreamBroke as exc:
             if not reissue_safe(method):
-                raise self._stream_broken(method, exc, reissued=False) from None
+                raise self.stream_broken(method, exc, reissued=False) from None
             self.log.warn("mcp.stream", server=self.name, method=method, reissued=True, request_id=exc.request_id,
                           error=exc.detail)  # fmt: skip
         try:
             return await self._request_attempt(method, params, headers)
-        except _StreamBroke as exc:
-            raise self._stream_broken(method, exc, reissued=True) from None
+        except StreamBroke as exc:
+            raise self.stream_broken(method, exc, reissued=True) from None
 
-    def _stream_broken(self, method: str, exc: _StreamBroke, *, reissued: bool) -> ResponseStreamBroken:
+    def stream_broken(self, method: str, exc: StreamBroke, *, reissued: bool) -> ResponseStreamBroken:
         if reissued:
             what = f"{method}: the response stream broke before the answer, again after re-issuing it under a new id"
         else:
@@ -161,12 +193,12 @@ class ExchangeMixin:
             raise McpError(f"{method}: {exc}", server=self.name) from None
         self._inflight += 1
         try:
-            result = await self._exchange(request, headers)
+            result = await self.roundtrip(request, headers)
         except trio.Cancelled:
             await self._abandon(request, "the request was cancelled")
             raise
         except ConnectionLost as exc:
-            self._mark_broken(str(exc))
+            self.liveness.mark_broken(str(exc))
             raise
         finally:
             self.session.pending.pop(request.id, None)  # answered, failed or abandoned: forget it
@@ -174,7 +206,7 @@ class ExchangeMixin:
             if not self._inflight:
                 idle, self._idle = self._idle, trio.Event()
                 idle.set()
-        if self.era is Era.MODERN:
+        if self.session.era is Era.MODERN:
             try:
                 result_type(result)
             except ResultTypeError as exc:
@@ -184,25 +216,25 @@ class ExchangeMixin:
     async def _abandon(self, request: jsonrpc.Request, reason: str) -> None:
         """Tell a legacy server we stopped waiting (never for initialize); shielded and bounded."""
         notification = self.session.cancel(request.id, reason)
-        if notification is None or not self.connected:
+        if notification is None or not self.liveness.connected:
             return
         with trio.move_on_after(CLEANUP_GRACE, shield=True):
             try:
-                await self._post(notification)
-            except (McpError, _SessionGone):
+                await self.post(notification)
+            except (McpError, SessionGone):
                 pass
         self.log.info("mcp.cancelled", server=self.name, request_id=request.id, method=request.method)
 
-    async def _exchange(self, request: jsonrpc.Request, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    async def roundtrip(self, request: jsonrpc.Request, extra: dict[str, str] | None = None) -> dict[str, Any]:
         """POST one request and pump replies until its answer arrives (resuming over GET if allowed)."""
         waiter = _Waiter()
         self._waiters[request.id] = waiter
         body = jsonrpc.dumps(request)
-        headers = self._headers(request)
+        headers = self.headers_for(request)
         if extra:
             headers.update(extra)
         resume: tuple[str | None, int | None] = (None, None)
-        # 2026-07-28 has no resumability: a response that breaks before its answer is a _StreamBroke.
+        # 2026-07-28 has no resumability: a response that breaks before its answer is a StreamBroke.
         modern = request.method == "server/discover" or self.session.era is Era.MODERN
         opened = False
         try:
@@ -212,7 +244,7 @@ class ExchangeMixin:
                 ) as reply:
                     opened = True
                     if reply.kind is Body.SESSION_GONE:
-                        raise _SessionGone()
+                        raise SessionGone()
                     if request.method == "initialize":
                         self._take_session_id(reply)
                     await self._pump(reply, waiter, request)
@@ -223,7 +255,7 @@ class ExchangeMixin:
                         if modern:
                             self.session.pending.pop(request.id, None)
                             where = "in the middle of an event" if middle else "before the answer"
-                            raise _StreamBroke(f"the event stream ended {where}", request.id)
+                            raise StreamBroke(f"the event stream ended {where}", request.id)
                         if middle:
                             raise McpProtocolError(
                                 f"{request.method}: the event stream ended in the middle of an event",
@@ -234,14 +266,14 @@ class ExchangeMixin:
                 if modern and opened and not waiter.event.is_set():
                     # The connection broke mid-response, not before it: the request reached the server.
                     self.session.pending.pop(request.id, None)
-                    raise _StreamBroke(str(exc), request.id) from None
+                    raise StreamBroke(str(exc), request.id) from None
                 raise
             if not waiter.event.is_set() and resume[0] is not None and not modern:
                 await self._resume(waiter, request, resume[0], resume[1])
         finally:
             self._waiters.pop(request.id, None)
         if waiter.error is not None:
-            raise self._rpc_error(waiter.error, request)
+            raise self.rpc_error(waiter.error, request)
         if waiter.result is None:
             self.session.pending.pop(request.id, None)
             raise McpTransportError(
@@ -268,7 +300,7 @@ class ExchangeMixin:
             message = await reply.receive()
             if message is None:
                 return
-            await self._dispatch(message)
+            await self.dispatch(message)
 
     async def _drain_stream(self, reply: HttpReply) -> None:
         """Read the end of a POST's event stream after its answer (the server SHOULD close it right away).
@@ -279,7 +311,7 @@ class ExchangeMixin:
         with trio.move_on_after(STREAM_DRAIN_GRACE):
             try:
                 while (message := await reply.receive()) is not None:
-                    await self._dispatch(message)
+                    await self.dispatch(message)
             except McpError as exc:
                 self.log.debug("mcp.protocol_error", server=self.name, what=f"after the answer: {exc}")
 
@@ -287,11 +319,11 @@ class ExchangeMixin:
         """The SSE response closed before the answer: reconnect with GET + Last-Event-ID after ``retry``."""
         for _ in range(RESUME_ATTEMPTS):
             await trio.sleep(retry_ms / 1000 if retry_ms is not None else DEFAULT_RETRY)
-            headers = self._headers(None, get=True)
+            headers = self.headers_for(None, get=True)
             headers[LAST_EVENT_ID] = last_id
             async with self.transport.open("GET", headers, had_session=self.session_id is not None) as reply:
                 if reply.kind is Body.SESSION_GONE:
-                    raise _SessionGone()
+                    raise SessionGone()
                 if reply.kind is not Body.SSE:
                     return
                 await self._pump(reply, waiter, request)
@@ -308,7 +340,7 @@ class ExchangeMixin:
             raise McpProtocolError("the server issued a session id with invalid characters", server=self.name)
         self.session_id = value
 
-    def _rpc_error(self, error: jsonrpc.ErrorResponse, request: jsonrpc.Request) -> McpRpcError:
+    def rpc_error(self, error: jsonrpc.ErrorResponse, request: jsonrpc.Request) -> McpRpcError:
         params = request.params or {}
         if request.method == "resources/read" and error.code in (jsonrpc.RESOURCE_NOT_FOUND, jsonrpc.INVALID_PARAMS):
             uri = error.data.get("uri") if isinstance(error.data, dict) else None
@@ -318,21 +350,21 @@ class ExchangeMixin:
             )  # fmt: skip
         return McpRpcError(error.code, error.message, error.data, server=self.name, method=request.method)
 
-    async def _post(self, message: jsonrpc.Message) -> None:
+    async def post(self, message: jsonrpc.Message) -> None:
         """POST a notification or a response to a server request; expect 202."""
-        headers = self._headers(message if isinstance(message, jsonrpc.Request) else None)
+        headers = self.headers_for(message if isinstance(message, jsonrpc.Request) else None)
         if self.session.era is Era.MODERN and isinstance(message, jsonrpc.Notification):
             headers["Mcp-Method"] = message.method
         async with self.transport.open(
             "POST", headers, jsonrpc.dumps(message), had_session=self.session_id is not None
         ) as reply:
             if reply.kind is Body.SESSION_GONE:
-                raise _SessionGone()
+                raise SessionGone()
             if reply.kind not in (Body.ACCEPTED, Body.JSON, Body.SSE):
                 self.log.warn("mcp.protocol_error", server=self.name, what=f"HTTP {reply.status} to a notification")
 
-    async def _dispatch(self, message: jsonrpc.Message) -> None:
-        self._activity = trio.current_time()
+    async def dispatch(self, message: jsonrpc.Message) -> None:
+        self.activity = trio.current_time()
         event = self.session.receive(message)
         if isinstance(event, ResponseReceived | ErrorReceived):
             waiter = self._waiters.get(event.id)
@@ -346,27 +378,11 @@ class ExchangeMixin:
             self.log.info("mcp.server_request", server=self.name, method=event.request.method)
             if self.session.era is not Era.MODERN:
                 try:
-                    await self._post(event.reply)
-                except (McpError, _SessionGone) as exc:
+                    await self.post(event.reply)
+                except (McpError, SessionGone) as exc:
                     self.log.warn("mcp.protocol_error", server=self.name, what=f"answering a server request: {exc}")
         elif isinstance(event, NotificationReceived):
-            self._on_notification(event.method, event.params)
+            self.on_notification(event.method, event.params)
         else:
             self.log.debug("mcp.protocol_error", server=self.name, what="a response for no pending request")
 
-    def _on_notification(self, method: str, params: dict[str, Any]) -> None:
-        if method == "notifications/resources/updated":
-            uri = params.get("uri")
-            if isinstance(uri, str):
-                self.log.info("mcp.updated", server=self.name, uri=uri, synthesized=False)
-                self.on_update(self.name, uri, False)
-        elif method == "notifications/tools/list_changed":
-            self._want_refresh("tools", advertised=self.session.tools_list_changed())
-        elif method == "notifications/resources/list_changed":
-            self._want_refresh("resources", advertised=self.session.resources_list_changed())
-
-    def _want_refresh(self, what: str, *, advertised: bool) -> None:
-        self.log.info("mcp.list_changed", server=self.name, list=what, advertised=advertised)
-        if advertised:
-            self._refresh.add(what)
-            self._refresh_wanted.set()

@@ -1,77 +1,116 @@
-"""Resource subscriptions of a connection: ``resources/subscribe`` on the legacy wire, the watched set of the
-``subscriptions/listen`` stream on the modern one, and when a server cannot push an update at all.
+"""Resource subscriptions of a connection: the watched set, ``resources/subscribe`` on the legacy wire or the
+filter of the ``subscriptions/listen`` stream on the modern one, when a server cannot push an update at all,
+and delivering each update (real, or synthesized after a reconnect) to the pool.
 
-These are methods of :class:`agentd.client.connection.ServerConnection`, kept here so each module stays
-readable.
+It exists so the watched set, and the rendezvous between a ``subscribe`` call and the listen stream that
+must acknowledge it, have one owner. It asks through the :class:`~agentd.client.exchange.Exchange`; the
+push streams read :meth:`Subscriptions.listen_filter` and report back through :meth:`listen_settled`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+import attrs
 import trio
 
+from agentd.client.exchange import Exchange, SessionGone
 from agentd.config.model import McpServerConfig
-from agentd.errors import McpTransportError
+from agentd.errors import McpError, McpTransportError
 from agentd.events import EventLog
-from agentd.mcp.client_session import ClientSession
+from agentd.mcp.client_session import CapabilityMissing
 from agentd.mcp.versions import Era
 
+#: ``(server, uri, synthesized)``: the pool's coalescing updates queue.
+UpdateSink = Callable[[str, str, bool], None]
 
-class SubscriptionsMixin:
-    """Watching resources. Everything it uses is defined by ``ServerConnection``."""
 
-    if TYPE_CHECKING:
-        config: McpServerConfig
-        log: EventLog
-        session: ClientSession
-        session_id: str | None
-        watched: dict[str, None]
-        stream_offered: bool | None
-        _listen_changed: trio.Event
-        _listen_acks: int
-        _listen_acked: trio.Event
-        _acked: set[str]
+@attrs.define(eq=False)
+class Subscriptions:
+    """The watched URIs of one server and how their updates reach the pool."""
 
-        @property
-        def name(self) -> str: ...
-        @property
-        def era(self) -> Era | None: ...
-        async def request(
-            self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
-        ) -> dict[str, Any]: ...
+    config: McpServerConfig
+    exchange: Exchange
+    log: EventLog
+    on_update: UpdateSink
+    #: Watched URIs in subscription order (a dict as an ordered set).
+    watched: dict[str, None] = attrs.field(factory=dict)
+    #: Set when the modern listen filter changed (or its stream ended); the listen loop replaces it.
+    listen_changed: trio.Event = attrs.field(factory=trio.Event)
+    #: URIs the current modern listen acknowledged.
+    acked: set[str] = attrs.field(factory=set)
+    _listen_acks: int = 0
+    _listen_acked: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
     def can_subscribe(self) -> bool:
-        return self.session.can_subscribe()
+        return self.exchange.session.can_subscribe()
 
-    async def subscribe(self, uri: str) -> bool:
-        """Watch ``uri``. False (and a ``mcp.subscribe_degraded`` event) when the server cannot push it."""
+    def listen_filter(self) -> dict[str, Any] | None:
+        """What the modern listen stream should ask for (None: nothing to listen to)."""
+        session = self.exchange.session
+        want: dict[str, Any] = {}
+        if session.tools_list_changed():
+            want["toolsListChanged"] = True
+        if session.resources_list_changed():
+            want["resourcesListChanged"] = True
+        if session.can_subscribe() and self.watched:
+            want["resourceSubscriptions"] = list(self.watched)
+        return want or None
+
+    def listen_settled(self) -> None:
+        """The listen loop acted on the latest filter (acknowledged, or failed): wake ``subscribe`` calls."""
+        self._listen_acks += 1
+        acked, self._listen_acked = self._listen_acked, trio.Event()
+        acked.set()
+
+    def updated(self, uri: str, *, synthesized: bool = False) -> None:
+        self.log.info("mcp.updated", server=self.name, uri=uri, synthesized=synthesized)
+        self.on_update(self.name, uri, synthesized)
+
+    def synthesize(self) -> None:
+        """One ``updated`` per watched URI: a change missed while disconnected is not lost."""
+        for uri in self.watched:
+            self.updated(uri, synthesized=True)
+
+    async def subscribe(self, uri: str, *, stream_offered: bool | None) -> bool:
+        """Watch ``uri``. False (and a ``mcp.subscribe_degraded`` event) when the server cannot push it.
+
+        ``stream_offered``: whether the legacy server answered the GET stream (None: not tried).
+        """
         if uri in self.watched:
             return True
-        if not self.session.can_subscribe():
+        exchange = self.exchange
+        era = exchange.session.era
+        if not exchange.session.can_subscribe():
             self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="no resources.subscribe")
             return False
-        if self.era is Era.LEGACY and self.stream_offered is False:
+        if era is Era.LEGACY and stream_offered is False:
             # resources/updated is not tied to a request: without the GET stream it has no way to us.
             self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="the server offers no GET stream")
             return False
-        if self.era is Era.LEGACY and self.session_id is None:
+        if era is Era.LEGACY and exchange.session_id is None:
             # A sessionless (stateless) server cannot tie a subscription to the stream that would carry it.
             self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="the server keeps no session")
             return False
         self.watched[uri] = None
         try:
             with trio.fail_after(self.config.call_timeout):
-                if self.era is Era.MODERN:
+                if era is Era.MODERN:
                     before = self._listen_acks
-                    self._listen_changed.set()
+                    self.listen_changed.set()
                     while self._listen_acks == before:
                         await self._listen_acked.wait()
-                    if uri not in self._acked:
+                    if uri not in self.acked:
                         # Still watched (a later listen may take it), but the caller must poll for now.
                         self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error="not acknowledged")
                         return False
                 else:
-                    await self.request("resources/subscribe", {"uri": uri})
+                    await exchange.request("resources/subscribe", {"uri": uri})
         except trio.TooSlowError:
             del self.watched[uri]
             raise McpTransportError(f"subscribe {uri}: no answer within {self.config.call_timeout:g} s") from None
@@ -85,8 +124,18 @@ class SubscriptionsMixin:
         if uri not in self.watched:
             return
         del self.watched[uri]
-        if self.era is Era.MODERN:
-            self._listen_changed.set()
+        if self.exchange.session.era is Era.MODERN:
+            self.listen_changed.set()
             return
         with trio.fail_after(self.config.call_timeout):
-            await self.request("resources/unsubscribe", {"uri": uri})
+            await self.exchange.request("resources/unsubscribe", {"uri": uri})
+
+    async def resubscribe(self) -> None:
+        """Legacy, after a reconnect: subscribe every watched URI on the new session again."""
+        for uri in list(self.watched):
+            try:
+                with trio.fail_after(self.config.call_timeout):
+                    await self.exchange.request_once("resources/subscribe", {"uri": uri})
+                self.log.info("mcp.subscribe", server=self.name, uri=uri, resubscribe=True)
+            except (McpError, trio.TooSlowError, SessionGone, CapabilityMissing) as exc:
+                self.log.warn("mcp.subscribe_degraded", server=self.name, uri=uri, error=str(exc))

@@ -155,6 +155,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "DURATION"),
     Flag("--serve-retention", "serve_retention", "duration",
          "keep terminal agent://subagent handles this long (default 600s)", _SERVE, "DURATION"),
+    Flag("--serve-max-connections", "serve_max_connections", "int", "open connections in total (default 256)",
+         _SERVE, "N"),
+    Flag("--serve-max-per-client", "serve_max_per_client", "int",
+         "open connections per client address (default 64)", _SERVE, "N"),
+    Flag("--serve-http2", "serve_http2", "bool", "also serve HTTP/2 (h2 over TLS, h2c in clear; default: HTTP/1.1 only)",
+         _SERVE),
     # telemetry
     Flag("--log-level", "log_level", "choice", "debug, info (default), warn or error", _LOG,
          choices=("debug", "info", "warn", "error")),

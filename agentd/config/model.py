@@ -118,6 +118,9 @@ class Config:
     serve_max_body: int = 8 * 1024 * 1024
     serve_keepalive: float = 15.0
     serve_retention: float = 600.0
+    serve_max_connections: int = 256
+    serve_max_per_client: int = 64
+    serve_http2: bool = False
     # config-file sections added by extensions (agentd.config.file.SECTIONS), loaded but not interpreted here
     sections: Mapping[str, object] = attrs.field(factory=dict, converter=dict)
 

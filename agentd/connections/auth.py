@@ -12,8 +12,9 @@ they are trio code like everything else.
   until shortly before it expires, then asked for again with ``force_refresh=True``.
 * :class:`ClientCredentialsAuth` (``client_credentials``): discovery (RFC 9728 protected-resource metadata
   from the ``WWW-Authenticate`` challenge or the well-known URL, then RFC 8414 / OIDC authorization-server
-  metadata), the token request (``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``),
-  a cached token re-acquired before it expires. Discovery and token requests are yielded from the flow,
+  metadata), the token request (``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``,
+  whose assertion :mod:`agentd.connections.client_assertion` signs), a cached token re-acquired before it
+  expires. Discovery and token requests are yielded from the flow,
   so they go through the same client: no redirects, the connection's TLS settings.
 
 Secrets never reach a message: errors carry the connection name, URLs without query, HTTP statuses and
@@ -26,7 +27,6 @@ import base64
 import datetime as dt
 import inspect
 import json
-import secrets as _random
 import time
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -35,13 +35,13 @@ from typing import Any, Final
 import attrs
 import httpx
 
+from agentd.connections.client_assertion import JWT_BEARER, client_assertion
 from agentd.errors import McpConnectError
 from agentd.events import EventLog
 from agentd.transport.http_client import display_url
 
 #: A credential is renewed when it expires within this many seconds.
 REFRESH_SKEW: Final = 60.0
-_JWT_BEARER: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 
 class ConnectionAuthError(McpConnectError):
@@ -302,39 +302,6 @@ def well_known(url: str, suffix: str, *, path_first: bool = True) -> list[str]:
     return [*found, f"{origin}/.well-known/{suffix}"]
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def sign_jwt(claims: Mapping[str, Any], pem: str, algorithm: str | None) -> str:
-    """A compact JWS (RS256 or ES256) over ``claims``; the algorithm follows the key when not given."""
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-
-    key = serialization.load_pem_private_key(pem.encode(), password=None)
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        alg = algorithm or "ES256"
-        if alg != "ES256" or key.curve.name != "secp256r1":
-            raise ValueError("an EC key signs ES256 on P-256 only")
-    elif isinstance(key, rsa.RSAPrivateKey):
-        alg = algorithm or "RS256"
-        if alg != "RS256":
-            raise ValueError("an RSA key signs RS256 only")
-    else:
-        raise ValueError("the private key must be an RSA or P-256 EC key")
-    header = {"alg": alg, "typ": "JWT"}
-    signing_input = (
-        f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(dict(claims)).encode())}".encode()
-    )
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        r, s = decode_dss_signature(key.sign(signing_input, ec.ECDSA(hashes.SHA256())))
-        signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
-    else:
-        signature = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
-    return f"{signing_input.decode()}.{_b64url(signature)}"
-
-
 @attrs.define(eq=False)
 class ClientCredentialsAuth(httpx.Auth):
     """``auth: {type: client_credentials}``: discover, get a token, cache it, renew it, retry once on 401."""
@@ -461,16 +428,14 @@ class ClientCredentialsAuth(httpx.Auth):
             if not self.settings.private_key_pem:
                 raise self._fail("private_key_jwt needs privateKey")
             issuer = str(self._metadata.get("issuer") or endpoint)
-            now = int(self.clock())
-            claims = {"iss": client_id, "sub": client_id, "aud": issuer, "iat": now, "exp": now + 300,
-                      "jti": _random.token_urlsafe(16)}  # fmt: skip
             try:
-                assertion = sign_jwt(claims, self.settings.private_key_pem, self.settings.signing_algorithm)
+                assertion = client_assertion(client_id, issuer, int(self.clock()), self.settings.private_key_pem,
+                                             self.settings.signing_algorithm)  # fmt: skip
             except ValueError as exc:
                 raise self._fail(f"cannot sign the client assertion ({exc})") from None
             self.log.redactor.add(assertion)
             form["client_id"] = client_id
-            form["client_assertion_type"] = _JWT_BEARER
+            form["client_assertion_type"] = JWT_BEARER
             form["client_assertion"] = assertion
         self.token_requests += 1
         return httpx.Request("POST", endpoint, headers=headers, content=urllib.parse.urlencode(form).encode())
@@ -523,5 +488,4 @@ __all__ = (
     "call_maybe_async",
     "member",
     "parse_challenge",
-    "sign_jwt",
 )

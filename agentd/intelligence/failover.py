@@ -13,6 +13,10 @@ Policy (the original agentd's defaults):
 * when no endpoint can answer, ``IntelligenceError`` (exit 4). Authentication failures and malformed
   replies raise at once: another attempt would get the same answer.
 
+Both waits are :func:`agentd.backoff.exponential`, the formula every retry loop in agentd uses: retry n
+waits ``0.25 * 2**(n-1)`` s (capped at 0.5 s), the n-th opening since the last success ``5 * 2**(n-1)`` s
+(capped at 60 s).
+
 All time is ``trio.current_time()``, so tests drive it with a mock clock.
 """
 
@@ -26,12 +30,17 @@ from typing import Any, Final
 import attrs
 import trio
 
+from agentd.backoff import exponential
 from agentd.errors import IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.gateway import Gateway, GatewayError, Retryable
 from agentd.intelligence.wire import ChatTool, ModelReply, Usage, encode_request
 
-RETRY_DELAYS: Final = (0.25, 0.5)
+#: Retries on the same endpoint after a transient failure, the first waiting ``RETRY_BASE`` seconds and each
+#: later one twice the previous, up to ``RETRY_CAP`` (agentd.backoff).
+RETRIES: Final = 2
+RETRY_BASE: Final = 0.25
+RETRY_CAP: Final = 0.5
 JITTER: Final = 0.2
 #: A ``Retry-After`` longer than this is not waited for here: the endpoint counts as down for now.
 MAX_RETRY_AFTER: Final = 30.0
@@ -55,6 +64,8 @@ class Breaker:
     maximum: float = COOLDOWN_MAX
     state: BreakerState = BreakerState.CLOSED
     failures: int = 0
+    #: Openings since the last success: the n-th waits ``exponential(n, initial, maximum)``.
+    opens: int = 0
     cooldown: float = 0.0
     open_until: float = 0.0
     _probing: bool = False
@@ -76,6 +87,7 @@ class Breaker:
         changed = self.state is not BreakerState.CLOSED
         self.state = BreakerState.CLOSED
         self.failures = 0
+        self.opens = 0
         self.cooldown = 0.0
         self._probing = False
         return changed
@@ -84,7 +96,8 @@ class Breaker:
         """Record a failed attempt; True if that opened the breaker."""
         self.failures += 1
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
-            self.cooldown = self.initial if self.cooldown == 0.0 else min(self.cooldown * 2, self.maximum)
+            self.opens += 1
+            self.cooldown = exponential(self.opens, self.initial, self.maximum)
             self.open_until = trio.current_time() + self.cooldown
             self.state = BreakerState.OPEN
             self._probing = False
@@ -174,9 +187,9 @@ class FailoverIntelligence:
                         reason=exc.reason,
                     )
                     return None, failure
-                if attempt == len(RETRY_DELAYS) or probe:
+                if attempt == RETRIES or probe:
                     return None, failure
-                delay = self._delay(RETRY_DELAYS[attempt], exc.retry_after)
+                delay = self._delay(exponential(attempt + 1, RETRY_BASE, RETRY_CAP), exc.retry_after)
                 if delay is None:
                     return None, failure
                 self.log.warn(

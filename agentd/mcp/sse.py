@@ -13,6 +13,7 @@ from typing import Final
 import attrs
 
 DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+_BOM: Final = b"\xef\xbb\xbf"
 
 
 class SseError(ValueError):
@@ -28,11 +29,25 @@ class SseEvent:
 
 
 class SseDecoder:
-    """Feed bytes with :meth:`feed`; it returns the events completed by them."""
+    """Feed bytes with :meth:`feed`; it returns the events completed by them.
+
+    The work is linear in the bytes fed, however they are chunked: unconsumed input stays in one
+    ``bytearray`` read from an offset (compacted once the consumed part is at least half of it), and the
+    search for a line end resumes where the previous search stopped instead of rescanning a long line.
+    """
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max = max_event_bytes
-        self._buffer = b""
+        self._buffer = bytearray()
+        #: Where the unconsumed input starts in ``_buffer``.
+        self._start = 0
+        #: ``_buffer[_start:_scanned]`` is known to hold no line end.
+        self._scanned = 0
+        #: The next LF at or after ``_scanned`` (-1: none in ``_buffer[:_lf_searched]``).
+        self._lf = -1
+        self._lf_searched = 0
+        #: Bytes searched, copied out as lines or moved by compaction: what the linear-work test bounds.
+        self._work = 0
         self._data: list[str] = []
         self._data_size = 0
         self._event = ""
@@ -47,47 +62,70 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         self._buffer += chunk
-        if self._first and self._buffer:
-            if len(self._buffer) < 3 and b"\xef\xbb\xbf".startswith(self._buffer):
+        if self._first and len(self._buffer) > self._start:
+            head = bytes(self._buffer[self._start : self._start + 3])
+            if len(head) < 3 and _BOM.startswith(head):
                 return []
-            if self._buffer.startswith(b"\xef\xbb\xbf"):
-                self._buffer = self._buffer[3:]
+            if head == _BOM:
+                self._start = self._scanned = self._lf_searched = self._start + 3
             self._first = False
         events: list[SseEvent] = []
         while True:
-            line, found = self._take_line()
-            if not found:
+            line = self._take_line()
+            if line is None:
                 break
             event = self._line(line)
             if event is not None:
                 events.append(event)
-        if len(self._buffer) > self._max:
+        if self._start and self._start * 2 >= len(self._buffer):
+            self._work += len(self._buffer) - self._start
+            del self._buffer[: self._start]
+            self._scanned -= self._start
+            self._lf_searched = max(0, self._lf_searched - self._start)
+            self._lf = -1 if self._lf == -1 else self._lf - self._start
+            self._start = 0
+        if len(self._buffer) - self._start > self._max:
             raise SseError(f"an SSE line exceeds {self._max} bytes")
         return events
 
     def pending(self) -> bool:
         """True when a partial event is buffered (a stream that ends now was truncated)."""
-        return bool(self._buffer.strip()) or self._saw_field
+        return bool(self._buffer[self._start :].strip()) or self._saw_field
 
-    def _take_line(self) -> tuple[bytes, bool]:
-        buf = self._buffer
-        cr = buf.find(b"\r")
-        lf = buf.find(b"\n")
-        if cr == -1 and lf == -1:
-            return b"", False
-        if cr != -1 and (lf == -1 or cr < lf):
+    def _take_line(self) -> bytearray | None:
+        """The next complete line (without its end), or None until more input arrives.
+
+        Two ``find`` calls (memchr) per line: the next LF is searched once and remembered, and a CR is
+        looked for only before it, so no byte is searched twice for the same character.
+        """
+        buf, pos = self._buffer, self._scanned
+        lf = self._lf
+        if lf < pos:  # no LF known ahead: search the part not searched yet
+            origin = max(pos, self._lf_searched)
+            lf = buf.find(b"\n", origin)
+            self._lf_searched = len(buf) if lf == -1 else lf
+            self._work += self._lf_searched - origin
+            self._lf = lf
+        limit = len(buf) if lf == -1 else lf
+        cr = buf.find(b"\r", pos, limit)
+        self._work += (limit if cr == -1 else cr) - pos
+        if cr != -1:
             if cr + 1 == len(buf):
                 # A CR at the end may be half of a CRLF: wait for the next byte.
-                return b"", False
-            end = cr + 2 if buf[cr + 1 : cr + 2] == b"\n" else cr + 1
-            line = buf[:cr]
+                self._scanned = cr
+                return None
+            at, end = cr, (cr + 2 if cr + 1 == lf else cr + 1)
+        elif lf != -1:
+            at, end = lf, lf + 1
         else:
-            end = lf + 1
-            line = buf[:lf]
-        self._buffer = buf[end:]
-        return line, True
+            self._scanned = len(buf)
+            return None
+        line = buf[self._start : at]  # one copy; the buffer itself may be compacted later
+        self._work += len(line)
+        self._start = self._scanned = end
+        return line
 
-    def _line(self, raw: bytes) -> SseEvent | None:
+    def _line(self, raw: bytearray) -> SseEvent | None:
         if not raw:
             return self._dispatch()
         if raw.startswith(b":"):

@@ -35,6 +35,9 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
         key=Path(config.serve_key) if config.serve_key else None,
         client_ca=Path(config.serve_client_ca) if config.serve_client_ca else None,
         bearer=secrets.resolve(config.serve_bearer) if config.serve_bearer else None,
+        max_connections=config.serve_max_connections,
+        max_per_client=config.serve_max_per_client,
+        http2=config.serve_http2,
     )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +23,7 @@ import attrs
 import trio
 
 from agentd.events import EventLog, null_log
+from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
 from agentd.supervisor.forkserver import ForkServer, ForkServerGone, start_fork_server
@@ -42,7 +42,24 @@ from agentd.supervisor.node import (
 #: Ended subagents whose final view stays readable by handle (oldest forgotten first).
 ENDED_KEPT = 1024
 
-_SECRET_REF = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]*)\}\}")
+
+def referenced_secrets(config: Any, available: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``available`` that some string in ``config`` (nested dicts and lists) references.
+
+    Which names a string references is :func:`agentd.secrets.referenced_env_names`'s decision alone, so a
+    child receives exactly the secrets a parent would resolve for the same templates.
+    """
+    names: set[str] = set()
+    stack: list[Any] = [config]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            names |= referenced_env_names(value)
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+    return {name: available[name] for name in sorted(names) if name in available}
 
 
 class Origin(enum.Enum):
@@ -196,8 +213,7 @@ class Supervisor:
         config = dict(self.child_config)
         servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
         config["mcp_servers"] = servers
-        wanted = set(_SECRET_REF.findall(repr(config)))
-        secrets = {name: value for name, value in self.secrets.items() if name in wanted}
+        secrets = referenced_secrets(config, self.secrets)
         test = self.test_script(request, admitted.handle) if self.test_script is not None else None
         return RunPayload(
             handle=admitted.handle, depth=admitted.depth, instruction=request.instruction,

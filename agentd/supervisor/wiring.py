@@ -8,7 +8,6 @@ environment it does not have.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,13 +19,18 @@ from agentd.events import EventLog
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
-from agentd.supervisor.supervisor import Supervisor, SupervisorSettings, TestScript, open_supervisor
+from agentd.supervisor.supervisor import (
+    Supervisor,
+    SupervisorSettings,
+    TestScript,
+    open_supervisor,
+    referenced_secrets,
+)
 
 if TYPE_CHECKING:
     from agentd.config.model import Config
 
 _converter = cattrs.Converter()
-_SECRET_REF = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]*)\}\}")
 
 
 def config_to_wire(cfg: Config) -> dict[str, Any]:
@@ -41,11 +45,6 @@ def config_from_wire(wire: Mapping[str, Any]) -> Config:
     data = dict(wire)
     data["mcp"] = data.pop("mcp_servers", [])
     return _converter.structure(data, Config)
-
-
-def referenced_secrets(wire: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-    names = set(_SECRET_REF.findall(repr(wire)))
-    return {name: env[name] for name in names if name in env}
 
 
 def settings_from_config(cfg: Config) -> SupervisorSettings:

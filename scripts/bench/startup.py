@@ -23,7 +23,7 @@ from pathlib import Path
 from bench_doc import replace_section
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("trio", "httpx", "hypercorn", "jsonschema", "cattrs", "yaml")
+HEAVY = ("trio", "httpx", "hypercorn", "jsonschema", "cattrs", "yaml", "jwt")
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -133,3 +133,11 @@ def test_ordinary_values_are_not_credentials(value: str) -> None:
 )
 def test_header_names_sharpen_detection(name: str, value: str, inline: bool) -> None:
     assert looks_like_inline_credential(value, name=name) is inline
+
+
+def test_referenced_env_names_accepts_what_the_resolver_accepts() -> None:
+    from agentd.secrets import referenced_env_names
+
+    template = "Bearer {{ secret:TOK }} {{secret:B}} {{secret-file:/x}} {{secret:bad name}} {{ not a ref"
+    assert referenced_env_names(template) == {"TOK", "B"}
+    assert SecretResolver({"TOK": "t", "B": "b"}).resolve("{{ secret:TOK }}-{{secret:B}}") == "t-b"

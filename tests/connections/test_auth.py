@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import trio
@@ -51,6 +53,8 @@ def provider_module(tmp_path, body: str) -> str:
     log = tmp_path / "provider.jsonl"
     source = f"""
 import json
+import subprocess
+import sys
 LOG = {str(log)!r}
 
 def note(*item):
@@ -242,7 +246,8 @@ def test_rs256_assertion_verifies_and_challenge_parses():
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-    from agentd.connections.auth import parse_challenge, sign_jwt
+    from agentd.connections.auth import parse_challenge
+    from agentd.connections.client_assertion import sign_jwt
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -259,6 +264,32 @@ def test_rs256_assertion_verifies_and_challenge_parses():
     assert parse_challenge('Bearer error="invalid_token", resource_metadata="https://x/.well-known/a", scope="a b"') == {
         "error": "invalid_token", "resource_metadata": "https://x/.well-known/a", "scope": "a b"}
     assert parse_challenge(None) == {}
+
+
+def test_es256_client_assertion_verifies_with_the_public_key():
+    import jwt
+
+    from agentd.connections.client_assertion import ASSERTION_LIFETIME, client_assertion, sign_jwt
+
+    public, pem = _ec_key()
+    token = client_assertion("client-1", "https://as.example", 1_700_000_000, pem, None)
+    assert jwt.get_unverified_header(token) == {"alg": "ES256", "typ": "JWT"}
+    claims = jwt.decode(token, public, algorithms=["ES256"], audience="https://as.example",
+                        options={"verify_exp": False, "verify_iat": False})
+    assert claims["iss"] == claims["sub"] == "client-1"
+    assert claims["exp"] - claims["iat"] == ASSERTION_LIFETIME and len(claims["jti"]) >= 16
+    assert client_assertion("client-1", "https://as.example", 1_700_000_000, pem, None) != token  # fresh jti
+    p384 = ec.generate_private_key(ec.SECP384R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    for key, alg in ((pem, "RS256"), (p384, None)):
+        with pytest.raises(ValueError, match="EC key signs ES256 on P-256 only"):
+            sign_jwt({}, key, alg)
+
+
+def test_importing_connection_auth_does_not_import_pyjwt():
+    code = "import sys, agentd.connections.auth, agentd.connections.cli; print('jwt' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 async def test_runtime_http_policy_may_allow_redirects(tmp_path):

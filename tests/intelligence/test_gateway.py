@@ -129,6 +129,33 @@ async def test_retry_backoff_is_jittered_250_then_500_ms(autojump_clock: trio.ab
     assert events(lines, "intel.failover") == []
 
 
+async def test_retry_delays_and_breaker_cooldowns_are_the_backoff_formula(autojump_clock: trio.abc.Clock) -> None:
+    from agentd.backoff import exponential
+    from agentd.intelligence.failover import JITTER, RETRIES, RETRY_BASE, RETRY_CAP, Breaker
+
+    log, lines = capture()
+    async with scripted_gateway([*[status(503)] * RETRIES, text("made it")]) as gw:
+        async with open_intelligence([gw.url], log=log) as intel:
+            with trio.fail_after(30):
+                assert (await intel.complete(USER, [])).content == "made it"
+    delays = [line["delay_s"] for line in events(lines, "intel.retry")]
+    assert len(delays) == RETRIES
+    for n, delay in enumerate(delays, start=1):
+        expected = exponential(n, RETRY_BASE, RETRY_CAP)
+        assert expected * (1 - JITTER) - 0.001 <= delay <= expected * (1 + JITTER) + 0.001
+    # A breaker's n-th opening since its last success waits exponential(n, initial, maximum), for any
+    # parameters; a success starts again from the bottom.
+    breaker = Breaker(threshold=1, initial=1.5, maximum=7.0)
+    cooldowns = []
+    for _ in range(6):
+        assert breaker.failure()
+        cooldowns.append(breaker.cooldown)
+    assert cooldowns == [exponential(n, 1.5, 7.0) for n in range(1, 7)] == [1.5, 3.0, 6.0, 7.0, 7.0, 7.0]
+    breaker.success()
+    breaker.failure()
+    assert breaker.cooldown == 1.5
+
+
 async def test_5xx_retries_then_failover_with_one_endpoint_down(autojump_clock: trio.abc.Clock) -> None:
     log, lines = capture()
     down = f"http://127.0.0.1:{closed_port()}/v1"

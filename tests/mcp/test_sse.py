@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.mcp.sse import SseDecoder, SseError, SseEvent, encode_comment, encode_event
+from agentd.mcp.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    SseDecoder,
+    SseError,
+    SseEvent,
+    encode_comment,
+    encode_event,
+)
 
 STREAM = (
     b"id: 1\r\nretry: 500\r\ndata:\r\n\r\n"  # a 2025-11-25 priming event: id + retry, empty data
@@ -84,3 +91,36 @@ def test_encoder_round_trips(data: str, with_id: bool) -> None:
     encoded = encode_comment("keepalive") + encode_event(data, id="e-1" if with_id else None, retry=250)
     events = SseDecoder().feed(encoded)
     assert events == [SseEvent(data=data, id="e-1" if with_id else None, retry=250)]
+
+
+def _feed_all(decoder: SseDecoder, stream: bytes, chunk: int) -> list[SseEvent]:
+    view = memoryview(stream)
+    events: list[SseEvent] = []
+    for start in range(0, len(stream), chunk):
+        events += decoder.feed(bytes(view[start : start + chunk]))
+    return events
+
+
+def test_a_16_mib_event_in_4_kib_chunks_decodes_with_linear_work() -> None:
+    # The largest event the decoder accepts, fed as a socket would deliver it. The decoder counts the bytes
+    # it searches, copies out and moves; a decoder that re-copies or re-searches its buffer per chunk or per
+    # line does ~(chunks x buffer) of that, here tens of GiB instead of a small multiple of 16 MiB.
+    payload = DEFAULT_MAX_EVENT_BYTES - 64
+    stream = b"id: big\r\ndata: " + b"x" * (payload // 2) + "é".encode() + b"y" * (payload // 2 - 2) + b"\r\n\r\n"
+    decoder = SseDecoder()
+    events = _feed_all(decoder, stream, 4096)
+    assert len(events) == 1 and events[0].id == "big"
+    data = events[0].data
+    assert len(data) == payload - 1 and data[payload // 2] == "é" and data.endswith("y")
+    assert decoder._work <= 4 * len(stream) + len(stream) // 4096
+    assert not decoder.pending()
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r", b"\r\n"])
+def test_many_lines_in_one_feed_take_linear_work(end: bytes) -> None:
+    lines = 30_000
+    stream = (b"data: " + b"z" * 40 + end) * lines + end
+    decoder = SseDecoder()
+    [event] = decoder.feed(stream) + decoder.feed(b":\n")  # a CR at the very end waits for the next byte
+    assert event.data.count("\n") == lines - 1
+    assert decoder._work <= 4 * len(stream)

@@ -162,3 +162,35 @@ async def test_only_the_newest_ended_views_are_kept(root, monkeypatch):
                 await sup.spawn(ROOT, req(["result", 1]))
             assert isinstance(sup.status(ROOT, "0.1"), Refusal)
             assert sup.status(ROOT, "0.2").done and sup.status(ROOT, "0.3").done
+
+
+async def test_a_spaced_secret_reference_reaches_the_child_and_nothing_beyond_its_scope(events, no_leftover_children):
+    # The parent resolves `{{ secret:TOK }}` (spaces allowed); its child must receive TOK for the same header,
+    # and neither the out-of-scope server's secret nor an unreferenced variable.
+    from agentd.config.model import Config, McpServerConfig
+    from agentd.events import EventLog
+    from agentd.secrets import SecretResolver
+    from agentd.supervisor.wiring import open_root_supervisor
+    from tests.supervisor.conftest import _from_instruction
+
+    env = {"TOK": "tok-value-in-scope-0123", "OTHER": "other-value-out-of-scope", "UNUSED": "unused-value-987"}
+    header = "Bearer {{ secret:TOK }}"
+    assert SecretResolver(env).resolve(header) == f"Bearer {env['TOK']}"  # what the parent itself sends
+    cfg = Config(instruction="root", intelligence=("http://127.0.0.1:9/v1",), mcp=(
+        McpServerConfig("fs", "http://127.0.0.1:1/mcp", headers={"Authorization": header}),
+        McpServerConfig("web", "http://127.0.0.1:2/mcp", headers={"X-Key": "{{secret:OTHER}}"}),
+    ))
+    with trio.fail_after(30):
+        async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env=env, fork_server=False,
+                                        test_script=_from_instruction) as sup:
+            first = await sup.spawn(ROOT, req(["echo"], warm=True, tool_scope=("fs",)))
+            pid = sup._nodes[first.handle].pid
+            proc = trio.Path(f"/proc/{pid}")
+            environ, cmdline = await (proc / "environ").read_bytes(), await (proc / "cmdline").read_bytes()
+            await sup.cancel(ROOT, first.handle, "done")
+    assert first.result["tool_scope"] == ["fs"]
+    assert first.result["secret_names"] == ["TOK"]
+    for value in env.values():
+        assert value.encode() not in environ and value.encode() not in cmdline
+    child_env = dict(kv.split(b"=", 1) for kv in environ.split(b"\0") if b"=" in kv)
+    assert not {b"TOK", b"OTHER", b"UNUSED"} & set(child_env)
