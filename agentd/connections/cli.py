@@ -18,13 +18,12 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import attrs
 import trio
 
 from agentd import drain
-from agentd.cli import ResultPromise
 from agentd.config.model import McpServerConfig
 from agentd.connections.auth import (
     ClientCredentialsAuth,
@@ -51,6 +50,23 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.secrets import SecretResolver
 from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
+
+
+class ResultPromise(Protocol):
+    """What ``agentd.cli`` hands ``agentd run``: told the run id (and the redactor) as soon as they are known,
+    it writes the result document, and prints a ``crashed`` one if the run dies before that."""
+
+    def promise(self, run_id: str, redactor: Any = None) -> None: ...
+
+    def write(self, doc: Any, out: Any = None) -> None: ...
+
+
+def _write_result(promise: ResultPromise | None, doc: Any, out: TextIO) -> None:
+    if promise is not None:
+        promise.write(doc, out)
+        return
+    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +158,7 @@ async def run_prepared(prepared: Prepared, out: TextIO, promise: ResultPromise |
                            token=prepared.token, log=log, env=prepared.env, identity=prepared.identity,
                            transcript_path=prepared.transcript_path, manifest_path=prepared.manifest_path)  # fmt: skip
     log.flush()
-    (promise or ResultPromise()).write(result.to_json(), out)
+    _write_result(promise, result.to_json(), out)
     return result
 
 
@@ -172,7 +188,7 @@ async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromi
                         error="forced by a second signal" if forced else "cancelled at the drain timeout",
                         drained=not forced)  # fmt: skip
         result = ManifestResult(run, (), error_code="cancelled")
-        (promise or ResultPromise()).write(result.to_json(), out)
+        _write_result(promise, result.to_json(), out)
     return result
 
 
