@@ -131,6 +131,7 @@ async def main(
             await served.wait()
         # Services other parts start in the daemon nursery (serve, watchers) end with the root run in once mode.
         daemon.cancel_scope.cancel()
+    log.flush()  # the rate limiter's pending log.suppressed summaries
     if escaped is not None:
         raise escaped
     return result

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import attrs
 import trio
@@ -65,6 +65,23 @@ from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
 
 
+class ResultPromise(Protocol):
+    """What ``agentd.cli`` hands ``agentd run``: told the run id (and the redactor) as soon as they are known,
+    it writes the result document, and prints a ``crashed`` one if the run dies before that."""
+
+    def promise(self, run_id: str, redactor: Any = None) -> None: ...
+
+    def write(self, doc: Any, out: Any = None) -> None: ...
+
+
+def _write_result(promise: ResultPromise | None, doc: Any, out: TextIO) -> None:
+    if promise is not None:
+        promise.write(doc, out)
+        return
+    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.flush()
+
+
 def _mcp_flags(values: Sequence[str]) -> tuple[McpServerConfig, ...]:
     servers = []
     for value in values:
@@ -109,35 +126,43 @@ def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
                     options.get("drain_timeout", defaults.DRAIN_TIMEOUT))  # fmt: skip
 
 
-async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
-    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``."""
+async def run_prepared(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None) -> ManifestResult:
+    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``
+    (through ``promise``, which then knows it was written: agentd.cli prints a crashed document otherwise)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), level=prepared.log_level,
                    run_id=prepared.identity.run_id, comp="run")  # fmt: skip
+    if promise is not None:
+        promise.promise(prepared.identity.run_id, log.redactor)
     tools = await prepared.runtime.list_tools()  # the runtime module's tools, before anything is opened
     plan = bind(prepared.host, prepared.manifest, application_tools=[t.name for t in tools],
                 manifest_path=prepared.manifest_path)  # fmt: skip
     result = await execute(plan, prepared.runtime, endpoints=prepared.endpoints, model=prepared.model,
                            token=prepared.token, log=log, env=prepared.env, identity=prepared.identity,
                            transcript_path=prepared.transcript_path, manifest_path=prepared.manifest_path)  # fmt: skip
-    out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
-    out.flush()
+    log.flush()
+    _write_result(promise, result.to_json(), out)
     return result
 
 
-def run_manifest(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+def run_manifest(
+    args: Sequence[str], env: Mapping[str, str] | None = None, promise: ResultPromise | None = None
+) -> int:
     """The ``agentd run`` subcommand; returns the exit code (ConfigError propagates: exit 2)."""
     prepared = prepare(args, dict(os.environ) if env is None else dict(env))
-    result = trio.run(run_with_signals, prepared, sys.stdout)
+    if promise is not None:
+        promise.promise(prepared.identity.run_id)
+    result = trio.run(run_with_signals, prepared, sys.stdout, promise)
     return int(result.run.exit_code)
 
 
-async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
+async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None
+                           ) -> ManifestResult:
     """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.drain): the first signal
     drains (no new step or model call; running work may finish for ``--drain-timeout``, then it is cancelled,
     exit 0), a second one cancels at once (exit 1)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), run_id=prepared.identity.run_id,
                    comp="proc")  # fmt: skip
-    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out),
+    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out, promise),
                                              drain_timeout=prepared.drain_timeout, log=log)
     result, forced = signalled.result, signalled.forced
     if result is None:
@@ -145,8 +170,7 @@ async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
                         error="forced by a second signal" if forced else "cancelled at the drain timeout",
                         drained=not forced)  # fmt: skip
         result = ManifestResult(run, (), error_code="cancelled")
-        out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
-        out.flush()
+        _write_result(promise, result.to_json(), out)
     return result
 
 

@@ -39,6 +39,7 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
+from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
 from agentd.run import flatten
@@ -227,7 +228,9 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
     cfg = ctx.cfg
     ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
                         max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
-                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri))
+                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri),
+                        budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
+                                          per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
@@ -278,7 +281,9 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
         contents, server = None, wake.server
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                  wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
-    result = await runs.run(Job("wake", wake_instruction(_instruction(ctx), wake.uri, server, contents), wake.uri))
+    # A resource may hold a credential a server echoed: registered secret values never reach the model.
+    prompt = ctx.log.redactor.scrub(wake_instruction(_instruction(ctx), wake.uri, server, contents))
+    result = await runs.run(Job("wake", prompt, wake.uri))
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
                                                  status=result.status.value, error=result.error or "")
