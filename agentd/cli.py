@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentd.mcp import text as json_text
+
 if TYPE_CHECKING:
     from agentd.config import Config
     from agentd.events import EventLog
@@ -254,7 +256,7 @@ def _cancelled_doc(config: Config) -> dict[str, Any]:
 
 def _print_json(doc: Any) -> None:
     try:
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(json_text.scrub(json.dumps(doc, ensure_ascii=False, default=str)) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         pass

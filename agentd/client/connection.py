@@ -25,7 +25,6 @@ import random
 from typing import Any
 
 import attrs
-import jsonschema
 import trio
 
 from agentd._version import __version__
@@ -48,7 +47,7 @@ from agentd.client.subscriptions import SubscriptionsMixin
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpConnectError, McpError, McpProtocolError, McpRpcError, McpTransportError
 from agentd.events import EventLog
-from agentd.mcp import jsonrpc, types
+from agentd.mcp import jsonrpc, schemas, types
 from agentd.mcp import meta as mcp_meta
 from agentd.mcp.client_session import ClientSession
 from agentd.mcp.streamable_http import param_headers
@@ -291,13 +290,17 @@ class ServerConnection(HandshakeMixin, ExchangeMixin, CatalogueMixin, Subscripti
             )
         validator = self._validators.get(tool)
         if validator is None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(info.output_schema)
-            except jsonschema.SchemaError as exc:
-                self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc.message}")
+            compiled = schemas.compile_schema(info.output_schema)
+            if compiled.validator is None:
+                why = compiled.error or compiled.unusable
+                self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {why}")
                 return
-            validator = self._validators[tool] = jsonschema.Draft202012Validator(info.output_schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(structured))
+            validator = self._validators[tool] = compiled.validator
+        try:
+            error = schemas.first_error(validator, structured)
+        except schemas.SchemaUnusable as exc:
+            self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc}")
+            return
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
             raise McpProtocolError(

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from jsonschema import Draft202012Validator
+from agentd.mcp import schemas
+
+#: Most tool names one ``tool_scope`` may list (checked before its items, so a huge list costs nothing).
+MAX_TOOL_SCOPE: Final = 256
 
 _HANDLE: Final = {"type": "string", "description": "a served handle, e.g. served.2"}
 
@@ -55,7 +58,7 @@ TOOLS: Final[list[dict[str, Any]]] = [
             "properties": {
                 "instruction": {"type": "string"},
                 "output_contract": {"type": "string"},
-                "tool_scope": {"type": "array", "items": {"type": "string"}},
+                "tool_scope": {"type": "array", "maxItems": MAX_TOOL_SCOPE, "items": {"type": "string"}},
                 "async": {"type": "boolean", "default": False},
                 "warm": {"type": "boolean", "default": False},
             },
@@ -92,13 +95,16 @@ TOOLS: Final[list[dict[str, Any]]] = [
 ]
 
 TOOL_NAMES: Final = tuple(tool["name"] for tool in TOOLS)
-VALIDATORS: Final = {tool["name"]: Draft202012Validator(tool["inputSchema"]) for tool in TOOLS}
+VALIDATORS: Final = {tool["name"]: schemas.compile_schema(tool["inputSchema"]).validator for tool in TOOLS}
 
 
 def schema_errors(name: str, arguments: Any) -> list[str]:
-    """Human-readable schema violations of ``arguments`` for tool ``name`` (empty when valid)."""
-    validator = VALIDATORS[name]
+    """Human-readable schema violations of ``arguments`` for tool ``name`` (empty when valid).
+
+    Only the first few are listed (:data:`agentd.mcp.schemas.MAX_ERRORS`): a huge invalid value costs one
+    error, not one per element.
+    """
     return [
-        f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message}"
-        for error in validator.iter_errors(arguments)
+        f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message[:200]}"
+        for error in schemas.first_errors(VALIDATORS[name], arguments)
     ]
