@@ -58,7 +58,7 @@ TOOLS: Final[list[dict[str, Any]]] = [
             "properties": {
                 "instruction": {"type": "string"},
                 "output_contract": {"type": "string"},
-                "tool_scope": {"type": "array", "maxItems": MAX_TOOL_SCOPE, "items": {"type": "string"}},
+                "tool_scope": {"type": "array", "items": {"type": "string"}},
                 "async": {"type": "boolean", "default": False},
                 "warm": {"type": "boolean", "default": False},
             },
@@ -95,7 +95,18 @@ TOOLS: Final[list[dict[str, Any]]] = [
 ]
 
 TOOL_NAMES: Final = tuple(tool["name"] for tool in TOOLS)
-VALIDATORS: Final = {tool["name"]: schemas.compile_schema(tool["inputSchema"]).validator for tool in TOOLS}
+def _checked(tool: dict[str, Any]) -> dict[str, Any]:
+    """The schema arguments are checked against: the published one plus agentd's own size limits (the
+    ``tool_scope`` cap comes before its items, so an oversized list is refused without looking at them)."""
+    schema = tool["inputSchema"]
+    scope = schema.get("properties", {}).get("tool_scope")
+    if scope is None:
+        return dict(schema)
+    properties = {**schema["properties"], "tool_scope": {"maxItems": MAX_TOOL_SCOPE, **scope}}
+    return {**schema, "properties": properties}
+
+
+VALIDATORS: Final = {tool["name"]: schemas.compile_schema(_checked(tool)).validator for tool in TOOLS}
 
 
 def schema_errors(name: str, arguments: Any) -> list[str]:
