@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentd.mcp import text as json_text
+
 if TYPE_CHECKING:
     from agentd.config import Config
     from agentd.events import EventLog, Redactor
@@ -267,7 +269,7 @@ def _cancelled_doc(config: Config) -> dict[str, Any]:
 def _print_json(doc: Any, out: Any = None) -> None:
     out = sys.stdout if out is None else out
     try:
-        out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        out.write(json_text.scrub(json.dumps(doc, ensure_ascii=False, default=str)) + "\n")
         out.flush()
     except BrokenPipeError:
         pass

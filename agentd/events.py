@@ -33,6 +33,8 @@ from typing import Any, Final, TextIO
 
 import attrs
 
+from agentd.mcp import text as json_text
+
 LEVELS: Final = {"debug": 10, "info": 20, "warn": 30, "error": 40}
 
 #: Characters kept of one string field (longer ones end with a ``…[truncated: N chars]`` marker).
@@ -56,7 +58,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "run.start", "run.end", "run.failed", "run.cancelled",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
-        "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_description", "mcp.list_changed",
+        "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_description", "mcp.tool_unusable",
+        "mcp.list_changed",
         "mcp.subscribe", "mcp.subscribe_degraded", "mcp.updated", "mcp.cancelled", "mcp.server_request",
         "mcp.protocol_error", "mcp.stream", "mcp.closed", "mcp.era",
         # intelligence gateway
@@ -190,7 +193,7 @@ def stream_sink(stream: TextIO) -> Sink:
     """A sink that writes each event as one JSON line to ``stream`` and flushes it."""
 
     def write(line: dict[str, Any]) -> None:
-        stream.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        stream.write(json_text.scrub(json.dumps(line, ensure_ascii=False, default=str)) + "\n")
         stream.flush()
 
     return write

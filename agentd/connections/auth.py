@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import inspect
-import json
 import time
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -38,6 +37,7 @@ import httpx
 from agentd.connections.client_assertion import JWT_BEARER, client_assertion
 from agentd.errors import McpConnectError
 from agentd.events import EventLog
+from agentd.mcp import text as json_text
 from agentd.transport.http_client import display_url
 
 #: A credential is renewed when it expires within this many seconds.
@@ -471,7 +471,7 @@ async def _json_or_none(response: httpx.Response, *, any_status: bool = False) -
     if len(response.content) > 1024 * 1024:
         return None
     try:
-        data = json.loads(response.content)
+        data = json_text.loads(response.content, "replace")
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
