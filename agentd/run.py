@@ -153,10 +153,12 @@ def outcome_of(exc: BaseException, *, run_id: str, log: EventLog) -> RunResult:
     return RunResult(run_id=run_id, status=RunStatus.CRASHED, error=error)
 
 
-def reraise_if_not_an_outcome(exc: BaseException, log: EventLog) -> None:
-    """Re-raise what is not a run outcome: cancellation (said once as ``run.cancelled``) and config errors."""
+def reraise_if_not_an_outcome(exc: BaseException, log: EventLog, *, say: bool = True) -> None:
+    """Re-raise what is not a run outcome: cancellation and config errors. The run that was cancelled says so
+    once as ``run.cancelled`` (``say``); an enclosing layer that sees the same cancellation passes False."""
     if is_cancellation(exc):
-        log.warn("run.cancelled", reason="the run was cancelled from outside")
+        if say:
+            log.warn("run.cancelled", reason="the run was cancelled from outside")
         raise exc
     leaf = flatten(exc)
     if isinstance(leaf, ConfigError):
