@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from agentd.config.model import Config, McpServerConfig
-from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
+from agentd.errors import A2aConnectError, AgentdError, ConfigError, IntelligenceError, McpConnectError
 from agentd.events import EventLog, stream_sink
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
@@ -242,7 +242,9 @@ async def run_config(
     The supervisor's child entry calls this with the spawn payload's instruction, server subset, limits
     and context seed; the reactive modes call it once per wake.
     """
+    from agentd.a2a.client import open_a2a_peers
     from agentd.client import open_mcp_pool
+    from agentd.loop.a2a import register_a2a_tools
 
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -280,7 +282,12 @@ async def run_config(
                 secrets=resolver,
             ) as intel,
             open_mcp_pool(declared, log=log, secrets=resolver, run_id=run_id) as pool,
+            # --- A2A peers (docs/a2a.md): cards fetched before the run starts; a2a.* tools offered ---
+            open_a2a_peers(cfg.a2a_peers, log=log, secrets=resolver) as peers,
         ):
+            controls = controls if controls is not None else ControlToolRegistry()
+            register_a2a_tools(controls, peers)
+            # --- end A2A ---
             result = await run_once(
                 request, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
             )
@@ -288,7 +295,7 @@ async def run_config(
         # Cancelled from outside (a forced drain, a parent's kill ladder): say so, then let it unwind.
         log.warn("run.cancelled", reason="the run was cancelled from outside")
         raise
-    except* McpConnectError as group:
+    except* (McpConnectError, A2aConnectError) as group:  # a required A2A peer is exit 6 like an MCP server
         failure = (RunStatus.MCP_FAILED, _first_message(group))
     except* IntelligenceError as group:
         failure = (RunStatus.INTELLIGENCE_FAILED, _first_message(group))

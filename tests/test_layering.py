@@ -99,7 +99,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
-    ("client, intelligence", frozenset({"client", "intelligence"})),
+    ("client, intelligence, a2a", frozenset({"client", "intelligence", "a2a"})),
     ("loop", frozenset({"loop"})),
     ("run", frozenset({"run"})),
     ("supervisor", frozenset({"supervisor"})),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from agentd.config.a2a import merge_peers
 from agentd.config.argv import FLAGS_BY_DEST, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
@@ -55,6 +56,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         config_path = env_values["config_path"].value
     file_layer: FileLayer | None = None
     if config_path is not None:
+        from agentd.config.a2a_file import load_peers as _  # noqa: F401  (registers the a2a_peers section)
         from agentd.config.file import load_file  # cattrs and PyYAML only when there is a file
 
         file_layer = load_file(os.path.expanduser(config_path), env)
@@ -102,6 +104,10 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         merged["sections"] = dict(file_layer.sections)
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
+    # A2A peers: the file's a2a_peers section, then --a2a-peer flags (agentd/config/a2a.py).
+    merged["a2a_peers"] = merge_peers(
+        merged.get("sections", {}).pop("a2a_peers", ()), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
+    )
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)

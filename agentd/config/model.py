@@ -69,6 +69,8 @@ class Config:
     stream_intelligence: bool = False
     # MCP servers and TLS
     mcp: tuple[McpServerConfig, ...] = ()
+    #: A2A peers (``--a2a-peer``, ``a2a_peers:``), declared like MCP servers (agentd/config/a2a.py).
+    a2a_peers: tuple[McpServerConfig, ...] = ()
     tls_ca: str | None = None
     # the config file itself
     config_path: str | None = None
@@ -116,6 +118,8 @@ class Config:
     serve_max_body: int = 8 * 1024 * 1024
     serve_keepalive: float = 15.0
     serve_retention: float = 600.0
+    #: Also serve A2A on the --serve-mcp listener (agentd/selfmcp/a2a.py).
+    serve_a2a: bool = False
     # config-file sections added by extensions (agentd.config.file.SECTIONS), loaded but not interpreted here
     sections: Mapping[str, object] = attrs.field(factory=dict, converter=dict)
 
