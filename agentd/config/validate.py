@@ -161,6 +161,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
         given = [f for f, v in (("--serve-cert", config.serve_cert), ("--serve-key", config.serve_key),
                                 ("--serve-client-ca", config.serve_client_ca),
                                 ("--serve-bearer", config.serve_bearer)) if v is not None]
+        if config.serve_a2a:
+            given.append("--serve-a2a")
         if given:
             raise ConfigError(f"{given[0]} needs --serve-mcp")
         return
