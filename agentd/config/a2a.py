@@ -4,7 +4,7 @@ A peer is declared exactly like an MCP server (the same entry shape: ``name``, `
 ``headers`` with secrets by reference, ``tls``, ``connect_timeout``, ``call_timeout``) and obeys the same
 endpoint rules, so it reuses :class:`~agentd.config.model.McpServerConfig` as its value. ``call_timeout``
 bounds one whole delegation (the run's deadline still applies); its default is :data:`CALL_TIMEOUT`.
-The file section is loaded by :mod:`agentd.config.a2a_file` (only when there is a file).
+The file's list is loaded by :mod:`agentd.config.a2a_file` (only when a file has one).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import Any, Final
 
 import attrs
 
+from agentd import defaults
 from agentd.config.endpoints import check_endpoint, check_server_name
 from agentd.config.model import McpServerConfig, TlsConfig
 from agentd.errors import ConfigError
 
 #: The bound on one delegation when the entry gives no ``call_timeout`` (seconds).
-CALL_TIMEOUT: Final = 600.0
+CALL_TIMEOUT: Final = defaults.A2A_CALL_TIMEOUT
 
 
 def parse_peer_flag(value: str) -> tuple[str, str]:

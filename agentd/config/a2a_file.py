@@ -1,18 +1,19 @@
-"""The config file's ``a2a_peers:`` section (an extension section of :mod:`agentd.config.file`).
+"""The config file's ``a2a_peers:`` list: entries shaped like ``mcp_servers`` (agentd.config.servers).
 
-Importing this module registers the loader; :mod:`agentd.config.load` does so whenever it reads a file.
+:mod:`agentd.config.file` calls :func:`load_peers` when a file has the key (cattrs only then).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import attrs
 
+from agentd import defaults
 from agentd.config.a2a import CALL_TIMEOUT
-from agentd.config.file import SECTIONS, Duration, rebase_secret_files, structure
 from agentd.config.model import McpServerConfig, TlsConfig
+from agentd.config.servers import rebase, rebase_secret_files
+from agentd.config.structure import Duration, structure
 from agentd.errors import ConfigError
 
 
@@ -32,15 +33,8 @@ class _PeerEntry:
     required: bool = True
     headers: dict[str, str] = attrs.field(factory=dict)
     tls: _Tls | None = None
-    connect_timeout: Duration = Duration(float(attrs.fields(McpServerConfig).connect_timeout.default or 0))  # noqa: RUF009
+    connect_timeout: Duration = Duration(defaults.CONNECT_TIMEOUT)  # noqa: RUF009
     call_timeout: Duration = Duration(CALL_TIMEOUT)  # noqa: RUF009
-
-
-def _rebase(path: str | None, base_dir: str) -> str | None:
-    if path is None or path == "-":
-        return path
-    path = os.path.expanduser(path)
-    return path if os.path.isabs(path) else os.path.join(base_dir, path)
 
 
 def load_peers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
@@ -57,7 +51,7 @@ def load_peers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
         entry = structure(item, _PeerEntry, path=what)
         tls = None
         if entry.tls is not None:
-            tls = TlsConfig(*(_rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
+            tls = TlsConfig(*(rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
         peer = McpServerConfig(
             name=entry.name, url=entry.url, required=entry.required,
             headers={k: rebase_secret_files(v, base_dir) for k, v in entry.headers.items()},
@@ -69,5 +63,3 @@ def load_peers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
         peers.append(peer)
     return tuple(peers)
 
-
-SECTIONS.setdefault("a2a_peers", load_peers)

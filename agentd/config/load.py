@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from agentd.config.a2a import merge_peers
-from agentd.config.argv import FLAGS_BY_DEST, Flag, parse_flags
+from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
 from agentd.config.env import read_env
@@ -56,7 +56,6 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         config_path = env_values["config_path"].value
     file_layer: FileLayer | None = None
     if config_path is not None:
-        from agentd.config.a2a_file import load_peers as _  # noqa: F401  (registers the a2a_peers section)
         from agentd.config.file import load_file  # cattrs and PyYAML only when there is a file
 
         file_layer = load_file(os.path.expanduser(config_path), env)
@@ -101,18 +100,37 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     )
     if file_layer is not None:
         merged["config_path"] = file_layer.path
-        merged["sections"] = dict(file_layer.sections)
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
     # A2A peers: the file's a2a_peers section, then --a2a-peer flags (agentd/config/a2a.py).
     merged["a2a_peers"] = merge_peers(
-        merged.get("sections", {}).pop("a2a_peers", ()), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
+        file_layer.a2a_peers if file_layer else (), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
     )
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)
     validate(config, env, purpose=purpose)
     return config
+
+
+def load_command(argv: Sequence[str], env: Mapping[str, str] | None, command: Command) -> dict[str, Any]:
+    """``agentd run`` / ``agentd transcript`` settings through the same flag table as ``agentd``: the
+    command's flags (and positionals) from argv over its flags' environment variables, each converted where it
+    enters (durations, endpoints, choices), by dest. No config-file layer: ``--config`` names the host file,
+    which the command reads itself (agentd.config.host).
+
+    Raises:
+        ConfigError: one line naming the flag or variable (exit 2).
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for dest, item in read_env(env).items():
+        if command in item.flag.commands:
+            values[dest] = _convert(item.flag, item.value, f"${item.variable}", env_variable=item.variable)
+    for dest, raw in parse_flags(argv, command=command).items():
+        flag = FLAGS_BY_DEST.get(dest)
+        values[dest] = raw if flag is None else _convert(flag, raw, flag.name)
+    return values
 
 
 def _read_instruction(path: str) -> str:
@@ -247,3 +265,7 @@ def with_changes(config: Config, env: Mapping[str, str] | None = None, **changes
     evolved = attrs.evolve(config, **changes)
     validate(evolved, os.environ if env is None else env)
     return evolved
+
+
+# ``Config.from_argv`` is this loader: attached here so that the model never imports the layer that builds it.
+setattr(Config, "from_argv", staticmethod(load_config))  # noqa: B010
