@@ -105,7 +105,7 @@ def main() -> None:
         skills=[AgentSkill(id="echo", name="Echo", description="Repeats the message back.", tags=["echo"])],
     )
     handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_jsonrpc_routes(handler, rpc_url="/")
+    routes = create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=args.protocol == "0.3")
     if args.broken_card:
         async def broken(request: Request) -> Response:
             return JSONResponse({"name": 7, "skills": "none"})

@@ -191,3 +191,22 @@ async def test_run_with_required_peer_down_is_exit_6() -> None:
         result = await agentd.main(cfg, log=EventLog(sink=lines.append))
     assert int(result.exit_code) == 6 and result.status.value == "mcp_failed"
     assert not [line for line in lines if line["event"] in ("loop.start", "intel.call", "tool.call")]
+
+
+async def test_a_peer_declaring_protocol_0_3_gets_the_0_3_methods() -> None:
+    """The card declares 0.3: agentd speaks ``message/stream``/``tasks/get``/``tasks/cancel`` (SDK compat layer)."""
+    with launch.start_peer(peer_argv("--protocol", "0.3"), cwd=launch.REPO_ROOT) as old:
+        events = Events()
+        with trio.fail_after(30):
+            async with open_a2a_peers([_peer(old.url)], log=events.log) as peers:
+                assert peers.peer("echo").card.version == "0.3"
+                done = await peers.delegate("echo", "old protocol", context_id=None)
+                assert done.state == "completed" and "echo: old protocol" in render_outcome(done)  # type: ignore[union-attr]
+                failed = await peers.delegate("echo", "fail please", context_id=None)
+                assert failed.state == "failed"  # type: ignore[union-attr]
+                started = await peers.start("echo", "slow one", context_id=None)
+                cancelled = await peers.cancel("echo", started.id, reason="test")  # type: ignore[union-attr]
+                assert cancelled.state == "canceled"
+                with pytest.raises(A2aRpcError) as info:
+                    await peers.status("echo", "no-such-task")
+                assert info.value.code == -32001
