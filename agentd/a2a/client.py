@@ -213,6 +213,8 @@ class A2aPeers:
     failed: dict[str, AgentdError] = attrs.field(factory=dict)
     #: task id -> peer name, for tasks not yet seen terminal.
     open_tasks: dict[str, str] = attrs.field(factory=dict)
+    #: Tasks already reported ended (``a2a.task_end`` once per task, however often it is polled).
+    ended: set[str] = attrs.field(factory=set)
 
     def peer(self, name: str) -> A2aPeer:
         peer = self.peers.get(name)
@@ -226,6 +228,9 @@ class A2aPeers:
             return
         if result.terminal:
             self.open_tasks.pop(result.id, None)
+            if result.id in self.ended:
+                return
+            self.ended.add(result.id)
             usage = a2a.reported_usage(result)  # the peer's tokens, not this run's: recorded, not counted
             self.log.emit(
                 "a2a.task_end", "info" if result.state == "completed" else "warn", peer=peer.name,
