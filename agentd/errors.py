@@ -125,3 +125,27 @@ class A2aRpcError(A2aError):
         super().__init__(f"A2A error {code}{where}: {message}", peer=peer)
         self.code = code
         self.rpc_message = message
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """Every exception inside (possibly nested) exception groups, in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+def flatten(exc: BaseException) -> BaseException:
+    """The one exception a (possibly nested) group stands for: the first agentd error (it carries the exit
+    code), else a KeyboardInterrupt, else the first leaf.
+
+    trio wraps whatever escapes a nursery in a group; what it ended as belongs to what is inside, and every
+    layer (agentd.run's outcome rule, the CLI's exit code) reads it by this one rule.
+    """
+    found = leaves(exc)
+    for leaf in found:
+        if isinstance(leaf, AgentdError):
+            return leaf
+    for leaf in found:
+        if isinstance(leaf, KeyboardInterrupt):
+            return leaf
+    return found[0] if found else exc
