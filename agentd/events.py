@@ -62,6 +62,9 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "mcp.list_changed",
         "mcp.subscribe", "mcp.subscribe_degraded", "mcp.updated", "mcp.cancelled", "mcp.server_request",
         "mcp.protocol_error", "mcp.stream", "mcp.closed", "mcp.era",
+        # A2A client side (peers a run delegates to) and the served A2A endpoint
+        "a2a.card", "a2a.card_failed", "a2a.skill_description", "a2a.delegate", "a2a.task_end", "a2a.cancel",
+        "a2a.cancel_failed", "a2a.served",
         # intelligence gateway
         "intel.call", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools

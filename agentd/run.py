@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import trio
 
+from agentd.a2a.client import open_a2a_peers
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool
 from agentd.config.model import Config, McpServerConfig
@@ -32,6 +33,7 @@ from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
+from agentd.loop.a2a import register_a2a_tools
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
@@ -247,8 +249,16 @@ async def run_config(
             deadline=request.limits.deadline)
     resolver = SecretResolver(env=env, redactor=log.redactor)
     try:
-        async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
-                            deadline=request.limits.deadline) as opened:
+        async with (
+            open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
+                     deadline=request.limits.deadline) as opened,
+            # --- A2A peers (docs/a2a.md): cards fetched before the loop starts (a required one failing is
+            # exit 6, A2aConnectError); the a2a.* tools offered when a peer is connected ---
+            open_a2a_peers(cfg.a2a_peers, log=log, secrets=resolver) as peers,
+        ):
+            controls = controls if controls is not None else ControlToolRegistry()
+            register_a2a_tools(controls, peers)
+            # --- end A2A ---
             # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
             rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
             result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,

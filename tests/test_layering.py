@@ -101,7 +101,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
     ("journal", frozenset({"journal"})),
-    ("client, intelligence", frozenset({"client", "intelligence"})),
+    ("client, intelligence, a2a", frozenset({"client", "intelligence", "a2a"})),
     ("loop", frozenset({"loop"})),
     ("run", frozenset({"run"})),
     ("supervisor", frozenset({"supervisor"})),

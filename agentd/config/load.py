@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from agentd.config.a2a import merge_peers
 from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
@@ -101,6 +102,10 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         merged["config_path"] = file_layer.path
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
+    # A2A peers: the file's a2a_peers section, then --a2a-peer flags (agentd/config/a2a.py).
+    merged["a2a_peers"] = merge_peers(
+        file_layer.a2a_peers if file_layer else (), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
+    )
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)

@@ -71,6 +71,8 @@ class Config:
     stream_intelligence: bool = False
     # MCP servers and TLS
     mcp: tuple[McpServerConfig, ...] = ()
+    #: A2A peers (``--a2a-peer``, ``a2a_peers:``), declared like MCP servers (agentd/config/a2a.py).
+    a2a_peers: tuple[McpServerConfig, ...] = ()
     tls_ca: str | None = None
     # the config file itself
     config_path: str | None = None
@@ -123,6 +125,8 @@ class Config:
     serve_max_connections: int = defaults.SERVE_MAX_CONNECTIONS
     serve_max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     serve_http2: bool = False
+    #: Also serve A2A on the --serve-mcp listener (agentd/selfmcp/a2a.py).
+    serve_a2a: bool = False
 
     if TYPE_CHECKING:  # attached by agentd.config.load (the loader builds a Config; the model imports no loader)
 

@@ -53,6 +53,7 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     """Check ``config`` as a whole. ``purpose="check"`` is ``agentd check``: servers only, no run settings."""
     env = os.environ if env is None else env
     _check_servers(config.mcp, env)
+    _check_servers(config.a2a_peers, env, kind="a2a peer")  # same rules: headers' secrets, TLS files
     _check_file(config.tls_ca, "--tls-ca")
     if purpose == "check":
         if not config.mcp:
@@ -162,6 +163,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
         given = [f for f, v in (("--serve-cert", config.serve_cert), ("--serve-key", config.serve_key),
                                 ("--serve-client-ca", config.serve_client_ca),
                                 ("--serve-bearer", config.serve_bearer)) if v is not None]
+        if config.serve_a2a:
+            given.append("--serve-a2a")
         if given:
             raise ConfigError(f"{given[0]} needs --serve-mcp")
         return
@@ -181,13 +184,13 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
         )
 
 
-def _check_servers(servers: Iterable[McpServerConfig], env: Mapping[str, str]) -> None:
+def _check_servers(servers: Iterable[McpServerConfig], env: Mapping[str, str], *, kind: str = "mcp server") -> None:
     seen: set[str] = set()
     for server in servers:
-        what = f"mcp server {server.name!r}"
+        what = f"{kind} {server.name!r}"
         check_server(server, what=what)
         if server.name in seen:
-            raise ConfigError(f"duplicate mcp server name {server.name!r}")
+            raise ConfigError(f"duplicate {kind} name {server.name!r}")
         seen.add(server.name)
         for value in server.headers.values():
             check_refs_available(value, env)
