@@ -101,6 +101,15 @@ def _subagent() -> int:
     return int(code) if isinstance(code, int) else 0
 
 
+def _audit_trifecta(config: Any, log: Any) -> None:
+    """``--allow-trifecta`` is audited: which servers bring each property, and whether it was needed."""
+    from agentd.config.trifecta import check_trifecta
+
+    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    log.warn("security.trifecta_allowed", needed=verdict.complete,
+             **{tag: list(names) for tag, names in verdict.sources.items()})
+
+
 def _run(argv: list[str], env: dict[str, str]) -> int:
     if "--help" in argv or "-h" in argv:
         from agentd.config.argv import build_parser
@@ -121,6 +130,8 @@ def _run(argv: list[str], env: dict[str, str]) -> int:
         return 0
     log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
              config_path=config.config_path)
+    if config.allow_trifecta:
+        _audit_trifecta(config, log)
     daemon_main = _optional("agentd.daemon", "main")
     if daemon_main is None:
         _fail("agentd.daemon is not available in this build", 1)

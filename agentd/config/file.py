@@ -69,6 +69,7 @@ class _ServerEntry:
     tls: _TlsEntry | None = None
     connect_timeout: Duration = Duration(10.0)
     call_timeout: Duration = Duration(60.0)
+    tags: list[str] | None = None
 
 
 class _WrongType(TypeError):
@@ -200,6 +201,15 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
     return FileLayer(path, settings, (*connections, *servers), sections)
 
 
+def _load_egress(raw: Any, base_dir: str) -> object:
+    from agentd.config.egress import load_egress
+
+    return load_egress(raw, base_dir)
+
+
+SECTIONS["egress"] = _load_egress  # lands in Config.egress (agentd.config.load)
+
+
 def _host_key(
     key: str, value: Any, env: Mapping[str, str], settings: dict[str, tuple[Flag, Any]]
 ) -> tuple[McpServerConfig, ...] | None:
@@ -245,6 +255,7 @@ def _load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
             tls=tls,
             connect_timeout=entry.connect_timeout,
             call_timeout=entry.call_timeout,
+            tags=None if entry.tags is None else tuple(entry.tags),
         )
         what = f"$.mcp_servers[{index}]"
         check_server(server, what=what)

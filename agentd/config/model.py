@@ -8,9 +8,12 @@ a connection is made (``agentd.secrets``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from agentd.transport.egress import EgressPolicy
 
 Mode = Literal["once", "loop", "schedule", "reactive"]
 LogLevel = Literal["debug", "info", "warn", "error"]
@@ -33,6 +36,23 @@ class TlsConfig:
 
 
 @attrs.frozen
+class EgressConfig:
+    """``egress:`` in the config file: CIDRs that peer-supplied URLs may reach beyond public addresses
+    (agentd.transport.egress). Link-local/metadata and loopback ranges need an entry inside them."""
+
+    allow: tuple[str, ...] = ()
+
+    def policy(self) -> EgressPolicy:
+        from agentd.transport.egress import EgressPolicy
+
+        return EgressPolicy.from_cidrs(self.allow)
+
+
+#: The Rule of Two's three properties (docs/security.md); a server without tags counts as untrusted_input.
+SERVER_TAGS: tuple[str, ...] = ("untrusted_input", "sensitive_data", "external_comms")
+
+
+@attrs.frozen
 class McpServerConfig:
     """One declared MCP server. ``headers`` values are templates that may hold secret references."""
 
@@ -43,6 +63,8 @@ class McpServerConfig:
     tls: TlsConfig | None = None
     connect_timeout: float = 10.0
     call_timeout: float = 60.0
+    #: Rule-of-Two properties (SERVER_TAGS) the operator gave this server; None: untagged (untrusted_input).
+    tags: tuple[str, ...] | None = None
     #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
     #: None: every tool the server lists. The connection hides the rest and refuses calls to them.
     tools: tuple[str, ...] | None = None
@@ -116,6 +138,9 @@ class Config:
     serve_max_body: int = 8 * 1024 * 1024
     serve_keepalive: float = 15.0
     serve_retention: float = 600.0
+    # security: peer-supplied URLs (the config file's egress section) and the Rule of Two
+    egress: EgressConfig = attrs.field(factory=EgressConfig)
+    allow_trifecta: bool = False
     # config-file sections added by extensions (agentd.config.file.SECTIONS), loaded but not interpreted here
     sections: Mapping[str, object] = attrs.field(factory=dict, converter=dict)
 
