@@ -118,7 +118,7 @@ def test_operator_endpoints_refuse_only_metadata_literals():
 
 
 def test_bad_cidr_is_named():
-    with pytest.raises(ValueError, match="'10.0.0.0/33'"):
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33'"):
         EgressPolicy.from_cidrs(["10.0.0.0/33"])
 
 
@@ -293,7 +293,7 @@ def test_operator_metadata_endpoint_is_exit_2_unless_allowed(tmp_path):
     from agentd.errors import ConfigError
 
     argv = ["--instruction", "x", "--intelligence", "test", "--mcp", "meta=https://169.254.169.254/mcp"]
-    with pytest.raises(ConfigError, match="metadata address.*egress.allow"):
+    with pytest.raises(ConfigError, match=r"metadata address.*egress\.allow"):
         load_config(argv, {})
     agentd_file = tmp_path / "agentd.yaml"
     agentd_file.write_text("egress: {allow: [169.254.169.254/32]}\n")
