@@ -42,7 +42,7 @@ from agentd.config.endpoints import is_loopback_host
 from agentd.connections.client_assertion import JWT_BEARER, client_assertion
 from agentd.errors import McpConnectError
 from agentd.events import EventLog
-from agentd.transport.egress import EgressPolicy, Refused, Resolver, pin, system_resolver, vet
+from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
 from agentd.transport.http_client import display_url
 
 #: A credential is renewed when it expires within this many seconds.
@@ -332,17 +332,18 @@ class ClientCredentialsAuth(httpx.Auth):
         percent-encode some of what the guard refuses). URLs on the operator endpoint's own origin are
         configuration, not peer input, and go as they are."""
         operator = httpx.URL(self.url)
+        parsed = parse_url(url)
+        if not isinstance(parsed, Refused) and (parsed.scheme, parsed.host, parsed.port) == (
+            operator.scheme, operator.host, operator.port
+        ):
+            return build(url)
         verdict = await vet(url, self.egress, operator_loopback=is_loopback_host(operator.host),
                             resolver=self.resolver)  # fmt: skip
         if isinstance(verdict, Refused):
             self.log.warn("egress.refused", connection=self.alias, origin=verdict.origin, reason=verdict.reason,
                           purpose=purpose)  # fmt: skip
             raise self._fail(f"{purpose}: {verdict.message}", code="connection_egress_refused")
-        request = build(url)
-        if (request.url.scheme, request.url.host, request.url.port) == (operator.scheme, operator.host,
-                                                                        operator.port):  # fmt: skip
-            return request
-        return pin(request, verdict)
+        return pin(build(url), verdict)
 
     def _fail(self, what: str, code: str = "connection_credentials_unavailable") -> ConnectionAuthError:
         return ConnectionAuthError(f"connection {self.alias!r}: client_credentials: {what}", server=self.alias,

@@ -140,7 +140,7 @@ def origin_of(url: str) -> str:
     return text[:200]
 
 
-def _parse(url: str) -> httpx.URL | Refused:
+def parse_url(url: str) -> httpx.URL | Refused:
     """The syntactic rules; the URL is parsed the way the connection will parse it (httpx)."""
     import httpx
 
@@ -187,7 +187,7 @@ def decide(
     url: str, addresses: Sequence[str], policy: EgressPolicy, *, operator_loopback: bool
 ) -> Allowed | Refused:
     """The egress verdict for ``url`` whose host resolved to ``addresses`` (an IP-literal host needs none)."""
-    parsed = _parse(url)
+    parsed = parse_url(url)
     if isinstance(parsed, Refused):
         return parsed
     origin = origin_of(url)
@@ -250,7 +250,7 @@ async def vet(
     url: str, policy: EgressPolicy, *, operator_loopback: bool, resolver: Resolver = system_resolver
 ) -> Allowed | Refused:
     """Resolve ``url``'s host once and decide; an :class:`Allowed` carries the address to pin."""
-    parsed = _parse(url)
+    parsed = parse_url(url)
     if isinstance(parsed, Refused):
         return parsed
     addresses: Sequence[str] = ()
@@ -283,6 +283,7 @@ __all__ = (
     "decide",
     "operator_refusal",
     "origin_of",
+    "parse_url",
     "pin",
     "system_resolver",
     "unwrap",

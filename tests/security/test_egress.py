@@ -343,7 +343,8 @@ async def test_discovery_refuses_loopback_when_the_operator_endpoint_is_not_loop
     auth = ClientCredentialsAuth(ClientCredentialsSettings(client_id="c", client_secret="s"), "docs",
                                  "https://mcp.example/mcp", EventLog(sink=events.append), resolver=resolver)
     with pytest.raises(ConnectionAuthError, match="loopback") as caught:
-        await auth._guarded("http://localhost:8080/as", "authorization-server metadata", httpx.URL)  # type: ignore[arg-type]
+        await auth._guarded("http://localhost:8080/as", "authorization-server metadata",
+                            lambda u: httpx.Request("GET", u))
     assert caught.value.code == "connection_egress_refused"
     assert [(e["event"], e["origin"], e["reason"]) for e in events] == [
         ("egress.refused", "http://localhost:8080", "loopback")]
@@ -353,3 +354,28 @@ def test_ipv6_helpers_unwrap():
     from agentd.transport.egress import unwrap
 
     assert unwrap(ipaddress.ip_address("::ffff:10.0.0.1")) == ipaddress.ip_address("10.0.0.1")
+
+
+async def test_the_operator_endpoints_own_origin_is_configuration_not_peer_input():
+    """A server on a private address (the operator's choice) keeps its well-known discovery; a peer-named
+    issuer elsewhere on the private network is refused."""
+    lookups: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        lookups.append(host)
+        return ["10.0.0.6"]
+
+    auth = ClientCredentialsAuth(ClientCredentialsSettings(client_id="c", client_secret="s"), "docs",
+                                 "https://10.0.0.5/mcp", EventLog(sink=lambda e: None), resolver=resolver)
+    own = await auth._guarded("https://10.0.0.5/.well-known/oauth-protected-resource/mcp", "prm",
+                              lambda u: httpx.Request("GET", u))
+    assert str(own.url) == "https://10.0.0.5/.well-known/oauth-protected-resource/mcp"
+    with pytest.raises(ConnectionAuthError, match="private"):
+        await auth._guarded("https://idp.corp/as", "authorization-server metadata", lambda u: httpx.Request("GET", u))
+    assert lookups == ["idp.corp"]
+    allowed = ClientCredentialsAuth(ClientCredentialsSettings(client_id="c", client_secret="s"), "docs",
+                                    "https://10.0.0.5/mcp", EventLog(sink=lambda e: None), resolver=resolver,
+                                    egress=EgressPolicy.from_cidrs(["10.0.0.0/24"]))
+    pinned = await allowed._guarded("https://idp.corp/as", "x", lambda u: httpx.Request("GET", u))
+    assert pinned.url.host == "10.0.0.6" and pinned.headers["host"] == "idp.corp"
+    assert pinned.extensions["sni_hostname"] == "idp.corp"
