@@ -6,6 +6,7 @@
     agentd check [flags]            connect to every declared server and print what an agent could use
     agentd run MANIFEST [...]       an agent manifest against a host config (agentd.connections)
     agentd transcript ...           durable transcripts (agentd.connections)
+    agentd journal list|show|export the durable run journal (agentd.journal)
 
 stdout carries exactly one JSON document; stderr carries JSON event lines only. Exit codes are the
 original agentd's (docs/cli.md): errors map through ``AgentdError.exit_code``; anything unexpected is 1.
@@ -50,6 +51,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             return _check(argv[1:], env)
         if argv and argv[0] in ("run", "transcript"):
             return _delegate(argv[0], argv[1:])
+        if argv and argv[0] == "journal":
+            from agentd.journal.cli import journal_main
+
+            return journal_main(argv[1:], env)
         return _run(argv, env)
     except SystemExit:
         raise

@@ -24,6 +24,7 @@ server failing its handshake is ``mcp_failed`` (exit 6); an unusable intelligenc
 
 from __future__ import annotations
 
+import math
 import os
 import secrets as _random
 import sys
@@ -33,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 
 from agentd.config.model import Config, McpServerConfig
@@ -269,29 +271,44 @@ async def run_config(
     resolver = SecretResolver(env=env, redactor=log.redactor)
     failure: tuple[RunStatus, str] | None = None
     result: RunResult | None = None
-    try:
-        async with (
-            open_intelligence(
-                list(cfg.intelligence),
-                model=cfg.model,
-                token=cfg.intelligence_token,
-                stream=cfg.stream_intelligence,
-                log=log,
-                secrets=resolver,
-            ) as intel,
-            open_mcp_pool(declared, log=log, secrets=resolver, run_id=run_id) as pool,
-        ):
-            result = await run_once(
-                request, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
-            )
-    except* trio.Cancelled:
-        # Cancelled from outside (a forced drain, a parent's kill ladder): say so, then let it unwind.
-        log.warn("run.cancelled", reason="the run was cancelled from outside")
-        raise
-    except* McpConnectError as group:
-        failure = (RunStatus.MCP_FAILED, _first_message(group))
-    except* IntelligenceError as group:
-        failure = (RunStatus.INTELLIGENCE_FAILED, _first_message(group))
+    # The run's deadline counts from here: opening the intelligence and connecting to the MCP servers
+    # (a server that accepts and never answers) spend it too. Once both are open the loop owns the rest
+    # of it (its own move_on_after keeps the best result so far), and this scope stops binding.
+    end = trio.current_time() + request.limits.deadline
+    with trio.CancelScope(deadline=end) as opening:
+        try:
+            async with (
+                open_intelligence(
+                    list(cfg.intelligence),
+                    model=cfg.model,
+                    token=cfg.intelligence_token,
+                    stream=cfg.stream_intelligence,
+                    log=log,
+                    secrets=resolver,
+                ) as intel,
+                open_mcp_pool(declared, log=log, secrets=resolver, run_id=run_id) as pool,
+            ):
+                opening.deadline = math.inf
+                remaining = max(end - trio.current_time(), 1e-3)
+                rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=remaining))
+                result = await run_once(
+                    rest, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
+                )
+        except* trio.Cancelled:
+            if not (opening.cancel_called and result is None and trio.current_time() >= end):
+                # Cancelled from outside (a forced drain, a parent's kill ladder): say so, then unwind.
+                log.warn("run.cancelled", reason="the run was cancelled from outside")
+            raise
+        except* McpConnectError as group:
+            failure = (RunStatus.MCP_FAILED, _first_message(group))
+        except* IntelligenceError as group:
+            failure = (RunStatus.INTELLIGENCE_FAILED, _first_message(group))
+    if result is None and opening.cancel_called:
+        # Out of time before the loop started (a connect the deadline cut short is the deadline too).
+        log.warn("loop.budget", budget=RunStatus.DEADLINE.value, steps=0, max_steps=request.limits.max_steps,
+                 tokens=0, max_tokens=request.limits.max_tokens, deadline=request.limits.deadline)
+        result = RunResult(run_id=run_id, status=RunStatus.DEADLINE, partial=True,
+                           error=f"the run deadline ({request.limits.deadline:g} s) passed while connecting")
     if result is None:
         assert failure is not None
         status, error = failure

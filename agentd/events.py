@@ -46,7 +46,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
         "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.session", "serve.cert_reload",
-        "serve.updated",
+        "serve.updated", "serve.connection_error",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.degraded", "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",

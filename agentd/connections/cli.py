@@ -11,9 +11,9 @@ With ``--stream`` every event goes to stdout too, as JSON lines, and the result 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,19 +23,22 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-from agentd import drain
+from agentd import defaults, drain
+from agentd.config.endpoints import parse_mcp_flag
+from agentd.config.host import AuthClientCredentials, AuthOAuth, Host, load_host
+from agentd.config.load import load_command
 from agentd.config.model import McpServerConfig
+from agentd.config.structure import EnvRef
 from agentd.connections.auth import (
     ClientCredentialsAuth,
     ClientCredentialsSettings,
     ConnectionAuthError,
     ProviderAuth,
 )
-from agentd.connections.model import AuthClientCredentials, AuthOAuth, Manifest
-from agentd.connections.plan import BoundConnection, Host, Plan, bind, load_host, load_manifest
+from agentd.connections.model import Manifest
+from agentd.connections.plan import BoundConnection, Plan, bind, load_manifest
 from agentd.connections.runtime import RuntimeModule, http_client_factory, load_runtime_module
 from agentd.connections.steps import Identity, ManifestResult, run_steps
-from agentd.connections.structure import EnvRef
 from agentd.connections.transcript import (
     FLUSH_GRACE,
     Transcript,
@@ -46,6 +49,7 @@ from agentd.connections.transcript import (
 )
 from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
 from agentd.events import EventLog, stream_sink
+from agentd.ids import new_run_id
 from agentd.loop.result import RunResult, RunStatus
 from agentd.secrets import SecretResolver
 from agentd.transport.egress import EgressPolicy
@@ -53,39 +57,10 @@ from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentd run", description="Run an agent manifest against a host config.")
-    p.add_argument("manifest", help="the agent manifest (YAML)")
-    p.add_argument("--config", help="the host config (YAML): connections, intelligence, transcript")
-    p.add_argument(
-        "--runtime-module", help="a trusted Python module: tool_adapter, connection_credentials, ..."
-    )
-    p.add_argument(
-        "--stream", action="store_true", help="every event to stdout as JSON lines, then the result"
-    )
-    p.add_argument("--mcp", action="append", default=[], metavar="NAME=URL",
-                   help="declare a connection (all tools, read_write), as in agentd --mcp")  # fmt: skip
-    p.add_argument(
-        "--intelligence", help="gateway base URL(s), comma-separated, or 'test' (overrides the host)"
-    )
-    p.add_argument("--model", help="model name (overrides the host)")
-    p.add_argument("--run-id", default="")
-    p.add_argument("--user", help="the user this run acts for (given to authorize callbacks and tools)")
-    p.add_argument("--tenant", help="the tenant this run acts for")
-    p.add_argument("--transcript", help="transcript SQLite path (overrides the host)")
-    p.add_argument("--no-transcript", action="store_true", help="do not record a durable transcript")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
-    p.add_argument("--drain-timeout", type=float, default=25.0, metavar="SECONDS",
-                   help="after SIGTERM/SIGINT, how long running work may finish before it is cancelled")  # fmt: skip
-    return p
-
-
 def _mcp_flags(values: Sequence[str]) -> tuple[McpServerConfig, ...]:
     servers = []
     for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise ConfigError(f"--mcp {value!r}: expected NAME=URL")
+        name, url = parse_mcp_flag(value)
         servers.append(McpServerConfig(name=name, url=url))
     return tuple(servers)
 
@@ -106,26 +81,24 @@ class Prepared:
     stream: bool
     log_level: str
     env: Mapping[str, str]
-    drain_timeout: float = 25.0
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
 
 
 def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
-    """Parse ``agentd run`` arguments and read and check every file (ConfigError: exit 2)."""
-    options = build_parser().parse_args(list(args))
-    host = load_host(options.config, env, mcp_flags=_mcp_flags(options.mcp))
-    manifest = load_manifest(options.manifest)
-    runtime = load_runtime_module(options.runtime_module)
+    """Parse ``agentd run`` arguments (the flag table's ``run`` flags, agentd.config.argv) and read and check
+    every file (ConfigError: exit 2)."""
+    options = load_command(args, env, "run")
+    host = load_host(options.get("config_path"), env, mcp_flags=_mcp_flags(options.get("mcp", ())))
+    manifest = load_manifest(options["manifest"])
+    runtime = load_runtime_module(options.get("runtime_module"))
     endpoints, model, token = _intelligence(options, host.intelligence, env)
-    from agentd.daemon import new_run_id
-
     transcript_path = None
-    if not options.no_transcript and host.transcript.enabled:
-        transcript_path = options.transcript or host.transcript_path or default_path(env)
-    identity = Identity(options.run_id or new_run_id(), options.user, options.tenant)
-    if not options.drain_timeout >= 0:
-        raise ConfigError("--drain-timeout must be >= 0")
-    return Prepared(host, manifest, os.path.abspath(options.manifest), runtime, endpoints, model, token, identity,
-                    transcript_path, options.stream, options.log_level, env, options.drain_timeout)  # fmt: skip
+    if not options.get("no_transcript", False) and host.transcript.enabled:
+        transcript_path = options.get("transcript") or host.transcript_path or default_path(env)
+    identity = Identity(options.get("run_id") or new_run_id(), options.get("user"), options.get("tenant"))
+    return Prepared(host, manifest, os.path.abspath(options["manifest"]), runtime, endpoints, model, token,
+                    identity, transcript_path, options.get("stream", False), options.get("log_level", defaults.LOG_LEVEL), env,
+                    options.get("drain_timeout", defaults.DRAIN_TIMEOUT))  # fmt: skip
 
 
 async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
@@ -170,14 +143,14 @@ async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
 
 
 def _intelligence(
-    options: argparse.Namespace, spec: Any, env: Mapping[str, str]
+    options: Mapping[str, Any], spec: Any, env: Mapping[str, str]
 ) -> tuple[list[str], str, str | None]:
     from agentd.intelligence.endpoints import parse_endpoints
 
     token: str | None = None
-    model = options.model or (spec.model if spec is not None else "default")
-    if options.intelligence:
-        raw: list[str] = [options.intelligence]
+    model = options.get("model") or (spec.model if spec is not None else defaults.MODEL)
+    if options.get("intelligence"):
+        raw: list[str] = list(options["intelligence"])
     elif spec is not None:
         urls = spec.url if isinstance(spec.url, list) else [spec.url]
         raw = []
@@ -227,7 +200,7 @@ async def execute(
             ))  # fmt: skip
         try:
             servers, denied = await _servers(plan, runtime, resolver, log, identity, env)
-            result = await _connect_and_run(plan, runtime, stack, servers, denied, endpoints=endpoints,
+            result = await _connect_and_run(plan, runtime, servers, denied, endpoints=endpoints,
                                             model=model, token=token, log=log, resolver=resolver,
                                             identity=identity, transcript=transcript)  # fmt: skip
         except* trio.Cancelled:
@@ -247,7 +220,6 @@ async def execute(
 async def _connect_and_run(
     plan: Plan,
     runtime: RuntimeModule,
-    stack: AsyncExitStack,
     servers: list[McpServerConfig],
     denied: McpConnectError | None,
     *,
@@ -259,29 +231,39 @@ async def _connect_and_run(
     identity: Identity,
     transcript: Transcript | None,
 ) -> ManifestResult:
-    """Open the intelligence and the MCP pool on ``stack`` and run the steps; connect and intelligence
+    """Open the intelligence and the MCP pool and run the steps; connect and intelligence
     failures become the run's result (exit 6 / 4)."""
     from agentd.client import open_mcp_pool
     from agentd.intelligence import open_intelligence
 
     failure: ManifestResult | None = None
-    try:
-        if denied is not None:
-            raise denied
-        intel = await stack.enter_async_context(
-            open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
-        )
-        pool = await stack.enter_async_context(
-            open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
-        )
-        return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
-                               transcript=transcript)  # fmt: skip
-    except* McpConnectError as group:
-        exc = _first(group)
-        code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
-        failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
-    except* IntelligenceError as group:
-        failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+    # ``deadlineMs`` bounds the whole run: connecting spends it too (a server that accepts and never
+    # answers cannot hold the run past it). Once connected, run_steps owns the rest of it.
+    deadline = trio.current_time() + plan.manifest.limits.deadline_ms / 1000
+    with trio.CancelScope(deadline=deadline) as opening:
+        try:
+            if denied is not None:
+                raise denied
+            async with AsyncExitStack() as connected:
+                intel = await connected.enter_async_context(
+                    open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
+                )
+                pool = await connected.enter_async_context(
+                    open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
+                )
+                opening.deadline = math.inf
+                return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
+                                       transcript=transcript, deadline=deadline)  # fmt: skip
+        except* McpConnectError as group:
+            exc = _first(group)
+            code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
+            failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
+        except* IntelligenceError as group:
+            failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
+    if opening.cancel_called:
+        error = f"the run deadline ({plan.manifest.limits.deadline_ms} ms) passed while connecting"
+        return ManifestResult(RunResult(run_id=identity.run_id, status=RunStatus.DEADLINE, partial=True,
+                                        error=error), ())
     assert failure is not None
     return failure
 
@@ -381,27 +363,23 @@ def _auth_for(
 def transcript_main(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """``agentd transcript show RUN_ID`` / ``agentd transcript list`` (``--config host.yaml`` or ``--db``)."""
     env = dict(os.environ) if env is None else dict(env)
-    p = argparse.ArgumentParser(prog="agentd transcript", description="Read durable run transcripts.")
-    p.add_argument("command", choices=["show", "list"])
-    p.add_argument("run_id", nargs="?")
-    p.add_argument("--config", help="the host config whose transcript store to read")
-    p.add_argument("--db", help="the transcript SQLite file")
-    options = p.parse_args(list(args))
-    path = options.db
-    if path is None and options.config is not None:
-        path = load_host(options.config, env).transcript_path
+    options = load_command(args, env, "transcript")
+    path = options.get("db")
+    if path is None and options.get("config_path") is not None:
+        path = load_host(options["config_path"], env).transcript_path
     path = path or default_path(env)
-    if options.command == "list":
+    if options["action"] == "list":
         print(json.dumps({"runs": list_runs(path)}, default=str))
         return 0
-    if not options.run_id:
+    run_id = options.get("run_id")
+    if not run_id:
         raise ConfigError("agentd transcript show: RUN_ID is required")
-    doc = read_run(path, options.run_id)
+    doc = read_run(path, run_id)
     if doc is None:
-        print(json.dumps({"error": f"no transcript for run {options.run_id!r}"}))
+        print(json.dumps({"error": f"no transcript for run {run_id!r}"}))
         return 1
     print(json.dumps(doc, ensure_ascii=False, default=str))
     return 0
 
 
-__all__ = ("AgentdError", "build_parser", "execute", "run_manifest", "transcript_main")
+__all__ = ("AgentdError", "execute", "run_manifest", "transcript_main")

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.events import EventLog, null_log
 
 
@@ -84,8 +85,8 @@ class Router:
     """Run it as a service (``await nursery.start(router.run)``), feed it with :meth:`notify`."""
 
     wake: WakeFn
-    debounce: float = 0.25
-    max_concurrent: int = 4
+    debounce: float = defaults.DEBOUNCE
+    max_concurrent: int = defaults.MAX_CONCURRENT_WAKES
     log: EventLog = attrs.field(factory=null_log)
     on_done: DoneFn | None = None
     #: URIs whose wakes count against ``max_concurrent`` (a ``--continue`` route serialises itself instead).

@@ -17,6 +17,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from agentd import defaults
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
@@ -43,13 +44,14 @@ class AgentInfo:
 
 @attrs.frozen
 class SelfMcpLimits:
-    """Defaults as in the original agentd."""
+    """What the served surface allows; build it from the Config (agentd.selfmcp.serving.build_app)."""
 
-    max_concurrent_spawns: int = 4
-    max_warm: int = 8
+    max_concurrent_spawns: int = defaults.SERVE_MAX_SPAWNS
+    max_warm: int = defaults.SERVE_MAX_WARM
     max_subscriptions: int = 64
-    retention: float = 600.0
-    cancel_grace: float = 5.0
+    retention: float = defaults.SERVE_RETENTION
+    #: How long a cancelled request waits for its run's cancel (``--cancel-grace``).
+    cancel_grace: float = defaults.CANCEL_GRACE
 
 
 @attrs.define(eq=False)
@@ -69,8 +71,23 @@ def _text_result(structured: Mapping[str, Any], *, is_error: bool = False) -> di
     }
 
 
+#: The retry hint for a retryable refusal with no known wait (a live-count cap frees when a run ends).
+RETRY_POLL_S: Final = 1.0
+
+
 def _refused(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _spawn_refused(refusal: Refusal) -> dict[str, Any]:
+    """A refused spawn: the text for a model, ``structuredContent`` for a program deciding to retry."""
+    retry: float | None = None
+    if refusal.retryable:
+        retry = round(refusal.retry_after, 3) if refusal.retry_after > 0 else RETRY_POLL_S
+    # Shaped like every spawn answer (the tool's outputSchema: SDK clients validate it even on isError).
+    structured = {"handle": "", "status": "refused", "done": True, "refused": refusal.cap,
+                  "retryable": refusal.retryable, "retry_after_s": retry}
+    return {**_refused(refusal.reason), "structuredContent": structured}
 
 
 class SelfMcpSurface:
@@ -96,6 +113,10 @@ class SelfMcpSurface:
         self._reserved_warm = 0
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
+        self._refused_by: dict[str, int] = {}
+        self._waiting = 0  # sync spawn calls waiting for their run's end
+        self._none_waiting = trio.Event()
+        self._none_waiting.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
@@ -163,6 +184,7 @@ class SelfMcpSurface:
     def status(self) -> dict[str, Any]:
         counts = dict(self.backend.counts())
         counts.setdefault("served_running", sum(1 for r in self.runs.values() if r.final is None))
+        counts["refused"] = sum(self._refused_by.values())  # the surface's own caps and the chokepoint's
         body = {
             "run_id": self.info.run_id,
             "mode": self.info.mode,
@@ -170,6 +192,7 @@ class SelfMcpSurface:
             "pid": self.info.pid,
             "uptime_ms": int((trio.current_time() - self._started) * 1000),
             "spawns": counts,
+            "refusals": dict(sorted(self._refused_by.items())),  # refused spawns by cap
         }
         from agentd.reactive.status import reactive_status_of
 
@@ -186,10 +209,13 @@ class SelfMcpSurface:
         detached = bool(arguments.get("async", False))
         if warm:
             if self._running(True) + self._reserved_warm >= self.limits.max_warm:
-                return self._refuse(f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)")
+                return self._refuse(Refusal(
+                    f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)",
+                    cap="serve_max_warm", retryable=True))
         elif self._running(False) + self._reserved >= self.limits.max_concurrent_spawns:
-            return self._refuse(
-                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)")
+            return self._refuse(Refusal(
+                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)",
+                cap="serve_max_spawns", retryable=True))
         scope = arguments.get("tool_scope")
         spawn = ServedSpawn(
             instruction=arguments["instruction"],
@@ -210,11 +236,14 @@ class SelfMcpSurface:
             else:
                 self._reserved -= 1
         if isinstance(answer, Refusal):
-            return _refused(answer.reason)  # the supervisor logged its own refusal
+            self._count_refusal(answer)  # the supervisor logged its own refusal
+            return _spawn_refused(answer)
         run = self._track(answer, warm)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if detached or warm:
             return _text_result({"handle": answer, "status": "running", "done": False})
+        self._waiting += 1
+        self._none_waiting = trio.Event()
         try:
             await run.finished.wait()
         except trio.Cancelled:
@@ -223,12 +252,27 @@ class SelfMcpSurface:
                 with trio.CancelScope(shield=True), trio.move_on_after(self.limits.cancel_grace):
                     await self.backend.cancel(answer)
             raise
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._none_waiting.set()
         assert run.final is not None
         return _text_result(self._terminal(run.final))
 
-    def _refuse(self, text: str) -> dict[str, Any]:
-        self.log.info("serve.refused", reason="spawn_limit", message=text)
-        return _refused(text)
+    async def answered(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until no sync spawn call is still waiting for its run: at drain, once
+        the runs ended, their callers get the final answers before the listener stops."""
+        with trio.move_on_after(timeout):
+            await self._none_waiting.wait()
+
+    def _refuse(self, refusal: Refusal) -> dict[str, Any]:
+        self.log.info("serve.refused", reason="spawn_limit", message=refusal.reason, cap=refusal.cap)
+        self._count_refusal(refusal)
+        return _spawn_refused(refusal)
+
+    def _count_refusal(self, refusal: Refusal) -> None:
+        if refusal.cap in self._refused_by or len(self._refused_by) < 64:  # cap names are a small fixed set
+            self._refused_by[refusal.cap] = self._refused_by.get(refusal.cap, 0) + 1
 
     def _track(self, handle: str, warm: bool) -> ServedRun:
         run = ServedRun(handle, warm, trio.current_time())
@@ -245,6 +289,7 @@ class SelfMcpSurface:
             self.log.info("serve.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
         await trio.sleep(self.limits.retention)
         self.runs.pop(run.handle, None)
+        self.backend.forget(run.handle)  # the supervisor keeps the ended node's view until told
 
     async def _send(self, handle: str, message: str) -> dict[str, Any]:
         run = self.runs.get(handle)

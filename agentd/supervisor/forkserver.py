@@ -236,7 +236,15 @@ class ForkServer:
     async def launch(self, env: Mapping[str, str]) -> ForkedProcess:
         if self._gone:
             raise ForkServerGone("the fork server is not running")
-        pipes = [os.pipe() for _ in range(3)]
+        pipes: list[tuple[int, int]] = []
+        try:
+            for _ in range(3):
+                pipes.append(os.pipe())
+        except OSError:  # out of descriptors (EMFILE): release the ones taken, the node reports the failure
+            for pair in pipes:
+                for fd in pair:
+                    os.close(fd)
+            raise
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
         try:

@@ -1,0 +1,95 @@
+"""``agentd journal list|show RUN|export RUN``: read the run journal, one JSON document on stdout.
+
+Why separate from the daemon: operators inspect a journal while the daemon runs (WAL lets a reader see
+every committed batch without blocking the writer) or after it died. The file is opened read-only and
+the commands are blocking: no trio, no thread.
+
+- ``list [--limit N] [--status S]``: ``{"runs": [summary, ...]}``, most recently started first.
+- ``show RUN``: the run's summary and one line per record (seq, ts, kind, and the step / call id / name
+  where the record has them), without payloads.
+- ``export RUN``: the whole run, every record with its payload, in a versioned document.
+
+The journal is ``<state dir>/journal.sqlite3``; the state directory comes from ``--state-dir`` or
+``AGENTD_STATE_DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from agentd.errors import ConfigError
+from agentd.journal.sqlite import SCHEMA_VERSION, JournalFile, db_path
+from agentd.journal.store import RunSummary
+
+STATE_DIR_ENV: Final = "AGENTD_STATE_DIR"
+#: The ``format`` of an ``agentd journal export`` document.
+EXPORT_FORMAT: Final = "agentd.journal.run"
+#: Fields ``show`` keeps from a record (payload fields are left to ``export``).
+_SHOW_FIELDS: Final = ("step", "call_id", "name", "ok", "handle", "status", "input_tokens", "output_tokens")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentd journal", description="Read the durable run journal.")
+    p.add_argument("command", choices=["list", "show", "export"])
+    p.add_argument("run_id", nargs="?")
+    p.add_argument("--state-dir", help=f"the state directory (default: ${STATE_DIR_ENV})")
+    p.add_argument("--limit", type=int, default=50, help="list: at most this many runs (default 50)")
+    p.add_argument("--status", help="list: only runs with this status (running, completed, ...)")
+    return p
+
+
+def _summary(s: RunSummary) -> dict[str, Any]:
+    return attrs.asdict(s)
+
+
+def journal_main(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    options = _parser().parse_args(list(args))
+    state_dir = options.state_dir or env.get(STATE_DIR_ENV)
+    if not state_dir:
+        raise ConfigError(f"agentd journal: no state directory (pass --state-dir or set {STATE_DIR_ENV})")
+    if options.command != "list" and not options.run_id:
+        raise ConfigError(f"agentd journal {options.command}: RUN is required")
+    if options.limit <= 0:
+        raise ConfigError("agentd journal list: --limit must be positive")
+    path = db_path(state_dir)
+    if not os.path.exists(path):
+        return _no_journal(options.command, options.run_id, path)
+    journal = JournalFile(path, readonly=True)
+    try:
+        if options.command == "list":
+            _print({"runs": [_summary(s) for s in journal.list_runs(options.limit, options.status)]})
+            return 0
+        summary, rows = journal.read_raw(options.run_id)
+    finally:
+        journal.close()
+    if summary is None:
+        _print({"error": f"no run {options.run_id!r} in the journal"})
+        return 1
+    records = [{"seq": seq, "ts": ts, **json.loads(body)} for seq, ts, _, body in rows]
+    if options.command == "show":
+        lines = [{"seq": r["seq"], "ts": r["ts"], "kind": r["kind"],
+                  **{k: r[k] for k in _SHOW_FIELDS if k in r}} for r in records]  # fmt: skip
+        _print({"run": _summary(summary), "records": lines})
+    else:
+        _print({"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "run": _summary(summary),
+                "records": records})  # fmt: skip
+    return 0
+
+
+def _no_journal(command: str, run_id: str | None, path: str) -> int:
+    if command == "list":
+        _print({"runs": []})
+        return 0
+    _print({"error": f"no run {run_id!r} in the journal (no journal at {path})"})
+    return 1
+
+
+def _print(doc: Any) -> None:
+    print(json.dumps(doc, ensure_ascii=False, default=str))

@@ -1,0 +1,197 @@
+"""The tree token budget as a ledger with reservations: a pure decision object, persisted as JSON.
+
+Why a ledger: a run tree shares one token ceiling. A spawn *reserves* a slice for the child out of its
+parent's unreserved, unspent tokens; the child spends only inside its slice; when it ends, what it spent is
+booked to the parent and the rest is refunded. So the sum of what is spent and what is reserved never
+exceeds the ceiling, and a restart that restores the ledger (:meth:`Ledger.snapshot` /
+:meth:`Ledger.restore`, kept through the journal's state API by :func:`save_ledger` / :func:`load_ledger`)
+resumes the same books.
+
+Every method returns its decision as data (:class:`Granted`, :class:`Refused`, :class:`Charged`,
+:class:`Overdrawn`, :class:`Refunded`); the caller acts on it (starts the child, stops a run, emits events)
+and journals it (``BudgetReserved`` / ``BudgetCharged`` / ``BudgetRefunded``). The invariant, for every
+open slice ``s``: ``s.spent + sum(reserved of s's open children) <= s.reserved``, and the root's
+``reserved`` is the ceiling.
+
+A model reply's tokens are known only after the reply, so a run can overshoot its slice by one reply: the
+ledger books the slice as exhausted, reports the excess in :class:`Overdrawn`, and the caller stops the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+from agentd.journal.errors import JournalFormatError
+from agentd.journal.store import JournalStore
+
+#: The handle of the run tree's root (the top-level run).
+ROOT: Final = "root"
+#: The journal state namespace the ledgers live in.
+NAMESPACE: Final = "budget"
+
+
+@attrs.frozen
+class Granted:
+    handle: str
+    amount: int
+
+
+@attrs.frozen
+class Refused:
+    handle: str
+    requested: int
+    available: int
+    reason: str  # "insufficient" | "unknown parent" | "duplicate handle" | "invalid amount"
+
+
+@attrs.frozen
+class Charged:
+    handle: str
+    tokens: int
+    remaining: int
+
+
+@attrs.frozen
+class Overdrawn:
+    """The charge did not fit: ``booked`` tokens were booked (the slice is now exhausted), ``excess`` were not."""
+
+    handle: str
+    booked: int
+    excess: int
+
+
+@attrs.frozen
+class Refunded:
+    handle: str
+    spent: int
+    refunded: int
+    ended: tuple[str, ...]  # the handle and any open descendants ended with it, deepest first
+
+
+@attrs.define
+class _Slice:
+    parent: str | None
+    reserved: int
+    spent: int = 0
+
+
+@attrs.define
+class Ledger:
+    """One run tree's books. Mutated only through its methods; each returns a decision."""
+
+    ceiling: int
+    _slices: dict[str, _Slice] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.ceiling < 0:
+            raise ValueError(f"budget ceiling must be >= 0, not {self.ceiling}")
+        self._slices.setdefault(ROOT, _Slice(None, self.ceiling))
+
+    # --- queries ---
+
+    def _children(self, handle: str) -> list[str]:
+        return [h for h, s in self._slices.items() if s.parent == handle]
+
+    def available(self, handle: str) -> int:
+        """Tokens ``handle`` may still spend or hand out (0 for an unknown handle)."""
+        s = self._slices.get(handle)
+        if s is None:
+            return 0
+        return s.reserved - s.spent - sum(self._slices[c].reserved for c in self._children(handle))
+
+    def spent(self, handle: str) -> int:
+        s = self._slices.get(handle)
+        return 0 if s is None else s.spent
+
+    def committed(self) -> int:
+        """What the tree holds against the ceiling: the root's spend plus its children's reservations."""
+        return self.ceiling - self.available(ROOT)
+
+    def open_handles(self) -> list[str]:
+        return list(self._slices)
+
+    # --- decisions ---
+
+    def reserve(self, handle: str, amount: int, *, parent: str = ROOT, minimum: int | None = None) -> Granted | Refused:
+        """Reserve up to ``amount`` for ``handle`` out of ``parent``'s slice; at least ``minimum`` (default
+        ``amount``) or nothing."""
+        want = amount if minimum is None else minimum
+        if amount <= 0 or want <= 0 or want > amount:
+            return Refused(handle, amount, 0, "invalid amount")
+        if handle in self._slices:
+            return Refused(handle, amount, 0, "duplicate handle")
+        if parent not in self._slices:
+            return Refused(handle, amount, 0, "unknown parent")
+        free = self.available(parent)
+        if free < want:
+            return Refused(handle, amount, free, "insufficient")
+        granted = min(amount, free)
+        self._slices[handle] = _Slice(parent, granted)
+        return Granted(handle, granted)
+
+    def charge(self, handle: str, tokens: int) -> Charged | Overdrawn:
+        """Book ``tokens`` spent by ``handle``; past its free tokens the slice is exhausted instead."""
+        if tokens < 0:
+            raise ValueError(f"cannot charge negative tokens ({tokens})")
+        if handle not in self._slices:
+            return Overdrawn(handle, 0, tokens)
+        free = self.available(handle)
+        booked = min(tokens, free)
+        self._slices[handle].spent += booked
+        if booked < tokens:
+            return Overdrawn(handle, booked, tokens - booked)
+        return Charged(handle, tokens, free - booked)
+
+    def end(self, handle: str) -> Refunded:
+        """The run ``handle`` ended: book its (and its open descendants') spend to the parent, free the rest."""
+        if handle == ROOT or handle not in self._slices:
+            return Refunded(handle, 0, 0, ())
+        ended: list[str] = []
+        for child in self._children(handle):
+            ended.extend(self.end(child).ended)
+        s = self._slices.pop(handle)
+        parent = s.parent if s.parent is not None else ROOT
+        self._slices[parent].spent += s.spent
+        ended.append(handle)
+        return Refunded(handle, s.spent, s.reserved - s.spent, tuple(ended))
+
+    # --- persistence ---
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "ceiling": self.ceiling,
+            "slices": {h: [s.parent, s.reserved, s.spent] for h, s in self._slices.items()},
+        }
+
+    @classmethod
+    def restore(cls, data: Any) -> Ledger:
+        try:
+            if data["v"] != 1:
+                raise JournalFormatError(f"budget ledger version {data['v']!r} is not 1")
+            slices = {str(h): _Slice(p, int(r), int(s)) for h, (p, r, s) in data["slices"].items()}
+            ledger = cls(int(data["ceiling"]), slices)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JournalFormatError(f"malformed budget ledger ({type(exc).__name__}: {exc})") from None
+        for handle, s in slices.items():
+            if s.parent is not None and s.parent not in slices:
+                raise JournalFormatError(f"malformed budget ledger (slice {handle!r} has no parent)")
+            if ledger.available(handle) < 0 or s.spent < 0:
+                raise JournalFormatError(f"malformed budget ledger (slice {handle!r} over its reservation)")
+        return ledger
+
+
+async def save_ledger(store: JournalStore, tree: str, ledger: Ledger) -> None:
+    """Persist ``ledger`` as the run tree ``tree``'s books (one durable state write)."""
+    await store.put_state(NAMESPACE, {tree: ledger.snapshot()})
+
+
+async def load_ledger(store: JournalStore, tree: str) -> Ledger | None:
+    data = (await store.get_state(NAMESPACE)).get(tree)
+    return None if data is None else Ledger.restore(data)
+
+
+async def drop_ledger(store: JournalStore, tree: str) -> None:
+    await store.put_state(NAMESPACE, {tree: None})

@@ -1,0 +1,202 @@
+"""The journal's record types: what a run and the daemon commit, as frozen, JSON-serialisable values.
+
+Why one module: the record vocabulary is the journal's file format. Each record is a frozen attrs value with a
+``KIND`` (its tag on disk); :func:`encode` turns it into a JSON object ``{"v": 1, "kind": ..., fields...}``
+and :func:`decode` turns that back, refusing a kind it does not know or a newer ``v`` with a
+:class:`JournalFormatError` instead of guessing. Adding a field with a default is compatible; renaming or
+removing one needs a new ``RECORD_VERSION``.
+
+Payloads that come from the model or a tool (``message``, ``arguments``, ``result``) are kept as the JSON
+values the loop already holds: the journal never re-interprets them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
+
+import attrs
+
+from agentd.journal.errors import JournalFormatError
+
+#: The version every encoded record carries as ``v``. A reader refuses anything newer.
+RECORD_VERSION: Final = 1
+
+
+# --- one run ---------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RunStarted:
+    """The first record of a run: what it was asked and under which configuration."""
+
+    KIND: ClassVar[str] = "run.started"
+    config_digest: str
+    instruction: str
+    contract: Any = None  # the output contract (JSON schema or None)
+    parent: str | None = None  # the parent's handle for a subagent's run; None for a root run
+
+
+@attrs.frozen
+class ModelReply:
+    KIND: ClassVar[str] = "model.reply"
+    step: int
+    message: Any  # the assistant message as the loop holds it (text and tool calls)
+
+
+@attrs.frozen
+class ToolCallRequested:
+    KIND: ClassVar[str] = "tool.requested"
+    step: int
+    call_id: str
+    name: str
+    arguments: Any
+
+
+@attrs.frozen
+class ToolCallOutcome:
+    KIND: ClassVar[str] = "tool.outcome"
+    step: int
+    call_id: str
+    ok: bool
+    result: Any  # the observation the model will see (or the error text)
+
+
+@attrs.frozen
+class Spawned:
+    KIND: ClassVar[str] = "spawn"
+    step: int
+    handle: str
+    instruction: str
+    budget: int | None = None  # the token slice reserved for the child
+
+
+@attrs.frozen
+class ChildResult:
+    KIND: ClassVar[str] = "child.result"
+    handle: str
+    status: str
+    result: Any = None
+    tokens: int = 0
+
+
+@attrs.frozen
+class Usage:
+    KIND: ClassVar[str] = "usage"
+    step: int
+    input_tokens: int
+    output_tokens: int
+
+
+@attrs.frozen
+class RunEnded:
+    """The terminal record: after it the run is finished and retention may remove it."""
+
+    KIND: ClassVar[str] = "run.ended"
+    status: str  # completed | failed | cancelled | budget | ...
+    result: Any = None
+    error: str | None = None
+
+
+# --- the daemon's durable state --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SubscriptionAdded:
+    KIND: ClassVar[str] = "subscription.added"
+    server: str
+    uri: str
+    origin: str = "declared"  # declared | self (added by the agent at run time)
+
+
+@attrs.frozen
+class SubscriptionRemoved:
+    KIND: ClassVar[str] = "subscription.removed"
+    server: str
+    uri: str
+
+
+@attrs.frozen
+class ScheduleAdded:
+    KIND: ClassVar[str] = "schedule.added"
+    schedule_id: str
+    at: float  # wall-clock seconds since the epoch
+    instruction: str
+
+
+@attrs.frozen
+class ScheduleFired:
+    KIND: ClassVar[str] = "schedule.fired"
+    schedule_id: str
+    run_id: str
+
+
+@attrs.frozen
+class HandleState:
+    """A served handle (self-MCP) and, once finished, its result, kept until evicted."""
+
+    KIND: ClassVar[str] = "handle.state"
+    handle: str
+    status: str
+    result: Any = None
+
+
+@attrs.frozen
+class BudgetReserved:
+    KIND: ClassVar[str] = "budget.reserved"
+    handle: str
+    parent: str
+    amount: int
+
+
+@attrs.frozen
+class BudgetCharged:
+    KIND: ClassVar[str] = "budget.charged"
+    handle: str
+    tokens: int
+
+
+@attrs.frozen
+class BudgetRefunded:
+    KIND: ClassVar[str] = "budget.refunded"
+    handle: str
+    amount: int
+
+
+Record = (
+    RunStarted | ModelReply | ToolCallRequested | ToolCallOutcome | Spawned | ChildResult | Usage | RunEnded
+    | SubscriptionAdded | SubscriptionRemoved | ScheduleAdded | ScheduleFired | HandleState
+    | BudgetReserved | BudgetCharged | BudgetRefunded
+)  # fmt: skip
+
+KINDS: Final[Mapping[str, type[Any]]] = {
+    cls.KIND: cls
+    for cls in (
+        RunStarted, ModelReply, ToolCallRequested, ToolCallOutcome, Spawned, ChildResult, Usage, RunEnded,
+        SubscriptionAdded, SubscriptionRemoved, ScheduleAdded, ScheduleFired, HandleState,
+        BudgetReserved, BudgetCharged, BudgetRefunded,
+    )
+}  # fmt: skip
+
+
+def encode(record: Record) -> dict[str, Any]:
+    """The record as a JSON-ready object (its payloads are not copied: do not mutate them afterwards)."""
+    return {"v": RECORD_VERSION, "kind": record.KIND, **attrs.asdict(record, recurse=False)}
+
+
+def decode(data: Mapping[str, Any]) -> Record:
+    """A record back from :func:`encode`'s object; a clear :class:`JournalFormatError` if it cannot be."""
+    version, kind = data.get("v"), data.get("kind")
+    if not isinstance(version, int) or version > RECORD_VERSION:
+        raise JournalFormatError(
+            f"journal record version {version!r} is newer than this agentd reads ({RECORD_VERSION})"
+        )
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise JournalFormatError(f"unknown journal record kind {kind!r}")
+    fields = {k: v for k, v in data.items() if k not in ("v", "kind")}
+    try:
+        record: Record = cls(**fields)
+    except TypeError as exc:
+        raise JournalFormatError(f"malformed {kind} record: {exc}") from None
+    return record

@@ -1,0 +1,377 @@
+"""The journal on an embedded SQLite file: ``<state dir>/journal.sqlite3``, for one daemon process.
+
+Why a thread: ``sqlite3`` is blocking I/O. As in the durable transcript (agentd/connections/transcript.py),
+every database call runs in ``trio.to_thread.run_sync`` under a ``CapacityLimiter(1)``: one worker thread
+at a time touches the connection, and a slow disk delays only the run that awaits its commit, never the
+trio loop. Records are JSON-encoded on the worker thread too, so the trio thread pays only the hand-off.
+
+Durability: WAL mode with ``synchronous=NORMAL``. Each :meth:`SqliteJournal.append` is one transaction
+(one step's records), so a batch is in the journal entirely or not at all, and a committed batch survives
+the process being killed (SIGKILL, OOM): it is in the WAL. A power loss may lose the last NORMAL commits
+but never corrupts the file. A commit that must survive power loss runs with ``synchronous=FULL`` (an
+fsync of the WAL, which also secures every earlier commit): a batch holding ``RunEnded``, an append with
+``durable=True``, and every :meth:`SqliteJournal.put_state`.
+
+Schema: a ``meta`` table holds ``schema_version``. A file with a newer version, or a database that is not a
+journal, is refused with :class:`~agentd.journal.errors.JournalSchemaError` before anything is written.
+
+Leases: one process owns the file, so :meth:`SqliteJournal.claim` and friends are in-memory bookkeeping
+with the same contract (a live lease of another owner refuses a claim; tokens only grow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import attrs
+import trio
+
+from agentd.journal.errors import JournalError, JournalSchemaError
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode
+from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
+
+#: The journal's file name inside the state directory.
+DB_NAME: Final = "journal.sqlite3"
+#: The schema this agentd writes; a file with a larger one is refused.
+SCHEMA_VERSION: Final = 1
+#: Seconds SQLite waits for a lock held by another connection (a reader such as ``agentd journal``).
+BUSY_TIMEOUT: Final = 10.0
+#: Bound on closing the store when its owner is cancelled.
+CLOSE_GRACE: Final = 5.0
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, status TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL,
+    parent TEXT, next_seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at) WHERE ended_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_running ON runs (started_at) WHERE ended_at IS NULL;
+CREATE TABLE IF NOT EXISTS entries (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS state (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
+"""
+
+T = TypeVar("T")
+
+
+def db_path(state_dir: str) -> str:
+    return os.path.join(state_dir, DB_NAME)
+
+
+def _summary(row: sqlite3.Row | tuple[Any, ...]) -> RunSummary:
+    run_id, status, started_at, ended_at, parent, next_seq = row
+    return RunSummary(run_id, status, started_at, ended_at, parent, next_seq)
+
+
+class JournalFile:
+    """The connection and every query, blocking. Touched by one thread at a time (the limiter's worker,
+    or the CLI's main thread when opened ``readonly``)."""
+
+    def __init__(self, path: str, *, readonly: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.clock = clock
+        #: A read-only open of a file whose schema is not created yet (the writer is just starting).
+        self.empty = False
+        try:
+            if readonly:
+                self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                            isolation_level=None, timeout=BUSY_TIMEOUT)  # fmt: skip
+            else:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+                self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                            timeout=BUSY_TIMEOUT)  # fmt: skip
+        except (OSError, sqlite3.Error) as exc:
+            raise JournalError(f"journal {path}: cannot open ({exc})") from None
+        try:
+            self._check_schema(readonly)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _check_schema(self, readonly: bool) -> None:
+        try:
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version: int | None = None
+            if "meta" in tables:
+                row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row is not None else None
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise JournalSchemaError(f"journal {self.path}: not an agentd journal ({exc})") from None
+        if tables and version is None:
+            raise JournalSchemaError(f"journal {self.path}: not an agentd journal (no schema version)")
+        if version is not None and version > SCHEMA_VERSION:
+            raise JournalSchemaError(
+                f"journal {self.path}: schema version {version} was written by a newer agentd; this one reads "
+                f"up to {SCHEMA_VERSION} (upgrade agentd or use another --state-dir)"
+            )
+        if readonly:
+            self.empty = version is None
+            return
+        try:
+            mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise JournalError(f"journal {self.path}: cannot enable WAL mode (got {mode})")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            if version is None:
+                self.conn.execute("BEGIN IMMEDIATE")
+                for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                    self.conn.execute(statement)
+                self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise JournalError(f"journal {self.path}: cannot initialise ({exc})") from None
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def _transaction(self, work: Callable[[], T], *, durable: bool, what: str) -> T:
+        """Run ``work`` in one write transaction (fsync'd if ``durable``); a failure rolls back whole."""
+        try:
+            if durable:
+                self.conn.execute("PRAGMA synchronous=FULL")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                result = work()
+                self.conn.execute("COMMIT")
+                return result
+            finally:
+                self._rollback()
+                if durable:
+                    self.conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {what} failed ({exc})") from None
+
+    # --- runs ---
+
+    def append(self, run_id: str, records: Sequence[Record], durable: bool) -> int:
+        ended = next((r for r in records if isinstance(r, RunEnded)), None)
+        bodies = [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str))
+                  for r in records]  # fmt: skip
+
+        def work() -> int:
+            now = self.clock()
+            row = self.conn.execute("SELECT next_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                started = next((r for r in records if isinstance(r, RunStarted)), None)
+                parent = started.parent if started is not None else None
+                self.conn.execute(
+                    "INSERT INTO runs (run_id, status, started_at, parent, next_seq) VALUES (?, 'running', ?, ?, 0)",
+                    (run_id, now, parent),
+                )
+                first = 0
+            else:
+                first = int(row[0])
+            self.conn.executemany(
+                "INSERT INTO entries (run_id, seq, ts, kind, body) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)],
+            )
+            if ended is not None:
+                self.conn.execute("UPDATE runs SET next_seq = ?, status = ?, ended_at = ? WHERE run_id = ?",
+                                  (first + len(bodies), ended.status, now, run_id))  # fmt: skip
+            else:
+                self.conn.execute("UPDATE runs SET next_seq = ? WHERE run_id = ?", (first + len(bodies), run_id))
+            return first + len(bodies) - 1
+
+        return self._transaction(work, durable=durable or ended is not None, what="append")
+
+    def read_run(self, run_id: str) -> RunJournal | None:
+        summary, rows = self.read_raw(run_id)
+        if summary is None:
+            return None
+        return RunJournal(summary, tuple(Entry(seq, ts, decode(json.loads(body))) for seq, ts, _, body in rows))
+
+    def read_raw(self, run_id: str) -> tuple[RunSummary | None, list[tuple[int, float, str, str]]]:
+        """The run's summary and its rows ``(seq, ts, kind, body JSON)``, read in one snapshot."""
+        if self.empty:
+            return None, []
+        try:
+            self.conn.execute("BEGIN")
+            try:
+                row = self.conn.execute(
+                    "SELECT run_id, status, started_at, ended_at, parent, next_seq FROM runs WHERE run_id = ?",
+                    (run_id,),
+                ).fetchone()
+                if row is None:
+                    return None, []
+                rows = self.conn.execute(
+                    "SELECT seq, ts, kind, body FROM entries WHERE run_id = ? ORDER BY seq", (run_id,)
+                ).fetchall()
+            finally:
+                self._rollback()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: read failed ({exc})") from None
+        return _summary(row), rows
+
+    def _runs(self, where: str, params: tuple[Any, ...], order: str) -> list[RunSummary]:
+        if self.empty:
+            return []
+        try:
+            rows = self.conn.execute(
+                f"SELECT run_id, status, started_at, ended_at, parent, next_seq FROM runs {where} {order}", params
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: read failed ({exc})") from None
+        return [_summary(r) for r in rows]
+
+    def list_runs(self, limit: int, status: str | None) -> list[RunSummary]:
+        if status is None:
+            return self._runs("", (), f"ORDER BY started_at DESC, run_id LIMIT {int(limit)}")
+        return self._runs("WHERE status = ?", (status,), f"ORDER BY started_at DESC, run_id LIMIT {int(limit)}")
+
+    def unfinished_runs(self) -> list[RunSummary]:
+        return self._runs("WHERE ended_at IS NULL", (), "ORDER BY started_at, run_id")
+
+    def prune(self, retention: Retention, now: float | None) -> int:
+        now = self.clock() if now is None else now
+
+        def work() -> int:
+            doomed: set[str] = set()
+            if retention.keep_days is not None:
+                cutoff = now - retention.keep_days * 86400
+                doomed.update(r[0] for r in self.conn.execute(
+                    "SELECT run_id FROM runs WHERE ended_at IS NOT NULL AND ended_at < ?", (cutoff,)))  # fmt: skip
+            if retention.keep_runs is not None:
+                doomed.update(r[0] for r in self.conn.execute(
+                    "SELECT run_id FROM runs WHERE ended_at IS NOT NULL ORDER BY ended_at DESC, run_id DESC "
+                    "LIMIT -1 OFFSET ?", (retention.keep_runs,)))  # fmt: skip
+            for run_id in doomed:
+                self.conn.execute("DELETE FROM entries WHERE run_id = ?", (run_id,))
+                self.conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            return len(doomed)
+
+        return self._transaction(work, durable=False, what="prune")
+
+    # --- daemon state ---
+
+    def get_state(self, namespace: str) -> dict[str, Any]:
+        if self.empty:
+            return {}
+        try:
+            rows = self.conn.execute("SELECT key, value FROM state WHERE namespace = ?", (namespace,)).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: read failed ({exc})") from None
+        return {key: json.loads(value) for key, value in rows}
+
+    def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        encoded = {k: None if v is None else json.dumps(v, separators=(",", ":")) for k, v in changes.items()}
+
+        def work() -> None:
+            now = self.clock()
+            for key, value in encoded.items():
+                if value is None:
+                    self.conn.execute("DELETE FROM state WHERE namespace = ? AND key = ?", (namespace, key))
+                else:
+                    self.conn.execute(
+                        "INSERT INTO state (namespace, key, value, updated_at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+                        "updated_at = excluded.updated_at",
+                        (namespace, key, value, now),
+                    )
+
+        self._transaction(work, durable=True, what="state write")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@attrs.define(eq=False)
+class SqliteJournal:
+    """:class:`~agentd.journal.store.JournalStore` on one SQLite file. Use :func:`open_journal`."""
+
+    _file: JournalFile
+    _limiter: trio.CapacityLimiter
+    _leases: dict[str, Lease] = attrs.field(factory=dict)
+    _token: int = 0
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    async def _call(self, work: Callable[[], T]) -> T:
+        return await trio.to_thread.run_sync(work, limiter=self._limiter)
+
+    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
+        if not records:
+            raise ValueError("append needs at least one record")
+        batch = tuple(records)
+        return await self._call(lambda: self._file.append(run_id, batch, durable))
+
+    async def read_run(self, run_id: str) -> RunJournal | None:
+        return await self._call(lambda: self._file.read_run(run_id))
+
+    async def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunSummary]:
+        return await self._call(lambda: self._file.list_runs(limit, status))
+
+    async def unfinished_runs(self) -> list[RunSummary]:
+        return await self._call(self._file.unfinished_runs)
+
+    async def get_state(self, namespace: str) -> dict[str, Any]:
+        return await self._call(lambda: self._file.get_state(namespace))
+
+    async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        snapshot = dict(changes)
+        await self._call(lambda: self._file.put_state(namespace, snapshot))
+
+    async def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        return await self._call(lambda: self._file.prune(retention, now))
+
+    async def claim(self, run_id: str, owner: str, *, ttl: float) -> Lease | None:
+        now = self._file.clock()
+        held = self._leases.get(run_id)
+        if held is not None and held.owner != owner and held.expires_at > now:
+            return None
+        self._token += 1
+        lease = Lease(run_id, owner, self._token, now + ttl)
+        self._leases[run_id] = lease
+        return lease
+
+    async def renew(self, lease: Lease, *, ttl: float) -> Lease | None:
+        if self._leases.get(lease.run_id) != lease:
+            return None
+        renewed = attrs.evolve(lease, expires_at=self._file.clock() + ttl)
+        self._leases[lease.run_id] = renewed
+        return renewed
+
+    async def release(self, lease: Lease) -> None:
+        if self._leases.get(lease.run_id) == lease:
+            del self._leases[lease.run_id]
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(CLOSE_GRACE, shield=True):
+            await self._call(self._file.close)
+
+
+@asynccontextmanager
+async def open_journal(state_dir: str, *, clock: Callable[[], float] = time.time) -> AsyncIterator[SqliteJournal]:
+    """Open (creating) ``<state_dir>/journal.sqlite3``; closed, shielded and bounded, on exit."""
+    limiter = trio.CapacityLimiter(1)
+    path = db_path(state_dir)
+    file = await trio.to_thread.run_sync(lambda: JournalFile(path, clock=clock), limiter=limiter)
+    journal = SqliteJournal(file, limiter)
+    try:
+        yield journal
+    finally:
+        await journal.aclose()
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_interface(journal: SqliteJournal) -> JournalStore:
+        return journal  # mypy checks SqliteJournal against the JournalStore protocol here

@@ -1,0 +1,142 @@
+"""Run journal: what one step's append costs the trio thread, and how many steps per second SQLite takes.
+
+    .venv/bin/python scripts/bench/journal.py [--steps 2000] [--write]
+
+A step is the batch the loop commits after each model turn: a model reply with one tool call, the tool
+call's request and outcome, and the usage (4 records, ~0.9 KB of JSON). The bench appends ``--steps``
+steps to one run, each awaited as the loop would, and measures:
+
+- CPU time of the trio thread per step (``time.thread_time`` around the loop): the hand-off to the worker
+  thread and back, which is what a step costs the event loop (JSON encoding and SQLite run on the worker);
+- wall time per append (median, p99) and steps / records committed per second;
+- the same with ``durable=True`` (``synchronous=FULL``: an fsync of the WAL per step), median wall;
+- the worst trio scheduling delay seen by a 1 ms ticker task during a run of appends;
+- the floor: trio-thread CPU of a bare ``trio.to_thread.run_sync`` of a no-op under the same limiter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import trio
+from bench_doc import replace_section
+
+from agentd.journal.records import ModelReply, RunStarted, ToolCallOutcome, ToolCallRequested, Usage
+from agentd.journal.sqlite import open_journal
+
+SECTION = "## Run journal"
+
+
+def step(n: int) -> list:
+    call = f"call-{n}"
+    arguments = '{"query": "' + "q" * 80 + '"}'
+    return [
+        ModelReply(n, {"role": "assistant", "content": "Let me look that up. " * 4,
+                       "tool_calls": [{"id": call, "name": "docs__search", "arguments": arguments}]}),
+        ToolCallRequested(n, call, "docs__search", {"query": "q" * 80}),
+        ToolCallOutcome(n, call, True, "result line " * 30),
+        Usage(n, 1200 + 40 * n, 60),
+    ]
+
+
+async def bench(steps: int, durable_steps: int, state_dir: str) -> dict[str, float]:
+    batches = [step(n) for n in range(steps)]
+    async with open_journal(state_dir) as journal:
+        await journal.append("warm", [RunStarted("d", "warm-up")])
+        for n in range(50):
+            await journal.append("warm", batches[n])
+        await journal.append("bench", [RunStarted("d", "bench")])
+        latencies = []
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        for batch in batches:
+            t0 = time.perf_counter()
+            await journal.append("bench", batch)
+            latencies.append(time.perf_counter() - t0)
+        cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+
+        durable = []
+        for n in range(durable_steps):
+            t0 = time.perf_counter()
+            await journal.append("durable", batches[n], durable=True)
+            durable.append(time.perf_counter() - t0)
+
+        limiter = trio.CapacityLimiter(1)
+        cpu0 = time.thread_time()
+        for _ in range(steps):
+            await trio.to_thread.run_sync(lambda: None, limiter=limiter)
+        floor = (time.thread_time() - cpu0) / steps
+
+        worst_lag = 0.0
+        async with trio.open_nursery() as nursery:
+
+            async def ticker() -> None:
+                nonlocal worst_lag
+                while True:
+                    before = time.perf_counter()
+                    await trio.sleep(0.001)
+                    worst_lag = max(worst_lag, time.perf_counter() - before - 0.001)
+
+            nursery.start_soon(ticker)
+            for batch in batches[:500]:
+                await journal.append("lag", batch)
+            nursery.cancel_scope.cancel()
+    latencies.sort()
+    return {
+        "loop_cpu_ms": cpu / steps * 1000,
+        "handoff_floor_ms": floor * 1000,
+        "wall_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "steps_per_s": steps / wall,
+        "records_per_s": 4 * steps / wall,
+        "durable_ms": statistics.median(durable) * 1000,
+        "worst_lag_ms": worst_lag * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--durable-steps", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=3, help="repeat and keep the best loop-CPU run")
+    parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    args = parser.parse_args()
+    results = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            results.append(trio.run(bench, args.steps, args.durable_steps, tmp))
+        print({k: round(v, 4) for k, v in results[-1].items()})
+    best = min(results, key=lambda r: r["loop_cpu_ms"])
+    if args.write:
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[0]
+        lines = [
+            SECTION, "",
+            f"Command: `.venv/bin/python scripts/bench/journal.py --steps {args.steps} --write` (2-core VM, "
+            f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load} at the end: a shared "
+            f"machine; best of {args.runs} runs by loop CPU). A step is one model reply with a tool call, the "
+            "call's request and outcome, and the usage: 4 records, one transaction, `synchronous=NORMAL` "
+            "(WAL). `loop CPU` is the trio thread's CPU time per step (`time.thread_time`): what a step's "
+            "append costs the event loop; encoding and SQLite run on the journal's worker thread.", "",
+            "| measure | value | target |",
+            "|---|---|---|",
+            f"| trio-thread CPU per step | **{best['loop_cpu_ms']:.3f} ms** | < 0.3 ms |",
+            f"| floor: trio-thread CPU of a bare `to_thread.run_sync` no-op | {best['handoff_floor_ms']:.3f} ms | — |",
+            f"| append wall time per step, median / p99 | {best['wall_ms']:.3f} / {best['p99_ms']:.3f} ms | — |",
+            f"| throughput, one run | {best['steps_per_s']:.0f} steps/s ({best['records_per_s']:.0f} records/s) | — |",
+            f"| durable step (`synchronous=FULL`, WAL fsync), median | {best['durable_ms']:.2f} ms | — |",
+            f"| worst trio scheduling delay during appends (1 ms ticker) | {best['worst_lag_ms']:.2f} ms | — |",
+            "",
+            "The journal's own share of the trio thread's work is the difference between the first two rows; "
+            "nearly all of a step's cost on the event loop is trio's thread hand-off itself. "
+            "The wall-clock rows (p99, fsync, ticker delay, throughput) move with the machine's load and "
+            "the disk; the CPU rows are the stable ones.",
+            "",
+        ]  # fmt: skip
+        replace_section(SECTION, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
