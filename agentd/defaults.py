@@ -39,6 +39,9 @@ DRAIN_TIMEOUT: Final = 25.0
 # --- reactive mode (agentd.reactive.router.Router) ------------------------------------------------------
 DEBOUNCE: Final = 0.25
 MAX_CONCURRENT_WAKES: Final = 4
+#: Wakes the whole daemon / one URI may start in any 60 s (0 = no limit); more wait, coalesced.
+MAX_WAKES_PER_MINUTE: Final = 60
+MAX_WAKES_PER_URI_PER_MINUTE: Final = 10
 
 # --- the served self-MCP (agentd.selfmcp.surface.SelfMcpLimits, agentd.transport.asgi_server) -----------
 SERVE_MAX_SPAWNS: Final = 4

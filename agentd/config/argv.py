@@ -125,6 +125,14 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _MODES, "DURATION"),
     Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", f"reactive: concurrent wakes (default {D.MAX_CONCURRENT_WAKES})",
          _MODES, "N"),
+    Flag("--max-wakes-per-minute", "max_wakes_per_minute", "int",
+         f"reactive: wakes the daemon may start in any 60 s; more wait, coalesced (default {D.MAX_WAKES_PER_MINUTE}, "
+         "0 = no limit)",
+         _MODES, "N"),
+    Flag("--max-wakes-per-uri-per-minute", "max_wakes_per_uri_per_minute", "int",
+         "reactive: wakes one URI may start in any 60 s; more wait, coalesced "
+         f"(default {D.MAX_WAKES_PER_URI_PER_MINUTE}, 0 = no limit)",
+         _MODES, "N"),
     # budgets and subagents
     Flag("--max-steps", "max_steps", "int", f"steps per run (default {D.MAX_STEPS})", _BUDGETS, "N"),
     Flag("--max-tokens", "max_tokens", "int", f"tokens per run (default {D.MAX_TOKENS})", _BUDGETS, "N"),

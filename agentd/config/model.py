@@ -106,6 +106,8 @@ class Config:
     poll_interval: float | None = None
     debounce: float = defaults.DEBOUNCE
     max_concurrent_wakes: int = defaults.MAX_CONCURRENT_WAKES
+    max_wakes_per_minute: int = defaults.MAX_WAKES_PER_MINUTE
+    max_wakes_per_uri_per_minute: int = defaults.MAX_WAKES_PER_URI_PER_MINUTE
     # per-run budgets
     max_steps: int = defaults.MAX_STEPS
     max_tokens: int = defaults.MAX_TOKENS

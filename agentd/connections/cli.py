@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import attrs
 import trio
@@ -47,14 +46,41 @@ from agentd.connections.transcript import (
     open_transcript,
     read_run,
 )
-from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
+from agentd.errors import AgentdError, ConfigError, McpConnectError
 from agentd.events import EventLog, stream_sink
 from agentd.ids import new_run_id
 from agentd.loop.result import RunResult, RunStatus
+from agentd.run import (
+    Gateway,
+    ended,
+    flatten,
+    is_cancellation,
+    open_run,
+    outcome_of,
+    reraise_if_not_an_outcome,
+    started,
+)
 from agentd.secrets import SecretResolver
 from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
+
+
+class ResultPromise(Protocol):
+    """What ``agentd.cli`` hands ``agentd run``: told the run id (and the redactor) as soon as they are known,
+    it writes the result document, and prints a ``crashed`` one if the run dies before that."""
+
+    def promise(self, run_id: str, redactor: Any = None) -> None: ...
+
+    def write(self, doc: Any, out: Any = None) -> None: ...
+
+
+def _write_result(promise: ResultPromise | None, doc: Any, out: TextIO) -> None:
+    if promise is not None:
+        promise.write(doc, out)
+        return
+    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.flush()
 
 
 def _mcp_flags(values: Sequence[str]) -> tuple[McpServerConfig, ...]:
@@ -101,35 +127,43 @@ def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
                     options.get("drain_timeout", defaults.DRAIN_TIMEOUT))  # fmt: skip
 
 
-async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
-    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``."""
+async def run_prepared(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None) -> ManifestResult:
+    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``
+    (through ``promise``, which then knows it was written: agentd.cli prints a crashed document otherwise)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), level=prepared.log_level,
                    run_id=prepared.identity.run_id, comp="run")  # fmt: skip
+    if promise is not None:
+        promise.promise(prepared.identity.run_id, log.redactor)
     tools = await prepared.runtime.list_tools()  # the runtime module's tools, before anything is opened
     plan = bind(prepared.host, prepared.manifest, application_tools=[t.name for t in tools],
                 manifest_path=prepared.manifest_path)  # fmt: skip
     result = await execute(plan, prepared.runtime, endpoints=prepared.endpoints, model=prepared.model,
                            token=prepared.token, log=log, env=prepared.env, identity=prepared.identity,
                            transcript_path=prepared.transcript_path, manifest_path=prepared.manifest_path)  # fmt: skip
-    out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
-    out.flush()
+    log.flush()
+    _write_result(promise, result.to_json(), out)
     return result
 
 
-def run_manifest(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+def run_manifest(
+    args: Sequence[str], env: Mapping[str, str] | None = None, promise: ResultPromise | None = None
+) -> int:
     """The ``agentd run`` subcommand; returns the exit code (ConfigError propagates: exit 2)."""
     prepared = prepare(args, dict(os.environ) if env is None else dict(env))
-    result = trio.run(run_with_signals, prepared, sys.stdout)
+    if promise is not None:
+        promise.promise(prepared.identity.run_id)
+    result = trio.run(run_with_signals, prepared, sys.stdout, promise)
     return int(result.run.exit_code)
 
 
-async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
+async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None
+                           ) -> ManifestResult:
     """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.drain): the first signal
     drains (no new step or model call; running work may finish for ``--drain-timeout``, then it is cancelled,
     exit 0), a second one cancels at once (exit 1)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), run_id=prepared.identity.run_id,
                    comp="proc")  # fmt: skip
-    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out),
+    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out, promise),
                                              drain_timeout=prepared.drain_timeout, log=log)
     result, forced = signalled.result, signalled.forced
     if result is None:
@@ -137,8 +171,7 @@ async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
                         error="forced by a second signal" if forced else "cancelled at the drain timeout",
                         drained=not forced)  # fmt: skip
         result = ManifestResult(run, (), error_code="cancelled")
-        out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
-        out.flush()
+        _write_result(promise, result.to_json(), out)
     return result
 
 
@@ -187,8 +220,8 @@ async def execute(
     """Open the transcript, the intelligence and the bound connections, run the steps, close everything."""
     resolver = SecretResolver(env=env, redactor=log.redactor)
     host = plan.host
-    log.info("run.start", mode="manifest", servers=[b.alias for b in plan.bound], model=model,
-             steps=len(plan.manifest.steps), skipped=list(plan.skipped))  # fmt: skip
+    started(log, mode="manifest", servers=[b.alias for b in plan.bound], model=model,
+            steps=len(plan.manifest.steps), skipped=list(plan.skipped))  # fmt: skip
     result: ManifestResult
     async with AsyncExitStack() as stack:
         transcript = None
@@ -203,18 +236,20 @@ async def execute(
             result = await _connect_and_run(plan, runtime, servers, denied, endpoints=endpoints,
                                             model=model, token=token, log=log, resolver=resolver,
                                             identity=identity, transcript=transcript)  # fmt: skip
-        except* trio.Cancelled:
-            log.warn("run.cancelled", reason="the run was cancelled from outside")
-            if transcript is not None:
+        except BaseException as exc:
+            if is_cancellation(exc) and transcript is not None:
                 with trio.move_on_after(FLUSH_GRACE, shield=True):
                     await transcript.abort("cancelled")
+            reraise_if_not_an_outcome(exc, log)
             raise
         if transcript is not None:
             await transcript.end(result.run.status.value, result.run.result)
-    log.emit("run.end", "info" if result.run.status is RunStatus.COMPLETED else "warn",
-             status=result.run.status.value, exit_code=int(result.run.exit_code), steps=result.run.steps,
-             usage=result.run.usage.to_json(), **({"error": result.run.error} if result.run.error else {}))  # fmt: skip
+    ended(log, result.run)
     return result
+
+
+#: ``agentd run``'s error codes for the run outcomes that have their own (docs/connections.md).
+_ERROR_CODES = {RunStatus.MCP_FAILED: "connection_failed", RunStatus.INTELLIGENCE_FAILED: "intelligence_failed"}
 
 
 async def _connect_and_run(
@@ -231,52 +266,24 @@ async def _connect_and_run(
     identity: Identity,
     transcript: Transcript | None,
 ) -> ManifestResult:
-    """Open the intelligence and the MCP pool and run the steps; connect and intelligence
-    failures become the run's result (exit 6 / 4)."""
-    from agentd.client import open_mcp_pool
-    from agentd.intelligence import open_intelligence
-
-    failure: ManifestResult | None = None
-    # ``deadlineMs`` bounds the whole run: connecting spends it too (a server that accepts and never
-    # answers cannot hold the run past it). Once connected, run_steps owns the rest of it.
-    deadline = trio.current_time() + plan.manifest.limits.deadline_ms / 1000
-    with trio.CancelScope(deadline=deadline) as opening:
-        try:
-            if denied is not None:
-                raise denied
-            async with AsyncExitStack() as connected:
-                intel = await connected.enter_async_context(
-                    open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
-                )
-                pool = await connected.enter_async_context(
-                    open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
-                )
-                opening.deadline = math.inf
-                return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
-                                       transcript=transcript, deadline=deadline)  # fmt: skip
-        except* McpConnectError as group:
-            exc = _first(group)
-            code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
-            failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
-        except* IntelligenceError as group:
-            failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
-    if opening.cancel_called:
-        error = f"the run deadline ({plan.manifest.limits.deadline_ms} ms) passed while connecting"
-        return ManifestResult(RunResult(run_id=identity.run_id, status=RunStatus.DEADLINE, partial=True,
-                                        error=error), ())
-    assert failure is not None
-    return failure
-
-
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return leaf
-
-
-def _failed(identity: Identity, status: RunStatus, error: str, code: str) -> ManifestResult:
-    return ManifestResult(RunResult(run_id=identity.run_id, status=status, error=error), (), error_code=code)
+    """Open the intelligence and the MCP pool (agentd.run) and run the steps; what the run ends as by the one
+    rule (a connection down, the gateway, the deadline while connecting) becomes the result."""
+    gateway = Gateway(tuple(endpoints), model, token)
+    try:
+        if denied is not None:
+            raise denied
+        # ``deadlineMs`` bounds the whole run: connecting spends it too; once connected, run_steps owns the rest.
+        async with open_run(gateway, servers, log=log, secrets=resolver, run_id=identity.run_id,
+                            deadline=plan.manifest.limits.deadline_ms / 1000) as opened:
+            return await run_steps(plan, runtime, pool=opened.pool, intel=opened.intel, log=log,
+                                   identity=identity, transcript=transcript, deadline=opened.end)  # fmt: skip
+    except BaseException as exc:
+        leaf = flatten(exc)
+        if is_cancellation(exc) or isinstance(leaf, ConfigError) or not isinstance(leaf, AgentdError):
+            raise  # not a run outcome (cancellation, a config error), or a bug for the CLI's crash document
+        run = outcome_of(exc, run_id=identity.run_id, log=log)
+        code = leaf.code if isinstance(leaf, ConnectionAuthError) else _ERROR_CODES.get(run.status)
+        return ManifestResult(run, (), error_code=code)
 
 
 async def _servers(

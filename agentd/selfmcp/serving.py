@@ -12,13 +12,14 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from agentd.config.model import Config
 from agentd.events import EventLog, null_log
 from agentd.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
-from agentd.selfmcp.surface import AgentInfo, SelfMcpLimits, SelfMcpSurface
+from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp
 
@@ -42,15 +43,20 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
 
 
 def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: EventLog, *,
-              run_id: str | None = None) -> tuple[SelfMcpSurface, McpAsgiApp]:
-    """``run_id`` is the daemon's real run id (``config.run_id`` is empty when the daemon generated one)."""
+              run_id: str | None = None, daemon_status: DaemonStatus | None = None,
+              ) -> tuple[SelfMcpSurface, McpAsgiApp]:
+    """``run_id`` is the daemon's real run id (``config.run_id`` is empty when the daemon generated one);
+    ``daemon_status`` is the daemon mode's snapshot for ``agent://status`` (the daemon hands it in)."""
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
         retention=config.serve_retention,
         cancel_grace=config.cancel_grace,
     )
-    surface = SelfMcpSurface(backend, AgentInfo(run_id=run_id or config.run_id, mode=config.mode), limits=limits, log=log)
+    info = AgentInfo(run_id=run_id or config.run_id, mode=config.mode)
+    if daemon_status is not None:
+        info = attrs.evolve(info, daemon_status=daemon_status)
+    surface = SelfMcpSurface(backend, info, limits=limits, log=log)
     options = AsgiOptions(
         paths=cfg.paths,
         bearer=cfg.bearer,
@@ -70,11 +76,12 @@ async def serve_self_mcp(
     shutdown_trigger: Callable[[], Awaitable[object]],
     log: EventLog | None = None,
     run_id: str | None = None,
+    daemon_status: DaemonStatus | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     log = (log or null_log()).bind(comp="serve")
     cfg = serve_config(config, secrets)
-    surface, app = build_app(config, backend, cfg, log, run_id=run_id)
+    surface, app = build_app(config, backend, cfg, log, run_id=run_id, daemon_status=daemon_status)
     async with trio.open_nursery() as nursery:
         await nursery.start(surface.run)
 
@@ -96,6 +103,7 @@ async def serve_for_daemon(
     *,
     env: Mapping[str, str] | None = None,
     supervisor: Supervisor | None = None,
+    daemon_status: DaemonStatus | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
@@ -130,7 +138,7 @@ async def serve_for_daemon(
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
             await serve_self_mcp(cfg, SupervisorBackend(root), secrets=secrets, shutdown_trigger=drain_then_stop,
-                                 log=log, run_id=log.run_id, task_status=task_status)
+                                 log=log, run_id=log.run_id, daemon_status=daemon_status, task_status=task_status)
 
         async with trio.open_nursery() as nursery:
             started: Serving = await nursery.start(serve)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -34,12 +34,25 @@ CAPABILITIES: Final = {"tools": {}, "resources": {"subscribe": True}}
 _HANDLE_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+#: One served tool: ``(arguments, ctx) -> tools/call result``.
+ToolHandler = Callable[[Mapping[str, Any], CallContext], Awaitable[dict[str, Any]]]
+#: The daemon mode's read-only snapshot for ``agent://status`` (None outside daemon modes).
+DaemonStatus = Callable[[], Mapping[str, Any] | None]
+
+
+def _no_daemon_status() -> Mapping[str, Any] | None:
+    return None
+
+
 @attrs.frozen
 class AgentInfo:
     run_id: str
     mode: str
     version: str = __version__
     pid: int = attrs.field(factory=os.getpid)
+    #: The daemon mode's read-only snapshot (subscriptions, wakes, budget) for ``agent://status``, or None
+    #: outside daemon modes; handed in by the daemon, which owns both the mode and the served surface.
+    daemon_status: DaemonStatus = _no_daemon_status
 
 
 @attrs.frozen
@@ -117,6 +130,15 @@ class SelfMcpSurface:
         self._waiting = 0  # sync spawn calls waiting for their run's end
         self._none_waiting = trio.Event()
         self._none_waiting.set()
+        #: The dispatch table: every served tool by name, and nothing else is callable.
+        self._tools: dict[str, ToolHandler] = {
+            "status": self._tool_status,
+            "subagent.spawn": self._tool_spawn,
+            "subagent.send": self._tool_send,
+            "subagent.status": self._tool_subagent_status,
+            "subagent.cancel": self._tool_cancel,
+        }
+        assert set(self._tools) == set(TOOL_NAMES), "every listed tool has a handler, and only those"
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
@@ -157,8 +179,9 @@ class SelfMcpSurface:
 
     async def _call_tool(self, request: Request, params: Mapping[str, Any], ctx: CallContext) -> Response | ErrorResponse:
         name = params.get("name")
-        if not isinstance(name, str) or name not in TOOL_NAMES:
+        if not isinstance(name, str) or name not in self._tools:
             return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Unknown tool: {name!r}"[:200])
+        tool = self._tools[name]
         arguments = params.get("arguments", {})
         if arguments is None:
             arguments = {}
@@ -168,18 +191,25 @@ class SelfMcpSurface:
                                  {"errors": problems[:8]})
         if self._debug:
             self.log.debug("serve.request", method="tools/call", tool=name)
-        if name == "status":
-            result = _text_result(self.status())
-        elif name == "subagent.spawn":
-            result = await self._spawn(arguments, ctx)
-        elif name == "subagent.send":
-            result = await self._send(arguments["handle"], arguments["message"])
-        elif name == "subagent.status":
-            view = self.view(arguments["handle"])
-            result = _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
-        else:
-            result = await self._cancel(arguments["handle"])
-        return Response(request.id, result)
+        return Response(request.id, await tool(arguments, ctx))
+
+    # -- the five tools: ``_tools`` maps each served name to one of these -----------------------------------
+
+    async def _tool_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return _text_result(self.status())
+
+    async def _tool_spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return await self._spawn(arguments, ctx)
+
+    async def _tool_send(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return await self._send(arguments["handle"], arguments["message"])
+
+    async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        view = self.view(arguments["handle"])
+        return _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
+
+    async def _tool_cancel(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return await self._cancel(arguments["handle"])
 
     def status(self) -> dict[str, Any]:
         counts = dict(self.backend.counts())
@@ -194,9 +224,7 @@ class SelfMcpSurface:
             "spawns": counts,
             "refusals": dict(sorted(self._refused_by.items())),  # refused spawns by cap
         }
-        from agentd.reactive.status import reactive_status_of
-
-        daemon = reactive_status_of(self.info.run_id)
+        daemon = self.info.daemon_status()
         if daemon is not None:  # daemon modes: subscriptions (incl. the agent's own), wakes, budget
             body["reactive"] = dict(daemon)
         return body

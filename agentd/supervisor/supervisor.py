@@ -114,7 +114,7 @@ class SupervisorSettings:
                    drain_timeout=float(data.get("drain_timeout", defaults.DRAIN_TIMEOUT)))
 
 
-#: Test-only hook: maps a request to a scripted child behaviour (see agentd.supervisor.child). It exists
+#: Test-only hook: maps a request to a scripted child behaviour (see agentd.child.scripted). It exists
 #: only as a Python argument of :class:`Supervisor`, so no MCP peer, model or argv can reach it.
 TestScript = Callable[[SpawnRequest, str], "dict[str, Any] | None"]
 

@@ -264,8 +264,8 @@ async def test_discovery_refuses_a_hostile_authorization_server(tmp_path, issuer
 
 
 def test_egress_allow_is_read_from_the_host_file_and_the_agentd_config_file(tmp_path):
-    from agentd.config.load import load_config
     from agentd.config.host import load_host
+    from agentd.config.load import load_config
     from agentd.errors import ConfigError
 
     host = tmp_path / "host.yaml"
