@@ -165,7 +165,7 @@ def _subagent() -> int:
 
 def _audit_trifecta(config: Any, log: Any) -> None:
     """``--allow-trifecta`` is audited: which servers bring each property, and whether it was needed."""
-    from agentd.config.trifecta import check_trifecta
+    from agentd.rule_of_two import check_trifecta
 
     verdict = check_trifecta({server.name: server.tags for server in config.mcp})
     log.warn("security.trifecta_allowed", needed=verdict.complete,

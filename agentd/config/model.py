@@ -50,10 +50,6 @@ class EgressConfig:
         return EgressPolicy.from_cidrs(self.allow)
 
 
-#: The Rule of Two's three properties (docs/security.md); a server without tags counts as untrusted_input.
-SERVER_TAGS: tuple[str, ...] = ("untrusted_input", "sensitive_data", "external_comms")
-
-
 @attrs.frozen
 class McpServerConfig:
     """One declared MCP server. ``headers`` values are templates that may hold secret references."""
@@ -65,7 +61,7 @@ class McpServerConfig:
     tls: TlsConfig | None = None
     connect_timeout: float = defaults.CONNECT_TIMEOUT
     call_timeout: float = defaults.CALL_TIMEOUT
-    #: Rule-of-Two properties (SERVER_TAGS) the operator gave this server; None: untagged (untrusted_input).
+    #: Rule-of-Two properties (agentd.rule_of_two.SERVER_TAGS) the operator gave this server; None: untagged (untrusted_input).
     tags: tuple[str, ...] | None = None
     #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
     #: None: every tool the server lists. The connection hides the rest and refuses calls to them.

@@ -20,10 +20,10 @@ from agentd.config.endpoints import (
     check_server_name,
     is_loopback_host,
 )
-from agentd.config.model import SERVER_TAGS, Config, McpServerConfig
-from agentd.config.trifecta import check_trifecta
+from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
 from agentd.mcp.streamable_http import MCP_HEADERS
+from agentd.rule_of_two import SERVER_TAGS, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 Purpose = Literal["run", "check"]

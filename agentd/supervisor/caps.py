@@ -28,7 +28,7 @@ from typing import Final
 import attrs
 
 from agentd import defaults
-from agentd.config.trifecta import check_trifecta
+from agentd.rule_of_two import check_trifecta
 
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024

@@ -12,9 +12,9 @@ import pytest
 import trio
 
 from agentd.config.load import load_config
-from agentd.config.trifecta import check_trifecta
 from agentd.errors import ConfigError
 from agentd.events import EventLog
+from agentd.rule_of_two import check_trifecta
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger
 from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
 from agentd.supervisor.tools import reply

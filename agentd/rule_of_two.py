@@ -6,16 +6,18 @@ exfiltrating that data. Each MCP server carries the properties the operator tagg
 server counts as ``untrusted_input``); a set of servers that brings all three is refused unless the
 operator says ``--allow-trifecta``. The check is a pure function over ``server -> tags`` so the same code
 decides at start-up (agentd.config.validate) and at every spawn over the child's narrowed scope
-(agentd.supervisor.caps).
+(agentd.supervisor.caps). A leaf: a subagent's start-up path imports it without loading the config layers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 import attrs
 
-from agentd.config.model import SERVER_TAGS
+#: The three properties; a server without tags counts as untrusted_input.
+SERVER_TAGS: Final[tuple[str, ...]] = ("untrusted_input", "sensitive_data", "external_comms")
 
 
 def properties_of(tags: Iterable[str] | None) -> frozenset[str]:
