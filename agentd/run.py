@@ -10,8 +10,8 @@ wake of the loop, schedule and reactive modes (:func:`run_with`, on the daemon's
   one :class:`RunResult`, so a failure has the same exit code whichever layer sees it;
 - say ``run.start`` and ``run.end`` with the same fields (:func:`started`, :func:`ended`).
 
-Decisions are data: :func:`flatten` names the one exception a group stands for, :func:`outcome_of` maps it to a
-status. Cancellation and configuration errors are not run outcomes; they propagate.
+Decisions are data: :func:`agentd.errors.flatten` names the one exception a group stands for,
+:func:`outcome_of` maps it to a status. Cancellation and configuration errors are not run outcomes; they propagate.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import trio
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool
 from agentd.config.model import Config, McpServerConfig
-from agentd.errors import AgentdError, ConfigError, ExitCode
+from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
@@ -121,27 +121,6 @@ async def open_run(
 
 
 # --- how a run ends --------------------------------------------------------------------------------------------
-
-
-def leaves(exc: BaseException) -> list[BaseException]:
-    """Every exception inside (possibly nested) exception groups, in order."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
-    return [exc]
-
-
-def flatten(exc: BaseException) -> BaseException:
-    """The one exception a (possibly nested) group stands for: the first agentd error (it carries the exit
-    code), else a KeyboardInterrupt, else the first leaf. trio wraps whatever escapes a nursery in a group;
-    what the run ended as belongs to what is inside, and every layer reads it by this one rule."""
-    found = leaves(exc)
-    for leaf in found:
-        if isinstance(leaf, AgentdError):
-            return leaf
-    for leaf in found:
-        if isinstance(leaf, KeyboardInterrupt):
-            return leaf
-    return found[0] if found else exc
 
 
 _STATUS_OF_EXIT: Mapping[ExitCode, RunStatus] = {
@@ -287,9 +266,7 @@ __all__ = [
     "Gateway",
     "Opened",
     "ended",
-    "flatten",
     "is_cancellation",
-    "leaves",
     "limits_of",
     "open_run",
     "outcome_of",

@@ -46,14 +46,13 @@ from agentd.connections.transcript import (
     open_transcript,
     read_run,
 )
-from agentd.errors import AgentdError, ConfigError, McpConnectError
+from agentd.errors import AgentdError, ConfigError, McpConnectError, flatten
 from agentd.events import EventLog, stream_sink
 from agentd.ids import new_run_id
 from agentd.loop.result import RunResult, RunStatus
 from agentd.run import (
     Gateway,
     ended,
-    flatten,
     is_cancellation,
     open_run,
     outcome_of,
