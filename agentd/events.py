@@ -84,6 +84,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "drain.start", "drain.end",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",
+        # security: the egress guard and the Rule of Two
+        "egress.refused", "security.trifecta_allowed",
         # the log itself
         "log.suppressed",
     }

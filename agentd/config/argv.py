@@ -102,6 +102,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--a2a-peer", "a2a_peers", "list",
          "declare an A2A peer to delegate to via a2a.delegate (repeatable; its Agent Card is fetched at start)",
          _MCP, "NAME=URL", env=False, file=False),
+    Flag("--mcp-tags", "mcp_tags", "list",
+         "Rule of Two: tag a declared server (repeatable; tags untrusted_input, sensitive_data, external_comms; "
+         "untagged = untrusted_input)", _MCP, "NAME=TAG[,TAG]", env=False, file=False),
+    Flag("--allow-trifecta", "allow_trifecta", "bool",
+         "run although the servers together bring untrusted input, sensitive data and external "
+         "communication (audited; never inherited by subagents)", _MCP, env=False),
     Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH"),
     # modes
     Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,

@@ -23,6 +23,7 @@ from agentd.config.endpoints import (
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
 from agentd.mcp.streamable_http import MCP_HEADERS
+from agentd.rule_of_two import SERVER_TAGS, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 Purpose = Literal["run", "check"]
@@ -55,11 +56,13 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_servers(config.mcp, env)
     _check_servers(config.a2a_peers, env, kind="a2a peer")  # same rules: headers' secrets, TLS files
     _check_file(config.tls_ca, "--tls-ca")
+    _check_operator_egress(config)
     if purpose == "check":
         if not config.mcp:
             raise ConfigError("agentd check: declare at least one server (--mcp NAME=URL or mcp_servers)")
         return
     _check_run(config, env)
+    _check_trifecta(config)
     _check_modes(config)
     _check_numbers(config)
     _check_serve(config, env)
@@ -87,6 +90,33 @@ def _check_run(config: Config, env: Mapping[str, str]) -> None:
         raise ConfigError(
             f"--run-id {config.run_id!r}: use 1-128 of letters, digits and ._:@+- (starting with a letter or digit)"
         )
+
+
+def _check_trifecta(config: Config) -> None:
+    """The Rule of Two at start-up (docs/security.md): refused unless --allow-trifecta."""
+    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    if verdict.complete and not config.allow_trifecta:
+        raise ConfigError(
+            "the MCP servers together bring untrusted input, sensitive data and external communication "
+            f"(Rule of Two; {verdict.describe()}); narrow the servers, fix their tags (--mcp-tags), "
+            "or pass --allow-trifecta"
+        )
+
+
+def _check_operator_egress(config: Config) -> None:
+    """Operator endpoints are trusted, except that a metadata address needs an explicit egress.allow."""
+    from agentd.transport.egress import operator_refusal
+
+    policy = config.egress.policy()
+    endpoints = [(f"mcp server {s.name!r}", s.url) for s in config.mcp]
+    endpoints += [("--intelligence", url) for url in config.intelligence if url != OFFLINE_MODEL]
+    for what, url in endpoints:
+        refused = operator_refusal(url, policy)
+        if refused is not None:
+            raise ConfigError(
+                f"{what}: {refused.origin} is a link-local/cloud metadata address; "
+                "list it in the config file's egress.allow to use it"
+            )
 
 
 def _check_modes(config: Config) -> None:
@@ -224,6 +254,9 @@ def check_server(server: McpServerConfig, *, what: str) -> None:
     for timeout, label in ((server.connect_timeout, "connect_timeout"), (server.call_timeout, "call_timeout")):
         if timeout <= 0:
             raise ConfigError(f"{what}: {label} must be > 0")
+    for tag in server.tags or ():
+        if tag not in SERVER_TAGS:
+            raise ConfigError(f"{what}: unknown tag {tag!r} (expected {', '.join(SERVER_TAGS)})")
     if server.tls is not None and (server.tls.cert is None) != (server.tls.key is None):
         raise ConfigError(f"{what}: tls needs both cert and key for a client certificate")
 
