@@ -59,6 +59,8 @@ CALL_TIMEOUT: Final = 60.0
 
 # --- telemetry ------------------------------------------------------------------------------------------
 LOG_LEVEL: Final = "info"
+#: ``--log-format``: ``auto`` is the human view when stderr is a terminal, JSON lines otherwise.
+LOG_FORMAT: Final = "auto"
 
 # --- intelligence ---------------------------------------------------------------------------------------
 MODEL: Final = "default"
