@@ -21,7 +21,7 @@ def check_table(doc: Mapping[str, Any], out: TextIO, *, color: bool, control_too
     console = console_for(out, color=color)
     table = Table(title="agentd check", title_justify="left", expand=False)
     for column in ("server", "endpoint", "era", "tools", "resources", "problems"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in ("server", "endpoint"))
     for server in doc.get("servers") or []:
         tools = [t.get("name", "?") for t in server.get("tools") or []]
         resources = len(server.get("resources") or []) + len(server.get("resourceTemplates") or [])
