@@ -324,7 +324,7 @@ def suggest(name: str, command: Command = "agentd") -> str | None:
     known = [flag.name for flag in FLAGS if command in flag.commands]
     if command == "agentd":
         known += ["--version", "--help"]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
     return close[0] if close else None
 
 
