@@ -231,7 +231,7 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     from agentd.config.load import load_config
 
     config = load_config(argv, env, purpose="check")
-    log = _root_log(config, env)
+    log = _root_log(config, env, status=False)
     if config.validate_config:
         _close_view(log)
         _print_json({"valid": True, "config": effective_config(config)})
@@ -328,7 +328,7 @@ def _print_json(doc: Any, out: Any = None) -> None:
         pass
 
 
-def _root_log(config: Config, env: dict[str, str]) -> EventLog:
+def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> EventLog:
     """The process's log. The one place its sink is chosen: JSON lines on stderr, or the live view for a
     person (``--log-format human``, or ``auto`` at a terminal); rich is imported only for the latter."""
     from agentd.events import EventLog
@@ -338,7 +338,8 @@ def _root_log(config: Config, env: dict[str, str]) -> EventLog:
     if wants_human(config.log_format, sys.stderr):
         from agentd.terminal.live import HumanView
 
-        log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.drain_timeout))
+        log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.drain_timeout,
+                                      status=status))
     return log
 
 

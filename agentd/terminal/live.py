@@ -41,10 +41,11 @@ def styled(line: Line) -> Text:
 
 
 class HumanView:
-    """The sink. ``drain_timeout`` is what a first Ctrl-C waits for (the drain line says it)."""
+    """The sink. ``drain_timeout`` is what a first Ctrl-C waits for (the drain line says it); ``status`` False
+    draws the lines without the status line (``agentd check`` has no steps to count)."""
 
     def __init__(self, stream: TextIO, *, color: bool, drain_timeout: float | None = None,
-                 clock: Any = time.monotonic) -> None:
+                 status: bool = True, clock: Any = time.monotonic) -> None:
         self.console = console_for(stream, color=color)
         self.drain_timeout = drain_timeout
         self.clock = clock
@@ -54,7 +55,7 @@ class HumanView:
         self.child_tokens = 0
         self.doing = "starting"
         self.live: Live | None = None
-        if color and is_terminal(stream):
+        if status and color and is_terminal(stream):
             self.live = Live(self._status(), console=self.console, auto_refresh=False, transient=True,
                              redirect_stdout=False, redirect_stderr=False)
             self.live.start()

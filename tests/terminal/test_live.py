@@ -103,3 +103,17 @@ def test_output_human_prints_the_result_for_a_person(spawn_gateway) -> None:
     assert code == 0
     assert "completed · 2 steps · 30 tokens" in screen and "root done" in screen
     assert '"run_id"' not in screen
+
+
+def test_the_reasoning_line_and_a_rejected_call_are_shown(tmp_path) -> None:
+    script = {"rules": [{"match": {"last_role": "tool"}, "reply": {"content": "done"}}],
+              "default": {"content": "Let me look this up first.\nThen answer.",
+                          "tool_calls": [{"name": "no_such_tool", "arguments": {}}]}}
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    with launch.start_peer(gateway_argv(tmp_path / "script.json")) as gw:
+        code, screen, _ = run_in_pty(["--instruction", "go", "--intelligence", gw.url, "--log-content"])
+        _, without, _ = run_in_pty(["--instruction", "go", "--intelligence", gw.url])
+    assert code == 0, screen[-3000:]
+    assert "step 1 · 1 tool call · 15 tokens · “Let me look this up first.”" in screen
+    assert "→ no_such_tool" in screen and "← no_such_tool: rejected" in screen
+    assert "Let me look" not in without  # text is shown only where --log-content lets events carry it
