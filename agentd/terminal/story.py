@@ -21,7 +21,7 @@ Tone = Literal["plain", "dim", "step", "tool", "ok", "warn", "error"]
 #: Events that tell the story of a run; the rest are shown only when they are warnings or errors (or with
 #: ``agentd trace --all``).
 STORY: Final = frozenset({
-    "run.start", "run.end", "run.failed", "mcp.connected", "mcp.connect_failed", "mcp.disconnected",
+    "run.start", "run.end", "run.failed", "run.cancelled", "mcp.connected", "mcp.connect_failed", "mcp.disconnected",
     "mcp.reconnect", "loop.start", "loop.step", "tool.call", "tool.result", "tool.rejected", "loop.budget",
     "intel.retry", "intel.failover", "intel.error", "config.invalid", "subagent.spawn", "subagent.exit",
     "subagent.failed", "subagent.refused", "subagent.stuck", "proc.signal", "drain.end", "log.suppressed",
@@ -158,6 +158,9 @@ def describe(e: Mapping[str, Any], *, everything: bool = False,
         ok = status == "completed"
         return line("ok" if ok else "error", ("✓ " if ok else "✗ ") + text
                     + (f" (exit {e.get('exit_code')})" if not ok else "") + (f": {e['error']}" if e.get("error") else ""))
+    if name == "run.cancelled":
+        who = f"subagent {e.get('agent_path')} " if depth else ""
+        return line("warn", f"{who}cancelled ({e.get('reason')})")
     if name == "run.failed":
         return line("error", f"✗ run failed: {e.get('error') or e.get('reason')}")
     if name == "subagent.spawn":
