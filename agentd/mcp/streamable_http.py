@@ -9,7 +9,6 @@ matches their ``.lower()`` against the lower-case names ASGI hands it. No I/O.
 from __future__ import annotations
 
 import base64
-import binascii
 import enum
 import functools
 import re
@@ -131,7 +130,7 @@ def decode_header_value(value: str) -> str:
     if value.startswith("=?base64?") and value.endswith("?="):
         try:
             return base64.b64decode(value[len("=?base64?") : -2], validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # binascii.Error, UnicodeDecodeError, and non-ASCII text (a header read as latin-1)
             return value
     return value
 

@@ -116,3 +116,11 @@ def test_x_mcp_header_token_with_a_trailing_newline_is_invalid() -> None:
 
     schema = {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "Foo\n"}}}
     assert invalid_header_annotation(schema) == "property 'a': x-mcp-header is not an HTTP token"
+
+
+def test_a_base64_wrapper_with_non_ascii_inside_stays_as_it_is() -> None:
+    """Found by atheris on the header_rules target: a header read as latin-1 may hold ``=?base64?\\xff?=``,
+    and ``b64decode`` raised ValueError on the non-ASCII text instead of the wrapper staying as it is."""
+    from agentd.mcp.streamable_http import decode_header_value
+
+    assert decode_header_value("=?base64?!\xff\xff?=") == "=?base64?!\xff\xff?="
