@@ -12,7 +12,7 @@ chunks or built once, so the test process itself stays small.
 ``endless_line``       ``tools/call`` answers one SSE ``data:`` line that never ends
 ``huge_body``          ``tools/call`` answers a chunked JSON body that never ends (no Content-Length)
 ``huge_declared``      ``tools/call`` declares a 4 GiB Content-Length, then trickles
-``endless_paging``     ``tools/list`` answers a fresh ``nextCursor`` on every page, forever
+``endless_paging``     ``tools/list`` answers a fresh ``nextCursor`` on every page (after 50 ms), forever
 ``many_tools``         ``tools/list`` answers 100,000 tools in one page
 ``huge_descriptions``  ``tools/list`` answers tools with 10 MB descriptions
 ``invalid_schemas``    ``tools/list`` answers tools whose object schemas are broken, deep, recursive or unsafe
@@ -147,6 +147,7 @@ async def _stall_list(req: Req, resp: Resp) -> None:
 
 async def _endless_paging(req: Req, resp: Resp) -> None:
     if req.method == "POST" and req.rpc_method == "tools/list":
+        await trio.sleep(0.05)  # slow enough that 1024 pages take longer than any deadline a test sets
         page = int((req.json.get("params") or {}).get("cursor") or "0") + 1
         await resp.json(result(req, {"tools": [{"name": f"t{page}", "inputSchema": {"type": "object"}}],
                                      "nextCursor": str(page)}))
