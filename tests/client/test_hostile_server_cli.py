@@ -134,6 +134,7 @@ def test_every_behaviour_has_an_expectation() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_leftover_children")
 @pytest.mark.parametrize("behaviour", [pytest.param(b, marks=KNOWN.get(b, ())) for b in sorted(EXPECTED)])
 async def test_hostile_server_is_survived_within_bounds(behaviour: str, tmp_path: Path) -> None:
     run = await run_against(behaviour, tmp_path)

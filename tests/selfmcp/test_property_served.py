@@ -238,6 +238,11 @@ def _one(daemon: Daemon, request: dict[str, Any]) -> None:
     "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}},
     7)).encode(), "headers": {**{k: v.encode() for k, v in ACCEPT.items()}, "mcp-protocol-version": b"2026-07-28",
                               "mcp-method": b"tools/call", "mcp-name": b"=?base64?\xff?="}})
+@example({"http_method": "POST", "headers": {k: v.encode() for k, v in ACCEPT.items()},
+          "body": b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"})
+@example({"http_method": "POST", "headers": {**{k: v.encode() for k, v in ACCEPT.items()}, "mcp-session-id": b"@bad",
+                                             "mcp-protocol-version": b"2025-03-26"},
+          "body": json.dumps([rpc("ping", None, i) for i in range(20_000)]).encode()})
 def test_random_requests_never_break_the_served_endpoint(daemon: Daemon, req: dict[str, Any]) -> None:
     _one(daemon, req)
 
