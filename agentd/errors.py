@@ -42,9 +42,15 @@ class AgentdError(Exception):
 
 
 class ConfigError(AgentdError):
-    """Bad configuration or usage. Always raised before any network or process side effect."""
+    """Bad configuration or usage. Always raised before any network or process side effect.
+
+    Its message is one line whatever value it quotes (a path or flag value holding a line break is shown
+    escaped), so the one-line error the CLI prints cannot be split or forged by the value."""
 
     exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"), *args)
 
 
 class IntelligenceError(AgentdError):

@@ -40,7 +40,8 @@ _AT_LEAST_ONE: Final = (
     ("max_steps", "--max-steps"), ("max_tokens", "--max-tokens"),
     ("max_concurrent_wakes", "--max-concurrent-wakes"), ("token_ceiling", "--token-ceiling"),
     ("serve_max_spawns", "--serve-max-spawns"), ("serve_max_sessions", "--serve-max-sessions"),
-    ("serve_max_body", "--serve-max-body"),
+    ("serve_max_body", "--serve-max-body"), ("serve_max_connections", "--serve-max-connections"),
+    ("serve_max_per_client", "--serve-max-per-client"),
 )
 _POSITIVE_DURATIONS: Final = (
     ("deadline", "--deadline"), ("pong_timeout", "--pong-timeout"), ("progress_timeout", "--progress-timeout"),

@@ -128,6 +128,15 @@ def parse_body(data: bytes | str) -> Message | list[Message]:
     return parse_message(obj)
 
 
+#: Error messages may quote what the peer sent (a method, a tool name, a bad value): they are cut here, so a
+#: megabyte of bad input never comes back as a megabyte (or, escaped, two) of error.
+MAX_ERROR_MESSAGE: Final = 256
+
+
+def bounded(text: str, limit: int = MAX_ERROR_MESSAGE) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def to_dict(message: Message) -> dict[str, Any]:
     if isinstance(message, Request):
         out: dict[str, Any] = {"jsonrpc": "2.0", "id": message.id, "method": message.method}
@@ -141,7 +150,7 @@ def to_dict(message: Message) -> dict[str, Any]:
         return out
     if isinstance(message, Response):
         return {"jsonrpc": "2.0", "id": message.id, "result": message.result}
-    error: dict[str, Any] = {"code": message.code, "message": message.message}
+    error: dict[str, Any] = {"code": message.code, "message": bounded(message.message)}
     if message.data is not None:
         error["data"] = message.data
     return {"jsonrpc": "2.0", "id": message.id, "error": error}

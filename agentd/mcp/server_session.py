@@ -145,6 +145,14 @@ class ModernPost:
 Routed = Reply | LegacyPost | LegacyStream | ModernPost
 
 
+#: A legacy session nobody used for this long is dropped (its client gets 404 and starts a new one).
+SESSION_IDLE: Final = 300.0
+#: When the table is full, the idlest session idle at least this long makes room for a new one.
+SESSION_EVICT_AFTER: Final = 30.0
+#: Messages in one JSON-RPC batch; a longer batch is refused whole.
+MAX_BATCH: Final = 128
+
+
 class SessionLimit(Exception):
     """No room for another session even after expiring idle ones."""
 
@@ -166,13 +174,15 @@ class ServerCore:
         identity: ServerIdentity,
         *,
         max_sessions: int = 64,
-        session_idle: float = 3600.0,
+        session_idle: float = SESSION_IDLE,
+        evict_after: float = SESSION_EVICT_AFTER,
         retry_ms: int = 2000,
         new_session_id: Callable[[], str] = lambda: secrets.token_hex(16),
     ) -> None:
         self.identity = identity
         self.max_sessions = max_sessions
         self.session_idle = session_idle
+        self.evict_after = evict_after
         self.retry_ms = retry_ms
         self._new_id = new_session_id
         self.sessions: dict[str, LegacySession] = {}
@@ -215,6 +225,9 @@ class ServerCore:
             parsed = jsonrpc.parse_body(req.body)
         except jsonrpc.InvalidMessage as exc:
             return Reply(HttpReply(400, jsonrpc.dumps(jsonrpc.error_for(exc))))
+        if isinstance(parsed, list) and len(parsed) > MAX_BATCH:
+            return error_reply(400, jsonrpc.INVALID_REQUEST,
+                               f"a batch of {len(parsed)} messages exceeds the limit of {MAX_BATCH}")
         messages = parsed if isinstance(parsed, list) else [parsed]
         is_init = any(isinstance(m, Request) and m.method == "initialize" for m in messages)
         if is_init:
@@ -280,8 +293,16 @@ class ServerCore:
             if now - session.last_seen >= self.session_idle:
                 del self.sessions[session.id]
                 self.expired.append(session.id)
-        if len(self.sessions) >= self.max_sessions:
-            raise SessionLimit
+        if len(self.sessions) < self.max_sessions:
+            return
+        # still full: the idlest session makes room, if it has been idle a while (abandoned sessions must not
+        # lock new clients out until they expire; busy ones are never taken)
+        idle = [s for s in idle if s.id in self.sessions]
+        if idle and now - idle[0].last_seen >= self.evict_after:
+            del self.sessions[idle[0].id]
+            self.expired.append(idle[0].id)
+            return
+        raise SessionLimit
 
     def expire_idle(self, now: float) -> list[str]:
         """Drop sessions idle past ``session_idle`` (none with an open stream); returns their ids."""

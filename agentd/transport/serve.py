@@ -1,8 +1,10 @@
-"""Serve an ASGI app with hypercorn's trio worker inside agentd's nursery: TLS, mTLS, rotation.
+"""Serve an ASGI app with hypercorn's HTTP protocols inside agentd's nursery: TLS, mTLS, rotation.
 
 ``serve_mcp`` binds, reports the bound URLs through ``task_status``, and returns once
-``shutdown_trigger`` fires and hypercorn has drained (open streams are told first through
-``app.drain()``). hypercorn gets a context *proxy* whose ``wrap_bio`` (the one call trio's
+``shutdown_trigger`` fires and every connection has finished (open streams are told first through
+``app.drain()``; connections still busy after ``graceful_timeout`` are cut). The accept loop and the
+per-connection guard are agentd's own (:mod:`agentd.transport.connections`), not hypercorn's worker, so one
+connection's failure never ends the daemon. hypercorn gets a context *proxy* whose ``wrap_bio`` (the one call trio's
 ``SSLListener`` makes per connection) uses the newest :class:`ssl.SSLContext`, so rotated certificate,
 key and client-CA files take effect for new connections without a restart. (Switching contexts in an SNI
 callback would not do: OpenSSL keeps the first context's verify settings, so a rotated client CA would
@@ -23,11 +25,13 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.utils import repr_socket_addr, wrap_app
 
+from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, null_log
 from agentd.transport.asgi_server import LOOPBACK_HOSTS
+from agentd.transport.connections import H2_MAX_STREAMS, ConnectionLimits, Connections
 
 
 class DrainableApp(Protocol):
@@ -51,6 +55,11 @@ class ServeConfig:
     graceful_timeout: float = 3.0
     #: How often certificate files are checked for rotation.
     reload_interval: float = 2.0
+    #: Open connections, in total and per client address; past either, new connections are closed at once.
+    max_connections: int = defaults.SERVE_MAX_CONNECTIONS
+    max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
+    #: Serve HTTP/2 (ALPN ``h2`` over TLS, ``h2c`` in clear); off: HTTP/1.1 only.
+    http2: bool = False
 
     @property
     def host(self) -> str:
@@ -123,6 +132,7 @@ class ReloadingTls:
     key: Path
     client_ca: Path | None = None
     log: EventLog = attrs.field(factory=null_log)
+    http2: bool = False
     current: ssl.SSLContext = attrs.field(init=False)
     _seen: tuple[tuple[int, int, int], ...] = attrs.field(init=False, default=())
 
@@ -145,7 +155,7 @@ class ReloadingTls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.options |= ssl.OP_NO_COMPRESSION
-        context.set_alpn_protocols(["h2", "http/1.1"])
+        context.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])
         context.load_cert_chain(self.cert, self.key)
         if self.client_ca is not None:
             context.load_verify_locations(cafile=self.client_ca)
@@ -235,11 +245,28 @@ def hypercorn_config(cfg: ServeConfig, context: ssl.SSLContext | None, log: Even
     # hypercorn closes a keep-alive connection after 1000 requests by default; a peer driving an agent over
     # mTLS would pay a full handshake for that, so let long-lived connections live (idle ones still time out).
     config.keep_alive_max_requests = 100_000
+    config.h2_max_concurrent_streams = H2_MAX_STREAMS
     errors = logging.getLogger(f"agentd.serve.{id(config)}")
     errors.propagate = False
     errors.handlers = [_EventHandler(log)]
     config.errorlog = errors
     return config
+
+
+def _listeners(config: HypercornConfig) -> tuple[list[trio.abc.Listener[Any]], list[str]]:
+    sockets = config.create_sockets()
+    listeners: list[trio.abc.Listener[Any]] = []
+    binds = []
+    for sock in sockets.secure_sockets:
+        sock.listen(config.backlog)
+        listeners.append(trio.SSLListener(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
+                                          cast(ssl.SSLContext, config.create_ssl_context()), https_compatible=True))
+        binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
+    for sock in sockets.insecure_sockets:
+        sock.listen(config.backlog)
+        listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+        binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+    return listeners, binds
 
 
 async def serve_mcp(
@@ -253,25 +280,31 @@ async def serve_mcp(
     """Serve until ``shutdown_trigger`` returns; open streams get ``app.drain()`` first."""
     log = log or null_log()
     check_serve_config(cfg)
-    tls = ReloadingTls(cfg.cert, cfg.key, cfg.client_ca, log) if cfg.tls and cfg.cert and cfg.key else None
+    tls = (ReloadingTls(cfg.cert, cfg.key, cfg.client_ca, log, http2=cfg.http2)
+           if cfg.tls and cfg.cert and cfg.key else None)
     config = hypercorn_config(cfg, tls.front if tls is not None else None, log)
-
-    async def trigger() -> None:
-        await shutdown_trigger()
-        app.drain()
-        await trio.sleep(0.05)  # let streams write their final frames before hypercorn closes connections
-
+    limits = ConnectionLimits(max_connections=cfg.max_connections, max_per_client=cfg.max_per_client,
+                              http2=cfg.http2)
+    connections = Connections(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, limits, log)
+    listeners, binds = _listeners(config)
     async with trio.open_nursery() as nursery:
         if tls is not None:
             nursery.start_soon(tls.watch, cfg.reload_interval)
-
-        async def run_server(task_status: trio.TaskStatus[list[str]]) -> None:
-            await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)
-            nursery.cancel_scope.cancel()  # served and drained: stop the certificate watcher too
-
-        binds: list[str] = await nursery.start(run_server)
-        port = int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port
-        log.info("serve.start", urls=binds, tls=tls is not None, mtls=cfg.client_ca is not None,
-                 bearer=cfg.bearer is not None)
-        task_status.started(Serving(tuple(binds), port))
+        async with trio.open_nursery() as handlers:
+            async with trio.open_nursery() as accepting:
+                for listener in listeners:
+                    accepting.start_soon(connections.accept_loop, listener, handlers)
+                port = int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port
+                log.info("serve.start", urls=binds, tls=tls is not None, mtls=cfg.client_ca is not None,
+                         bearer=cfg.bearer is not None, http2=cfg.http2)
+                task_status.started(Serving(tuple(binds), port))
+                await shutdown_trigger()
+                accepting.cancel_scope.cancel()  # listeners close: no new connections
+            # Streams end themselves once told (final frames written); idle connections close as soon as
+            # ``terminated`` is set, busy ones after their current response. Whatever is left at the grace
+            # deadline is cut.
+            app.drain()
+            await connections.context.terminated.set()
+            handlers.cancel_scope.deadline = trio.current_time() + cfg.graceful_timeout
+        nursery.cancel_scope.cancel()  # served and drained: stop the certificate watcher too
     log.info("serve.stop")

@@ -2,7 +2,7 @@
 
 Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
 
-- ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) on hypercorn's trio worker,
+- ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) as the daemon serves it (``serve_mcp``),
   legacy wire with a session, JSON responses;
 - ``floor``: a bare ASGI app on the same hypercorn trio worker that ``json.loads`` the body and
   answers an MCP-shaped result (the floor of this stack);
@@ -113,17 +113,19 @@ def _agentd_surface() -> Any:
 
 
 def serve_agentd(port: int) -> None:
+    """The daemon's own serving path (``serve_mcp``: agentd's accept loop around hypercorn's protocols)."""
     import trio
-    from hypercorn.trio import serve
 
     from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+    from agentd.transport.serve import ServeConfig, serve_mcp
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             surface = _agentd_surface()
             await nursery.start(surface.run)
             app = McpAsgiApp(surface, AsgiOptions(max_sessions=1024))
-            await serve(app, _hypercorn_config(port))
+            await serve_mcp(app, ServeConfig(f"http://127.0.0.1:{port}/mcp", max_per_client=1024),
+                            shutdown_trigger=trio.sleep_forever)
 
     trio.run(main)
 

@@ -58,6 +58,7 @@ async def serving(
         bearer=bearer,
         header_timeout=header_timeout,
         reload_interval=reload_interval,
+        max_per_client=256,  # the floods here all come from 127.0.0.1 (the per-client cap has its own tests)
     )
     async with trio.open_nursery() as nursery:
         backend = TaskBackend(nursery)

@@ -7,8 +7,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.mcp.jsonrpc import Request
+from agentd.mcp.jsonrpc import MAX_ERROR_MESSAGE, ErrorResponse, Request, dumps
 from agentd.mcp.server_session import (
+    MAX_BATCH,
     HttpRequest,
     LegacyPost,
     LegacyStream,
@@ -41,7 +42,8 @@ def test_initialize_creates_a_session_and_sets_the_header() -> None:
 
 def test_idle_sessions_make_room_only_after_the_idle_time() -> None:
     ids = iter(range(100))
-    core = ServerCore(IDENTITY, max_sessions=2, session_idle=60, new_session_id=lambda: str(next(ids)))
+    core = ServerCore(IDENTITY, max_sessions=2, session_idle=60, evict_after=60,
+                      new_session_id=lambda: str(next(ids)))
     _init(core, 0)
     _init(core, 1)
     full = core.route(HttpRequest("POST", ACCEPT, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -49,6 +51,46 @@ def test_idle_sessions_make_room_only_after_the_idle_time() -> None:
     assert isinstance(full, Reply) and full.http.status == 503
     assert isinstance(_init(core, 60.5), LegacyPost)  # session 0 idled out, session 1 not yet
     assert set(core.sessions) == {"1", "2"}
+
+
+def test_a_full_table_gives_the_idlest_session_s_place_to_a_new_client() -> None:
+    """Abandoned sessions (no DELETE) must not lock new clients out until they expire."""
+    assert ServerCore(IDENTITY).session_idle <= 600  # minutes, not an hour
+    ids = iter(range(100))
+    core = ServerCore(IDENTITY, max_sessions=2, evict_after=30, new_session_id=lambda: str(next(ids)))
+    _init(core, 0)
+    _init(core, 1)
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "x"}})
+    full = core.route(HttpRequest("POST", ACCEPT, init.encode()), 10)
+    assert isinstance(full, Reply) and full.http.status == 503  # nobody idle long enough yet
+    ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode()
+    assert isinstance(core.route(HttpRequest("POST", {**ACCEPT, "mcp-session-id": "0"}, ping), 20), LegacyPost)
+    assert isinstance(_init(core, 40), LegacyPost)  # "1" (idle 39 s) goes, "0" (idle 20 s) stays
+    assert set(core.sessions) == {"0", "2"}
+    assert core.take_expired() == ["1"]
+
+
+def test_batches_are_capped_with_a_json_rpc_error() -> None:
+    core = ServerCore(IDENTITY, new_session_id=lambda: "s")
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}})
+    assert isinstance(core.route(HttpRequest("POST", ACCEPT, body.encode()), 0), LegacyPost)
+    headers = {**ACCEPT, "mcp-session-id": "s", "mcp-protocol-version": "2025-03-26"}
+
+    def batch(n: int) -> bytes:
+        return json.dumps([{"jsonrpc": "2.0", "id": i, "method": "ping"} for i in range(n)]).encode()
+
+    ok = core.route(HttpRequest("POST", headers, batch(MAX_BATCH)), 1)
+    assert isinstance(ok, LegacyPost) and len(ok.slots) == MAX_BATCH
+    refused = core.route(HttpRequest("POST", headers, batch(60_000)), 2)
+    assert isinstance(refused, Reply) and refused.http.status == 400
+    error = json.loads(refused.http.body)["error"]
+    assert error["code"] == -32600 and str(MAX_BATCH) in error["message"]
+
+
+def test_error_messages_do_not_echo_a_large_value() -> None:
+    huge = "\u0001" * 5_000_000  # escapes to six bytes each
+    body = dumps(ErrorResponse(1, -32601, f"Method not found: {huge}"))
+    assert len(body) < 6 * MAX_ERROR_MESSAGE + 200
 
 
 def test_replay_after_last_event_id_and_undelivered_on_fresh_get() -> None:

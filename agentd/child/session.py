@@ -127,7 +127,7 @@ def child_main() -> int:
     """Entry point for ``python -m agentd`` under ``AGENT_SUBAGENT=1``; returns the exit status."""
     server_fd = os.environ.pop("AGENTD_FORKSERVER", None)
     if server_fd is not None and server_fd.isdigit():
-        from agentd.supervisor.forkserver import serve_forks
+        from agentd.child.forkserver import serve_forks
 
         return serve_forks(int(server_fd))
     _die_with_parent()
@@ -158,10 +158,10 @@ async def _child(in_fd: int, out_fd: int) -> int:
 
 def _pick_runner(payload: RunPayload) -> TurnRunner:
     if payload.test is not None:
-        from agentd.supervisor.scripted import scripted_turn
+        from agentd.child.scripted import scripted_turn
 
         return scripted_turn
-    from agentd.supervisor.loop_runner import loop_turn
+    from agentd.child.turn import loop_turn
 
     return loop_turn
 

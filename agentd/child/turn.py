@@ -12,15 +12,15 @@ import json
 import sys
 from typing import Any
 
-from agentd.supervisor.child import ChildContext
+from agentd.child.session import ChildContext
 from agentd.supervisor.messages import Result
 
 
 async def loop_turn(ctx: ChildContext, message: str) -> Result:
-    from agentd.daemon import run_config
     from agentd.events import EventLog, stream_sink
     from agentd.loop.budgets import Limits
     from agentd.loop.control import ControlToolRegistry
+    from agentd.run import run_config
     from agentd.supervisor.supervisor import Caller, Origin
     from agentd.supervisor.tools import register_subagent_tools
     from agentd.supervisor.wiring import config_from_wire
