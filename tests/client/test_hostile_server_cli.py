@@ -68,9 +68,10 @@ async def run_against(behaviour: str, tmp_path: Path, *extra: str) -> Run:
 
 #: Python start-up and exit are outside the bound: it is measured from ``run.start`` to ``proc.exit``.
 END_SLACK = 3.0
-DEADLINE_NOT_ON_CONNECT = pytest.mark.xfail(
-    strict=True, reason="--deadline bounds the loop only: connecting (initialize, tools/list) runs on its own "
-    "connect timeout (10 s) past the deadline")
+#: Not yet within bounds (kept visible rather than skipped; it may pass on a fast, idle machine).
+TOO_MANY_TOOLS = pytest.mark.xfail(
+    strict=False, reason="a 100,000-tool page is structured in one go (seconds of CPU, no checkpoint, no cap on "
+    "the number of tools), so the deadline fires late")
 
 #: behaviour -> the exit code it must end in.
 EXPECTED = {
@@ -95,8 +96,7 @@ EXPECTED = {
     "endless_paging": ExitCode.BUDGET,
     "many_tools": ExitCode.BUDGET,
 }
-KNOWN = {"stall_list": DEADLINE_NOT_ON_CONNECT, "many_tools": DEADLINE_NOT_ON_CONNECT,
-         "endless_paging": DEADLINE_NOT_ON_CONNECT}
+KNOWN = {"many_tools": TOO_MANY_TOOLS}
 
 
 def _events(stderr: bytes) -> list[dict[str, Any]]:
