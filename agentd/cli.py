@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentd.mcp import text as json_text
+
 if TYPE_CHECKING:
     from agentd.config import Config
     from agentd.events import EventLog, Redactor
@@ -117,9 +119,9 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
     except SystemExit:
         raise
     except BaseException as raised:
-        from agentd.errors import AgentdError
+        from agentd.errors import AgentdError, flatten
 
-        exc = _leaf(raised)
+        exc = flatten(raised)
         if isinstance(exc, KeyboardInterrupt):
             _fail("interrupted", 1)
             return 1
@@ -132,35 +134,23 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         return 1
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    """The error to report from a (possibly nested) exception group: the first agentd error, else the first
-    leaf. trio wraps whatever escapes a nursery in a group; the exit code belongs to what is inside."""
-    from agentd.errors import AgentdError
-
-    leaves: list[BaseException] = []
-
-    def walk(e: BaseException) -> None:
-        if isinstance(e, BaseExceptionGroup):
-            for inner in e.exceptions:
-                walk(inner)
-        else:
-            leaves.append(e)
-
-    walk(exc)
-    for leaf in leaves:
-        if isinstance(leaf, AgentdError | KeyboardInterrupt):
-            return leaf
-    return leaves[0] if leaves else exc
-
-
 # --- subcommands -------------------------------------------------------------------------------------
 
 
 def _subagent() -> int:
     """The hidden control mode: the supervisor's child entry, before any argv parsing."""
-    from agentd.child.session import child_main
+    from agentd.child.entry import child_main
 
     return child_main()
+
+
+def _audit_trifecta(config: Any, log: Any) -> None:
+    """``--allow-trifecta`` is audited: which servers bring each property, and whether it was needed."""
+    from agentd.rule_of_two import check_trifecta
+
+    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    log.warn("security.trifecta_allowed", needed=verdict.complete,
+             **{tag: list(names) for tag, names in verdict.sources.items()})
 
 
 def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
@@ -184,10 +174,11 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     promise.promise(config.run_id, log.redactor)
     log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
              config_path=config.config_path)
-    daemon_main = _optional("agentd.daemon", "main")
-    if daemon_main is None:
-        _fail("agentd.daemon is not available in this build", 1)
-        return 1
+    if config.allow_trifecta:
+        _audit_trifecta(config, log)
+    from agentd.daemon import main as daemon_main
+    from agentd.loop.result import RunResult, RunStatus
+
     outcome = _trio_run_with_drain(daemon_main, config, log)
     result = outcome.result
     if result is None:
@@ -195,9 +186,10 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
         promise.write(_cancelled_doc(config))
         code = 1 if outcome.forced else 0
     else:
-        promise.write(result.to_json() if hasattr(result, "to_json") else result)
-        code = int(getattr(result, "exit_code", 1))
-        if outcome.drained and not outcome.forced and str(getattr(result, "status", "")) == "cancelled":
+        assert isinstance(result, RunResult)
+        promise.write(result.to_json())
+        code = int(result.exit_code)
+        if outcome.drained and not outcome.forced and result.status is RunStatus.CANCELLED:
             code = 0  # the run was cancelled *because* we asked it to drain: that is success
         if code in (3, 7) and config.budget_exit_code is not None:
             code = config.budget_exit_code
@@ -220,59 +212,25 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     if config.validate_config:
         _print_json({"valid": True, "config": effective_config(config)})
         return 0
-    run_check = _optional("agentd.client.check", "run_check")
-    if run_check is None:
-        _fail("agentd check is not available in this build", 2)
-        return 2
-    import inspect
-
     import trio
 
+    from agentd.client.check import run_check
     from agentd.secrets import SecretResolver
 
     secrets = SecretResolver(env, log.redactor)
     promise.promise(config.run_id, log.redactor)
-
-    async def check() -> tuple[dict[str, Any], int]:
-        outcome = run_check(config.mcp, log=log, secrets=secrets)  # async in agentd.client.check
-        return await outcome if inspect.isawaitable(outcome) else outcome  # type: ignore[no-any-return]
-
-    doc, code = trio.run(check)
+    doc, code = trio.run(functools.partial(run_check, config.mcp, log=log, secrets=secrets))
     promise.write(doc)
     return int(code)
 
 
 def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
     """``agentd run`` / ``agentd transcript`` belong to agentd.connections (host config, manifests)."""
-    entry = {"run": "run_manifest", "transcript": "transcript_main"}[command]
-    function = _optional("agentd.connections.cli", entry)
-    if function is None:
-        _fail(f"agentd {command}: not available in this build", 2)
-        return 2
-    import inspect
+    from agentd.connections.cli import run_manifest, transcript_main
 
-    options = {"promise": promise} if command == "run" else {}
-    if inspect.iscoroutinefunction(function):
-        import trio
-
-        outcome = trio.run(functools.partial(function, args, **options))
-    else:
-        outcome = function(args, **options)
-    return int(outcome) if isinstance(outcome, int) else 0
-
-
-def _optional(module: str, attribute: str) -> Callable[..., Any] | None:
-    """``module.attribute`` if that part is built yet; a *broken* import inside it still raises."""
-    import importlib
-
-    try:
-        loaded = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
-            return None
-        raise
-    found = getattr(loaded, attribute, None)
-    return found if callable(found) else None
+    if command == "run":
+        return run_manifest(args, promise=promise)
+    return transcript_main(args)
 
 
 # --- running the daemon under signals -------------------------------------------------------------------
@@ -322,7 +280,7 @@ def _cancelled_doc(config: Config) -> dict[str, Any]:
 def _print_json(doc: Any, out: Any = None) -> None:
     out = sys.stdout if out is None else out
     try:
-        out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        out.write(json_text.scrub(json.dumps(doc, ensure_ascii=False, default=str)) + "\n")
         out.flush()
     except BrokenPipeError:
         pass

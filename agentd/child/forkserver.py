@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from agentd.child.parent import die_with_parent, expected_parent, parent_pidfd
 from agentd.supervisor.forkserver import MESSAGE_SIZE
 
 #: Everything a child's turn may touch, including what the daemon imports lazily per run: each import
@@ -62,9 +63,7 @@ def _preimport() -> None:
 
 def serve_forks(sock_fd: int) -> int:
     """The fork server's main loop (blocking; no trio). Returns when the supervisor goes away."""
-    from agentd.child.session import _die_with_parent, _expected_parent, parent_pidfd
-
-    _die_with_parent()
+    die_with_parent()
     _preimport()
     # Everything imported so far lives as long as the children: the collector in a child never needs to
     # scan it. Frozen objects cost a child no collection time and no copy-on-write faults from the
@@ -82,7 +81,7 @@ def serve_forks(sock_fd: int) -> int:
     selector.register(wake_r, selectors.EVENT_READ)
     if parent_fd is not None:
         selector.register(parent_fd, selectors.EVENT_READ)
-    expected_parent = _expected_parent()
+    expected = expected_parent()
 
     def tell(obj: Mapping[str, Any]) -> bool:
         try:
@@ -94,7 +93,7 @@ def serve_forks(sock_fd: int) -> int:
     tell({"ready": os.getpid()})
     while True:
         events = selector.select(timeout=None if parent_fd is not None else 1.0)
-        if parent_fd is None and os.getppid() != expected_parent:
+        if parent_fd is None and os.getppid() != expected:
             return 0
         for key, _ in events:
             if key.fileobj == parent_fd:
@@ -152,9 +151,9 @@ def _become_child(sock: socket.socket, selector: selectors.BaseSelector, wake: t
         os.environ.update(env)
         os.environ["AGENTD_PARENT_PID"] = str(os.getppid())
         os.environ["AGENTD_FORKED"] = "1"  # the fork server is single-threaded: PDEATHSIG is sound here
-        from agentd.child.session import child_main
+        from agentd.child.session import session_main
 
-        code = child_main()
+        code = session_main()
     except BaseException:  # a forked child must never return into the server's loop
         import traceback
 

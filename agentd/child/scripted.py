@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from agentd.child.session import ChildContext
+from agentd.child.context import ChildContext
 from agentd.supervisor.messages import Result
 
 

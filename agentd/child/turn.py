@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from agentd.child.session import ChildContext
+from agentd.child.context import ChildContext
 from agentd.supervisor.messages import Result
 
 

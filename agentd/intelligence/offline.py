@@ -17,6 +17,7 @@ import attrs
 
 from agentd.events import EventLog
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
+from agentd.mcp import text as json_text
 from agentd.tool_separator import SEPARATOR
 
 MODEL_NAME: Final = "agentd-offline-test"
@@ -156,7 +157,7 @@ def _observation(content: Any) -> dict[str, Any]:
     text = _text_of(content)
     is_error = False
     try:
-        parsed = json.loads(text)
+        parsed = json_text.loads(text, "replace")
     except ValueError:
         parsed = None
     if isinstance(parsed, Mapping):

@@ -41,6 +41,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
+from agentd.mcp import text as json_text
 
 MAX_CONSECUTIVE_FAULTS = 3
 #: Characters of tool observations kept in the conversation (about 64k tokens). Beyond it the oldest are
@@ -346,9 +347,11 @@ def _check_call(
         shown = ", ".join(names[:_LIST_NAMES]) + (" …" if len(names) > _LIST_NAMES else "")
         return f"unknown tool {call.name!r}; the tools offered are: {shown or 'none'}", {}
     try:
-        arguments = json.loads(call.arguments)
+        arguments = json_text.loads(call.arguments, "replace")
     except json.JSONDecodeError as exc:
         return f"the arguments for {call.name!r} are not valid JSON ({exc.msg} at char {exc.pos})", {}
+    except ValueError:
+        return f"the arguments for {call.name!r} are not valid JSON (nested too deeply)", {}
     if not isinstance(arguments, dict):
         return f"the arguments for {call.name!r} must be a JSON object, got {type(arguments).__name__}", {}
     invalid = entry.check(arguments)

@@ -33,7 +33,7 @@ import trio
 from agentd.config.cron import CronSchedule
 from agentd.config.model import Config
 from agentd.config.validate import split_subscription
-from agentd.errors import AgentdError, ConfigError, ResourceNotFound
+from agentd.errors import AgentdError, ConfigError, ResourceNotFound, flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
@@ -42,7 +42,6 @@ from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
-from agentd.run import flatten
 
 WallClock = Callable[[], float]
 #: ``publish(snapshot)`` shows ``snapshot()`` for as long as the context is entered.

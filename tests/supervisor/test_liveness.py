@@ -5,7 +5,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from agentd.child.session import ChildContext, _Session
+from agentd.child.context import ChildContext
+from agentd.child.session import _Session
 from agentd.events import EventLog
 from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger
