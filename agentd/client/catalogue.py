@@ -74,9 +74,9 @@ class Catalogue:
             result = await self.exchange.request_once(method, params)
             room = MAX_ENTRIES - len(items)
             listed = result.get(wire_key) if isinstance(result, dict) else None
-            over = isinstance(listed, list) and len(listed) > room
-            if over:  # cut before structuring: a hostile page of 100,000 entries costs nothing more
-                assert isinstance(result, dict) and isinstance(listed, list)
+            over = False
+            if isinstance(result, dict) and isinstance(listed, list) and len(listed) > room:
+                over = True  # cut before structuring: a hostile page of 100,000 entries costs nothing more
                 result = {**result, wire_key: listed[:room]}
             try:
                 page = types.structure(result, cls)
