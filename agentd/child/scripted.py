@@ -6,7 +6,7 @@ hook sets: no MCP peer, model, flag or environment variable can ask for it. Real
 
 ``test = {"steps": [[op, *args], ...], "ignore_cancel": bool, "ignore_sigterm": bool, "no_pong": bool,
 "ignore_eof": bool}``; the steps run on every turn. Ops: ``sleep s``, ``usage prompt completion``,
-``progress``, ``echo`` (result = this turn's message, the payload context and the names, never the
+``progress``, ``echo`` (result = this turn's message, the payload context, the views spawned so far, and the names, never the
 values, of the secrets the child received), ``result value``,
 ``spawn request`` (a nested sync spawn; its view is appended to the result), ``spawn_async request``,
 ``fail reason``, ``crash code``, ``exit``, ``garbage``, ``oversize``, ``hang``, ``partial value``.
@@ -41,7 +41,7 @@ async def scripted_turn(ctx: ChildContext, message: str) -> Result:
         elif op == "echo":
             value = {"message": message, "context": ctx.payload.context, "handle": ctx.payload.handle,
                      "depth": ctx.payload.depth, "tool_scope": ctx.payload.tool_scope,
-                     "secret_names": sorted(ctx.payload.secrets)}
+                     "secret_names": sorted(ctx.payload.secrets), **({"spawned": spawned} if spawned else {})}
         elif op == "result":
             value = args[0]
         elif op in ("spawn", "spawn_async"):

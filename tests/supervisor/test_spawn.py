@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import trio
 
 from agentd.supervisor.caps import Refusal
@@ -195,3 +197,48 @@ async def test_a_spaced_secret_reference_reaches_the_child_and_nothing_beyond_it
         assert value.encode() not in environ and value.encode() not in cmdline
     child_env = dict(kv.split(b"=", 1) for kv in environ.split(b"\0") if b"=" in kv)
     assert not {b"TOK", b"OTHER", b"UNUSED"} & set(child_env)
+
+
+async def test_nested_children_receive_only_their_own_scopes_secrets(events, no_leftover_children):
+    # Three servers, three secrets. The child is scoped to fs and web, its own child to fs alone: each level's
+    # payload carries exactly the secrets its scope references, and no level has any secret value in its
+    # environment or argv (they travel in the control-channel payload only).
+    from agentd.config.model import Config, McpServerConfig
+    from agentd.events import EventLog
+    from agentd.supervisor.wiring import open_root_supervisor
+    from tests.peers import proctree
+    from tests.supervisor.conftest import _from_instruction
+    from tests.supervisor.test_tree import nested
+
+    env = {"TOK": "tok-value-fs-0123456", "OTHER": "other-value-web-456789", "THIRD": "third-value-db-789012"}
+    cfg = Config(instruction="root", intelligence=("http://127.0.0.1:9/v1",), max_depth=3, mcp=(
+        McpServerConfig("fs", "http://127.0.0.1:1/mcp", headers={"Authorization": "Bearer {{secret:TOK}}"}),
+        McpServerConfig("web", "http://127.0.0.1:2/mcp", headers={"X-Key": "{{secret:OTHER}}"}),
+        McpServerConfig("db", "http://127.0.0.1:3/mcp", headers={"X-Db": "{{secret:THIRD}}"}),
+    ))
+    before = set(proctree.descendants())
+    with trio.fail_after(60):
+        async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env=env, fork_server=False,
+                                        test_script=_from_instruction) as sup:
+            child = await sup.spawn(ROOT, req(
+                ["spawn", nested(["echo"], tool_scope=["fs"])],
+                ["spawn_async", nested(["hang"], tool_scope=["fs"])],
+                ["echo"], warm=True, tool_scope=("fs", "web")))
+            await sup.wait_until(lambda stats: len(stats.tree_live or ()) >= 2)  # the child and the hanging grandchild
+            blobs = []
+            for pid in proctree.descendants():
+                if pid in before:
+                    continue
+                for name in ("environ", "cmdline"):
+                    try:
+                        blobs.append(await (trio.Path(f"/proc/{pid}") / name).read_bytes())
+                    except (FileNotFoundError, ProcessLookupError):
+                        pass
+            await sup.cancel(ROOT, child.handle, "done")
+    assert child.result["secret_names"] == ["OTHER", "TOK"]
+    grandchild = child.result["spawned"][0]["result"]
+    assert grandchild["secret_names"] == ["TOK"] and grandchild["tool_scope"] == ["fs"]
+    assert len(blobs) >= 4  # the child and the hanging grandchild: environ and cmdline
+    for value in env.values():
+        assert not any(value.encode() in blob for blob in blobs)
+    assert not any(value in json.dumps(list(events)) for value in env.values())
