@@ -72,7 +72,7 @@ async def test_agentd_client_credentials_to_agentd_over_mtls_and_every_refusal(t
     pki = make_pki(tmp_path / "pki")
     worker_log: list[str] = []
     async with idp() as authority:
-        async with worker(_worker_argv(pki, authority.issuer), stderr_lines=worker_log) as bound:
+        async with worker(_worker_argv(pki, authority.issuer, "--serve-a2a"), stderr_lines=worker_log) as bound:
             url = bound + "/mcp"
             resource = url
             # --- agentd's client: 401 -> discovery -> client_credentials token -> status -------------------
@@ -128,6 +128,13 @@ async def test_agentd_client_credentials_to_agentd_over_mtls_and_every_refusal(t
                     params = parse_challenge(refused.headers["www-authenticate"])
                     assert params["error"] == "invalid_token", name
                     assert params["resource_metadata"] == f"{origin}/.well-known/oauth-protected-resource/mcp"
+
+                # --- the A2A routes on the same listener are behind the same check ------------------------
+                card = origin + "/.well-known/agent-card.json"
+                assert (await client.get(card)).status_code == 401
+                assert (await client.get(card, headers={"Authorization": f"Bearer {bad['audience']}"})
+                        ).status_code == 401
+                assert (await client.get(card, headers={"Authorization": f"Bearer {good}"})).status_code == 200
 
                 # --- the right token without the scope: 403 insufficient_scope ---------------------------
                 narrow = await _post(client, url, authority.mint(aud=resource, scope="something.else"))
