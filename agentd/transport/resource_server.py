@@ -25,6 +25,7 @@ when a token is checked or keys are fetched.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import urllib.parse
@@ -53,6 +54,9 @@ MAX_DOCUMENT: Final = 256 * 1024
 MAX_KEYS: Final = 64
 #: Longest token examined (a bigger ``Authorization`` header is refused unread).
 MAX_TOKEN: Final = 16 * 1024
+#: Tokens whose signature verified, remembered (by digest) so a client's next requests skip the signature
+#: check (milliseconds each); the claims are checked again every time. Oldest forgotten first.
+MAX_VERIFIED: Final = 1024
 #: Signature algorithms accepted: asymmetric only (never ``none``, never HMAC with a published key).
 ALGORITHMS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
                                "EdDSA"})  # fmt: skip
@@ -192,6 +196,7 @@ class ResourceServer:
     fetches: int = 0
     _keys: dict[str, dict[str, Any]] | None = None
     _parsed: dict[tuple[str, str], Any] = attrs.field(factory=dict)
+    _verified: dict[bytes, tuple[str, dict[str, Any]]] = attrs.field(factory=dict)
     _fetched_at: float = float("-inf")
     _attempted_at: float = float("-inf")
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
@@ -224,6 +229,10 @@ class ResourceServer:
             return Rejected(401, "token_missing")
         if len(token) > MAX_TOKEN:
             return _invalid("token_malformed", "token too large")
+        digest = hashlib.sha256(token.encode()).digest()
+        seen = self._verified.get(digest)
+        if seen is not None and seen[0] in (self._keys or {}) and trio.current_time() - self._fetched_at < JWKS_TTL:
+            return check_claims(seen[1], self.settings, self.resource, self.clock())
         import jwt
 
         try:
@@ -257,6 +266,9 @@ class ResourceServer:
             return _invalid("token_signature", "bad signature")
         except jwt.InvalidTokenError:
             return _invalid("token_malformed", "unreadable token")
+        if len(self._verified) >= MAX_VERIFIED:
+            del self._verified[next(iter(self._verified))]
+        self._verified[digest] = (kid or "", claims)
         return check_claims(claims, self.settings, self.resource, self.clock())
 
     def _key(self, kid: str | None) -> dict[str, Any] | None:
@@ -299,8 +311,14 @@ class ResourceServer:
                 reason = str(exc) if isinstance(exc, _FetchError) else "timeout"
                 self.log.warn("serve.jwks", ok=False, reason=reason[:300], keys=len(self._keys or {}))
                 return False
+            old = self._keys or {}
+
+            def same(kid: str) -> bool:  # a kid whose key changed forgets what it verified
+                return kid in keys and keys[kid] == old.get(kid)
+
+            self._parsed = {k: v for k, v in self._parsed.items() if same(k[0])}
+            self._verified = {k: v for k, v in self._verified.items() if same(v[0])}
             self._keys = keys
-            self._parsed = {k: v for k, v in self._parsed.items() if k[0] in keys}
             self._fetched_at = trio.current_time()
             self.log.info("serve.jwks", ok=True, keys=len(keys))
             return True

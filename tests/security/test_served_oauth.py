@@ -11,6 +11,7 @@ challenge), missing scope (403 ``insufficient_scope``). Key rotation runs in pro
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -167,6 +168,9 @@ async def test_jwks_rotation_refetches_on_a_new_kid_at_most_once_per_interval(mo
         assert authority.jwks_requests == 1
         assert isinstance(await server.check(f"Bearer {first}"), Accepted)
         assert authority.jwks_requests == 1  # cached
+        server.clock = lambda: time.time() + 2 * authority.expires_in  # a remembered token still expires
+        assert (await server.check(f"Bearer {first}")).reason == "token_expired"  # type: ignore[union-attr]
+        server.clock = time.time
 
         authority.rotate()
         rotated = authority.mint(aud=resource, scope=SCOPE)
