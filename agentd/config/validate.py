@@ -243,6 +243,10 @@ def _check_serve_oauth(config: Config) -> None:
         raise ConfigError(f"--serve-oauth-issuer {issuer!r}: the authorization server must be https "
                           "(http only on loopback)")
     audience = config.serve_oauth_audience
+    bind_host = (urllib.parse.urlsplit(config.serve_mcp or "").hostname or "").strip("[]")
+    if audience is None and bind_host in ("0.0.0.0", "::"):
+        raise ConfigError("--serve-oauth-issuer on a wildcard bind needs --serve-oauth-audience (the URL clients "
+                          "use, which tokens must name)")
     if audience is not None:
         aparts = urllib.parse.urlsplit(audience)
         if aparts.scheme not in ("http", "https") or not aparts.hostname or aparts.query or aparts.fragment \

@@ -273,5 +273,8 @@ def test_oauth_alone_authenticates_a_non_loopback_listener(tmp_path: Path) -> No
             str(pki.server.key), "--intelligence", "test"]
     with pytest.raises(ConfigError, match="--serve-oauth-issuer"):
         Config.from_argv(argv, env={})
-    config = Config.from_argv([*argv, "--serve-oauth-issuer", "https://as.example"], env={})
+    with pytest.raises(ConfigError, match="wildcard bind needs --serve-oauth-audience"):
+        Config.from_argv([*argv, "--serve-oauth-issuer", "https://as.example"], env={})
+    config = Config.from_argv([*argv, "--serve-oauth-issuer", "https://as.example", "--serve-oauth-audience",
+                               "https://agent.example:8443/mcp"], env={})  # fmt: skip
     assert config.serve_oauth_issuer == "https://as.example"
