@@ -215,8 +215,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
     if (not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None
             and config.serve_oauth_issuer is None):
         raise ConfigError(
-            f"--serve-mcp {url}: a non-loopback listener needs mTLS (--serve-client-ca), --serve-bearer "
-            "or --serve-oauth-issuer"
+            f"--serve-mcp {url}: a non-loopback listener needs mTLS (--serve-client-ca) or --serve-bearer "
+            "(or --serve-oauth-issuer)"
         )
 
 
