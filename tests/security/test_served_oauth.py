@@ -278,3 +278,41 @@ def test_oauth_alone_authenticates_a_non_loopback_listener(tmp_path: Path) -> No
     config = Config.from_argv([*argv, "--serve-oauth-issuer", "https://as.example", "--serve-oauth-audience",
                                "https://agent.example:8443/mcp"], env={})  # fmt: skip
     assert config.serve_oauth_issuer == "https://as.example"
+
+
+# --- the gate in memory: static bearer beside OAuth, the metadata route's methods ---------------------------
+
+
+async def test_static_bearer_and_oauth_either_passes_and_metadata_is_get_only(mock_clock: trio.testing.MockClock
+                                                                              ) -> None:
+    from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
+    from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+    from tests.selfmcp.backend import TaskBackend
+    from tests.selfmcp.test_asgi_clock import Exchange
+
+    resource = "http://127.0.0.1:1/mcp"
+    async with idp() as authority, trio.open_nursery() as nursery:
+        oauth = ResourceServer(OAuthSettings(authority.issuer, None, (SCOPE,)))
+        oauth.bind(resource)
+        surface = SelfMcpSurface(TaskBackend(nursery), AgentInfo("r", "loop"))
+        app = McpAsgiApp(surface, AsgiOptions(bearer="static-bearer-value", oauth=oauth))
+
+        async def ask(method: str, authorization: str | None, path: str = "/mcp") -> Exchange:
+            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            if authorization is not None:
+                headers["authorization"] = authorization
+            exchange = Exchange(method, headers, json.dumps(INIT).encode() if method == "POST" else b"")
+            exchange.scope["path"] = path
+            await app(exchange.scope, exchange.receive, exchange.send)
+            return exchange
+
+        assert (await ask("POST", "Bearer static-bearer-value")).status() == 200
+        assert (await ask("POST", f"Bearer {authority.mint(aud=resource, scope=SCOPE)}")).status() == 200
+        wrong = await ask("POST", "Bearer static-bearer-valuX")
+        assert wrong.status() == 401
+        challenge_header = dict(wrong.sent[0]["headers"])[b"www-authenticate"].decode()
+        assert parse_challenge(challenge_header)["resource_metadata"] == \
+            "http://127.0.0.1:1/.well-known/oauth-protected-resource/mcp"
+        assert (await ask("GET", None, "/.well-known/oauth-protected-resource/mcp")).status() == 200
+        assert (await ask("POST", None, "/.well-known/oauth-protected-resource")).status() == 405
+        nursery.cancel_scope.cancel()
