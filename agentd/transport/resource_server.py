@@ -203,8 +203,10 @@ class ResourceServer:
     clock: Callable[[], float] = time.time
     #: The resource URL tokens must name (``aud``); set by :meth:`bind` when the audience is the served URL.
     resource: str = ""
-    #: JWKS fetches made (successful or not): tests and the bound on refetching.
+    #: JWKS fetches made, successful or not.
     fetches: int = 0
+    #: Where the metadata document is served (root and path-suffixed form), kept with ``resource``.
+    metadata_paths: frozenset[str] = frozenset({WELL_KNOWN})
     _keys: dict[str, dict[str, Any]] | None = None
     _parsed: dict[tuple[str, str], Any] = attrs.field(factory=dict)
     _verified: dict[bytes, tuple[str, dict[str, Any]]] = attrs.field(factory=dict)
@@ -214,17 +216,17 @@ class ResourceServer:
 
     def __attrs_post_init__(self) -> None:
         if self.settings.audience is not None:
-            self.resource = self.settings.audience
+            self._set_resource(self.settings.audience)
 
     def bind(self, served_url: str) -> None:
         """The listener's bound URL (``--serve-mcp`` with the real port): the audience unless configured."""
         if self.settings.audience is None:
-            self.resource = normalize(served_url)
+            self._set_resource(normalize(served_url))
 
-    @property
-    def metadata_paths(self) -> frozenset[str]:
-        path = urllib.parse.urlsplit(self.resource).path.rstrip("/")
-        return frozenset({WELL_KNOWN, WELL_KNOWN + path})
+    def _set_resource(self, resource: str) -> None:
+        self.resource = resource
+        path = urllib.parse.urlsplit(resource).path.rstrip("/")
+        self.metadata_paths = frozenset({WELL_KNOWN, WELL_KNOWN + path})
 
     def metadata(self) -> bytes:
         return json.dumps(metadata_document(self.resource, self.settings)).encode()
