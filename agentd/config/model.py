@@ -140,6 +140,11 @@ class Config:
     serve_key: str | None = None
     serve_client_ca: str | None = None
     serve_bearer: str | None = None
+    #: OAuth access tokens on the served side (agentd.transport.resource_server): the authorization server,
+    #: the audience tokens must name (None: the served URL) and the scopes every token must carry.
+    serve_oauth_issuer: str | None = None
+    serve_oauth_audience: str | None = None
+    serve_oauth_scope: tuple[str, ...] = ()
     serve_max_spawns: int = defaults.SERVE_MAX_SPAWNS
     serve_max_sessions: int = defaults.SERVE_MAX_SESSIONS
     serve_max_warm: int = defaults.SERVE_MAX_WARM

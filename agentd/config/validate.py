@@ -192,7 +192,10 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
     if config.serve_mcp is None:
         given = [f for f, v in (("--serve-cert", config.serve_cert), ("--serve-key", config.serve_key),
                                 ("--serve-client-ca", config.serve_client_ca),
-                                ("--serve-bearer", config.serve_bearer)) if v is not None]
+                                ("--serve-bearer", config.serve_bearer),
+                                ("--serve-oauth-issuer", config.serve_oauth_issuer),
+                                ("--serve-oauth-audience", config.serve_oauth_audience),
+                                ("--serve-oauth-scope", config.serve_oauth_scope or None)) if v is not None]
         if config.serve_a2a:
             given.append("--serve-a2a")
         if given:
@@ -208,10 +211,52 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
             raise ConfigError(f"--serve-mcp {url}: https needs --serve-cert and --serve-key")
     elif config.serve_cert or config.serve_key or config.serve_client_ca:
         raise ConfigError(f"--serve-mcp {url}: --serve-cert/--serve-key/--serve-client-ca need https://")
-    if not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None:
+    _check_serve_oauth(config)
+    if (not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None
+            and config.serve_oauth_issuer is None):
         raise ConfigError(
-            f"--serve-mcp {url}: a non-loopback listener needs mTLS (--serve-client-ca) or --serve-bearer"
+            f"--serve-mcp {url}: a non-loopback listener needs mTLS (--serve-client-ca) or --serve-bearer "
+            "(or --serve-oauth-issuer)"
         )
+
+
+def _check_serve_oauth(config: Config) -> None:
+    """The issuer is https (http only on loopback), without query or fragment; the audience an http(s) URL;
+    scopes are single printable tokens (they go into the ``WWW-Authenticate`` header)."""
+    issuer = config.serve_oauth_issuer
+    if issuer is None:
+        for flag, value in (("--serve-oauth-audience", config.serve_oauth_audience),
+                            ("--serve-oauth-scope", config.serve_oauth_scope or None)):
+            if value is not None:
+                raise ConfigError(f"{flag} needs --serve-oauth-issuer")
+        return
+    parts = urllib.parse.urlsplit(issuer)
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(f"--serve-oauth-issuer {issuer!r}: invalid port") from None
+    if not parts.hostname or parts.scheme not in ("http", "https") or parts.query or parts.fragment \
+            or parts.username is not None or '"' in issuer:
+        raise ConfigError(f"--serve-oauth-issuer {issuer!r}: expected https://host[:port][/path], "
+                          "without query or fragment")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ConfigError(f"--serve-oauth-issuer {issuer!r}: the authorization server must be https "
+                          "(http only on loopback)")
+    audience = config.serve_oauth_audience
+    bind_host = (urllib.parse.urlsplit(config.serve_mcp or "").hostname or "").strip("[]")
+    if audience is None and bind_host in ("0.0.0.0", "::"):
+        raise ConfigError("--serve-oauth-issuer on a wildcard bind needs --serve-oauth-audience (the URL clients "
+                          "use, which tokens must name)")
+    if audience is not None:
+        aparts = urllib.parse.urlsplit(audience)
+        if aparts.scheme not in ("http", "https") or not aparts.hostname or aparts.query or aparts.fragment \
+                or '"' in audience:
+            raise ConfigError(f"--serve-oauth-audience {audience!r}: expected an http(s) URL without query "
+                              "or fragment")
+    for scope in config.serve_oauth_scope:
+        if not scope or any(c in scope for c in ' "\\') or not scope.isprintable() or not scope.isascii():
+            raise ConfigError(f"--serve-oauth-scope {scope!r}: a scope is one printable ASCII word "
+                              "(no spaces, quotes or backslashes)")
 
 
 def _check_servers(servers: Iterable[McpServerConfig], env: Mapping[str, str], *, kind: str = "mcp server") -> None:

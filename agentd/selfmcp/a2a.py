@@ -355,6 +355,8 @@ class A2aMount:
 
         headers = _headers(scope)
         refusal = self._gatekeeper._gate(scope, headers)
+        if refusal is None:
+            refusal = await self._gatekeeper.authorize(headers)
         if refusal is not None:
             await _send_reply(send, refusal)
             return

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import trio
@@ -21,6 +22,7 @@ from agentd.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
+from agentd.transport.resource_server import OAuthSettings, ResourceServer
 from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
         max_connections=config.serve_max_connections,
         max_per_client=config.serve_max_per_client,
         http2=config.serve_http2,
+        oauth=OAuthSettings(config.serve_oauth_issuer, config.serve_oauth_audience, config.serve_oauth_scope)
+        if config.serve_oauth_issuer else None,
     )
 
 
@@ -64,8 +68,16 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
         max_body=config.serve_max_body,
         keepalive=config.serve_keepalive,
         max_sessions=config.serve_max_sessions,
+        oauth=ResourceServer(cfg.oauth, egress=config.egress.policy(), log=log) if cfg.oauth is not None else None,
     )
     return surface, McpAsgiApp(surface, options, log=log)
+
+
+def served_url(cfg: ServeConfig, serving: Serving) -> str:
+    """``--serve-mcp`` with the bound port (``:0`` binds a free one): the default OAuth audience."""
+    parts = urlsplit(cfg.url)
+    host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    return urlunsplit((parts.scheme, f"{host}:{serving.port}", parts.path.rstrip("/"), "", ""))
 
 
 async def serve_self_mcp(
@@ -104,8 +116,15 @@ async def serve_self_mcp(
             await shutdown_trigger()
             await surface.answered(ANSWER_MARGIN)  # calls whose runs just ended write their answers first
 
+        oauth = app.options.oauth
+
+        def bound(serving: Serving) -> None:
+            if oauth is not None:
+                oauth.bind(served_url(cfg, serving))
+
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_mcp(served, cfg, shutdown_trigger=trigger, log=log, task_status=task_status)
+            await serve_mcp(served, cfg, shutdown_trigger=trigger, log=log, on_bound=bound,
+                            task_status=task_status)
             nursery.cancel_scope.cancel()  # drained: the run watchers go too
 
         serving: Serving = await nursery.start(serve)

@@ -1,8 +1,12 @@
 """A raw ASGI app that carries the sans-io server core over HTTP, on trio (no web framework).
 
 Per request, in order: path (404), Host/Origin (403, DNS rebinding), bearer (401 with
-``WWW-Authenticate: Bearer``, compared in constant time), body size (413 past 8 MiB) and body time (408),
-then :meth:`ServerCore.route`. Requests the core cannot answer go to an :class:`McpHandler`.
+``WWW-Authenticate: Bearer``, compared in constant time) or, with ``AsgiOptions.oauth``, an OAuth access
+token (:mod:`agentd.transport.resource_server`: 401 with the ``resource_metadata`` challenge, 403 for
+missing scope; the static bearer, when also set, is accepted too), body size (413 past 8 MiB) and body
+time (408), then :meth:`ServerCore.route`. With OAuth on, the RFC 9728 metadata document is served at
+``/.well-known/oauth-protected-resource[/path]`` without a token. Requests the core cannot answer go to an
+:class:`McpHandler`.
 
 Streams: a legacy session's GET stream (priming event, numbered replayable events, ``:`` keepalives),
 a modern ``subscriptions/listen`` stream (ack first, ``subscriptionId`` on every frame, final frame on
@@ -43,6 +47,7 @@ from agentd.mcp.server_session import (
 from agentd.mcp.sse import encode_comment, encode_event
 from agentd.mcp.streamable_http import EVENT_STREAM, SESSION_ID, accepts, priming_event
 from agentd.mcp.versions import Era
+from agentd.transport.resource_server import Rejected, ResourceServer
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -100,6 +105,8 @@ class AsgiOptions:
     body_timeout: float = 30.0
     keepalive: float = 15.0
     max_sessions: int = 64
+    #: OAuth access tokens (``--serve-oauth-issuer``); None: no tokens accepted beyond ``bearer``.
+    oauth: ResourceServer | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def _hostname(value: str) -> str:
@@ -188,6 +195,8 @@ class McpAsgiApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
         refusal = self._gate(scope, headers)
+        if refusal is None and self.options.oauth is not None:
+            refusal = await self.authorize(headers)
         if refusal is not None:
             await _send_reply(send, refusal)
             return
@@ -224,7 +233,9 @@ class McpAsgiApp:
 
     def _gate(self, scope: Scope, headers: Mapping[str, str]) -> HttpReply | None:
         path = scope.get("path", "")
-        if path not in self.options.paths and path.rstrip("/") not in self.options.paths:
+        oauth = self.options.oauth
+        metadata = oauth is not None and path in oauth.metadata_paths
+        if not metadata and path not in self.options.paths and path.rstrip("/") not in self.options.paths:
             return HttpReply(404, b"not found", "text/plain")
         allowed = self.options.allowed_hosts
         host = _hostname(headers.get("host", ""))
@@ -238,16 +249,44 @@ class McpAsgiApp:
             if not ok:
                 self.log.info("serve.refused", reason="origin", status=403)
                 return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Origin not allowed").http
-        expected = self.options.bearer
-        if expected is not None:
-            given = headers.get("authorization", "")
-            scheme, _, token = given.partition(" ")
-            good = hmac.compare_digest(token.strip().encode(), expected.encode())
-            if scheme.lower() != "bearer" or not good:
-                self.log.info("serve.refused", reason="bearer", status=401)
-                return HttpReply(401, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, "Unauthorized")),
-                                 headers=(("www-authenticate", 'Bearer realm="agentd"'),))
+        if oauth is not None:
+            if metadata:
+                if scope["method"] != "GET":
+                    return HttpReply(405, b"method not allowed", "text/plain", headers=(("allow", "GET"),))
+                return HttpReply(200, oauth.metadata(), "application/json",
+                                 headers=(("cache-control", "max-age=300"),))
+            return None  # the token (or the static bearer) is checked by _http: keys may need fetching
+        if self.options.bearer is not None and not self._bearer_ok(headers):
+            self.log.info("serve.refused", reason="bearer", status=401)
+            return HttpReply(401, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, "Unauthorized")),
+                             headers=(("www-authenticate", 'Bearer realm="agentd"'),))
         return None
+
+    def _bearer_ok(self, headers: Mapping[str, str]) -> bool:
+        """The static bearer matches (constant time); False when none is configured."""
+        expected = self.options.bearer
+        if expected is None:
+            return False
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        good = hmac.compare_digest(token.strip().encode(), expected.encode())
+        return scheme.lower() == "bearer" and good
+
+    async def authorize(self, headers: Mapping[str, str]) -> HttpReply | None:
+        """With OAuth on, what ``_gate`` leaves to be awaited: the static bearer or a valid access token.
+        Whoever calls ``_gate`` calls this after it (the A2A mount too)."""
+        oauth = self.options.oauth
+        if oauth is None or self._bearer_ok(headers):
+            return None
+        verdict = await oauth.check(headers.get("authorization"))
+        if not isinstance(verdict, Rejected):
+            return None
+        self.log.info("serve.refused", reason=verdict.reason, status=verdict.status)
+        if verdict.status == 503:
+            return error_reply(503, jsonrpc.INTERNAL_ERROR, "authorization server keys unavailable",
+                               headers=(("retry-after", "30"),)).http
+        message = "Forbidden: insufficient scope" if verdict.status == 403 else "Unauthorized"
+        return HttpReply(verdict.status, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, message)),
+                         "application/json", headers=(("www-authenticate", oauth.challenge(verdict)),))
 
     async def _read_body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
         limit = self.options.max_body

@@ -32,6 +32,7 @@ from agentd.errors import ConfigError
 from agentd.events import EventLog, null_log
 from agentd.transport.asgi_server import LOOPBACK_HOSTS
 from agentd.transport.connections import H2_MAX_STREAMS, ConnectionLimits, Connections
+from agentd.transport.resource_server import OAuthSettings
 
 
 class DrainableApp(Protocol):
@@ -60,6 +61,8 @@ class ServeConfig:
     max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     #: Serve HTTP/2 (ALPN ``h2`` over TLS, ``h2c`` in clear); off: HTTP/1.1 only.
     http2: bool = False
+    #: OAuth access tokens (``--serve-oauth-*``): counts as authentication for a non-loopback listener.
+    oauth: OAuthSettings | None = None
 
     @property
     def host(self) -> str:
@@ -106,10 +109,10 @@ def check_serve_config(cfg: ServeConfig) -> None:
         raise ConfigError("--serve-mcp https:// needs --serve-cert and --serve-key")
     if not cfg.tls and (cfg.cert is not None or cfg.client_ca is not None):
         raise ConfigError("--serve-cert/--serve-client-ca need an https:// --serve-mcp URL")
-    if not cfg.loopback and cfg.client_ca is None and not cfg.bearer:
+    if not cfg.loopback and cfg.client_ca is None and not cfg.bearer and cfg.oauth is None:
         raise ConfigError(
             "refusing to serve on a non-loopback address without authentication: "
-            "set --serve-client-ca (mTLS) or --serve-bearer"
+            "set --serve-client-ca (mTLS), --serve-bearer or --serve-oauth-issuer"
         )
     for flag, path in (("--serve-cert", cfg.cert), ("--serve-key", cfg.key), ("--serve-client-ca", cfg.client_ca)):
         if path is not None and not path.is_file():
@@ -275,9 +278,11 @@ async def serve_mcp(
     *,
     shutdown_trigger: Callable[[], Awaitable[object]],
     log: EventLog | None = None,
+    on_bound: Callable[[Serving], None] | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until ``shutdown_trigger`` returns; open streams get ``app.drain()`` first."""
+    """Serve until ``shutdown_trigger`` returns; open streams get ``app.drain()`` first. ``on_bound`` learns
+    the bound URLs before the first connection is accepted (an OAuth audience of ``--serve-mcp ...:0``)."""
     log = log or null_log()
     check_serve_config(cfg)
     tls = (ReloadingTls(cfg.cert, cfg.key, cfg.client_ca, log, http2=cfg.http2)
@@ -287,6 +292,9 @@ async def serve_mcp(
                               http2=cfg.http2)
     connections = Connections(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, limits, log)
     listeners, binds = _listeners(config)
+    serving = Serving(tuple(binds), int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port)
+    if on_bound is not None:
+        on_bound(serving)
     async with trio.open_nursery() as nursery:
         if tls is not None:
             nursery.start_soon(tls.watch, cfg.reload_interval)
@@ -294,10 +302,9 @@ async def serve_mcp(
             async with trio.open_nursery() as accepting:
                 for listener in listeners:
                     accepting.start_soon(connections.accept_loop, listener, handlers)
-                port = int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port
                 log.info("serve.start", urls=binds, tls=tls is not None, mtls=cfg.client_ca is not None,
-                         bearer=cfg.bearer is not None, http2=cfg.http2)
-                task_status.started(Serving(tuple(binds), port))
+                         bearer=cfg.bearer is not None, oauth=cfg.oauth is not None, http2=cfg.http2)
+                task_status.started(serving)
                 await shutdown_trigger()
                 accepting.cancel_scope.cancel()  # listeners close: no new connections
             # Streams end themselves once told (final frames written); idle connections close as soon as
