@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import attrs
 
+from agentd import defaults
 from agentd.mcp import jsonrpc, meta
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, Response
 from agentd.mcp.streamable_http import (
@@ -173,7 +174,7 @@ class ServerCore:
         self,
         identity: ServerIdentity,
         *,
-        max_sessions: int = 64,
+        max_sessions: int = defaults.SERVE_MAX_SESSIONS,
         session_idle: float = SESSION_IDLE,
         evict_after: float = SESSION_EVICT_AFTER,
         retry_ms: int = 2000,

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
@@ -53,7 +54,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-MAX_BODY: Final = 8 * 1024 * 1024
+MAX_BODY: Final = defaults.SERVE_MAX_BODY
 LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 KEEPALIVE: Final = encode_comment("keepalive")
 _T = TypeVar("_T")
@@ -103,8 +104,8 @@ class AsgiOptions:
     allowed_hosts: frozenset[str] | None = LOOPBACK_HOSTS
     max_body: int = MAX_BODY
     body_timeout: float = 30.0
-    keepalive: float = 15.0
-    max_sessions: int = 64
+    keepalive: float = defaults.SERVE_KEEPALIVE
+    max_sessions: int = defaults.SERVE_MAX_SESSIONS
     #: OAuth access tokens (``--serve-oauth-issuer``); None: no tokens accepted beyond ``bearer``.
     oauth: ResourceServer | None = attrs.field(default=None, eq=False, repr=False)
 
