@@ -295,7 +295,10 @@ async def serve_mcp(
                 for listener in listeners:
                     accepting.start_soon(connections.accept_loop, listener, handlers)
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port
-                log.info("serve.start", urls=binds, tls=tls is not None, mtls=cfg.client_ca is not None,
+                # advertised with the served path (the configured one, else /mcp): a bare origin may answer 404
+                path = urlsplit(cfg.url).path.rstrip("/") or "/mcp"
+                log.info("serve.start", urls=[bind + path for bind in binds], tls=tls is not None,
+                         mtls=cfg.client_ca is not None,
                          bearer=cfg.bearer is not None, http2=cfg.http2)
                 task_status.started(Serving(tuple(binds), port))
                 await shutdown_trigger()
