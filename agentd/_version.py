@@ -1,8 +1,3 @@
-"""The installed package version, read once from the distribution metadata."""
+"""The version, written once: pyproject.toml reads it (``[tool.setuptools.dynamic]``) and so does the CLI."""
 
-from importlib import metadata
-
-try:
-    __version__ = metadata.version("agentd-trio")
-except metadata.PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+__version__ = "0.1.0"

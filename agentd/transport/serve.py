@@ -302,8 +302,11 @@ async def serve_mcp(
             async with trio.open_nursery() as accepting:
                 for listener in listeners:
                     accepting.start_soon(connections.accept_loop, listener, handlers)
-                log.info("serve.start", urls=binds, tls=tls is not None, mtls=cfg.client_ca is not None,
-                         bearer=cfg.bearer is not None, oauth=cfg.oauth is not None, http2=cfg.http2)
+                # advertised with the served path (the configured one, else /mcp): a bare origin may answer 404
+                path = urlsplit(cfg.url).path.rstrip("/") or "/mcp"
+                log.info("serve.start", urls=[bind + path for bind in binds], tls=tls is not None,
+                         mtls=cfg.client_ca is not None, bearer=cfg.bearer is not None, oauth=cfg.oauth is not None,
+                         http2=cfg.http2)
                 task_status.started(serving)
                 await shutdown_trigger()
                 accepting.cancel_scope.cancel()  # listeners close: no new connections

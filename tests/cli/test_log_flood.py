@@ -78,7 +78,7 @@ async def _flood(proc: trio.Process, stderr: bytearray, flood: int) -> float:
                 stderr += chunk
                 for line in bytes(stderr).decode().splitlines():
                     if line.startswith("{") and line.endswith("}") and json.loads(line)["event"] == "serve.start":
-                        url = json.loads(line)["urls"][0] + "/mcp"
+                        url = json.loads(line)["urls"][0]
 
         async def pump() -> None:
             while chunk := await proc.stderr.receive_some(65536):  # type: ignore[union-attr]

@@ -26,7 +26,7 @@ GENERATED = re.compile(r"^\d{8}T\d{6}Z-\d+-[0-9a-f]{6}$")
 
 
 def _client(worker: Worker) -> Any:
-    server = McpServerConfig(name="worker", url=worker.url + "/mcp")
+    server = McpServerConfig(name="worker", url=worker.url)
     return open_mcp_pool([server], log=EventLog(sink=lambda line: None), secrets=SecretResolver(env={}),
                          run_id="test")
 

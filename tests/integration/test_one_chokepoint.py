@@ -64,7 +64,7 @@ async def test_served_and_own_spawns_share_max_subagents() -> None:
         argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--max-subagents", "1", "--intelligence", gw.url,
                 "--instruction", "ROOT-TASK: delegate", "--drain-timeout", "5"]
         async with agentd_worker(argv) as worker:
-            server = McpServerConfig(name="worker", url=worker.url + "/mcp")
+            server = McpServerConfig(name="worker", url=worker.url)
             log = EventLog(sink=lambda line: None)
             with trio.fail_after(90):
                 async with open_mcp_pool([server], log=log, secrets=SecretResolver(env={}), run_id="t") as pool:
@@ -126,7 +126,7 @@ async def test_a_daemon_wake_and_served_spawns_share_the_chokepoint() -> None:
         argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--max-subagents", "1", "--intelligence", gw.url,
                 "--mode", "loop", "--interval", "1h", "--instruction", "ROOT-TASK", "--drain-timeout", "5"]
         async with agentd_worker(argv) as worker:
-            server = McpServerConfig(name="worker", url=worker.url + "/mcp")
+            server = McpServerConfig(name="worker", url=worker.url)
             with trio.fail_after(60):
                 async with open_mcp_pool([server], log=EventLog(sink=lambda line: None),
                                          secrets=SecretResolver(env={}), run_id="t") as pool:

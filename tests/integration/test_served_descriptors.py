@@ -36,7 +36,7 @@ async def test_served_spawns_release_their_descriptors_and_emfile_is_a_clean_ref
     async with scripted_gateway(default=lambda request: text("done")) as gw:
         argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url]
         async with agentd_worker(argv) as worker:
-            server = McpServerConfig(name="worker", url=worker.url + "/mcp")
+            server = McpServerConfig(name="worker", url=worker.url)
             log = EventLog(sink=lambda line: None)
             with trio.fail_after(120):
                 async with open_mcp_pool([server], log=log, secrets=SecretResolver(env={}), run_id="t") as pool:

@@ -37,7 +37,7 @@ async def test_sigterm_drain_answers_the_sync_spawn_in_flight(finishes: bool) ->
     async with scripted_gateway(default=reply) as gw:
         argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url, *ARGV]
         async with agentd_worker(argv) as worker:
-            server = McpServerConfig(name="worker", url=worker.url + "/mcp")
+            server = McpServerConfig(name="worker", url=worker.url)
             log = EventLog(sink=lambda line: None)
             answers: list[Any] = []
             with trio.fail_after(60):

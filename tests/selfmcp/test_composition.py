@@ -101,11 +101,10 @@ def _observed(result: dict) -> dict:
 async def test_parent_drives_worker_over_mtls(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     async with worker(_worker_mtls(pki)) as url:
-        port = url.rsplit(":", 1)[1]
         config = tmp_path / "parent.yaml"
         config.write_text(
             "mcp_servers:\n"
-            f"  - name: reviewer\n    url: https://127.0.0.1:{port}\n"
+            f"  - name: reviewer\n    url: {url}\n"
             f"    tls: {{ca: {pki.ca}, cert: {pki.client.cert}, key: {pki.client.key}}}\n"
         )
         result = await run_parent(["--config", str(config), "--instruction", "orchestrate the review",
@@ -123,11 +122,10 @@ async def test_parent_drives_worker_over_bearer_and_wrong_token_fails(tmp_path: 
             str(pki.server.key), "--serve-bearer", "{{secret:REVIEWER_TOKEN}}", "--intelligence", "test"]
     worker_log: list[str] = []
     async with worker(argv, env={"REVIEWER_TOKEN": TOKEN}, stderr_lines=worker_log) as url:
-        port = url.rsplit(":", 1)[1]
         config = tmp_path / "parent.yaml"
         config.write_text(
             "mcp_servers:\n"
-            f"  - name: reviewer\n    url: https://127.0.0.1:{port}/mcp\n"
+            f"  - name: reviewer\n    url: {url}\n"
             "    headers: {Authorization: 'Bearer {{secret:REVIEWER_TOKEN}}'}\n"
             f"    tls: {{ca: {pki.ca}}}\n"
         )
@@ -145,6 +143,22 @@ async def test_parent_drives_worker_over_bearer_and_wrong_token_fails(tmp_path: 
     assert worker_log and not any(TOKEN in line for line in worker_log)
 
 
+@pytest.mark.parametrize(("listen", "path"), [("http://127.0.0.1:0/agent", "/agent"), ("http://127.0.0.1:0", "/mcp")])
+async def test_the_advertised_url_answers(listen: str, path: str) -> None:
+    """serve.start advertises a URL a client can use as written: with the served path, not a bare origin."""
+    import httpx
+
+    async with worker(["--serve-mcp", listen, "--intelligence", "test"]) as url:
+        assert url.startswith("http://127.0.0.1:") and url.endswith(path), url
+        async with httpx.AsyncClient() as client:
+            reply = await client.post(url, headers={"Accept": "application/json, text/event-stream"}, json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"}}})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["result"]["serverInfo"]["name"]
+
+
 async def test_non_loopback_bind_without_auth_exits_2() -> None:
     with trio.fail_after(30):
         done = await trio.run_process([*AGENTD, "--serve-mcp", "http://0.0.0.0:0", "--intelligence", "test"],
@@ -158,7 +172,7 @@ async def test_subscribe_pattern_with_agentd_client_over_mtls(tmp_path: Path) ->
 
     pki = make_pki(tmp_path / "pki")
     async with worker(_worker_mtls(pki)) as url:
-        server = McpServerConfig(name="reviewer", url=url + "/mcp",
+        server = McpServerConfig(name="reviewer", url=url,
                                  tls=TlsConfig(ca=str(pki.ca), cert=str(pki.client.cert), key=str(pki.client.key)))
         log = EventLog(sink=lambda line: None)
         with trio.fail_after(60):
