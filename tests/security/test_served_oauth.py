@@ -74,7 +74,7 @@ async def test_agentd_client_credentials_to_agentd_over_mtls_and_every_refusal(t
     worker_log: list[str] = []
     async with idp() as authority:
         async with worker(_worker_argv(pki, authority.issuer, "--serve-a2a"), stderr_lines=worker_log) as bound:
-            url = bound + "/mcp"
+            url = bound  # serve.start advertises the endpoint with its path
             resource = url
             # --- agentd's client: 401 -> discovery -> client_credentials token -> status -------------------
             settings = ClientCredentialsSettings(client_id=authority.client_id,
@@ -95,7 +95,7 @@ async def test_agentd_client_credentials_to_agentd_over_mtls_and_every_refusal(t
 
             async with _mtls_client(pki) as client:
                 # --- the metadata document, at the root and the path-suffixed form, with no token ------------
-                origin = bound
+                origin = bound.removesuffix("/mcp")
                 for path in ("/.well-known/oauth-protected-resource",
                              "/.well-known/oauth-protected-resource/mcp"):  # fmt: skip
                     found = await client.get(origin + path)
