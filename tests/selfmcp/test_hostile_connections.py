@@ -81,7 +81,7 @@ async def _send(sock: trio.SocketStream, data: bytes) -> bool:
 @asynccontextmanager
 async def _daemon(*extra: str, log: list[str]) -> AsyncIterator[str]:
     async with worker(["--serve-mcp", "http://127.0.0.1:0/mcp", *extra, *BASE], stderr_lines=log) as url:
-        yield f"{url}/mcp"
+        yield url  # serve.start advertises the endpoint with its path
 
 
 # -- HTTP/2 is off unless asked for ----------------------------------------------------------------------------
@@ -284,7 +284,7 @@ async def test_accept_errors_under_a_small_descriptor_limit_do_not_end_the_serve
     monkeypatch.setattr(test_composition, "AGENTD", [sys.executable, str(launcher)])
     async with worker(["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-max-per-client", "1000", *BASE],
                       env={"PYTHONPATH": os.getcwd()}, stderr_lines=log) as bound:
-        url = f"{bound}/mcp"
+        url = bound
         port = _port(url)
         socks = []
         for _ in range(150):
