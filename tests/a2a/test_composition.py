@@ -49,6 +49,7 @@ async def test_parent_delegates_to_worker_over_https_bearer(tmp_path: Path, sdk_
                 str(pki.server.key), "--serve-bearer", "{{secret:WORKER_TOKEN}}", "--serve-a2a",
                 "--intelligence", gw.url, "--mcp", f"sdk={sdk_server.url}"]
         async with worker(argv, env={"WORKER_TOKEN": TOKEN}, stderr_lines=lines) as url:
+            url = url.removesuffix("/mcp")  # serve.start advertises the MCP endpoint; A2A hangs off the origin
             config = tmp_path / "parent.yaml"
             config.write_text(
                 "a2a_peers:\n"

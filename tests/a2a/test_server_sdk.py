@@ -76,6 +76,7 @@ async def test_sdk_client_drives_agentd() -> None:
     async with scripted_gateway(rules=RULES, default={"echo_last": True}) as gw:
         argv = ["--serve-mcp", "http://127.0.0.1:0", "--serve-a2a", "--intelligence", gw.url]
         async with worker(argv, stderr_lines=lines) as url, httpx.AsyncClient(timeout=60) as http:
+            url = url.removesuffix("/mcp")  # serve.start advertises the MCP endpoint; A2A hangs off the origin
             with trio.fail_after(120):
                 card = (await http.get(url + "/.well-known/agent-card.json")).json()
                 assert card["supportedInterfaces"][0] == {
@@ -126,6 +127,7 @@ async def test_bad_input_on_the_served_endpoint() -> None:
         argv = ["--serve-mcp", "http://127.0.0.1:0", "--serve-a2a", "--intelligence", gw.url,
                 "--serve-max-body", "65536"]
         async with worker(argv) as url, httpx.AsyncClient(timeout=60) as http:
+            url = url.removesuffix("/mcp")  # serve.start advertises the MCP endpoint; A2A hangs off the origin
             rpc = url + "/a2a"
             headers = {"content-type": "application/json", "A2A-Version": "1.0"}
 
@@ -163,6 +165,7 @@ async def test_bearer_is_required_on_the_a2a_paths() -> None:
         argv = ["--serve-mcp", "http://127.0.0.1:0", "--serve-a2a", "--intelligence", gw.url,
                 "--serve-bearer", "{{secret:WORKER_TOKEN}}"]
         async with worker(argv, env={"WORKER_TOKEN": token}) as url:
+            url = url.removesuffix("/mcp")  # serve.start advertises the MCP endpoint; A2A hangs off the origin
             with trio.fail_after(60):
                 async with httpx.AsyncClient(timeout=30) as anonymous:
                     assert (await anonymous.get(url + "/.well-known/agent-card.json")).status_code == 401
