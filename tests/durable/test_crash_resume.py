@@ -167,3 +167,48 @@ async def test_without_a_state_dir_nothing_is_written(tmp_path):
         code, result, stderr = await _run(_argv(gw, peer, None))
     assert code == 0 and result["result"] == "fine"
     assert '"journal.opened"' not in stderr and list(tmp_path.iterdir()) == []
+
+
+async def test_a_sigterm_drained_run_resumes_with_the_same_run_id(tmp_path):
+    state = tmp_path / "state"
+    hold_reply = trio.Event()
+    async with counting_peer() as peer, scripted_gateway(
+        rules=_rules(hold_reply), default=tool_call("pay__charge", {"key": "order-7", "hold": "none"}),
+    ) as gw:
+        argv = _argv(gw, peer, state, "--drain-timeout", "500ms")
+        with open(tmp_path / "drained.stderr", "wb") as err:
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=err, env=_env(), cwd=ROOT)
+            try:
+                with trio.fail_after(60):
+                    while not ("tool.outcome" in _kinds(state) and len(gw.requests) == 2):
+                        await trio.sleep(0.02)
+                proc.send_signal(signal.SIGTERM)
+                with trio.fail_after(30):
+                    await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        assert proc.returncode != -signal.SIGKILL
+        assert "run.ended" not in _kinds(state)  # drained: left unfinished on purpose
+
+        code, result, stderr = await _run(argv)
+        assert code == 0 and result["result"] == "order 7 is settled", stderr[-3000:]
+        assert peer.count("charge") == 1 and "done (execution #1)" in _last_tool_text(gw)
+
+
+async def test_daemon_wakes_are_journaled_and_numbered_after_an_earlier_process(tmp_path):
+    state = tmp_path / "state"
+    async with counting_peer() as peer, scripted_gateway(default=text("tick done")) as gw:
+        argv = _argv(gw, peer, state, "--mode", "loop", "--interval", "0", "--budget-tokens-lifetime", "20")
+        code, _, stderr = await _run(argv)
+        assert code == 7, stderr[-3000:]  # the lifetime budget ends the loop after two wakes of 15 tokens
+        code, _, stderr = await _run(argv)
+        assert code == 7, stderr[-3000:]
+    journal = JournalFile(db_path(str(state)), readonly=True)
+    try:
+        wakes = {s.run_id: s.status for s in journal.list_runs(50, None)}
+    finally:
+        journal.close()
+    assert wakes == {f"{RUN}.1": "completed", f"{RUN}.2": "completed", f"{RUN}.3": "completed",
+                     f"{RUN}.4": "completed"}
