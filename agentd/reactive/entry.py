@@ -180,6 +180,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 limits=limits,
                 log=daemon_log,
                 budget=LifetimeBudget(cfg.budget_tokens_lifetime),
+                state=journal,
             )
             if journal is not None:
                 runs.runs = await _earlier_wakes(journal, log.run_id, daemon_log)
