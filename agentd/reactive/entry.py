@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from agentd.a2a.client import A2aPeers
 from agentd.config.model import Config
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -62,6 +63,7 @@ def loop_run_job(
     add_controls: AddControls | None = None,
     on_usage: UsageHook | None = None,
     usage_for: UsageFor | None = None,
+    peers: A2aPeers | None = None,
     journal: JournalStore | None = None,
     cfg: Config | None = None,
 ) -> RunJob:
@@ -84,7 +86,7 @@ def loop_run_job(
                 return journaled.recorded
             request = journaled.request
         result = await run_with(request, pool=pool, intel=intel, controls=controls, log=run_log,
-                                on_usage=usage_for(run_id) if usage_for is not None else on_usage,
+                                on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers,
                                 journal=journaled.recorder if journaled is not None else None)
         await journal_end(journaled, result)
         return result
@@ -170,12 +172,14 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     limits = limits_of(cfg)
     started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
-        async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id) as opened:
+        async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
+                            a2a_peers=cfg.a2a_peers) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
                 loop_run_job(opened.pool, opened.intel, log, output_contract=cfg.output_contract,
-                             add_controls=add_controls, usage_for=usage_for, journal=journal, cfg=cfg),
+                             add_controls=add_controls, usage_for=usage_for, peers=opened.peers,
+                             journal=journal, cfg=cfg),
                 base_run_id=log.run_id,
                 limits=limits,
                 log=daemon_log,

@@ -147,8 +147,8 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
     out["catalogue_ms"] = best_ms(lambda: build_catalogue(pool.tools(), wake_controls(pool), log=log), n, repeat)
     out["tools"] = len(tools)
 
-    from agentd.run import run_with
     from agentd.loop.runner import RunRequest
+    from agentd.run import run_with
 
     async def one_wake() -> None:
         request = RunRequest("Report the counter.", "bench.1", Limits(max_steps=4, max_tokens=0))

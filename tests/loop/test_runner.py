@@ -7,7 +7,6 @@ from typing import Any
 import trio
 
 from agentd.client.models import ResourceInfo
-from agentd.run import run_with
 from agentd.errors import IntelligenceError, McpRpcError, McpTransportError
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -15,6 +14,7 @@ from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.loop.result import RunStatus
 from agentd.loop.runner import MAX_CONSECUTIVE_FAULTS, RunRequest
+from agentd.run import run_with
 from tests.loop.scripted import MemoryPool, ScriptedModel, call, final, text_result, tools_reply
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
