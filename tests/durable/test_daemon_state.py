@@ -90,3 +90,47 @@ async def test_a_self_subscription_survives_a_crash_and_a_missed_change_wakes(tm
         await _daemon_until(argv, tmp_path / "3.stderr", lambda: _restored(tmp_path / "3.stderr") is not None)
         restored = _restored(tmp_path / "3.stderr")
         assert restored is not None and restored["changed"] is False  # nothing missed: no wake
+
+
+async def test_a_pending_self_schedule_survives_a_crash_and_fires_once(tmp_path):
+    from agentd.reactive.runs import SELF_SCHEDULES
+
+    state = tmp_path / "state"
+    first = {"after_seconds": 3, "instruction": "job A: send the weekly report"}
+    second = {"after_seconds": 3600, "instruction": "schedule B: later"}
+    rules = [Rule({"last_role": "tool"}, text("scheduled")),
+             Rule({"last_contains": "job A"}, text("report sent")),
+             Rule({"last_contains": "Keep an eye"}, tool_call("schedule", first), 1)]
+    async with (
+        scripted_gateway(rules=rules, default=tool_call("schedule", second)) as gw,
+        launch.peer_server(launch.sdk_server_argv()) as peer,
+    ):
+        argv = [sys.executable, "-m", "agentd", "--mode", "loop", "--interval", "1h", "--intelligence", gw.url,
+                "--mcp", f"srv={peer.url}", "--instruction", "Keep an eye on things.", "--run-id", "sched",
+                "--state-dir", str(state)]
+
+        def pending() -> dict[str, object]:
+            if not os.path.exists(db_path(str(state))):
+                return {}
+            journal = JournalFile(db_path(str(state)), readonly=True)
+            try:
+                return journal.get_state(SELF_SCHEDULES)
+            finally:
+                journal.close()
+
+        def fired() -> int:
+            return sum(1 for r in gw.requests if r.messages and r.messages[-1].get("role") == "user"
+                       and "job A" in str(r.messages[-1].get("content")))
+
+        await _daemon_until(argv, tmp_path / "1.stderr", lambda: len(pending()) == 1)
+        assert fired() == 0  # killed before it was due
+
+        def job_a_kept() -> bool:
+            return any("job A" in str(v) for v in pending().values())
+
+        await _daemon_until(argv, tmp_path / "2.stderr", lambda: fired() >= 1 and not job_a_kept())
+        assert fired() == 1
+        # forgotten once fired: a third start does not fire it again
+        await _daemon_until(argv, tmp_path / "3.stderr", lambda: len(
+            [r for r in gw.requests if "Keep an eye" in str(r.messages[-1].get("content"))]) >= 3)
+        assert fired() == 1
