@@ -208,19 +208,29 @@ def ended(log: EventLog, result: RunResult, **fields: Any) -> None:
 async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[JournalStore | None]:
     """The daemon's journal under ``state_dir`` for the block (``None`` and nothing opened without one).
 
-    On opening, finished runs outside the default :class:`~agentd.journal.store.Retention` are pruned and the
+    A state directory that cannot be opened is a :class:`ConfigError` (exit 2) before anything runs. On
+    opening, finished runs outside the default :class:`~agentd.journal.store.Retention` are pruned and the
     unfinished runs are named in ``journal.opened`` (a run resumes when a run with its id is started again).
     """
     if state_dir is None:
         yield None
         return
+    from agentd.journal.errors import JournalError
     from agentd.journal.sqlite import open_journal  # sqlite3: only for a daemon with a state directory
 
-    async with open_journal(state_dir) as journal:
-        pruned = await journal.prune(Retention())
-        unfinished = [r.run_id for r in await journal.unfinished_runs()]
-        log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)
-        yield journal
+    opened = False
+    try:
+        async with open_journal(state_dir) as journal:
+            pruned = await journal.prune(Retention())
+            unfinished = [r.run_id for r in await journal.unfinished_runs()]
+            log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)
+            opened = True
+            yield journal
+    except JournalError as exc:
+        if opened:
+            raise
+        # Before anything ran: an unusable state directory is a configuration problem (exit 2).
+        raise ConfigError(f"--state-dir: {exc}") from None
 
 
 @attrs.frozen

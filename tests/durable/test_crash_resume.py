@@ -212,3 +212,12 @@ async def test_daemon_wakes_are_journaled_and_numbered_after_an_earlier_process(
         journal.close()
     assert wakes == {f"{RUN}.1": "completed", f"{RUN}.2": "completed", f"{RUN}.3": "completed",
                      f"{RUN}.4": "completed"}
+
+
+async def test_an_unusable_state_dir_is_a_config_error(tmp_path):
+    (tmp_path / "a-file").write_text("not a directory")
+    async with counting_peer() as peer, scripted_gateway(default=text("fine")) as gw:
+        done = await trio.run_process(_argv(gw, peer, tmp_path / "a-file" / "state"), capture_stdout=True,
+                                      capture_stderr=True, check=False, env=_env(), cwd=ROOT)
+        assert done.returncode == 2 and b"--state-dir" in done.stderr, done.stderr[-2000:]
+        assert gw.requests == []
