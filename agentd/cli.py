@@ -131,9 +131,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         if argv and argv[0] in ("run", "transcript"):
             return _delegate(argv[0], argv[1:], promise)
         if argv and argv[0] == "journal":
+            from agentd.config.argv import flag_named
             from agentd.journal.cli import journal_main
 
-            return journal_main(argv[1:], env)
+            return journal_main(argv[1:], env, state_dir_envs=flag_named("--state-dir").env_names)
         if argv and argv[0] == "trace":
             from agentd.terminal.trace import trace_main
 

@@ -10,6 +10,8 @@
 around the daemon nursery and hands it to the serve task and to the mode runner, so served spawns and
 the agent's own spawns share one chokepoint (caps, ``--max-subagents``, the token ceiling). It also owns the
 window between them: the daemon mode publishes its status and the served ``agent://status`` reads it.
+With ``--state-dir`` it opens the run journal once (agentd.run.open_state) and hands it to the mode runner;
+without, no journal is opened and nothing is written.
 
 A run itself is composed in agentd.run (open, run, end by one rule); nothing here is global, so two ``main``
 calls in one trio process do not interfere. Whatever a mode runner raises ends as a :class:`RunResult` by
@@ -32,9 +34,10 @@ from agentd.errors import ConfigError
 from agentd.events import EventLog, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
+from agentd.journal.store import JournalStore
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
-from agentd.run import outcome_of, reraise_if_not_an_outcome, run_config
+from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
 from agentd.supervisor.messages import Usage as UsageFrame
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
@@ -45,12 +48,13 @@ class ModeRunner(Protocol):
     """Runs the daemon in one mode inside the daemon nursery; ``env`` is where secrets are looked up.
 
     ``supervisor`` is the daemon's one root supervisor: the runner offers its ``subagent.*`` tools and reports
-    its runs' usage to it, and never opens another. ``board`` is where a daemon mode shows its status.
+    its runs' usage to it, and never opens another. ``board`` is where a daemon mode shows its status;
+    ``journal`` is the run journal (``--state-dir``) or ``None``.
     """
 
     def __call__(
         self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-        supervisor: Supervisor, board: StatusBoard,
+        supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -105,6 +109,7 @@ async def main(
     # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with (
+        open_state(cfg.state_dir, log=log) as journal,
         open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor,
         trio.open_nursery() as daemon,
     ):
@@ -113,7 +118,8 @@ async def main(
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
             else:
-                result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board)
+                result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board,
+                                      journal=journal)
         except BaseException as exc:
             try:
                 reraise_if_not_an_outcome(exc, log, say=False)  # the run itself said it was cancelled
@@ -161,7 +167,7 @@ async def _start_serving(
 
 async def _once(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard,
+    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
 ) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
 
@@ -179,19 +185,20 @@ async def _once(
         await root.authority.report_usage(root.handle, frame)
 
     try:
-        return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage)
+        return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,
+                                journal=journal)
     finally:
         root.cancel_own_subtree("parent ended")
 
 
 async def _daemon_mode(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard,
+    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
 ) -> RunResult:
     from agentd.reactive.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
-                             publish=board.published)
+                             publish=board.published, journal=journal)
 
 
 #: ``cfg.mode`` -> its runner.

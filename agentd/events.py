@@ -55,7 +55,9 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # process and configuration
         "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
-        "run.start", "run.end", "run.failed", "run.cancelled",
+        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed", "run.interrupted",
+        # the run journal (--state-dir)
+        "journal.opened", "journal.write_failed",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
         "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_description", "mcp.tool_unusable",

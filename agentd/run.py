@@ -8,7 +8,11 @@ wake of the loop, schedule and reactive modes (:func:`run_with`, on the daemon's
   deadline (a server that accepts and never answers spends the run's time, not more);
 - end by the same rule: :func:`outcome_of` turns whatever escaped (trio wraps it in exception groups) into
   one :class:`RunResult`, so a failure has the same exit code whichever layer sees it;
-- say ``run.start`` and ``run.end`` with the same fields (:func:`started`, :func:`ended`).
+- say ``run.start`` and ``run.end`` with the same fields (:func:`started`, :func:`ended`);
+- with a journal (``--state-dir``, opened once by the daemon with :func:`open_state`), are journaled the same
+  way (:func:`journal_run`, :func:`journal_end`): ``RunStarted``, every step as the loop commits it,
+  ``RunEnded``. A run whose id is already in the journal unfinished is *resumed* from its last committed step;
+  one already finished is not run again (its recorded result is returned). docs/durability.md.
 
 Decisions are data: :func:`agentd.errors.flatten` names the one exception a group stands for,
 :func:`outcome_of` maps it to a status. Cancellation and configuration errors are not run outcomes; they propagate.
@@ -33,13 +37,17 @@ from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
+from agentd.intelligence.wire import ToolCall
+from agentd.journal.recorder import RunRecorder, config_digest, rebuild
+from agentd.journal.records import RunStarted
+from agentd.journal.store import JournalStore, Retention
 from agentd.loop.a2a import register_a2a_tools
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
-from agentd.loop.result import RunResult, RunStatus
-from agentd.loop.runner import RunRequest, UsageHook, run_loop
+from agentd.loop.result import RunResult, RunStatus, RunUsage
+from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
 from agentd.secrets import SecretResolver
 
 
@@ -193,6 +201,102 @@ def ended(log: EventLog, result: RunResult, **fields: Any) -> None:
     )
 
 
+# --- the journal ------------------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[JournalStore | None]:
+    """The daemon's journal under ``state_dir`` for the block (``None`` and nothing opened without one).
+
+    A state directory that cannot be opened is a :class:`ConfigError` (exit 2) before anything runs. On
+    opening, finished runs outside the default :class:`~agentd.journal.store.Retention` are pruned and the
+    unfinished runs are named in ``journal.opened`` (a run resumes when a run with its id is started again).
+    """
+    if state_dir is None:
+        yield None
+        return
+    from agentd.journal.errors import JournalError
+    from agentd.journal.sqlite import open_journal  # sqlite3: only for a daemon with a state directory
+
+    opened = False
+    try:
+        async with open_journal(state_dir) as journal:
+            pruned = await journal.prune(Retention())
+            unfinished = [r.run_id for r in await journal.unfinished_runs()]
+            log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)
+            opened = True
+            yield journal
+    except JournalError as exc:
+        if opened:
+            raise
+        # Before anything ran: an unusable state directory is a configuration problem (exit 2).
+        raise ConfigError(f"--state-dir: {exc}") from None
+
+
+@attrs.frozen
+class Journaled:
+    """A run as the journal starts it: the request (with its :class:`Resume` when recovered), the recorder,
+    or the recorded result of a run that had already finished (then nothing runs)."""
+
+    request: RunRequest
+    recorder: RunRecorder
+    recorded: RunResult | None = None
+
+
+def settings_of(cfg: Config) -> dict[str, Any]:
+    """The settings a run's ``config_digest`` covers (not its id, its state directory or its telemetry)."""
+    skip = {"run_id", "state_dir", "log_level", "log_content", "instruction", "instruction_file"}
+    return {k: v for k, v in attrs.asdict(cfg, recurse=True).items() if k not in skip}
+
+
+async def journal_run(journal: JournalStore, request: RunRequest, *, settings: Mapping[str, Any], log: EventLog,
+                      parent: str | None = None) -> Journaled:
+    """Start ``request`` in the journal: a new run gets its ``RunStarted``; an unfinished one is resumed.
+
+    Raises:
+        ConfigError: the run id names a journaled run with another instruction (exit 2, nothing written).
+    """
+    recorder = RunRecorder(journal, request.run_id)
+    prior = await journal.read_run(request.run_id)
+    if prior is None:
+        await recorder.started(RunStarted(config_digest(settings), request.instruction,
+                                          request.output_contract, parent))
+        return Journaled(request, recorder)
+    state = rebuild(prior)
+    if state.started is not None and state.started.instruction != request.instruction:
+        raise ConfigError(f"--run-id {request.run_id!r} names a journaled run with another instruction; "
+                          "use another --run-id (or the same instruction to resume it)")
+    if state.ended is not None:
+        log.info("run.replayed", status=state.ended.status, steps=state.steps)
+        return Journaled(request, recorder, _recorded(request.run_id, state.ended.status, state.ended.result,
+                                                      state.ended.error))
+    resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
+                    completion_tokens=state.completion_tokens,
+                    pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending))
+    log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending))
+    return Journaled(attrs.evolve(request, resume=resume), recorder)
+
+
+async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
+    """Commit ``RunEnded`` (durable). A drained run is left unfinished: the next start resumes it."""
+    if journaled is None or journaled.recorded is not None or result.drained:
+        return
+    await journaled.recorder.ended(result.status.value, result.to_json(), result.error)
+
+
+def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> RunResult:
+    body = recorded if isinstance(recorded, Mapping) else {}
+    usage: Mapping[str, Any] = body["usage"] if isinstance(body.get("usage"), Mapping) else {}
+    try:
+        value = RunStatus(status)
+    except ValueError:
+        value = RunStatus.FAILED
+    return RunResult(run_id=run_id, status=value, partial=bool(body.get("partial", False)),
+                     result=body.get("result"), steps=int(body.get("steps", 0) or 0),
+                     usage=RunUsage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+                     error=error)
+
+
 # --- the loop's runs -------------------------------------------------------------------------------------------
 
 
@@ -205,12 +309,14 @@ async def run_with(
     controls: ControlToolRegistry | None = None,
     on_usage: UsageHook | None = None,
     peers: A2aPeers | None = None,
+    journal: StepJournal | None = None,
 ) -> RunResult:
     """Run the loop once with everything already open (a wake uses the daemon's pool and intelligence).
 
     Registers ``resource.read`` unless the registry already has one, and the ``a2a.*`` tools when ``peers``
     has a connected peer; the caller's other control tools (``subagent.*``, ``subscribe``, …) are offered as
-    they are.
+    they are. With ``journal`` (a :func:`journal_run` recorder), the loop commits every step to it; the
+    caller commits the end (:func:`journal_end`).
     """
     registry = controls if controls is not None else ControlToolRegistry()
     builtin = resource_read_tool(pool)
@@ -218,7 +324,8 @@ async def run_with(
         registry.register(builtin)
     if peers is not None:
         register_a2a_tools(registry, peers)
-    return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage)
+    return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage,
+                          journal=journal)
 
 
 async def run_config(
@@ -234,11 +341,14 @@ async def run_config(
     controls: ControlToolRegistry | None = None,
     on_usage: UsageHook | None = None,
     seed: Sequence[Mapping[str, Any]] = (),
+    journal: JournalStore | None = None,
+    parent: str | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
     The daemon's once run calls this; so does a subagent's turn, with the spawn payload's instruction, server
-    subset, limits and context seed. Emits ``run.start`` and ``run.end``.
+    subset, limits and context seed. Emits ``run.start`` and ``run.end``. With ``journal`` the run is
+    journaled, resumed when unfinished, or answered from the journal when already finished.
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -251,6 +361,12 @@ async def run_config(
     if not request.instruction.strip():
         raise ConfigError("an instruction is required (--instruction or --instruction-file)")
     declared = tuple(cfg.mcp if servers is None else servers)
+    journaled: Journaled | None = None
+    if journal is not None:
+        journaled = await journal_run(journal, request, settings=settings_of(cfg), log=log, parent=parent)
+        if journaled.recorded is not None:
+            return journaled.recorded
+        request = journaled.request
     gateway = Gateway.of(cfg)
     started(log, mode=cfg.mode, servers=[s.name for s in declared],
             instruction=log.content(request.instruction), intelligence=gateway.shown(), model=cfg.model,
@@ -263,13 +379,15 @@ async def run_config(
             # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
             rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
             result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,
-                                    on_usage=on_usage, peers=opened.peers)
+                                    on_usage=on_usage, peers=opened.peers,
+                                    journal=journaled.recorder if journaled is not None else None)
     except BaseException as exc:
         reraise_if_not_an_outcome(exc, log)
         if isinstance(flatten(exc), ConnectDeadline):
             log.warn("loop.budget", budget=RunStatus.DEADLINE.value, steps=0, max_steps=request.limits.max_steps,
                      tokens=0, max_tokens=request.limits.max_tokens, deadline=request.limits.deadline)
         result = outcome_of(exc, run_id=run_id, log=log)
+    await journal_end(journaled, result)
     ended(log, result)
     return result
 
@@ -277,14 +395,19 @@ async def run_config(
 __all__ = [
     "ConnectDeadline",
     "Gateway",
+    "Journaled",
     "Opened",
     "ended",
     "is_cancellation",
+    "journal_end",
+    "journal_run",
     "limits_of",
     "open_run",
+    "open_state",
     "outcome_of",
     "reraise_if_not_an_outcome",
     "run_config",
     "run_with",
+    "settings_of",
     "started",
 ]

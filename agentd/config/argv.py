@@ -58,6 +58,11 @@ class Flag:
         return self.name.removeprefix("--").replace("-", "_")
 
 
+def flag_named(name: str) -> Flag:
+    """The flag called ``name`` (``--state-dir``): where its environment names come from."""
+    return next(f for f in FLAGS if f.name == name)
+
+
 def _s(seconds: float) -> str:
     """A default duration as help text writes it: ``250ms``, ``5s``."""
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
@@ -86,6 +91,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "what the final answer must look like (a JSON answer is parsed)", _RUN, "TEXT"),
     Flag("--run-id", "run_id", "str", "the run id in every event and tools/call _meta (default: time+pid)",
          _RUN, "ID", commands=_ALL_THREE),
+    Flag("--state-dir", "state_dir", "path",
+         "journal every run under this directory and resume an unfinished run with the same --run-id "
+         "(default: off, nothing is written)", _RUN, "PATH"),
     # intelligence
     Flag("--intelligence", "intelligence", "endpoints",
          "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",

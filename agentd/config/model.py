@@ -128,6 +128,8 @@ class Config:
     budget_exit_code: int | None = None
     # identity and telemetry
     run_id: str = ""
+    #: Where the run journal lives (``--state-dir``); ``None``: no journal is opened.
+    state_dir: str | None = None
     log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
     #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).

@@ -9,8 +9,9 @@ the commands are blocking: no trio, no thread.
   where the record has them), without payloads.
 - ``export RUN``: the whole run, every record with its payload, in a versioned document.
 
-The journal is ``<state dir>/journal.sqlite3``; the state directory comes from ``--state-dir`` or
-``AGENTD_STATE_DIR``.
+The journal is ``<state dir>/journal.sqlite3``; the state directory comes from ``--state-dir`` or the
+environment names the caller gives (agentd.cli passes those of the daemon's ``--state-dir`` flag, whose one
+home is the flag table in agentd.config.argv: ``AGENTD_STATE_DIR``, then ``AGENT_STATE_DIR``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from agentd.errors import ConfigError
 from agentd.journal.sqlite import SCHEMA_VERSION, JournalFile, db_path
 from agentd.journal.store import RunSummary
 
-STATE_DIR_ENV: Final = "AGENTD_STATE_DIR"
 #: The ``format`` of an ``agentd journal export`` document.
 EXPORT_FORMAT: Final = "agentd.journal.run"
 #: Fields ``show`` keeps from a record (payload fields are left to ``export``).
@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd journal", description="Read the durable run journal.")
     p.add_argument("command", choices=["list", "show", "export"])
     p.add_argument("run_id", nargs="?")
-    p.add_argument("--state-dir", help=f"the state directory (default: ${STATE_DIR_ENV})")
+    p.add_argument("--state-dir", help="the state directory (default: $AGENTD_STATE_DIR)")
     p.add_argument("--limit", type=int, default=50, help="list: at most this many runs (default 50)")
     p.add_argument("--status", help="list: only runs with this status (running, completed, ...)")
     return p
@@ -48,12 +48,15 @@ def _summary(s: RunSummary) -> dict[str, Any]:
     return attrs.asdict(s)
 
 
-def journal_main(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+def journal_main(args: Sequence[str], env: Mapping[str, str] | None = None, *,
+                 state_dir_envs: Sequence[str] = ()) -> int:
+    """``agentd journal``; ``state_dir_envs`` are the environment names of the state directory, in order."""
     env = os.environ if env is None else env
     options = _parser().parse_args(list(args))
-    state_dir = options.state_dir or env.get(STATE_DIR_ENV)
+    state_dir = options.state_dir or next((env[n] for n in state_dir_envs if env.get(n)), None)
     if not state_dir:
-        raise ConfigError(f"agentd journal: no state directory (pass --state-dir or set {STATE_DIR_ENV})")
+        hint = f" or set {state_dir_envs[0]}" if state_dir_envs else ""
+        raise ConfigError(f"agentd journal: no state directory (pass --state-dir{hint})")
     if options.command != "list" and not options.run_id:
         raise ConfigError(f"agentd journal {options.command}: RUN is required")
     if options.limit <= 0:

@@ -45,6 +45,8 @@ class Entry:
     control: ControlTool | None = None
     #: Why the tool cannot be called at all (its inputSchema cannot be evaluated), or None.
     unusable: str | None = None
+    #: The server's annotations say ``idempotentHint: true``: a call whose outcome was lost may be re-sent.
+    idempotent: bool = False
 
     def check(self, arguments: Any) -> str | None:
         """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do."""
@@ -90,7 +92,10 @@ def build_catalogue(
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
         prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
-        entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator, unusable=prepared.unusable)
+        annotations = getattr(tool, "annotations", None)
+        idempotent = isinstance(annotations, Mapping) and annotations.get("idempotentHint") is True
+        entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator, unusable=prepared.unusable,
+                              idempotent=idempotent)
         chat.append(ChatTool(wire, tool.description or "", prepared.schema))
         if audit is not None:
             # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.

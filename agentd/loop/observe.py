@@ -70,6 +70,14 @@ def fault(server: str, tool: str, reason: str) -> str:
     )
 
 
+def unknown_outcome(tool: str) -> str:
+    return (
+        f"[agentd restarted while this call to {tool!r} was in flight: it may or may not have run, and its "
+        "result was lost. It was not sent again because the tool does not declare itself idempotent; check "
+        "its effect before calling it again]"
+    )
+
+
 def elided(size: int) -> str:
     return (
         f"[agentd elided this older observation ({size} characters) to keep the conversation within bounds; "

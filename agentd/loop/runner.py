@@ -12,6 +12,12 @@ order. Each call ends as exactly one observation in the conversation:
   :data:`MAX_CONSECUTIVE_FAULTS` faults in a row with no successful call end the run as ``failed``:
   the servers are broken, and burning the step budget on them helps nobody.
 
+With a :class:`StepJournal` (``--state-dir``), each step's model reply and tool requests are committed
+before any of its calls is sent, and each call's observation as soon as it is made; a :class:`Resume`
+(rebuilt from that journal after a crash) starts the loop from the last committed step. A call whose outcome
+was lost is re-sent only when its tool declares ``idempotentHint: true``; otherwise the model is told the
+outcome is unknown. Without a journal the loop pays one ``is None`` test per step and per call.
+
 The final model message with no tool calls is the result, distilled (:mod:`agentd.loop.distill`).
 Budgets (:mod:`agentd.loop.budgets`) end the run with ``partial: true`` and the best result so far: the
 last text the model wrote. The deadline is a ``move_on_after`` around the steps so that best result
@@ -74,6 +80,31 @@ class ToolObserver(Protocol):
     ) -> None: ...
 
 
+class StepJournal(Protocol):
+    """Where the loop commits what it did (agentd.journal's recorder, through agentd.run).
+
+    ``replied`` commits a step's assistant message (its tool calls are the requests) and usage before any
+    call is sent (write-ahead); ``observed`` commits one call's observation as the model will see it.
+    """
+
+    async def replied(self, step: int, message: Mapping[str, Any], prompt_tokens: int,
+                      completion_tokens: int) -> None: ...
+
+    async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None: ...
+
+
+@attrs.frozen
+class Resume:
+    """Where a recovered run starts again: the conversation after the instruction, as committed."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    steps: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    #: The last step's tool calls with no committed observation, in the model's order.
+    pending: tuple[ToolCall, ...] = ()
+
+
 @attrs.frozen
 class RunRequest:
     """What to run: the task, its identity, and its bounds."""
@@ -84,6 +115,8 @@ class RunRequest:
     output_contract: str | None = None
     #: Earlier turns to start from (a subagent's narrowed context), OpenAI chat message dicts.
     seed: tuple[Mapping[str, Any], ...] = ()
+    #: A recovered run's committed conversation (agentd.run rebuilds it from the journal).
+    resume: Resume | None = None
 
 
 @attrs.define(eq=False)
@@ -106,6 +139,8 @@ class _Run:
     elided: int = 0
     _kept: deque[int] = attrs.field(factory=deque)  # indices of tool messages not yet elided, oldest first
     observer: ToolObserver | None = None
+    journal: StepJournal | None = None
+    last_ok: bool = False
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -139,6 +174,9 @@ class _Run:
             usage=self.meter.usage.to_json(),
         )
         self.messages.append(_assistant_message(reply))
+        if self.journal is not None:
+            await self.journal.replied(step, self.messages[-1], reply.usage.prompt_tokens,
+                                       reply.usage.completion_tokens)
         if self.observer is not None:
             for call in reply.tool_calls:
                 self.observer.requested(step, call)
@@ -146,9 +184,45 @@ class _Run:
             return self.final(reply)
         for call in reply.tool_calls:
             ended = await self.run_call(call, catalogue, step)
+            if self.journal is not None:
+                await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
         return None
+
+    async def recover(self, resume: Resume) -> RunResult | None:
+        """Settle the calls whose outcome was lost, then end the run if its last reply was final."""
+        catalogue = self.current_catalogue()
+        step = self.meter.steps
+        for call in resume.pending:
+            entry = catalogue.resolve(call.name)
+            if entry is not None and entry.idempotent:
+                ended = await self.run_call(call, catalogue, step)
+            else:
+                self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
+                             step, time.perf_counter())
+                ended = None
+            if self.journal is not None:
+                await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
+            if ended is not None:
+                return ended
+        last = self.messages[-1]
+        if last.get("role") == "assistant" and not last.get("tool_calls"):
+            return self.final(ModelReply(last.get("content"), finish_reason="stop"))
+        return None
+
+    def restore(self, resume: Resume) -> None:
+        """Take a recovered conversation, its step count and its usage (before :meth:`recover`)."""
+        for message in resume.messages:
+            self.messages.append(dict(message))
+            if message.get("role") == "tool":
+                self._kept.append(len(self.messages) - 1)
+                self.observation_chars += len(str(message.get("content") or ""))
+            elif message.get("role") == "assistant" and str(message.get("content") or "").strip():
+                self.best_text = str(message["content"])
+        self.fit_history()
+        self.meter.steps = resume.steps
+        self.meter.add_usage(resume.prompt_tokens, resume.completion_tokens)
 
     def final(self, reply: ModelReply) -> RunResult | None:
         contract = self.request.output_contract
@@ -299,6 +373,7 @@ class _Run:
         # A server may echo a credential back (a header, a token): registered secret values never reach the
         # model, the transcript or the result. Scrubbed before the cap, so no part of one survives a cut.
         text = observe.cap(self.log.redactor.scrub(text))
+        self.last_ok = kind == "result" and not is_error
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         self._kept.append(len(self.messages) - 1)
         self.observation_chars += len(text)
@@ -369,16 +444,21 @@ async def run_loop(
     log: EventLog,
     on_usage: UsageHook | None = None,
     observer: ToolObserver | None = None,
+    journal: StepJournal | None = None,
 ) -> RunResult:
     """Run one task to a :class:`RunResult`. Intelligence failures end the run (status
     ``intelligence_failed``, exit 4) with the best result so far; cancellation from outside propagates.
-    ``observer`` (optional) sees every tool call's request, start and end.
+    ``observer`` (optional) sees every tool call's request, start and end; ``journal`` (optional) commits
+    every step (see the module docstring); ``request.resume`` starts from a recovered conversation.
     """
-    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits), observer=observer)
+    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits), observer=observer,
+               journal=journal)
     system = system_prompt(
         instructions=pool.instructions(), resources=pool.resources(), output_contract=request.output_contract
     )
     run.messages = initial_messages(system, request.instruction, request.seed)
+    if request.resume is not None:
+        run.restore(request.resume)
     catalogue = run.current_catalogue()
     log.info(
         "loop.start",
@@ -396,6 +476,8 @@ async def run_loop(
     drain = current_drain()
     with trio.move_on_after(request.limits.deadline) as deadline:
         try:
+            if request.resume is not None:
+                result = await run.recover(request.resume)
             while result is None:
                 if drain.requested:
                     # Drain: stop at a step boundary with the best result so far (a clean drain exits 0).
@@ -430,4 +512,5 @@ def _budget_event(log: EventLog, which: str, run: _Run) -> None:
     )
 
 
-__all__: Sequence[str] = ("MAX_CONSECUTIVE_FAULTS", "RunRequest", "ToolObserver", "UsageHook", "run_loop")
+__all__: Sequence[str] = ("MAX_CONSECUTIVE_FAULTS", "Resume", "RunRequest", "StepJournal", "ToolObserver", "UsageHook",
+                          "run_loop")

@@ -19,6 +19,8 @@ from agentd.a2a.client import A2aPeers
 from agentd.config.model import Config
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
+from agentd.journal.recorder import RunRecorder
+from agentd.journal.store import JournalStore
 from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
@@ -31,11 +33,14 @@ from agentd.reactive.runs import DaemonRuns, Job, RunJob
 from agentd.run import (
     Gateway,
     ended,
+    journal_end,
+    journal_run,
     limits_of,
     open_run,
     outcome_of,
     reraise_if_not_an_outcome,
     run_with,
+    settings_of,
     started,
 )
 from agentd.secrets import SecretResolver
@@ -59,10 +64,13 @@ def loop_run_job(
     on_usage: UsageHook | None = None,
     usage_for: UsageFor | None = None,
     peers: A2aPeers | None = None,
+    journal: JournalStore | None = None,
+    cfg: Config | None = None,
 ) -> RunJob:
     """A :data:`RunJob` running the agent loop (agentd.run.run_with) with an already open pool and intelligence.
 
-    ``usage_for(run_id)`` (when given) is each run's own usage hook, else ``on_usage`` serves them all.
+    ``usage_for(run_id)`` (when given) is each run's own usage hook, else ``on_usage`` serves them all. With
+    ``journal`` each wake is journaled as its own run (its settings digest from ``cfg``).
     """
 
     async def run_job(job: Job, run_id: str, controls: ControlToolRegistry, limits: Limits) -> RunResult:
@@ -70,8 +78,18 @@ def loop_run_job(
             add_controls(controls, run_id)
         request = RunRequest(instruction=job.instruction, run_id=run_id, limits=limits,
                              output_contract=output_contract, seed=job.seed)
-        return await run_with(request, pool=pool, intel=intel, controls=controls, log=log.bind(run_id=run_id),
-                              on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers)
+        run_log = log.bind(run_id=run_id)
+        journaled = None
+        if journal is not None:
+            journaled = await journal_run(journal, request, settings=settings_of(cfg) if cfg else {}, log=run_log)
+            if journaled.recorded is not None:
+                return journaled.recorded
+            request = journaled.request
+        result = await run_with(request, pool=pool, intel=intel, controls=controls, log=run_log,
+                                on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers,
+                                journal=journaled.recorder if journaled is not None else None)
+        await journal_end(journaled, result)
+        return result
 
     return run_job
 
@@ -122,14 +140,31 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
     return add_controls, usage_for
 
 
+async def _earlier_wakes(journal: JournalStore, base: str, log: EventLog) -> int:
+    """The highest wake number an earlier daemon with this run id journaled; its unfinished wakes end
+    ``interrupted`` (a wake is not resumed yet: its trigger may fire again)."""
+    prefix, highest = f"{base}.", 0
+    for summary in await journal.list_runs(limit=1 << 30):
+        number = summary.run_id.removeprefix(prefix)
+        if summary.run_id.startswith(prefix) and number.isdigit():
+            highest = max(highest, int(number))
+            if summary.ended_at is None:
+                await RunRecorder(journal, summary.run_id).ended(
+                    "interrupted", None, "the daemon stopped during this wake; wakes are not resumed")
+                log.warn("run.interrupted", wake=summary.run_id)
+    return highest
+
+
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
-                      publish: Publish | None = None) -> RunResult:
+                      publish: Publish | None = None, journal: JournalStore | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
     ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
     (agentd.drain); ``env`` is where secret references are looked up; ``publish`` shows the daemon's status to
     ``agent://status``. The intelligence and the pool are opened once for the daemon's life (agentd.run).
+    ``journal`` (``--state-dir``) journals every wake; wakes left unfinished by an earlier process with the
+    same run id are closed as ``interrupted`` and the numbering continues after them (not resumed yet).
     """
     if drain is None:
         drain = _drain_event(daemon, log)
@@ -143,12 +178,16 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
                 loop_run_job(opened.pool, opened.intel, log, output_contract=cfg.output_contract,
-                             add_controls=add_controls, usage_for=usage_for, peers=opened.peers),
+                             add_controls=add_controls, usage_for=usage_for, peers=opened.peers,
+                             journal=journal, cfg=cfg),
                 base_run_id=log.run_id,
                 limits=limits,
                 log=daemon_log,
                 budget=LifetimeBudget(cfg.budget_tokens_lifetime),
+                state=journal,
             )
+            if journal is not None:
+                runs.runs = await _earlier_wakes(journal, log.run_id, daemon_log)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
                                 publish=publish)

@@ -115,6 +115,7 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             if ctx.pool is not None:
                 await _start_reactivity(ctx, nursery)
             await _arm(ctx)
+            await runs.restore(ctx.router.notify if ctx.router is not None else None)
             nursery.start_soon(body)
             task_status.started()
             await _first_of(ctx.drain.wait, runs.stopping.wait)
@@ -278,6 +279,7 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
         contents, server = list(read.contents), read.server
     except ResourceNotFound:
         contents, server = None, wake.server
+    await runs.seen(wake.uri, contents)
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                  wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
     # A resource may hold a credential a server echoed: registered secret values never reach the model.

@@ -11,6 +11,8 @@ why the daemon must stop and sets :attr:`stopping`; the mode driver then drains.
 from __future__ import annotations
 
 import math
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final, Literal
@@ -19,12 +21,14 @@ import attrs
 import trio
 
 from agentd.events import EventLog, null_log
+from agentd.journal.errors import JournalError
+from agentd.journal.store import JournalStore
 from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.reactive.governor import LifetimeBudget, RestartGovernor
-from agentd.reactive.selftools import SelfRequests, register_self_tools
-from agentd.reactive.watch import Origin, Watcher
+from agentd.reactive.selftools import ScheduleRequest, SelfRequests, register_self_tools
+from agentd.reactive.watch import Origin, Watcher, content_digest
 
 Trigger = Literal["loop", "schedule", "wake", "scheduled", "continue"]
 #: Statuses that count as a failure for the restart governor (budget cuts and refusals do not).
@@ -33,6 +37,10 @@ FAILED_STATUSES: Final = frozenset(
 )
 #: Runs the agent may have scheduled for itself and not yet started, daemon-wide.
 MAX_PENDING_SCHEDULED: Final = 64
+#: Daemon-state namespaces (``--state-dir``): the agent's own subscriptions (by URI, with the digest of the
+#: contents last seen) and its pending self-scheduled runs (by id, with the wall-clock time and instruction).
+SELF_SUBSCRIPTIONS: Final = "reactive.self_subscriptions"
+SELF_SCHEDULES: Final = "reactive.self_schedules"
 
 
 @attrs.frozen
@@ -73,6 +81,9 @@ class DaemonRuns:
     stopping: trio.Event = attrs.field(factory=trio.Event)
     runs: int = 0
     usage: RunUsage = attrs.field(factory=RunUsage)
+    #: The journal's daemon state (``--state-dir``): self subscriptions and schedules survive a restart.
+    state: JournalStore | None = None
+    _kept_uris: set[str] = attrs.field(factory=set, init=False)
     _active: int = attrs.field(default=0, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
     _not_before: float = attrs.field(default=-math.inf, init=False)
@@ -209,13 +220,90 @@ class DaemonRuns:
                              reason="not subscribed by the agent (operator subscriptions stay)")
                     continue
                 log.info("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=True)
+                if sub.action == "subscribe":
+                    await self._keep_subscription(sub.uri, await self._digest(sub.uri), log)
+                else:
+                    await self._keep_subscription(sub.uri, None, log, drop=True)
             except Exception as exc:
                 log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
                          error=type(exc).__name__, reason=str(exc))
         for request in requests.schedules:
-            self.schedule(request.after_seconds, request.instruction, log)
+            self.schedule(request.after_seconds, request.instruction, log,
+                          key=await self._keep_schedule(request, log))
 
-    def schedule(self, after: float, instruction: str, log: EventLog) -> None:
+    # --- durable daemon state (--state-dir) ---
+
+    async def _put(self, namespace: str, changes: Mapping[str, Any], log: EventLog) -> bool:
+        if self.state is None:
+            return False
+        try:
+            await self.state.put_state(namespace, changes)
+        except JournalError as exc:  # the daemon goes on; this change will not survive a restart
+            log.warn("journal.write_failed", namespace=namespace, error=str(exc))
+            return False
+        return True
+
+    async def _digest(self, uri: str) -> str | None:
+        """The digest of ``uri``'s contents now (None when it cannot be read): what a restart compares."""
+        if self.state is None or self.watcher is None:
+            return None
+        try:
+            read = await self.watcher.pool.read_resource(uri, None)
+        except Exception:  # not found, server down: compared as "unknown", so a restart wakes
+            return None
+        return content_digest(list(read.contents))
+
+    async def _keep_subscription(self, uri: str, digest: str | None, log: EventLog, *, drop: bool = False) -> None:
+        if drop:
+            self._kept_uris.discard(uri)
+            await self._put(SELF_SUBSCRIPTIONS, {uri: None}, log)
+        elif await self._put(SELF_SUBSCRIPTIONS, {uri: {"digest": digest}}, log):
+            self._kept_uris.add(uri)
+
+    async def _keep_schedule(self, request: ScheduleRequest, log: EventLog) -> str | None:
+        key = uuid.uuid4().hex
+        saved = {"at": time.time() + request.after_seconds, "instruction": request.instruction}
+        return key if await self._put(SELF_SCHEDULES, {key: saved}, log) else None
+
+    async def seen(self, uri: str, contents: Any) -> None:
+        """A wake read ``uri``: remember what it saw, so a restart wakes only for a change missed while down."""
+        if uri in self._kept_uris:
+            digest = content_digest(list(contents)) if contents is not None else None
+            await self._put(SELF_SUBSCRIPTIONS, {uri: {"digest": digest}}, self.log)
+
+    async def restore(self, notify: Callable[[str, str | None], None] | None) -> None:
+        """Re-establish what an earlier process kept: the agent's subscriptions, read after subscribing (a
+        change missed while down is a wake through ``notify``), and its pending self-scheduled runs."""
+        if self.state is None:
+            return
+        try:
+            subscriptions = await self.state.get_state(SELF_SUBSCRIPTIONS)
+            schedules = await self.state.get_state(SELF_SCHEDULES)
+        except JournalError as exc:
+            self.log.warn("journal.write_failed", namespace=SELF_SUBSCRIPTIONS, error=str(exc))
+            return
+        for uri, saved in subscriptions.items():
+            if self.watcher is None:
+                break
+            try:
+                if not self.watcher.watching(uri, Origin.SELF):
+                    await self.watcher.watch(uri, Origin.SELF)
+            except Exception as exc:
+                self.log.warn("mcp.subscribe", uri=uri, action="subscribe", origin="self", applied=False,
+                              restored=True, error=type(exc).__name__, reason=str(exc))
+                continue
+            self._kept_uris.add(uri)
+            digest = await self._digest(uri)
+            changed = digest is None or digest != (saved or {}).get("digest")
+            self.log.info("mcp.subscribe", uri=uri, action="subscribe", origin="self", applied=True, restored=True,
+                          changed=changed)
+            if changed and notify is not None:
+                notify(uri, None)
+        for key, saved in schedules.items():
+            after = max(0.0, float(saved.get("at", 0)) - time.time())
+            self.schedule(after, str(saved.get("instruction", "")), self.log, key=key)
+
+    def schedule(self, after: float, instruction: str, log: EventLog, *, key: str | None = None) -> None:
         if self._nursery is None or not self.accepting or self._scheduled >= MAX_PENDING_SCHEDULED:
             log.warn("schedule.fire", after_s=after, applied=False,
                      reason="daemon not taking runs" if self._nursery is None or not self.accepting
@@ -223,14 +311,16 @@ class DaemonRuns:
             return
         self._scheduled += 1
         log.info("trigger.armed", trigger="scheduled", after_s=after)
-        self._nursery.start_soon(self._fire_later, after, instruction)
+        self._nursery.start_soon(self._fire_later, after, instruction, key)
 
-    async def _fire_later(self, after: float, instruction: str) -> None:
+    async def _fire_later(self, after: float, instruction: str, key: str | None = None) -> None:
         try:
             await trio.sleep(after)
         finally:
             self._scheduled -= 1
         if self.accepting:
+            if key is not None:  # fired at most once: forgotten before it runs (the run itself is journaled)
+                await self._put(SELF_SCHEDULES, {key: None}, self.log)
             self.log.info("schedule.fire", trigger="scheduled", after_s=after, applied=True)
             await self.backoff_gate()
             await self.run(Job("scheduled", instruction))

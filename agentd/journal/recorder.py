@@ -1,0 +1,125 @@
+"""One run's journal, written and read back: :class:`RunRecorder` commits what the loop did, :func:`rebuild`
+turns the committed records into where a recovered run starts again.
+
+Why here: the run composition (agentd.run) owns *when* a run is journaled; this module owns *what* a run's
+records are and what they mean after a crash, with no knowledge of the loop's types (it sees plain JSON
+messages, as the loop holds them). The loop calls the recorder through its narrow
+:class:`agentd.loop.runner.StepJournal` hook:
+
+- ``replied(step, message, ...)``: one batch per step, committed *before* any of the step's tool calls is
+  sent (write-ahead): the assistant message, one ``ToolCallRequested`` per call, the step's usage;
+- ``observed(step, call_id, ok, text)``: one call's observation, committed as soon as the loop made it.
+
+So after a crash every tool call the journal knows of is in one of two states: its outcome committed (its
+observation is replayed, the call is never re-sent) or *pending* (requested, no outcome: it may or may not
+have reached the server). :func:`rebuild` reports the pending calls; the loop decides what to do with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from agentd.journal.records import (
+    ModelReply,
+    RunEnded,
+    RunStarted,
+    ToolCallOutcome,
+    ToolCallRequested,
+    Usage,
+)
+from agentd.journal.store import JournalStore, RunJournal
+
+
+def config_digest(settings: Mapping[str, Any]) -> str:
+    """A short, stable digest of a run's settings (``RunStarted.config_digest``); values are never stored."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@attrs.frozen
+class PendingCall:
+    """A requested tool call with no committed outcome."""
+
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen
+class Rebuilt:
+    """A run as its journal has it: how it started, the conversation after the instruction, and where it is."""
+
+    started: RunStarted | None
+    ended: RunEnded | None
+    messages: tuple[dict[str, Any], ...]
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    pending: tuple[PendingCall, ...]
+
+
+def rebuild(journal: RunJournal) -> Rebuilt:
+    """The committed conversation of ``journal`` (model replies and observations, in commit order)."""
+    started: RunStarted | None = None
+    ended: RunEnded | None = None
+    messages: list[dict[str, Any]] = []
+    requested: dict[str, PendingCall] = {}
+    steps = prompt = completion = 0
+    for entry in journal.entries:
+        record = entry.record
+        if isinstance(record, RunStarted):
+            started = record
+        elif isinstance(record, ModelReply):
+            message = record.message if isinstance(record.message, dict) else {"role": "assistant",
+                                                                                "content": str(record.message)}
+            messages.append(dict(message))
+            steps = max(steps, record.step)
+        elif isinstance(record, ToolCallRequested):
+            arguments = record.arguments if isinstance(record.arguments, str) else json.dumps(record.arguments)
+            requested[record.call_id] = PendingCall(record.step, record.call_id, record.name, arguments)
+        elif isinstance(record, ToolCallOutcome):
+            requested.pop(record.call_id, None)
+            messages.append({"role": "tool", "tool_call_id": record.call_id, "content": str(record.result)})
+        elif isinstance(record, Usage):
+            prompt += record.input_tokens
+            completion += record.output_tokens
+        elif isinstance(record, RunEnded):
+            ended = record
+    return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()))
+
+
+@attrs.define(eq=False)
+class RunRecorder:
+    """Commits one run's records to a :class:`JournalStore` (the loop's ``StepJournal``)."""
+
+    store: JournalStore
+    run_id: str
+
+    async def started(self, record: RunStarted) -> None:
+        await self.store.append(self.run_id, [record], durable=True)
+
+    async def replied(self, step: int, message: Mapping[str, Any], prompt_tokens: int,
+                      completion_tokens: int) -> None:
+        calls: Sequence[Mapping[str, Any]] = message.get("tool_calls") or ()
+        records: list[Any] = [ModelReply(step, dict(message))]
+        for call in calls:
+            function = call.get("function") or {}
+            records.append(ToolCallRequested(step, str(call.get("id")), str(function.get("name")),
+                                             function.get("arguments")))
+        records.append(Usage(step, prompt_tokens, completion_tokens))
+        await self.store.append(self.run_id, records)
+
+    async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
+        await self.store.append(self.run_id, [ToolCallOutcome(step, call_id, ok, text)])
+
+    async def ended(self, status: str, result: Any, error: str | None) -> None:
+        await self.store.append(self.run_id, [RunEnded(status, result, error)], durable=True)
+
+
+__all__ = ["PendingCall", "Rebuilt", "RunRecorder", "config_digest", "rebuild"]

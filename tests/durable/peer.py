@@ -1,0 +1,118 @@
+"""An in-process MCP server (2025-11-25, JSON responses) that counts the tool calls it executes, for crash tests.
+
+Real HTTP on 127.0.0.1 (hypercorn's trio worker). Two tools, both taking ``{"key": str, "hold": str}``:
+
+* ``charge``: not idempotent (no ``idempotentHint``): every execution is a new charge;
+* ``lookup``: annotated ``idempotentHint: true``: safe to send again.
+
+``hold`` makes the FIRST call with a given key hang forever (so a test can SIGKILL agentd while it waits):
+``before`` hangs before executing (the call is received, nothing happens), ``after`` executes, then hangs
+before answering. ``received`` lists every call that arrived, ``executed`` every call that took effect.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from tests.peers.asgi import Receive, Send, lifespan, read_body
+
+_ARGS = {"type": "object", "properties": {"key": {"type": "string"}, "hold": {"type": "string"}},
+         "required": ["key"]}
+TOOLS = [
+    {"name": "charge", "description": "Charge the card once per call.", "inputSchema": _ARGS,
+     "annotations": {"destructiveHint": True, "idempotentHint": False}},
+    {"name": "lookup", "description": "Look the key up.", "inputSchema": _ARGS,
+     "annotations": {"readOnlyHint": False, "idempotentHint": True}},
+]
+
+
+@attrs.define(eq=False)
+class CountingPeer:
+    origin: str = ""
+    received: list[dict[str, Any]] = attrs.field(factory=list)
+    executed: list[dict[str, Any]] = attrs.field(factory=list)
+    _held: set[str] = attrs.field(factory=set)
+
+    def count(self, name: str) -> int:
+        return sum(1 for c in self.executed if c["name"] == name)
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        if scope["path"] != "/mcp":
+            await _json(send, 404, {"error": "not_found"})
+            return
+        if scope["method"] in ("GET", "DELETE"):
+            await _json(send, 405 if scope["method"] == "GET" else 200, {})
+            return
+        message = json.loads(body)
+        method = message.get("method")
+        if "id" not in message:
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if method == "initialize":
+            result: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                                      "serverInfo": {"name": "counting", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": TOOLS}
+        elif method == "tools/call":
+            result = await self._call(message["params"])
+        elif method == "ping":
+            result = {}
+        else:
+            await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"],
+                                    "error": {"code": -32601, "message": "no such method"}})
+            return
+        extra = [(b"mcp-session-id", b"sess-1")] if method == "initialize" else []
+        await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
+
+    async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
+        name, args = params["name"], params.get("arguments") or {}
+        call = {"name": name, "key": args.get("key")}
+        self.received.append(call)
+        first = f"{name}:{args.get('key')}" not in self._held
+        self._held.add(f"{name}:{args.get('key')}")
+        if first and args.get("hold") == "before":
+            await trio.sleep_forever()
+        self.executed.append(call)
+        if first and args.get("hold") == "after":
+            await trio.sleep_forever()
+        n = self.count(name)
+        return {"content": [{"type": "text", "text": f"{name} {args.get('key')} done (execution #{n})"}],
+                "isError": False}
+
+
+async def _json(send: Send, status: int, doc: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *(extra or [])]})
+    await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
+
+
+@asynccontextmanager
+async def counting_peer() -> AsyncIterator[CountingPeer]:
+    app = CountingPeer()
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 0.1
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(functools.partial(serve, app, config))  # type: ignore[arg-type]
+        host, port = binds[0].rsplit(":", 1)
+        app.origin = f"{host.replace('0.0.0.0', '127.0.0.1')}:{port}"
+        yield app
+        nursery.cancel_scope.cancel()
