@@ -157,7 +157,7 @@ class Catalogue:
             else:
                 entry["description"] = self.log.content(tool.description or "")
             entries.append(entry)
-        fields: dict[str, Any] = {"server": self.name, "tools": entries, "resources": len(self.resources)}
+        fields: dict[str, Any] = {"server": self.name, "tools": entries}
         if self._listings:
             before = self.hashes
             fields["changed"] = {
