@@ -17,9 +17,10 @@ from agentd.client.exchange import Exchange, SessionGone
 from agentd.client.models import ResourceInfo, ResourceTemplateInfo, ToolInfo
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError
-from agentd.events import EventLog
+from agentd.events import MAX_FIELD_ITEMS, EventLog
 from agentd.mcp import schemas, types
 from agentd.mcp.streamable_http import invalid_header_annotation
+from agentd.mcp.tool_hash import tool_hash
 from agentd.mcp.versions import Era
 
 #: A server still returning a cursor after this many pages is broken.
@@ -28,6 +29,11 @@ MAX_PAGES: Final = 1024
 #: (gateways cap a request's tools far lower); past this a server is hostile or broken, and structuring and
 #: offering every entry would cost seconds of CPU on the event loop. The rest are dropped with one event.
 MAX_ENTRIES: Final = 4096
+
+
+def info_hash(tool: ToolInfo) -> str:
+    """``tool``'s audit hash (agentd.mcp.tool_hash): what ``agentd check`` prints and a ``pin:`` holds."""
+    return tool_hash(tool.description, tool.input_schema, tool.output_schema, tool.annotations, tool.title)
 
 
 @attrs.define(eq=False)
@@ -46,6 +52,11 @@ class Catalogue:
     _refresh_wanted: trio.Event = attrs.field(factory=trio.Event)
     #: Compiled output schemas, per tool, for the current tool list.
     _validators: dict[str, Any] = attrs.field(factory=dict)
+    #: The audit hash (agentd.mcp.tool_hash) of every tool of the last listing, refused ones included.
+    hashes: dict[str, str] = attrs.field(factory=dict)
+    #: Tools a pinned server listed but may not offer: ``{tool: its pinned hash, or None if not pinned}``.
+    refused: dict[str, str | None] = attrs.field(factory=dict)
+    _listings: int = 0
 
     @property
     def name(self) -> str:
@@ -108,13 +119,58 @@ class Catalogue:
                     self.log.warn("mcp.protocol_error", server=self.name, what=f"tool {tool.name!r} dropped: {reason}")
             tools = kept
         allowed = self.config.tools
-        self.tools = [
+        listed = [
             ToolInfo(self.name, t.name, t.description, t.input_schema, t.output_schema, t.annotations, t.title)
             for t in tools
             if allowed is None or t.name in allowed  # a host allowlist: the rest never reach the catalogue
         ]
-        # The audit record of each (untrusted) description is the loop's mcp.tool_description event.
+        hashes = {t.name: info_hash(t) for t in listed}
+        refused = self._pin_check(hashes)
+        self.tools = [t for t in listed if t.name not in refused]
+        self._audit(listed, hashes, refused)
+        self.hashes, self.refused = hashes, refused
         self._validators = {}
+
+    def _pin_check(self, hashes: dict[str, str]) -> dict[str, str | None]:
+        """The tools a pinned server may not offer: ``{tool: pinned hash or None}``; each logged once per change."""
+        pin = self.config.pin
+        if pin is None:
+            return {}
+        refused = {name: pin.get(name) for name, digest in hashes.items() if pin.get(name) != digest}
+        for name, pinned in refused.items():
+            if self.refused.get(name, "") == pinned and self.hashes.get(name) == hashes[name]:
+                continue  # the same mismatch as at the last listing: already reported
+            self.log.warn("mcp.tool_pin_mismatch", server=self.name, tool=name, pinned=pinned, listed=hashes[name])
+        return refused
+
+    def _audit(self, listed: list[ToolInfo], hashes: dict[str, str], refused: dict[str, str | None]) -> None:
+        """One ``mcp.catalogue`` event per listing: every tool's name and hash (and, with ``--log-content``, its
+        untrusted text), and after the first listing exactly which tools were added, removed or changed."""
+        entries: list[dict[str, Any]] = []
+        for tool in listed:
+            entry: dict[str, Any] = {"name": tool.name, "hash": hashes[tool.name]}
+            if tool.name in refused:
+                entry["refused"] = True
+            if self.log.log_content:
+                entry.update(description=tool.description, title=tool.title, inputSchema=tool.input_schema,
+                             outputSchema=tool.output_schema, annotations=tool.annotations)
+            else:
+                entry["description"] = self.log.content(tool.description or "")
+            entries.append(entry)
+        fields: dict[str, Any] = {"server": self.name, "tools": entries}
+        if self._listings:
+            before = self.hashes
+            fields["changed"] = {
+                "added": sorted(set(hashes) - set(before)),
+                "removed": sorted(set(before) - set(hashes)),
+                "modified": sorted(n for n in hashes.keys() & before.keys() if hashes[n] != before[n]),
+            }
+        self._listings += 1
+        # A line keeps MAX_FIELD_ITEMS items per list: a longer catalogue is logged in parts, none cut.
+        parts = [entries[i:i + MAX_FIELD_ITEMS] for i in range(0, len(entries), MAX_FIELD_ITEMS)] or [[]]
+        for index, part in enumerate(parts):
+            extra = {"part": index + 1, "parts": len(parts)} if len(parts) > 1 else {}
+            self.log.info("mcp.catalogue", **{**fields, "tools": part, **extra})
 
     async def load_resources(self) -> None:
         resources: list[types.Resource] = await self._drain(
@@ -162,10 +218,8 @@ class Catalogue:
             except (McpError, trio.TooSlowError, SessionGone) as exc:
                 self.log.warn("mcp.protocol_error", server=self.name, what=f"refreshing the catalogue: {exc}")
                 continue
-            self.log.info(
-                "mcp.catalogue", server=self.name, tools=len(self.tools), resources=len(self.resources),
-                refreshed=sorted(wanted),
-            )  # fmt: skip
+            if "tools" not in wanted:  # a tools listing has logged its own mcp.catalogue
+                self.log.info("mcp.catalogue", server=self.name, resources=len(self.resources))
 
     def check_structured(self, tool: str, structured: dict[str, Any] | None) -> None:
         """Check a tool's ``structuredContent`` against its declared ``outputSchema`` (if any)."""

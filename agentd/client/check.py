@@ -32,6 +32,7 @@ def _describe(conn: ServerConnection) -> dict[str, Any]:
         "tools": [
             {
                 "name": t.name,
+                "hash": conn.catalogue.hashes.get(t.name),
                 "title": t.title,
                 "description": t.description,
                 "inputSchema": t.input_schema,
@@ -39,6 +40,11 @@ def _describe(conn: ServerConnection) -> dict[str, Any]:
                 "annotations": t.annotations,
             }
             for t in conn.tools
+        ],
+        # A pinned server's tools that do not match the pin: not offered; their hash is the listed one.
+        "refusedTools": [
+            {"name": name, "hash": conn.catalogue.hashes.get(name), "pinned": pinned}
+            for name, pinned in conn.catalogue.refused.items()
         ],
         "resources": [
             {"uri": r.uri, "name": r.name, "description": r.description, "mimeType": r.mime_type, "size": r.size}

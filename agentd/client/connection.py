@@ -267,6 +267,9 @@ class ServerConnection:
     async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str) -> ToolResult:
         if self.config.tools is not None and tool not in self.config.tools:
             raise McpError(f"tools/call {tool}: not in the host's allowlist for {self.name!r}", server=self.name)
+        if tool in self.catalogue.refused:
+            raise McpError(f"tools/call {tool}: refused, its listed definition does not match the pin for "
+                           f"{self.name!r} (see mcp.tool_pin_mismatch)", server=self.name)
         params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {mcp_meta.RUN_ID: run_id}}
         exchange = self.exchange
         try:

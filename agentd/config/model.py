@@ -30,6 +30,10 @@ def _frozen_mapping(value: Mapping[str, str] | None) -> Mapping[str, str]:
     return dict(value or {})
 
 
+def _optional_mapping(value: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    return None if value is None else dict(value)
+
+
 @attrs.frozen
 class TlsConfig:
     """Client-side TLS for one MCP server: a private CA bundle and/or a client certificate (mTLS)."""
@@ -68,6 +72,9 @@ class McpServerConfig:
     #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
     #: None: every tool the server lists. The connection hides the rest and refuses calls to them.
     tools: tuple[str, ...] | None = None
+    #: Pinned tool hashes ``{tool: sha256-hex}`` (``pin:`` / ``pin_file:``, agentd.mcp.tool_hash); None: not
+    #: pinned. A pinned server's tool whose hash differs, or that is not pinned at all, is refused.
+    pin: Mapping[str, str] | None = attrs.field(default=None, converter=_optional_mapping)
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)

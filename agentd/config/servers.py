@@ -11,6 +11,7 @@
         connect_timeout: 10s
         call_timeout: 60s
         tags: [sensitive_data]               # Rule of Two (docs/security.md); none: untrusted_input
+        pin: {search: 3f1c...e9}             # or pin_file: fs.pins.yaml (docs/security.md, Catalogue pinning)
 
 Relative paths (TLS files, ``{{secret-file:...}}``) are relative to the file's directory.
 """
@@ -27,6 +28,7 @@ from agentd import defaults
 from agentd.config.model import McpServerConfig, TlsConfig
 from agentd.config.structure import Duration, structure
 from agentd.errors import ConfigError
+from agentd.mcp.tool_hash import HASH_PATTERN
 
 _CONNECT_TIMEOUT: Final = Duration(defaults.CONNECT_TIMEOUT)
 _CALL_TIMEOUT: Final = Duration(defaults.CALL_TIMEOUT)
@@ -51,6 +53,8 @@ class _ServerEntry:
     connect_timeout: Duration = _CONNECT_TIMEOUT
     call_timeout: Duration = _CALL_TIMEOUT
     tags: list[str] | None = None
+    pin: dict[str, str] | None = None
+    pin_file: str | None = None
 
 
 def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind: str = "server",
@@ -69,6 +73,8 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
         entry = structure(item, _ServerEntry, path=what)
         if entry.tags is not None and not tags:
             raise ConfigError(f"unknown key 'tags' @ {what} (tags are for MCP servers)")
+        if (entry.pin is not None or entry.pin_file is not None) and not tags:
+            raise ConfigError(f"unknown key 'pin' @ {what} (catalogue pins are for MCP servers)")
         tls = None
         if entry.tls is not None:
             tls = TlsConfig(*(rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
@@ -82,12 +88,36 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
             connect_timeout=entry.connect_timeout,
             call_timeout=entry.call_timeout,
             tags=None if entry.tags is None else tuple(entry.tags),
+            pin=_pins(entry, base_dir, what) if tags else None,
         )
         check_server(server, what=what)
         if any(other.name == server.name for other in servers):
             raise ConfigError(f"{what}: duplicate {kind} name {server.name!r}")
         servers.append(server)
     return tuple(servers)
+
+
+def _pins(entry: _ServerEntry, base_dir: str, what: str) -> dict[str, str] | None:
+    """The server's pinned tool hashes from ``pin:`` or ``pin_file:`` (one, not both), checked; None: unpinned."""
+    if entry.pin is not None and entry.pin_file is not None:
+        raise ConfigError(f"{what}: give 'pin' or 'pin_file', not both")
+    if entry.pin_file is not None:
+        from agentd.config.yaml_file import read_mapping
+
+        path = rebase(entry.pin_file, base_dir) or entry.pin_file
+        raw: Any = read_mapping(path, f"{what}.pin_file")
+        where = f"{what}.pin_file ({path})"
+    elif entry.pin is not None:
+        raw, where = entry.pin, f"{what}.pin"
+    else:
+        return None
+    pins: dict[str, str] = {}
+    for tool, digest in raw.items():
+        if not isinstance(tool, str) or not isinstance(digest, str) or not HASH_PATTERN.fullmatch(digest):
+            raise ConfigError(f"{where}: {tool!r} must map to a tool hash (64 lowercase hex digits, as "
+                              f"'agentd check' prints it)")
+        pins[tool] = digest
+    return pins
 
 
 def rebase(path: str | None, base_dir: str) -> str | None:

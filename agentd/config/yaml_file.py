@@ -45,6 +45,8 @@ def read_mapping(path: str, what: str) -> dict[Any, Any]:
         raise ConfigError(f"{what} {path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{what} {path}: not UTF-8 text") from None
+    except ValueError:  # open() refuses a path with a NUL byte
+        raise ConfigError(f"{what} {path!r}: cannot read (the path holds a NUL byte)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -25,7 +25,11 @@ def check_table(doc: Mapping[str, Any], out: TextIO, *, color: bool, control_too
     for server in doc.get("servers") or []:
         tools = [t.get("name", "?") for t in server.get("tools") or []]
         resources = len(server.get("resources") or []) + len(server.get("resourceTemplates") or [])
-        if server.get("connected"):
+        refused = [t.get("name", "?") for t in server.get("refusedTools") or []]
+        if server.get("connected") and refused:
+            problems = Text("refused (pin mismatch): " + ", ".join(refused), style="bold yellow")
+            era = str(server.get("era") or "?") + (f" ({server['protocolVersion']})" if server.get("protocolVersion") else "")
+        elif server.get("connected"):
             problems = Text("—", style="dim")
             era = str(server.get("era") or "?") + (f" ({server['protocolVersion']})" if server.get("protocolVersion") else "")
         else:

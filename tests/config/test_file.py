@@ -177,3 +177,34 @@ def test_tls_ca_applies_to_https_servers_without_their_own(tmp_path: Path) -> No
     assert tls["cert"] == TlsConfig(str(tmp_path / "global.pem"), str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
     assert tls["flag"] == TlsConfig(ca=str(tmp_path / "global.pem"))
     assert tls["local"] is None
+
+
+PIN = "a" * 64
+
+
+def test_pin_and_pin_file(tmp_path: Path) -> None:
+    (tmp_path / "fs.pins.yaml").write_text(f"read_file: {'b' * 64}\n")
+    cfg = load(tmp_path, f"""
+mcp_servers:
+  - {{name: inline, url: 'https://a', pin: {{search: '{PIN}'}}}}
+  - {{name: filed, url: 'https://b', pin_file: fs.pins.yaml}}
+  - {{name: open, url: 'https://c'}}
+""")
+    inline, filed, unpinned = cfg.mcp
+    assert inline.pin == {"search": PIN} and filed.pin == {"read_file": "b" * 64} and unpinned.pin is None
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ("pin: {search: 'abc'}", "$.mcp_servers[0].pin: 'search' must map to a tool hash"),
+    (f"pin: {{search: '{PIN.upper()}'}}", "64 lowercase hex digits"),
+    (f"pin: {{search: '{PIN}'}}, pin_file: p.yaml", "give 'pin' or 'pin_file', not both"),
+    ("pin_file: missing.yaml", "$.mcp_servers[0].pin_file"),
+])
+def test_bad_pins_are_refused(tmp_path: Path, entry: str, expected: str) -> None:
+    message = refused(tmp_path, f"mcp_servers:\n  - {{name: a, url: 'https://a', {entry}}}\n")
+    assert expected in message
+
+
+def test_pins_are_for_mcp_servers_only(tmp_path: Path) -> None:
+    message = refused(tmp_path, f"a2a_peers:\n  - {{name: a, url: 'https://a', pin: {{x: '{PIN}'}}}}\n")
+    assert "unknown key 'pin'" in message

@@ -382,6 +382,11 @@ def add_tool(url: str, name: str | None = None) -> str:
     return str(_side_door(url, "/_test/add_tool", **query)["name"])
 
 
+def describe(url: str, name: str, description: str) -> str:
+    """Change a tool's description on a test peer (sends tools/list_changed); returns its name."""
+    return str(_side_door(url, "/_test/describe", name=name, description=description)["name"])
+
+
 def cancelled(url: str) -> list[dict[str, Any]]:
     """The cancellations a test peer recorded: ``[{requestId, reason, via}]``."""
     return list(_side_door(url, "/_test/cancelled", method="GET"))

@@ -10,6 +10,7 @@ Why the lowlevel ``Server``: ``MCPServer`` returns every list in one page and do
 Side doors (plain HTTP, same origin, not MCP):
 - ``POST /_test/bump?uri=test://counter`` increments the counter behind ``uri`` and notifies subscribers.
 - ``POST /_test/add_tool?name=NAME`` registers a tool and sends ``tools/list_changed``.
+- ``POST /_test/describe?name=NAME&description=TEXT`` changes a tool's description and sends ``tools/list_changed``.
 - ``GET /_test/cancelled`` returns the JSON list of cancellations received (same as resource ``test://cancelled``).
 - ``GET /_test/stats`` returns counters (requests by method, sessions seen).
 """
@@ -246,6 +247,15 @@ class TestPeer:
         await self.bus.publish(ToolsListChanged())
         return tool_name
 
+    async def describe(self, name: Any, description: Any) -> str:
+        for index, tool in enumerate(self.tools):
+            if tool.name == name:
+                self.tools[index] = tool.model_copy(update={"description": str(description)})
+        for connection in list(self.sessions):
+            await connection.send_tool_list_changed()  # best effort, never raises
+        await self.bus.publish(ToolsListChanged())
+        return str(name)
+
     # -- resources -----------------------------------------------------------------------------------------------
 
     async def list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -305,6 +315,10 @@ class TestPeer:
         async def add_tool(request: Request) -> Response:
             return JSONResponse({"name": await self.add_tool(request.query_params.get("name"))})
 
+        async def describe(request: Request) -> Response:
+            query = request.query_params
+            return JSONResponse({"name": await self.describe(query.get("name"), query.get("description"))})
+
         async def cancelled(request: Request) -> Response:
             return JSONResponse(self.cancelled)
 
@@ -314,6 +328,7 @@ class TestPeer:
         return [
             Route("/_test/bump", bump, methods=["POST"]),
             Route("/_test/add_tool", add_tool, methods=["POST"]),
+            Route("/_test/describe", describe, methods=["POST"]),
             Route("/_test/cancelled", cancelled, methods=["GET"]),
             Route("/_test/stats", stats, methods=["GET"]),
         ]
