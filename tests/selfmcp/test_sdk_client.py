@@ -131,3 +131,31 @@ async def test_sdk_drives_a_warm_session_on_a_real_worker_and_reads_each_turn() 
                         assert final["done"] is True and final["turns"] == 3
     turn_updates = [e for e in worker.events if e.get("event") == "serve.updated" and "turn" in e]
     assert [e["turn"] for e in turn_updates] == [2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leftover_children")
+async def test_a_sync_spawn_hands_back_the_childs_json_as_a_value() -> None:
+    """A served sync spawn whose child answered with a JSON object returns that object as ``result`` (in
+    ``structuredContent`` and in the text), not a string holding JSON; prose stays a string."""
+    from tests.integration.agents import agentd_worker, text_of
+    from tests.peers.gateway import RecordedRequest, scripted_gateway, text
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        users = " ".join(text_of(m.get("content")) for m in request.messages if m.get("role") == "user")
+        if "as json" in users:
+            return text('{"verdict": "approve", "issues": [1, 2]}')
+        return text("just prose")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        async with scripted_gateway(default=reply) as gw:
+            argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url, "--drain-timeout", "5"]
+            async with agentd_worker(argv) as worker:
+                with trio.fail_after(60):
+                    async with _client(f"http://127.0.0.1:{worker.port}/mcp", "legacy") as client:
+                        structured = await client.call_tool("subagent.spawn", {"instruction": "review as json"})
+                        prose = await client.call_tool("subagent.spawn", {"instruction": "review"})
+    assert structured.structured_content["result"] == {"verdict": "approve", "issues": [1, 2]}
+    assert json.loads(structured.content[0].text)["result"] == {"verdict": "approve", "issues": [1, 2]}
+    assert prose.structured_content["result"] == "just prose"
