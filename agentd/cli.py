@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentd.mcp import text as json_text
+from agentd import jsontext as json_text
 
 if TYPE_CHECKING:
     from agentd.config import Config

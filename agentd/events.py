@@ -33,7 +33,7 @@ from typing import Any, Final, TextIO
 
 import attrs
 
-from agentd.mcp import text as json_text
+from agentd import jsontext as json_text
 
 LEVELS: Final = {"debug": 10, "info": 20, "warn": 30, "error": 40}
 

@@ -19,11 +19,11 @@ import attrs
 import httpx
 import trio
 
+from agentd import jsontext as json_text
 from agentd.errors import ConfigError, IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.endpoints import display
 from agentd.intelligence.wire import MalformedReply, ModelReply, StreamAssembler, parse_completion
-from agentd.mcp import text as json_text
 from agentd.mcp.sse import SseDecoder, SseError
 
 #: A reply larger than this is refused rather than buffered.

@@ -15,9 +15,9 @@ from typing import Any, Final
 
 import attrs
 
+from agentd import jsontext as json_text
 from agentd.events import EventLog
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
-from agentd.mcp import text as json_text
 from agentd.tool_separator import SEPARATOR
 
 MODEL_NAME: Final = "agentd-offline-test"

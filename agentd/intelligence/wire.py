@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from agentd.mcp import text as json_text
+from agentd import jsontext as json_text
 
 #: The output-token cap sent with every request (the original agentd's default).
 MAX_OUTPUT_TOKENS: Final = 4096

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from agentd.mcp import text as json_text
+from agentd import jsontext as json_text
 
 MAX_RESULT_CHARS = 8000
 _TRUNCATION_MARK = "…[truncated]"

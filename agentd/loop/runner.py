@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from agentd import jsontext as json_text
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
@@ -41,7 +42,6 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
-from agentd.mcp import text as json_text
 
 MAX_CONSECUTIVE_FAULTS = 3
 #: Characters of tool observations kept in the conversation (about 64k tokens). Beyond it the oldest are

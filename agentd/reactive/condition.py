@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from agentd.mcp import text as json_text
+from agentd import jsontext as json_text
 
 OPS: Final = ("exists", "eq", "ne", "gt", "lt", "contains")
 _MISSING: Final = object()
