@@ -161,8 +161,9 @@ class Watcher:
         """Add a reason to watch ``uri``; subscribes (or starts polling) on the first one.
 
         Nothing that changes while the subscribe is in flight is lost: the watch is registered *before*
-        ``resources/subscribe`` goes out (an ``updated`` that beats the answer is routed), and the resource
-        is read once before and once after it (level, not edge): different contents are one update."""
+        ``resources/subscribe`` goes out (an ``updated`` that beats the answer is routed), and for a routed
+        watch the resource is read once before and once after it (level, not edge): different contents are
+        one update (at least once: a resource with a ticking field earns one extra wake here)."""
         async with self._lock:
             watch = self._watches.get(uri)
             if watch is not None:
@@ -170,8 +171,11 @@ class Watcher:
                 return
             watch = Watch(uri, server, {origin: 1})
             self._watches[uri] = watch
+            # An await_resource compares levels itself (its condition) and its waiter is already registered, so
+            # only routed watches compare: a resource with a ticking field would otherwise end the await at once.
+            compare = origin is not Origin.AWAIT
             try:
-                before = await self._digest(uri, server)
+                before = await self._digest(uri, server) if compare else None
                 pushed = await self.pool.subscribe(uri, server)
                 if not pushed:
                     self._start_polling(watch)
