@@ -221,7 +221,7 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     result = outcome.result
     if result is None:
         # Cancelled by the drain timeout (a clean drain, 0) or by a second signal (forced, 1).
-        promise.write(_cancelled_doc(config))
+        promise.write(_cancelled_doc(config, outcome.spent))
         code = 1 if outcome.forced else 0
     else:
         assert isinstance(result, RunResult)
@@ -299,6 +299,7 @@ class DrainOutcome:
     result: Any
     drained: bool
     forced: bool
+    spent: tuple[int, int, int] | None = None
 
 
 def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog) -> DrainOutcome:
@@ -310,7 +311,7 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
     # The root log itself (as comp "agent"): one redactor and one rate limiter for the whole process.
     main = functools.partial(daemon_main, config, log=log.bind(comp="agent"))
     run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
-    return DrainOutcome(run.result, drained=run.drained, forced=run.forced)
+    return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent)
 
 
 # --- output ------------------------------------------------------------------------------------------
@@ -321,15 +322,17 @@ def effective_config(config: Config) -> dict[str, Any]:
     return attrs.asdict(config)
 
 
-def _cancelled_doc(config: Config) -> dict[str, Any]:
+def _cancelled_doc(config: Config, spent: tuple[int, int, int] | None = None) -> dict[str, Any]:
+    """The document of a run the drain's end cut: with the steps and tokens it had really spent."""
+    steps, prompt, completion = spent or (0, 0, 0)
     return {
         "run_id": config.run_id,
         "status": "cancelled",
         "done": False,
         "partial": True,
         "result": None,
-        "steps": 0,
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "steps": steps,
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
 
 

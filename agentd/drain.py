@@ -31,6 +31,14 @@ class DrainLatch:
 
     _event: trio.Event = attrs.field(factory=trio.Event, init=False)
     reason: str | None = attrs.field(default=None, init=False)
+    #: What the runs cut by the drain's end had spent: ``(steps, prompt_tokens, completion_tokens)``, summed;
+    #: the CLI's "cancelled" document reports it (None: no run was cut).
+    spent: tuple[int, int, int] | None = attrs.field(default=None, init=False)
+
+    def note_spent(self, steps: int, prompt_tokens: int, completion_tokens: int) -> None:
+        """A run was cancelled while draining: count what it had really spent."""
+        s, p, c = self.spent or (0, 0, 0)
+        self.spent = (s + steps, p + prompt_tokens, c + completion_tokens)
 
     @property
     def requested(self) -> bool:
@@ -105,6 +113,8 @@ class SignalledRun(Generic[T]):
     result: T | None
     drained: bool
     forced: bool
+    #: The latch's :attr:`DrainLatch.spent` (what the runs cut by the drain had spent).
+    spent: tuple[int, int, int] | None = None
 
 
 async def run_with_signals(
@@ -137,4 +147,4 @@ async def run_with_signals(
             with run_scope:
                 result = await main()
             nursery.cancel_scope.cancel()
-    return SignalledRun(result, drained=latch.requested, forced=forced)
+    return SignalledRun(result, drained=latch.requested, forced=forced, spent=latch.spent)

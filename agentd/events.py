@@ -82,7 +82,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
-        "reactive.degraded", "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",
+        "reactive.degraded", "reactive.unowned",
+        "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",
         "drain.start", "drain.end",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",

@@ -20,6 +20,7 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     from agentd.events import EventLog, stream_sink
     from agentd.loop.budgets import Limits
     from agentd.loop.control import ControlToolRegistry
+    from agentd.loop.distill import structured_answer
     from agentd.run import run_config
     from agentd.supervisor.supervisor import Caller, Origin
     from agentd.supervisor.tools import register_subagent_tools
@@ -52,4 +53,6 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     )
     ctx.history.extend([{"role": "user", "content": message},
                         {"role": "assistant", "content": json.dumps(result.result, default=str)}])
-    return Result(status=str(result.status.value), partial=bool(result.partial), result=result.result)
+    # A child that answered with JSON hands its parent the value, not a string holding it.
+    return Result(status=str(result.status.value), partial=bool(result.partial),
+                  result=structured_answer(result.result))

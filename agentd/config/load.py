@@ -75,7 +75,8 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     )
     layers.append(
         {
-            dest: _convert(FLAGS_BY_DEST[dest], raw, FLAGS_BY_DEST[dest].name) for dest, raw in flags_raw.items()
+            dest: _convert(FLAGS_BY_DEST[dest], raw, FLAGS_BY_DEST[dest].name, env=env)
+            for dest, raw in flags_raw.items()
         }
     )
 
@@ -207,18 +208,22 @@ def _with_default_ca(server: McpServerConfig, ca: str) -> McpServerConfig:
 
 
 def _convert(
-    flag: Flag, value: Any, origin: str, *, from_file: bool = False, env_variable: str | None = None
+    flag: Flag, value: Any, origin: str, *, from_file: bool = False, env_variable: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Any:
-    """One raw value (argv/env string, or a YAML value) into the model's type; errors name ``origin``."""
+    """One raw value (argv/env string, or a YAML value) into the model's type; errors name ``origin``.
+
+    ``env`` (argv values only) lets a refused literal secret name the variable it was expanded from."""
     try:
-        return _convert_kind(flag, value, from_file=from_file, env_variable=env_variable)
+        return _convert_kind(flag, value, from_file=from_file, env_variable=env_variable, env=env)
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
 
 
-def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str | None) -> Any:
+def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str | None,
+                  env: Mapping[str, str] | None = None) -> Any:
     kind = flag.kind
     if kind == "bool":
         if isinstance(value, bool):
@@ -264,21 +269,34 @@ def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str 
             raise ConfigError("empty path")
         return os.path.expanduser(value)
     if kind == "secret":
-        return _secret_setting(value, env_variable)
+        return _secret_setting(value, env_variable, flag=flag.name, env=env)
     return value
 
 
-def _secret_setting(value: str, env_variable: str | None) -> str:
+def _secret_setting(value: str, env_variable: str | None, *, flag: str = "",
+                    env: Mapping[str, str] | None = None) -> str:
     """A secret setting holds a reference. From the environment a literal is fine: it becomes a reference
-    to the variable it came from, so the Config still never holds the value."""
+    to the variable it came from, so the Config still never holds the value.
+
+    A literal on the command line is refused, deliberately: it is in the process list. The refusal says
+    exactly what to type instead; when the literal is the value of an environment variable (the shell
+    expanded ``"$REVIEWER_TOKEN"``), it names that variable (never the value)."""
     if has_secret_ref(value):
         secret_refs(value)  # form check
         return value
     if env_variable is not None:
         return f"{{{{secret:{env_variable}}}}}"
+    names = sorted(name for name, held in (env or {}).items() if value and held == value)[:3]
+    typed = f"{flag} " if flag else ""
+    if names:
+        hint = " or ".join(f"{typed}'{{{{secret:{name}}}}}'" for name in names)
+        hint += " (in single quotes, so the shell passes the reference and not the token)"
+    else:
+        hint = (f"{typed}'{{{{secret:NAME}}}}' where NAME is the environment variable holding it, "
+                f"or {typed}'{{{{secret-file:PATH}}}}'")
     raise ConfigError(
-        "a literal secret is not accepted here (it would be visible in the process list and config); "
-        "use '{{secret:NAME}}' (environment variable) or '{{secret-file:PATH}}'"
+        "a literal secret is not accepted here (it would be visible in the process list and config); type "
+        + hint
     )
 
 

@@ -131,6 +131,13 @@ def _check_modes(config: Config) -> None:
         split_subscription(value, names)
     for value in config.continue_uris:
         split_subscription(value, names, flag="--continue")
+    if mode == "reactive" and not config.mcp and config.serve_mcp is None:
+        # No server owns the URIs (the daemon would warn reactive.unowned and keep serving), and there is
+        # nothing to serve: it would idle forever.
+        flag, value = ("--subscribe", config.subscribe[0]) if config.subscribe else ("--continue",
+                                                                                     config.continue_uris[0])
+        raise ConfigError(f"{flag} {value!r}: no MCP server is declared to own it (--mcp NAME=URL), and with "
+                          "no --serve-mcp nothing else would run")
     if mode == "schedule":
         if config.interval is None and config.cron is None:
             raise ConfigError("--mode schedule needs --interval or --cron")
@@ -161,15 +168,22 @@ def _check_cron_fires(expression: str) -> None:
 
 def split_subscription(value: str, servers: Iterable[str], *, flag: str = "--subscribe") -> tuple[str | None, str]:
     """``server:uri`` -> ``(server, uri)`` when ``server`` is declared and the rest is itself a URI;
-    otherwise ``(None, value)``: the owning server is found from the catalogues at run time."""
+    otherwise ``(None, value)``: the owning server is found from the catalogues at run time.
+
+    A URI template (``{...}``) is refused: templates are not subscribable, only concrete URIs are."""
     if not value.strip():
         raise ConfigError(f"{flag}: empty URI")
     head, sep, rest = value.partition(":")
     if sep and head in set(servers) and urllib.parse.urlsplit(rest).scheme:
-        return head, rest
-    if not urllib.parse.urlsplit(value).scheme:
+        server, uri = head, rest
+    elif not urllib.parse.urlsplit(value).scheme:
         raise ConfigError(f"{flag} {value!r}: not a URI (expected scheme:..., or server:scheme:...)")
-    return None, value
+    else:
+        server, uri = None, value
+    if "{" in uri or "}" in uri:
+        raise ConfigError(f"{flag} {value!r}: a URI template is not subscribable; subscribe a concrete URI "
+                          "(fill in every {...})")
+    return server, uri
 
 
 def _check_numbers(config: Config) -> None:

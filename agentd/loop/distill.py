@@ -63,6 +63,24 @@ def parse_json_answer(text: str) -> tuple[bool, Any]:
     return False, None
 
 
+def structured_answer(value: Any) -> Any:
+    """A subagent's result as its parent receives it: an answer that *is* one JSON object or array (the whole
+    text, or the whole text as one fenced block) is handed on as that value, not as a string holding it.
+    Anything else (prose, a scalar, a cut answer) is passed on unchanged."""
+    if not isinstance(value, str):
+        return value
+    stripped = value.strip()
+    fenced = _FENCE.fullmatch(stripped)
+    candidate = fenced.group(1).strip() if fenced is not None else stripped
+    if not candidate.startswith(("{", "[")):
+        return value
+    try:
+        parsed = json_text.loads(candidate, "replace")
+    except ValueError:
+        return value
+    return parsed if isinstance(parsed, dict | list) else value
+
+
 def distill(
     text: str | None, *, output_contract: str | None = None, limit: int = MAX_RESULT_CHARS
 ) -> Distillate:

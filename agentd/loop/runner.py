@@ -492,6 +492,11 @@ async def run_loop(
                 result = await run.step()
         except IntelligenceError as exc:
             result = run.finish(RunStatus.INTELLIGENCE_FAILED, run.best_text, error=str(exc))
+        finally:
+            if result is None and drain.requested and not deadline.cancel_called:
+                # Cut mid-step by the drain's end: what this run had spent still shows in the final document.
+                usage = run.meter.usage
+                drain.note_spent(run.meter.steps, usage.prompt_tokens, usage.completion_tokens)
     if result is None:
         assert deadline.cancelled_caught
         _budget_event(log, RunStatus.DEADLINE.value, run)

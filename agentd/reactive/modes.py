@@ -248,6 +248,15 @@ async def _arm(ctx: DaemonContext) -> None:
     if ctx.watcher is None:
         return
     names = list(ctx.server_names)
+    if not names:
+        # No declared server owns any URI: nothing to subscribe on. Warn once and keep going (a worker
+        # whose job is to serve stays up); with nothing to serve either, validation refused (exit 2).
+        unowned = [split_subscription(v, names, flag="--continue")[1] for v in ctx.cfg.continue_uris]
+        unowned += [split_subscription(v, names)[1] for v in ctx.cfg.subscribe]
+        if unowned:
+            ctx.log.warn("reactive.unowned", uris=unowned[:16], count=len(unowned),
+                         reason="no MCP server is declared (--mcp) to own these URIs; nothing is subscribed")
+        return
     continued = {split_subscription(v, names, flag="--continue") for v in ctx.cfg.continue_uris}
     continued_uris = {uri for _, uri in continued}
     for server, uri in continued:

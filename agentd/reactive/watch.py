@@ -158,18 +158,48 @@ class Watcher:
         return watch is not None and (origin is None or origin in watch.origins)
 
     async def watch(self, uri: str, origin: Origin, server: str | None = None) -> None:
-        """Add a reason to watch ``uri``; subscribes (or starts polling) on the first one."""
+        """Add a reason to watch ``uri``; subscribes (or starts polling) on the first one.
+
+        Nothing that changes while the subscribe is in flight is lost: the watch is registered *before*
+        ``resources/subscribe`` goes out (an ``updated`` that beats the answer is routed), and for a routed
+        watch the resource is read once before and once after it (level, not edge): different contents are
+        one update (at least once: a resource with a ticking field earns one extra wake here)."""
         async with self._lock:
             watch = self._watches.get(uri)
-            if watch is None:
-                watch = Watch(uri, server)
-                if await self.pool.subscribe(uri, server):
-                    self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value, delivery="push")
-                else:
+            if watch is not None:
+                watch.origins[origin] = watch.origins.get(origin, 0) + 1
+                return
+            watch = Watch(uri, server, {origin: 1})
+            self._watches[uri] = watch
+            # An await_resource compares levels itself (its condition) and its waiter is already registered, so
+            # only routed watches compare: a resource with a ticking field would otherwise end the await at once.
+            compare = origin is not Origin.AWAIT
+            try:
+                before = await self._digest(uri, server) if compare else None
+                pushed = await self.pool.subscribe(uri, server)
+                if not pushed:
                     self._start_polling(watch)
-                    self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value, delivery="poll")
-                self._watches[uri] = watch
-            watch.origins[origin] = watch.origins.get(origin, 0) + 1
+            except BaseException:
+                del self._watches[uri]
+                raise
+            self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value,
+                          delivery="push" if pushed else "poll")
+            if pushed and before is not None:
+                after = await self._digest(uri, server)
+                if after is not None and after != before:
+                    self.log.info("resource.updated", uri=uri, server=server, synthesized=True,
+                                  reason="changed while the subscribe was in flight")
+                    self.dispatch(uri, server)
+
+    async def _digest(self, uri: str, server: str | None) -> str | None:
+        """The content digest of ``uri`` now ("missing" when it does not exist), or None when it cannot be read."""
+        try:
+            read = await self.pool.read_resource(uri, server)
+        except ResourceNotFound:
+            return "missing"
+        except Exception:  # unreadable now: no comparison (the subscription itself still stands)
+            return None
+        return content_digest(read.contents)
 
     async def unwatch(self, uri: str, origin: Origin) -> None:
         """Drop one reason to watch ``uri``; unsubscribes when none is left."""

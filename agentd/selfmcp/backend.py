@@ -66,6 +66,11 @@ class SelfMcpBackend(Protocol):
         """Return once the run is terminal (a warm session is terminal when it ends)."""
         ...
 
+    async def wait_turns(self, handle: str, after: int) -> RunView:
+        """Return once a warm session has answered more than ``after`` turns (its view then carries the
+        latest turn's ``result`` and ``turns``), or once the run is terminal."""
+        ...
+
     async def cancel(self, handle: str) -> RunView | None:
         """Request a graceful cancel (the kill ladder); ``None`` when the handle is unknown."""
         ...

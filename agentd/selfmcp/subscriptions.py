@@ -2,8 +2,10 @@
 
 A sink is a non-blocking callable that pushes ``notifications/resources/updated{uri}`` onto one peer's
 stream (a legacy session's GET stream or one modern ``subscriptions/listen`` stream). When a run turns
-terminal, :meth:`Subscriptions.fire` calls every sink holding its URI once and forgets them: that is the
-only ``updated`` agentd emits, and never to a peer that did not subscribe.
+terminal, :meth:`Subscriptions.fire` calls every sink holding its URI once and forgets them. The one
+other ``updated`` is a warm session's turn end (:meth:`Subscriptions.notify`): the sinks are called and
+kept, so one subscription follows the whole session until its terminal ``fire``. Never to a peer that did
+not subscribe.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class Subscriptions:
         sinks = self._by_uri.pop(uri, {})
         for peer, sink in sinks.items():
             self._by_peer.get(peer, set()).discard(uri)
+            sink(uri)
+        return len(sinks)
+
+    def notify(self, uri: str) -> int:
+        """Notify every subscriber of ``uri`` and keep the subscriptions (a warm session's turn end)."""
+        sinks = self._by_uri.get(uri, {})
+        for sink in list(sinks.values()):
             sink(uri)
         return len(sinks)
 

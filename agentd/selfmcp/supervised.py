@@ -62,6 +62,10 @@ class SupervisorBackend:
                 return answer
             await self.supervisor.wait_changed()  # a warm session between turns: wait for an end
 
+    async def wait_turns(self, handle: str, after: int) -> RunView:
+        answer = await self.supervisor.wait_turns(MANAGEMENT, handle, after)
+        return RunView(handle, "failed", True, False, None) if isinstance(answer, SupervisorRefusal) else answer
+
     async def cancel(self, handle: str) -> RunView | None:
         answer = await self.supervisor.cancel(MANAGEMENT, handle, "cancelled by peer")
         return None if isinstance(answer, SupervisorRefusal) else answer

@@ -1,9 +1,12 @@
-"""The served self-MCP surface: five tools, ``agent://`` resources, and the terminal-only ``updated``.
+"""The served self-MCP surface: five tools, ``agent://`` resources, and ``updated`` on terminal status
+(and on a warm session's turn end).
 
 :class:`SelfMcpSurface` answers every request the protocol core hands over (``tools/*``,
 ``resources/*``), backed by a :class:`~agentd.selfmcp.backend.SelfMcpBackend`. It owns one nursery
 (``await nursery.start(surface.run)``) in which one watcher per served run waits for the terminal
-status, fires the subscriptions, and evicts the handle after ``retention`` seconds.
+status, fires the subscriptions, and evicts the handle after ``retention`` seconds; for a warm session
+the watcher also notifies (without consuming) the subscribers each time a turn answers, the closest
+analogue of a terminal status for a session that stays open.
 """
 
 from __future__ import annotations
@@ -276,7 +279,11 @@ class SelfMcpSurface:
             return _spawn_refused(answer)
         run = self._track(answer, warm)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
-        if detached or warm:
+        if warm:
+            # The backend answers a warm spawn once the first turn (the instruction) has answered or the
+            # session is past it: the ack is the handle's current state, that turn's result included.
+            return _text_result(self.view(answer) or {"handle": answer, "status": "running", "done": False})
+        if detached:
             return _text_result({"handle": answer, "status": "running", "done": False})
         self._waiting += 1
         self._none_waiting = trio.Event()
@@ -318,7 +325,11 @@ class SelfMcpSurface:
         return run
 
     async def _watch(self, run: ServedRun) -> None:
-        run.final = await self.backend.wait(run.handle)
+        async with trio.open_nursery() as turns:
+            if run.warm:
+                turns.start_soon(self._watch_turns, run)
+            run.final = await self.backend.wait(run.handle)
+            turns.cancel_scope.cancel()
         run.finished.set()
         fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
         if fired:
@@ -326,6 +337,20 @@ class SelfMcpSurface:
         await trio.sleep(self.limits.retention)
         self.runs.pop(run.handle, None)
         self.backend.forget(run.handle)  # the supervisor keeps the ended node's view until told
+
+    async def _watch_turns(self, run: ServedRun) -> None:
+        """A warm session: each turn that answers notifies the handle's subscribers (kept, not consumed)."""
+        live = self.backend.view(run.handle)
+        seen = live.turns if live is not None and live.turns is not None else 0
+        uri = SUBAGENT_PREFIX + run.handle
+        while True:
+            view = await self.backend.wait_turns(run.handle, seen)
+            if view.done or view.turns is None or view.turns <= seen:
+                return  # the end is the terminal watcher's to announce
+            seen = view.turns
+            fired = self.subscriptions.notify(uri)
+            if fired:
+                self.log.info("serve.updated", uri=uri, peers=fired, turn=seen)
 
     async def _send(self, handle: str, message: str) -> dict[str, Any]:
         run = self.runs.get(handle)
@@ -355,8 +380,11 @@ class SelfMcpSurface:
 
     @staticmethod
     def _terminal(view: RunView) -> dict[str, Any]:
-        return {"handle": view.handle, "status": view.status, "done": True, "partial": view.partial,
+        body = {"handle": view.handle, "status": view.status, "done": True, "partial": view.partial,
                 "result": view.result}
+        if view.turns is not None:
+            body["turns"] = view.turns
+        return body
 
     def view(self, handle: str) -> dict[str, Any] | None:
         run = self.runs.get(handle)
@@ -366,8 +394,15 @@ class SelfMcpSurface:
             return self._terminal(run.final)
         live = self.backend.view(handle)
         status = live.status if live is not None and not live.done else "running"
-        return {"handle": handle, "status": status, "done": False,
-                "age_ms": int((trio.current_time() - run.started) * 1000)}
+        body: dict[str, Any] = {"handle": handle, "status": status, "done": False,
+                                "age_ms": int((trio.current_time() - run.started) * 1000)}
+        if live is not None and not live.done and live.turns is not None:
+            # A warm session: which turn answered last, and (while it waits for the next) that answer.
+            body["turns"] = live.turns
+            if status == "awaiting_turn":
+                body["partial"] = live.partial
+                body["result"] = live.result
+        return body
 
     def _read(self, request: Request, params: Mapping[str, Any]) -> Response | ErrorResponse:
         uri = params.get("uri")

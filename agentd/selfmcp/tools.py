@@ -24,6 +24,8 @@ RUN_STATE_OUTPUT: Final[dict[str, Any]] = {
         "partial": {"type": "boolean"},
         "result": {},
         "age_ms": {"type": "integer"},
+        # A warm session: turns answered so far (``result`` is the latest one's while it awaits a turn).
+        "turns": {"type": "integer"},
         # A refused spawn (status "refused", handle ""): which cap, and whether and when to retry.
         "refused": {"type": "string"},
         "retryable": {"type": "boolean"},

@@ -63,17 +63,25 @@ def child_environment(parent_env: Mapping[str, str]) -> dict[str, str]:
 
 @attrs.frozen
 class RunView:
-    """The one result shape for sync and async callers: ``{handle, status, done, partial, result}``."""
+    """The one result shape for sync and async callers: ``{handle, status, done, partial, result}``.
+
+    A warm session's view also carries ``turns``, how many turns it has answered: while it is
+    ``awaiting_turn``, ``result`` is the latest turn's result and ``turns`` says which turn that was.
+    """
 
     handle: str
     status: str
     done: bool
     partial: bool = False
     result: Any = None
+    turns: int | None = None
 
     def structured(self) -> dict[str, Any]:
-        return {"handle": self.handle, "status": self.status, "done": self.done,
+        body = {"handle": self.handle, "status": self.status, "done": self.done,
                 "partial": self.partial, "result": self.result}
+        if self.turns is not None:
+            body["turns"] = self.turns
+        return body
 
 
 @attrs.frozen
@@ -100,6 +108,8 @@ class SubagentNode:
     status: str = "starting"
     pid: int | None = None
     usage_tokens: int = 0
+    #: Turns answered (a result frame each); a warm session's views carry it.
+    turns: int = 0
     #: Why the child process could not be started (out of descriptors, processes...); None once it was.
     start_error: str | None = None
     ended: trio.Event = attrs.field(factory=trio.Event)
@@ -110,6 +120,8 @@ class SubagentNode:
     on_change: Callable[[], None] = lambda: None
     _view: RunView | None = attrs.field(default=None, init=False)
     _turn_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    #: Set (and replaced) whenever a turn answers or the run ends: what :meth:`wait_turns` waits on.
+    _turn_answered: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stop: trio.Event = attrs.field(factory=trio.Event, init=False)
     _io_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
@@ -127,10 +139,14 @@ class SubagentNode:
     def view(self) -> RunView:
         if self._view is not None:
             return self._view
-        result = self._last.result if self._last is not None and not self._turn_running else None
+        last = self._last if not self._turn_running else None
         # "starting" (spawned, not yet ready) is an internal distinction: callers see it running.
         status = "running" if self.status == "starting" else self.status
-        return RunView(self.handle, status, False, False, result)
+        return RunView(self.handle, status, False, last is not None and last.partial,
+                       last.result if last is not None else None, self._turns_seen())
+
+    def _turns_seen(self) -> int | None:
+        return self.turns if self.warm else None
 
     @property
     def warm(self) -> bool:
@@ -150,6 +166,16 @@ class SubagentNode:
         if self._final or self._stop.is_set():
             await self.ended.wait()
         return self.view()
+
+    async def wait_turns(self, after: int) -> RunView:
+        """Wait until more than ``after`` turns have answered, or the run has ended."""
+        while self.turns <= after and not self.ended.is_set():
+            await self._turn_answered.wait()
+        return self.view()
+
+    def _answered(self) -> None:
+        self._turn_answered.set()
+        self._turn_answered = trio.Event()
 
     async def send(self, message: str) -> None:
         """Deliver the next message to a warm session waiting for one."""
@@ -248,11 +274,11 @@ class SubagentNode:
     async def _settle(self, returncode: int | None, rung: str) -> None:
         last = self._last
         if self._final and last is not None:
-            view = RunView(self.handle, last.status, True, last.partial, last.result)
+            view = RunView(self.handle, last.status, True, last.partial, last.result, self._turns_seen())
         elif self._cancel_reason is not None and self._failure is None:
             partial_result = last.result if last is not None else None
             partial = self._turn_running or (last is not None and last.partial)
-            view = RunView(self.handle, "cancelled", True, partial, partial_result)
+            view = RunView(self.handle, "cancelled", True, partial, partial_result, self._turns_seen())
         else:
             reason = self._failure or _early_exit_reason(returncode)
             view = RunView(self.handle, "failed", True, last is not None, {"error": reason})
@@ -265,6 +291,7 @@ class SubagentNode:
             await self.authority.release(self.handle)
         self._turn_done.set()
         self.ended.set()
+        self._answered()
         self.on_change()
 
     # -- tasks inside the node ---------------------------------------------------------------------
@@ -313,6 +340,7 @@ class SubagentNode:
         elif isinstance(message, Result):
             self._last = message
             self._turn_running = False
+            self.turns += 1
             self.log.info("subagent.result", handle=self.handle, status=message.status, partial=message.partial)
             if self.warm and self._cancel_reason is None and message.status == "completed":
                 self.status = "awaiting_turn"
@@ -322,6 +350,7 @@ class SubagentNode:
                 self._final = self._cancel_reason is None and self._failure is None
                 self._stop.set()
             self._turn_done.set()
+            self._answered()
         elif isinstance(message, Failed):
             self._fail(f"subagent failed: {message.reason}")
             self._stop.set()

@@ -268,6 +268,14 @@ class Supervisor:
             await node.wait_turn()
         return node.view()
 
+    async def wait_turns(self, caller: Caller, handle: str, after: int) -> RunView | Refusal:
+        """Wait until a session has answered more than ``after`` turns, or has ended (unbounded: the
+        caller bounds it)."""
+        node = self._lookup(caller, handle)
+        if isinstance(node, Refusal):
+            return node
+        return await node.wait_turns(after)
+
     async def send(self, caller: Caller, handle: str, message: str, *, wait: bool = True) -> RunView | Refusal:
         """Give a warm session its next message; with ``wait`` return the turn's result (≤ await_timeout)."""
         node = self._lookup(caller, handle)

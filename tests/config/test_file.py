@@ -138,7 +138,8 @@ def test_instruction_file_in_config_overridden_by_flag_instruction(tmp_path: Pat
 
 def test_lists_and_scalars(tmp_path: Path) -> None:
     cfg = load(tmp_path, "intelligence: [https://a/v1, https://b/v1]\nlog_content: true\nmode: reactive\n"
-                         "subscribe: [file:///inbox]\ndebounce: 100ms\n",)
+                         "subscribe: [file:///inbox]\ndebounce: 100ms\n"
+                         "mcp_servers: [{name: fs, url: 'https://fs.example/mcp'}]\n",)
     assert cfg.intelligence == ("test",)  # --intelligence flag wins over the file
     assert cfg.log_content and cfg.mode == "reactive" and cfg.subscribe == ("file:///inbox",) and cfg.debounce == 0.1
 

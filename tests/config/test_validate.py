@@ -44,11 +44,20 @@ def test_intelligence_required_and_checked() -> None:
 
 def test_reactive_needs_subscribe() -> None:
     assert "--subscribe" in refused(*BASE, "--mode", "reactive")
-    cfg = Config.from_argv([*BASE, "--mode", "reactive", "--subscribe", "file:///inbox", "--subscribe",
+    fs = ["--mcp", "fs=https://fs.example/mcp"]
+    cfg = Config.from_argv([*BASE, *fs, "--mode", "reactive", "--subscribe", "file:///inbox", "--subscribe",
                             "fs:file:///b"], env={})
     assert cfg.subscribe == ("file:///inbox", "fs:file:///b")
-    assert Config.from_argv([*BASE, "--mode", "reactive", "--continue", "file:///x"], env={}).continue_uris == (
+    assert Config.from_argv([*BASE, *fs, "--mode", "reactive", "--continue", "file:///x"], env={}).continue_uris == (
         "file:///x",)
+    # No server to own the URIs and nothing to serve: the daemon would idle forever.
+    assert "no MCP server is declared" in refused(*BASE, "--mode", "reactive", "--subscribe", "file:///inbox")
+    assert "no MCP server is declared" in refused(*BASE, "--mode", "reactive", "--continue", "file:///x")
+    served = Config.from_argv([*BASE, "--mode", "reactive", "--subscribe", "file:///nowhere",
+                               "--serve-mcp", "http://127.0.0.1:0"], env={})
+    assert served.subscribe == ("file:///nowhere",)  # serving: it starts, warns reactive.unowned, serves
+    assert "URI template" in refused(*BASE, *fs, "--mode", "reactive", "--subscribe", "fs:file:///n/{id}")
+    assert "URI template" in refused(*BASE, *fs, "--mode", "reactive", "--continue", "file:///n/{id}")
     assert "needs --mode reactive" in refused(*BASE, "--subscribe", "file:///x")
     assert "not a URI" in refused(*BASE, "--mode", "reactive", "--subscribe", "inbox")
     assert "empty URI" in refused(*BASE, "--mode", "reactive", "--subscribe", "")

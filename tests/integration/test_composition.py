@@ -127,3 +127,46 @@ async def test_three_agents_parent_worker_and_the_workers_own_subagent(tmp_path:
     assert sorted({role(r) for r in gw.requests}) == sorted(MARKERS)
     grand = [r for r in gw.requests if role(r) == "GRANDCHILD-TASK"]
     assert len(grand) == 1
+
+
+async def test_parent_agent_drives_a_served_warm_session_and_reads_each_turn(tmp_path: Path) -> None:
+    """A parent *agent* over mTLS: its model opens a warm session on the worker, sends it the next
+    message (a sync ack), then ``await_resource`` on the handle until ``/turns`` passes 1 (subscribed: the
+    worker notifies at the turn's end) and gets that turn's answer while the session stays open."""
+    pki = make_pki(tmp_path / "pki")
+    uri = "agent://subagent/served.1"
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        who = role(request)
+        if who == "WORKER-TASK":
+            users = [text_of(m.get("content")) for m in request.messages if m.get("role") == "user"]
+            return text(f"WORKER-SAYS {users[-1].split()[-1]}")
+        turn = len(tool_texts(request))
+        if turn == 0:
+            return tool_call("reviewer__subagent_spawn", {"instruction": "WORKER-TASK open", "warm": True})
+        if turn == 1:
+            return tool_call("reviewer__subagent_send", {"handle": "served.1", "message": "second"})
+        if turn == 2:
+            return tool_call("await_resource", {"uri": uri, "timeout_s": 60,
+                                                "condition": {"pointer": "/turns", "op": "gt", "value": 1}})
+        return text("parent done", echo_last=True)
+
+    async with scripted_gateway(default=reply) as gw:
+        async with agentd_worker(worker_argv(pki, gw.url)) as worker:
+            config = parent_config(tmp_path, pki, worker.port)
+            argv = ["--config", str(config), "--mode", "loop", "--interval", "1h", "--intelligence", gw.url,
+                    "--instruction", "PARENT-TASK: talk to a warm reviewer", "--drain-timeout", "5"]
+            async with agentd_worker(argv, serving=False) as parent:
+                with trio.fail_after(60):
+                    answer = await parent.wait_event(lambda e: e.get("event") == "run.end" and "." in
+                                                     str(e.get("run_id", "")))
+                assert answer["status"] == "completed", answer
+            assert parent.returncode == 0
+            # Still open on the worker after the parent's run: it waits for the next turn.
+            assert not any(e.get("event") == "subagent.exit" for e in worker.events)
+    parents = [r for r in gw.requests if role(r) == "PARENT-TASK"]
+    assert len(parents) == 4
+    ack, sent, awaited = tool_texts(parents[3])
+    assert "awaiting_turn" in ack and "WORKER-SAYS open" in ack, ack
+    assert "accepted" in sent, sent
+    assert "WORKER-SAYS second" in awaited and '"turns":2' in awaited.replace(" ", ""), awaited

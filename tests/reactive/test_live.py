@@ -287,3 +287,18 @@ async def test_loop_mode_runs_ordinary_runs_through_the_real_loop() -> None:
     assert len({e["run_id"] for e in runs}) == len(runs)  # each fire has its own run id
     assert result.exit_code is ExitCode.OK and result.result["mode"] == "loop"
     assert all(r.messages[-1]["content"] == "Keep the counter report up to date" for r in gw.requests)
+
+
+@pytest.mark.parametrize("uri", ["test://racy-silent", "test://racy-notify"])
+async def test_a_change_while_the_subscribe_is_in_flight_is_not_lost(uri: str) -> None:
+    """The real SDK server changes the resource while ``resources/subscribe`` is in flight: before it
+    registers the subscription (nobody is told: the read-after-subscribe comparison finds it), or after,
+    with an ``updated`` that beats the answer (the watch is already registered). Either way: one wake, on
+    the new content, and no update was ever sent by a bump."""
+    async with scripted_gateway(default=text("noted")) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
+        async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(f"srv:{uri}",))) as daemon:
+            await daemon.events.wait_for("run.end", trigger="wake", uri=uri, timeout=20)
+            await trio.sleep(0.3)
+            await daemon.stop()
+    prompts = wake_prompts(gw)
+    assert len(prompts) >= 1 and contents_of(prompts[-1]) == "1", prompts

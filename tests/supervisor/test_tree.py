@@ -150,3 +150,26 @@ async def test_control_tool_results_share_one_shape(root):
             assert cancelled.structured["status"] == "cancelled"
             unknown = await call("subagent.status", {"handle": "0.77"})
             assert unknown.is_error
+
+
+async def test_control_tools_on_a_local_warm_child_carry_each_turns_result_and_counter(root):
+    """The in-loop tools on a warm child: every answer names the turn it is (``turns``) next to that turn's
+    result, and ``status``/``await`` between turns read the latest turn without waiting for the session."""
+    with trio.fail_after(30):
+        async with root() as sup:
+            registry = ControlToolRegistry()
+            register_subagent_tools(registry, sup, ROOT)
+            ctx = ControlContext(run_id="r", log=null_log(), step=1)
+            call = lambda name, args: registry.get(name).handler(args, ctx)  # noqa: E731
+            first = (await call("subagent.spawn", {"instruction": script(["echo"]), "warm": True})).structured
+            assert (first["status"], first["done"], first["turns"]) == ("awaiting_turn", False, 1)
+            sent = await call("subagent.send", {"handle": "0.1", "message": "second"})
+            assert json.loads(sent.content[0]["text"]) == sent.structured
+            assert (sent.structured["turns"], sent.structured["result"]["message"]) == (2, "second")
+            for name in ("subagent.status", "subagent.await"):
+                view = (await call(name, {"handle": "0.1"})).structured
+                assert (view["status"], view["turns"], view["result"]["message"]) == ("awaiting_turn", 2, "second")
+            ended = (await call("subagent.cancel", {"handle": "0.1"})).structured
+            assert (ended["status"], ended["done"], ended["turns"]) == ("cancelled", True, 2)
+            cold = (await call("subagent.spawn", {"instruction": script(["result", 1])})).structured
+            assert "turns" not in cold  # only a warm session counts turns

@@ -9,6 +9,9 @@ Why the lowlevel ``Server``: ``MCPServer`` returns every list in one page and do
 
 Side doors (plain HTTP, same origin, not MCP):
 - ``POST /_test/bump?uri=test://counter`` increments the counter behind ``uri`` and notifies subscribers.
+- Subscribing ``test://racy...`` changes it while the ``resources/subscribe`` is in flight:
+  ``test://racy-silent`` is incremented *before* the subscription is registered (nobody is told), and
+  ``test://racy-notify`` right after, notifying the new subscriber before the subscribe is answered.
 - ``POST /_test/add_tool?name=NAME`` registers a tool and sends ``tools/list_changed``.
 - ``POST /_test/describe?name=NAME&description=TEXT`` changes a tool's description and sends ``tools/list_changed``.
 - ``GET /_test/cancelled`` returns the JSON list of cancellations received (same as resource ``test://cancelled``).
@@ -96,7 +99,7 @@ class TestPeer:
     def __init__(self, *, filler_tools: int, page_size: int, instructions: str | None) -> None:
         self.page_size = page_size
         self.bus = InMemorySubscriptionBus()
-        self.counters: dict[str, int] = {"test://counter": 0}
+        self.counters: dict[str, int] = {"test://counter": 0, "test://racy-silent": 0, "test://racy-notify": 0}
         self.cancelled: list[dict[str, Any]] = []
         self.cancel_reasons: dict[str, str | None] = {}
         self._notified: set[str] = set()
@@ -294,8 +297,14 @@ class TestPeer:
     async def subscribe(self, ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams
                         ) -> types.EmptyResult:
         connection = _connection(ctx)
+        uri = str(params.uri)
+        if uri == "test://racy-silent":
+            self.counters[uri] = self.counters.get(uri, 0) + 1
         if connection is not None:
-            self.subscribers.setdefault(str(params.uri), weakref.WeakSet()).add(connection)
+            self.subscribers.setdefault(uri, weakref.WeakSet()).add(connection)
+        if uri == "test://racy-notify":
+            await self.bump(uri)
+            await anyio.sleep(0.2)  # the update is on its way before the answer
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams
