@@ -53,11 +53,26 @@ UNTRUSTED_HINT: Final = (
 )
 
 
+def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind ``exc`` (httpx and trio wrap it, sometimes wordlessly)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _describe(exc: httpx.HTTPError) -> str:
     detail = str(exc).strip()
     name = exc.__class__.__name__
+    failure = _cert_failure(exc)
+    if failure is not None and not detail:
+        detail = f"certificate verify failed: {failure.verify_message}"
     described = f"{name}: {detail}" if detail else name
-    if "CERTIFICATE_VERIFY_FAILED" in detail:
+    if failure is not None:
         described += f" ({UNTRUSTED_HINT})"
     return described
 
