@@ -358,7 +358,7 @@ def start_stdio_bridge(*, timeout: float = STARTUP_TIMEOUT) -> PeerProcess:
     port = free_port()
     proc = subprocess.Popen(
         ["node", str(bridge), "--stdio", f"node {entry} stdio", "--outputTransport", "streamableHttp",
-         "--port", str(port), "--logLevel", "none"],
+         "--stateful", "--port", str(port), "--logLevel", "none"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(None),
         start_new_session=True,
     )  # fmt: skip
