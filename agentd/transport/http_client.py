@@ -19,7 +19,7 @@ import attrs
 import httpx
 import trio
 
-from agentd.errors import McpProtocolError, McpTransportError
+from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
@@ -85,19 +85,22 @@ class _Routed(httpx.AsyncBaseTransport):
         self._verify = verify
         self._limits = limits
         self._direct = httpx.AsyncHTTPTransport(verify=verify, limits=limits, trust_env=False)
+        # Built now, so a bad proxy setting is a configuration error before any request, not a crash in one.
         self._via: dict[str, httpx.AsyncHTTPTransport] = {}
+        for proxy in {p for p in (proxies.https, proxies.http) if p}:
+            try:
+                self._via[proxy] = httpx.AsyncHTTPTransport(
+                    verify=verify, limits=limits, trust_env=False, proxy=httpx.Proxy(proxy)
+                )
+            except (ValueError, ImportError):  # httpx's message may repeat the URL's credentials: not shown
+                raise ConfigError(
+                    f"proxy {display_url(proxy)} (HTTPS_PROXY/HTTP_PROXY/ALL_PROXY): agentd supports http:// and "
+                    "https:// proxies"
+                ) from None
 
     def _transport(self, url: str) -> httpx.AsyncHTTPTransport:
         proxy = self._proxies.proxy_for(url)
-        if proxy is None:
-            return self._direct
-        transport = self._via.get(proxy)
-        if transport is None:
-            transport = httpx.AsyncHTTPTransport(
-                verify=self._verify, limits=self._limits, trust_env=False, proxy=httpx.Proxy(proxy)
-            )
-            self._via[proxy] = transport
-        return transport
+        return self._direct if proxy is None else self._via[proxy]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._transport(str(request.url)).handle_async_request(request)

@@ -8,7 +8,7 @@ a local MCP server or gateway sent to a corporate proxy would fail, or leak what
 
 ``NO_PROXY`` follows the common convention: comma- or space-separated entries, each a host name (which also
 matches its subdomains; a leading ``.`` or ``*.`` is ignored), an IP address, a CIDR block, optionally with
-``:port``; ``*`` alone disables proxying.
+``:port``; ``*`` alone disables proxying. A proxy given as a bare ``host:port`` is an ``http://`` proxy.
 """
 
 from __future__ import annotations
@@ -20,9 +20,15 @@ from collections.abc import Mapping
 import attrs
 
 
-def _get(environ: Mapping[str, str], name: str) -> str | None:
-    value = environ.get(name.lower()) or environ.get(name.upper())
-    return value.strip() or None if value else None
+def _get(environ: Mapping[str, str], name: str) -> str:
+    return (environ.get(name.lower()) or environ.get(name.upper()) or "").strip()
+
+
+def _proxy(environ: Mapping[str, str], name: str) -> str | None:
+    value = _get(environ, name)
+    if not value:
+        return None
+    return value if "://" in value else f"http://{value}"  # curl's convention: a bare host:port is http
 
 
 def is_loopback(host: str) -> bool:
@@ -45,10 +51,10 @@ class ProxyEnv:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ProxyEnv:
-        every = _get(environ, "ALL_PROXY")
-        exempt = _get(environ, "NO_PROXY") or ""
+        every = _proxy(environ, "ALL_PROXY")
+        exempt = _get(environ, "NO_PROXY")
         entries = tuple(e.strip().lower() for e in exempt.replace(" ", ",").split(",") if e.strip())
-        return cls(_get(environ, "HTTPS_PROXY") or every, _get(environ, "HTTP_PROXY") or every, entries)
+        return cls(_proxy(environ, "HTTPS_PROXY") or every, _proxy(environ, "HTTP_PROXY") or every, entries)
 
     @property
     def active(self) -> bool:

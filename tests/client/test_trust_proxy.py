@@ -14,10 +14,11 @@ import pytest
 import trio
 
 from agentd.client import open_mcp_pool
-from agentd.errors import McpConnectError
+from agentd.errors import ConfigError, McpConnectError
 from agentd.events import null_log
 from agentd.intelligence import open_intelligence
 from agentd.transport import tls
+from agentd.transport.http_client import new_client
 from agentd.transport.proxy import ProxyEnv
 from tests.cli.helpers import clean_env
 from tests.client.fakeserver import Req, Resp, mcp_answer, serve_fake
@@ -159,9 +160,18 @@ def test_without_a_system_store_certifi_is_the_fallback(fresh_trust: None, monke
     ("https://a.internal:8443/", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "a.internal:8443"}, None),
     ("https://a.internal/", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "a.internal:8443"}, "http://p:3128"),
     ("https://api.example.com/v1", {}, None),
+    ("https://api.example.com/v1", {"HTTPS_PROXY": "proxy.corp:3128"}, "http://proxy.corp:3128"),
 ])
 def test_which_requests_are_proxied(url: str, env: dict[str, str], expected: str | None) -> None:
     assert ProxyEnv.from_environ(env).proxy_for(url) == expected
+
+
+@pytest.mark.parametrize("value", ["socks5://user:hunter2@127.0.0.1:1080", "ftp://user:hunter2@127.0.0.1:21"])
+def test_an_unsupported_proxy_is_a_configuration_error_without_its_credentials(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        new_client(environ={"HTTPS_PROXY": value})
+    assert "supports http:// and https:// proxies" in str(caught.value)
+    assert "hunter2" not in str(caught.value) and "user" not in str(caught.value)
 
 
 async def test_https_proxy_tunnels_a_remote_name_and_never_loopback(tmp_path: Path, fresh_trust: None,
