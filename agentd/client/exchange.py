@@ -38,6 +38,7 @@ from agentd.mcp.streamable_http import (
     LAST_EVENT_ID,
     SESSION_ID,
     Body,
+    endpoint_hint,
     reissue_safe,
     request_headers,
     valid_session_id,
@@ -53,6 +54,8 @@ RESUME_ATTEMPTS: Final = 5
 DEFAULT_RETRY: Final = 1.0
 #: How long to read on after a POST stream's answer so the connection can be reused.
 STREAM_DRAIN_GRACE: Final = 0.05
+#: The requests that open a connection: an HTTP 404/405 on them means a wrong endpoint, so the error hints.
+_FIRST_REQUESTS: Final = frozenset({"initialize", "server/discover"})
 
 NotificationSink = Callable[[str, dict[str, Any]], None]
 
@@ -285,7 +288,10 @@ class Exchange:
         if reply.kind is Body.HTTP_ERROR:
             error = await reply.error_body()
             if error is None:
-                raise McpTransportError(f"{request.method}: HTTP {reply.status}", server=self.name)
+                hint = endpoint_hint(reply.status, had_session=request.method not in _FIRST_REQUESTS)
+                raise McpTransportError(
+                    f"{request.method}: HTTP {reply.status}" + (f" ({hint})" if hint else ""), server=self.name
+                )
             self.session.pending.pop(request.id, None)
             waiter.error = error
             waiter.event.set()

@@ -119,7 +119,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--allow-trifecta", "allow_trifecta", "bool",
          "run although the servers together bring untrusted input, sensitive data and external "
          "communication (audited; never inherited by subagents)", _MCP, env=False),
-    Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH",
+    Flag("--tls-ca", "tls_ca", "path", "CA bundle trusted instead of the default by https MCP servers and A2A peers without their own tls.ca (default, and always for the gateway: the OS trust store plus SSL_CERT_FILE/SSL_CERT_DIR, certifi's bundle only when there is no OS store)", _MCP, "PATH",
          commands=_AND_CHECK),
     # modes
     Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,

@@ -31,6 +31,7 @@ from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
 from agentd.intelligence.offline import OfflineIntelligence, example_value
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.secrets import SecretResolver, has_secret_ref
+from agentd.transport.http_client import new_client
 from agentd.transport.tls import verify_for
 
 __all__ = [
@@ -112,8 +113,6 @@ async def open_intelligence(
     limits = httpx.Limits(max_connections=len(urls) * 4, max_keepalive_connections=len(urls) * 2)
     if verify is True:  # the process's cached context; none at all for plain-http endpoints
         verify = verify_for(urls)
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(None), limits=limits, verify=verify, follow_redirects=False, trust_env=False
-    ) as client:
+    async with new_client(verify, limits=limits) as client:
         gateways = [Gateway(url, client, log, token=bearer, timeout=timeout) for url in urls]
         yield FailoverIntelligence(gateways, model=model, log=log, stream=stream)

@@ -100,6 +100,20 @@ def classify(status: int, content_type: str | None, *, method: str = "POST", had
     return Body.BAD_CONTENT_TYPE
 
 
+#: The usual causes of a 404/405 on the first POST: the URL is not a Streamable HTTP endpoint.
+WRONG_ENDPOINT_HINT = (
+    "is the path right? MCP servers usually serve at /mcp; an SSE-only (2024-11-05) server, whose endpoint "
+    "often ends in /sse, is not supported"
+)
+
+
+def endpoint_hint(status: int, *, had_session: bool) -> str | None:
+    """A hint for an HTTP error on a POST made before any session existed, or None."""
+    if had_session or status not in (404, 405):
+        return None
+    return WRONG_ENDPOINT_HINT
+
+
 def sse_message(message: jsonrpc.Message, *, id: str | None = None) -> bytes:
     """One JSON-RPC message as one SSE event, as POST answer streams and the GET stream carry them."""
     return encode_event(jsonrpc.dumps(message).decode(), id=id)

@@ -8,6 +8,7 @@ owned by the caller (httpx runs with ``timeout=None``).
 
 from __future__ import annotations
 
+import os
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -18,10 +19,11 @@ import attrs
 import httpx
 import trio
 
-from agentd.errors import McpProtocolError, McpTransportError
+from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
+from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
 
 DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
@@ -43,24 +45,93 @@ class ConnectionLost(McpTransportError):
     """The connection itself failed (refused, reset, closed mid-response): the peer may be gone."""
 
 
+#: Appended when a server's certificate did not verify: where trust comes from, and how to add a CA.
+UNTRUSTED_HINT: Final = (
+    "the server's certificate is not trusted: agentd trusts the OS trust store plus SSL_CERT_FILE/SSL_CERT_DIR "
+    "(certifi's bundle when there is no OS store); add a private CA with the server's tls.ca, --tls-ca or "
+    "SSL_CERT_FILE"
+)
+
+
+def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind ``exc`` (httpx and trio wrap it, sometimes wordlessly)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _describe(exc: httpx.HTTPError) -> str:
     detail = str(exc).strip()
     name = exc.__class__.__name__
-    return f"{name}: {detail}" if detail else name
+    failure = _cert_failure(exc)
+    if failure is not None and not detail:
+        detail = f"certificate verify failed: {failure.verify_message}"
+    described = f"{name}: {detail}" if detail else name
+    if failure is not None:
+        described += f" ({UNTRUSTED_HINT})"
+    return described
 
 
-def new_client(verify: ssl.SSLContext | bool = True) -> httpx.AsyncClient:
-    """The httpx client agentd uses: no redirects, no environment proxies, no httpx timeouts.
+class _Routed(httpx.AsyncBaseTransport):
+    """Each request direct or through the proxy :class:`ProxyEnv` names for its URL (loopback: always direct)."""
 
-    ``verify=True`` means the process's cached public-CA context (:mod:`agentd.transport.tls`), not a fresh
-    load of the CA bundle per client.
+    def __init__(self, proxies: ProxyEnv, verify: ssl.SSLContext, limits: httpx.Limits) -> None:
+        self._proxies = proxies
+        self._verify = verify
+        self._limits = limits
+        self._direct = httpx.AsyncHTTPTransport(verify=verify, limits=limits, trust_env=False)
+        # Built now, so a bad proxy setting is a configuration error before any request, not a crash in one.
+        self._via: dict[str, httpx.AsyncHTTPTransport] = {}
+        for proxy in {p for p in (proxies.https, proxies.http) if p}:
+            try:
+                self._via[proxy] = httpx.AsyncHTTPTransport(
+                    verify=verify, limits=limits, trust_env=False, proxy=httpx.Proxy(proxy)
+                )
+            except (ValueError, ImportError):  # httpx's message may repeat the URL's credentials: not shown
+                raise ConfigError(
+                    f"proxy {display_url(proxy)} (HTTPS_PROXY/HTTP_PROXY/ALL_PROXY): agentd supports http:// and "
+                    "https:// proxies"
+                ) from None
+
+    def _transport(self, url: str) -> httpx.AsyncHTTPTransport:
+        proxy = self._proxies.proxy_for(url)
+        return self._direct if proxy is None else self._via[proxy]
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._transport(str(request.url)).handle_async_request(request)
+
+    async def aclose(self) -> None:
+        for transport in (self._direct, *self._via.values()):
+            await transport.aclose()
+
+
+def new_client(
+    verify: ssl.SSLContext | bool = True, *, limits: httpx.Limits | None = None, environ: dict[str, str] | None = None
+) -> httpx.AsyncClient:
+    """The httpx client agentd uses: no redirects, no httpx timeouts, proxies from the environment.
+
+    ``verify=True`` means the process's cached default context (:mod:`agentd.transport.tls`), not a fresh
+    load of the CA bundle per client. ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` are read
+    (from ``environ``, default ``os.environ``) when the client is built; loopback is never proxied
+    (:mod:`agentd.transport.proxy`). httpx's own ``trust_env`` stays off (no ``.netrc``).
     """
+    context = default_context() if verify is True else verify
+    if limits is None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=32)
+    proxies = ProxyEnv.from_environ(os.environ if environ is None else environ)
+    routed = _Routed(proxies, context, limits) if proxies.active and isinstance(context, ssl.SSLContext) else None
     return httpx.AsyncClient(
-        verify=default_context() if verify is True else verify,
+        verify=context,
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(None),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        limits=limits,
+        transport=routed,
     )
 
 

@@ -28,20 +28,20 @@ USER = [{"role": "user", "content": "hi"}]
 @pytest.fixture
 def fresh_cache() -> Iterator[None]:
     """Start from an empty cache so a test can see what a run builds (restored afterwards)."""
-    saved = (tls._default, tls._plain, dict(tls._by_files))
-    tls._default, tls._plain = None, None
+    saved = (tls._default, tls._trust, tls._plain, dict(tls._by_files))
+    tls._default, tls._trust, tls._plain = None, None, None
     tls._by_files.clear()
     yield
-    tls._default, tls._plain = saved[0], saved[1]
+    tls._default, tls._trust, tls._plain = saved[0], saved[1], saved[2]
     tls._by_files.clear()
-    tls._by_files.update(saved[2])
+    tls._by_files.update(saved[3])
 
 
-def test_default_context_is_built_once_and_trusts_the_public_bundle(fresh_cache: None) -> None:
+def test_default_context_is_built_once_and_trusts_the_system_store(fresh_cache: None) -> None:
     first = tls.default_context()
     assert tls.default_context() is first
     assert first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname
-    assert first.cert_store_stats()["x509_ca"] > 50  # certifi's bundle, as httpx's verify=True
+    assert first.cert_store_stats()["x509_ca"] > 50  # the OS store (certifi's bundle only without one)
     assert http_client.new_client()._transport._pool._ssl_context is first  # type: ignore[attr-defined]
 
 

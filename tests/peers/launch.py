@@ -348,6 +348,29 @@ def start_everything_server(*, timeout: float = STARTUP_TIMEOUT) -> PeerProcess:
     return PeerProcess(proc, f"http://127.0.0.1:{port}/mcp", proc.args)  # type: ignore[arg-type]
 
 
+def start_stdio_bridge(*, timeout: float = STARTUP_TIMEOUT) -> PeerProcess:
+    """npm ``supergateway`` serving server-everything's **stdio** mode as Streamable HTTP (``/mcp``): the
+    docs/recipes.md recipe for stdio servers, as its own service."""
+    bridge = NODE_MODULES / "supergateway" / "dist" / "index.js"
+    entry = everything_server_dir() / "dist" / "index.js"
+    if not bridge.exists() or not entry.exists():
+        raise PeerStartError(f"supergateway or server-everything is not installed ({bridge}); run scripts/test once")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["node", str(bridge), "--stdio", f"node {entry} stdio", "--outputTransport", "streamableHttp",
+         "--stateful", "--port", str(port), "--logLevel", "none"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(None),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_port("127.0.0.1", port, timeout=timeout)
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait(timeout=10)
+        raise
+    return PeerProcess(proc, f"http://127.0.0.1:{port}/mcp", proc.args)  # type: ignore[arg-type]
+
+
 # -- side doors ---------------------------------------------------------------------------------------------------
 
 

@@ -74,7 +74,7 @@ def make_ca(directory: Path, name: str) -> tuple[Path, x509.Certificate, ec.Elli
 
 
 def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *,
-          server: bool) -> Issued:
+          server: bool, names: tuple[str, ...] = ()) -> Issued:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -89,7 +89,8 @@ def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.Elli
     )
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            *(x509.DNSName(n) for n in names)]), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     issued = Issued(directory / f"{name}.crt", directory / f"{name}.key")
     _write_cert(cert, issued.cert)
@@ -97,13 +98,14 @@ def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.Elli
     return issued
 
 
-def make_pki(directory: Path) -> Pki:
+def make_pki(directory: Path, names: tuple[str, ...] = ()) -> Pki:
+    """A CA, a server certificate for localhost, 127.0.0.1 and ``names``, a client one, and a rogue CA."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_path, ca_cert, ca_key = make_ca(directory, "ca")
     rogue_path, rogue_cert, rogue_key = make_ca(directory, "rogue-ca")
     return Pki(
         ca=ca_path,
-        server=issue(directory, "server", ca_cert, ca_key, server=True),
+        server=issue(directory, "server", ca_cert, ca_key, server=True, names=names),
         client=issue(directory, "client", ca_cert, ca_key, server=False),
         rogue_ca=rogue_path,
         rogue_client=issue(directory, "rogue-client", rogue_cert, rogue_key, server=False),
