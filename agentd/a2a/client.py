@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import secrets as _random
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -116,7 +116,7 @@ class A2aPeer:
             raise A2aError(f"A2A peer {self.name!r}: the reply is not JSON", peer=self.name) from None
         return self._unwrap(message, op)
 
-    async def stream(self, op: str, params: Mapping[str, Any]) -> AsyncIterator[a2a.Event]:
+    async def stream(self, op: str, params: Mapping[str, Any]) -> AsyncGenerator[a2a.Event, None]:
         """A streaming request: each SSE ``data`` is one JSON-RPC response carrying an event."""
         try:
             async with self.client.stream(
@@ -159,7 +159,7 @@ class A2aPeer:
         result = await self.call("send", a2a.send_params(self.card.version, message, return_immediately=True))
         return self._parsed(a2a.parse_result, result)
 
-    def stream_send(self, text: str, *, context_id: str | None) -> AsyncIterator[a2a.Event]:
+    def stream_send(self, text: str, *, context_id: str | None) -> AsyncGenerator[a2a.Event, None]:
         message = a2a.message_json(self.card.version, _random.token_hex(8), text, context_id=context_id)
         return self.stream("stream", a2a.send_params(self.card.version, message, return_immediately=False))
 
@@ -272,15 +272,17 @@ class A2aPeers:
         try:
             with trio.fail_after(peer.config.call_timeout):
                 if peer.card.streaming:
-                    async for event in peer.stream_send(text, context_id=context_id):
-                        first = current is None
-                        current = apply_event(current if isinstance(current, a2a.Task) else None, event)
-                        if first:
-                            self.log.info("a2a.delegate", peer=name, mode="stream", **_ids(current))
-                        if isinstance(current, a2a.Task):
-                            self.open_tasks.setdefault(current.id, name)
-                        if isinstance(current, a2a.Message) or current.terminal or current.interrupted:
-                            break
+                    # aclosing: leaving the stream early (a terminal event) closes it here, not in the GC
+                    async with aclosing(peer.stream_send(text, context_id=context_id)) as events:
+                        async for event in events:
+                            first = current is None
+                            current = apply_event(current if isinstance(current, a2a.Task) else None, event)
+                            if first:
+                                self.log.info("a2a.delegate", peer=name, mode="stream", **_ids(current))
+                            if isinstance(current, a2a.Task):
+                                self.open_tasks.setdefault(current.id, name)
+                            if isinstance(current, a2a.Message) or current.terminal or current.interrupted:
+                                break
                     if isinstance(current, a2a.Task) and not (current.terminal or current.interrupted):
                         current = await peer.get_task(current.id)  # the stream ended early: ask
                 else:

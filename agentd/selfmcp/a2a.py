@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import math
 import secrets as _random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any, Final
 
 import attrs
@@ -266,7 +267,7 @@ class A2aService:
             await task.changed.wait()
         return task
 
-    async def events(self, task: ServedTask, *, first: bool) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, task: ServedTask, *, first: bool) -> AsyncGenerator[dict[str, Any], None]:
         """The stream of one task: the task, status updates, then the artifact and the final status."""
         if first:
             yield {"task": {"id": task.id, "contextId": task.context_id,
@@ -428,10 +429,11 @@ class A2aMount:
         except RpcError as exc:
             await _reply(send, 200, _error(request_id, exc.code, exc.message))
 
-    async def _stream(self, send: Send, request_id: Any, events: AsyncIterator[dict[str, Any]]) -> None:
+    async def _stream(self, send: Send, request_id: Any, events: AsyncGenerator[dict[str, Any], None]) -> None:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        async for event in events:
-            frame = encode_event(_ok(request_id, event).decode())
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        async with aclosing(events):  # a peer that goes away mid-stream closes the events here, not in the GC
+            async for event in events:
+                frame = encode_event(_ok(request_id, event).decode())
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
