@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from agentd import telemetry
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
 from agentd.events import EventLog, stream_sink
@@ -48,9 +49,13 @@ from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus
 from agentd.loop.runner import RunRequest, UsageHook, run_loop
 from agentd.secrets import SecretResolver
+from agentd.telemetry.spans import agent_span, end_agent_span
 
 if TYPE_CHECKING:
     from agentd.supervisor.supervisor import Supervisor
+
+#: How long the last export of spans may take when the daemon ends.
+FINAL_FLUSH_TIMEOUT = 5.0
 
 
 class ModeRunner(Protocol):
@@ -95,11 +100,37 @@ async def main(
     runner = MODES.get(cfg.mode)
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode} is not available in this build")
+    _start_tracing(cfg, env)
+    with telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None):
+        try:
+            result = await _main(cfg, log, runner, env, run_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await telemetry.flush(FINAL_FLUSH_TIMEOUT)
+    return result
+
+
+def _start_tracing(cfg: Config, env: Mapping[str, str] | None) -> None:
+    """``--otel``: trace this process (OTEL_SDK_DISABLED=true wins); settings from the OTEL_* variables."""
+    if not cfg.otel:
+        return
+    from agentd.telemetry.settings import OtelSettings, sdk_disabled
+
+    environ = os.environ if env is None else env
+    if not sdk_disabled(environ):
+        telemetry.enable(OtelSettings.from_env(environ, log_content=cfg.log_content))
+
+
+async def _main(
+    cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str
+) -> RunResult:
     escaped: AgentdError | None = None
     # ONE root supervisor per daemon, opened before and closed after the daemon nursery: the served
     # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with _root_supervisor(cfg, log, env) as supervisor, trio.open_nursery() as daemon:
+        if telemetry.enabled():
+            daemon.start_soon(telemetry.run_exporter)
         served = await _start_serving(cfg, log, daemon, env, supervisor)
         try:
             if served is not None and cfg.instruction is None:
@@ -269,33 +300,36 @@ async def run_config(
     resolver = SecretResolver(env=env, redactor=log.redactor)
     failure: tuple[RunStatus, str] | None = None
     result: RunResult | None = None
-    try:
-        async with (
-            open_intelligence(
-                list(cfg.intelligence),
-                model=cfg.model,
-                token=cfg.intelligence_token,
-                stream=cfg.stream_intelligence,
-                log=log,
-                secrets=resolver,
-            ) as intel,
-            open_mcp_pool(declared, log=log, secrets=resolver, run_id=run_id) as pool,
-        ):
-            result = await run_once(
-                request, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
-            )
-    except* trio.Cancelled:
-        # Cancelled from outside (a forced drain, a parent's kill ladder): say so, then let it unwind.
-        log.warn("run.cancelled", reason="the run was cancelled from outside")
-        raise
-    except* McpConnectError as group:
-        failure = (RunStatus.MCP_FAILED, _first_message(group))
-    except* IntelligenceError as group:
-        failure = (RunStatus.INTELLIGENCE_FAILED, _first_message(group))
-    if result is None:
-        assert failure is not None
-        status, error = failure
-        result = RunResult(run_id=run_id, status=status, error=error)
+    with agent_span(log.agent_path, run_id, cfg.model, request.instruction) as span:
+        try:
+            async with (
+                open_intelligence(
+                    list(cfg.intelligence),
+                    model=cfg.model,
+                    token=cfg.intelligence_token,
+                    stream=cfg.stream_intelligence,
+                    log=log,
+                    secrets=resolver,
+                ) as intel,
+                open_mcp_pool(declared, log=log, secrets=resolver, run_id=run_id) as pool,
+            ):
+                result = await run_once(
+                    request, pool=pool, intel=intel, log=log, controls=controls, on_usage=on_usage
+                )
+        except* trio.Cancelled:
+            # Cancelled from outside (a forced drain, a parent's kill ladder): say so, then let it unwind.
+            log.warn("run.cancelled", reason="the run was cancelled from outside")
+            raise
+        except* McpConnectError as group:
+            failure = (RunStatus.MCP_FAILED, _first_message(group))
+        except* IntelligenceError as group:
+            failure = (RunStatus.INTELLIGENCE_FAILED, _first_message(group))
+        if result is None:
+            assert failure is not None
+            status, error = failure
+            result = RunResult(run_id=run_id, status=status, error=error)
+        end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
+                       result.usage.completion_tokens)
     log.emit(
         "run.end",
         "info" if result.status is RunStatus.COMPLETED else "warn",

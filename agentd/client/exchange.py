@@ -17,6 +17,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from agentd import telemetry
 from agentd.client.errors import ResponseStreamBroken
 from agentd.client.liveness import Liveness
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
@@ -43,6 +44,8 @@ from agentd.mcp.streamable_http import (
     valid_session_id,
 )
 from agentd.mcp.versions import LATEST_MODERN, Era
+from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
+from agentd.telemetry.spans import mcp_client_span, with_trace_meta
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
 
 #: Bound on the shielded clean-up sends (notifications/cancelled, DELETE).
@@ -135,7 +138,25 @@ class Exchange:
     async def request(
         self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        """One request on the live session; a 404 on the session re-initializes and retries once."""
+        """One request on the live session; a 404 on the session re-initializes and retries once.
+
+        Traced as ``{method} {target}`` (client side) with the trace context in ``params._meta``."""
+        with mcp_client_span(self.name, method, params, self.session.protocol_version) as span:
+            try:
+                result = await self._request(method, with_trace_meta(params), headers)
+            except McpRpcError as exc:
+                telemetry.mark_error(span, str(exc.code))
+                raise
+            except McpError as exc:
+                telemetry.mark_error(span, type(exc).__name__)
+                raise
+            if method == "tools/call" and result.get("isError") is True:
+                telemetry.mark_error(span, TOOL_ERROR)
+            return result
+
+    async def _request(
+        self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None
+    ) -> dict[str, Any]:
         if self.closing:
             raise McpTransportError(f"MCP server {self.name!r}: the connection is closing", server=self.name)
         if not self.liveness.connected:
@@ -191,6 +212,7 @@ class Exchange:
             raise
         except SessionError as exc:
             raise McpError(f"{method}: {exc}", server=self.name) from None
+        telemetry.current_span().set_attribute(JSONRPC_REQUEST_ID, str(request.id))
         self._inflight += 1
         try:
             result = await self.roundtrip(request, headers)

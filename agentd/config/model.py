@@ -104,6 +104,11 @@ class Config:
     run_id: str = ""
     log_level: LogLevel = "info"
     log_content: bool = False
+    otel: bool = False
+    traceparent: str | None = None
+    metrics_addr: str | None = None
+    health_file: str | None = None
+    report_file: str | None = None
     # the self-MCP server
     serve_mcp: str | None = None
     serve_cert: str | None = None

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from agentd import telemetry
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
@@ -41,6 +42,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
+from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
 
 MAX_CONSECUTIVE_FAULTS = 3
 #: Characters of tool observations kept in the conversation (about 64k tokens). Beyond it the oldest are
@@ -105,6 +107,8 @@ class _Run:
     elided: int = 0
     _kept: deque[int] = attrs.field(factory=deque)  # indices of tool messages not yet elided, oldest first
     observer: ToolObserver | None = None
+    #: How the last tool call ended (``result``, ``tool_error``, ``rejected``, ``fault``): its span's outcome.
+    last_outcome: str = "result"
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -121,7 +125,9 @@ class _Run:
         catalogue = self.current_catalogue()
         self.meter.steps += 1
         step = self.meter.steps
-        reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+        with chat_span(str(getattr(self.intel, "model", "default"))) as span:
+            reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+            end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
         self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         if self.on_usage is not None:
             pending = self.on_usage(reply.usage)
@@ -197,8 +203,18 @@ class _Run:
     # -- one tool call ---------------------------------------------------------------------------
 
     async def run_call(self, call: ToolCall, catalogue: Catalogue, step: int) -> RunResult | None:
-        started = time.perf_counter()
         entry = catalogue.resolve(call.name)
+        with tool_span(entry.name if entry else call.name, call.id, server=entry.server if entry else None,
+                       arguments=call.arguments) as span:
+            ended = await self._run_call(call, catalogue, step, entry)
+            if self.last_outcome != "result":
+                telemetry.mark_error(span, self.last_outcome)
+            return ended
+
+    async def _run_call(
+        self, call: ToolCall, catalogue: Catalogue, step: int, entry: Entry | None
+    ) -> RunResult | None:
+        started = time.perf_counter()
         self.log.info(
             "tool.call",
             step=step,
@@ -293,6 +309,7 @@ class _Run:
         is_error: bool = False,
         reason: str | None = None,
     ) -> None:
+        self.last_outcome = "tool_error" if kind == "result" and is_error else kind
         text = observe.cap(text)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         self._kept.append(len(self.messages) - 1)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
+from agentd import telemetry
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
@@ -40,6 +41,8 @@ from agentd.mcp.server_session import (
 from agentd.mcp.sse import encode_comment, encode_event
 from agentd.mcp.streamable_http import EVENT_STREAM, SESSION_ID, accepts, priming_event
 from agentd.mcp.versions import Era
+from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
+from agentd.telemetry.spans import mcp_server_span
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -268,11 +271,22 @@ class McpAsgiApp:
 
     async def _dispatch(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
         """The handler's answer; a bug in it becomes -32603 for this request instead of a 500 for all."""
-        try:
-            return await self.handler.handle(request, ctx)
-        except Exception as exc:
-            self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
-            return ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+        params = request.params if isinstance(request.params, dict) else None
+        meta = params.get("_meta") if params is not None else None
+        # The client's trace context in ``_meta`` (the MCP convention) makes this request part of its trace.
+        with (telemetry.remote_parent(meta if isinstance(meta, dict) else None),
+              mcp_server_span(request.method, params, None) as span):
+            span.set_attribute(JSONRPC_REQUEST_ID, str(request.id))
+            try:
+                answer = await self.handler.handle(request, ctx)
+            except Exception as exc:
+                self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
+                answer = ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+            if isinstance(answer, ErrorResponse):
+                telemetry.mark_error(span, str(answer.code))
+            elif isinstance(answer.result, dict) and answer.result.get("isError") is True:
+                telemetry.mark_error(span, TOOL_ERROR)
+            return answer
 
     def _forget_expired(self) -> None:
         for session_id in self.core.take_expired():
