@@ -11,6 +11,7 @@ Exception messages never reach a span (they can hold content); a failed span get
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
@@ -62,7 +63,7 @@ class Tracing:
     def __init__(self, settings: OtelSettings) -> None:
         self.settings = settings
         resource = Resource.create({**settings.resource, "service.name": settings.service_name,
-                                    "service.version": __version__})
+                                    "service.version": __version__, "process.pid": os.getpid()})
         self.provider = TracerProvider(resource=resource)
         self.queue = _Queue(settings.max_queue)
         self.queue.batch = settings.max_batch
