@@ -31,6 +31,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -49,13 +50,18 @@ from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus
 from agentd.loop.runner import RunRequest, UsageHook, run_loop
 from agentd.secrets import SecretResolver
+from agentd.telemetry import metrics
+from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.spans import agent_span, end_agent_span
 
 if TYPE_CHECKING:
     from agentd.supervisor.supervisor import Supervisor
+    from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.
 FINAL_FLUSH_TIMEOUT = 5.0
+#: Open connections the metrics listener accepts (scrapers are few).
+METRICS_MAX_CONNECTIONS = 16
 
 
 class ModeRunner(Protocol):
@@ -101,13 +107,50 @@ async def main(
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode} is not available in this build")
     _start_tracing(cfg, env)
-    with telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None):
+    if cfg.metrics_addr is not None:
+        metrics.enable()
+    with (use_health(Health(mode=cfg.mode)),
+          telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
             result = await _main(cfg, log, runner, env, run_id)
         finally:
             with trio.CancelScope(shield=True):
                 await telemetry.flush(FINAL_FLUSH_TIMEOUT)
     return result
+
+
+async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None) -> None:
+    """The daemon's own observability tasks: heartbeat, health file, metrics listener, span exporter."""
+    health = current_health()
+    if health is not None:
+        daemon.start_soon(health.heartbeat)
+        if cfg.health_file is not None:
+            daemon.start_soon(health.write_file, cfg.health_file)
+    if telemetry.enabled():
+        daemon.start_soon(telemetry.run_exporter)
+    if cfg.metrics_addr is not None:
+        from agentd.transport.observe_app import serve_metrics
+
+        resolver = SecretResolver(env=env, redactor=log.redactor)
+        bearer = resolver.resolve(cfg.serve_bearer) if cfg.serve_bearer else None
+        await daemon.start(serve_metrics, metrics_serve_config(cfg, bearer), log)
+
+
+def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
+    """``--metrics-addr`` as a listener: TLS (and mTLS) with the self-MCP's files when they are given."""
+    from agentd.transport.serve import ServeConfig
+
+    assert cfg.metrics_addr is not None
+    tls = cfg.serve_cert is not None and cfg.serve_key is not None
+    return ServeConfig(
+        url=f"{'https' if tls else 'http'}://{cfg.metrics_addr}/metrics",
+        cert=Path(cfg.serve_cert) if tls and cfg.serve_cert else None,
+        key=Path(cfg.serve_key) if tls and cfg.serve_key else None,
+        client_ca=Path(cfg.serve_client_ca) if tls and cfg.serve_client_ca else None,
+        bearer=bearer,
+        max_connections=METRICS_MAX_CONNECTIONS,
+        max_per_client=METRICS_MAX_CONNECTIONS,
+    )
 
 
 def _start_tracing(cfg: Config, env: Mapping[str, str] | None) -> None:
@@ -129,9 +172,10 @@ async def _main(
     # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with _root_supervisor(cfg, log, env) as supervisor, trio.open_nursery() as daemon:
-        if telemetry.enabled():
-            daemon.start_soon(telemetry.run_exporter)
+        await _start_observing(cfg, log, daemon, env)
         served = await _start_serving(cfg, log, daemon, env, supervisor)
+        if (health := current_health()) is not None:
+            health.started = True
         try:
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
@@ -328,6 +372,7 @@ async def run_config(
             assert failure is not None
             status, error = failure
             result = RunResult(run_id=run_id, status=status, error=error)
+        metrics.run_ended(result.status.value)
         end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
                        result.usage.completion_tokens)
     log.emit(

@@ -11,6 +11,7 @@ gone is reported to the shared :class:`~agentd.client.liveness.Liveness`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -44,6 +45,7 @@ from agentd.mcp.streamable_http import (
     valid_session_id,
 )
 from agentd.mcp.versions import LATEST_MODERN, Era
+from agentd.telemetry import metrics
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_client_span, with_trace_meta
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
@@ -141,17 +143,22 @@ class Exchange:
         """One request on the live session; a 404 on the session re-initializes and retries once.
 
         Traced as ``{method} {target}`` (client side) with the trace context in ``params._meta``."""
+        started = time.perf_counter()
         with mcp_client_span(self.name, method, params, self.session.protocol_version) as span:
             try:
                 result = await self._request(method, with_trace_meta(params), headers)
             except McpRpcError as exc:
                 telemetry.mark_error(span, str(exc.code))
+                metrics.mcp_request(method, self.name, time.perf_counter() - started, str(exc.code))
                 raise
             except McpError as exc:
                 telemetry.mark_error(span, type(exc).__name__)
+                metrics.mcp_request(method, self.name, time.perf_counter() - started, type(exc).__name__)
                 raise
-            if method == "tools/call" and result.get("isError") is True:
-                telemetry.mark_error(span, TOOL_ERROR)
+            error = TOOL_ERROR if method == "tools/call" and result.get("isError") is True else ""
+            if error:
+                telemetry.mark_error(span, error)
+            metrics.mcp_request(method, self.name, time.perf_counter() - started, error)
             return result
 
     async def _request(

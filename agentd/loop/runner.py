@@ -42,6 +42,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
+from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
 
 MAX_CONSECUTIVE_FAULTS = 3
@@ -125,9 +126,16 @@ class _Run:
         catalogue = self.current_catalogue()
         self.meter.steps += 1
         step = self.meter.steps
+        called = time.perf_counter()
         with chat_span(str(getattr(self.intel, "model", "default"))) as span:
-            reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+            try:
+                reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+            except IntelligenceError:
+                metrics.gateway_call(time.perf_counter() - called, "error")
+                raise
             end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
+        metrics.gateway_call(time.perf_counter() - called, "ok")
+        metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         if self.on_usage is not None:
             pending = self.on_usage(reply.usage)
@@ -310,6 +318,7 @@ class _Run:
         reason: str | None = None,
     ) -> None:
         self.last_outcome = "tool_error" if kind == "result" and is_error else kind
+        metrics.tool_call(entry.server if entry else None, self.last_outcome)
         text = observe.cap(text)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         self._kept.append(len(self.messages) - 1)

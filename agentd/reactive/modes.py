@@ -42,6 +42,7 @@ from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.status import published
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
+from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
 
@@ -288,6 +289,7 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
         contents, server = list(read.contents), read.server
     except ResourceNotFound:
         contents, server = None, wake.server
+    metrics.woke(wake.updates)
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                  wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
     result = await runs.run(Job("wake", wake_instruction(_instruction(ctx), wake.uri, server, contents), wake.uri))

@@ -17,6 +17,7 @@ import trio
 
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.supervisor.messages import Admit, Admitted, Release, Usage
+from agentd.telemetry import metrics
 
 
 class Authority(Protocol):
@@ -42,10 +43,16 @@ class LocalAuthority:
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
     ) -> Admission | Refusal:
-        return self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree)
+        decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree)
+        if isinstance(decision, Refusal):
+            metrics.spawn_refused(decision.message)
+        else:
+            metrics.subagents_live(self.ledger.live)
+        return decision
 
     async def release(self, handle: str) -> None:
         self.ledger.release(handle)
+        metrics.subagents_live(self.ledger.live)
 
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
         if self.ledger.add_tokens(usage.total, handle, tree):

@@ -39,6 +39,7 @@ from agentd.supervisor.node import (
     SubagentNode,
     child_environment,
 )
+from agentd.telemetry import metrics
 from agentd.telemetry.names import TRACEPARENT, TRACESTATE
 
 #: Ended subagents whose final view stays readable by handle (oldest forgotten first).
@@ -144,6 +145,7 @@ class Supervisor:
 
     async def spawn(self, caller: Caller, request: SpawnRequest) -> RunView | Refusal:
         if self.draining:
+            metrics.spawn_refused("draining")
             return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted"))
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,

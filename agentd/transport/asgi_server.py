@@ -41,6 +41,8 @@ from agentd.mcp.server_session import (
 from agentd.mcp.sse import encode_comment, encode_event
 from agentd.mcp.streamable_http import EVENT_STREAM, SESSION_ID, accepts, priming_event
 from agentd.mcp.versions import Era
+from agentd.telemetry import metrics
+from agentd.telemetry.health import PROBES, probe
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_server_span
 
@@ -182,6 +184,11 @@ class McpAsgiApp:
     # -- the request pipeline ----------------------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("path") in PROBES and scope["method"] in ("GET", "HEAD"):
+            # Liveness and readiness: no authentication, no information beyond ok / not ok.
+            status, text = probe(scope["path"])
+            await _send_reply(send, HttpReply(status, text, "text/plain"))
+            return
         headers = _headers(scope)
         refusal = self._gate(scope, headers)
         if refusal is not None:
@@ -192,12 +199,14 @@ class McpAsgiApp:
             try:
                 body = await self._read_body(headers, receive)
             except _TooLarge:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="body_too_large", limit=self.options.max_body)
                 await _discard_body(headers, receive)
                 await _send_reply(send, error_reply(413, jsonrpc.INVALID_REQUEST,
                                                     f"request body exceeds {self.options.max_body} bytes").http)
                 return
             except trio.TooSlowError:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="body_timeout")
                 await _send_reply(send, error_reply(408, jsonrpc.INVALID_REQUEST, "request body too slow").http)
                 return
@@ -210,6 +219,7 @@ class McpAsgiApp:
                 self._end_session(headers.get(SESSION_ID.lower(), ""))
         elif isinstance(routed, LegacyPost):
             if routed.new_session:
+                metrics.served_session(+1)
                 self.log.debug("serve.session", action="created", version=routed.session.version,
                                sessions=len(self.core.sessions))
             await self._legacy_post(routed, headers, receive, send)
@@ -225,6 +235,7 @@ class McpAsgiApp:
         allowed = self.options.allowed_hosts
         host = _hostname(headers.get("host", ""))
         if allowed is not None and host not in allowed:
+            metrics.served_request("refused")
             self.log.info("serve.refused", reason="host", status=403)
             return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Host not allowed").http
         origin = headers.get("origin")
@@ -232,6 +243,7 @@ class McpAsgiApp:
             origin_host = _hostname(origin)
             ok = origin_host in allowed if allowed is not None else origin_host == host
             if not ok:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="origin", status=403)
                 return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Origin not allowed").http
         expected = self.options.bearer
@@ -240,6 +252,7 @@ class McpAsgiApp:
             scheme, _, token = given.partition(" ")
             good = hmac.compare_digest(token.strip().encode(), expected.encode())
             if scheme.lower() != "bearer" or not good:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="bearer", status=401)
                 return HttpReply(401, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, "Unauthorized")),
                                  headers=(("www-authenticate", 'Bearer realm="agentd"'),))
@@ -284,8 +297,12 @@ class McpAsgiApp:
                 answer = ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
             if isinstance(answer, ErrorResponse):
                 telemetry.mark_error(span, str(answer.code))
+                metrics.served_request("error")
             elif isinstance(answer.result, dict) and answer.result.get("isError") is True:
                 telemetry.mark_error(span, TOOL_ERROR)
+                metrics.served_request(TOOL_ERROR)
+            else:
+                metrics.served_request("ok")
             return answer
 
     def _forget_expired(self) -> None:
@@ -309,6 +326,7 @@ class McpAsgiApp:
         return notify
 
     def _end_session(self, session_id: str) -> None:
+        metrics.served_session(-1)
         self.log.debug("serve.session", action="deleted")
         self.handler.session_closed(session_id)
         self._notifiers.pop(session_id, None)
@@ -419,6 +437,7 @@ class McpAsgiApp:
                                                 id=request.id).http)
             return
         if self._listens >= self.options.max_sessions:
+            metrics.served_request("refused")
             self.log.info("serve.refused", reason="listen_limit", status=503, limit=self.options.max_sessions)
             await _send_reply(send, error_reply(503, jsonrpc.INTERNAL_ERROR,
                                                 f"listen stream limit reached ({self.options.max_sessions})",
