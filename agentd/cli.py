@@ -7,6 +7,7 @@
     agentd run MANIFEST [...]       an agent manifest against a host config (agentd.connections)
     agentd transcript ...           durable transcripts (agentd.connections)
     agentd journal list|show|export the durable run journal (agentd.journal)
+    agentd report FILE              a --report-file as tables for a person (the one command whose stdout is text)
 
 stdout carries exactly one JSON document; stderr carries JSON event lines only. Exit codes are the
 original agentd's (docs/cli.md): errors map through ``AgentdError.exit_code``; anything unexpected is 1.
@@ -51,6 +52,8 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             return _check(argv[1:], env)
         if argv and argv[0] in ("run", "transcript"):
             return _delegate(argv[0], argv[1:])
+        if argv and argv[0] == "report":
+            return _report(argv[1:])
         if argv and argv[0] == "journal":
             from agentd.journal.cli import journal_main
 
@@ -180,6 +183,29 @@ def _check(argv: list[str], env: dict[str, str]) -> int:
     doc, code = trio.run(check)
     _print_json(doc)
     return int(code)
+
+
+def _report(args: list[str]) -> int:
+    """``agentd report FILE [--json]``: a ``--report-file`` as tables for a person (``--json``: the documents)."""
+    import argparse
+
+    from agentd.telemetry.report import load, render
+
+    parser = argparse.ArgumentParser(prog="agentd report", description="Render a --report-file for a person.")
+    parser.add_argument("file", help="the file --report-file wrote")
+    parser.add_argument("--json", action="store_true", help="print the documents as one JSON object instead")
+    options = parser.parse_args(args)
+    try:
+        docs = load(options.file)
+    except (OSError, ValueError) as exc:
+        _fail(f"agentd report {options.file}: cannot read ({getattr(exc, 'strerror', None) or exc})", 2)
+        return 2
+    if options.json:
+        _print_json({"trees": docs})
+    else:
+        sys.stdout.write(render(docs))
+        sys.stdout.flush()
+    return 0
 
 
 def _delegate(command: str, args: list[str]) -> int:

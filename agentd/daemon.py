@@ -39,7 +39,7 @@ import trio
 from agentd import telemetry
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
-from agentd.events import EventLog, stream_sink
+from agentd.events import EventLog, Sink, stream_sink
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
 from agentd.intelligence.wire import Usage
@@ -109,6 +109,14 @@ async def main(
     _start_tracing(cfg, env)
     if cfg.metrics_addr is not None:
         metrics.enable()
+    recorder = None
+    if cfg.report_file is not None:
+        from agentd.telemetry.report import Recorder
+
+        recorder = Recorder(caps={"token_ceiling": cfg.token_ceiling, "max_tokens": cfg.max_tokens,
+                                  "max_steps": cfg.max_steps, "max_depth": cfg.max_depth,
+                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents})
+        log = log.bind(sink=_tee(log.sink, recorder.observe))
     with (use_health(Health(mode=cfg.mode)),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
@@ -116,7 +124,21 @@ async def main(
         finally:
             with trio.CancelScope(shield=True):
                 await telemetry.flush(FINAL_FLUSH_TIMEOUT)
+            if recorder is not None and cfg.report_file is not None:
+                try:
+                    recorder.write(cfg.report_file)
+                except OSError as exc:
+                    log.warn("config.warning", warning=f"--report-file {cfg.report_file}: not written "
+                                                       f"({exc.strerror})")
     return result
+
+
+def _tee(first: Sink, second: Sink) -> Sink:
+    def both(line: dict[str, Any]) -> None:
+        second(line)
+        first(line)
+
+    return both
 
 
 async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None) -> None:
