@@ -16,8 +16,8 @@ that outlives the task that started it (one the supervisor owns across tasks) is
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping, MutableMapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
 if TYPE_CHECKING:
@@ -133,9 +133,8 @@ def context_of(span: Span) -> dict[str, str]:
     return tracing.context_of(span)
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+#: Reusable: entering it does nothing.
+_NOTHING: Final[AbstractContextManager[None]] = nullcontext()
 
 
 def remote_parent(carrier: Mapping[str, Any] | None) -> AbstractContextManager[None]:
@@ -143,7 +142,7 @@ def remote_parent(carrier: Mapping[str, Any] | None) -> AbstractContextManager[N
     task opens inside the block. A missing or malformed ``traceparent`` changes nothing."""
     tracing = _tracing
     if tracing is None or not carrier or not isinstance(carrier.get("traceparent"), str):
-        return _nothing()
+        return _NOTHING
     return tracing.remote_parent(carrier)
 
 
