@@ -12,6 +12,13 @@
 stdout carries exactly one JSON document; stderr carries JSON event lines only. Exit codes are the
 original agentd's (docs/cli.md): errors map through ``AgentdError.exit_code``; anything unexpected is 1.
 
+The one-document guarantee is kept here, in :func:`main`, for every command that promises a result
+document (``agentd``, ``agentd run``, ``agentd check``): each registers its run id with a
+:class:`ResultPromise` as soon as it knows it and writes its document through it. An unexpected exception
+that escapes before the document was written still prints ``{run_id, status: "crashed", done: true, ...,
+error: "Type: short message"}`` (the message scrubbed of secret values and cut short) and exits 1.
+Configuration errors (exit 2) keep stdout empty: nothing ran.
+
 Start-up stays cheap: this module imports only the standard library and attrs at the top, so ``--help`` and the
 subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn or
 jsonschema.
@@ -30,7 +37,7 @@ import attrs
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.events import EventLog
+    from agentd.events import EventLog, Redactor
 
 #: The original agentd's re-exec marker: a subagent child is ``python -m agentd`` with this set to 1.
 SUBAGENT_ENV = "AGENT_SUBAGENT"
@@ -41,59 +48,91 @@ def console_main() -> None:
     sys.exit(main(sys.argv[1:]))
 
 
+#: Characters of an exception message kept in a crashed result's ``error``.
+CRASH_MESSAGE_CHARS = 300
+
+
+@attrs.define(eq=False)
+class ResultPromise:
+    """A command's promise of one result document on stdout: its run id once known, whether it was written,
+    and the redactor whose secret values the crash message must not carry."""
+
+    run_id: str | None = None
+    written: bool = False
+    redactor: Redactor | None = None
+
+    def promise(self, run_id: str, redactor: Redactor | None = None) -> None:
+        self.run_id = run_id
+        if redactor is not None:
+            self.redactor = redactor
+
+    def write(self, doc: Any, out: Any = None) -> None:
+        """Write the result document (one JSON line) to ``out`` (default stdout), scrubbed of every
+        registered secret value (a server may have echoed one into a result or an error)."""
+        self.written = True
+        if self.redactor is not None:
+            doc = self.redactor.scrub_value(doc)
+        _print_json(doc, sys.stdout if out is None else out)
+
+    def error_of(self, exc: BaseException) -> str:
+        """``Type: message``, the message on one line, scrubbed and cut to :data:`CRASH_MESSAGE_CHARS`."""
+        message = str(exc)
+        if self.redactor is not None:
+            message = self.redactor.scrub(message)
+        message = " ".join(message.split())
+        if len(message) > CRASH_MESSAGE_CHARS:
+            message = message[:CRASH_MESSAGE_CHARS] + "…"
+        return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+    def crashed(self, exc: BaseException) -> dict[str, Any]:
+        """The result document of a command that crashed before it wrote its own."""
+        return {
+            "run_id": self.run_id,
+            "status": "crashed",
+            "done": True,
+            "partial": True,
+            "result": None,
+            "steps": 0,
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            "error": self.error_of(exc),
+        }
+
+
 def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
     """Run the command line and return the exit code (never raises, except SystemExit from --help)."""
     env = dict(os.environ) if env is None else env
     if env.get(SUBAGENT_ENV) == "1":
         return _subagent()
     argv = list(argv)
+    promise = ResultPromise()
     try:
         if argv and argv[0] == "check":
-            return _check(argv[1:], env)
+            return _check(argv[1:], env, promise)
         if argv and argv[0] in ("run", "transcript"):
-            return _delegate(argv[0], argv[1:])
+            return _delegate(argv[0], argv[1:], promise)
         if argv and argv[0] == "report":
             return _report(argv[1:])
         if argv and argv[0] == "journal":
             from agentd.journal.cli import journal_main
 
             return journal_main(argv[1:], env)
-        return _run(argv, env)
+        return _run(argv, env, promise)
     except SystemExit:
         raise
     except BaseException as raised:
-        from agentd.errors import AgentdError
+        from agentd.errors import AgentdError, flatten
 
-        exc = _leaf(raised)
+        exc = flatten(raised)
         if isinstance(exc, KeyboardInterrupt):
             _fail("interrupted", 1)
             return 1
         if isinstance(exc, AgentdError):
             _fail(str(exc), int(exc.exit_code), config=int(exc.exit_code) == 2)
             return int(exc.exit_code)
-        _fail(f"unexpected {type(exc).__name__}: {exc}", 1)
+        _fail(f"unexpected {promise.error_of(exc)}", 1)
+        if promise.run_id is not None and not promise.written:
+            promise.write(promise.crashed(exc))
         return 1
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The error to report from a (possibly nested) exception group: the first agentd error, else the first
-    leaf. trio wraps whatever escapes a nursery in a group; the exit code belongs to what is inside."""
-    from agentd.errors import AgentdError
-
-    leaves: list[BaseException] = []
-
-    def walk(e: BaseException) -> None:
-        if isinstance(e, BaseExceptionGroup):
-            for inner in e.exceptions:
-                walk(inner)
-        else:
-            leaves.append(e)
-
-    walk(exc)
-    for leaf in leaves:
-        if isinstance(leaf, AgentdError | KeyboardInterrupt):
-            return leaf
-    return leaves[0] if leaves else exc
 
 
 # --- subcommands -------------------------------------------------------------------------------------
@@ -101,15 +140,12 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _subagent() -> int:
     """The hidden control mode: the supervisor's child entry, before any argv parsing."""
-    child_main = _optional("agentd.supervisor.child", "child_main")
-    if child_main is None:
-        _fail("subagent mode is not available in this build", 1)
-        return 1
-    code = child_main()
-    return int(code) if isinstance(code, int) else 0
+    from agentd.child.entry import child_main
+
+    return child_main()
 
 
-def _run(argv: list[str], env: dict[str, str]) -> int:
+def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     if "--help" in argv or "-h" in argv:
         from agentd.config.argv import build_parser
 
@@ -127,30 +163,32 @@ def _run(argv: list[str], env: dict[str, str]) -> int:
     if config.validate_config:
         _print_json({"valid": True, "config": effective_config(config)})
         return 0
+    promise.promise(config.run_id, log.redactor)
     log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
              config_path=config.config_path)
-    daemon_main = _optional("agentd.daemon", "main")
-    if daemon_main is None:
-        _fail("agentd.daemon is not available in this build", 1)
-        return 1
+    from agentd.daemon import main as daemon_main
+    from agentd.loop.result import RunResult, RunStatus
+
     outcome = _trio_run_with_drain(daemon_main, config, log)
     result = outcome.result
     if result is None:
         # Cancelled by the drain timeout (a clean drain, 0) or by a second signal (forced, 1).
-        _print_json(_cancelled_doc(config))
+        promise.write(_cancelled_doc(config))
         code = 1 if outcome.forced else 0
     else:
-        _print_json(result.to_json() if hasattr(result, "to_json") else result)
-        code = int(getattr(result, "exit_code", 1))
-        if outcome.drained and not outcome.forced and str(getattr(result, "status", "")) == "cancelled":
+        assert isinstance(result, RunResult)
+        promise.write(result.to_json())
+        code = int(result.exit_code)
+        if outcome.drained and not outcome.forced and result.status is RunStatus.CANCELLED:
             code = 0  # the run was cancelled *because* we asked it to drain: that is success
         if code in (3, 7) and config.budget_exit_code is not None:
             code = config.budget_exit_code
+    log.flush()
     log.info("proc.exit", exit_code=code)
     return code
 
 
-def _check(argv: list[str], env: dict[str, str]) -> int:
+def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     if "--help" in argv or "-h" in argv:
         from agentd.config.argv import build_parser
 
@@ -164,24 +202,15 @@ def _check(argv: list[str], env: dict[str, str]) -> int:
     if config.validate_config:
         _print_json({"valid": True, "config": effective_config(config)})
         return 0
-    run_check = _optional("agentd.client.check", "run_check")
-    if run_check is None:
-        _fail("agentd check is not available in this build", 2)
-        return 2
-    import inspect
-
     import trio
 
+    from agentd.client.check import run_check
     from agentd.secrets import SecretResolver
 
     secrets = SecretResolver(env, log.redactor)
-
-    async def check() -> tuple[dict[str, Any], int]:
-        outcome = run_check(config.mcp, log=log, secrets=secrets)  # async in agentd.client.check
-        return await outcome if inspect.isawaitable(outcome) else outcome  # type: ignore[no-any-return]
-
-    doc, code = trio.run(check)
-    _print_json(doc)
+    promise.promise(config.run_id, log.redactor)
+    doc, code = trio.run(functools.partial(run_check, config.mcp, log=log, secrets=secrets))
+    promise.write(doc)
     return int(code)
 
 
@@ -208,36 +237,13 @@ def _report(args: list[str]) -> int:
     return 0
 
 
-def _delegate(command: str, args: list[str]) -> int:
+def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
     """``agentd run`` / ``agentd transcript`` belong to agentd.connections (host config, manifests)."""
-    entry = {"run": "run_manifest", "transcript": "transcript_main"}[command]
-    function = _optional("agentd.connections.cli", entry)
-    if function is None:
-        _fail(f"agentd {command}: not available in this build", 2)
-        return 2
-    import inspect
+    from agentd.connections.cli import run_manifest, transcript_main
 
-    if inspect.iscoroutinefunction(function):
-        import trio
-
-        outcome = trio.run(function, args)
-    else:
-        outcome = function(args)
-    return int(outcome) if isinstance(outcome, int) else 0
-
-
-def _optional(module: str, attribute: str) -> Callable[..., Any] | None:
-    """``module.attribute`` if that part is built yet; a *broken* import inside it still raises."""
-    import importlib
-
-    try:
-        loaded = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
-            return None
-        raise
-    found = getattr(loaded, attribute, None)
-    return found if callable(found) else None
+    if command == "run":
+        return run_manifest(args, promise=promise)
+    return transcript_main(args)
 
 
 # --- running the daemon under signals -------------------------------------------------------------------
@@ -258,7 +264,8 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
 
     from agentd.drain import run_with_signals
 
-    main = functools.partial(daemon_main, config)
+    # The root log itself (as comp "agent"): one redactor and one rate limiter for the whole process.
+    main = functools.partial(daemon_main, config, log=log.bind(comp="agent"))
     run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
     return DrainOutcome(run.result, drained=run.drained, forced=run.forced)
 
@@ -283,10 +290,11 @@ def _cancelled_doc(config: Config) -> dict[str, Any]:
     }
 
 
-def _print_json(doc: Any) -> None:
+def _print_json(doc: Any, out: Any = None) -> None:
+    out = sys.stdout if out is None else out
     try:
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
-        sys.stdout.flush()
+        out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        out.flush()
     except BrokenPipeError:
         pass
 

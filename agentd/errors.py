@@ -42,9 +42,15 @@ class AgentdError(Exception):
 
 
 class ConfigError(AgentdError):
-    """Bad configuration or usage. Always raised before any network or process side effect."""
+    """Bad configuration or usage. Always raised before any network or process side effect.
+
+    Its message is one line whatever value it quotes (a path or flag value holding a line break is shown
+    escaped), so the one-line error the CLI prints cannot be split or forged by the value."""
 
     exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"), *args)
 
 
 class IntelligenceError(AgentdError):
@@ -95,3 +101,27 @@ class ResourceNotFound(McpRpcError):
     def __init__(self, uri: str, code: int, message: str, data: Any = None, *, server: str | None = None) -> None:
         super().__init__(code, message, data, server=server, method="resources/read")
         self.uri = uri
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """Every exception inside (possibly nested) exception groups, in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+def flatten(exc: BaseException) -> BaseException:
+    """The one exception a (possibly nested) group stands for: the first agentd error (it carries the exit
+    code), else a KeyboardInterrupt, else the first leaf.
+
+    trio wraps whatever escapes a nursery in a group; what it ended as belongs to what is inside, and every
+    layer (agentd.run's outcome rule, the CLI's exit code) reads it by this one rule.
+    """
+    found = leaves(exc)
+    for leaf in found:
+        if isinstance(leaf, AgentdError):
+            return leaf
+    for leaf in found:
+        if isinstance(leaf, KeyboardInterrupt):
+            return leaf
+    return found[0] if found else exc

@@ -9,6 +9,18 @@ test failure instead of a silently new event.
 Secrets cannot reach a line: every resolved secret value is registered with the log's
 :class:`Redactor`, and each string field is scrubbed before it is written. Bodies and arguments are
 logged as lengths unless the log was opened with ``log_content=True``.
+
+A peer can make agentd log without bound (huge arguments echoed in a rejection reason, thousands of update
+notifications a second, a bad-bearer flood on the served endpoint), so two limits hold for every line:
+
+* **Size**: a string field longer than :data:`MAX_FIELD_CHARS` is cut and ends with a marker that gives the
+  original length; a list or mapping keeps its first :data:`MAX_FIELD_ITEMS` items (a marker says how many
+  were left out). This holds with ``--log-content`` too.
+* **Rate**: at most :data:`RATE_LIMIT` lines per event name (and agent path, and ``server`` or ``handle``
+  field when the line has one) per :data:`RATE_WINDOW` seconds.
+  Lines over it are dropped and counted; once the window has passed, the next line written carries the
+  count in a ``log.suppressed`` line (``error`` level when an error line was among them, so errors are
+  summarised, never silently lost). :meth:`EventLog.flush` writes the pending summaries at once.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TextIO
 
 import attrs
@@ -25,6 +37,18 @@ import attrs
 from agentd import telemetry
 
 LEVELS: Final = {"debug": 10, "info": 20, "warn": 30, "error": 40}
+
+#: Characters kept of one string field (longer ones end with a ``…[truncated: N chars]`` marker).
+MAX_FIELD_CHARS: Final = 8192
+#: Items kept of one list or mapping field (a marker item says how many more there were).
+MAX_FIELD_ITEMS: Final = 256
+#: Nesting depth kept of a field (deeper values are replaced by a marker).
+MAX_FIELD_DEPTH: Final = 8
+#: Lines per event name (and agent path) per :data:`RATE_WINDOW` seconds; more are counted, not written.
+RATE_LIMIT: Final = 50
+RATE_WINDOW: Final = 1.0
+#: Fields that split an event's rate budget: one server's or one subagent's flood does not silence another's.
+RATE_KEY_FIELDS: Final = ("server", "handle")
 
 #: Every event agentd emits. Grouped by component; docs/events.md documents each one.
 VOCABULARY: Final[frozenset[str]] = frozenset(
@@ -52,10 +76,13 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "serve.updated", "serve.connection_error",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
+        "reactive.throttled",
         "reactive.degraded", "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",
         "drain.start", "drain.end",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",
+        # the log itself
+        "log.suppressed",
     }
 )
 
@@ -76,6 +103,82 @@ class Redactor:
             if secret in text:
                 text = text.replace(secret, "***")
         return text
+
+    def scrub_value(self, value: Any) -> Any:
+        """``value`` with every string in it (mapping keys and values, list items) scrubbed."""
+        if not self._secrets:
+            return value
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, Mapping):
+            return {self.scrub_value(k): self.scrub_value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.scrub_value(v) for v in value]
+        return value
+
+
+def truncate(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with a marker giving the original length when it was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"…[truncated: {len(text)} chars]"
+
+
+@attrs.frozen
+class Suppressed:
+    """A summary the rate limiter owes: ``count`` lines of ``event`` were dropped, ``errors`` of them errors."""
+
+    event: str
+    agent_path: str
+    scope: str
+    count: int
+    errors: int
+    window_s: float
+
+
+@attrs.define(eq=False)
+class _Window:
+    start: float
+    written: int = 0
+    dropped: int = 0
+    errors: int = 0
+
+
+@attrs.define(eq=False)
+class RateLimiter:
+    """Per (event name, agent path): at most ``limit`` lines per ``window`` seconds. Pure bookkeeping over the
+    ``now`` the caller passes; shared by a log and everything it binds, like the :class:`Redactor`."""
+
+    limit: int = RATE_LIMIT
+    window: float = RATE_WINDOW
+    _windows: dict[tuple[str, str, str], _Window] = attrs.field(factory=dict, init=False)
+
+    def admit(self, event: str, agent_path: str, level: str, now: float, scope: str = "") -> bool:
+        """Whether this line may be written now; a dropped one is counted for the next summary. ``scope``
+        splits the budget further (a server name, a subagent handle)."""
+        if self.limit <= 0:
+            return True
+        key = (event, agent_path, scope)
+        window = self._windows.get(key)
+        if window is None or now - window.start >= self.window:  # (a summary owed was handed out by due)
+            window = self._windows[key] = _Window(now)
+        if window.written < self.limit:
+            window.written += 1
+            return True
+        window.dropped += 1
+        window.errors += level == "error"
+        return False
+
+    def due(self, now: float, *, everything: bool = False) -> list[Suppressed]:
+        """Summaries of windows that have passed (all of them with ``everything``); each is owed once."""
+        owed: list[Suppressed] = []
+        for key, window in list(self._windows.items()):
+            if window.dropped and (everything or now - window.start >= self.window):
+                owed.append(Suppressed(key[0], key[1], key[2], window.dropped, window.errors, self.window))
+                self._windows[key] = _Window(now)
+            elif now - window.start >= self.window:
+                del self._windows[key]  # idle: keep the table as small as the set of busy events
+        return owed
 
 
 def _rfc3339_ms(now: float) -> str:
@@ -107,6 +210,8 @@ class EventLog:
     comp: str = "agent"
     log_content: bool = False
     redactor: Redactor = attrs.field(factory=Redactor)
+    limiter: RateLimiter = attrs.field(factory=RateLimiter)
+    clock: Callable[[], float] = time.monotonic
 
     def bind(self, **changes: Any) -> EventLog:
         return attrs.evolve(self, **changes)
@@ -118,6 +223,12 @@ class EventLog:
         if event not in VOCABULARY:
             raise ValueError(f"event {event!r} is not in the vocabulary (agentd/events.py)")
         if not self.enabled(level):
+            return
+        now = self.clock()
+        for owed in self.limiter.due(now):
+            self._summary(owed)
+        scope = "/".join(str(fields[name]) for name in RATE_KEY_FIELDS if fields.get(name) is not None)
+        if not self.limiter.admit(event, self.agent_path, level, now, scope[:256]):
             return
         line: dict[str, Any] = {
             "ts": _rfc3339_ms(time.time()),
@@ -132,8 +243,22 @@ class EventLog:
         if ids is not None:
             line.update(ids)
         for key, value in fields.items():
-            line[key] = self._clean(value)
+            line[key] = self._clean(value, 0)
         self.sink(line)
+
+    def flush(self) -> None:
+        """Write every pending ``log.suppressed`` summary now (before the process exits)."""
+        for owed in self.limiter.due(self.clock(), everything=True):
+            self._summary(owed)
+
+    def _summary(self, owed: Suppressed) -> None:
+        level = "error" if owed.errors else "warn"
+        self.sink({
+            "ts": _rfc3339_ms(time.time()), "level": level, "event": "log.suppressed", "run_id": self.run_id,
+            "agent_path": owed.agent_path, "comp": self.comp, "pid": os.getpid(),
+            "suppressed_event": owed.event, "suppressed": owed.count, "errors": owed.errors,
+            "window_s": owed.window_s, **({"scope": self.redactor.scrub(owed.scope)} if owed.scope else {}),
+        })  # fmt: skip
 
     def debug(self, event: str, /, **fields: Any) -> None:
         self.emit(event, "debug", **fields)
@@ -153,14 +278,35 @@ class EventLog:
             return value if isinstance(value, str) else value.decode("utf-8", "replace")
         return len(value)
 
-    def _clean(self, value: Any) -> Any:
+    def _clean(self, value: Any, depth: int) -> Any:
         if isinstance(value, str):
-            return self.redactor.scrub(value)
+            # Scrubbed before the cut, so a secret straddling the cut is not half-logged.
+            return truncate(self.redactor.scrub(value))
+        if isinstance(value, bytes | bytearray):
+            return len(value)
+        if isinstance(value, Mapping | list | tuple | set | frozenset) and depth >= MAX_FIELD_DEPTH:
+            return f"…[nested deeper than {MAX_FIELD_DEPTH}]"
         if isinstance(value, Mapping):
-            return {str(k): self._clean(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._clean(v) for v in value]
-        return value
+            cleaned = {truncate(str(k), 256): self._clean(v, depth + 1)
+                       for k, v in _first(value.items(), MAX_FIELD_ITEMS)}  # fmt: skip
+            if len(value) > MAX_FIELD_ITEMS:
+                cleaned["…"] = f"[{len(value) - MAX_FIELD_ITEMS} more]"
+            return cleaned
+        if isinstance(value, list | tuple | set | frozenset):
+            items = [self._clean(v, depth + 1) for v in _first(value, MAX_FIELD_ITEMS)]
+            if len(value) > MAX_FIELD_ITEMS:
+                items.append(f"…[{len(value) - MAX_FIELD_ITEMS} more]")
+            return items
+        if isinstance(value, int | float | bool) or value is None:
+            return value
+        return truncate(self.redactor.scrub(str(value)))
+
+
+def _first(items: Iterable[Any], count: int) -> Iterator[Any]:
+    for index, item in enumerate(items):
+        if index >= count:
+            return
+        yield item
 
 
 def null_log() -> EventLog:

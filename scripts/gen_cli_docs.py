@@ -47,6 +47,9 @@ def table() -> str:
         meta = f" {flag.metavar}" if flag.metavar else (" {" + ",".join(flag.choices) + "}" if flag.choices else "")
         key = f"`{flag.file_key}`" if flag.file else "—"
         text = flag.help.replace("|", "\\|")
+        others = [f"`agentd {command}`" for command in flag.commands if command != "agentd"]
+        if others and "agentd" in flag.commands:
+            text += f" (also {' and '.join(others)})"
         lines.append(f"| `{flag.name}{meta}` | {env} | {key} | {_default(flag)} | {text} |")
     return "\n".join([BEGIN, *lines, "", END])
 

@@ -5,6 +5,7 @@ environment (``AGENTD_<FLAG>``, ``AGENT_<FLAG>`` accepted) < flags, then validat
 one-line :class:`~agentd.errors.ConfigError` (exit 2) raised before any network or process side effect.
 """
 
+from agentd.config import load as load  # attaches Config.from_argv
 from agentd.config.durations import parse_duration as parse_duration
 from agentd.config.model import Config as Config
 from agentd.config.model import McpServerConfig as McpServerConfig

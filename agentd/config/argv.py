@@ -1,7 +1,8 @@
 """The flag table: every command-line flag agentd has, its type, default source, env and file names.
 
 One table drives argparse (``--help``), the environment layer (``AGENTD_<FLAG>``/``AGENT_<FLAG>``), the
-config-file keys and docs/cli.md, so the four can never disagree. Defaults live on :class:`Config`.
+config-file keys and docs/cli.md, so the four can never disagree. Default values live in
+:mod:`agentd.defaults` (the help text quotes them from there).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any, Final, Literal, NoReturn
 
 import attrs
 
+from agentd import defaults as D
 from agentd.errors import ConfigError
 
+Command = Literal["agentd", "run", "transcript"]
 Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
 
 
@@ -35,6 +38,8 @@ class Flag:
     file: bool = True
     #: Extra environment names accepted after the standard two (the original's historical spellings).
     env_aliases: tuple[str, ...] = ()
+    #: The commands that take this flag: ``agentd`` (and ``agentd check``), ``run``, ``transcript``.
+    commands: tuple[Command, ...] = ("agentd",)
 
     @property
     def env_suffix(self) -> str:
@@ -52,6 +57,11 @@ class Flag:
         return self.name.removeprefix("--").replace("-", "_")
 
 
+def _s(seconds: float) -> str:
+    """A default duration as help text writes it: ``250ms``, ``5s``."""
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
 _RUN = "run"
 _INTEL = "intelligence"
 _MCP = "tools / MCP"
@@ -60,6 +70,9 @@ _BUDGETS = "budgets and subagents"
 _SERVE = "self-MCP server"
 _LOG = "telemetry"
 _CONFIG = "configuration"
+_MANIFEST = "agentd run"
+_TRANSCRIPT = "agentd transcript"
+_AND_RUN: Final[tuple[Command, ...]] = ("agentd", "run")
 
 FLAGS: Final[tuple[Flag, ...]] = (
     # run
@@ -69,22 +82,23 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--output-contract", "output_contract", "str",
          "what the final answer must look like (a JSON answer is parsed)", _RUN, "TEXT"),
     Flag("--run-id", "run_id", "str", "the run id in every event and tools/call _meta (default: time+pid)",
-         _RUN, "ID"),
+         _RUN, "ID", commands=_AND_RUN),
     # intelligence
     Flag("--intelligence", "intelligence", "endpoints",
          "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",
-         _INTEL, "URL[,URL...]"),
+         _INTEL, "URL[,URL...]", commands=_AND_RUN),
     Flag("--intelligence-token", "intelligence_token", "secret",
          "bearer token for the gateway, as '{{secret:NAME}}' or '{{secret-file:PATH}}' (never a literal)",
          _INTEL, "REF"),
     Flag("--intelligence-token-file", "intelligence_token_file", "path",
          "read the gateway bearer token from a file (same as --intelligence-token '{{secret-file:PATH}}')",
          _INTEL, "PATH"),
-    Flag("--model", "model", "str", "model name sent to the gateway (default: default)", _INTEL, "NAME"),
+    Flag("--model", "model", "str", f"model name sent to the gateway (default: {D.MODEL})", _INTEL, "NAME",
+         commands=_AND_RUN),
     Flag("--stream-intelligence", "stream_intelligence", "bool", "stream gateway replies (SSE)", _INTEL),
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
-         "NAME=URL", env=False, file=False),
+         "NAME=URL", env=False, file=False, commands=_AND_RUN),
     Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH"),
     # modes
     Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,
@@ -101,19 +115,27 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--poll-interval", "poll_interval", "duration",
          "reactive: poll resources/read at this interval when a server cannot subscribe (default: off)",
          _MODES, "DURATION"),
-    Flag("--debounce", "debounce", "duration", "reactive: coalescing window per URI (default 250ms)",
+    Flag("--debounce", "debounce", "duration", f"reactive: coalescing window per URI (default {_s(D.DEBOUNCE)})",
          _MODES, "DURATION"),
-    Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", "reactive: concurrent wakes (default 4)",
+    Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", f"reactive: concurrent wakes (default {D.MAX_CONCURRENT_WAKES})",
+         _MODES, "N"),
+    Flag("--max-wakes-per-minute", "max_wakes_per_minute", "int",
+         f"reactive: wakes the daemon may start in any 60 s; more wait, coalesced (default {D.MAX_WAKES_PER_MINUTE}, "
+         "0 = no limit)",
+         _MODES, "N"),
+    Flag("--max-wakes-per-uri-per-minute", "max_wakes_per_uri_per_minute", "int",
+         "reactive: wakes one URI may start in any 60 s; more wait, coalesced "
+         f"(default {D.MAX_WAKES_PER_URI_PER_MINUTE}, 0 = no limit)",
          _MODES, "N"),
     # budgets and subagents
-    Flag("--max-steps", "max_steps", "int", "steps per run (default 50)", _BUDGETS, "N"),
-    Flag("--max-tokens", "max_tokens", "int", "tokens per run (default 200000)", _BUDGETS, "N"),
-    Flag("--deadline", "deadline", "duration", "wall-clock limit per run (default 600s)", _BUDGETS,
+    Flag("--max-steps", "max_steps", "int", f"steps per run (default {D.MAX_STEPS})", _BUDGETS, "N"),
+    Flag("--max-tokens", "max_tokens", "int", f"tokens per run (default {D.MAX_TOKENS})", _BUDGETS, "N"),
+    Flag("--deadline", "deadline", "duration", f"wall-clock limit per run (default {_s(D.DEADLINE)})", _BUDGETS,
          "DURATION"),
-    Flag("--max-depth", "max_depth", "int", "subagent tree depth (default 4)", _BUDGETS, "N", env=False),
-    Flag("--max-children", "max_children", "int", "subagents per node (default 8)", _BUDGETS, "N"),
-    Flag("--max-subagents", "max_subagents", "int", "subagents in the whole tree (default 64)", _BUDGETS, "N"),
-    Flag("--token-ceiling", "token_ceiling", "int", "tokens for the whole tree (default 2000000)", _BUDGETS,
+    Flag("--max-depth", "max_depth", "int", f"subagent tree depth (default {D.MAX_DEPTH})", _BUDGETS, "N", env=False),
+    Flag("--max-children", "max_children", "int", f"subagents per node (default {D.MAX_CHILDREN})", _BUDGETS, "N"),
+    Flag("--max-subagents", "max_subagents", "int", f"subagents in the whole tree (default {D.MAX_SUBAGENTS})", _BUDGETS, "N"),
+    Flag("--token-ceiling", "token_ceiling", "int", f"tokens for the whole tree (default {D.TOKEN_CEILING})", _BUDGETS,
          "N"),
     Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",
          "daemon modes: tokens over the process lifetime (default 0 = unbounded)", _BUDGETS, "N",
@@ -121,16 +143,16 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--budget-exit-code", "budget_exit_code", "int",
          "exit with this code instead of 3 (partial) or 7 (budget exhausted)", _BUDGETS, "CODE", env=False),
     Flag("--cancel-grace", "cancel_grace", "duration",
-         "kill ladder: wait after the cancel message before EOF/SIGTERM (default 5s)", _BUDGETS, "DURATION"),
-    Flag("--term-grace", "term_grace", "duration", "kill ladder: wait after SIGTERM before SIGKILL (default 2s)",
+         f"kill ladder: wait after the cancel message before EOF/SIGTERM (default {_s(D.CANCEL_GRACE)})", _BUDGETS, "DURATION"),
+    Flag("--term-grace", "term_grace", "duration", f"kill ladder: wait after SIGTERM before SIGKILL (default {_s(D.TERM_GRACE)})",
          _BUDGETS, "DURATION"),
     Flag("--pong-timeout", "pong_timeout", "duration", "subagent channel: missing pong marks a child stuck "
-         "(default 10s)", _BUDGETS, "DURATION"),
+         f"(default {_s(D.PONG_TIMEOUT)})", _BUDGETS, "DURATION"),
     Flag("--progress-timeout", "progress_timeout", "duration",
-         "subagent channel: no progress marks a child stuck (default 120s)", _BUDGETS, "DURATION"),
+         f"subagent channel: no progress marks a child stuck (default {_s(D.PROGRESS_TIMEOUT)})", _BUDGETS, "DURATION"),
     Flag("--drain-timeout", "drain_timeout", "duration",
-         "on SIGTERM/SIGINT, let running work finish this long, then cancel (default 25s)", _BUDGETS,
-         "DURATION"),
+         f"on SIGTERM/SIGINT, let running work finish this long, then cancel (default {_s(D.DRAIN_TIMEOUT)})", _BUDGETS,
+         "DURATION", commands=_AND_RUN),
     # self-MCP
     Flag("--serve-mcp", "serve_mcp", "url", "serve agentd's own MCP at URL (HTTP(S), mTLS/bearer auth)",
          _SERVE, "URL"),
@@ -140,24 +162,24 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _SERVE, "PATH"),
     Flag("--serve-bearer", "serve_bearer", "secret",
          "require this bearer token, as '{{secret:NAME}}' or '{{secret-file:PATH}}'", _SERVE, "REF"),
-    Flag("--serve-max-spawns", "serve_max_spawns", "int", "concurrent served spawns (default 4)", _SERVE, "N"),
-    Flag("--serve-max-sessions", "serve_max_sessions", "int", "MCP sessions (default 64)", _SERVE, "N"),
-    Flag("--serve-max-warm", "serve_max_warm", "int", "warm subagent sessions (default 8)", _SERVE, "N"),
-    Flag("--serve-max-body", "serve_max_body", "int", "request body limit in bytes (default 8 MiB)", _SERVE,
+    Flag("--serve-max-spawns", "serve_max_spawns", "int", f"concurrent served spawns (default {D.SERVE_MAX_SPAWNS})", _SERVE, "N"),
+    Flag("--serve-max-sessions", "serve_max_sessions", "int", f"MCP sessions (default {D.SERVE_MAX_SESSIONS})", _SERVE, "N"),
+    Flag("--serve-max-warm", "serve_max_warm", "int", f"warm subagent sessions (default {D.SERVE_MAX_WARM})", _SERVE, "N"),
+    Flag("--serve-max-body", "serve_max_body", "int", f"request body limit in bytes (default {D.SERVE_MAX_BODY // 1024 // 1024} MiB)", _SERVE,
          "BYTES"),
-    Flag("--serve-keepalive", "serve_keepalive", "duration", "SSE keepalive interval (default 15s)", _SERVE,
+    Flag("--serve-keepalive", "serve_keepalive", "duration", f"SSE keepalive interval (default {_s(D.SERVE_KEEPALIVE)})", _SERVE,
          "DURATION"),
     Flag("--serve-retention", "serve_retention", "duration",
-         "keep terminal agent://subagent handles this long (default 600s)", _SERVE, "DURATION"),
-    Flag("--serve-max-connections", "serve_max_connections", "int", "open connections in total (default 256)",
-         _SERVE, "N"),
+         f"keep terminal agent://subagent handles this long (default {_s(D.SERVE_RETENTION)})", _SERVE, "DURATION"),
+    Flag("--serve-max-connections", "serve_max_connections", "int",
+         f"open connections in total (default {D.SERVE_MAX_CONNECTIONS})", _SERVE, "N"),
     Flag("--serve-max-per-client", "serve_max_per_client", "int",
-         "open connections per client address (default 64)", _SERVE, "N"),
+         f"open connections per client address (default {D.SERVE_MAX_PER_CLIENT})", _SERVE, "N"),
     Flag("--serve-http2", "serve_http2", "bool", "also serve HTTP/2 (h2 over TLS, h2c in clear; default: HTTP/1.1 only)",
          _SERVE),
     # telemetry
-    Flag("--log-level", "log_level", "choice", "debug, info (default), warn or error", _LOG,
-         choices=("debug", "info", "warn", "error")),
+    Flag("--log-level", "log_level", "choice", f"debug, info, warn or error (default {D.LOG_LEVEL})", _LOG,
+         choices=("debug", "info", "warn", "error"), commands=_AND_RUN),
     Flag("--log-content", "log_content", "bool", "log bodies and arguments instead of their lengths", _LOG),
     Flag("--otel", "otel", "bool",
          "export OpenTelemetry traces over OTLP/HTTP (endpoint and headers from the OTEL_* variables)", _LOG),
@@ -171,14 +193,46 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "PATH"),
     Flag("--report-file", "report_file", "path", "write a JSON report of every run tree at exit", _LOG, "PATH"),
     # configuration
-    Flag("--config", "config_path", "path", "YAML config file (mcp_servers and any setting below)", _CONFIG,
-         "PATH", file=False),
+    Flag("--config", "config_path", "path",
+         "YAML config or host file (mcp_servers, connections, intelligence and any setting below)", _CONFIG, "PATH", file=False,
+         commands=("agentd", "run", "transcript")),
     Flag("--validate-config", "validate_config", "bool",
          "check everything, print the effective config, exit 0 or 2; no network", _CONFIG, env=False,
          file=False),
+    # agentd run MANIFEST (only)
+    Flag("--runtime-module", "runtime_module", "path",
+         "a trusted Python module: tool_adapter, connection_credentials, authorize callbacks", _MANIFEST, "PATH",
+         env=False, file=False, commands=("run",)),
+    Flag("--stream", "stream", "bool", "every event to stdout as JSON lines, then the result", _MANIFEST,
+         env=False, file=False, commands=("run",)),
+    Flag("--user", "user", "str", "the user this run acts for (given to authorize callbacks and tools)",
+         _MANIFEST, "ID", env=False, file=False, commands=("run",)),
+    Flag("--tenant", "tenant", "str", "the tenant this run acts for", _MANIFEST, "ID", env=False, file=False,
+         commands=("run",)),
+    Flag("--transcript", "transcript", "path", "transcript SQLite file (overrides the host config)", _MANIFEST,
+         "PATH", env=False, file=False, commands=("run",)),
+    Flag("--no-transcript", "no_transcript", "bool", "do not record a durable transcript", _MANIFEST,
+         env=False, file=False, commands=("run",)),
+    # agentd transcript (only)
+    Flag("--db", "db", "path", "the transcript SQLite file to read (default: the host config's, else "
+         "$XDG_STATE_HOME/agentd/transcripts.sqlite3)", _TRANSCRIPT, "PATH", env=False, file=False,
+         commands=("transcript",)),
 )
 
 FLAGS_BY_DEST: Final = {flag.dest: flag for flag in FLAGS}
+#: Positional arguments of the subcommands: (dest, metavar, help, required, choices).
+POSITIONALS: Final[dict[Command, tuple[tuple[str, str, str, bool, tuple[str, ...]], ...]]] = {
+    "agentd": (),
+    "run": (("manifest", "MANIFEST", "the agent manifest (YAML)", True, ()),),
+    "transcript": (("action", "{show,list}", "show one run's transcript, or list the recorded runs", True,
+                    ("show", "list")),
+                   ("run_id", "RUN_ID", "the run to show", False, ())),
+}
+_DESCRIPTIONS: Final[dict[Command, str]] = {
+    "agentd": "agentd: an MCP-native agent daemon on trio.",
+    "run": "Run an agent manifest against a host config.",
+    "transcript": "Read durable run transcripts.",
+}
 FLAGS_BY_FILE_KEY: Final = {flag.file_key: flag for flag in FLAGS if flag.file}
 
 USAGE: Final = """agentd [run flags]                 run (--mode once by default) and print one JSON result
@@ -200,22 +254,32 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def build_parser(prog: str = "agentd", *, description: str | None = None) -> argparse.ArgumentParser:
+def build_parser(prog: str = "agentd", *, description: str | None = None,
+                 command: Command = "agentd") -> argparse.ArgumentParser:
+    """The parser for ``command`` (``agentd`` also serves ``agentd check``): its flags from the one table."""
     parser = _Parser(
         prog=prog,
         usage=USAGE if prog == "agentd" else None,
-        description=description or "agentd: an MCP-native agent daemon on trio.",
+        description=description or _DESCRIPTIONS[command],
         epilog=EPILOG,
         allow_abbrev=False,
         argument_default=argparse.SUPPRESS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    if command == "agentd":
+        parser.add_argument("--version", action="store_true", help="print the version and exit")
+    for dest, metavar, help_text, required, choices in POSITIONALS[command]:
+        parser.add_argument(dest, metavar=metavar, help=help_text, nargs=None if required else "?",
+                            choices=choices or None)
     groups: dict[str, Any] = {}
     for flag in FLAGS:
+        if command not in flag.commands:
+            continue
         group = groups.get(flag.group) or groups.setdefault(flag.group, parser.add_argument_group(flag.group))
         help_text = flag.help + (" [env]" if flag.env else "")
-        if flag.kind == "bool":
+        if flag.kind == "bool" and flag.name.startswith("--no-"):
+            group.add_argument(flag.name, dest=flag.dest, action="store_true", help=help_text)
+        elif flag.kind == "bool":
             group.add_argument(flag.name, dest=flag.dest, action=argparse.BooleanOptionalAction, help=help_text)
         elif flag.kind == "list":
             group.add_argument(flag.name, dest=flag.dest, action="append", metavar=flag.metavar, help=help_text)
@@ -227,23 +291,27 @@ def build_parser(prog: str = "agentd", *, description: str | None = None) -> arg
 
 
 @functools.cache
-def _cached_parser(prog: str) -> argparse.ArgumentParser:
-    # Building 50 arguments costs ~2 ms; parse_args does not mutate the parser, so one per prog is enough.
-    return build_parser(prog)
+def _cached_parser(command: Command) -> argparse.ArgumentParser:
+    # Building 50 arguments costs ~2 ms; parse_args does not mutate the parser, so one per command is enough.
+    return build_parser(PROGS[command], command=command)
 
 
-def parse_flags(argv: Sequence[str], *, prog: str = "agentd") -> dict[str, Any]:
-    """The flags actually given, by dest, as raw strings/bools/lists (conversion happens in ``load``).
+PROGS: Final[dict[Command, str]] = {"agentd": "agentd", "run": "agentd run", "transcript": "agentd transcript"}
+
+
+def parse_flags(argv: Sequence[str], *, command: Command = "agentd") -> dict[str, Any]:
+    """The flags (and positionals) actually given, by dest, as raw strings/bools/lists (conversion happens
+    in ``load``).
 
     Unknown arguments are reported by name only: a mistyped ``--intelligence-tokn sk-...`` must not put
     the token into an error line.
     """
-    namespace, extras = _cached_parser(prog).parse_known_args(list(argv))
+    namespace, extras = _cached_parser(command).parse_known_args(list(argv))
     if extras:
         flags = [item.split("=", 1)[0] for item in extras if item.startswith("-")]
         others = len(extras) - len(flags)
         parts = [f"unknown flag{'s' if len(flags) > 1 else ''} {', '.join(flags)}"] if flags else []
         if others:
             parts.append(f"{others} unexpected argument{'s' if others > 1 else ''} (values not shown)")
-        raise ConfigError("; ".join(parts) + " (see agentd --help)")
+        raise ConfigError("; ".join(parts) + f" (see {PROGS[command]} --help)")
     return vars(namespace)

@@ -13,6 +13,7 @@ import urllib.parse
 from typing import Final
 
 from agentd.errors import ConfigError
+from agentd.tool_separator import SEPARATOR
 
 #: The offline deterministic model: accepted wherever an intelligence endpoint is.
 OFFLINE_MODEL: Final = "test"
@@ -83,7 +84,7 @@ def split_endpoints(value: str) -> tuple[str, ...]:
 def check_server_name(name: str, *, what: str = "--mcp") -> str:
     if not name:
         raise ConfigError(f"{what}: empty server name")
-    if not _SERVER_NAME.match(name) or "__" in name:
+    if not _SERVER_NAME.match(name) or SEPARATOR in name:
         raise ConfigError(
             f"{what}: bad server name {name!r} (letters, digits, '_', '-', '.', at most 64, no '__')"
         )

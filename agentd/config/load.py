@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from agentd.config.argv import FLAGS_BY_DEST, Flag, parse_flags
+from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
 from agentd.config.env import read_env
@@ -99,7 +99,6 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     )
     if file_layer is not None:
         merged["config_path"] = file_layer.path
-        merged["sections"] = dict(file_layer.sections)
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
     if not merged.get("run_id"):
@@ -107,6 +106,26 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     config = Config(**merged)
     validate(config, env, purpose=purpose)
     return config
+
+
+def load_command(argv: Sequence[str], env: Mapping[str, str] | None, command: Command) -> dict[str, Any]:
+    """``agentd run`` / ``agentd transcript`` settings through the same flag table as ``agentd``: the
+    command's flags (and positionals) from argv over its flags' environment variables, each converted where it
+    enters (durations, endpoints, choices), by dest. No config-file layer: ``--config`` names the host file,
+    which the command reads itself (agentd.config.host).
+
+    Raises:
+        ConfigError: one line naming the flag or variable (exit 2).
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for dest, item in read_env(env).items():
+        if command in item.flag.commands:
+            values[dest] = _convert(item.flag, item.value, f"${item.variable}", env_variable=item.variable)
+    for dest, raw in parse_flags(argv, command=command).items():
+        flag = FLAGS_BY_DEST.get(dest)
+        values[dest] = raw if flag is None else _convert(flag, raw, flag.name)
+    return values
 
 
 def _read_instruction(path: str) -> str:
@@ -241,3 +260,7 @@ def with_changes(config: Config, env: Mapping[str, str] | None = None, **changes
     evolved = attrs.evolve(config, **changes)
     validate(evolved, os.environ if env is None else env)
     return evolved
+
+
+# ``Config.from_argv`` is this loader: attached here so that the model never imports the layer that builds it.
+setattr(Config, "from_argv", staticmethod(load_config))  # noqa: B010

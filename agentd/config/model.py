@@ -1,6 +1,6 @@
 """The configuration model: plain frozen values, no parsing.
 
-Parsing lives next door (``argv.py``, ``env.py``, ``file.py``, ``load.py``); validation in ``validate.py``.
+Parsing lives next door (``argv.py``, ``env.py``, ``file.py``, ``host.py``, ``load.py``); validation in ``validate.py``.
 Every duration is float seconds; every secret is a *reference* (``{{secret:NAME}}``), resolved only when
 a connection is made (``agentd.secrets``).
 """
@@ -8,9 +8,11 @@ a connection is made (``agentd.secrets``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
+
+from agentd import defaults
 
 Mode = Literal["once", "loop", "schedule", "reactive"]
 LogLevel = Literal["debug", "info", "warn", "error"]
@@ -41,8 +43,8 @@ class McpServerConfig:
     required: bool = True
     headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
     tls: TlsConfig | None = None
-    connect_timeout: float = 10.0
-    call_timeout: float = 60.0
+    connect_timeout: float = defaults.CONNECT_TIMEOUT
+    call_timeout: float = defaults.CALL_TIMEOUT
     #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
     #: None: every tool the server lists. The connection hides the rest and refuses calls to them.
     tools: tuple[str, ...] | None = None
@@ -65,7 +67,7 @@ class Config:
     # intelligence
     intelligence: tuple[str, ...] = ()
     intelligence_token: str | None = None
-    model: str = "default"
+    model: str = defaults.MODEL
     stream_intelligence: bool = False
     # MCP servers and TLS
     mcp: tuple[McpServerConfig, ...] = ()
@@ -80,29 +82,31 @@ class Config:
     interval: float | None = None
     cron: str | None = None
     poll_interval: float | None = None
-    debounce: float = 0.25
-    max_concurrent_wakes: int = 4
+    debounce: float = defaults.DEBOUNCE
+    max_concurrent_wakes: int = defaults.MAX_CONCURRENT_WAKES
+    max_wakes_per_minute: int = defaults.MAX_WAKES_PER_MINUTE
+    max_wakes_per_uri_per_minute: int = defaults.MAX_WAKES_PER_URI_PER_MINUTE
     # per-run budgets
-    max_steps: int = 50
-    max_tokens: int = 200_000
-    deadline: float = 600.0
+    max_steps: int = defaults.MAX_STEPS
+    max_tokens: int = defaults.MAX_TOKENS
+    deadline: float = defaults.DEADLINE
     # subagent tree caps and the kill ladder
-    max_depth: int = 4
-    max_children: int = 8
-    max_subagents: int = 64
-    token_ceiling: int = 2_000_000
-    cancel_grace: float = 5.0
-    term_grace: float = 2.0
-    pong_timeout: float = 10.0
-    progress_timeout: float = 120.0
+    max_depth: int = defaults.MAX_DEPTH
+    max_children: int = defaults.MAX_CHILDREN
+    max_subagents: int = defaults.MAX_SUBAGENTS
+    token_ceiling: int = defaults.TOKEN_CEILING
+    cancel_grace: float = defaults.CANCEL_GRACE
+    term_grace: float = defaults.TERM_GRACE
+    pong_timeout: float = defaults.PONG_TIMEOUT
+    progress_timeout: float = defaults.PROGRESS_TIMEOUT
     # daemon lifetime
-    drain_timeout: float = 25.0
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
     budget_tokens_lifetime: int = 0
     #: Replaces exit codes 3 (partial) and 7 (budget) when set, as the original's --budget-exit-code.
     budget_exit_code: int | None = None
     # identity and telemetry
     run_id: str = ""
-    log_level: LogLevel = "info"
+    log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
     otel: bool = False
     traceparent: str | None = None
@@ -115,31 +119,29 @@ class Config:
     serve_key: str | None = None
     serve_client_ca: str | None = None
     serve_bearer: str | None = None
-    serve_max_spawns: int = 4
-    serve_max_sessions: int = 64
-    serve_max_warm: int = 8
-    serve_max_body: int = 8 * 1024 * 1024
-    serve_keepalive: float = 15.0
-    serve_retention: float = 600.0
-    serve_max_connections: int = 256
-    serve_max_per_client: int = 64
+    serve_max_spawns: int = defaults.SERVE_MAX_SPAWNS
+    serve_max_sessions: int = defaults.SERVE_MAX_SESSIONS
+    serve_max_warm: int = defaults.SERVE_MAX_WARM
+    serve_max_body: int = defaults.SERVE_MAX_BODY
+    serve_keepalive: float = defaults.SERVE_KEEPALIVE
+    serve_retention: float = defaults.SERVE_RETENTION
+    serve_max_connections: int = defaults.SERVE_MAX_CONNECTIONS
+    serve_max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     serve_http2: bool = False
-    # config-file sections added by extensions (agentd.config.file.SECTIONS), loaded but not interpreted here
-    sections: Mapping[str, object] = attrs.field(factory=dict, converter=dict)
 
-    @classmethod
-    def from_argv(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
-        """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
+    if TYPE_CHECKING:  # attached by agentd.config.load (the loader builds a Config; the model imports no loader)
 
-        ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no
-        socket and starts no process.
+        @staticmethod
+        def from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
+            """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
 
-        Raises:
-            ConfigError: one line naming the bad value (exit 2).
-        """
-        from agentd.config.load import load_config
+            ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no
+            socket and starts no process.
 
-        return load_config(argv, env)
+            Raises:
+                ConfigError: one line naming the bad value (exit 2).
+            """
+            ...
 
     def server(self, name: str) -> McpServerConfig:
         """The declared server called ``name`` (KeyError if none)."""

@@ -11,31 +11,33 @@ With ``--stream`` every event goes to stdout too, as JSON lines, and the result 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import attrs
 import trio
 
-from agentd import drain
+from agentd import defaults, drain
+from agentd.config.endpoints import parse_mcp_flag
+from agentd.config.host import AuthClientCredentials, AuthOAuth, Host, load_host
+from agentd.config.load import load_command
 from agentd.config.model import McpServerConfig
+from agentd.config.structure import EnvRef
 from agentd.connections.auth import (
     ClientCredentialsAuth,
     ClientCredentialsSettings,
     ConnectionAuthError,
     ProviderAuth,
 )
-from agentd.connections.model import AuthClientCredentials, AuthOAuth, Manifest
-from agentd.connections.plan import BoundConnection, Host, Plan, bind, load_host, load_manifest
+from agentd.connections.model import Manifest
+from agentd.connections.plan import BoundConnection, Plan, bind, load_manifest
 from agentd.connections.runtime import RuntimeModule, http_client_factory, load_runtime_module
 from agentd.connections.steps import Identity, ManifestResult, run_steps
-from agentd.connections.structure import EnvRef
 from agentd.connections.transcript import (
     FLUSH_GRACE,
     Transcript,
@@ -44,47 +46,45 @@ from agentd.connections.transcript import (
     open_transcript,
     read_run,
 )
-from agentd.errors import AgentdError, ConfigError, IntelligenceError, McpConnectError
+from agentd.errors import AgentdError, ConfigError, McpConnectError, flatten
 from agentd.events import EventLog, stream_sink
+from agentd.ids import new_run_id
 from agentd.loop.result import RunResult, RunStatus
+from agentd.run import (
+    Gateway,
+    ended,
+    is_cancellation,
+    open_run,
+    outcome_of,
+    reraise_if_not_an_outcome,
+    started,
+)
 from agentd.secrets import SecretResolver
 from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentd run", description="Run an agent manifest against a host config.")
-    p.add_argument("manifest", help="the agent manifest (YAML)")
-    p.add_argument("--config", help="the host config (YAML): connections, intelligence, transcript")
-    p.add_argument(
-        "--runtime-module", help="a trusted Python module: tool_adapter, connection_credentials, ..."
-    )
-    p.add_argument(
-        "--stream", action="store_true", help="every event to stdout as JSON lines, then the result"
-    )
-    p.add_argument("--mcp", action="append", default=[], metavar="NAME=URL",
-                   help="declare a connection (all tools, read_write), as in agentd --mcp")  # fmt: skip
-    p.add_argument(
-        "--intelligence", help="gateway base URL(s), comma-separated, or 'test' (overrides the host)"
-    )
-    p.add_argument("--model", help="model name (overrides the host)")
-    p.add_argument("--run-id", default="")
-    p.add_argument("--user", help="the user this run acts for (given to authorize callbacks and tools)")
-    p.add_argument("--tenant", help="the tenant this run acts for")
-    p.add_argument("--transcript", help="transcript SQLite path (overrides the host)")
-    p.add_argument("--no-transcript", action="store_true", help="do not record a durable transcript")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
-    p.add_argument("--drain-timeout", type=float, default=25.0, metavar="SECONDS",
-                   help="after SIGTERM/SIGINT, how long running work may finish before it is cancelled")  # fmt: skip
-    return p
+class ResultPromise(Protocol):
+    """What ``agentd.cli`` hands ``agentd run``: told the run id (and the redactor) as soon as they are known,
+    it writes the result document, and prints a ``crashed`` one if the run dies before that."""
+
+    def promise(self, run_id: str, redactor: Any = None) -> None: ...
+
+    def write(self, doc: Any, out: Any = None) -> None: ...
+
+
+def _write_result(promise: ResultPromise | None, doc: Any, out: TextIO) -> None:
+    if promise is not None:
+        promise.write(doc, out)
+        return
+    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.flush()
 
 
 def _mcp_flags(values: Sequence[str]) -> tuple[McpServerConfig, ...]:
     servers = []
     for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise ConfigError(f"--mcp {value!r}: expected NAME=URL")
+        name, url = parse_mcp_flag(value)
         servers.append(McpServerConfig(name=name, url=url))
     return tuple(servers)
 
@@ -105,57 +105,63 @@ class Prepared:
     stream: bool
     log_level: str
     env: Mapping[str, str]
-    drain_timeout: float = 25.0
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
 
 
 def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
-    """Parse ``agentd run`` arguments and read and check every file (ConfigError: exit 2)."""
-    options = build_parser().parse_args(list(args))
-    host = load_host(options.config, env, mcp_flags=_mcp_flags(options.mcp))
-    manifest = load_manifest(options.manifest)
-    runtime = load_runtime_module(options.runtime_module)
+    """Parse ``agentd run`` arguments (the flag table's ``run`` flags, agentd.config.argv) and read and check
+    every file (ConfigError: exit 2)."""
+    options = load_command(args, env, "run")
+    host = load_host(options.get("config_path"), env, mcp_flags=_mcp_flags(options.get("mcp", ())))
+    manifest = load_manifest(options["manifest"])
+    runtime = load_runtime_module(options.get("runtime_module"))
     endpoints, model, token = _intelligence(options, host.intelligence, env)
-    from agentd.daemon import new_run_id
-
     transcript_path = None
-    if not options.no_transcript and host.transcript.enabled:
-        transcript_path = options.transcript or host.transcript_path or default_path(env)
-    identity = Identity(options.run_id or new_run_id(), options.user, options.tenant)
-    if not options.drain_timeout >= 0:
-        raise ConfigError("--drain-timeout must be >= 0")
-    return Prepared(host, manifest, os.path.abspath(options.manifest), runtime, endpoints, model, token, identity,
-                    transcript_path, options.stream, options.log_level, env, options.drain_timeout)  # fmt: skip
+    if not options.get("no_transcript", False) and host.transcript.enabled:
+        transcript_path = options.get("transcript") or host.transcript_path or default_path(env)
+    identity = Identity(options.get("run_id") or new_run_id(), options.get("user"), options.get("tenant"))
+    return Prepared(host, manifest, os.path.abspath(options["manifest"]), runtime, endpoints, model, token,
+                    identity, transcript_path, options.get("stream", False), options.get("log_level", defaults.LOG_LEVEL), env,
+                    options.get("drain_timeout", defaults.DRAIN_TIMEOUT))  # fmt: skip
 
 
-async def run_prepared(prepared: Prepared, out: TextIO) -> ManifestResult:
-    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``."""
+async def run_prepared(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None) -> ManifestResult:
+    """Bind (exit 2 on any problem, before side effects), then run; the result line is written to ``out``
+    (through ``promise``, which then knows it was written: agentd.cli prints a crashed document otherwise)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), level=prepared.log_level,
                    run_id=prepared.identity.run_id, comp="run")  # fmt: skip
+    if promise is not None:
+        promise.promise(prepared.identity.run_id, log.redactor)
     tools = await prepared.runtime.list_tools()  # the runtime module's tools, before anything is opened
     plan = bind(prepared.host, prepared.manifest, application_tools=[t.name for t in tools],
                 manifest_path=prepared.manifest_path)  # fmt: skip
     result = await execute(plan, prepared.runtime, endpoints=prepared.endpoints, model=prepared.model,
                            token=prepared.token, log=log, env=prepared.env, identity=prepared.identity,
                            transcript_path=prepared.transcript_path, manifest_path=prepared.manifest_path)  # fmt: skip
-    out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
-    out.flush()
+    log.flush()
+    _write_result(promise, result.to_json(), out)
     return result
 
 
-def run_manifest(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+def run_manifest(
+    args: Sequence[str], env: Mapping[str, str] | None = None, promise: ResultPromise | None = None
+) -> int:
     """The ``agentd run`` subcommand; returns the exit code (ConfigError propagates: exit 2)."""
     prepared = prepare(args, dict(os.environ) if env is None else dict(env))
-    result = trio.run(run_with_signals, prepared, sys.stdout)
+    if promise is not None:
+        promise.promise(prepared.identity.run_id)
+    result = trio.run(run_with_signals, prepared, sys.stdout, promise)
     return int(result.run.exit_code)
 
 
-async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
+async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None
+                           ) -> ManifestResult:
     """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.drain): the first signal
     drains (no new step or model call; running work may finish for ``--drain-timeout``, then it is cancelled,
     exit 0), a second one cancels at once (exit 1)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), run_id=prepared.identity.run_id,
                    comp="proc")  # fmt: skip
-    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out),
+    signalled = await drain.run_with_signals(functools.partial(run_prepared, prepared, out, promise),
                                              drain_timeout=prepared.drain_timeout, log=log)
     result, forced = signalled.result, signalled.forced
     if result is None:
@@ -163,20 +169,19 @@ async def run_with_signals(prepared: Prepared, out: TextIO) -> ManifestResult:
                         error="forced by a second signal" if forced else "cancelled at the drain timeout",
                         drained=not forced)  # fmt: skip
         result = ManifestResult(run, (), error_code="cancelled")
-        out.write(json.dumps(result.to_json(), ensure_ascii=False, default=str) + "\n")
-        out.flush()
+        _write_result(promise, result.to_json(), out)
     return result
 
 
 def _intelligence(
-    options: argparse.Namespace, spec: Any, env: Mapping[str, str]
+    options: Mapping[str, Any], spec: Any, env: Mapping[str, str]
 ) -> tuple[list[str], str, str | None]:
     from agentd.intelligence.endpoints import parse_endpoints
 
     token: str | None = None
-    model = options.model or (spec.model if spec is not None else "default")
-    if options.intelligence:
-        raw: list[str] = [options.intelligence]
+    model = options.get("model") or (spec.model if spec is not None else defaults.MODEL)
+    if options.get("intelligence"):
+        raw: list[str] = list(options["intelligence"])
     elif spec is not None:
         urls = spec.url if isinstance(spec.url, list) else [spec.url]
         raw = []
@@ -213,8 +218,8 @@ async def execute(
     """Open the transcript, the intelligence and the bound connections, run the steps, close everything."""
     resolver = SecretResolver(env=env, redactor=log.redactor)
     host = plan.host
-    log.info("run.start", mode="manifest", servers=[b.alias for b in plan.bound], model=model,
-             steps=len(plan.manifest.steps), skipped=list(plan.skipped))  # fmt: skip
+    started(log, mode="manifest", servers=[b.alias for b in plan.bound], model=model,
+            steps=len(plan.manifest.steps), skipped=list(plan.skipped))  # fmt: skip
     result: ManifestResult
     async with AsyncExitStack() as stack:
         transcript = None
@@ -226,27 +231,28 @@ async def execute(
             ))  # fmt: skip
         try:
             servers, denied = await _servers(plan, runtime, resolver, log, identity, env)
-            result = await _connect_and_run(plan, runtime, stack, servers, denied, endpoints=endpoints,
+            result = await _connect_and_run(plan, runtime, servers, denied, endpoints=endpoints,
                                             model=model, token=token, log=log, resolver=resolver,
                                             identity=identity, transcript=transcript)  # fmt: skip
-        except* trio.Cancelled:
-            log.warn("run.cancelled", reason="the run was cancelled from outside")
-            if transcript is not None:
+        except BaseException as exc:
+            if is_cancellation(exc) and transcript is not None:
                 with trio.move_on_after(FLUSH_GRACE, shield=True):
                     await transcript.abort("cancelled")
+            reraise_if_not_an_outcome(exc, log)
             raise
         if transcript is not None:
             await transcript.end(result.run.status.value, result.run.result)
-    log.emit("run.end", "info" if result.run.status is RunStatus.COMPLETED else "warn",
-             status=result.run.status.value, exit_code=int(result.run.exit_code), steps=result.run.steps,
-             usage=result.run.usage.to_json(), **({"error": result.run.error} if result.run.error else {}))  # fmt: skip
+    ended(log, result.run)
     return result
+
+
+#: ``agentd run``'s error codes for the run outcomes that have their own (docs/connections.md).
+_ERROR_CODES = {RunStatus.MCP_FAILED: "connection_failed", RunStatus.INTELLIGENCE_FAILED: "intelligence_failed"}
 
 
 async def _connect_and_run(
     plan: Plan,
     runtime: RuntimeModule,
-    stack: AsyncExitStack,
     servers: list[McpServerConfig],
     denied: McpConnectError | None,
     *,
@@ -258,42 +264,24 @@ async def _connect_and_run(
     identity: Identity,
     transcript: Transcript | None,
 ) -> ManifestResult:
-    """Open the intelligence and the MCP pool on ``stack`` and run the steps; connect and intelligence
-    failures become the run's result (exit 6 / 4)."""
-    from agentd.client import open_mcp_pool
-    from agentd.intelligence import open_intelligence
-
-    failure: ManifestResult | None = None
+    """Open the intelligence and the MCP pool (agentd.run) and run the steps; what the run ends as by the one
+    rule (a connection down, the gateway, the deadline while connecting) becomes the result."""
+    gateway = Gateway(tuple(endpoints), model, token)
     try:
         if denied is not None:
             raise denied
-        intel = await stack.enter_async_context(
-            open_intelligence(endpoints, model=model, token=token, log=log, secrets=resolver)
-        )
-        pool = await stack.enter_async_context(
-            open_mcp_pool(servers, log=log, secrets=resolver, run_id=identity.run_id)
-        )
-        return await run_steps(plan, runtime, pool=pool, intel=intel, log=log, identity=identity,
-                               transcript=transcript)  # fmt: skip
-    except* McpConnectError as group:
-        exc = _first(group)
-        code = exc.code if isinstance(exc, ConnectionAuthError) else "connection_failed"
-        failure = _failed(identity, RunStatus.MCP_FAILED, str(exc), code)
-    except* IntelligenceError as group:
-        failure = _failed(identity, RunStatus.INTELLIGENCE_FAILED, str(_first(group)), "intelligence_failed")
-    assert failure is not None
-    return failure
-
-
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return leaf
-
-
-def _failed(identity: Identity, status: RunStatus, error: str, code: str) -> ManifestResult:
-    return ManifestResult(RunResult(run_id=identity.run_id, status=status, error=error), (), error_code=code)
+        # ``deadlineMs`` bounds the whole run: connecting spends it too; once connected, run_steps owns the rest.
+        async with open_run(gateway, servers, log=log, secrets=resolver, run_id=identity.run_id,
+                            deadline=plan.manifest.limits.deadline_ms / 1000) as opened:
+            return await run_steps(plan, runtime, pool=opened.pool, intel=opened.intel, log=log,
+                                   identity=identity, transcript=transcript, deadline=opened.end)  # fmt: skip
+    except BaseException as exc:
+        leaf = flatten(exc)
+        if is_cancellation(exc) or isinstance(leaf, ConfigError) or not isinstance(leaf, AgentdError):
+            raise  # not a run outcome (cancellation, a config error), or a bug for the CLI's crash document
+        run = outcome_of(exc, run_id=identity.run_id, log=log)
+        code = leaf.code if isinstance(leaf, ConnectionAuthError) else _ERROR_CODES.get(run.status)
+        return ManifestResult(run, (), error_code=code)
 
 
 async def _servers(
@@ -378,27 +366,23 @@ def _auth_for(
 def transcript_main(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """``agentd transcript show RUN_ID`` / ``agentd transcript list`` (``--config host.yaml`` or ``--db``)."""
     env = dict(os.environ) if env is None else dict(env)
-    p = argparse.ArgumentParser(prog="agentd transcript", description="Read durable run transcripts.")
-    p.add_argument("command", choices=["show", "list"])
-    p.add_argument("run_id", nargs="?")
-    p.add_argument("--config", help="the host config whose transcript store to read")
-    p.add_argument("--db", help="the transcript SQLite file")
-    options = p.parse_args(list(args))
-    path = options.db
-    if path is None and options.config is not None:
-        path = load_host(options.config, env).transcript_path
+    options = load_command(args, env, "transcript")
+    path = options.get("db")
+    if path is None and options.get("config_path") is not None:
+        path = load_host(options["config_path"], env).transcript_path
     path = path or default_path(env)
-    if options.command == "list":
+    if options["action"] == "list":
         print(json.dumps({"runs": list_runs(path)}, default=str))
         return 0
-    if not options.run_id:
+    run_id = options.get("run_id")
+    if not run_id:
         raise ConfigError("agentd transcript show: RUN_ID is required")
-    doc = read_run(path, options.run_id)
+    doc = read_run(path, run_id)
     if doc is None:
-        print(json.dumps({"error": f"no transcript for run {options.run_id!r}"}))
+        print(json.dumps({"error": f"no transcript for run {run_id!r}"}))
         return 1
     print(json.dumps(doc, ensure_ascii=False, default=str))
     return 0
 
 
-__all__ = ("AgentdError", "build_parser", "execute", "run_manifest", "transcript_main")
+__all__ = ("AgentdError", "execute", "run_manifest", "transcript_main")

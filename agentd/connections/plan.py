@@ -1,81 +1,27 @@
 """From a host config and a manifest to a validated plan, before any side effect.
 
-Everything here is pure: files are read and checked, environment *references* are checked for presence
-(never read into memory), and every problem names the exact path of the value at fault
-(``$.connections[0].tools[1]``, ``$.steps[2].tools[0]``). ``ConfigError`` means exit 2.
-
-The earlier ``mcp_servers[]`` list (and ``--mcp NAME=URL`` flags) load into the same
-:class:`Connection` model as the ``connections:`` map: such an entry allows every tool its server lists
-(``tools: None``), is ``read_write`` with no ``readTools``, and keeps its header templates and TLS
-settings (docs/config.md, "Host connections").
+Everything here is pure: the host config is read and checked by agentd.config.host (``load_host``), the
+manifest here, and :func:`bind` checks one against the other; every problem names the exact path of the
+value at fault (``$.connections[0].tools[1]``, ``$.steps[2].tools[0]``). ``ConfigError`` means exit 2.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 import attrs
-import yaml
 
-from agentd.config.model import McpServerConfig, TlsConfig
-from agentd.connections.model import (
-    Auth,
-    AuthBearer,
-    AuthClientCredentials,
-    AuthNone,
-    Binding,
-    HostConnection,
-    HostFile,
-    HostIntelligence,
-    Manifest,
-    Mode,
-    TranscriptSettings,
-)
-from agentd.connections.structure import EnvRef, structure
+from agentd.config.host import ALIAS, Connection, Host, Mode
+from agentd.config.model import McpServerConfig
+from agentd.config.structure import structure
+from agentd.config.yaml_file import read_mapping
+from agentd.connections.model import Binding, Manifest
 from agentd.errors import ConfigError
-from agentd.intelligence.names import SEPARATOR
-from agentd.secrets import check_refs_available
+from agentd.tool_separator import SEPARATOR
 
-_ALIAS: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*$")
 _APP_TOOL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_CREDENTIAL_HEADER: Final = re.compile(r"(authorization|cookie|token|secret|api[-_]?key|password)", re.I)
-
-
-@attrs.frozen
-class Connection:
-    """One host connection in the unified model (from ``connections:``, ``mcp_servers[]`` or ``--mcp``)."""
-
-    name: str
-    url: str
-    headers: Mapping[str, str]  # templates: ``{{secret:NAME}}`` for references
-    auth: Auth
-    mode: Mode
-    tools: tuple[str, ...] | None  # None: every tool the server lists
-    read_tools: tuple[str, ...]
-    required: bool
-    connect_timeout: float
-    call_timeout: float
-    tls: TlsConfig | None = None
-    source: str = "connections"  # "connections" | "mcp_servers" | "--mcp"
-
-    def allowed(self, mode: Mode) -> tuple[str, ...] | None:
-        """The tools a binding in ``mode`` may be offered (None: all)."""
-        if mode == "read" or self.mode == "read":
-            return self.read_tools
-        return self.tools
-
-
-@attrs.frozen
-class Host:
-    path: str | None
-    version: str
-    intelligence: HostIntelligence | None
-    connections: Mapping[str, Connection]
-    transcript: TranscriptSettings
-    transcript_path: str | None
 
 
 @attrs.frozen
@@ -117,161 +63,11 @@ class Plan:
         return next((b for b in self.bound if b.alias == alias), None)
 
 
-# --- files -----------------------------------------------------------------------------------------------
-
-
-def read_yaml(path: str, what: str) -> Any:
-    from agentd.config.file import _StrictLoader  # duplicate keys are errors, as in every agentd file
-
-    try:
-        with open(path, encoding="utf-8") as file:
-            raw = yaml.load(file, Loader=_StrictLoader)
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None)
-        detail = f" ({problem})" if isinstance(problem, str) else ""
-        raise ConfigError(f"{what} {path}: not valid YAML{where}{detail}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{what} {path}: the top level must be a mapping @ $")
-    return raw
-
-
-def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[McpServerConfig] = ()) -> Host:
-    """The host config (``path`` may be None: only ``--mcp`` flags), checked completely."""
-    raw: dict[str, Any] = read_yaml(path, "--config") if path is not None else {}
-    base_dir = os.path.dirname(os.path.abspath(path)) if path is not None else os.getcwd()
-    legacy_raw = raw.pop("mcp_servers", None)
-    prefix = f"--config {path}: " if path is not None else ""
-    try:
-        parsed = structure(raw, HostFile, path="$")
-        connections: dict[str, Connection] = {}
-        for name, entry in parsed.connections.items():
-            connections[name] = _from_host_entry(name, entry, env, f"$.connections.{name}")
-        legacy: tuple[McpServerConfig, ...] = ()
-        if legacy_raw is not None:
-            from agentd.config.file import _load_servers
-
-            legacy = _load_servers(legacy_raw, base_dir)
-        for source, servers in (("mcp_servers", legacy), ("--mcp", tuple(mcp_flags))):
-            for index, server in enumerate(servers):
-                where = f"$.mcp_servers[{index}]" if source == "mcp_servers" else f"--mcp {server.name}"
-                if server.name in connections:
-                    raise ConfigError(f"{where}: connection {server.name!r} is declared twice")
-                for template in server.headers.values():
-                    _refs_present(template, env, where)
-                connections[server.name] = _from_server(server, source)
-    except ConfigError as exc:
-        raise ConfigError(f"{prefix}{exc}") from None
-    transcript_path = parsed.transcript.path
-    if transcript_path is not None and not os.path.isabs(transcript_path):
-        transcript_path = os.path.join(base_dir, os.path.expanduser(transcript_path))
-    return Host(path, parsed.version, parsed.intelligence, connections, parsed.transcript, transcript_path)
-
-
-def _refs_present(template: str, env: Mapping[str, str], where: str) -> None:
-    try:
-        check_refs_available(template, env)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} @ {where}") from None
-
-
-def _env_present(ref: EnvRef, env: Mapping[str, str], where: str) -> None:
-    if ref.env not in env:
-        raise ConfigError(f"environment variable {ref.env} is not set @ {where}")
-
-
-def _from_host_entry(name: str, entry: HostConnection, env: Mapping[str, str], where: str) -> Connection:
-    from agentd.config.validate import check_server
-
-    if isinstance(entry.url, EnvRef):
-        _env_present(entry.url, env, f"{where}.url")
-        url = env[entry.url.env]
-    else:
-        url = entry.url
-    assert entry.tools is not None  # required in a connections: entry (structure enforces it)
-    if len(set(entry.tools)) != len(entry.tools):
-        raise ConfigError(f"a tool is listed twice @ {where}.tools")
-    for index, tool in enumerate(entry.read_tools):
-        if tool not in entry.tools:
-            raise ConfigError(f"readTools names {tool!r}, which is not in tools @ {where}.readTools[{index}]")
-    headers: dict[str, str] = {}
-    for header, value in entry.headers.items():
-        if isinstance(value, EnvRef):
-            _env_present(value, env, f"{where}.headers.{header}")
-            headers[header] = value.template()
-        elif _CREDENTIAL_HEADER.search(header):
-            raise ConfigError(
-                f"header {header!r} carries a credential: use {{env: NAME}}, not a literal @ {where}.headers.{header}"
-            )
-        else:
-            headers[header] = value
-    if isinstance(entry.auth, AuthBearer):
-        if any(h.lower() == "authorization" for h in headers):
-            raise ConfigError(f"auth type bearer sets Authorization; do not set it in headers too @ {where}")
-        _env_present(entry.auth.token, env, f"{where}.auth.token")
-        headers["Authorization"] = "Bearer " + entry.auth.token.template()
-    elif isinstance(entry.auth, AuthClientCredentials):
-        for field in ("client_id", "client_secret", "private_key"):
-            ref = getattr(entry.auth, field)
-            if ref is not None:
-                alias = {
-                    "client_id": "clientId",
-                    "client_secret": "clientSecret",
-                    "private_key": "privateKey",
-                }
-                _env_present(ref, env, f"{where}.auth.{alias[field]}")
-    connection = Connection(
-        name=name,
-        url=url,
-        headers=headers,
-        auth=entry.auth,
-        mode=entry.mode,
-        tools=tuple(entry.tools),
-        read_tools=tuple(entry.read_tools),
-        required=entry.required,
-        connect_timeout=max(entry.connect_timeout_ms, 1) / 1000,
-        call_timeout=max(entry.tool_timeout_ms, 1) / 1000,
-    )
-    try:
-        check_server(_probe(connection), what=where)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).replace(f"{where}: ", "") + f" @ {where}") from None
-    return connection
-
-
-def _probe(connection: Connection) -> McpServerConfig:
-    """The server entry the generic checks (URL, header names, inline credentials) look at."""
-    return McpServerConfig(
-        name=connection.name if re.match(r"^[A-Za-z0-9_-]+$", connection.name) else "connection",
-        url=connection.url,
-        headers=dict(connection.headers),
-        connect_timeout=connection.connect_timeout,
-        call_timeout=connection.call_timeout,
-    )
-
-
-def _from_server(server: McpServerConfig, source: str) -> Connection:
-    return Connection(
-        name=server.name,
-        url=server.url,
-        headers=dict(server.headers),
-        auth=AuthNone(),
-        mode="read_write",
-        tools=None,
-        read_tools=(),
-        required=server.required,
-        connect_timeout=server.connect_timeout,
-        call_timeout=server.call_timeout,
-        tls=server.tls,
-        source=source,
-    )
+# --- files ---------------------------------------------------------------------------------------------
 
 
 def load_manifest(path: str) -> Manifest:
-    raw = read_yaml(path, "manifest")
+    raw = read_mapping(path, "manifest")
     try:
         return structure(raw, Manifest, path="$")
     except ConfigError as exc:
@@ -292,7 +88,7 @@ def bind(
     for index, binding in enumerate(manifest.connections):
         where = f"$.connections[{index}]"
         alias = binding.name
-        if not _ALIAS.match(alias) or SEPARATOR in alias:
+        if not ALIAS.match(alias) or SEPARATOR in alias:
             problems.append(
                 f"alias {alias!r} must start with a letter and use letters, digits, '-' and single '_' "
                 f"(never '__', the tool-name separator) @ {where}.{'alias' if binding.alias else 'ref'}"

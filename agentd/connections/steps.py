@@ -36,7 +36,6 @@ from agentd.connections.transcript import Entry, Transcript
 from agentd.drain import current_drain
 from agentd.errors import McpError
 from agentd.events import EventLog
-from agentd.intelligence.names import SEPARATOR
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.loop.budgets import Limits
 from agentd.loop.catalogue import Entry as CatalogueEntry
@@ -44,6 +43,7 @@ from agentd.loop.control import ControlContext, ControlResult, ControlTool, Cont
 from agentd.loop.ports import Intelligence
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import RunRequest, run_loop
+from agentd.tool_separator import SEPARATOR
 
 
 @attrs.frozen
@@ -296,8 +296,11 @@ async def run_steps(
     log: EventLog,
     identity: Identity,
     transcript: Transcript | None = None,
+    deadline: float | None = None,
 ) -> ManifestResult:
-    """Run every step of the plan's manifest in order; stop at the first step that does not complete."""
+    """Run every step of the plan's manifest in order; stop at the first step that does not complete.
+
+    ``deadline`` (trio time) is the run's, when the caller started counting earlier (connecting)."""
     manifest = plan.manifest
     limits = manifest.limits
     app_tools = {t.name: t for t in await runtime.list_tools()}
@@ -308,7 +311,8 @@ async def run_steps(
             if missing:
                 log.warn("config.warning", connection=bound.alias, missing_tools=missing,
                          warning="allowlisted tools the server does not list are not offered")  # fmt: skip
-    deadline = trio.current_time() + limits.deadline_ms / 1000
+    if deadline is None:
+        deadline = trio.current_time() + limits.deadline_ms / 1000
     usage = RunUsage()
     iterations = 0
     seed: list[dict[str, Any]] = []

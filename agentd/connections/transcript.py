@@ -162,6 +162,8 @@ class Transcript:
     _pending: int = 0
 
     def record(self, entry: Entry) -> None:
+        # A server may echo a credential back (a header in a tool result): registered values never land here.
+        entry = attrs.evolve(entry, content=self.log.redactor.scrub_value(entry.content))
         self._pending += 1
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         self._send.send_nowait(entry)
@@ -211,6 +213,7 @@ class Transcript:
 
     async def end(self, status: str, result: Any) -> None:
         await self.flush()
+        result = self.log.redactor.scrub_value(result)
         text = None if self.policy == "metadata_only" or result is None else json.dumps(result, default=str)
         await self._run(lambda: self._db.end(self.run_id, status, text))
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import attrs
 import httpx
 
+from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, Redactor
 from agentd.intelligence.endpoints import OFFLINE, completions_url, parse_endpoints
@@ -80,7 +81,7 @@ class _Registering:
 async def open_intelligence(
     endpoints: Sequence[str] | str,
     *,
-    model: str = "default",
+    model: str = defaults.MODEL,
     token: str | None = None,
     stream: bool = False,
     log: EventLog,

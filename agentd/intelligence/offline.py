@@ -16,8 +16,8 @@ from typing import Any, Final
 import attrs
 
 from agentd.events import EventLog
-from agentd.intelligence.names import SEPARATOR
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
+from agentd.tool_separator import SEPARATOR
 
 MODEL_NAME: Final = "agentd-offline-test"
 NOTICE: Final = "agentd offline test model: deterministic, not a language model"

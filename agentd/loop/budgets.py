@@ -11,11 +11,12 @@ import math
 
 import attrs
 
+from agentd import defaults
 from agentd.loop.result import RunStatus, RunUsage
 
-DEFAULT_MAX_STEPS = 50
-DEFAULT_MAX_TOKENS = 200_000
-DEFAULT_DEADLINE = 600.0
+DEFAULT_MAX_STEPS = defaults.MAX_STEPS
+DEFAULT_MAX_TOKENS = defaults.MAX_TOKENS
+DEFAULT_DEADLINE = defaults.DEADLINE
 
 
 @attrs.frozen

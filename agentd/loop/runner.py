@@ -184,6 +184,8 @@ class _Run:
         error: str | None = None,
         drained: bool = False,
     ) -> RunResult:
+        if text is not None:
+            text = self.log.redactor.scrub(text)  # the model may repeat a secret it was never shown verbatim
         distillate: Distillate = distill(text, output_contract=self.request.output_contract)
         partial = forced_partial or distillate.partial or status is not RunStatus.COMPLETED
         self.log.emit(
@@ -319,7 +321,9 @@ class _Run:
     ) -> None:
         self.last_outcome = "tool_error" if kind == "result" and is_error else kind
         metrics.tool_call(entry.server if entry else None, self.last_outcome)
-        text = observe.cap(text)
+        # A server may echo a credential back (a header, a token): registered secret values never reach the
+        # model, the transcript or the result. Scrubbed before the cap, so no part of one survives a cut.
+        text = observe.cap(self.log.redactor.scrub(text))
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         self._kept.append(len(self.messages) - 1)
         self.observation_chars += len(text)

@@ -127,4 +127,6 @@ class ContinueRoute:
         metrics.woke(wake.updates)
         self.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                       route="continue", turn=self.fed)
-        await session.send(continue_message(wake.uri, server, contents), uri=wake.uri)
+        # A resource may hold a credential a server echoed: registered secret values never reach the model.
+        message = self.log.redactor.scrub(continue_message(wake.uri, server, contents))
+        await session.send(message, uri=wake.uri)

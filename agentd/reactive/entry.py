@@ -10,31 +10,39 @@ and SIGINT watched here.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
 
 import trio
 
 from agentd.config.model import Config
-from agentd.errors import AgentdError, IntelligenceError, McpConnectError
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
 from agentd.loop.budgets import Limits
-from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
-from agentd.loop.result import RunResult, RunStatus
-from agentd.loop.runner import RunRequest, UsageHook, run_loop
+from agentd.loop.result import RunResult
+from agentd.loop.runner import RunRequest, UsageHook
 from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
-from agentd.reactive.modes import DaemonContext, lone_agentd_error, run_daemon
+from agentd.reactive.modes import DaemonContext, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
-
-if TYPE_CHECKING:
-    from agentd.supervisor.supervisor import Supervisor
+from agentd.run import (
+    Gateway,
+    ended,
+    limits_of,
+    open_run,
+    outcome_of,
+    reraise_if_not_an_outcome,
+    run_with,
+    started,
+)
+from agentd.secrets import SecretResolver
+from agentd.supervisor.messages import Usage as UsageFrame
+from agentd.supervisor.supervisor import Caller, Origin, Supervisor
+from agentd.supervisor.tools import register_subagent_tools
+from agentd.telemetry import metrics
+from agentd.telemetry.spans import agent_span, end_agent_span
 
 #: Adds the daemon's other control tools (``subagent.*``) to a run's registry: ``(registry, run_id)``.
 AddControls = Callable[[ControlToolRegistry, str], None]
@@ -52,21 +60,24 @@ def loop_run_job(
     on_usage: UsageHook | None = None,
     usage_for: UsageFor | None = None,
 ) -> RunJob:
-    """A :data:`RunJob` running the agent loop with an already open pool and intelligence.
+    """A :data:`RunJob` running the agent loop (agentd.run.run_with) with an already open pool and intelligence.
 
     ``usage_for(run_id)`` (when given) is each run's own usage hook, else ``on_usage`` serves them all.
     """
 
     async def run_job(job: Job, run_id: str, controls: ControlToolRegistry, limits: Limits) -> RunResult:
-        builtin = resource_read_tool(pool)
-        if builtin.name not in controls:
-            controls.register(builtin)
         if add_controls is not None:
             add_controls(controls, run_id)
         request = RunRequest(instruction=job.instruction, run_id=run_id, limits=limits,
                              output_contract=output_contract, seed=job.seed)
-        return await run_loop(request, pool=pool, intel=intel, controls=controls, log=log.bind(run_id=run_id),
-                              on_usage=usage_for(run_id) if usage_for is not None else on_usage)
+        with agent_span(log.agent_path, run_id, str(getattr(intel, "model", "default")), job.instruction) as span:
+            result = await run_with(request, pool=pool, intel=intel, controls=controls,
+                                    log=log.bind(run_id=run_id),
+                                    on_usage=usage_for(run_id) if usage_for is not None else on_usage)
+            metrics.run_ended(result.status.value)
+            end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
+                           result.usage.completion_tokens)
+        return result
 
     return run_job
 
@@ -95,27 +106,13 @@ def _drain_event(daemon: trio.Nursery, log: EventLog) -> trio.Event:
     return drain
 
 
-async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: Mapping[str, str] | None,
-                       supervisor: Supervisor | None = None) -> tuple[AddControls | None, UsageFor | None]:
-    """The root supervisor for the daemon's runs (``subagent.*`` tools, tree token accounting), as in once.
+def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
+    """The root supervisor's part in the daemon's runs (``subagent.*`` tools, tree token accounting), as in once.
 
-    ``supervisor`` is the daemon's one root supervisor (shared with the served self-MCP); without one
-    (a library caller) a root supervisor is opened on ``stack``. Every run (a wake) is its own run tree
-    for ``--token-ceiling``: its spawns and its own usage are counted under its run id, so the ceiling
-    bounds each wake and ``--budget-tokens-lifetime`` bounds the daemon.
+    ``root`` is the daemon's one root supervisor (shared with the served self-MCP). Every run (a wake) is its
+    own run tree for ``--token-ceiling``: its spawns and its own usage are counted under its run id, so the
+    ceiling bounds each wake and ``--budget-tokens-lifetime`` bounds the daemon.
     """
-    try:
-        from agentd.supervisor.messages import Usage as UsageFrame
-        from agentd.supervisor.supervisor import Caller, Origin
-        from agentd.supervisor.tools import register_subagent_tools
-        from agentd.supervisor.wiring import open_root_supervisor
-    except ModuleNotFoundError:  # a build without the supervisor: the loop alone
-        return None, None
-    if supervisor is None:
-        environ = os.environ if env is None else env
-        supervisor = await stack.enter_async_context(
-            open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id))
-    root = supervisor
 
     def add_controls(registry: ControlToolRegistry, run_id: str) -> None:
         if cfg.max_depth > 0:
@@ -131,59 +128,38 @@ async def _supervision(stack: AsyncExitStack, cfg: Config, log: EventLog, env: M
     return add_controls, usage_for
 
 
-async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None = None,
-                      drain: trio.Event | None = None, supervisor: Supervisor | None = None) -> RunResult:
+async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
+                      env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
+                      publish: Publish | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
-    ``drain`` defaults to the CLI's latch (agentd.drain); ``env`` is where secret references are looked up;
-    ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's; opened here when None).
+    ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
+    (agentd.drain); ``env`` is where secret references are looked up; ``publish`` shows the daemon's status to
+    ``agent://status``. The intelligence and the pool are opened once for the daemon's life (agentd.run).
     """
-    from agentd.client import open_mcp_pool
-    from agentd.intelligence import open_intelligence
-    from agentd.secrets import SecretResolver
-
     if drain is None:
         drain = _drain_event(daemon, log)
     resolver = SecretResolver(env=env, redactor=log.redactor)
-    limits = Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
-    result: RunResult | None = None
-    error: AgentdError | None = None
-    log.info("run.start", mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
+    limits = limits_of(cfg)
+    started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
-        async with AsyncExitStack() as stack:
-            intel = await stack.enter_async_context(open_intelligence(
-                list(cfg.intelligence), model=cfg.model, token=cfg.intelligence_token,
-                stream=cfg.stream_intelligence, log=log, secrets=resolver))
-            pool = await stack.enter_async_context(
-                open_mcp_pool(cfg.mcp, log=log, secrets=resolver, run_id=log.run_id))
-            add_controls, usage_for = await _supervision(stack, cfg, log, env, supervisor)
+        async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id) as opened:
+            add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
-                loop_run_job(pool, intel, log, output_contract=cfg.output_contract, add_controls=add_controls,
-                             usage_for=usage_for),
+                loop_run_job(opened.pool, opened.intel, log, output_contract=cfg.output_contract,
+                             add_controls=add_controls, usage_for=usage_for),
                 base_run_id=log.run_id,
                 limits=limits,
                 log=daemon_log,
                 budget=LifetimeBudget(cfg.budget_tokens_lifetime),
             )
-            ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=pool, server_names=[s.name for s in cfg.mcp],
-                                open_session=conversation_sessions(runs))
+            ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
+                                server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
+                                publish=publish)
             result = await run_daemon(ctx)
-    except BaseExceptionGroup as group:
-        error = lone_agentd_error(group)
-        if error is None:
-            raise
-    except AgentdError as exc:
-        error = exc
-    if result is None:
-        assert error is not None
-        if isinstance(error, McpConnectError):
-            result = RunResult(run_id=log.run_id, status=RunStatus.MCP_FAILED, error=str(error))
-        elif isinstance(error, IntelligenceError):
-            result = RunResult(run_id=log.run_id, status=RunStatus.INTELLIGENCE_FAILED, error=str(error))
-        else:
-            raise error  # ConfigError (exit 2): a bad --subscribe, no polling for a server that cannot push
-    log.emit("run.end", "info" if result.status is RunStatus.COMPLETED else "warn", status=result.status.value,
-             exit_code=int(result.exit_code), daemon=True, steps=result.steps, usage=result.usage.to_json(),
-             **({"error": result.error} if result.error else {}))
+    except BaseException as exc:
+        reraise_if_not_an_outcome(exc, log)  # a bad --subscribe (ConfigError) is exit 2; cancellation unwinds
+        result = outcome_of(exc, run_id=log.run_id, log=log)
+    ended(log, result, daemon=True)
     return result

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -33,18 +33,20 @@ import trio
 from agentd.config.cron import CronSchedule
 from agentd.config.model import Config
 from agentd.config.validate import split_subscription
-from agentd.errors import AgentdError, ConfigError, ResourceNotFound
+from agentd.errors import AgentdError, ConfigError, ResourceNotFound, flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
-from agentd.reactive.status import published
+from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
 from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
+#: ``publish(snapshot)`` shows ``snapshot()`` for as long as the context is entered.
+Publish = Callable[[Callable[[], Mapping[str, Any]]], contextlib.AbstractContextManager[None]]
 
 
 @attrs.define(eq=False)
@@ -63,6 +65,9 @@ class DaemonContext:
     watcher: Watcher | None = None
     router: Router | None = None
     continue_route: ContinueRoute | None = None
+    #: Shows :func:`reactive_status` to ``agent://status`` while the daemon runs: handed in by the daemon, which
+    #: owns both this mode and the served surface (None: nobody is looking).
+    publish: Publish | None = None
 
 
 def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
@@ -87,15 +92,11 @@ async def run_daemon(ctx: DaemonContext, *, task_status: trio.TaskStatus[None] =
         runs.budget_status = RunStatus.COMPLETED
     body = _body_for(ctx)
     try:
-        # Also under the configured run id (possibly ""): the served status knows only the config's.
-        keys = {runs.base_run_id, ctx.cfg.run_id}
-        with contextlib.ExitStack() as stack:
-            for key in keys:
-                stack.enter_context(published(key, lambda: reactive_status(ctx)))
+        with ctx.publish(lambda: reactive_status(ctx)) if ctx.publish is not None else contextlib.nullcontext():
             return await _serve(ctx, body, task_status)
     except BaseExceptionGroup as group:
-        error = lone_agentd_error(group)
-        if error is not None:
+        error = flatten(group)
+        if isinstance(error, AgentdError):
             raise error from None  # a bad --subscribe is exit 2, not a crash in a group
         raise
 
@@ -104,19 +105,6 @@ def drain_wait(drain_timeout: float) -> float:
     """How long running fires may take once draining: ``--drain-timeout`` minus a reserve (up to 2 s) for
     unsubscribing and closing sessions, so the whole drain fits the timeout the CLI enforces."""
     return max(0.0, drain_timeout - min(2.0, drain_timeout / 5))
-
-
-def lone_agentd_error(group: BaseExceptionGroup[BaseException]) -> AgentdError | None:
-    """The error inside ``group`` when it is a single :class:`AgentdError` (nurseries wrap everything)."""
-    leaves = _leaves(group)
-    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], AgentdError) else None
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    found: list[BaseException] = []
-    for exc in group.exceptions:
-        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return found
 
 
 async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_status: trio.TaskStatus[None]
@@ -240,7 +228,9 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
     cfg = ctx.cfg
     ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
                         max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
-                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri))
+                        bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri),
+                        budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
+                                          per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
@@ -292,7 +282,9 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     metrics.woke(wake.updates)
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                  wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
-    result = await runs.run(Job("wake", wake_instruction(_instruction(ctx), wake.uri, server, contents), wake.uri))
+    # A resource may hold a credential a server echoed: registered secret values never reach the model.
+    prompt = ctx.log.redactor.scrub(wake_instruction(_instruction(ctx), wake.uri, server, contents))
+    result = await runs.run(Job("wake", prompt, wake.uri))
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
                                                  status=result.status.value, error=result.error or "")
@@ -304,4 +296,4 @@ def _wake_done(ctx: DaemonContext, error: BaseException | None) -> None:
         ctx.runs.note_failure(ctx.log)
 
 
-__all__ = ["DaemonContext", "lone_agentd_error", "reactive_status", "run_daemon"]
+__all__ = ["DaemonContext", "Publish", "reactive_status", "run_daemon"]

@@ -8,6 +8,10 @@ The pending flag is cleared *before* the wake reads the resource, so an update t
 the read began always earns one more wake: after any burst the last wake reads the final state
 (level, not edge). Different URIs are independent, bounded together by ``max_concurrent`` wakes.
 
+On top, a :class:`~agentd.reactive.wake_budget.WakeBudget` bounds wakes per URI and per daemon per
+minute: a wake over budget stays pending (updates keep folding into it) and starts when the budget
+allows, so it is delayed and coalesced, never lost.
+
 The router does not read resources or run agents itself: it calls ``wake(Wake)``, and a failing
 wake is logged and does not stop the router (``on_done`` hears about every outcome, so the daemon's
 restart governor can count failures).
@@ -22,7 +26,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.events import EventLog, null_log
+from agentd.reactive.wake_budget import WakeBudget
 
 
 @contextlib.asynccontextmanager
@@ -77,6 +83,7 @@ class RouterStats:
     wakes: int = 0
     failed: int = 0
     dropped: int = 0
+    throttled: int = 0
 
 
 @attrs.define(eq=False)
@@ -84,18 +91,21 @@ class Router:
     """Run it as a service (``await nursery.start(router.run)``), feed it with :meth:`notify`."""
 
     wake: WakeFn
-    debounce: float = 0.25
-    max_concurrent: int = 4
+    debounce: float = defaults.DEBOUNCE
+    max_concurrent: int = defaults.MAX_CONCURRENT_WAKES
     log: EventLog = attrs.field(factory=null_log)
     on_done: DoneFn | None = None
     #: URIs whose wakes count against ``max_concurrent`` (a ``--continue`` route serialises itself instead).
     bounded: Callable[[str], bool] = lambda uri: True
     stats: RouterStats = attrs.field(factory=RouterStats)
+    #: Wakes per URI / per daemon per minute (unbounded unless the daemon passes its configured budget).
+    budget: WakeBudget = attrs.field(factory=WakeBudget)
     _slots: dict[str, _Slot] = attrs.field(factory=dict, init=False)
     _limiter: trio.CapacityLimiter = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _closing: trio.Event = attrs.field(factory=trio.Event, init=False)
     _seq: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -131,6 +141,7 @@ class Router:
     def close(self) -> None:
         """Stop taking wakes: pending ones are dropped, running ones go on (drain waits for them)."""
         self._closed = True
+        self._closing.set()
         for slot in self._slots.values():
             if slot.pending:
                 slot.pending = False
@@ -154,6 +165,15 @@ class Router:
                 delay = slot.last_start + self.debounce - trio.current_time()
                 if delay > 0:
                     await trio.sleep(delay)
+                decision = self.budget.check(uri, trio.current_time())
+                if not decision.allowed:
+                    # Over budget: stay pending (later updates fold in) and ask again when it allows.
+                    self.stats.throttled += 1
+                    self.log.warn("reactive.throttled", uri=uri, scope=decision.scope,
+                                  wait_s=round(decision.wait, 3), updates=slot.updates)  # fmt: skip
+                    with trio.move_on_after(max(decision.wait, 0.0)):
+                        await self._closing.wait()  # a drain does not wait out the budget
+                    continue
                 async with _wake_slot(self._limiter if self.bounded(uri) else None):
                     if not self._wanted(slot):  # closed while waiting for a slot
                         break

@@ -32,9 +32,15 @@ class ServedSpawn:
 
 @attrs.frozen
 class Refusal:
-    """A cap or scope refusal: the peer gets ``isError: true`` with this text, never a crash."""
+    """A cap or scope refusal: the peer gets ``isError: true`` with this text, never a crash, plus
+    ``structuredContent: {refused: cap, retryable, retry_after_s}`` to act on without parsing the text."""
 
     reason: str
+    #: The rule that refused (the supervisor's cap names, ``serve_max_spawns``, ``serve_max_warm``).
+    cap: str = "refused"
+    retryable: bool = False
+    #: Seconds after which the same spawn may be admitted (0: as soon as a running spawn ends).
+    retry_after: float = 0.0
 
 
 class SelfMcpBackend(Protocol):
@@ -46,6 +52,10 @@ class SelfMcpBackend(Protocol):
 
     async def send(self, handle: str, message: str) -> Refusal | None:
         """Queue a message into a warm session; ``None`` is the ack."""
+        ...
+
+    def forget(self, handle: str) -> None:
+        """The surface's retention ran out for an ended run: release whatever the backend keeps for it."""
         ...
 
     def view(self, handle: str) -> RunView | None:

@@ -10,15 +10,16 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from agentd.config.model import Config
 from agentd.events import EventLog, null_log
 from agentd.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
-from agentd.selfmcp.surface import AgentInfo, SelfMcpLimits, SelfMcpSurface
+from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp
 
@@ -42,14 +43,20 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
 
 
 def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: EventLog, *,
-              run_id: str | None = None) -> tuple[SelfMcpSurface, McpAsgiApp]:
-    """``run_id`` is the daemon's real run id (``config.run_id`` is empty when the daemon generated one)."""
+              run_id: str | None = None, daemon_status: DaemonStatus | None = None,
+              ) -> tuple[SelfMcpSurface, McpAsgiApp]:
+    """``run_id`` is the daemon's real run id (``config.run_id`` is empty when the daemon generated one);
+    ``daemon_status`` is the daemon mode's snapshot for ``agent://status`` (the daemon hands it in)."""
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
         retention=config.serve_retention,
+        cancel_grace=config.cancel_grace,
     )
-    surface = SelfMcpSurface(backend, AgentInfo(run_id=run_id or config.run_id, mode=config.mode), limits=limits, log=log)
+    info = AgentInfo(run_id=run_id or config.run_id, mode=config.mode)
+    if daemon_status is not None:
+        info = attrs.evolve(info, daemon_status=daemon_status)
+    surface = SelfMcpSurface(backend, info, limits=limits, log=log)
     options = AsgiOptions(
         paths=cfg.paths,
         bearer=cfg.bearer,
@@ -69,16 +76,21 @@ async def serve_self_mcp(
     shutdown_trigger: Callable[[], Awaitable[object]],
     log: EventLog | None = None,
     run_id: str | None = None,
+    daemon_status: DaemonStatus | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     log = (log or null_log()).bind(comp="serve")
     cfg = serve_config(config, secrets)
-    surface, app = build_app(config, backend, cfg, log, run_id=run_id)
+    surface, app = build_app(config, backend, cfg, log, run_id=run_id, daemon_status=daemon_status)
     async with trio.open_nursery() as nursery:
         await nursery.start(surface.run)
 
+        async def trigger() -> None:
+            await shutdown_trigger()
+            await surface.answered(ANSWER_MARGIN)  # calls whose runs just ended write their answers first
+
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_mcp(app, cfg, shutdown_trigger=shutdown_trigger, log=log, task_status=task_status)
+            await serve_mcp(app, cfg, shutdown_trigger=trigger, log=log, task_status=task_status)
             nursery.cancel_scope.cancel()  # drained: the run watchers go too
 
         serving: Serving = await nursery.start(serve)
@@ -91,6 +103,7 @@ async def serve_for_daemon(
     *,
     env: Mapping[str, str] | None = None,
     supervisor: Supervisor | None = None,
+    daemon_status: DaemonStatus | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
@@ -113,12 +126,35 @@ async def serve_for_daemon(
             supervisor = await stack.enter_async_context(
                 open_root_supervisor(cfg, log=log, env=environment, run_id=log.run_id))
         root = supervisor
+        drained = False
+
+        async def drain_then_stop() -> None:
+            # Served runs drain while the listener still answers (new spawns are refused): a sync spawn
+            # in flight gets its final answer, its result or ``cancelled``, before the listener stops.
+            nonlocal drained
+            await latch.wait()
+            await root.drain(served_drain_budget(root))
+            drained = True
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_self_mcp(cfg, SupervisorBackend(root), secrets=secrets, shutdown_trigger=latch.wait,
-                                 log=log, run_id=log.run_id, task_status=task_status)
+            await serve_self_mcp(cfg, SupervisorBackend(root), secrets=secrets, shutdown_trigger=drain_then_stop,
+                                 log=log, run_id=log.run_id, daemon_status=daemon_status, task_status=task_status)
 
         async with trio.open_nursery() as nursery:
             started: Serving = await nursery.start(serve)
             task_status.started(started)
-        await root.drain()
+        if not drained:
+            await root.drain()
+
+
+#: What the served drain keeps back from ``--drain-timeout`` to answer the calls in flight once their runs
+#: ended (the CLI cancels everything at ``--drain-timeout``).
+ANSWER_MARGIN: Final = 1.0
+
+
+def served_drain_budget(supervisor: Supervisor) -> float:
+    """How long served runs may keep running after the drain latch: ``--drain-timeout`` less the kill
+    ladder's graces (ending the rest takes at most those) and :data:`ANSWER_MARGIN`."""
+    graces = supervisor.settings.graces
+    reserve = graces.cancel + graces.eof + graces.term + ANSWER_MARGIN
+    return max(0.0, supervisor.settings.drain_timeout - reserve)

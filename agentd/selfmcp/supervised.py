@@ -37,13 +37,17 @@ class SupervisorBackend:
         ))
         if isinstance(answer, SupervisorRefusal):
             self._refused += 1
-            return Refusal(answer.message)
+            return Refusal(answer.message, cap=answer.cap or "refused", retryable=answer.retryable,
+                           retry_after=answer.retry_after)
         self._spawned += 1
         return answer.handle
 
     async def send(self, handle: str, message: str) -> Refusal | None:
         answer = await self.supervisor.send(MANAGEMENT, handle, message, wait=False)
         return Refusal(answer.message) if isinstance(answer, SupervisorRefusal) else None
+
+    def forget(self, handle: str) -> None:
+        self.supervisor.forget(MANAGEMENT, handle)
 
     def view(self, handle: str) -> RunView | None:
         answer = self.supervisor.status(MANAGEMENT, handle)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
 import trio
 
+from agentd import defaults
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
@@ -33,23 +34,37 @@ CAPABILITIES: Final = {"tools": {}, "resources": {"subscribe": True}}
 _HANDLE_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+#: One served tool: ``(arguments, ctx) -> tools/call result``.
+ToolHandler = Callable[[Mapping[str, Any], CallContext], Awaitable[dict[str, Any]]]
+#: The daemon mode's read-only snapshot for ``agent://status`` (None outside daemon modes).
+DaemonStatus = Callable[[], Mapping[str, Any] | None]
+
+
+def _no_daemon_status() -> Mapping[str, Any] | None:
+    return None
+
+
 @attrs.frozen
 class AgentInfo:
     run_id: str
     mode: str
     version: str = __version__
     pid: int = attrs.field(factory=os.getpid)
+    #: The daemon mode's read-only snapshot (subscriptions, wakes, budget) for ``agent://status``, or None
+    #: outside daemon modes; handed in by the daemon, which owns both the mode and the served surface.
+    daemon_status: DaemonStatus = _no_daemon_status
 
 
 @attrs.frozen
 class SelfMcpLimits:
-    """Defaults as in the original agentd."""
+    """What the served surface allows; build it from the Config (agentd.selfmcp.serving.build_app)."""
 
-    max_concurrent_spawns: int = 4
-    max_warm: int = 8
+    max_concurrent_spawns: int = defaults.SERVE_MAX_SPAWNS
+    max_warm: int = defaults.SERVE_MAX_WARM
     max_subscriptions: int = 64
-    retention: float = 600.0
-    cancel_grace: float = 5.0
+    retention: float = defaults.SERVE_RETENTION
+    #: How long a cancelled request waits for its run's cancel (``--cancel-grace``).
+    cancel_grace: float = defaults.CANCEL_GRACE
 
 
 @attrs.define(eq=False)
@@ -69,8 +84,23 @@ def _text_result(structured: Mapping[str, Any], *, is_error: bool = False) -> di
     }
 
 
+#: The retry hint for a retryable refusal with no known wait (a live-count cap frees when a run ends).
+RETRY_POLL_S: Final = 1.0
+
+
 def _refused(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _spawn_refused(refusal: Refusal) -> dict[str, Any]:
+    """A refused spawn: the text for a model, ``structuredContent`` for a program deciding to retry."""
+    retry: float | None = None
+    if refusal.retryable:
+        retry = round(refusal.retry_after, 3) if refusal.retry_after > 0 else RETRY_POLL_S
+    # Shaped like every spawn answer (the tool's outputSchema: SDK clients validate it even on isError).
+    structured = {"handle": "", "status": "refused", "done": True, "refused": refusal.cap,
+                  "retryable": refusal.retryable, "retry_after_s": retry}
+    return {**_refused(refusal.reason), "structuredContent": structured}
 
 
 class SelfMcpSurface:
@@ -96,6 +126,19 @@ class SelfMcpSurface:
         self._reserved_warm = 0
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
+        self._refused_by: dict[str, int] = {}
+        self._waiting = 0  # sync spawn calls waiting for their run's end
+        self._none_waiting = trio.Event()
+        self._none_waiting.set()
+        #: The dispatch table: every served tool by name, and nothing else is callable.
+        self._tools: dict[str, ToolHandler] = {
+            "status": self._tool_status,
+            "subagent.spawn": self._tool_spawn,
+            "subagent.send": self._tool_send,
+            "subagent.status": self._tool_subagent_status,
+            "subagent.cancel": self._tool_cancel,
+        }
+        assert set(self._tools) == set(TOOL_NAMES), "every listed tool has a handler, and only those"
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
@@ -136,8 +179,9 @@ class SelfMcpSurface:
 
     async def _call_tool(self, request: Request, params: Mapping[str, Any], ctx: CallContext) -> Response | ErrorResponse:
         name = params.get("name")
-        if not isinstance(name, str) or name not in TOOL_NAMES:
+        if not isinstance(name, str) or name not in self._tools:
             return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Unknown tool: {name!r}"[:200])
+        tool = self._tools[name]
         arguments = params.get("arguments", {})
         if arguments is None:
             arguments = {}
@@ -147,22 +191,30 @@ class SelfMcpSurface:
                                  {"errors": problems[:8]})
         if self._debug:
             self.log.debug("serve.request", method="tools/call", tool=name)
-        if name == "status":
-            result = _text_result(self.status())
-        elif name == "subagent.spawn":
-            result = await self._spawn(arguments, ctx)
-        elif name == "subagent.send":
-            result = await self._send(arguments["handle"], arguments["message"])
-        elif name == "subagent.status":
-            view = self.view(arguments["handle"])
-            result = _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
-        else:
-            result = await self._cancel(arguments["handle"])
-        return Response(request.id, result)
+        return Response(request.id, await tool(arguments, ctx))
+
+    # -- the five tools: ``_tools`` maps each served name to one of these -----------------------------------
+
+    async def _tool_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return _text_result(self.status())
+
+    async def _tool_spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return await self._spawn(arguments, ctx)
+
+    async def _tool_send(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return await self._send(arguments["handle"], arguments["message"])
+
+    async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        view = self.view(arguments["handle"])
+        return _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
+
+    async def _tool_cancel(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return await self._cancel(arguments["handle"])
 
     def status(self) -> dict[str, Any]:
         counts = dict(self.backend.counts())
         counts.setdefault("served_running", sum(1 for r in self.runs.values() if r.final is None))
+        counts["refused"] = sum(self._refused_by.values())  # the surface's own caps and the chokepoint's
         body = {
             "run_id": self.info.run_id,
             "mode": self.info.mode,
@@ -170,10 +222,9 @@ class SelfMcpSurface:
             "pid": self.info.pid,
             "uptime_ms": int((trio.current_time() - self._started) * 1000),
             "spawns": counts,
+            "refusals": dict(sorted(self._refused_by.items())),  # refused spawns by cap
         }
-        from agentd.reactive.status import reactive_status_of
-
-        daemon = reactive_status_of(self.info.run_id)
+        daemon = self.info.daemon_status()
         if daemon is not None:  # daemon modes: subscriptions (incl. the agent's own), wakes, budget
             body["reactive"] = dict(daemon)
         return body
@@ -186,10 +237,13 @@ class SelfMcpSurface:
         detached = bool(arguments.get("async", False))
         if warm:
             if self._running(True) + self._reserved_warm >= self.limits.max_warm:
-                return self._refuse(f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)")
+                return self._refuse(Refusal(
+                    f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)",
+                    cap="serve_max_warm", retryable=True))
         elif self._running(False) + self._reserved >= self.limits.max_concurrent_spawns:
-            return self._refuse(
-                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)")
+            return self._refuse(Refusal(
+                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)",
+                cap="serve_max_spawns", retryable=True))
         scope = arguments.get("tool_scope")
         spawn = ServedSpawn(
             instruction=arguments["instruction"],
@@ -210,11 +264,14 @@ class SelfMcpSurface:
             else:
                 self._reserved -= 1
         if isinstance(answer, Refusal):
-            return _refused(answer.reason)  # the supervisor logged its own refusal
+            self._count_refusal(answer)  # the supervisor logged its own refusal
+            return _spawn_refused(answer)
         run = self._track(answer, warm)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if detached or warm:
             return _text_result({"handle": answer, "status": "running", "done": False})
+        self._waiting += 1
+        self._none_waiting = trio.Event()
         try:
             await run.finished.wait()
         except trio.Cancelled:
@@ -223,12 +280,27 @@ class SelfMcpSurface:
                 with trio.CancelScope(shield=True), trio.move_on_after(self.limits.cancel_grace):
                     await self.backend.cancel(answer)
             raise
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._none_waiting.set()
         assert run.final is not None
         return _text_result(self._terminal(run.final))
 
-    def _refuse(self, text: str) -> dict[str, Any]:
-        self.log.info("serve.refused", reason="spawn_limit", message=text)
-        return _refused(text)
+    async def answered(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until no sync spawn call is still waiting for its run: at drain, once
+        the runs ended, their callers get the final answers before the listener stops."""
+        with trio.move_on_after(timeout):
+            await self._none_waiting.wait()
+
+    def _refuse(self, refusal: Refusal) -> dict[str, Any]:
+        self.log.info("serve.refused", reason="spawn_limit", message=refusal.reason, cap=refusal.cap)
+        self._count_refusal(refusal)
+        return _spawn_refused(refusal)
+
+    def _count_refusal(self, refusal: Refusal) -> None:
+        if refusal.cap in self._refused_by or len(self._refused_by) < 64:  # cap names are a small fixed set
+            self._refused_by[refusal.cap] = self._refused_by.get(refusal.cap, 0) + 1
 
     def _track(self, handle: str, warm: bool) -> ServedRun:
         run = ServedRun(handle, warm, trio.current_time())
@@ -245,6 +317,7 @@ class SelfMcpSurface:
             self.log.info("serve.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
         await trio.sleep(self.limits.retention)
         self.runs.pop(run.handle, None)
+        self.backend.forget(run.handle)  # the supervisor keeps the ended node's view until told
 
     async def _send(self, handle: str, message: str) -> dict[str, Any]:
         run = self.runs.get(handle)

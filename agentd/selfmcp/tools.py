@@ -21,6 +21,10 @@ RUN_STATE_OUTPUT: Final[dict[str, Any]] = {
         "partial": {"type": "boolean"},
         "result": {},
         "age_ms": {"type": "integer"},
+        # A refused spawn (status "refused", handle ""): which cap, and whether and when to retry.
+        "refused": {"type": "string"},
+        "retryable": {"type": "boolean"},
+        "retry_after_s": {"type": ["number", "null"]},
     },
     "required": ["handle", "status", "done"],
 }
@@ -39,6 +43,7 @@ TOOLS: Final[list[dict[str, Any]]] = [
                 "pid": {"type": "integer"},
                 "uptime_ms": {"type": "integer"},
                 "spawns": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "refusals": {"type": "object", "additionalProperties": {"type": "integer"}},
             },
             "required": ["run_id", "mode", "version", "pid", "uptime_ms", "spawns"],
         },

@@ -45,7 +45,7 @@ class LocalAuthority:
     ) -> Admission | Refusal:
         decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree)
         if isinstance(decision, Refusal):
-            metrics.spawn_refused(decision.message)
+            metrics.spawn_refused(decision.cap)
         else:
             metrics.subagents_live(self.ledger.live)
         return decision

@@ -27,16 +27,18 @@ from typing import Final
 
 import attrs
 
+from agentd import defaults
+
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
 
 
 @attrs.frozen
 class Caps:
-    max_depth: int = 4
-    max_children: int = 8
-    max_subagents: int = 64
-    token_ceiling: int = 2_000_000
+    max_depth: int = defaults.MAX_DEPTH
+    max_children: int = defaults.MAX_CHILDREN
+    max_subagents: int = defaults.MAX_SUBAGENTS
+    token_ceiling: int = defaults.TOKEN_CEILING
     spawn_burst: int = 8
     spawn_rate: float = 2.0
 
@@ -55,6 +57,9 @@ class Refusal:
     message: str
     retryable: bool = False
     retry_after: float = 0.0
+    #: Which rule refused (``max_subagents``, ``spawn_rate``, ``draining``, ...): machine-readable, counted
+    #: by cap in the served ``agent://status``; "" for a refusal that is no cap (an unknown handle).
+    cap: str = ""
 
 
 def depth_of(handle: str) -> int:
@@ -145,10 +150,10 @@ class TreeLedger:
         """Decide one spawn by ``caller`` in run tree ``tree`` (the root's run; nested callers use their
         ancestor's); on success the child is counted live until :meth:`release`."""
         if self.draining:
-            return Refusal("spawn refused: draining, no new subagents are accepted")
+            return Refusal("spawn refused: draining, no new subagents are accepted", cap="draining")
         caller_scope = self.scope_of(caller)
         if caller_scope is None:
-            return Refusal(f"spawn refused: unknown caller handle {caller}")
+            return Refusal(f"spawn refused: unknown caller handle {caller}", cap="caller")
         if tool_scope is None:
             scope = caller_scope
         else:
@@ -157,29 +162,32 @@ class TreeLedger:
             if extra:
                 return Refusal(
                     f"spawn refused: tool_scope names servers outside the scope of handle {caller}: "
-                    + ", ".join(extra)
+                    + ", ".join(extra),
+                    cap="tool_scope",
                 )
         depth = depth_of(caller) + 1
         if depth >= self.caps.max_depth:
-            return Refusal(f"spawn refused: max_depth={self.caps.max_depth} reached at handle {caller}")
+            return Refusal(f"spawn refused: max_depth={self.caps.max_depth} reached at handle {caller}",
+                           cap="max_depth")
         tree = self.tree_of(caller, tree)
         used = 0 if served else self.tree_tokens(tree)
         if used >= self.caps.token_ceiling:
             return Refusal(
                 f"spawn refused: token_ceiling={self.caps.token_ceiling} reached "
-                f"(the tree used {used} tokens)"
+                f"(the tree used {used} tokens)",
+                cap="token_ceiling",
             )
         if len(self._live) >= self.caps.max_subagents:
             return Refusal(
                 f"spawn refused: max_subagents={self.caps.max_subagents} reached at handle {caller}",
-                retryable=True,
+                retryable=True, cap="max_subagents",
             )
         parent = "served" if served else caller
         children = sum(1 for h in self._live if parent_of(h) == parent)
         if children >= self.caps.max_children:
             return Refusal(
                 f"spawn refused: max_children={self.caps.max_children} reached at handle {caller}",
-                retryable=True,
+                retryable=True, cap="max_children",
             )
         wait = self._bucket.take(now)
         if wait > 0:
@@ -187,7 +195,7 @@ class TreeLedger:
                 f"spawn refused: spawn rate limit (burst {self.caps.spawn_burst}, "
                 f"{self.caps.spawn_rate:g}/s) at handle {caller}; retry in {wait:.1f} s",
                 retryable=True,
-                retry_after=wait,
+                retry_after=wait, cap="spawn_rate",
             )
         n = self._minted.get(parent, 0) + 1
         self._minted[parent] = n

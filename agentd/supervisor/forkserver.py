@@ -1,4 +1,6 @@
-"""A fork server: a pre-imported agentd process that forks subagent children on request.
+"""The supervisor's handle on a fork server: a pre-imported agentd process that forks subagent children.
+
+The server's own program (its blocking loop) is agentd.child.forkserver; this module is the parent side.
 
 Why: a re-exec pays the interpreter start plus every import on each spawn (trio alone ~165 ms; the loop's
 path with httpx, jsonschema and the client ~0.5 s of CPU, more under load), far above the 250 ms
@@ -22,10 +24,8 @@ ladder's ``killpg`` works exactly as for a re-exec.
 from __future__ import annotations
 
 import array
-import gc
 import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -38,153 +38,8 @@ import trio
 
 from agentd.events import EventLog
 
-_MSG = 1 << 16
-
-
-#: Everything a child's turn may touch, including what the daemon imports lazily per run: each import
-#: here is time no forked child pays again.
-PREIMPORT = (
-    "agentd.daemon", "agentd.client", "agentd.intelligence", "agentd.secrets", "agentd.transport.http_client",
-    "agentd.transport.tls",
-    "agentd.supervisor.child", "agentd.supervisor.graph", "agentd.supervisor.loop_runner",
-    "agentd.supervisor.scripted", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
-    "agentd.supervisor.wiring",
-    # Imported lazily by httpx/httpcore on a client's first request (~15 ms of CPU in every child otherwise).
-    "httpcore", "httpcore._backends.auto", "httpcore._backends.trio", "encodings.idna",
-)
-
-
-def _preimport() -> None:
-    import importlib
-
-    for name in PREIMPORT:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # a partial build: the child imports lazily, as a re-exec would
-    try:
-        # cattrs generates its (un)structure hooks on first use: do it once here, not in every child.
-        from agentd.config.model import Config
-        from agentd.supervisor.wiring import config_from_wire, config_to_wire
-
-        config_from_wire(config_to_wire(Config()))
-    except Exception:  # a warm-up only: the child does the real work and reports failures
-        pass
-    try:
-        # The public CA bundle (~30 ms of CPU to load): built here once, every forked child inherits it.
-        from agentd.transport.tls import warm
-
-        warm()
-    except Exception:  # the child would build it itself
-        pass
-
-
-def serve_forks(sock_fd: int) -> int:
-    """The fork server's main loop (blocking; no trio). Returns when the supervisor goes away."""
-    from agentd.supervisor.child import _die_with_parent, _expected_parent, parent_pidfd
-
-    _die_with_parent()
-    _preimport()
-    # Everything imported so far lives as long as the children: the collector in a child never needs to
-    # scan it. Frozen objects cost a child no collection time and no copy-on-write faults from the
-    # collector writing their headers (the fork server allocates little after this point).
-    gc.collect()
-    gc.freeze()
-    parent_fd = parent_pidfd()
-    sock = socket.socket(fileno=sock_fd)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
-    if parent_fd is not None:
-        selector.register(parent_fd, selectors.EVENT_READ)
-    expected_parent = _expected_parent()
-
-    def tell(obj: Mapping[str, Any]) -> bool:
-        try:
-            sock.send(json.dumps(obj).encode())
-            return True
-        except OSError:
-            return False
-
-    tell({"ready": os.getpid()})
-    while True:
-        events = selector.select(timeout=None if parent_fd is not None else 1.0)
-        if parent_fd is None and os.getppid() != expected_parent:
-            return 0
-        for key, _ in events:
-            if key.fileobj == parent_fd:
-                return 0  # the supervisor is gone: our children follow via PDEATHSIG
-            if key.fileobj is sock:
-                try:
-                    data, fds, _flags, _addr = socket.recv_fds(sock, _MSG, 3)
-                except OSError:
-                    data, fds = b"", []
-                if not data:
-                    return 0  # the supervisor closed its end: our children follow us via PDEATHSIG
-                if len(fds) != 3:
-                    for fd in fds:
-                        os.close(fd)
-                    tell({"error": "spawn request without three descriptors"})
-                    continue
-                env = json.loads(data)["env"]
-                pid = os.fork()
-                if pid == 0:
-                    _become_child(sock, selector, (wake_r, wake_w, *([] if parent_fd is None else [parent_fd])),
-                                  fds, env)
-                for fd in fds:
-                    os.close(fd)
-                tell({"spawned": pid})
-            else:
-                try:
-                    os.read(wake_r, 4096)
-                except BlockingIOError:
-                    pass
-                while True:
-                    try:
-                        pid, status = os.waitpid(-1, os.WNOHANG)
-                    except ChildProcessError:
-                        break
-                    if pid == 0:
-                        break
-                    tell({"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
-
-
-def _become_child(sock: socket.socket, selector: selectors.BaseSelector, wake: tuple[int, ...],
-                  fds: list[int], env: dict[str, str]) -> None:
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        selector.close()
-        sock.close()
-        for fd in wake:
-            os.close(fd)
-        os.setsid()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(env)
-        os.environ["AGENTD_PARENT_PID"] = str(os.getppid())
-        os.environ["AGENTD_FORKED"] = "1"  # the fork server is single-threaded: PDEATHSIG is sound here
-        from agentd.supervisor.child import child_main
-
-        code = child_main()
-    except BaseException:  # a forked child must never return into the server's loop
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-# -- the supervisor's side -----------------------------------------------------------------------
+#: The largest control message either side sends over the fork server's socket.
+MESSAGE_SIZE = 1 << 16
 
 
 @attrs.define(eq=False)
@@ -236,7 +91,15 @@ class ForkServer:
     async def launch(self, env: Mapping[str, str]) -> ForkedProcess:
         if self._gone:
             raise ForkServerGone("the fork server is not running")
-        pipes = [os.pipe() for _ in range(3)]
+        pipes: list[tuple[int, int]] = []
+        try:
+            for _ in range(3):
+                pipes.append(os.pipe())
+        except OSError:  # out of descriptors (EMFILE): release the ones taken, the node reports the failure
+            for pair in pipes:
+                for fd in pair:
+                    os.close(fd)
+            raise
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
         try:
@@ -275,7 +138,7 @@ class ForkServer:
         with self._scope:
             try:
                 while True:
-                    data = await self.sock.recv(_MSG)
+                    data = await self.sock.recv(MESSAGE_SIZE)
                     if not data:
                         break
                     message = json.loads(data)

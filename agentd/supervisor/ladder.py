@@ -18,6 +18,8 @@ from typing import Protocol
 import attrs
 import trio
 
+from agentd import defaults
+
 #: Reaping after SIGKILL is immediate on Linux; the bound only guards against a kernel in trouble.
 _REAP_BOUND = 5.0
 
@@ -38,9 +40,9 @@ class ChildProcess(Protocol):
 
 @attrs.frozen
 class Graces:
-    cancel: float = 5.0
-    eof: float = 0.5
-    term: float = 2.0
+    cancel: float = defaults.CANCEL_GRACE
+    eof: float = defaults.EOF_GRACE
+    term: float = defaults.TERM_GRACE
 
 
 def _exited(proc: ChildProcess) -> bool:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import attrs
 
+from agentd import defaults
+
 
 @attrs.frozen
 class LivenessSettings:
     ping_interval: float = 3.3
-    pong_timeout: float = 10.0
-    progress_timeout: float = 120.0
+    pong_timeout: float = defaults.PONG_TIMEOUT
+    progress_timeout: float = defaults.PROGRESS_TIMEOUT
 
 
 @attrs.define(eq=False)

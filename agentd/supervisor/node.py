@@ -100,6 +100,8 @@ class SubagentNode:
     status: str = "starting"
     pid: int | None = None
     usage_tokens: int = 0
+    #: Why the child process could not be started (out of descriptors, processes...); None once it was.
+    start_error: str | None = None
     ended: trio.Event = attrs.field(factory=trio.Event)
     _view: RunView | None = attrs.field(default=None, init=False)
     _turn_done: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -174,8 +176,10 @@ class SubagentNode:
             proc = await self._launch()
         except OSError as exc:
             self._failure = f"could not start the subagent process: {exc.strerror or type(exc).__name__}"
+            self.start_error = self._failure
+            with trio.CancelScope(shield=True):
+                await self._settle(None, "never started")
             task_status.started()
-            await self._settle(None, "never started")
             return
         self.pid = proc.pid
         assert proc.stdin is not None
@@ -210,6 +214,8 @@ class SubagentNode:
                         io_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
+                await _close_pipes(proc)
+                self._channel = None
                 await self._settle(proc.returncode, rung)
 
     async def _end(self, proc: trio.Process | ForkedProcess, channel: ControlChannel) -> str:
@@ -377,6 +383,17 @@ class SubagentNode:
         line = raw[:_STDERR_LINE_CAP].decode("utf-8", "replace").rstrip("\r")
         if line:
             self.log.info("subagent.stderr", handle=self.handle, line=line)
+
+
+async def _close_pipes(proc: trio.Process | ForkedProcess) -> None:
+    """Close our ends of the child's stdin/stdout/stderr once it is reaped: an ended node may be kept
+    (its view stays readable), its pipes must not be."""
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            try:
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
 
 
 def _early_exit_reason(returncode: int | None) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd import telemetry
+from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
@@ -95,8 +95,8 @@ class SupervisorSettings:
     caps: Caps = attrs.field(factory=Caps)
     graces: Graces = attrs.field(factory=Graces)
     liveness: LivenessSettings = attrs.field(factory=LivenessSettings)
-    await_timeout: float = 30.0
-    drain_timeout: float = 25.0
+    await_timeout: float = defaults.AWAIT_TIMEOUT
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
     node: NodeSettings | None = None
 
     def node_settings(self) -> NodeSettings:
@@ -112,11 +112,11 @@ class SupervisorSettings:
     def from_payload(cls, data: Mapping[str, Any], caps: Caps | None = None) -> SupervisorSettings:
         return cls(caps=caps or Caps(), graces=Graces(**data.get("graces", {})),
                    liveness=LivenessSettings(**data.get("liveness", {})),
-                   await_timeout=float(data.get("await_timeout", 30.0)),
-                   drain_timeout=float(data.get("drain_timeout", 25.0)))
+                   await_timeout=float(data.get("await_timeout", defaults.AWAIT_TIMEOUT)),
+                   drain_timeout=float(data.get("drain_timeout", defaults.DRAIN_TIMEOUT)))
 
 
-#: Test-only hook: maps a request to a scripted child behaviour (see agentd.supervisor.child). It exists
+#: Test-only hook: maps a request to a scripted child behaviour (see agentd.child.scripted). It exists
 #: only as a Python argument of :class:`Supervisor`, so no MCP peer, model or argv can reach it.
 TestScript = Callable[[SpawnRequest, str], "dict[str, Any] | None"]
 
@@ -146,7 +146,8 @@ class Supervisor:
     async def spawn(self, caller: Caller, request: SpawnRequest) -> RunView | Refusal:
         if self.draining:
             metrics.spawn_refused("draining")
-            return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted"))
+            return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted",
+                                                 cap="draining"))
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
@@ -165,13 +166,17 @@ class Supervisor:
             settings=self.settings.node_settings(), fork_server=fork_server,
         )
         self._nodes[admitted.handle] = node
-        if request.async_:
+        if request.async_ or request.warm:
             await self.nursery.start(self._run_node, node)
-            return node.view()
+        else:
+            await self._run_node(node)
+        if node.start_error is not None:
+            # No process (out of descriptors or processes): a retryable refusal, not a run that never was.
+            self._nodes.pop(admitted.handle, None)
+            return self._refused(caller, Refusal(f"spawn refused: {node.start_error}", retryable=True,
+                                                 cap="resources"))
         if request.warm:
-            await self.nursery.start(self._run_node, node)
             return await node.wait_turn()
-        await self._run_node(node)
         return node.view()
 
     async def _forks(self) -> ForkServer | None:
@@ -195,7 +200,7 @@ class Supervisor:
 
     def _refused(self, caller: Caller, refusal: Refusal) -> Refusal:
         self.log.info("subagent.refused", caller=caller.handle, origin=caller.origin.value,
-                      reason=refusal.message)
+                      reason=refusal.message, cap=refusal.cap)
         return refusal
 
     async def _run_node(self, node: SubagentNode, *,
@@ -240,12 +245,18 @@ class Supervisor:
             return Refusal(f"unknown subagent handle {handle}")
         return node
 
+    def forget(self, caller: Caller, handle: str) -> None:
+        """Drop an ended subagent's view now (the served surface's retention); a live one is kept."""
+        node = self._lookup(caller, handle)
+        if not isinstance(node, Refusal) and node.ended.is_set():
+            del self._nodes[handle]
+
     def status(self, caller: Caller, handle: str) -> RunView | Refusal:
         node = self._lookup(caller, handle)
         return node if isinstance(node, Refusal) else node.view()
 
     async def await_(self, caller: Caller, handle: str, timeout: float | None = None) -> RunView | Refusal:
-        """Wait up to ``timeout`` (default ``await_timeout``, 30 s); a running view means still running."""
+        """Wait up to ``timeout`` (default ``await_timeout``); a running view means still running."""
         node = self._lookup(caller, handle)
         if isinstance(node, Refusal):
             return node

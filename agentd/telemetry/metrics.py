@@ -19,7 +19,8 @@ GATEWAY_DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.2
 #: Breaker states as gauge values.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 #: The caps a spawn refusal can name (anything else is ``other``).
-CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "rate", "draining", "scope")
+CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "spawn_rate", "draining", "tool_scope",
+               "caller")
 #: Served request outcomes.
 SERVED_OUTCOMES: Final = ("ok", "error", "tool_error", "refused")
 #: The MCP methods agentd's client sends; any other method is counted as ``other``.
@@ -148,22 +149,10 @@ def subagents_live(handles: Iterable[str]) -> None:
     _metrics._depths |= set(counts)
 
 
-def refusal_cap(message: str) -> str:
-    """Which cap a refusal names (the chokepoint's refusal texts start with ``spawn refused: <cap>``)."""
-    text = message.removeprefix("spawn refused: ")
-    if text.startswith("spawn rate"):
-        return "rate"
-    if text.startswith("tool_scope"):
-        return "scope"
-    for cap in CAPS:
-        if text.startswith(cap):
-            return cap
-    return "other"
-
-
-def spawn_refused(message: str) -> None:
+def spawn_refused(cap: str) -> None:
+    """A refused spawn; ``cap`` is the refusal's ``cap`` (anything outside :data:`CAPS` counts as ``other``)."""
     if _metrics is not None:
-        _metrics.refusals.labels(refusal_cap(message)).inc()
+        _metrics.refusals.labels(cap if cap in CAPS else "other").inc()
 
 
 def woke(updates: int) -> None:

@@ -27,14 +27,11 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import repr_socket_addr, wrap_app
 
-from agentd.config.model import Config
+from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, null_log
 from agentd.transport.asgi_server import LOOPBACK_HOSTS
 from agentd.transport.connections import H2_MAX_STREAMS, ConnectionLimits, Connections
-
-#: The serving defaults have one home, the config model.
-_DEFAULTS: Any = attrs.fields(Config)
 
 
 class DrainableApp(Protocol):
@@ -59,10 +56,10 @@ class ServeConfig:
     #: How often certificate files are checked for rotation.
     reload_interval: float = 2.0
     #: Open connections, in total and per client address; past either, new connections are closed at once.
-    max_connections: int = _DEFAULTS.serve_max_connections.default
-    max_per_client: int = _DEFAULTS.serve_max_per_client.default
+    max_connections: int = defaults.SERVE_MAX_CONNECTIONS
+    max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     #: Serve HTTP/2 (ALPN ``h2`` over TLS, ``h2c`` in clear); off: HTTP/1.1 only.
-    http2: bool = _DEFAULTS.serve_http2.default
+    http2: bool = False
 
     @property
     def host(self) -> str:

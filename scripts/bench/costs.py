@@ -5,7 +5,7 @@
   with the no-CA context agentd uses when every endpoint is plain ``http``.
 * Catalogue per wake: a reactive daemon builds a catalogue per run from the same 20 MCP tools and the
   control tools it registers afresh (``resource.read``, the self-tools, ``subagent.*``, ``graph.run``).
-* Run set-up per wake: a one-step ``run_once`` with in-memory stand-ins for the model and the pool
+* Run set-up per wake: a one-step ``run_with`` with in-memory stand-ins for the model and the pool
   (prompt, catalogue, one model turn, one tool call, events), the wake's own CPU before any network.
 
 Each figure is the best of ``--repeat`` rounds of ``--n`` calls, CPU ms per call.
@@ -147,12 +147,12 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
     out["catalogue_ms"] = best_ms(lambda: build_catalogue(pool.tools(), wake_controls(pool), log=log), n, repeat)
     out["tools"] = len(tools)
 
-    from agentd.daemon import run_once
     from agentd.loop.runner import RunRequest
+    from agentd.run import run_with
 
     async def one_wake() -> None:
         request = RunRequest("Report the counter.", "bench.1", Limits(max_steps=4, max_tokens=0))
-        result = await run_once(request, pool=pool, intel=Model(), log=log,  # type: ignore[arg-type]
+        result = await run_with(request, pool=pool, intel=Model(), log=log,  # type: ignore[arg-type]
                                 controls=wake_controls(pool))
         assert result.steps == 2, result
 
@@ -180,7 +180,7 @@ Command: `{command}` (CPU time per call, best of rounds; load average {r['load']
 | agentd `new_client()` (https: the process's cached context) | {fmt(r['client_agentd_ms'])} |
 | agentd client for plain-http endpoints (no CA loaded) | {fmt(r['client_plain_ms'])} |
 | catalogue per wake ({r['tools']} MCP tools + {r['controls']} control tools registered afresh) | {fmt(r['catalogue_ms'])} |
-| run set-up per wake: one-step `run_once`, in-memory model and pool, events serialised | {fmt(r['run_setup_ms'])} |
+| run set-up per wake: one-step `run_with`, in-memory model and pool, events serialised | {fmt(r['run_setup_ms'])} |
 """
 
 

@@ -2,7 +2,7 @@
 
 One step is one model round trip plus one tool round trip. Against an instant scripted gateway (in
 process, on 127.0.0.1) and an instant MCP server (in process, hypercorn, JSON replies), it runs a 200-step
-``agentd.daemon.run_config`` (``--max-steps 200``; the gateway always asks for ``srv__echo``) and then
+``agentd.run.run_config`` (``--max-steps 200``; the gateway always asks for ``srv__echo``) and then
 replays, with bare ``httpx``, exactly the gateway requests the run made and the same number of
 ``tools/call`` requests on a raw MCP session. agentd's overhead per step is
 
@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd.config.model import Config, McpServerConfig  # noqa: E402
-from agentd.daemon import run_config  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
 from agentd.loop.budgets import Limits  # noqa: E402
+from agentd.run import run_config  # noqa: E402
 from tests.peers.asgi import lifespan, read_body  # noqa: E402
 from tests.peers.gateway import _hypercorn_config, scripted_gateway, tool_call  # noqa: E402
 
@@ -206,15 +206,15 @@ class _InstantPool:
 
 async def loop_only(steps: int, repeat: int) -> float:
     """Seconds per step of the loop alone (prompt, catalogue, validation, observations, events)."""
-    from agentd.daemon import run_once
     from agentd.loop.runner import RunRequest
+    from agentd.run import run_with
 
     best = float("inf")
     for _ in range(repeat + 1):
         log = EventLog(sink=_sink(), run_id="bench")
         request = RunRequest("benchmark", "bench", Limits(max_steps=steps, max_tokens=0))
         start = time.perf_counter()
-        await run_once(request, pool=_InstantPool(), intel=_InstantModel(), log=log)  # type: ignore[arg-type]
+        await run_with(request, pool=_InstantPool(), intel=_InstantModel(), log=log)  # type: ignore[arg-type]
         best = min(best, (time.perf_counter() - start) / steps)
     return best
 

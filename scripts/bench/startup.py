@@ -99,7 +99,7 @@ def section(results: dict[str, tuple[float, list[str]]], parse_ms: float, comman
     lines += [
         "",
         f"`Config.from_argv` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. The subagent dispatch "
-        "row includes `agentd.supervisor.child`'s own imports (trio); the CLI adds only `agentd.cli` (+ attrs) "
+        "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` (+ attrs) "
         "before handing over. Wall times on this shared 2-core machine move with the load average.",
         "",
     ]

@@ -25,7 +25,8 @@ class Result:
     how: str
 
 
-async def daemon(config: Config) -> Result:
+async def daemon(config: Config, *, log: EventLog | None = None) -> Result:
+    del log  # agentd.daemon.main's signature: the CLI hands it the root log
     behaviour = sys.argv[1]
     latch = current_drain()
     print("ready", flush=True)

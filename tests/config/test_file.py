@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from agentd.config import Config, McpServerConfig, TlsConfig
-from agentd.config import file as config_file
 from agentd.errors import ConfigError
 
 BASE = ["--instruction", "do it", "--intelligence", "test"]
@@ -69,6 +68,8 @@ def test_unknown_server_key_is_named_with_its_path(tmp_path: Path) -> None:
         ("mcp_servers:\n  - {name: 7, url: 'https://a'}\n", ["$.mcp_servers[0].name", "expected a string"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', connect_timeout: soon}\n",
          ["$.mcp_servers[0].connect_timeout", "'soon'"]),
+        ("mcp_servers:\n  - {name: a, url: 'https://a', call_timeout: [1]}\n",
+         ["$.mcp_servers[0].call_timeout", "expected a duration"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', tls: {ca: x, crt: y}}\n", ["$.mcp_servers[0].tls", "crt"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', headers: {X-N: 5}}\n", ["$.mcp_servers[0].headers"]),
         ("mcp_servers: {name: a}\n", ["$.mcp_servers", "list"]),
@@ -153,20 +154,10 @@ def test_empty_file_is_fine(tmp_path: Path) -> None:
     assert cfg.mcp == () and cfg.max_steps == 50
 
 
-def test_extension_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 7 adds `connections:` through SECTIONS; the loaded value lands in Config.sections."""
-    seen: list[str] = []
-
-    def load_connections(raw: object, base_dir: str) -> object:
-        seen.append(base_dir)
-        if not isinstance(raw, dict):
-            raise ConfigError("expected a mapping @ $.connections")
-        return {"count": len(raw)}
-
-    monkeypatch.setitem(config_file.SECTIONS, "connections", load_connections)
-    cfg = load(tmp_path, "connections: {a: {}, b: {}}\n")
-    assert cfg.sections == {"connections": {"count": 2}} and seen == [str(tmp_path)]
+def test_host_connections_key_errors_name_their_path(tmp_path: Path) -> None:
+    """A host file's `connections:` is read by the same strict format as the rest of the file."""
     assert "$.connections" in refused(tmp_path, "connections: [1]\n")
+    assert "$.connections['docs'].tools" in refused(tmp_path, "connections: {docs: {url: 'https://d/mcp'}}\n")
 
 
 def test_unreadable_file(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ and every token request. Behaviour knobs (attributes, changeable mid-test):
 * ``bearer``: the exact ``Authorization`` value required on /mcp (401 + ``WWW-Authenticate`` otherwise);
 * ``valid_tokens``: for client credentials / oauth: accepted bearer tokens (401 otherwise);
 * ``redirect``: answer /mcp with a 307 to /moved (which then serves MCP);
-* ``never_answer``: hang every /mcp request (connect timeouts).
+* ``never_answer``: hang every /mcp request (connect timeouts);
+* ``echo_header``: a header name whose value every tool result repeats (a server echoing a credential).
 
 Tools: ``search`` and ``read`` (echo their input), ``delete`` (annotated destructive), ``slow``
 (sleeps ``seconds``). The AS lives under ``/as`` (issuer ``<origin>/as``) with RFC 9728 metadata at
@@ -84,6 +85,7 @@ class PeerApp:
     public_key: Any = None  # for private_key_jwt
     auth_methods: list[str] = attrs.field(factory=lambda: ["client_secret_basic"])
     expires_in: int = 3600
+    echo_header: str | None = None
     headers_seen: list[dict[str, str]] = attrs.field(factory=list)
     methods_seen: list[str] = attrs.field(factory=list)
     cancelled: list[Any] = attrs.field(factory=list)
@@ -216,6 +218,8 @@ class PeerApp:
             if params["name"] == "slow":
                 await trio.sleep(float(params["arguments"].get("seconds", 1)))
             text = f"{params['name']}: {json.dumps(params.get('arguments'), sort_keys=True)}"
+            if self.echo_header is not None:
+                text += f" (you sent {self.echo_header}: {headers.get(self.echo_header.lower())})"
             result = {"content": [{"type": "text", "text": text}], "isError": False}
         elif method == "ping":
             result = {}

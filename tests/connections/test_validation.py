@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from agentd.connections.plan import bind, load_host, load_manifest
+from agentd.config.host import load_host
+from agentd.connections.plan import bind, load_manifest
 from agentd.errors import ConfigError
 from tests.connections.helpers import connection, write
 

@@ -33,6 +33,13 @@ class Worker:
     returncode: int | None = None
     _changed: trio.Event = attrs.field(factory=trio.Event)
     _pid: int = 0
+    _drained: bool = False
+
+    def drain(self) -> None:
+        """SIGTERM now (the test drives the drain); the block's end then waits for the exit, signalling no
+        more (a second signal would force the exit)."""
+        self._drained = True
+        os.kill(self._pid, signal.SIGTERM)
 
     @property
     def pid(self) -> int:
@@ -111,7 +118,7 @@ async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None, s
                     await started.wait()
                 assert worker.url, "worker exited before serving: " + json.dumps(worker.events[-5:])
             yield worker
-            if proc.returncode is None:
+            if proc.returncode is None and not worker._drained:
                 proc.send_signal(signal.SIGTERM)
             with trio.fail_after(stop_timeout):
                 worker.returncode = await proc.wait()

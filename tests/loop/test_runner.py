@@ -7,7 +7,6 @@ from typing import Any
 import trio
 
 from agentd.client.models import ResourceInfo
-from agentd.daemon import run_once
 from agentd.errors import IntelligenceError, McpRpcError, McpTransportError
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -15,6 +14,7 @@ from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.loop.result import RunStatus
 from agentd.loop.runner import MAX_CONSECUTIVE_FAULTS, RunRequest
+from agentd.run import run_with
 from tests.loop.scripted import MemoryPool, ScriptedModel, call, final, text_result, tools_reply
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
@@ -36,7 +36,7 @@ async def _run(model: ScriptedModel, pool: MemoryPool, *, limits: Limits = Limit
                on_usage: Any = None) -> Any:
     log = EventLog(sink=(lines.append if lines is not None else lambda line: None), run_id="run-1")
     request = RunRequest("add things", "run-1", limits, contract)
-    return await run_once(request, pool=pool, intel=model, log=log, controls=controls, on_usage=on_usage)
+    return await run_with(request, pool=pool, intel=model, log=log, controls=controls, on_usage=on_usage)
 
 
 def _tool_messages(messages: list[dict[str, Any]]) -> list[str]:
@@ -274,7 +274,7 @@ async def test_two_runs_in_one_process_do_not_interfere() -> None:
         pool = _pool()
         model = ScriptedModel([tools_reply(call("s__add", {"a": n, "b": n}))] * n + [final(tag)])
         log = EventLog(sink=lambda line: None, run_id=tag)
-        results[tag] = (await run_once(RunRequest(tag, tag), pool=pool, intel=model, log=log), pool)
+        results[tag] = (await run_with(RunRequest(tag, tag), pool=pool, intel=model, log=log), pool)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one, "alpha", 3)
@@ -332,7 +332,7 @@ async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
 
     async def wake(n: int) -> list[str]:
         request = RunRequest("add things", f"daemon.{n}", Limits())
-        result = await run_once(request, pool=pool, intel=ScriptedModel([final("ok")]), log=log.bind(run_id=f"d.{n}"))
+        result = await run_with(request, pool=pool, intel=ScriptedModel([final("ok")]), log=log.bind(run_id=f"d.{n}"))
         assert result.status is RunStatus.COMPLETED
         audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
         lines.clear()
@@ -344,7 +344,7 @@ async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
     assert await wake(3) == ["add", "fresh"]
     assert await wake(4) == []
     other: list[dict[str, Any]] = []
-    await run_once(RunRequest("add things", "other", Limits()), pool=pool, intel=ScriptedModel([final("ok")]),
+    await run_with(RunRequest("add things", "other", Limits()), pool=pool, intel=ScriptedModel([final("ok")]),
                    log=EventLog(sink=other.append))
     assert [line["tool"] for line in other if line["event"] == "mcp.tool_description"] == ["add", "fresh"]
 

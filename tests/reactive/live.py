@@ -13,6 +13,7 @@ from agentd.config.model import Config, McpServerConfig
 from agentd.events import EventLog
 from agentd.loop.result import RunResult
 from agentd.reactive.entry import daemon_mode
+from agentd.supervisor.wiring import open_root_supervisor
 
 Pred = Callable[[dict[str, Any]], bool]
 
@@ -88,7 +89,9 @@ async def live_daemon(cfg: Config, *, armed: int = 1) -> AsyncIterator[LiveDaemo
         async with trio.open_nursery() as nursery:
             async def body() -> None:
                 try:
-                    daemon.result = await daemon_mode(cfg, log, nursery, drain=daemon.drain)
+                    async with open_root_supervisor(cfg, log=log, env={}, run_id=log.run_id) as supervisor:
+                        daemon.result = await daemon_mode(cfg, log, nursery, supervisor=supervisor,
+                                                          drain=daemon.drain)
                 except Exception as exc:
                     daemon.error = exc
                 finally:

@@ -12,8 +12,7 @@ from agentd.errors import ConfigError, ExitCode
 from agentd.intelligence.wire import ChatTool, ModelReply
 from agentd.loop.result import RunStatus
 from agentd.reactive.entry import loop_run_job
-from agentd.reactive.modes import DaemonContext, run_daemon
-from agentd.reactive.status import reactive_status_of
+from agentd.reactive.modes import DaemonContext, reactive_status, run_daemon
 from tests.reactive.fakes import MemoryPool, ScriptedModel, call, final, first_user
 from tests.reactive.harness import context, running
 
@@ -98,7 +97,7 @@ async def test_self_subscribe_applies_after_the_run_then_wakes_the_agent(autojum
         assert seen_during_run == [{"u://a"}]  # queued, not applied while the run was going
         assert pool.subscribed == {"u://a", "u://b"}
         assert {v.uri: v.origins for v in ctx.watcher.view()} == {"u://a": ("config",), "u://b": ("self",)}
-        status = reactive_status_of("r")  # what agent://status shows
+        status = reactive_status(ctx)  # what agent://status shows
         assert status is not None and status["subscriptions"] == [
             {"uri": "u://a", "server": None, "origins": ["config"], "delivery": "push"},
             {"uri": "u://b", "server": None, "origins": ["self"], "delivery": "push"},

@@ -32,6 +32,7 @@ class TaskBackend:
         self.runs: dict[str, _Run] = {}
         self.spawned: list[ServedSpawn] = []
         self.cancelled: list[str] = []
+        self.forgotten: list[str] = []
         self._n = 0
 
     async def spawn(self, request: ServedSpawn) -> str | Refusal:
@@ -70,6 +71,9 @@ class TaskBackend:
         run.inbox.append(message)
         run.wake.set()
         return None
+
+    def forget(self, handle: str) -> None:
+        self.forgotten.append(handle)
 
     def view(self, handle: str) -> RunView | None:
         run = self.runs.get(handle)

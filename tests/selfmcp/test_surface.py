@@ -89,7 +89,7 @@ async def test_status_tool_and_status_resource() -> None:
         read = (await peer.call("resources/read", {"uri": "agent://status"}))["result"]["contents"][0]
         body = json.loads(read["text"])
         assert read["mimeType"] == "application/json"
-        assert set(body) == {"run_id", "mode", "version", "pid", "uptime_ms", "spawns"}
+        assert set(body) == {"run_id", "mode", "version", "pid", "uptime_ms", "spawns", "refusals"}
 
 
 async def test_async_spawn_read_running_then_terminal_and_unknown() -> None:
@@ -208,4 +208,49 @@ async def test_retention_evicts_terminal_handles(autojump_clock: object) -> None
         await trio.sleep(2)
         gone = await surface.handle(read, ctx)
         assert gone.code == -32002
+        nursery.cancel_scope.cancel()
+
+
+class _SlowToDie:
+    """A backend whose cancel takes 20 s to finish (a child that needs its whole ``--cancel-grace``)."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        from tests.selfmcp.backend import TaskBackend
+
+        self.inner = TaskBackend(nursery)
+        self.cancel_finished = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def cancel(self, handle: str) -> object:
+        await trio.sleep(20)
+        view = await self.inner.cancel(handle)
+        self.cancel_finished = True
+        return view
+
+
+async def test_disconnect_cancel_waits_the_configured_cancel_grace(autojump_clock: object) -> None:
+    # --cancel-grace reaches the served surface: a peer that disconnects from a sync spawn cancels the run,
+    # and the surface waits up to --cancel-grace (30 s here) for it to end, not a fixed 5 s of its own.
+    from agentd.config import Config
+    from agentd.events import null_log
+    from agentd.mcp.jsonrpc import Request
+    from agentd.mcp.versions import Era
+    from agentd.selfmcp.serving import build_app
+    from agentd.transport.asgi_server import CallContext
+    from agentd.transport.serve import ServeConfig
+
+    config = Config.from_argv(["--intelligence", "test", "--instruction", "x", "--mode", "loop", "--interval", "1s",
+                               "--serve-mcp", "http://127.0.0.1:0/mcp", "--cancel-grace", "30s"], env={})
+    async with trio.open_nursery() as nursery:
+        backend = _SlowToDie(nursery)
+        surface, _ = build_app(config, backend, ServeConfig(url=config.serve_mcp or ""), null_log())  # type: ignore[arg-type]
+        await nursery.start(surface.run)
+        ctx = CallContext(Era.MODERN, "s", None, cancel_on_disconnect=True)
+        spawn = Request(1, "tools/call", {"name": "subagent.spawn", "arguments": {"instruction": "sleep=100"}})
+        with trio.move_on_after(1):  # the peer goes away after a second
+            await surface.handle(spawn, ctx)
+        assert backend.inner.cancelled == ["served.1"]
+        assert backend.cancel_finished
         nursery.cancel_scope.cancel()

@@ -22,7 +22,7 @@ def test_depth_is_minted_from_the_caller_handle():
     deepest = admit_chain(led, 3)
     assert deepest == "0.1.1.1" and depth_of(deepest) == 3
     got = led.admit(deepest, None, 0.0)
-    assert got == Refusal("spawn refused: max_depth=4 reached at handle 0.1.1.1")
+    assert got == Refusal("spawn refused: max_depth=4 reached at handle 0.1.1.1", cap="max_depth")
 
 
 def test_the_spec_example_message():
@@ -48,7 +48,8 @@ def test_max_children_counts_live_children_and_frees_on_release():
     led = ledger(max_children=2)
     a, b = led.admit("0", None, 0.0), led.admit("0", None, 0.0)
     refused = led.admit("0", None, 0.0)
-    assert refused == Refusal("spawn refused: max_children=2 reached at handle 0", retryable=True)
+    assert refused == Refusal("spawn refused: max_children=2 reached at handle 0", retryable=True,
+                             cap="max_children")
     led.release(a.handle)
     assert isinstance(led.admit("0", None, 0.0), Admission)
     assert b.handle in led.live
@@ -78,7 +79,8 @@ def test_tool_scope_narrows_monotonically():
     inherit = led.admit(narrow.handle, None, 0.0)
     assert inherit.scope == frozenset({"fs"})
     widen = led.admit(narrow.handle, ["fs", "web"], 0.0)
-    assert widen == Refusal(f"spawn refused: tool_scope names servers outside the scope of handle {narrow.handle}: web")
+    assert widen == Refusal(f"spawn refused: tool_scope names servers outside the scope of handle {narrow.handle}: web",
+                           cap="tool_scope")
     assert "nope" in led.admit("0", ["nope"], 0.0).message
     assert led.admit("0", [], 0.0).scope == frozenset()
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from agentd.child.context import ChildContext
+from agentd.child.session import _Session
 from agentd.events import EventLog
 from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger
 from agentd.supervisor.channel import ControlChannel
-from agentd.supervisor.child import ChildContext, _Session
 from agentd.supervisor.liveness import Liveness, LivenessSettings
 from agentd.supervisor.messages import (
     Cancel,

@@ -47,11 +47,13 @@ async def test_children_and_total_caps_are_refused_as_data(root):
             while "0.2.1" not in sup.authority.ledger.live:
                 await trio.sleep(0.05)
             over = await sup.spawn(ROOT, req(["echo"]))
-            assert over == Refusal("spawn refused: max_subagents=3 reached at handle 0", retryable=True)
+            assert over == Refusal("spawn refused: max_subagents=3 reached at handle 0", retryable=True,
+                                   cap="max_subagents")
             await sup.cancel(ROOT, "0.2")
             await sup.spawn(ROOT, req(["hang"], async_=True))
             third = await sup.spawn(ROOT, req(["echo"]))
-            assert third == Refusal("spawn refused: max_children=2 reached at handle 0", retryable=True)
+            assert third == Refusal("spawn refused: max_children=2 reached at handle 0", retryable=True,
+                                    cap="max_children")
 
 
 async def test_the_rate_bucket_refuses_a_burst(root):

@@ -2,7 +2,7 @@
 
 Reached only when the run payload carries ``test``, which only a Python-level ``Supervisor(test_script=)``
 hook sets: no MCP peer, model, flag or environment variable can ask for it. Real agent turns go through
-:mod:`agentd.supervisor.loop_runner`.
+:mod:`agentd.child.turn`.
 
 ``test = {"steps": [[op, *args], ...], "ignore_cancel": bool, "ignore_sigterm": bool, "no_pong": bool,
 "ignore_eof": bool}``; the steps run on every turn. Ops: ``sleep s``, ``usage prompt completion``,
@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from agentd.supervisor.child import ChildContext
+from agentd.child.context import ChildContext
 from agentd.supervisor.messages import Result
 
 

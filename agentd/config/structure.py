@@ -1,8 +1,10 @@
-"""Strict structuring of host and manifest files: cattrs with path-naming errors and ``{env: NAME}`` references.
+"""The one strict converter for every agentd file (config, host config, manifest): cattrs with path errors.
 
-YAML keys are the document's camelCase (``readTools``, ``connectTimeoutMs``); attrs fields carry them as
-aliases. Unknown keys are errors, nothing is coerced (``yes`` is not ``true``, ``8443`` is not a name), and
-every error names its JSON path (``$.connections.docs.auth.token``) through cattrs' error transformation.
+YAML keys are as written (``mcp_servers``, ``readTools``, ``connectTimeoutMs``); attrs fields carry the
+camelCase ones as aliases. Unknown keys are errors, nothing is coerced (``yes`` is not ``true``, ``8443``
+is not a name), and every error names its JSON path (``$.connections.docs.auth.token``,
+``$.mcp_servers[1].url``) through cattrs' error transformation. Durations (``10s``, ``250ms``) are
+:data:`Duration` fields.
 
 A secret is only ever an environment *reference*, ``{env: NAME}``; the value is read when a connection is
 made, through :class:`agentd.secrets.SecretResolver` (so it is registered with the redactor), never here.
@@ -13,15 +15,19 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NewType, TypeVar
 
 import attrs
 import cattrs
 import cattrs.v
 
+from agentd.config.durations import parse_duration
 from agentd.errors import ConfigError
 
 T = TypeVar("T")
+
+#: A duration as written in a file (``10s``, ``1.5m``, ``250ms`` or a number of seconds), as float seconds.
+Duration = NewType("Duration", float)
 
 _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -80,6 +86,15 @@ def str_or_env(value: Any, _: Any = None) -> str | EnvRef:
     raise FieldError(f"expected a string or {{env: NAME}}, got {type(value).__name__} {_short(value)}")
 
 
+def _duration(value: Any, _: Any) -> Duration:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise FieldError(f"expected a duration (250ms, 10s, 2m), got {type(value).__name__} {_short(value)}")
+    try:
+        return Duration(parse_duration(value))
+    except (ValueError, ConfigError) as exc:
+        raise FieldError(str(exc)) from None
+
+
 def _non_negative_int(value: Any, _: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise FieldError(f"expected an integer, got {type(value).__name__} {_short(value)}")
@@ -92,6 +107,7 @@ converter: Final = cattrs.Converter(forbid_extra_keys=True, use_alias=True)
 converter.register_structure_hook(str, _strict(str, "a string"))
 converter.register_structure_hook(bool, _strict(bool, "true or false"))
 converter.register_structure_hook(int, _non_negative_int)
+converter.register_structure_hook(Duration, _duration)
 converter.register_structure_hook(EnvRef, lambda v, _: env_ref(v))
 converter.register_structure_hook(str | EnvRef, str_or_env)
 

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from agentd import telemetry as tracing
-from agentd.supervisor.child import ChildContext
+from agentd.child.context import ChildContext
 from agentd.supervisor.messages import Result
 
 #: How long a child may spend exporting its spans at the end of a turn (the parent waits for the result).
@@ -23,10 +23,10 @@ TURN_FLUSH_TIMEOUT = 3.0
 
 
 async def loop_turn(ctx: ChildContext, message: str) -> Result:
-    from agentd.daemon import run_config
     from agentd.events import EventLog, stream_sink
     from agentd.loop.budgets import Limits
     from agentd.loop.control import ControlToolRegistry
+    from agentd.run import run_config
     from agentd.supervisor.supervisor import Caller, Origin
     from agentd.supervisor.tools import register_subagent_tools
     from agentd.supervisor.wiring import config_from_wire

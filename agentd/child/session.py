@@ -1,4 +1,4 @@
-"""The child side: what ``python -m agentd`` runs when started with ``AGENT_SUBAGENT=1``.
+"""One child session: what a subagent process runs (re-exec'd or forked), from its payload to its exit.
 
 The child reads its run payload (configuration and secrets included) as the first frame on stdin, says
 ``ready``, runs turns and reports ``usage``/``progress``/``result`` on stdout. A control reader task
@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import trio
 
+from agentd.child.context import ChildContext, TurnRunner
+from agentd.child.parent import die_with_parent, wait_parent_gone
 from agentd.events import EventLog, stream_sink
 from agentd.supervisor.authority import RemoteAuthority
 from agentd.supervisor.channel import ControlChannel
@@ -35,103 +36,18 @@ from agentd.supervisor.messages import (
     Inject,
     Ping,
     Pong,
-    Progress,
     Ready,
     Result,
     RunPayload,
     Spawn,
-    Usage,
 )
 
-_PR_SET_PDEATHSIG = 1
 _PAYLOAD_WAIT = 30.0
 
 
-def _die_with_parent() -> None:
-    """Refuse to start orphaned; in a forked child, also ask the kernel for SIGKILL when the parent dies.
-
-    ``PR_SET_PDEATHSIG`` fires when the parent *thread* exits. trio starts processes from a worker thread
-    of its thread cache, which exits after idling, so the signal is armed only when the parent is the
-    single-threaded fork server (``AGENTD_FORKED=1``). Every child also watches its parent (see
-    :func:`wait_parent_gone`), which covers both cases.
-    """
-    if os.environ.get("AGENTD_FORKED") == "1":
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    expected = _expected_parent()
-    if expected is not None and os.getppid() != expected:
-        os._exit(1)  # the parent died before we got here
-
-
-def _expected_parent() -> int | None:
-    value = os.environ.get("AGENTD_PARENT_PID", "")
-    return int(value) if value.isdigit() else None
-
-
-def parent_pidfd() -> int | None:
-    """A pidfd that becomes readable when our parent exits (Linux ≥ 5.3), else None."""
-    expected = _expected_parent()
-    if expected is None:
-        return None
-    try:
-        fd = os.pidfd_open(expected)
-    except (OSError, AttributeError):
-        return None
-    if os.getppid() != expected:  # it died (and we were reparented) before the pidfd was taken
-        os.close(fd)
-        return None
-    return fd
-
-
-async def wait_parent_gone() -> None:
-    """Return when the process that started us has exited."""
-    expected = _expected_parent()
-    if expected is None:  # not started by a supervisor (a test harness): nothing to watch
-        await trio.sleep_forever()
-    fd = parent_pidfd()
-    if fd is not None:
-        try:
-            await trio.lowlevel.wait_readable(fd)
-        finally:
-            os.close(fd)
-        return
-    while os.getppid() == expected:  # noqa: ASYNC110 -- no pidfd: poll coarsely
-        await trio.sleep(1.0)
-
-
-@attrs.define(eq=False)
-class ChildContext:
-    """What a turn runner gets: the payload, reporting, and the nested supervisor for its own spawns."""
-
-    payload: RunPayload
-    channel: ControlChannel
-    supervisor: Any = None  # agentd.supervisor.supervisor.Supervisor, typed loosely to keep imports lazy
-    history: list[dict[str, Any]] = attrs.field(factory=list)
-
-    async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
-        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
-
-    async def progress(self, note: str = "") -> None:
-        await self.channel.send(Progress(note=note))
-
-
-#: A turn: given the context and this turn's message, return the turn's Result.
-TurnRunner = Callable[[ChildContext, str], Awaitable[Result]]
-
-
-def child_main() -> int:
-    """Entry point for ``python -m agentd`` under ``AGENT_SUBAGENT=1``; returns the exit status."""
-    server_fd = os.environ.pop("AGENTD_FORKSERVER", None)
-    if server_fd is not None and server_fd.isdigit():
-        from agentd.supervisor.forkserver import serve_forks
-
-        return serve_forks(int(server_fd))
-    _die_with_parent()
+def session_main() -> int:
+    """A child session on this process's stdin/stdout (a re-exec'd or forked child); returns the exit status."""
+    die_with_parent()
     in_fd = os.dup(0)
     out_fd = os.dup(1)
     os.dup2(2, 1)
@@ -159,10 +75,10 @@ async def _child(in_fd: int, out_fd: int) -> int:
 
 def _pick_runner(payload: RunPayload) -> TurnRunner:
     if payload.test is not None:
-        from agentd.supervisor.scripted import scripted_turn
+        from agentd.child.scripted import scripted_turn
 
         return scripted_turn
-    from agentd.supervisor.loop_runner import loop_turn
+    from agentd.child.turn import loop_turn
 
     return loop_turn
 

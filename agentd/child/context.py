@@ -1,0 +1,34 @@
+"""What a turn runner gets from its session: the run payload, the channel to report on, its nested supervisor,
+and the conversation so far (a warm session's earlier turns). Its own module so the turn runners and the
+session each import it, and never each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from agentd.supervisor.channel import ControlChannel
+from agentd.supervisor.messages import Progress, Result, RunPayload, Usage
+
+
+@attrs.define(eq=False)
+class ChildContext:
+    """What a turn runner gets: the payload, reporting, and the nested supervisor for its own spawns."""
+
+    payload: RunPayload
+    channel: ControlChannel
+    supervisor: Any = None  # agentd.supervisor.supervisor.Supervisor, typed loosely to keep imports lazy
+    history: list[dict[str, Any]] = attrs.field(factory=list)
+
+    async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+    async def progress(self, note: str = "") -> None:
+        await self.channel.send(Progress(note=note))
+
+
+#: A turn: given the context and this turn's message, return the turn's Result.
+TurnRunner = Callable[[ChildContext, str], Awaitable[Result]]

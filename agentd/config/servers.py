@@ -1,0 +1,97 @@
+"""``mcp_servers:`` entries as written in a config or host file, checked and made into :class:`McpServerConfig`.
+
+::
+
+    mcp_servers:
+      - name: fs
+        url: https://mcp-fs.internal/mcp
+        required: true                       # default
+        headers: {Authorization: "Bearer {{secret:FS_TOKEN}}"}
+        tls: {ca: certs/ca.pem, cert: certs/client.pem, key: certs/client.key}
+        connect_timeout: 10s
+        call_timeout: 60s
+
+Relative paths (TLS files, ``{{secret-file:...}}``) are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Final
+
+import attrs
+
+from agentd import defaults
+from agentd.config.model import McpServerConfig, TlsConfig
+from agentd.config.structure import Duration, structure
+from agentd.errors import ConfigError
+
+_CONNECT_TIMEOUT: Final = Duration(defaults.CONNECT_TIMEOUT)
+_CALL_TIMEOUT: Final = Duration(defaults.CALL_TIMEOUT)
+
+
+@attrs.frozen
+class _TlsEntry:
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+@attrs.frozen
+class _ServerEntry:
+    """``mcp_servers[]`` as written; converted to :class:`McpServerConfig` after structuring."""
+
+    name: str
+    url: str
+    required: bool = True
+    headers: dict[str, str] = attrs.field(factory=dict)
+    tls: _TlsEntry | None = None
+    connect_timeout: Duration = _CONNECT_TIMEOUT
+    call_timeout: Duration = _CALL_TIMEOUT
+
+
+def load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
+    """The ``mcp_servers`` list (ConfigError naming ``$.mcp_servers[i]...``)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"expected a list of servers @ $.mcp_servers, got {type(raw).__name__}")
+    from agentd.config.validate import check_server
+
+    servers: list[McpServerConfig] = []
+    for index, item in enumerate(raw):
+        entry = structure(item, _ServerEntry, path=f"$.mcp_servers[{index}]")
+        tls = None
+        if entry.tls is not None:
+            tls = TlsConfig(*(rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
+        headers = {name: rebase_secret_files(value, base_dir) for name, value in entry.headers.items()}
+        server = McpServerConfig(
+            name=entry.name,
+            url=entry.url,
+            required=entry.required,
+            headers=headers,
+            tls=tls,
+            connect_timeout=entry.connect_timeout,
+            call_timeout=entry.call_timeout,
+        )
+        what = f"$.mcp_servers[{index}]"
+        check_server(server, what=what)
+        if any(other.name == server.name for other in servers):
+            raise ConfigError(f"{what}: duplicate server name {server.name!r}")
+        servers.append(server)
+    return tuple(servers)
+
+
+def rebase(path: str | None, base_dir: str) -> str | None:
+    """A path as written in a file, relative to ``base_dir`` (the file's directory); ``-`` and None kept."""
+    if path is None or path == "-":
+        return path
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.join(base_dir, path)
+
+
+_SECRET_FILE: Final = re.compile(r"(\{\{\s*secret-file\s*:\s*)(.*?)(\s*\}\})")
+
+
+def rebase_secret_files(template: str, base_dir: str) -> str:
+    """Make ``{{secret-file:rel}}`` references relative to ``base_dir`` (the config file's directory)."""
+    return _SECRET_FILE.sub(lambda m: f"{m[1]}{rebase(m[2], base_dir)}{m[3]}" if m[2] else m[0], template)

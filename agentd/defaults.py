@@ -1,0 +1,64 @@
+"""Every tunable default agentd has, written once.
+
+A leaf (no imports) because the values are used on both sides of the layering: ``agentd.config`` (the
+``Config`` defaults and the flag table's help text) sits below the supervisor, the router and the served
+surface that own the behaviour (``Graces``, ``Caps``, ``Router``, ``SelfMcpLimits``), and neither side may
+import the other. Durations are float seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- per-run budgets ------------------------------------------------------------------------------------
+MAX_STEPS: Final = 50
+MAX_TOKENS: Final = 200_000
+DEADLINE: Final = 600.0
+
+# --- subagent tree caps (agentd.supervisor.caps.Caps) ---------------------------------------------------
+MAX_DEPTH: Final = 4
+MAX_CHILDREN: Final = 8
+MAX_SUBAGENTS: Final = 64
+TOKEN_CEILING: Final = 2_000_000
+
+# --- the kill ladder (agentd.supervisor.ladder.Graces) --------------------------------------------------
+CANCEL_GRACE: Final = 5.0
+EOF_GRACE: Final = 0.5
+TERM_GRACE: Final = 2.0
+
+#: ``subagent.await`` without a timeout, and a warm session's ``send`` with ``wait``, wait this long.
+AWAIT_TIMEOUT: Final = 30.0
+
+# --- subagent liveness (agentd.supervisor.liveness.LivenessSettings) ------------------------------------
+PONG_TIMEOUT: Final = 10.0
+PROGRESS_TIMEOUT: Final = 120.0
+
+# --- daemon lifetime ------------------------------------------------------------------------------------
+DRAIN_TIMEOUT: Final = 25.0
+
+# --- reactive mode (agentd.reactive.router.Router) ------------------------------------------------------
+DEBOUNCE: Final = 0.25
+MAX_CONCURRENT_WAKES: Final = 4
+#: Wakes the whole daemon / one URI may start in any 60 s (0 = no limit); more wait, coalesced.
+MAX_WAKES_PER_MINUTE: Final = 60
+MAX_WAKES_PER_URI_PER_MINUTE: Final = 10
+
+# --- the served self-MCP (agentd.selfmcp.surface.SelfMcpLimits, agentd.transport.asgi_server) -----------
+SERVE_MAX_SPAWNS: Final = 4
+SERVE_MAX_SESSIONS: Final = 64
+SERVE_MAX_WARM: Final = 8
+SERVE_MAX_BODY: Final = 8 * 1024 * 1024
+SERVE_KEEPALIVE: Final = 15.0
+SERVE_RETENTION: Final = 600.0
+SERVE_MAX_CONNECTIONS: Final = 256
+SERVE_MAX_PER_CLIENT: Final = 64
+
+# --- one MCP connection (agentd.config.model.McpServerConfig, host ``connections:`` entries) ------------
+CONNECT_TIMEOUT: Final = 10.0
+CALL_TIMEOUT: Final = 60.0
+
+# --- telemetry ------------------------------------------------------------------------------------------
+LOG_LEVEL: Final = "info"
+
+# --- intelligence ---------------------------------------------------------------------------------------
+MODEL: Final = "default"
