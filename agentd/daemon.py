@@ -44,6 +44,7 @@ from agentd.supervisor.tools import register_subagent_tools
 from agentd.supervisor.wiring import open_root_supervisor
 from agentd.telemetry import metrics
 from agentd.telemetry.health import Health, current_health, use_health
+from agentd.telemetry.stream import EventBus, use_bus
 
 if TYPE_CHECKING:
     from agentd.transport.serve import ServeConfig
@@ -121,8 +122,11 @@ async def main(
         recorder = Recorder(caps={"token_ceiling": cfg.token_ceiling, "max_tokens": cfg.max_tokens,
                                   "max_steps": cfg.max_steps, "max_depth": cfg.max_depth,
                                   "max_children": cfg.max_children, "max_subagents": cfg.max_subagents})
-        log = log.bind(sink=_tee(log.sink, recorder.observe))
-    with (use_health(Health(mode=cfg.mode)),
+        log = log.bind(sink=_tee(log.sink, recorder.record))
+    bus = EventBus()
+    if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
+        log = log.bind(sink=_tee(log.sink, bus.publish))
+    with (use_health(Health(mode=cfg.mode)), use_bus(bus),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
             return await _main(cfg, log, runner, env, run_id)

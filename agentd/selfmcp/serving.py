@@ -20,6 +20,7 @@ from agentd.events import EventLog, null_log
 from agentd.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
+from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp
 
@@ -39,6 +40,7 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
         max_connections=config.serve_max_connections,
         max_per_client=config.serve_max_per_client,
         http2=config.serve_http2,
+        websocket_paths=frozenset({EVENTS_PATH}),
     )
 
 

@@ -90,7 +90,8 @@ class Recorder:
     _budget: dict[str, list[str]] = attrs.field(factory=dict)
     dropped_trees: int = 0
 
-    def observe(self, line: Mapping[str, Any], depth: int = 0) -> None:
+    def observe(self, line: Mapping[str, Any], depth: int = 0) -> dict[str, Any] | None:
+        """Take one event line; the node it changed (its :meth:`node_view`), if it changed one."""
         event = line.get("event")
         if event == "subagent.stderr":
             inner = line.get("line")
@@ -98,15 +99,47 @@ class Recorder:
                 try:
                     decoded = json.loads(inner)
                 except ValueError:
-                    return
+                    return None
                 if isinstance(decoded, dict):
-                    self.observe(decoded, depth + 1)
-            return
+                    return self.observe(decoded, depth + 1)
+            return None
         run_id = str(line.get("run_id") or "")
         handle = str(line.get("agent_path") or "0")
         if event == "run.start":
-            self._node(run_id, handle).started = _epoch(line.get("ts"))
-        elif event == "run.end":
+            node = self._node(run_id, handle)
+            node.started, node.status = _epoch(line.get("ts")), "running"
+            return self.node_view(node)
+        if event in ("run.end", "run.cancelled"):
+            self._ended(event, line, run_id, handle)
+            return self.node_view(self._node(run_id, handle))
+        if event == "loop.step" and isinstance(line.get("step"), int):
+            node = self._node(run_id, handle)
+            node.steps = int(line["step"])
+            raw = line.get("usage")
+            if isinstance(raw, dict):
+                node.input_tokens = int(raw.get("prompt_tokens") or 0)
+                node.output_tokens = int(raw.get("completion_tokens") or 0)
+            return self.node_view(node)
+        self._count(event, line, run_id, handle)
+        return None
+
+    def record(self, line: dict[str, Any]) -> None:
+        """:meth:`observe` as an event sink."""
+        self.observe(line)
+
+    def node_view(self, node: _Node) -> dict[str, Any]:
+        """One node for the live stream: ``tree.node`` with its place in the tree."""
+        return {"event": "tree.node", "run_id": node.run_id.split("/", 1)[0], "handle": node.handle,
+                "parent": node.handle.rpartition(".")[0] or None, "status": node.status, "steps": node.steps,
+                "tokens": node.input_tokens + node.output_tokens}
+
+    def nodes(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` nodes as :meth:`node_view` (a new stream subscriber's snapshot)."""
+        every = [node for tree in self._trees.values() for node in tree.values()]
+        return [self.node_view(node) for node in every[-limit:]]
+
+    def _ended(self, event: Any, line: Mapping[str, Any], run_id: str, handle: str) -> None:
+        if event == "run.end":
             node = self._node(run_id, handle)
             node.status = str(line.get("status", "unknown"))
             node.steps = int(line.get("steps") or 0)
@@ -117,10 +150,12 @@ class Recorder:
             node.ended = _epoch(line.get("ts"))
             if line.get("error"):
                 node.error = str(line["error"])[:300]
-        elif event == "run.cancelled":
+        else:
             node = self._node(run_id, handle)
             node.status, node.ended = "cancelled", _epoch(line.get("ts"))
-        elif event == "tool.result":
+
+    def _count(self, event: Any, line: Mapping[str, Any], run_id: str, handle: str) -> None:
+        if event == "tool.result":
             servers = self._servers.setdefault(_tree_key(run_id, handle), {})
             counts = servers.setdefault(str(line.get("server") or "agentd"), _Server())
             counts.calls += 1

@@ -13,6 +13,7 @@ closed response stream cancels its request; on the legacy wire it does not.
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
@@ -45,6 +46,7 @@ from agentd.telemetry import metrics
 from agentd.telemetry.health import PROBES, probe
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_server_span
+from agentd.telemetry.stream import EVENTS_PATH, Subscriber, current_bus
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -170,6 +172,8 @@ class McpAsgiApp:
             await self._lifespan(receive, send)
         elif kind == "http":
             await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._events(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -232,6 +236,10 @@ class McpAsgiApp:
         path = scope.get("path", "")
         if path not in self.options.paths and path.rstrip("/") not in self.options.paths:
             return HttpReply(404, b"not found", "text/plain")
+        return self._trust(headers)
+
+    def _trust(self, headers: Mapping[str, str]) -> HttpReply | None:
+        """Host/Origin (DNS rebinding) and the bearer token: the same for the MCP endpoint and ``/events``."""
         allowed = self.options.allowed_hosts
         host = _hostname(headers.get("host", ""))
         if allowed is not None and host not in allowed:
@@ -257,6 +265,29 @@ class McpAsgiApp:
                 return HttpReply(401, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, "Unauthorized")),
                                  headers=(("www-authenticate", 'Bearer realm="agentd"'),))
         return None
+
+    async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/events``: the daemon's event lines and ``tree.node`` changes as WebSocket text frames (JSON), with
+        the endpoint's authentication; refused (HTTP 403 before the handshake) without it, or when the daemon
+        has no stream or enough subscribers."""
+        bus = current_bus()
+        refused = (scope.get("path") != EVENTS_PATH or self._trust(_headers(scope)) is not None or bus is None
+                   or bus.full or self.draining.is_set())
+        message = await receive()
+        if message.get("type") != "websocket.connect" or refused or bus is None:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await send({"type": "websocket.accept"})
+        with bus.subscribe() as subscriber:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_websocket_close, receive, nursery.cancel_scope)
+                nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
+                nursery.start_soon(_pump_events, subscriber, send)
+        with trio.move_on_after(1.0, shield=True):
+            try:
+                await send({"type": "websocket.close", "code": 1001 if self.draining.is_set() else 1000})
+            except Exception:
+                pass  # the peer is gone already
 
     async def _read_body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
         limit = self.options.max_body
@@ -554,6 +585,25 @@ async def _send_reply(send: Send, reply: HttpReply) -> None:
     headers.extend((k.encode(), v.encode()) for k, v in reply.headers)
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+
+
+async def _pump_events(subscriber: Subscriber, send: Send) -> None:
+    """Send the subscriber's lines as they come; a peer that went away ends it (the close watcher reports it)."""
+    try:
+        while True:
+            for line in await subscriber.next_batch():
+                await send({"type": "websocket.send", "text": json.dumps(line, default=str)})
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+
+
+async def _cancel_on_websocket_close(receive: Receive, scope: trio.CancelScope) -> None:
+    """Read (and ignore) what the subscriber sends until it closes; then stop its stream."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            scope.cancel()
+            return
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:

@@ -60,6 +60,8 @@ class ServeConfig:
     max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     #: Serve HTTP/2 (ALPN ``h2`` over TLS, ``h2c`` in clear); off: HTTP/1.1 only.
     http2: bool = False
+    #: Paths served as WebSockets (the self-MCP's ``/events``); empty: no WebSocket at all.
+    websocket_paths: frozenset[str] = frozenset()
 
     @property
     def host(self) -> str:
@@ -284,7 +286,7 @@ async def serve_mcp(
            if cfg.tls and cfg.cert and cfg.key else None)
     config = hypercorn_config(cfg, tls.front if tls is not None else None, log)
     limits = ConnectionLimits(max_connections=cfg.max_connections, max_per_client=cfg.max_per_client,
-                              http2=cfg.http2)
+                              http2=cfg.http2, websocket_paths=cfg.websocket_paths)
     connections = Connections(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, limits, log)
     listeners, binds = _listeners(config)
     async with trio.open_nursery() as nursery:

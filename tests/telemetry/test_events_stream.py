@@ -1,0 +1,95 @@
+"""``/events``: the daemon's event lines and ``tree.node`` changes over a WebSocket on the serve port, with the
+serve port's authentication, and a hostile upgrade that fails alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from trio_websocket import ConnectionRejected, open_websocket_url
+
+from agentd.config.model import Config
+from agentd.daemon import main
+from agentd.drain import DrainLatch, use_drain
+from agentd.events import EventLog
+from tests.peers.gateway import scripted_gateway, text
+
+
+async def _serving(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> tuple[str, DrainLatch,
+                                                                                         list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+    cfg = Config.from_argv(argv, env=env)
+    latch = DrainLatch()
+
+    async def daemon() -> None:
+        with use_drain(latch):
+            await main(cfg, log=EventLog(sink=events.append), env=env)
+
+    nursery.start_soon(daemon)
+    with trio.fail_after(20):
+        while not any(e["event"] == "serve.start" for e in events):
+            await trio.sleep(0.02)
+    url = next(e for e in events if e["event"] == "serve.start")["urls"][0]
+    return url.split("/mcp")[0].rstrip("/"), latch, events
+
+
+async def test_a_subscriber_sees_the_run_tree_and_the_event_lines():
+    async with scripted_gateway([text("done", usage={"prompt_tokens": 3, "completion_tokens": 2})]) as gw, \
+            trio.open_nursery() as nursery:
+        base, latch, events = await _serving(nursery, ["--instruction", "go", "--intelligence", gw.url,
+                                                       "--serve-mcp", "http://127.0.0.1:0/mcp"], {})
+        with trio.fail_after(20):
+            while not any(e["event"] == "run.end" for e in events):
+                await trio.sleep(0.02)
+        got: list[dict[str, Any]] = []
+        async with open_websocket_url(base.replace("http://", "ws://") + "/events") as ws:
+            with trio.fail_after(10):
+                while not any(m.get("event") == "tree.node" and m.get("status") == "completed" for m in got):
+                    got.append(json.loads(await ws.get_message()))
+            node = next(m for m in got if m.get("event") == "tree.node")
+            assert (node["handle"], node["parent"], node["steps"], node["tokens"]) == ("0", None, 1, 5)
+            # lines logged from now on arrive live, in the stderr vocabulary (the drain's, here)
+            latch.request("test")
+            with trio.fail_after(10):
+                while not any(m.get("event") == "drain.start" for m in got):
+                    try:
+                        got.append(json.loads(await ws.get_message()))
+                    except Exception:
+                        break
+    assert any(m.get("event") == "serve.start" for m in got) is False  # the snapshot holds nodes, not history
+    assert {"ts", "level", "event", "run_id"} <= set(next(m for m in got if m.get("event") != "tree.node"))
+
+
+async def test_events_needs_the_bearer_and_survives_a_hostile_upgrade():
+    env = {"SERVE_TOKEN": "serve-token-1234"}
+    async with trio.open_nursery() as nursery:
+        base, latch, _ = await _serving(nursery, ["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp",
+                                                  "--serve-bearer", "{{secret:SERVE_TOKEN}}"], env)
+        ws_url = base.replace("http://", "ws://") + "/events"
+        with pytest.raises(ConnectionRejected) as rejected:
+            async with open_websocket_url(ws_url):
+                pass
+        assert rejected.value.status_code == 403
+        with pytest.raises(ConnectionRejected):
+            async with open_websocket_url(ws_url, extra_headers=[("Authorization", "Bearer wrong-token-99")]):
+                pass
+        async with open_websocket_url(ws_url, extra_headers=[("Authorization", "Bearer serve-token-1234")]) as ws:
+            await ws.send_message("ignored")
+        # GET /events with Upgrade: websocket and one trailing byte: that connection fails, the daemon does not
+        port = int(base.rsplit(":", 1)[1])
+        for trailing in (b"", b"x"):
+            sock = await trio.open_tcp_stream("127.0.0.1", port)
+            async with sock:
+                await sock.send_all(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                                    b"Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                    b"Sec-WebSocket-Version: 13\r\n\r\n" + trailing)
+                with trio.move_on_after(5):
+                    await sock.receive_some(65536)
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(base + "/healthz")).status_code == 200
+            assert (await client.get(base + "/readyz")).status_code == 200
+            assert (await client.get(base + "/events")).status_code == 404  # plain GET: no stream
+        latch.request("test")
