@@ -7,7 +7,8 @@
     agentd run MANIFEST [...]       an agent manifest against a host config (agentd.connections)
     agentd transcript ...           durable transcripts (agentd.connections)
     agentd journal list|show|export the durable run journal (agentd.journal)
-    agentd report FILE              a --report-file as tables for a person (the one command whose stdout is text)
+    agentd report FILE              a --report-file as tables for a person (stdout is text, not JSON)
+    agentd top URL                  a serving daemon's live run tree in the terminal (stdout is the screen)
 
 stdout carries exactly one JSON document; stderr carries JSON event lines only. Exit codes are the
 original agentd's (docs/cli.md): errors map through ``AgentdError.exit_code``; anything unexpected is 1.
@@ -112,6 +113,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             return _delegate(argv[0], argv[1:], promise)
         if argv and argv[0] == "report":
             return _report(argv[1:])
+        if argv and argv[0] == "top":
+            from agentd.telemetry.top import top_main
+
+            return top_main(argv[1:], env)
         if argv and argv[0] == "journal":
             from agentd.journal.cli import journal_main
 

@@ -93,3 +93,35 @@ async def test_events_needs_the_bearer_and_survives_a_hostile_upgrade():
             assert (await client.get(base + "/readyz")).status_code == 200
             assert (await client.get(base + "/events")).status_code == 404  # plain GET: no stream
         latch.request("test")
+
+
+async def test_agentd_top_draws_the_tree_in_a_pty_and_quits_on_q():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    async with scripted_gateway([text("done", usage={"prompt_tokens": 3, "completion_tokens": 2})]) as gw, \
+            trio.open_nursery() as nursery:
+        base, latch, events = await _serving(nursery, ["--instruction", "go", "--intelligence", gw.url,
+                                                       "--serve-mcp", "http://127.0.0.1:0/mcp"], {})
+        with trio.fail_after(20):
+            while not any(e["event"] == "run.end" for e in events):
+                await trio.sleep(0.02)
+        master, slave = os.openpty()
+        proc = await trio.lowlevel.open_process([sys.executable, "-m", "agentd", "top", base + "/mcp"], cwd=root,
+                                                stdin=slave, stdout=slave, stderr=subprocess.PIPE)
+        os.close(slave)
+        screen = b""
+        async with trio.lowlevel.FdStream(master) as tty_stream:
+            with trio.fail_after(30):
+                while b"completed" not in screen or b"connected" not in screen:
+                    screen += await tty_stream.receive_some(65536)
+                await tty_stream.send_all(b" ")  # collapse the root: still drawn, marked +
+                while b"+0" not in screen:
+                    screen += await tty_stream.receive_some(65536)
+                await tty_stream.send_all(b"q")
+                assert await proc.wait() == 0
+        latch.request("test")
+    assert b"agentd top" in screen and b"steps" in screen
