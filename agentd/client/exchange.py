@@ -140,30 +140,7 @@ class Exchange:
     async def request(
         self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        """One request on the live session; a 404 on the session re-initializes and retries once.
-
-        Traced as ``{method} {target}`` (client side) with the trace context in ``params._meta``."""
-        started = time.perf_counter()
-        with mcp_client_span(self.name, method, params, self.session.protocol_version) as span:
-            try:
-                result = await self._request(method, with_trace_meta(params), headers)
-            except McpRpcError as exc:
-                telemetry.mark_error(span, str(exc.code))
-                metrics.mcp_request(method, self.name, time.perf_counter() - started, str(exc.code))
-                raise
-            except McpError as exc:
-                telemetry.mark_error(span, type(exc).__name__)
-                metrics.mcp_request(method, self.name, time.perf_counter() - started, type(exc).__name__)
-                raise
-            error = TOOL_ERROR if method == "tools/call" and result.get("isError") is True else ""
-            if error:
-                telemetry.mark_error(span, error)
-            metrics.mcp_request(method, self.name, time.perf_counter() - started, error)
-            return result
-
-    async def _request(
-        self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None
-    ) -> dict[str, Any]:
+        """One request on the live session; a 404 on the session re-initializes and retries once."""
         if self.closing:
             raise McpTransportError(f"MCP server {self.name!r}: the connection is closing", server=self.name)
         if not self.liveness.connected:
@@ -219,7 +196,6 @@ class Exchange:
             raise
         except SessionError as exc:
             raise McpError(f"{method}: {exc}", server=self.name) from None
-        telemetry.current_span().set_attribute(JSONRPC_REQUEST_ID, str(request.id))
         self._inflight += 1
         try:
             result = await self.roundtrip(request, headers)
@@ -255,7 +231,34 @@ class Exchange:
         self.log.info("mcp.cancelled", server=self.name, request_id=request.id, method=request.method)
 
     async def roundtrip(self, request: jsonrpc.Request, extra: dict[str, str] | None = None) -> dict[str, Any]:
-        """POST one request and pump replies until its answer arrives (resuming over GET if allowed)."""
+        """POST one request and pump replies until its answer arrives (resuming over GET if allowed).
+
+        Every MCP request agentd sends passes here: each is one ``{method} {target}`` client span, with the
+        trace context in its ``params._meta`` (the MCP convention), and one observation of the duration
+        histogram."""
+        started = time.perf_counter()
+        method = request.method
+        with mcp_client_span(self.name, method, request.params, self.session.protocol_version) as span:
+            span.set_attribute(JSONRPC_REQUEST_ID, str(request.id))
+            if telemetry.enabled():
+                request = attrs.evolve(request, params=with_trace_meta(request.params))
+            try:
+                result = await self._roundtrip(request, extra)
+            except McpRpcError as exc:
+                telemetry.mark_error(span, str(exc.code))
+                metrics.mcp_request(method, self.name, time.perf_counter() - started, str(exc.code))
+                raise
+            except (McpError, ConnectionLost, SessionGone, StreamBroke) as exc:
+                telemetry.mark_error(span, type(exc).__name__)
+                metrics.mcp_request(method, self.name, time.perf_counter() - started, type(exc).__name__)
+                raise
+            error = TOOL_ERROR if method == "tools/call" and result.get("isError") is True else ""
+            if error:
+                telemetry.mark_error(span, error)
+            metrics.mcp_request(method, self.name, time.perf_counter() - started, error)
+            return result
+
+    async def _roundtrip(self, request: jsonrpc.Request, extra: dict[str, str] | None) -> dict[str, Any]:
         waiter = _Waiter()
         self._waiters[request.id] = waiter
         body = jsonrpc.dumps(request)
