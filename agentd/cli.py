@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentd import jsontext as json_text
+
 if TYPE_CHECKING:
     from agentd.config import Config
     from agentd.events import EventLog, Redactor
@@ -150,6 +152,15 @@ def _subagent() -> int:
     return child_main()
 
 
+def _audit_trifecta(config: Any, log: Any) -> None:
+    """``--allow-trifecta`` is audited: which servers bring each property, and whether it was needed."""
+    from agentd.rule_of_two import check_trifecta
+
+    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    log.warn("security.trifecta_allowed", needed=verdict.complete,
+             **{tag: list(names) for tag, names in verdict.sources.items()})
+
+
 def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     if "--help" in argv or "-h" in argv:
         from agentd.config.argv import build_parser
@@ -171,6 +182,8 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     promise.promise(config.run_id, log.redactor)
     log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
              config_path=config.config_path)
+    if config.allow_trifecta:
+        _audit_trifecta(config, log)
     from agentd.daemon import main as daemon_main
     from agentd.loop.result import RunResult, RunStatus
 
@@ -298,7 +311,7 @@ def _cancelled_doc(config: Config) -> dict[str, Any]:
 def _print_json(doc: Any, out: Any = None) -> None:
     out = sys.stdout if out is None else out
     try:
-        out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        out.write(json_text.scrub(json.dumps(doc, ensure_ascii=False, default=str)) + "\n")
         out.flush()
     except BrokenPipeError:
         pass

@@ -165,7 +165,7 @@ async def _main(
                 result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board)
         except BaseException as exc:
             try:
-                reraise_if_not_an_outcome(exc, log)
+                reraise_if_not_an_outcome(exc, log, say=False)  # the run itself said it was cancelled
             except ConfigError as error:
                 # Raised as itself once the daemon nursery is closed (not inside its exception group), so a
                 # harness and the CLI both see the ConfigError (exit 2).

@@ -103,6 +103,30 @@ class ResourceNotFound(McpRpcError):
         self.uri = uri
 
 
+class A2aError(AgentdError):
+    """Something went wrong talking to an A2A peer; ``peer`` names the declared peer if known."""
+
+    def __init__(self, message: str, *, peer: str | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
+
+
+class A2aConnectError(A2aError):
+    """A peer's Agent Card could not be fetched or is invalid (exit 6 for a required peer)."""
+
+    exit_code = ExitCode.MCP_REQUIRED
+
+
+class A2aRpcError(A2aError):
+    """A JSON-RPC error response from a peer (a fault, not a task outcome); ``code`` is the A2A/JSON-RPC code."""
+
+    def __init__(self, code: int, message: str, *, peer: str | None = None, method: str | None = None) -> None:
+        where = f" ({method})" if method else ""
+        super().__init__(f"A2A error {code}{where}: {message}", peer=peer)
+        self.code = code
+        self.rpc_message = message
+
+
 def leaves(exc: BaseException) -> list[BaseException]:
     """Every exception inside (possibly nested) exception groups, in order."""
     if isinstance(exc, BaseExceptionGroup):

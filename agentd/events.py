@@ -34,6 +34,7 @@ from typing import Any, Final, TextIO
 
 import attrs
 
+from agentd import jsontext as json_text
 from agentd import telemetry
 
 LEVELS: Final = {"debug": 10, "info": 20, "warn": 30, "error": 40}
@@ -59,9 +60,13 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "run.start", "run.end", "run.failed", "run.cancelled",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
-        "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_description", "mcp.list_changed",
+        "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_description", "mcp.tool_unusable",
+        "mcp.list_changed",
         "mcp.subscribe", "mcp.subscribe_degraded", "mcp.updated", "mcp.cancelled", "mcp.server_request",
         "mcp.protocol_error", "mcp.stream", "mcp.closed", "mcp.era",
+        # A2A client side (peers a run delegates to) and the served A2A endpoint
+        "a2a.card", "a2a.card_failed", "a2a.skill_description", "a2a.delegate", "a2a.task_end", "a2a.cancel",
+        "a2a.cancel_failed", "a2a.served",
         # intelligence gateway
         "intel.call", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools
@@ -81,6 +86,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "drain.start", "drain.end",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",
+        # security: the egress guard and the Rule of Two
+        "egress.refused", "security.trifecta_allowed",
         # the log itself
         "log.suppressed",
     }
@@ -193,7 +200,7 @@ def stream_sink(stream: TextIO) -> Sink:
     """A sink that writes each event as one JSON line to ``stream`` and flushes it."""
 
     def write(line: dict[str, Any]) -> None:
-        stream.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        stream.write(json_text.scrub(json.dumps(line, ensure_ascii=False, default=str)) + "\n")
         stream.flush()
 
     return write

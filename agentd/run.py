@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import trio
 
+from agentd.a2a.client import A2aPeers, open_a2a_peers
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool
 from agentd.config.model import Config, McpServerConfig
@@ -32,6 +33,7 @@ from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
+from agentd.loop.a2a import register_a2a_tools
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
@@ -73,6 +75,8 @@ class Opened:
 
     intel: Intelligence
     pool: McpPool
+    #: The connected A2A peers (docs/a2a.md); empty when none are declared.
+    peers: A2aPeers
     end: float = math.inf
 
     def remaining(self) -> float:
@@ -92,15 +96,17 @@ async def open_run(
     secrets: SecretResolver,
     run_id: str,
     deadline: float = math.inf,
+    a2a_peers: Sequence[McpServerConfig] = (),
 ) -> AsyncIterator[Opened]:
-    """Open the intelligence and the MCP pool for one run (or one daemon's life) and hold them for the block.
+    """Open the intelligence, the MCP pool and the A2A peers for one run (or one daemon's life) and hold them.
 
     ``deadline`` (seconds from now) bounds the opening too; once both are open the block owns the rest of the
     time (``Opened.remaining()``), and this scope stops binding.
 
     Raises:
         ConnectDeadline: the deadline passed while opening (exit 7, status ``deadline``).
-        McpConnectError: a required server failed its handshake (exit 6).
+        McpConnectError: a required server failed its handshake (exit 6); A2aConnectError: a required A2A
+            peer is unreachable or its card is invalid (exit 6).
         IntelligenceError: the gateway configuration is unusable (exit 4).
     """
     end = trio.current_time() + deadline
@@ -111,10 +117,11 @@ async def open_run(
                 open_intelligence(list(gateway.endpoints), model=gateway.model, token=gateway.token,
                                   stream=gateway.stream, log=log, secrets=secrets) as intel,
                 open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id) as pool,
+                open_a2a_peers(a2a_peers, log=log, secrets=secrets) as peers,
             ):
                 opening.deadline = math.inf
                 connected = True
-                yield Opened(intel, pool, end)
+                yield Opened(intel, pool, peers, end)
     except BaseException:
         if connected or not opening.cancel_called:
             raise
@@ -155,10 +162,12 @@ def outcome_of(exc: BaseException, *, run_id: str, log: EventLog) -> RunResult:
     return RunResult(run_id=run_id, status=RunStatus.CRASHED, error=error)
 
 
-def reraise_if_not_an_outcome(exc: BaseException, log: EventLog) -> None:
-    """Re-raise what is not a run outcome: cancellation (said once as ``run.cancelled``) and config errors."""
+def reraise_if_not_an_outcome(exc: BaseException, log: EventLog, *, say: bool = True) -> None:
+    """Re-raise what is not a run outcome: cancellation and config errors. The run that was cancelled says so
+    once as ``run.cancelled`` (``say``); an enclosing layer that sees the same cancellation passes False."""
     if is_cancellation(exc):
-        log.warn("run.cancelled", reason="the run was cancelled from outside")
+        if say:
+            log.warn("run.cancelled", reason="the run was cancelled from outside")
         raise exc
     leaf = flatten(exc)
     if isinstance(leaf, ConfigError):
@@ -197,16 +206,20 @@ async def run_with(
     log: EventLog,
     controls: ControlToolRegistry | None = None,
     on_usage: UsageHook | None = None,
+    peers: A2aPeers | None = None,
 ) -> RunResult:
     """Run the loop once with everything already open (a wake uses the daemon's pool and intelligence).
 
-    Registers ``resource.read`` unless the registry already has one; the caller's other control tools
-    (``subagent.*``, ``subscribe``, …) are offered as they are.
+    Registers ``resource.read`` unless the registry already has one, and the ``a2a.*`` tools when ``peers``
+    has a connected peer; the caller's other control tools (``subagent.*``, ``subscribe``, …) are offered as
+    they are.
     """
     registry = controls if controls is not None else ControlToolRegistry()
     builtin = resource_read_tool(pool)
     if builtin.name not in registry:
         registry.register(builtin)
+    if peers is not None:
+        register_a2a_tools(registry, peers)
     return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage)
 
 
@@ -250,11 +263,11 @@ async def run_config(
         resolver = SecretResolver(env=env, redactor=log.redactor)
         try:
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
-                                deadline=request.limits.deadline) as opened:
+                                deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
                 rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
                 result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,
-                                        on_usage=on_usage)
+                                        on_usage=on_usage, peers=opened.peers)
         except BaseException as exc:
             reraise_if_not_an_outcome(exc, log)
             if isinstance(flatten(exc), ConnectDeadline):

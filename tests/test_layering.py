@@ -95,13 +95,13 @@ def test_the_checker_itself(source: str, forbidden: set[str], expected: list[str
 #: own layer's leaves and any lower layer; never a higher layer, and never a sibling role in its own layer (siblings
 #: meet only in a layer above them, which hands one to the other). docs/architecture.md shows the same table.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults",
-                          "tool_separator", "telemetry"})),
+    ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults", "jsontext",
+                          "tool_separator", "rule_of_two", "telemetry"})),
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
     ("journal", frozenset({"journal"})),
-    ("client, intelligence", frozenset({"client", "intelligence"})),
+    ("client, intelligence, a2a", frozenset({"client", "intelligence", "a2a"})),
     ("loop", frozenset({"loop"})),
     ("run", frozenset({"run"})),
     ("supervisor", frozenset({"supervisor"})),

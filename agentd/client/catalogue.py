@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 import attrs
-import jsonschema
 import trio
 
 from agentd.client.exchange import Exchange, SessionGone
@@ -19,7 +18,7 @@ from agentd.client.models import ResourceInfo, ResourceTemplateInfo, ToolInfo
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError
 from agentd.events import EventLog
-from agentd.mcp import types
+from agentd.mcp import schemas, types
 from agentd.mcp.streamable_http import invalid_header_annotation
 from agentd.mcp.versions import Era
 
@@ -164,13 +163,17 @@ class Catalogue:
             )
         validator = self._validators.get(tool)
         if validator is None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(info.output_schema)
-            except jsonschema.SchemaError as exc:
-                self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc.message}")
+            compiled = schemas.compile_schema(info.output_schema)
+            if compiled.validator is None:
+                why = compiled.error or compiled.unusable
+                self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {why}")
                 return
-            validator = self._validators[tool] = jsonschema.Draft202012Validator(info.output_schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(structured))
+            validator = self._validators[tool] = compiled.validator
+        try:
+            error = schemas.first_error(validator, structured)
+        except schemas.SchemaUnusable as exc:
+            self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc}")
+            return
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
             raise McpProtocolError(

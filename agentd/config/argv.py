@@ -99,6 +99,15 @@ FLAGS: Final[tuple[Flag, ...]] = (
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
          "NAME=URL", env=False, file=False, commands=_AND_RUN),
+    Flag("--a2a-peer", "a2a_peers", "list",
+         "declare an A2A peer to delegate to via a2a.delegate (repeatable; its Agent Card is fetched at start)",
+         _MCP, "NAME=URL", env=False, file=False),
+    Flag("--mcp-tags", "mcp_tags", "list",
+         "Rule of Two: tag a declared server (repeatable; tags untrusted_input, sensitive_data, external_comms; "
+         "untagged = untrusted_input)", _MCP, "NAME=TAG[,TAG]", env=False, file=False),
+    Flag("--allow-trifecta", "allow_trifecta", "bool",
+         "run although the servers together bring untrusted input, sensitive data and external "
+         "communication (audited; never inherited by subagents)", _MCP, env=False),
     Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH"),
     # modes
     Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,
@@ -156,6 +165,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     # self-MCP
     Flag("--serve-mcp", "serve_mcp", "url", "serve agentd's own MCP at URL (HTTP(S), mTLS/bearer auth)",
          _SERVE, "URL"),
+    Flag("--serve-a2a", "serve_a2a", "bool",
+         "also serve A2A (Agent Card and JSON-RPC) on the --serve-mcp listener, under /a2a", _SERVE),
     Flag("--serve-cert", "serve_cert", "path", "server certificate (PEM)", _SERVE, "PATH"),
     Flag("--serve-key", "serve_key", "path", "server private key (PEM)", _SERVE, "PATH"),
     Flag("--serve-client-ca", "serve_client_ca", "path", "require client certificates from this CA (mTLS)",

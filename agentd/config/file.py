@@ -28,7 +28,8 @@ import attrs
 
 from agentd.config import host
 from agentd.config.argv import FLAGS_BY_DEST, FLAGS_BY_FILE_KEY, Flag
-from agentd.config.model import McpServerConfig
+from agentd.config.egress import load_egress
+from agentd.config.model import EgressConfig, McpServerConfig
 from agentd.config.servers import load_servers, rebase, rebase_secret_files
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
@@ -41,6 +42,10 @@ class FileLayer:
     path: str
     settings: Mapping[str, tuple[Flag, Any]]
     mcp_servers: tuple[McpServerConfig, ...]
+    #: ``a2a_peers:`` (agentd.config.a2a_file), shaped like ``mcp_servers`` entries.
+    a2a_peers: tuple[McpServerConfig, ...] = ()
+    #: ``egress:`` (agentd.config.egress), None when the file has no such section.
+    egress: EgressConfig | None = None
 
 
 #: A host file's own keys (agentd.config.host), accepted here so one host file serves both commands.
@@ -60,12 +65,20 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
     settings: dict[str, tuple[Flag, Any]] = {}
     servers: tuple[McpServerConfig, ...] = ()
     connections: tuple[McpServerConfig, ...] = ()
+    peers: tuple[McpServerConfig, ...] = ()
+    egress: EgressConfig | None = None
     for key, value in raw.items():
         try:
-            if value is None and isinstance(key, str) and (key == "mcp_servers" or key in FLAGS_BY_FILE_KEY):
+            if value is None and isinstance(key, str) and (key in ("mcp_servers", "a2a_peers") or key in FLAGS_BY_FILE_KEY):
                 continue  # `key:` with nothing after it (everything commented out) means "not set"
             if key == "mcp_servers":
                 servers = load_servers(value, base_dir)
+            elif key == "a2a_peers":
+                from agentd.config.a2a_file import load_peers
+
+                peers = load_peers(value, base_dir)
+            elif key == "egress":
+                egress = load_egress(value)
             elif key == "telemetry" and isinstance(value, dict):
                 # ``telemetry: {otel: true, metrics_addr: ..., log_level: ...}``: the telemetry flags, grouped
                 for sub, setting in value.items():
@@ -89,7 +102,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 f"--config {path}: connection {server.name!r} is declared twice "
                 f"($.mcp_servers[{index}] and $.connections.{server.name})"
             )
-    return FileLayer(path, settings, (*connections, *servers))
+    return FileLayer(path, settings, (*connections, *servers), peers, egress)
 
 
 def _host_key(
@@ -110,7 +123,7 @@ def _host_key(
 
 
 def _suggest(key: object) -> str:
-    known = ["mcp_servers", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
+    known = ["mcp_servers", "a2a_peers", "egress", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
     close = difflib.get_close_matches(str(key), known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -39,7 +39,8 @@ from typing import Any, Final, Literal
 import attrs
 
 from agentd import defaults
-from agentd.config.model import McpServerConfig, TlsConfig
+from agentd.config.egress import load_egress
+from agentd.config.model import EgressConfig, McpServerConfig, TlsConfig
 from agentd.config.servers import load_servers
 from agentd.config.structure import EnvRef, FieldError, converter, register_aliases, str_or_env, structure
 from agentd.config.yaml_file import read_mapping
@@ -221,7 +222,8 @@ class Host:
     connections: Mapping[str, Connection]
     transcript: TranscriptSettings
     transcript_path: str | None
-
+    #: ``egress:``: what peer-supplied URLs (OAuth discovery) may reach beyond public addresses.
+    egress: EgressConfig = attrs.field(factory=EgressConfig)
 
 
 def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[McpServerConfig] = ()) -> Host:
@@ -229,8 +231,10 @@ def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[M
     raw: dict[Any, Any] = read_mapping(path, "--config") if path is not None else {}
     base_dir = os.path.dirname(os.path.abspath(path)) if path is not None else os.getcwd()
     legacy_raw = raw.pop("mcp_servers", None)
+    egress_raw = raw.pop("egress", None)
     prefix = f"--config {path}: " if path is not None else ""
     try:
+        egress = load_egress(egress_raw)
         parsed = structure(raw, HostFile, path="$")
         connections: dict[str, Connection] = {}
         for name, entry in parsed.connections.items():
@@ -251,7 +255,8 @@ def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[M
     transcript_path = parsed.transcript.path
     if transcript_path is not None and not os.path.isabs(transcript_path):
         transcript_path = os.path.join(base_dir, os.path.expanduser(transcript_path))
-    return Host(path, parsed.version, parsed.intelligence, connections, parsed.transcript, transcript_path)
+    return Host(path, parsed.version, parsed.intelligence, connections, parsed.transcript, transcript_path,
+                egress)
 
 
 def _refs_present(template: str, env: Mapping[str, str], where: str) -> None:

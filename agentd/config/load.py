@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from agentd.config.a2a import merge_peers
 from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
@@ -94,13 +95,20 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     if merged.get("instruction_file") is not None:
         merged["instruction"] = _read_instruction(merged["instruction_file"])
 
-    merged["mcp"] = _merge_servers(
-        file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or ()
+    merged["mcp"] = _apply_tags(
+        _merge_servers(file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or ()),
+        merged.pop("mcp_tags", ()) or (),
     )
     if file_layer is not None:
         merged["config_path"] = file_layer.path
+        if file_layer.egress is not None:
+            merged["egress"] = file_layer.egress
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
+    # A2A peers: the file's a2a_peers section, then --a2a-peer flags (agentd/config/a2a.py).
+    merged["a2a_peers"] = merge_peers(
+        file_layer.a2a_peers if file_layer else (), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
+    )
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)
@@ -166,6 +174,23 @@ def _merge_servers(from_file: Sequence[McpServerConfig], flags: Sequence[str]) -
             continue  # the same server declared twice: the file's entry carries headers, TLS and timeouts
         servers[name] = McpServerConfig(name=name, url=url)
     return tuple(servers.values())
+
+
+def _apply_tags(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    """``--mcp-tags name=tag,tag`` replaces that server's tags (from its config-file entry, if any)."""
+    tags: dict[str, tuple[str, ...]] = {}
+    names = {server.name for server in servers}
+    for value in flags:
+        name, sep, text = value.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ConfigError(f"--mcp-tags: missing '=' in {value!r} (expected name=tag,tag)")
+        if name not in names:
+            raise ConfigError(f"--mcp-tags {name}: no such MCP server (declare it with --mcp or mcp_servers)")
+        if name in tags:
+            raise ConfigError(f"--mcp-tags: {name!r} given twice")
+        tags[name] = tuple(item.strip() for item in text.split(",") if item.strip())
+    return tuple(attrs.evolve(s, tags=tags[s.name]) if s.name in tags else s for s in servers)
 
 
 def _with_default_ca(server: McpServerConfig, ca: str) -> McpServerConfig:

@@ -14,6 +14,9 @@ import attrs
 
 from agentd import defaults
 
+if TYPE_CHECKING:
+    from agentd.transport.egress import EgressPolicy
+
 Mode = Literal["once", "loop", "schedule", "reactive"]
 LogLevel = Literal["debug", "info", "warn", "error"]
 
@@ -35,6 +38,19 @@ class TlsConfig:
 
 
 @attrs.frozen
+class EgressConfig:
+    """``egress:`` in the config file: CIDRs that peer-supplied URLs may reach beyond public addresses
+    (agentd.transport.egress). Link-local/metadata and loopback ranges need an entry inside them."""
+
+    allow: tuple[str, ...] = ()
+
+    def policy(self) -> EgressPolicy:
+        from agentd.transport.egress import EgressPolicy
+
+        return EgressPolicy.from_cidrs(self.allow)
+
+
+@attrs.frozen
 class McpServerConfig:
     """One declared MCP server. ``headers`` values are templates that may hold secret references."""
 
@@ -45,6 +61,8 @@ class McpServerConfig:
     tls: TlsConfig | None = None
     connect_timeout: float = defaults.CONNECT_TIMEOUT
     call_timeout: float = defaults.CALL_TIMEOUT
+    #: Rule-of-Two properties (agentd.rule_of_two.SERVER_TAGS) the operator gave this server; None: untagged (untrusted_input).
+    tags: tuple[str, ...] | None = None
     #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
     #: None: every tool the server lists. The connection hides the rest and refuses calls to them.
     tools: tuple[str, ...] | None = None
@@ -71,6 +89,8 @@ class Config:
     stream_intelligence: bool = False
     # MCP servers and TLS
     mcp: tuple[McpServerConfig, ...] = ()
+    #: A2A peers (``--a2a-peer``, ``a2a_peers:``), declared like MCP servers (agentd/config/a2a.py).
+    a2a_peers: tuple[McpServerConfig, ...] = ()
     tls_ca: str | None = None
     # the config file itself
     config_path: str | None = None
@@ -128,6 +148,11 @@ class Config:
     serve_max_connections: int = defaults.SERVE_MAX_CONNECTIONS
     serve_max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
     serve_http2: bool = False
+    #: Also serve A2A on the --serve-mcp listener (agentd/selfmcp/a2a.py).
+    serve_a2a: bool = False
+    # security: peer-supplied URLs (the config file's egress section) and the Rule of Two
+    egress: EgressConfig = attrs.field(factory=EgressConfig)
+    allow_trifecta: bool = False
 
     if TYPE_CHECKING:  # attached by agentd.config.load (the loader builds a Config; the model imports no loader)
 

@@ -10,6 +10,7 @@
         tls: {ca: certs/ca.pem, cert: certs/client.pem, key: certs/client.key}
         connect_timeout: 10s
         call_timeout: 60s
+        tags: [sensitive_data]               # Rule of Two (docs/security.md); none: untrusted_input
 
 Relative paths (TLS files, ``{{secret-file:...}}``) are relative to the file's directory.
 """
@@ -49,6 +50,7 @@ class _ServerEntry:
     tls: _TlsEntry | None = None
     connect_timeout: Duration = _CONNECT_TIMEOUT
     call_timeout: Duration = _CALL_TIMEOUT
+    tags: list[str] | None = None
 
 
 def load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
@@ -72,6 +74,7 @@ def load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
             tls=tls,
             connect_timeout=entry.connect_timeout,
             call_timeout=entry.call_timeout,
+            tags=None if entry.tags is None else tuple(entry.tags),
         )
         what = f"$.mcp_servers[{index}]"
         check_server(server, what=what)

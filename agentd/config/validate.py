@@ -23,6 +23,7 @@ from agentd.config.endpoints import (
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
 from agentd.mcp.streamable_http import MCP_HEADERS
+from agentd.rule_of_two import SERVER_TAGS, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 Purpose = Literal["run", "check"]
@@ -53,12 +54,15 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     """Check ``config`` as a whole. ``purpose="check"`` is ``agentd check``: servers only, no run settings."""
     env = os.environ if env is None else env
     _check_servers(config.mcp, env)
+    _check_servers(config.a2a_peers, env, kind="a2a peer")  # same rules: headers' secrets, TLS files
     _check_file(config.tls_ca, "--tls-ca")
+    _check_operator_egress(config)
     if purpose == "check":
         if not config.mcp:
             raise ConfigError("agentd check: declare at least one server (--mcp NAME=URL or mcp_servers)")
         return
     _check_run(config, env)
+    _check_trifecta(config)
     _check_modes(config)
     _check_numbers(config)
     _check_serve(config, env)
@@ -115,6 +119,33 @@ def _check_run(config: Config, env: Mapping[str, str]) -> None:
         raise ConfigError(
             f"--run-id {config.run_id!r}: use 1-128 of letters, digits and ._:@+- (starting with a letter or digit)"
         )
+
+
+def _check_trifecta(config: Config) -> None:
+    """The Rule of Two at start-up (docs/security.md): refused unless --allow-trifecta."""
+    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    if verdict.complete and not config.allow_trifecta:
+        raise ConfigError(
+            "the MCP servers together bring untrusted input, sensitive data and external communication "
+            f"(Rule of Two; {verdict.describe()}); narrow the servers, fix their tags (--mcp-tags), "
+            "or pass --allow-trifecta"
+        )
+
+
+def _check_operator_egress(config: Config) -> None:
+    """Operator endpoints are trusted, except that a metadata address needs an explicit egress.allow."""
+    from agentd.transport.egress import operator_refusal
+
+    policy = config.egress.policy()
+    endpoints = [(f"mcp server {s.name!r}", s.url) for s in config.mcp]
+    endpoints += [("--intelligence", url) for url in config.intelligence if url != OFFLINE_MODEL]
+    for what, url in endpoints:
+        refused = operator_refusal(url, policy)
+        if refused is not None:
+            raise ConfigError(
+                f"{what}: {refused.origin} is a link-local/cloud metadata address; "
+                "list it in the config file's egress.allow to use it"
+            )
 
 
 def _check_modes(config: Config) -> None:
@@ -191,6 +222,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
         given = [f for f, v in (("--serve-cert", config.serve_cert), ("--serve-key", config.serve_key),
                                 ("--serve-client-ca", config.serve_client_ca),
                                 ("--serve-bearer", config.serve_bearer)) if v is not None]
+        if config.serve_a2a:
+            given.append("--serve-a2a")
         if given:
             raise ConfigError(f"{given[0]} needs --serve-mcp")
         return
@@ -210,13 +243,13 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
         )
 
 
-def _check_servers(servers: Iterable[McpServerConfig], env: Mapping[str, str]) -> None:
+def _check_servers(servers: Iterable[McpServerConfig], env: Mapping[str, str], *, kind: str = "mcp server") -> None:
     seen: set[str] = set()
     for server in servers:
-        what = f"mcp server {server.name!r}"
+        what = f"{kind} {server.name!r}"
         check_server(server, what=what)
         if server.name in seen:
-            raise ConfigError(f"duplicate mcp server name {server.name!r}")
+            raise ConfigError(f"duplicate {kind} name {server.name!r}")
         seen.add(server.name)
         for value in server.headers.values():
             check_refs_available(value, env)
@@ -250,6 +283,9 @@ def check_server(server: McpServerConfig, *, what: str) -> None:
     for timeout, label in ((server.connect_timeout, "connect_timeout"), (server.call_timeout, "call_timeout")):
         if timeout <= 0:
             raise ConfigError(f"{what}: {label} must be > 0")
+    for tag in server.tags or ():
+        if tag not in SERVER_TAGS:
+            raise ConfigError(f"{what}: unknown tag {tag!r} (expected {', '.join(SERVER_TAGS)})")
     if server.tls is not None and (server.tls.cert is None) != (server.tls.key is None):
         raise ConfigError(f"{what}: tls needs both cert and key for a client certificate")
 

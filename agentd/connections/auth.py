@@ -15,7 +15,10 @@ they are trio code like everything else.
   metadata), the token request (``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``,
   whose assertion :mod:`agentd.connections.client_assertion` signs), a cached token re-acquired before it
   expires. Discovery and token requests are yielded from the flow,
-  so they go through the same client: no redirects, the connection's TLS settings.
+  so they go through the same client: no redirects, the connection's TLS settings. Every URL a peer
+  supplied (the challenge's ``resource_metadata``, the issuer, the token endpoint) passes the egress guard
+  (:mod:`agentd.transport.egress`) first and is pinned to the vetted address; a refusal is an
+  ``egress.refused`` event and a ``connection_egress_refused`` error.
 
 Secrets never reach a message: errors carry the connection name, URLs without query, HTTP statuses and
 the OAuth ``error`` code only. Every credential value is registered with the log's redactor.
@@ -26,7 +29,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import inspect
-import json
 import time
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -35,9 +37,12 @@ from typing import Any, Final
 import attrs
 import httpx
 
+from agentd import jsontext as json_text
+from agentd.config.endpoints import is_loopback_host
 from agentd.connections.client_assertion import JWT_BEARER, client_assertion
 from agentd.errors import McpConnectError
 from agentd.events import EventLog
+from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
 from agentd.transport.http_client import display_url
 
 #: A credential is renewed when it expires within this many seconds.
@@ -317,6 +322,28 @@ class ClientCredentialsAuth(httpx.Auth):
     _challenge_scope: str | None = None
     #: Token requests made (tests and the transcript of what happened).
     token_requests: int = 0
+    #: The egress guard for peer-supplied URLs (``egress.allow``) and its DNS seam.
+    egress: EgressPolicy = attrs.field(factory=EgressPolicy)
+    resolver: Resolver = system_resolver
+
+    async def _guarded(self, url: str, purpose: str, build: Callable[[str], httpx.Request]) -> httpx.Request:
+        """The request ``build(url)`` pinned to the vetted address of ``url``, or a
+        ``connection_egress_refused`` error. The raw text is vetted before httpx parses it (httpx would
+        percent-encode some of what the guard refuses). URLs on the operator endpoint's own origin are
+        configuration, not peer input, and go as they are."""
+        operator = httpx.URL(self.url)
+        parsed = parse_url(url)
+        if not isinstance(parsed, Refused) and (parsed.scheme, parsed.host, parsed.port) == (
+            operator.scheme, operator.host, operator.port
+        ):
+            return build(url)
+        verdict = await vet(url, self.egress, operator_loopback=is_loopback_host(operator.host),
+                            resolver=self.resolver)  # fmt: skip
+        if isinstance(verdict, Refused):
+            self.log.warn("egress.refused", connection=self.alias, origin=verdict.origin, reason=verdict.reason,
+                          purpose=purpose)  # fmt: skip
+            raise self._fail(f"{purpose}: {verdict.message}", code="connection_egress_refused")
+        return pin(build(url), verdict)
 
     def _fail(self, what: str, code: str = "connection_credentials_unavailable") -> ConnectionAuthError:
         return ConnectionAuthError(f"connection {self.alias!r}: client_credentials: {what}", server=self.alias,
@@ -334,7 +361,8 @@ class ClientCredentialsAuth(httpx.Auth):
         token = self._valid()
         if token is None and self._metadata is not None:
             # Known authorization server and no usable token (first use after discovery, or about to expire).
-            token_request = self._token_request()
+            endpoint = self._metadata["token_endpoint"]
+            token_request = await self._guarded(endpoint, "token endpoint", self._token_request)
             response = yield token_request
             token = await self._take_token(response)
         if token is not None:
@@ -351,7 +379,7 @@ class ClientCredentialsAuth(httpx.Auth):
             candidates = [challenge["resource_metadata"]] if challenge.get("resource_metadata") else []
             candidates += [u for u in well_known(self.url, "oauth-protected-resource") if u not in candidates]
             for candidate in candidates:
-                found = yield httpx.Request("GET", candidate, headers={"Accept": "application/json"})
+                found = yield await self._guarded(candidate, "protected-resource metadata", _get_json)
                 prm = await _json_or_none(found)
                 if prm is not None:
                     break
@@ -359,7 +387,7 @@ class ClientCredentialsAuth(httpx.Auth):
             metadata: dict[str, Any] | None = None
             for candidate in [*well_known(issuer, "oauth-authorization-server"),
                               *well_known(issuer, "openid-configuration")]:  # fmt: skip
-                found = yield httpx.Request("GET", candidate, headers={"Accept": "application/json"})
+                found = yield await self._guarded(candidate, "authorization-server metadata", _get_json)
                 metadata = await _json_or_none(found)
                 if metadata is not None and isinstance(metadata.get("token_endpoint"), str):
                     break
@@ -369,7 +397,8 @@ class ClientCredentialsAuth(httpx.Auth):
             self._metadata = metadata
             self.log.info("connection.auth", connection=self.alias, type="client_credentials", status="discovered",
                           issuer=display_url(issuer), token_endpoint=display_url(metadata["token_endpoint"]))  # fmt: skip
-        response = yield self._token_request()
+        endpoint = self._metadata["token_endpoint"]
+        response = yield await self._guarded(endpoint, "token endpoint", self._token_request)
         token = await self._take_token(response)
         request.headers["Authorization"] = f"Bearer {token.access_token}"
         yield request
@@ -403,9 +432,8 @@ class ClientCredentialsAuth(httpx.Auth):
             return "client_secret_post"
         return "private_key_jwt" if self.settings.private_key_pem else "client_secret_basic"
 
-    def _token_request(self) -> httpx.Request:
+    def _token_request(self, endpoint: str) -> httpx.Request:
         assert self._metadata is not None
-        endpoint: str = self._metadata["token_endpoint"]
         form: dict[str, str] = {"grant_type": "client_credentials"}
         scope = " ".join(self.settings.scopes) or self._challenge_scope
         if scope:
@@ -460,6 +488,10 @@ class ClientCredentialsAuth(httpx.Auth):
         return self._token
 
 
+def _get_json(url: str) -> httpx.Request:
+    return httpx.Request("GET", url, headers={"Accept": "application/json"})
+
+
 async def _json_or_none(response: httpx.Response, *, any_status: bool = False) -> dict[str, Any] | None:
     """A JSON object body (a 200 unless ``any_status``), else None. Redirects are never followed."""
     try:
@@ -471,7 +503,7 @@ async def _json_or_none(response: httpx.Response, *, any_status: bool = False) -
     if len(response.content) > 1024 * 1024:
         return None
     try:
-        data = json.loads(response.content)
+        data = json_text.loads(response.content, "replace")
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

@@ -60,6 +60,7 @@ from agentd.run import (
     started,
 )
 from agentd.secrets import SecretResolver
+from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
 
@@ -314,7 +315,8 @@ async def _servers(
             runtime.http_policy, connection=bound.binding.ref, alias=bound.alias, url=bound.connection.url,
             verify=tls_context(tls.ca, tls.cert, tls.key) if tls is not None else default_context(),
         )  # fmt: skip
-        servers.append(bound.server_config(_auth_for(bound, runtime, resolver, log, identity, env), factory))
+        auth = _auth_for(bound, runtime, resolver, log, identity, env, plan.host.egress.policy())
+        servers.append(bound.server_config(auth, factory))
     return servers, None
 
 
@@ -337,6 +339,7 @@ def _auth_for(
     log: EventLog,
     identity: Identity,
     env: Mapping[str, str],
+    egress: EgressPolicy,
 ) -> object | None:
     auth = bound.connection.auth
     if isinstance(auth, AuthOAuth):
@@ -356,7 +359,7 @@ def _auth_for(
             method=auth.token_endpoint_auth_method,
             signing_algorithm=auth.signing_algorithm,
         )
-        return ClientCredentialsAuth(settings, bound.alias, bound.connection.url, log)
+        return ClientCredentialsAuth(settings, bound.alias, bound.connection.url, log, egress=egress)
     return None
 
 

@@ -9,7 +9,6 @@ endpoint's display URL and the status, never headers or bodies that could hold t
 from __future__ import annotations
 
 import email.utils
-import json
 import math
 import ssl
 import time
@@ -20,6 +19,7 @@ import attrs
 import httpx
 import trio
 
+from agentd import jsontext as json_text
 from agentd import telemetry
 from agentd.errors import ConfigError, IntelligenceError
 from agentd.events import EventLog
@@ -73,7 +73,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 def _error_detail(body: bytes) -> str:
     """The gateway's own short error message (``error.message``), if it sent one."""
     try:
-        parsed = json.loads(body)
+        parsed = json_text.loads(body, "replace")
     except ValueError:
         return ""
     error = parsed.get("error") if isinstance(parsed, Mapping) else None
@@ -190,7 +190,7 @@ class Gateway:
             return await self._read_stream(response)
         body = await self._body(response, limit=MAX_REPLY_BYTES)
         try:
-            parsed = json.loads(body)
+            parsed = json_text.loads(body, "replace")
         except ValueError:
             raise self._malformed(
                 f"the reply is not JSON ({len(body)} bytes, content-type {content_type or 'none'})"
@@ -217,7 +217,7 @@ class Gateway:
                         done = True
                         continue
                     try:
-                        parsed = json.loads(data)
+                        parsed = json_text.loads(data, "replace")
                     except ValueError:
                         raise self._malformed("a stream event is not JSON")
                     if isinstance(parsed, Mapping) and "error" in parsed and "choices" not in parsed:

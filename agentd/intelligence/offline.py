@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 
+from agentd import jsontext as json_text
 from agentd.events import EventLog
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.tool_separator import SEPARATOR
@@ -156,7 +157,7 @@ def _observation(content: Any) -> dict[str, Any]:
     text = _text_of(content)
     is_error = False
     try:
-        parsed = json.loads(text)
+        parsed = json_text.loads(text, "replace")
     except ValueError:
         parsed = None
     if isinstance(parsed, Mapping):

@@ -14,6 +14,8 @@ from typing import Any, Final
 
 import attrs
 
+from agentd import jsontext as json_text
+
 #: The output-token cap sent with every request (the original agentd's default).
 MAX_OUTPUT_TOKENS: Final = 4096
 
@@ -128,7 +130,7 @@ def encode_request(
     if tools:
         parts.append(',"tools":' + tools_json(tools))
     parts.append("," + _compact(_options(model, bool(tools), stream))[1:])
-    return "".join(parts).encode()
+    return json_text.utf8("".join(parts))
 
 
 def _compact(value: Any) -> str:

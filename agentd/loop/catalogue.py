@@ -13,13 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
-import jsonschema
-import jsonschema.validators
 
 from agentd.events import EventLog
 from agentd.intelligence.names import ToolNameMap
 from agentd.intelligence.wire import ChatTool
 from agentd.loop.control import ControlTool
+from agentd.mcp import schemas
 
 _EMPTY_OBJECT: Mapping[str, Any] = {"type": "object", "properties": {}}
 
@@ -42,14 +41,21 @@ class Entry:
     wire_name: str
     server: str | None
     name: str
-    validator: Any  # a jsonschema validator instance, or None when the schema itself is unusable
+    validator: Any  # a jsonschema validator instance, or None when the schema is not checked locally
     control: ControlTool | None = None
+    #: Why the tool cannot be called at all (its inputSchema cannot be evaluated), or None.
+    unusable: str | None = None
 
     def check(self, arguments: Any) -> str | None:
         """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do."""
+        if self.unusable is not None:
+            return f"the tool is unusable: its inputSchema {self.unusable}"
         if self.validator is None:
             return None
-        error = jsonschema.exceptions.best_match(self.validator.iter_errors(arguments))
+        try:
+            error = schemas.first_error(self.validator, arguments)
+        except schemas.SchemaUnusable as exc:
+            return f"the tool is unusable: its inputSchema {exc}"
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
@@ -84,7 +90,7 @@ def build_catalogue(
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
         prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
-        entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator)
+        entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator, unusable=prepared.unusable)
         chat.append(ChatTool(wire, tool.description or "", prepared.schema))
         if audit is not None:
             # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
@@ -99,10 +105,13 @@ def build_catalogue(
                 input_schema=audit.content(prepared.text),
                 **({"schema_error": prepared.error} if prepared.error else {}),
             )
+            if prepared.unusable is not None:
+                audit.emit("mcp.tool_unusable", "warn", server=tool.server, tool=tool.name, wire_name=wire,
+                           reason=prepared.unusable)
     for control in control_list:
         wire = names.to_wire(None, control.name)
         prepared = _prepared(control.input_schema or _EMPTY_OBJECT)
-        entries[wire] = Entry(wire, None, control.name, prepared.validator, control)
+        entries[wire] = Entry(wire, None, control.name, prepared.validator, control, prepared.unusable)
         chat.append(ChatTool(wire, control.description, prepared.schema))
     return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
 
@@ -146,6 +155,7 @@ class _Prepared:
     schema: dict[str, Any]
     validator: Any
     error: str | None
+    unusable: str | None
     text: str
 
 
@@ -161,8 +171,9 @@ def _prepared(source: Mapping[str, Any]) -> _Prepared:
     if found is not None and found.source is source:
         return found
     schema = dict(source)
-    validator, error = _validator(schema)
-    prepared = _Prepared(source, schema, validator, error, json.dumps(schema, default=str))
+    compiled = _validator(schema)
+    prepared = _Prepared(source, schema, compiled.validator, compiled.error, compiled.unusable,
+                         json.dumps(schema, default=str))
     if len(_PREPARED) >= _PREPARED_MAX:
         _PREPARED.clear()
     _PREPARED[id(source)] = prepared
@@ -171,28 +182,19 @@ def _prepared(source: Mapping[str, Any]) -> _Prepared:
 
 #: Compiled validators by canonical schema text. ``check_schema`` costs milliseconds per tool, and daemon
 #: modes build a catalogue per run (each wake): the same schemas must not be checked again every time.
-_VALIDATORS: dict[str, tuple[Any, str | None]] = {}
+_VALIDATORS: dict[str, schemas.Compiled] = {}
 _VALIDATORS_MAX = 4096
 
 
-def _validator(schema: Mapping[str, Any]) -> tuple[Any, str | None]:
+def _validator(schema: Mapping[str, Any]) -> schemas.Compiled:
     """A compiled validator for ``schema`` (its ``$schema`` dialect, else 2020-12), or why there is none."""
     try:
         key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return _compile(schema)
+    except (TypeError, ValueError, RecursionError):
+        return schemas.compile_schema(schema)
     cached = _VALIDATORS.get(key)
     if cached is None:
         if len(_VALIDATORS) >= _VALIDATORS_MAX:
             _VALIDATORS.clear()
-        cached = _VALIDATORS[key] = _compile(schema)
+        cached = _VALIDATORS[key] = schemas.compile_schema(schema)
     return cached
-
-
-def _compile(schema: Mapping[str, Any]) -> tuple[Any, str | None]:
-    try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return None, exc.message
-    return cls(schema), None

@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from agentd import jsontext as json_text
+
 MAX_RESULT_CHARS = 8000
 _TRUNCATION_MARK = "…[truncated]"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)\n?```", re.DOTALL)
@@ -46,7 +48,7 @@ def parse_json_answer(text: str) -> tuple[bool, Any]:
     candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
     for candidate in candidates:
         try:
-            return True, json.loads(candidate)
+            return True, json_text.loads(candidate, "replace")
         except ValueError:
             pass
     # Prose around a value: decode from the first bracket that yields a complete JSON value.
@@ -57,7 +59,7 @@ def parse_json_answer(text: str) -> tuple[bool, Any]:
                 value, _ = decoder.raw_decode(stripped, index)
             except ValueError:
                 continue
-            return True, value
+            return True, json_text.apply(value, "replace")
     return False, None
 
 

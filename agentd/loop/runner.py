@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from agentd import jsontext as json_text
 from agentd import telemetry
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
@@ -372,9 +373,11 @@ def _check_call(
         shown = ", ".join(names[:_LIST_NAMES]) + (" …" if len(names) > _LIST_NAMES else "")
         return f"unknown tool {call.name!r}; the tools offered are: {shown or 'none'}", {}
     try:
-        arguments = json.loads(call.arguments)
+        arguments = json_text.loads(call.arguments, "replace")
     except json.JSONDecodeError as exc:
         return f"the arguments for {call.name!r} are not valid JSON ({exc.msg} at char {exc.pos})", {}
+    except ValueError:
+        return f"the arguments for {call.name!r} are not valid JSON (nested too deeply)", {}
     if not isinstance(arguments, dict):
         return f"the arguments for {call.name!r} must be a JSON object, got {type(arguments).__name__}", {}
     invalid = entry.check(arguments)

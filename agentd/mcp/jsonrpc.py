@@ -7,10 +7,11 @@ A message that cannot be parsed raises :class:`InvalidMessage` carrying the JSON
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final, TypeAlias
 
 import attrs
+
+from agentd import jsontext as text
 
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
@@ -110,17 +111,23 @@ def parse_message(obj: Any) -> Message:
     raise InvalidMessage("neither a request, a notification nor a response")
 
 
-def loads(data: bytes | str) -> Any:
-    """Decode JSON, raising :class:`InvalidMessage` (-32700) on garbage."""
+def loads(data: bytes | str, surrogates: text.Policy = "reject") -> Any:
+    """Decode JSON, raising :class:`InvalidMessage` (-32700) on garbage.
+
+    ``surrogates`` is :mod:`agentd.jsontext`'s rule: ``"reject"`` a lone UTF-16 surrogate (what agentd
+    serves) or ``"replace"`` it with U+FFFD (what agentd reads from a server it called).
+    """
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return text.loads(data, surrogates)
+    except text.LoneSurrogate:
+        raise InvalidMessage("not JSON: a string holds a lone UTF-16 surrogate", PARSE_ERROR) from None
+    except ValueError as exc:
         raise InvalidMessage(f"not JSON: {exc.__class__.__name__}", PARSE_ERROR) from None
 
 
-def parse_body(data: bytes | str) -> Message | list[Message]:
+def parse_body(data: bytes | str, surrogates: text.Policy = "reject") -> Message | list[Message]:
     """Parse an HTTP body: one message, or (only where the version allows it) a batch."""
-    obj = loads(data)
+    obj = loads(data, surrogates)
     if isinstance(obj, list):
         if not obj:
             raise InvalidMessage("an empty batch")
@@ -158,8 +165,8 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 def dumps(message: Message | list[Message]) -> bytes:
     if isinstance(message, list):
-        return json.dumps([to_dict(m) for m in message], separators=(",", ":"), ensure_ascii=False).encode()
-    return json.dumps(to_dict(message), separators=(",", ":"), ensure_ascii=False).encode()
+        return text.dumps_utf8([to_dict(m) for m in message], separators=(",", ":"))
+    return text.dumps_utf8(to_dict(message), separators=(",", ":"))
 
 
 def error_for(exc: InvalidMessage) -> ErrorResponse:

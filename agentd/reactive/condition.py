@@ -9,11 +9,12 @@ the pointer does not resolve (a missing field is "not yet", never an error).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+
+from agentd import jsontext as json_text
 
 OPS: Final = ("exists", "eq", "ne", "gt", "lt", "contains")
 _MISSING: Final = object()
@@ -121,7 +122,7 @@ def document_of(contents: Sequence[Mapping[str, Any]]) -> Any:
         text = item.get("text")
         if isinstance(text, str):
             try:
-                return json.loads(text)
+                return json_text.loads(text, "replace")
             except ValueError:
                 return text
     return _MISSING

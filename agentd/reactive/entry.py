@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from agentd.a2a.client import A2aPeers
 from agentd.config.model import Config
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -59,6 +60,7 @@ def loop_run_job(
     add_controls: AddControls | None = None,
     on_usage: UsageHook | None = None,
     usage_for: UsageFor | None = None,
+    peers: A2aPeers | None = None,
 ) -> RunJob:
     """A :data:`RunJob` running the agent loop (agentd.run.run_with) with an already open pool and intelligence.
 
@@ -73,7 +75,8 @@ def loop_run_job(
         with agent_span(log.agent_path, run_id, str(getattr(intel, "model", "default")), job.instruction) as span:
             result = await run_with(request, pool=pool, intel=intel, controls=controls,
                                     log=log.bind(run_id=run_id),
-                                    on_usage=usage_for(run_id) if usage_for is not None else on_usage)
+                                    on_usage=usage_for(run_id) if usage_for is not None else on_usage,
+                                    peers=peers)
             metrics.run_ended(result.status.value)
             end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
                            result.usage.completion_tokens)
@@ -143,12 +146,13 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     limits = limits_of(cfg)
     started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
-        async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id) as opened:
+        async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
+                            a2a_peers=cfg.a2a_peers) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
                 loop_run_job(opened.pool, opened.intel, log, output_contract=cfg.output_contract,
-                             add_controls=add_controls, usage_for=usage_for),
+                             add_controls=add_controls, usage_for=usage_for, peers=opened.peers),
                 base_run_id=log.run_id,
                 limits=limits,
                 log=daemon_log,

@@ -22,7 +22,7 @@ from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
 from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
-from agentd.transport.serve import ServeConfig, Serving, serve_mcp
+from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
     from agentd.supervisor.supervisor import Supervisor
@@ -86,13 +86,28 @@ async def serve_self_mcp(
     surface, app = build_app(config, backend, cfg, log, run_id=run_id, daemon_status=daemon_status)
     async with trio.open_nursery() as nursery:
         await nursery.start(surface.run)
+        served: DrainableApp = app
+        # --- A2A (--serve-a2a, docs/a2a.md): the same listener and gate, A2A paths to the A2A service ---
+        supervisor = getattr(backend, "supervisor", None)
+        if config.serve_a2a and supervisor is not None:
+            from agentd.selfmcp.a2a import A2aMount, A2aService, ServedLimits
+
+            service = A2aService(
+                supervisor, log=log,
+                limits=ServedLimits(config.serve_max_spawns, config.serve_max_warm, config.serve_retention),
+                busy=lambda: sum(1 for r in surface.runs.values() if r.final is None),
+            )  # fmt: skip
+            await nursery.start(service.run)
+            served = A2aMount(app, service, scheme="https" if cfg.tls else "http", instruction=config.instruction,
+                              servers=[s.name for s in config.mcp], log=log)  # fmt: skip
+        # --- end A2A ---
 
         async def trigger() -> None:
             await shutdown_trigger()
             await surface.answered(ANSWER_MARGIN)  # calls whose runs just ended write their answers first
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_mcp(app, cfg, shutdown_trigger=trigger, log=log, task_status=task_status)
+            await serve_mcp(served, cfg, shutdown_trigger=trigger, log=log, task_status=task_status)
             nursery.cancel_scope.cancel()  # drained: the run watchers go too
 
         serving: Serving = await nursery.start(serve)

@@ -175,6 +175,14 @@ class SelfMcpSurface:
             return Response(request.id, {})
         return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
 
+    def streams(self, request: Request) -> bool:
+        """A synchronous ``subagent.spawn`` may run for minutes: answer it as SSE so keepalives flow."""
+        params = request.params
+        if request.method != "tools/call" or not params or params.get("name") != "subagent.spawn":
+            return False
+        arguments = params.get("arguments") or {}
+        return isinstance(arguments, dict) and not arguments.get("async") and not arguments.get("warm")
+
     # -- tools ---------------------------------------------------------------------------------------------
 
     async def _call_tool(self, request: Request, params: Mapping[str, Any], ctx: CallContext) -> Response | ErrorResponse:

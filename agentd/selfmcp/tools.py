@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from jsonschema import Draft202012Validator
+from agentd.mcp import schemas
+
+#: Most tool names one ``tool_scope`` may list (checked before its items, so a huge list costs nothing).
+MAX_TOOL_SCOPE: Final = 256
 
 _HANDLE: Final = {"type": "string", "description": "a served handle, e.g. served.2"}
 
@@ -97,13 +100,27 @@ TOOLS: Final[list[dict[str, Any]]] = [
 ]
 
 TOOL_NAMES: Final = tuple(tool["name"] for tool in TOOLS)
-VALIDATORS: Final = {tool["name"]: Draft202012Validator(tool["inputSchema"]) for tool in TOOLS}
+def _checked(tool: dict[str, Any]) -> dict[str, Any]:
+    """The schema arguments are checked against: the published one plus agentd's own size limits (the
+    ``tool_scope`` cap comes before its items, so an oversized list is refused without looking at them)."""
+    schema = tool["inputSchema"]
+    scope = schema.get("properties", {}).get("tool_scope")
+    if scope is None:
+        return dict(schema)
+    properties = {**schema["properties"], "tool_scope": {"maxItems": MAX_TOOL_SCOPE, **scope}}
+    return {**schema, "properties": properties}
+
+
+VALIDATORS: Final = {tool["name"]: schemas.compile_schema(_checked(tool)).validator for tool in TOOLS}
 
 
 def schema_errors(name: str, arguments: Any) -> list[str]:
-    """Human-readable schema violations of ``arguments`` for tool ``name`` (empty when valid)."""
-    validator = VALIDATORS[name]
+    """Human-readable schema violations of ``arguments`` for tool ``name`` (empty when valid).
+
+    Only the first few are listed (:data:`agentd.mcp.schemas.MAX_ERRORS`): a huge invalid value costs one
+    error, not one per element.
+    """
     return [
-        f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message}"
-        for error in validator.iter_errors(arguments)
+        f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message[:200]}"
+        for error in schemas.first_errors(VALIDATORS[name], arguments)
     ]

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import attrs
 
 from agentd import defaults
+from agentd.rule_of_two import check_trifecta
 
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
@@ -116,6 +117,9 @@ class TreeLedger:
     root: str = "0"
     tokens_used: int = 0
     draining: bool = False
+    #: Rule-of-Two tags by server (None: untagged). A child's scope that brings all three properties is
+    #: refused, whatever the root was allowed: ``--allow-trifecta`` is never inherited.
+    server_tags: Mapping[str, Sequence[str] | None] = attrs.field(factory=dict)
     _live: dict[str, frozenset[str]] = attrs.field(init=False, factory=dict)
     _minted: dict[str, int] = attrs.field(init=False, factory=dict)
     #: Root-level subagent handle -> its run tree; run tree -> tokens it used (bounded, oldest first out).
@@ -165,6 +169,13 @@ class TreeLedger:
                     + ", ".join(extra),
                     cap="tool_scope",
                 )
+        trifecta = check_trifecta({name: self.server_tags.get(name) for name in scope})
+        if trifecta.complete:
+            return Refusal(
+                "spawn refused: the child's tool_scope brings untrusted input, sensitive data and external "
+                f"communication (Rule of Two; {trifecta.describe()}); narrow tool_scope",
+                cap="rule_of_two",
+            )
         depth = depth_of(caller) + 1
         if depth >= self.caps.max_depth:
             return Refusal(f"spawn refused: max_depth={self.caps.max_depth} reached at handle {caller}",

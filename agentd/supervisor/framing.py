@@ -8,10 +8,11 @@ No I/O here: :mod:`agentd.supervisor.channel` is the trio adapter.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 from typing import Any, Final
+
+from agentd import jsontext as json_text
 
 MAX_FRAME: Final = 16 * 1024 * 1024
 _HEADER: Final = struct.Struct(">I")
@@ -23,7 +24,7 @@ class FrameError(ValueError):
 
 def encode_frame(obj: Mapping[str, Any], *, max_frame: int = MAX_FRAME) -> bytes:
     """One frame for ``obj``; refuses to build a frame the peer would have to reject."""
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = json_text.dumps_utf8(obj, separators=(",", ":"))
     if len(body) > max_frame:
         raise FrameError(f"frame of {len(body)} bytes exceeds the {max_frame}-byte cap")
     return _HEADER.pack(len(body)) + body
@@ -56,8 +57,8 @@ class FrameDecoder:
         del self._buffer[: self._need]
         self._need = None
         try:
-            obj = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            obj = json_text.loads(body, "replace")
+        except ValueError:
             raise FrameError(f"frame of {len(body)} bytes is not valid JSON") from None
         if not isinstance(obj, dict):
             raise FrameError("frame is not a JSON object")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -352,6 +352,7 @@ def is_terminal(view: RunView) -> bool:
 async def open_supervisor(
     *,
     servers: frozenset[str] = frozenset(),
+    server_tags: Mapping[str, Sequence[str] | None] | None = None,
     settings: SupervisorSettings | None = None,
     child_config: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
@@ -371,7 +372,8 @@ async def open_supervisor(
     settings = settings or SupervisorSettings()
     sup_ref: list[Supervisor] = []
     if authority is None:
-        ledger = TreeLedger(settings.caps, root_scope=frozenset(servers), root=handle)
+        ledger = TreeLedger(settings.caps, root_scope=frozenset(servers), root=handle,
+                            server_tags=dict(server_tags or {}))
         authority = LocalAuthority(
             ledger, on_ceiling=lambda h: sup_ref[0].cancel_subtree_of(h, "token_ceiling") if sup_ref else None
         )

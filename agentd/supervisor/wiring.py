@@ -37,6 +37,7 @@ _converter = cattrs.Converter()
 def config_to_wire(cfg: Config) -> dict[str, Any]:
     wire: dict[str, Any] = _converter.unstructure(cfg)
     wire["mcp_servers"] = wire.pop("mcp")
+    wire["allow_trifecta"] = False  # audited for the root run only, never inherited by a child
     return wire
 
 
@@ -77,7 +78,7 @@ async def open_root_supervisor(
         log.redactor.add(value)  # whatever a child reports back is scrubbed like our own lines
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
-        servers=frozenset(s.name for s in cfg.mcp), settings=settings_from_config(cfg), child_config=wire,
+        servers=frozenset(s.name for s in cfg.mcp), server_tags={s.name: s.tags for s in cfg.mcp}, settings=settings_from_config(cfg), child_config=wire,
         secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
                    **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {})},

@@ -174,3 +174,25 @@ def child_settings() -> dict[str, Any] | None:
     if tracing is None:
         return None
     return tracing.settings.to_wire()
+
+
+__all__ = [
+    "NOOP",
+    "Span",
+    "SpanKind",
+    "child_settings",
+    "content_allowed",
+    "context_of",
+    "current_span",
+    "disable",
+    "enable",
+    "enabled",
+    "flush",
+    "inject",
+    "log_ids",
+    "mark_error",
+    "remote_parent",
+    "run_exporter",
+    "span",
+    "start_span",
+]

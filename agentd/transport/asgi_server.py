@@ -6,16 +6,19 @@ then :meth:`ServerCore.route`. Requests the core cannot answer go to an :class:`
 
 Streams: a legacy session's GET stream (priming event, numbered replayable events, ``:`` keepalives),
 a modern ``subscriptions/listen`` stream (ack first, ``subscriptionId`` on every frame, final frame on
-drain), and long tool calls answered as SSE so keepalives flow while they run. On the modern wire a
-closed response stream cancels its request; on the legacy wire it does not.
+drain), and long requests answered as SSE so keepalives flow while they run (which ones is the handler's
+call: :meth:`McpHandler.streams`; this module knows no tool names). All three share one skeleton
+(:meth:`McpAsgiApp._sse`). A closed response stream ends the HTTP request; whether the run it started
+ends too is the handler's call (:attr:`CallContext.cancel_on_disconnect`: modern yes, legacy no).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -54,8 +57,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 MAX_BODY: Final = 8 * 1024 * 1024
 LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
-#: Tool calls that may run for minutes: answered as SSE so keepalives reach the peer meanwhile.
-STREAMED_TOOLS: Final = frozenset({"subagent.spawn"})
+KEEPALIVE: Final = encode_comment("keepalive")
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -82,6 +85,10 @@ class McpHandler(Protocol):
     identity: ServerIdentity
 
     async def handle(self, request: Request, ctx: CallContext) -> Response | ErrorResponse: ...
+
+    def streams(self, request: Request) -> bool:
+        """Whether to answer ``request`` as SSE (when the peer accepts it) so keepalives flow while it runs."""
+        ...
 
     def listen(self, uris: list[str], sink: Callable[[str], None]) -> ListenTicket: ...
 
@@ -369,7 +376,7 @@ class McpAsgiApp:
         ctx = CallContext(Era.LEGACY, post.session.id, self._notifier(post.session))
         pending = [(i, slot) for i, slot in enumerate(post.slots) if isinstance(slot, Request)]
         if (len(pending) == 1 and not post.batch and accepts(headers.get("accept"), EVENT_STREAM)
-                and _streamed(pending[0][1])):
+                and self.handler.streams(pending[0][1])):
             index, request = pending[0]
             session = post.session
 
@@ -379,7 +386,7 @@ class McpAsgiApp:
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
 
-            await self._stream_answer(send, answer, event_id, session_headers(post), receive=receive)
+            await self._stream_answer(send, receive, answer, event_id, session_headers(post))
             return
         answers: dict[int, Message] = {}
         if len(pending) == 1:
@@ -399,34 +406,24 @@ class McpAsgiApp:
         sender, receiver = trio.open_memory_channel[tuple[int, bytes]](256)
         self._streams[session.id] = sender
         self.log.debug("serve.session", action="stream_open")
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
-                await send(_sse_start())
-                await _body(send, stream.priming)
-                for seq, data in stream.replay:
-                    await _body(send, data)
-                    self.core.delivered(session, seq)
-                async with receiver:
-                    while True:
-                        with trio.move_on_after(self.options.keepalive) as idle:
-                            try:
-                                seq, data = await receiver.receive()
-                            except trio.EndOfChannel:
-                                break
-                            await _body(send, data)
-                            self.core.delivered(session, seq)
-                        if idle.cancelled_caught:
-                            await _body(send, encode_comment("keepalive"))
-                nursery.cancel_scope.cancel()
-        finally:
+
+        def closed() -> None:
             if self._streams.get(session.id) is sender:
                 del self._streams[session.id]
             self.core.stream_closed(session, trio.current_time())
-        with trio.move_on_after(1) as cleanup:
-            cleanup.shield = True
-            await _end_body(send)
+
+        async with self._sse(send, receive, ends_on=self.draining, closed=closed) as sse, receiver:
+            await sse.send(stream.priming)
+            for seq, data in stream.replay:
+                await sse.send(data)
+                self.core.delivered(session, seq)
+            while True:
+                try:
+                    seq, data = await sse.wait(receiver.receive)
+                except trio.EndOfChannel:
+                    break
+                await sse.send(data)
+                self.core.delivered(session, seq)
 
     # -- modern ------------------------------------------------------------------------------------------
 
@@ -436,14 +433,14 @@ class McpAsgiApp:
             await self._listen(request, headers, receive, send)
             return
         ctx = CallContext(Era.MODERN, cancel_on_disconnect=True)
-        if "accept" in headers and accepts(headers["accept"], EVENT_STREAM) and _streamed(request):
+        if "accept" in headers and accepts(headers["accept"], EVENT_STREAM) and self.handler.streams(request):
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
 
             def no_id() -> str | None:
                 return None
 
-            await self._stream_answer(send, answer, no_id, (), modern=post, receive=receive)
+            await self._stream_answer(send, receive, answer, no_id, (), modern=post)
             return
         if request.method != "tools/call":
             # Lists, reads and discover answer at once: no disconnect watcher (a task per request) needed.
@@ -485,78 +482,97 @@ class McpAsgiApp:
         ticket = self.handler.listen(wanted, sink)
         core = self.core
         self._listens += 1
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                await send(_sse_start())
-                await _body(send, core.listen_ack(request.id, ticket.honored))
-                for uri in ticket.fire_now:
-                    await _body(send, core.listen_updated(request.id, uri))
-                with trio.CancelScope() as until_drain:
-                    nursery.start_soon(_cancel_on_event, self.draining, until_drain)
-                    while True:
-                        with trio.move_on_after(self.options.keepalive) as idle:
-                            uri = await receiver.receive()
-                            await _body(send, core.listen_updated(request.id, uri))
-                        if idle.cancelled_caught:
-                            await _body(send, encode_comment("keepalive"))
-                if self.draining.is_set():
-                    await _body(send, core.listen_final(request.id))
-                nursery.cancel_scope.cancel()
-        finally:
+
+        def closed() -> None:
             self._listens -= 1
             self.handler.unlisten(ticket)
-        with trio.move_on_after(1) as cleanup:
-            cleanup.shield = True
-            await _end_body(send)
+
+        async with self._sse(send, receive, closed=closed) as sse:
+            await sse.send(core.listen_ack(request.id, ticket.honored))
+            for uri in ticket.fire_now:
+                await sse.send(core.listen_updated(request.id, uri))
+            with trio.CancelScope() as until_drain:
+                sse.nursery.start_soon(_cancel_on_event, self.draining, until_drain)
+                while True:
+                    uri = await sse.wait(receiver.receive)
+                    await sse.send(core.listen_updated(request.id, uri))
+            if self.draining.is_set():
+                await sse.send(core.listen_final(request.id))
 
     # -- long answers as SSE -------------------------------------------------------------------------------
 
-    async def _stream_answer(self, send: Send, answer: Callable[[], Awaitable[Message]],
+    async def _stream_answer(self, send: Send, receive: Receive, answer: Callable[[], Awaitable[Message]],
                              event_id: Callable[[], str | None], extra: tuple[tuple[str, str], ...], *,
-                             modern: ModernPost | None = None, receive: Receive | None = None) -> None:
-        """Open SSE at once (priming event on legacy), keep it alive, then send the answer and end."""
+                             modern: ModernPost | None = None) -> None:
+        """Open SSE at once (priming event on legacy), keep it alive, then send the answer and end.
+
+        A closed stream ends this request. Whether the run it started ends too is the handler's
+        call (CallContext.cancel_on_disconnect: modern yes, legacy no)."""
         done: list[Message] = []
-        async with trio.open_nursery() as nursery:
-            if receive is not None:
-                # A closed stream ends this request. Whether the run it started ends too is the
-                # handler's call (CallContext.cancel_on_disconnect: modern yes, legacy no).
-                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            await send(_sse_start(extra))
+        async with self._sse(send, receive, headers=extra) as sse:
             first = event_id()
             if first is not None:
-                await _body(send, priming_event(first, self.core.retry_ms))
+                await sse.send(priming_event(first, self.core.retry_ms))
             finished = trio.Event()
 
             async def run() -> None:
                 done.append(await answer())
                 finished.set()
 
-            nursery.start_soon(run)
-            while not finished.is_set():
-                with trio.move_on_after(self.options.keepalive):
-                    await finished.wait()
-                if not finished.is_set():
-                    await _body(send, encode_comment("keepalive"))
+            sse.nursery.start_soon(run)
+            await sse.wait(finished.wait)
             message = done[0]
             if modern is not None:
                 payload = self.core.modern_reply(modern, message).body
             else:
                 payload = jsonrpc.dumps(message)
-            await _body(send, encode_event(payload.decode(), id=event_id()))
-            nursery.cancel_scope.cancel()
+            await sse.send(encode_event(payload.decode(), id=event_id()))
+
+    # -- the SSE skeleton ----------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _sse(self, send: Send, receive: Receive, *, headers: tuple[tuple[str, str], ...] = (),
+                   ends_on: trio.Event | None = None,
+                   closed: Callable[[], None] | None = None) -> AsyncIterator[_SseStream]:
+        """One SSE response: start it, let the body send events (``_SseStream``), then end it.
+
+        A client disconnect (and ``ends_on``, when set) cancels the body. ``closed`` runs however the
+        stream ends, before the response body is ended (shielded, bounded) on a normal or cancelled end.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                if ends_on is not None:
+                    nursery.start_soon(_cancel_on_event, ends_on, nursery.cancel_scope)
+                await send(_sse_start(headers))
+                yield _SseStream(send, self.options.keepalive, nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            if closed is not None:
+                closed()
         with trio.move_on_after(1) as cleanup:
             cleanup.shield = True
             await _end_body(send)
 
 
-def _streamed(request: Request) -> bool:
-    params = request.params or {}
-    name = params.get("name")
-    if request.method != "tools/call" or not isinstance(name, str) or name not in STREAMED_TOOLS:
-        return False
-    arguments = params.get("arguments") or {}
-    return isinstance(arguments, dict) and not arguments.get("async") and not arguments.get("warm")
+@attrs.define(eq=False)
+class _SseStream:
+    """The open body of one SSE response; ``nursery`` is cancelled when the stream ends."""
+
+    _send: Send
+    keepalive: float
+    nursery: trio.Nursery
+
+    async def send(self, data: bytes) -> None:
+        await _body(self._send, data)
+
+    async def wait(self, source: Callable[[], Awaitable[_T]]) -> _T:
+        """``await source()`` (which must be safe to cancel and call again), sending a ``: keepalive``
+        comment each time ``keepalive`` seconds pass without an answer."""
+        while True:
+            with trio.move_on_after(self.keepalive):
+                return await source()
+            await _body(self._send, KEEPALIVE)
 
 
 def _sse_start(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:

@@ -8,7 +8,6 @@ owned by the caller (httpx runs with ``timeout=None``).
 
 from __future__ import annotations
 
-import json
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -115,7 +114,7 @@ class HttpReply:
         """A JSON-RPC error carried by a non-2xx response (modern servers put their verdict there)."""
         try:
             body = await self.read_body()
-            message = jsonrpc.parse_message(json.loads(body))
+            message = jsonrpc.parse_message(jsonrpc.loads(body, "replace"))
         except (McpProtocolError, McpTransportError, ValueError, jsonrpc.InvalidMessage):
             return None
         return message if isinstance(message, jsonrpc.ErrorResponse) else None
@@ -161,7 +160,7 @@ class HttpReply:
     def _parse(self, data: bytes) -> list[jsonrpc.Message]:
         """One message, or a batch (2025-03-26 allowed them, in a body or in one event)."""
         try:
-            parsed = jsonrpc.parse_body(data)
+            parsed = jsonrpc.parse_body(data, "replace")
         except jsonrpc.InvalidMessage as exc:
             raise self._protocol(f"not a JSON-RPC message ({exc})") from None
         return parsed if isinstance(parsed, list) else [parsed]

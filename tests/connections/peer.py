@@ -83,6 +83,8 @@ class PeerApp:
     client_id: str = "agent-client"
     client_secret: str = "s3cret-value-xyz"
     public_key: Any = None  # for private_key_jwt
+    #: The authorization server the protected-resource metadata names (default: this peer's ``/as``).
+    authorization_server: str | None = None
     auth_methods: list[str] = attrs.field(factory=lambda: ["client_secret_basic"])
     expires_in: int = 3600
     echo_header: str | None = None
@@ -107,7 +109,8 @@ class PeerApp:
         if path.startswith("/.well-known/oauth-protected-resource"):
             self.metadata_requests.append(path)
             await _json(
-                send, 200, {"resource": f"{self.origin}/mcp", "authorization_servers": [f"{self.origin}/as"]}
+                send, 200, {"resource": f"{self.origin}/mcp",
+                            "authorization_servers": [self.authorization_server or f"{self.origin}/as"]},
             )
         elif path.startswith("/.well-known/oauth-authorization-server"):
             self.metadata_requests.append(path)

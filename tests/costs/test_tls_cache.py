@@ -130,7 +130,7 @@ def test_the_fork_server_warm_up_builds_what_children_would_pay_for(fresh_cache:
     """Children inherit the fork server's state: the public context and httpcore's lazy imports are in it."""
     import sys
 
-    from agentd.supervisor import forkserver
+    from agentd.child import forkserver
 
     forkserver._preimport()
     assert tls._default is not None

@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from agentd.config.model import Config, McpServerConfig
+from agentd.errors import flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult
 from agentd.reactive.entry import daemon_mode
@@ -93,7 +94,7 @@ async def live_daemon(cfg: Config, *, armed: int = 1) -> AsyncIterator[LiveDaemo
                         daemon.result = await daemon_mode(cfg, log, nursery, supervisor=supervisor,
                                                           drain=daemon.drain)
                 except Exception as exc:
-                    daemon.error = exc
+                    daemon.error = flatten(exc)  # what the daemon ended with, out of the supervisor's nursery group
                 finally:
                     daemon.done.set()
                     for _, event in events._waiters:

@@ -1,16 +1,21 @@
 """The ASGI app driven in memory (no sockets) so time-based behaviour runs on trio's autojump clock:
-SSE keepalives every 15 s, the body timeout, and the final listen frame on drain."""
+SSE keepalives every 15 s, the body timeout, the final listen frame on drain, and streaming decided by
+the handler (``McpHandler.streams``)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 import trio
 
+from agentd.mcp.jsonrpc import ErrorResponse, Request, Response
+from agentd.mcp.server_session import ServerIdentity
 from agentd.mcp.sse import SseDecoder
 from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
-from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+from agentd.transport.asgi_server import AsgiOptions, CallContext, ListenTicket, McpAsgiApp
 from tests.selfmcp.backend import TaskBackend
 from tests.selfmcp.harness import modern_headers, modern_meta, rpc
 
@@ -134,3 +139,62 @@ async def test_listen_streams_are_capped(autojump_clock: object) -> None:
         await trio.sleep(1)
         assert third.status() == 200
         nursery.cancel_scope.cancel()
+
+
+class SlowHandler:
+    """A handler the transport has never heard of: ``slow/*`` methods take 40 s and stream, the rest don't."""
+
+    identity = ServerIdentity("slow", "0", {})
+
+    def streams(self, request: Request) -> bool:
+        return request.method.startswith("slow/")
+
+    async def handle(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
+        await trio.sleep(40)
+        return Response(request.id, {"method": request.method})
+
+    def listen(self, uris: list[str], sink: Callable[[str], None]) -> ListenTicket:
+        return ListenTicket(honored=[], fire_now=[])
+
+    def unlisten(self, ticket: ListenTicket) -> None:
+        pass
+
+    def session_closed(self, session_id: str) -> None:
+        pass
+
+
+async def _legacy_headers(app: McpAsgiApp) -> dict[str, str]:
+    init = Exchange("POST", {"accept": "application/json, text/event-stream", "content-type": "application/json"},
+                    json.dumps(rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                  "clientInfo": {"name": "t", "version": "0"}})).encode())
+    await app(init.scope, init.receive, init.send)
+    sid = dict(init.sent[0]["headers"])[b"mcp-session-id"].decode()
+    return {"accept": "application/json, text/event-stream", "content-type": "application/json",
+            "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_handler_decides_which_requests_stream(autojump_clock: object, era: str) -> None:
+    app = McpAsgiApp(SlowHandler(), AsgiOptions())
+    for method, streamed in (("slow/thing", True), ("quick/thing", False)):
+        if era == "legacy":
+            headers, params = await _legacy_headers(app), {}
+        else:
+            headers, params = modern_headers(method), {"_meta": modern_meta()}
+        ex = Exchange("POST", headers, json.dumps(rpc(method, params, 7)).encode())
+        await app(ex.scope, ex.receive, ex.send)
+        content_type = dict(ex.sent[0]["headers"])[b"content-type"]
+        if not streamed:
+            assert content_type == b"application/json"
+            assert b"keepalive" not in ex.stream()
+            assert json.loads(ex.stream())["result"]["method"] == method
+            continue
+        assert content_type == b"text/event-stream"
+        assert ex.stream().count(b": keepalive") == 2  # at 15 s and 30 s; the answer came at 40 s
+        events = [e for e in SseDecoder().feed(ex.stream()) if e.data]
+        answer = json.loads(events[-1].data)
+        assert answer["id"] == 7 and answer["result"]["method"] == method
+        assert ex.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+        if era == "legacy":
+            priming = SseDecoder().feed(ex.stream())[0]
+            assert priming.data == "" and priming.id is not None

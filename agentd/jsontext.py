@@ -1,0 +1,104 @@
+"""Lone UTF-16 surrogates: the one rule for every string that enters agentd as JSON.
+
+JSON lets a peer write ``"\\ud800"``, which decodes to a Python ``str`` that no UTF-8 encoder accepts: the
+first frame, event line or reply that tries to encode it raises ``UnicodeEncodeError`` far from the request
+that carried it. So the rule is applied once, where JSON text is decoded:
+
+* ``"reject"`` (what agentd serves: JSON-RPC bodies from its peers): the whole message is refused with a
+  ``-32700`` parse error, so nothing a peer asked for runs with a string agentd could not send on.
+* ``"replace"`` (what agentd consumes: MCP servers' responses, model replies, its children's frames): every
+  lone surrogate becomes U+FFFD, so content is kept and never lost to a crash.
+
+A well-formed surrogate *pair* (``"\\ud83d\\ude00"``) is one ordinary character and is untouched. Encoding
+(:func:`utf8`, :func:`dumps_utf8`) replaces whatever lone surrogate may still reach it from elsewhere (argv,
+files) instead of raising. No I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final, Literal, TypeAlias
+
+Policy: TypeAlias = Literal["reject", "replace"]
+
+REPLACEMENT: Final = "\ufffd"
+_LONE: Final = re.compile("[\ud800-\udfff]")
+#: A ``\\u`` escape of a surrogate in JSON text (may over-match after an escaped backslash: then we only look).
+_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class LoneSurrogate(ValueError):
+    """A string in the JSON holds a lone UTF-16 surrogate (raised under the ``"reject"`` policy)."""
+
+
+def has_lone_surrogate(text: str) -> bool:
+    return _LONE.search(text) is not None
+
+
+def scrub(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (the same object when there is none)."""
+    return _LONE.sub(REPLACEMENT, text) if _LONE.search(text) else text
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate becomes U+FFFD instead of raising."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return scrub(text).encode("utf-8")
+
+
+def dumps_utf8(obj: Any, **kwargs: Any) -> bytes:
+    """``json.dumps(obj, ensure_ascii=False, **kwargs)`` as UTF-8 bytes, never raising on a lone surrogate."""
+    return utf8(json.dumps(obj, ensure_ascii=False, **kwargs))
+
+
+def loads(data: bytes | bytearray | str, policy: Policy) -> Any:
+    """Decode JSON text and apply ``policy`` to every string in it, keys included.
+
+    Raises ``ValueError`` for anything that is not JSON (``UnicodeDecodeError`` for bytes that are not
+    UTF-8, :class:`LoneSurrogate` under ``"reject"``, ``json.JSONDecodeError`` otherwise; nesting too deep
+    for the decoder is reported as a ``ValueError`` too, never a ``RecursionError``).
+    """
+    # Strict: json.loads(bytes) would decode with "surrogatepass", letting raw surrogate bytes through.
+    text = bytes(data).decode(json.detect_encoding(data)) if isinstance(data, bytes | bytearray) else data
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _ESCAPE.search(text) is None and _LONE.search(text) is None:
+        return obj
+    return apply(obj, policy)
+
+
+def _fix(value: str, policy: Policy) -> str:
+    if _LONE.search(value) is None:
+        return value
+    if policy == "reject":
+        raise LoneSurrogate("a string holds a lone UTF-16 surrogate")
+    return _LONE.sub(REPLACEMENT, value)
+
+
+def apply(obj: Any, policy: Policy) -> Any:
+    """Walk ``obj`` without recursion (the decoder accepts deeper nesting than Python's stack)."""
+    if isinstance(obj, str):
+        return _fix(obj, policy)
+    stack: list[Any] = [obj]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                if isinstance(item, str):
+                    node[index] = _fix(item, policy)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+        elif isinstance(node, dict):
+            for key in [k for k in node if _LONE.search(k) is not None]:
+                node[_fix(key, policy)] = node.pop(key)
+            for key, item in node.items():
+                if isinstance(item, str):
+                    node[key] = _fix(item, policy)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+    return obj

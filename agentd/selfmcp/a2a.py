@@ -1,0 +1,435 @@
+"""The served A2A endpoint (``--serve-a2a``): agentd as an A2A agent, next to its self-MCP on one listener.
+
+Mounted by :func:`agentd.selfmcp.serving.serve_self_mcp` under :data:`RPC_PATH` with the card at
+:data:`CARD_PATHS`; every request passes the self-MCP's own gate first (Host/Origin, bearer, body limit;
+mTLS is the listener's), so A2A adds no weaker door.
+
+Mapping (docs/a2a.md):
+
+- An A2A *context* is a warm session of the supervisor (``served.N``): the first message of a new context
+  spawns it through the one spawn chokepoint with origin MANAGEMENT (the same caps and token ceiling as a
+  served ``subagent.spawn``); each later message on the context is the session's next turn.
+- Each message is a *task*: ``submitted`` -> ``working`` -> ``completed`` with the turn's result as one
+  artifact (text, or a data part when the result is JSON), ``failed``/``rejected`` when the run failed or
+  the spawn was refused, ``canceled`` after ``CancelTask`` (the kill ladder ends the session).
+- Bounds: concurrent turns count against ``--serve-max-spawns`` with the self-MCP's; open contexts are at
+  most ``--serve-max-warm`` (the least recently used idle one is closed to make room); finished tasks are
+  kept ``--serve-retention``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets as _random
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import trio
+
+from agentd._version import __version__
+from agentd.a2a import types as a2a
+from agentd.events import EventLog, null_log
+from agentd.mcp import jsonrpc
+from agentd.mcp.sse import encode_event
+from agentd.selfmcp.backend import RunView
+from agentd.supervisor.caps import Refusal
+from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, Supervisor, is_terminal
+from agentd.transport.asgi_server import McpAsgiApp, Receive, Scope, Send
+
+RPC_PATH: Final = "/a2a"
+CARD_PATHS: Final = frozenset({a2a.CARD_PATH, RPC_PATH + a2a.CARD_PATH})
+MANAGEMENT: Final = Caller(origin=Origin.MANAGEMENT)
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@attrs.frozen
+class ServedLimits:
+    max_running: int = 4
+    max_contexts: int = 8
+    retention: float = 600.0
+
+
+@attrs.define(eq=False)
+class ServedTask:
+    id: str
+    context_id: str
+    state: str = "submitted"
+    result: Any = None
+    reason: str = ""
+    changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def update(self, state: str, *, result: Any = None, reason: str = "") -> None:
+        self.state, self.result, self.reason = state, result, reason
+        self.changed.set()
+        self.changed = trio.Event()
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in a2a.TERMINAL
+
+    def to_json(self) -> dict[str, Any]:
+        status: dict[str, Any] = {"state": "TASK_STATE_" + self.state.upper()}
+        if self.reason:
+            status["message"] = {"messageId": self.id + "-status", "role": "ROLE_AGENT",
+                                 "parts": [{"text": self.reason}]}  # fmt: skip
+        body: dict[str, Any] = {"id": self.id, "contextId": self.context_id, "status": status}
+        if self.state == "completed":
+            body["artifacts"] = [self.artifact()]
+        return body
+
+    def artifact(self) -> dict[str, Any]:
+        part: dict[str, Any] = {"text": self.result} if isinstance(self.result, str) else {"data": self.result}
+        return {"artifactId": self.id + "-result", "name": "result", "parts": [part]}
+
+
+@attrs.define(eq=False)
+class Context:
+    id: str
+    handle: str | None = None
+    busy: bool = True
+    last_used: float = 0.0
+
+
+def _state_of(view: RunView) -> tuple[str, str]:
+    """A supervisor view -> (A2A state, reason)."""
+    if not is_terminal(view):
+        return "completed", ""  # a warm session between turns: the turn is done
+    if view.status in ("completed", "partial"):
+        return "completed", "partial result" if view.partial or view.status == "partial" else ""
+    if view.status == "cancelled":
+        return "canceled", "cancelled"
+    if view.status == "refused":
+        return "rejected", str(view.result or "refused")
+    return "failed", f"the run ended {view.status}"
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The user's message as one instruction: text parts, data parts as JSON, files by reference."""
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise RpcError(jsonrpc.INVALID_PARAMS, "message.parts must be a non-empty list")
+    try:
+        rendered = a2a.render_parts([a2a.parse_part(p) for p in parts])
+    except a2a.A2aShapeError as exc:
+        raise RpcError(jsonrpc.INVALID_PARAMS, str(exc)) from None
+    text = "\n".join(rendered).strip()
+    if not text:
+        raise RpcError(jsonrpc.INVALID_PARAMS, "the message has no text")
+    return text
+
+
+class A2aService:
+    """The A2A methods over the daemon's supervisor. ``run`` owns the turn tasks (start it in a nursery)."""
+
+    def __init__(self, supervisor: Supervisor, *, limits: ServedLimits | None = None, log: EventLog | None = None,
+                 busy: Any = None) -> None:  # fmt: skip
+        self.supervisor = supervisor
+        self.limits = limits or ServedLimits()
+        self.log = log or null_log()
+        #: A callable giving how many served MCP spawns are running (they share --serve-max-spawns).
+        self._busy = busy or (lambda: 0)
+        self.tasks: dict[str, ServedTask] = {}
+        self.contexts: dict[str, Context] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def _running(self) -> int:
+        return sum(1 for c in self.contexts.values() if c.busy)
+
+    # -- methods ---------------------------------------------------------------------------------------
+
+    def task(self, params: Mapping[str, Any]) -> ServedTask:
+        task_id = params.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "id must be a non-empty string")
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise RpcError(a2a.TASK_NOT_FOUND, "Task not found")
+        return task
+
+    async def send(self, params: Mapping[str, Any]) -> ServedTask:
+        """Start a turn (a new context spawns a warm session); returns the task as submitted."""
+        message = params.get("message")
+        if not isinstance(message, Mapping):
+            raise RpcError(jsonrpc.INVALID_PARAMS, "message must be an object")
+        text = message_text(message)
+        context_id = message.get("contextId")
+        if context_id is not None and not isinstance(context_id, str):
+            raise RpcError(jsonrpc.INVALID_PARAMS, "message.contextId must be a string")
+        if message.get("taskId"):
+            raise RpcError(a2a.UNSUPPORTED_OPERATION, "continuing a task is not supported; send on its contextId")
+        context = self.contexts.get(context_id) if context_id else None
+        if context is not None and context.busy:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "the context is busy with another task")
+        if self._running() + self._busy() >= self.limits.max_running:
+            task = ServedTask(_random.token_hex(8), context_id or _random.token_hex(8))
+            task.update("rejected", reason=f"{self.limits.max_running} served runs already running (limit)")
+            self._keep(task)
+            return task
+        if context is None:
+            self._make_room()
+            context = Context(context_id or _random.token_hex(8))
+            self.contexts[context.id] = context
+        context.busy = True
+        context.last_used = trio.current_time()
+        task = ServedTask(_random.token_hex(8), context.id)
+        self.tasks[task.id] = task
+        assert self._nursery is not None, "A2aService.run must be started first"
+        self._nursery.start_soon(self._turn, context, task, text)
+        return task
+
+    def _make_room(self) -> None:
+        """Close the least recently used idle context when the context limit is reached."""
+        while len(self.contexts) >= self.limits.max_contexts:
+            idle = [c for c in self.contexts.values() if not c.busy]
+            if not idle:
+                return  # every context is working: the new one is still admitted; the supervisor caps it
+            oldest = min(idle, key=lambda c: c.last_used)
+            self._close(oldest, "closed to make room for a new context")
+
+    def _close(self, context: Context, reason: str) -> None:
+        self.contexts.pop(context.id, None)
+        if context.handle is not None and self._nursery is not None:
+            handle = context.handle
+            self._nursery.start_soon(self.supervisor.cancel, MANAGEMENT, handle, reason)
+
+    async def _turn(self, context: Context, task: ServedTask, text: str) -> None:
+        task.update("working")
+        try:
+            if context.handle is None:
+                answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(instruction=text, warm=True))
+                if isinstance(answer, Refusal):
+                    task.update("rejected", reason=answer.message)
+                    self.contexts.pop(context.id, None)
+                    return
+                context.handle = answer.handle
+            else:
+                sent = await self.supervisor.send(MANAGEMENT, context.handle, text, wait=False)
+                if isinstance(sent, Refusal):
+                    task.update("rejected", reason=sent.message)
+                    return
+            self.log.info("a2a.served", method="SendMessage", task_id=task.id, context_id=context.id,
+                          handle=context.handle)  # fmt: skip
+            view = await self.supervisor.await_(MANAGEMENT, context.handle, timeout=math.inf)
+            if isinstance(view, Refusal):
+                task.update("failed", reason=view.message)
+                return
+            if task.terminal:  # cancelled meanwhile
+                return
+            state, reason = _state_of(view)
+            task.update(state, result=view.result, reason=reason)
+            if is_terminal(view):
+                self.contexts.pop(context.id, None)
+        finally:
+            context.busy = False
+            context.last_used = trio.current_time()
+            if not task.terminal:
+                task.update("failed", reason="the turn ended without a result")
+            self._keep(task)
+
+    def _keep(self, task: ServedTask) -> None:
+        self.tasks[task.id] = task
+        if self._nursery is not None:
+            self._nursery.start_soon(self._forget, task.id)
+
+    async def _forget(self, task_id: str) -> None:
+        await trio.sleep(self.limits.retention)
+        self.tasks.pop(task_id, None)
+
+    async def cancel(self, params: Mapping[str, Any]) -> ServedTask:
+        task = self.task(params)
+        if task.terminal:
+            raise RpcError(a2a.TASK_NOT_CANCELABLE, f"Task is {task.state} and cannot be canceled")
+        context = self.contexts.pop(task.context_id, None)
+        task.update("canceled", reason="cancelled by the client")
+        self.log.info("a2a.served", method="CancelTask", task_id=task.id, context_id=task.context_id)
+        if context is not None and context.handle is not None:
+            with trio.move_on_after(30):
+                await self.supervisor.cancel(MANAGEMENT, context.handle, "cancelled by an A2A client")
+        return task
+
+    async def wait(self, task: ServedTask) -> ServedTask:
+        while not task.terminal:
+            await task.changed.wait()
+        return task
+
+    async def events(self, task: ServedTask, *, first: bool) -> AsyncIterator[dict[str, Any]]:
+        """The stream of one task: the task, status updates, then the artifact and the final status."""
+        if first:
+            yield {"task": {"id": task.id, "contextId": task.context_id,
+                            "status": {"state": "TASK_STATE_SUBMITTED"}}}  # fmt: skip
+        else:
+            yield {"task": task.to_json()}
+        seen = "submitted" if first else task.state
+        while True:
+            if task.state != seen:
+                seen = task.state
+                if task.state == "completed":
+                    yield {"artifactUpdate": {"taskId": task.id, "contextId": task.context_id,
+                                              "artifact": task.artifact(), "lastChunk": True}}  # fmt: skip
+                status = task.to_json()["status"]
+                yield {"statusUpdate": {"taskId": task.id, "contextId": task.context_id, "status": status}}
+            if task.terminal:
+                return
+            await task.changed.wait()
+
+
+# -- the Agent Card ------------------------------------------------------------------------------------------
+
+
+def agent_card(*, base_url: str, instruction: str | None, servers: Sequence[str], name: str = "agentd") -> dict[str, Any]:
+    """This agent's card: the instruction as its description, one skill for the run and one per MCP server."""
+    description = (instruction or "An agentd worker: send it a task as a message.").strip()
+    skills = [{"id": "run", "name": "Run a task",
+               "description": "Runs the message as a task with this agent's tools and returns the result.",
+               "tags": ["agentd"]}]  # fmt: skip
+    skills += [{"id": f"mcp-{s}", "name": f"Tools of {s}", "description": f"Can use the tools of MCP server {s!r}.",
+                "tags": ["mcp"]} for s in servers]  # fmt: skip
+    return {
+        "name": name, "description": description[:2000], "version": __version__,
+        "supportedInterfaces": [{"url": base_url + RPC_PATH, "protocolBinding": "JSONRPC", "protocolVersion": a2a.V1}],
+        "capabilities": {"streaming": True, "pushNotifications": False},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": skills,
+    }  # fmt: skip
+
+
+# -- HTTP -----------------------------------------------------------------------------------------------------
+
+
+def _error(request_id: Any, code: int, message: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}).encode()
+
+
+def _ok(request_id: Any, result: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, ensure_ascii=False).encode()
+
+
+async def _reply(send: Send, status: int, body: bytes, content_type: str = "application/json") -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class A2aMount:
+    """One ASGI app for the listener: A2A paths to the service, everything else to the self-MCP app.
+
+    The self-MCP app's gate (Host/Origin, bearer) and body reader are reused as they are, so both
+    protocols are guarded by the same rules.
+    """
+
+    def __init__(self, mcp: McpAsgiApp, service: A2aService, *, scheme: str, instruction: str | None,
+                 servers: Sequence[str], log: EventLog | None = None) -> None:  # fmt: skip
+        self.mcp = mcp
+        self.service = service
+        self.scheme = scheme
+        self.instruction = instruction
+        self.servers = tuple(servers)
+        self.log = log or null_log()
+        self._gatekeeper = McpAsgiApp(mcp.handler, attrs.evolve(mcp.options, paths=CARD_PATHS | {RPC_PATH}),
+                                      log=mcp.log, core=mcp.core)  # fmt: skip
+
+    def drain(self) -> None:
+        self.mcp.drain()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.rstrip("/") not in CARD_PATHS | {RPC_PATH}:
+            await self.mcp(scope, receive, send)
+            return
+        from agentd.transport.asgi_server import _discard_body, _headers, _send_reply, _TooLarge
+
+        headers = _headers(scope)
+        refusal = self._gatekeeper._gate(scope, headers)
+        if refusal is not None:
+            await _send_reply(send, refusal)
+            return
+        if path.rstrip("/") in CARD_PATHS:
+            if scope["method"] != "GET":
+                await _reply(send, 405, b"method not allowed", "text/plain")
+                return
+            base = f"{self.scheme}://{headers.get('host', 'localhost')}"
+            card = agent_card(base_url=base, instruction=self.instruction, servers=self.servers)
+            await _reply(send, 200, json.dumps(card, ensure_ascii=False).encode())
+            return
+        if scope["method"] != "POST":
+            await _reply(send, 405, b"method not allowed", "text/plain")
+            return
+        try:
+            body = await self._gatekeeper._read_body(headers, receive)
+        except _TooLarge:
+            self.log.info("serve.refused", reason="body_too_large", limit=self.mcp.options.max_body)
+            await _discard_body(headers, receive)
+            await _reply(send, 413, _error(None, jsonrpc.INVALID_REQUEST,
+                                           f"request body exceeds {self.mcp.options.max_body} bytes"))  # fmt: skip
+            return
+        except trio.TooSlowError:
+            await _reply(send, 408, _error(None, jsonrpc.INVALID_REQUEST, "request body too slow"))
+            return
+        await self._rpc(body, send)
+
+    async def _rpc(self, body: bytes, send: Send) -> None:
+        try:
+            message = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            await _reply(send, 200, _error(None, jsonrpc.PARSE_ERROR, "Parse error"))
+            return
+        if not isinstance(message, dict):
+            await _reply(send, 200, _error(None, jsonrpc.INVALID_REQUEST, "Invalid Request: not a single object"))
+            return
+        request_id = message.get("id")
+        if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str) or not (
+            isinstance(request_id, str | int) and not isinstance(request_id, bool)
+        ):
+            safe_id = request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+            await _reply(send, 200, _error(safe_id, jsonrpc.INVALID_REQUEST, "Invalid Request"))
+            return
+        method, params = message["method"], message.get("params") or {}
+        if not isinstance(params, dict):
+            await _reply(send, 200, _error(request_id, jsonrpc.INVALID_PARAMS, "params must be an object"))
+            return
+        try:
+            if method == "SendMessage":
+                task = await self.service.send(params)
+                configuration = params.get("configuration") or {}
+                if not (isinstance(configuration, dict) and configuration.get("returnImmediately")):
+                    await self.service.wait(task)
+                await _reply(send, 200, _ok(request_id, {"task": task.to_json()}))
+            elif method == "GetTask":
+                await _reply(send, 200, _ok(request_id, self.service.task(params).to_json()))
+            elif method == "CancelTask":
+                await _reply(send, 200, _ok(request_id, (await self.service.cancel(params)).to_json()))
+            elif method in ("SendStreamingMessage", "SubscribeToTask"):
+                if method == "SendStreamingMessage":
+                    task, first = await self.service.send(params), True
+                else:
+                    task, first = self.service.task(params), False
+                    if task.terminal:
+                        raise RpcError(a2a.UNSUPPORTED_OPERATION, f"Task is {task.state}; nothing to subscribe to")
+                await self._stream(send, request_id, self.service.events(task, first=first))
+            else:
+                await _reply(send, 200, _error(request_id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"[:200]))
+        except RpcError as exc:
+            await _reply(send, 200, _error(request_id, exc.code, exc.message))
+
+    async def _stream(self, send: Send, request_id: Any, events: AsyncIterator[dict[str, Any]]) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        async for event in events:
+            frame = encode_event(_ok(request_id, event).decode())
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
