@@ -112,7 +112,7 @@ async def main(
     runner = MODES.get(cfg.mode)
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode!r} is not a mode (once, loop, schedule, reactive)")
-    _start_tracing(cfg, env)
+    _start_tracing(cfg, env, log)
     if cfg.metrics_addr is not None:
         metrics.enable()
     recorder = None
@@ -228,15 +228,19 @@ def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
     )
 
 
-def _start_tracing(cfg: Config, env: Mapping[str, str] | None) -> None:
-    """``--otel``: trace this process (OTEL_SDK_DISABLED=true wins); settings from the OTEL_* variables."""
+def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) -> None:
+    """``--otel``: trace this process (OTEL_SDK_DISABLED=true wins); settings from the OTEL_* variables.
+    Exporter header values (an API key, say) are secrets: registered with the log's redactor."""
     if not cfg.otel:
         return
     from agentd.telemetry.settings import OtelSettings, sdk_disabled
 
     environ = os.environ if env is None else env
     if not sdk_disabled(environ):
-        telemetry.enable(OtelSettings.from_env(environ, log_content=cfg.log_content))
+        settings = OtelSettings.from_env(environ, log_content=cfg.log_content)
+        for value in settings.headers.values():
+            log.redactor.add(value)
+        telemetry.enable(settings)
 
 
 async def _start_serving(

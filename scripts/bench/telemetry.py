@@ -32,9 +32,6 @@ sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 from bench_doc import replace_section  # noqa: E402
 from loop import _one_run, serve_instant_mcp  # noqa: E402
 
-from agentd import telemetry  # noqa: E402
-from agentd.telemetry.settings import OtelSettings  # noqa: E402
-from agentd.telemetry.spans import mcp_client_span, with_trace_meta  # noqa: E402
 from tests.peers.asgi import lifespan, read_body  # noqa: E402
 from tests.peers.gateway import _hypercorn_config  # noqa: E402
 
@@ -52,6 +49,9 @@ async def discard(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 def per_mcp_call(n: int = 20000) -> float:
     """CPU seconds of the client-span machinery for one MCP request, tracing on."""
+    from agentd import telemetry
+    from agentd.telemetry.spans import mcp_client_span, with_trace_meta
+
     params = {"name": "echo", "arguments": {"text": "x"}}
     start = time.process_time()
     for _ in range(n):
@@ -63,7 +63,21 @@ def per_mcp_call(n: int = 20000) -> float:
     return elapsed / n
 
 
+async def off_only(steps: int, repeat: int) -> dict[str, Any]:
+    """The tracing-off measurement alone, importing nothing of agentd.telemetry (runs on any tree)."""
+    async with serve_instant_mcp() as mcp_url:
+        await _one_run(mcp_url, 10)
+        off = []
+        for _ in range(repeat):
+            _, cpu, _, _ = await _one_run(mcp_url, steps)
+            off.append(cpu / steps)
+    return {"steps": steps, "off_ms": round(min(off) * 1000, 3), "load_average": round(os.getloadavg()[0], 2)}
+
+
 async def measure(steps: int, repeat: int) -> dict[str, Any]:
+    from agentd import telemetry
+    from agentd.telemetry.settings import OtelSettings
+
     async with serve_instant_mcp() as mcp_url, trio.open_nursery() as nursery:
         binds = await nursery.start(functools.partial(serve, discard, _hypercorn_config(0, None, None)))
         settings = OtelSettings(traces_endpoint=binds[0] + "/v1/traces", max_queue=100_000, max_batch=512)
@@ -125,7 +139,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--off-only", action="store_true", help="only tracing off (to compare another tree)")
     args = parser.parse_args()
+    if args.off_only:
+        print(json.dumps(trio.run(off_only, args.steps, args.repeat)))
+        return
     row = trio.run(measure, args.steps, args.repeat)
     print(json.dumps(row))
     if args.write:
