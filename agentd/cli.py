@@ -9,9 +9,13 @@
     agentd journal list|show|export the durable run journal (agentd.journal)
     agentd report FILE              a --report-file as tables for a person (stdout is text, not JSON)
     agentd top URL                  a serving daemon's live run tree in the terminal (stdout is the screen)
+    agentd trace FILE               a saved event log told for a person (agentd.terminal)
 
-stdout carries exactly one JSON document; stderr carries JSON event lines only. Exit codes are the
+stdout carries exactly one JSON document (``--output human``: the same document drawn for a person);
+stderr carries JSON event lines, or at a terminal the live view of agentd.terminal (``--log-format``). Which
+sink the process logs through is decided in one place, :func:`_root_log`. Exit codes are the
 original agentd's (docs/cli.md): errors map through ``AgentdError.exit_code``; anything unexpected is 1.
+Bare ``agentd`` with nothing configured prints the short usage on stderr and exits 2.
 
 The one-document guarantee is kept here, in :func:`main`, for every command that promises a result
 document (``agentd``, ``agentd run``, ``agentd check``): each registers its run id with a
@@ -21,8 +25,8 @@ error: "Type: short message"}`` (the message scrubbed of secret values and cut s
 Configuration errors (exit 2) keep stdout empty: nothing ran.
 
 Start-up stays cheap: this module imports only the standard library and attrs at the top, so ``--help`` and the
-subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn or
-jsonschema.
+subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn,
+jsonschema or rich (rich only once a human view was chosen).
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class ResultPromise:
     run_id: str | None = None
     written: bool = False
     redactor: Redactor | None = None
+    #: ``--output human``: draw the document for a person (a crash still prints one, drawn or as JSON).
+    human: bool = False
+    color: bool = True
 
     def promise(self, run_id: str, redactor: Redactor | None = None) -> None:
         self.run_id = run_id
@@ -75,7 +82,18 @@ class ResultPromise:
         self.written = True
         if self.redactor is not None:
             doc = self.redactor.scrub_value(doc)
-        _print_json(doc, sys.stdout if out is None else out)
+        out = sys.stdout if out is None else out
+        if self.human:
+            try:
+                from agentd.terminal.render import result_text
+
+                result_text(doc, out, color=self.color)
+                return
+            except BrokenPipeError:
+                return
+            except Exception:
+                pass  # drawing failed: the document itself still reaches the reader
+        _print_json(doc, out)
 
     def error_of(self, exc: BaseException) -> str:
         """``Type: message``, the message on one line, scrubbed and cut to :data:`CRASH_MESSAGE_CHARS`."""
@@ -108,6 +126,7 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         return _subagent()
     argv = list(argv)
     promise = ResultPromise()
+    human = _stderr_human(argv, env)
     try:
         if argv and argv[0] == "check":
             return _check(argv[1:], env, promise)
@@ -123,6 +142,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.journal.cli import journal_main
 
             return journal_main(argv[1:], env)
+        if argv and argv[0] == "trace":
+            from agentd.terminal.trace import trace_main
+
+            return trace_main(argv[1:], env)
         return _run(argv, env, promise)
     except SystemExit:
         raise
@@ -131,12 +154,18 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
 
         exc = flatten(raised)
         if isinstance(exc, KeyboardInterrupt):
-            _fail("interrupted", 1)
+            _fail("interrupted", 1, human=human)
             return 1
         if isinstance(exc, AgentdError):
-            _fail(str(exc), int(exc.exit_code), config=int(exc.exit_code) == 2)
+            if not argv and int(exc.exit_code) == 2:
+                from agentd.config.argv import SHORT_USAGE
+
+                # Bare ``agentd`` with nothing configured: a person typed it; tell them how to use it.
+                print(f"{SHORT_USAGE}\n\nagentd: {exc}", file=sys.stderr)
+                return 2
+            _fail(str(exc), int(exc.exit_code), config=int(exc.exit_code) == 2, human=human)
             return int(exc.exit_code)
-        _fail(f"unexpected {promise.error_of(exc)}", 1)
+        _fail(f"unexpected {promise.error_of(exc)}", 1, human=human)
         if promise.run_id is not None and not promise.written:
             promise.write(promise.crashed(exc))
         return 1
@@ -175,11 +204,16 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     from agentd.config.load import load_config
 
     config = load_config(argv, env)
-    log = _root_log(config)
+    log = _root_log(config, env)
     if config.validate_config:
+        _close_view(log)
         _print_json({"valid": True, "config": effective_config(config)})
         return 0
     promise.promise(config.run_id, log.redactor)
+    if config.output == "human":
+        from agentd.terminal.mode import color_allowed
+
+        promise.human, promise.color = True, color_allowed(env)
     log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
              config_path=config.config_path)
     if config.allow_trifecta:
@@ -187,7 +221,10 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     from agentd.daemon import main as daemon_main
     from agentd.loop.result import RunResult, RunStatus
 
-    outcome = _trio_run_with_drain(daemon_main, config, log)
+    try:
+        outcome = _trio_run_with_drain(daemon_main, config, log)
+    finally:
+        _close_view(log)
     result = outcome.result
     if result is None:
         # Cancelled by the drain timeout (a clean drain, 0) or by a second signal (forced, 1).
@@ -210,25 +247,35 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     if "--help" in argv or "-h" in argv:
         from agentd.config.argv import build_parser
 
-        build_parser("agentd check", description="Connect to every declared MCP server, perform the "
-                     "handshake, list tools and resources, and print one JSON report.").print_help()
+        build_parser("agentd check", command="check").print_help()
         return 0
     from agentd.config.load import load_config
 
     config = load_config(argv, env, purpose="check")
-    log = _root_log(config)
+    log = _root_log(config, env, status=False)
     if config.validate_config:
+        _close_view(log)
         _print_json({"valid": True, "config": effective_config(config)})
         return 0
     import trio
 
     from agentd.client.check import run_check
     from agentd.secrets import SecretResolver
+    from agentd.terminal.mode import color_allowed, wants_human
 
     secrets = SecretResolver(env, log.redactor)
     promise.promise(config.run_id, log.redactor)
-    doc, code = trio.run(functools.partial(run_check, config.mcp, log=log, secrets=secrets))
-    promise.write(doc)
+    try:
+        doc, code = trio.run(functools.partial(run_check, config.mcp, log=log, secrets=secrets))
+    finally:
+        _close_view(log)
+    if wants_human(config.output or "auto", sys.stdout):
+        from agentd.terminal.render import check_table
+
+        promise.written = True
+        check_table(doc, sys.stdout, color=color_allowed(env), control_tools=_control_tools(config))
+    else:
+        promise.write(doc)
     return int(code)
 
 
@@ -253,6 +300,14 @@ def _report(args: list[str]) -> int:
         sys.stdout.write(render(docs))
         sys.stdout.flush()
     return 0
+
+
+def _control_tools(config: Config) -> list[str]:
+    """The built-in tools a run with ``config`` would offer beside the servers' (``loop.start`` lists them)."""
+    from agentd.loop.builtin import NAME as RESOURCE_READ
+    from agentd.supervisor.tools import offered_names
+
+    return [*(offered_names() if config.max_depth > 0 else ()), RESOURCE_READ]
 
 
 def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
@@ -317,14 +372,56 @@ def _print_json(doc: Any, out: Any = None) -> None:
         pass
 
 
-def _root_log(config: Config) -> EventLog:
+def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> EventLog:
+    """The process's log. The one place its sink is chosen: JSON lines on stderr, or the live view for a
+    person (``--log-format human``, or ``auto`` at a terminal); rich is imported only for the latter."""
     from agentd.events import EventLog
+    from agentd.terminal.mode import color_allowed, wants_human
 
-    return EventLog(level=config.log_level, run_id=config.run_id, log_content=config.log_content, comp="proc")
+    log = EventLog(level=config.log_level, run_id=config.run_id, log_content=config.log_content, comp="proc")
+    if wants_human(config.log_format, sys.stderr):
+        from agentd.terminal.live import HumanView
+
+        log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.drain_timeout,
+                                      status=status))
+    return log
 
 
-def _fail(message: str, code: int, *, config: bool = False) -> None:
-    """One stderr JSON line for an error that ends the process (the message never holds a secret value)."""
+def _close_view(log: EventLog) -> None:
+    """Take a live view's status line down before stdout gets the result (JSON lines need nothing)."""
+    close = getattr(log.sink, "close", None)
+    if callable(close):
+        close()
+
+
+def _stderr_human(argv: list[str], env: dict[str, str]) -> bool:
+    """Before any configuration is loaded (an error in it must still be told): ``--log-format`` from argv,
+    else the environment, else whether stderr is a terminal."""
+    from agentd.config.argv import FLAGS_BY_DEST
+    from agentd.terminal.mode import wants_human
+
+    choice: str | None = None
+    for index, item in enumerate(argv):
+        if item == "--log-format" and index + 1 < len(argv):
+            choice = argv[index + 1]
+        elif item.startswith("--log-format="):
+            choice = item.split("=", 1)[1]
+    if choice is None:
+        choice = next((env[name] for name in FLAGS_BY_DEST["log_format"].env_names if env.get(name)), None)
+    return wants_human(choice, sys.stderr)
+
+
+def _fail(message: str, code: int, *, config: bool = False, human: bool = False) -> None:
+    """One stderr line for an error that ends the process (the message never holds a secret value): the JSON
+    event line, or for a person at a terminal a plain ``agentd: error: ...`` line."""
+    if human:
+        from agentd.terminal.story import error_text
+
+        try:
+            print(error_text(message), file=sys.stderr, flush=True)
+        except (BrokenPipeError, OSError):
+            pass
+        return
     from agentd.events import EventLog
 
     EventLog(comp="proc").error("config.invalid" if config else "proc.exit", error=message, exit_code=code)

@@ -61,6 +61,8 @@ A2A_CALL_TIMEOUT: Final = 600.0
 
 # --- telemetry ------------------------------------------------------------------------------------------
 LOG_LEVEL: Final = "info"
+#: ``--log-format``: ``auto`` is the human view when stderr is a terminal, JSON lines otherwise.
+LOG_FORMAT: Final = "auto"
 
 # --- intelligence ---------------------------------------------------------------------------------------
 MODEL: Final = "default"

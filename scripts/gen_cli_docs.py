@@ -50,6 +50,8 @@ def table() -> str:
         others = [f"`agentd {command}`" for command in flag.commands if command != "agentd"]
         if others and "agentd" in flag.commands:
             text += f" (also {' and '.join(others)})"
+        elif others and not flag.group.startswith("agentd "):
+            text += f" ({' and '.join(others)} only)"
         lines.append(f"| `{flag.name}{meta}` | {env} | {key} | {_default(flag)} | {text} |")
     return "\n".join([BEGIN, *lines, "", END])
 

@@ -108,6 +108,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("selfmcp, reactive, connections", frozenset({"selfmcp", "reactive", "connections"})),
     ("daemon", frozenset({"daemon"})),
     ("child", frozenset({"child"})),
+    ("terminal", frozenset({"terminal"})),
     ("cli", frozenset({"cli", "__init__"})),
     ("entry", frozenset({"__main__"})),
 )

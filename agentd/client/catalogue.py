@@ -24,6 +24,10 @@ from agentd.mcp.versions import Era
 
 #: A server still returning a cursor after this many pages is broken.
 MAX_PAGES: Final = 1024
+#: Entries kept per list per server (tools, resources, templates). A model is offered a few dozen tools at most
+#: (gateways cap a request's tools far lower); past this a server is hostile or broken, and structuring and
+#: offering every entry would cost seconds of CPU on the event loop. The rest are dropped with one event.
+MAX_ENTRIES: Final = 4096
 
 
 @attrs.define(eq=False)
@@ -61,12 +65,19 @@ class Catalogue:
         else:
             self.resources, self.templates = [], []
 
-    async def _drain(self, method: str, key: str, cls: type[Any]) -> list[Any]:
+    async def _drain(self, method: str, key: str, cls: type[Any], wire_key: str | None = None) -> list[Any]:
         items: list[Any] = []
         cursor: str | None = None
+        wire_key = wire_key or key
         for _ in range(MAX_PAGES):
             params = {"cursor": cursor} if cursor is not None else None
             result = await self.exchange.request_once(method, params)
+            room = MAX_ENTRIES - len(items)
+            listed = result.get(wire_key) if isinstance(result, dict) else None
+            over = False
+            if isinstance(result, dict) and isinstance(listed, list) and len(listed) > room:
+                over = True  # cut before structuring: a hostile page of 100,000 entries costs nothing more
+                result = {**result, wire_key: listed[:room]}
             try:
                 page = types.structure(result, cls)
             except types.WireError as exc:
@@ -74,6 +85,10 @@ class Catalogue:
             items.extend(getattr(page, key))
             self.ttl_ms[method] = page.ttl_ms
             cursor = page.next_cursor
+            if over:
+                self.log.warn("mcp.protocol_error", server=self.name,
+                              what=f"{method}: more than {MAX_ENTRIES} entries; the first {MAX_ENTRIES} are kept")
+                return items
             if not cursor:
                 return items
         raise McpProtocolError(
@@ -110,7 +125,8 @@ class Catalogue:
         ]
         try:
             templates: list[types.ResourceTemplate] = await self._drain(
-                "resources/templates/list", "resource_templates", types.ListResourceTemplatesResult
+                "resources/templates/list", "resource_templates", types.ListResourceTemplatesResult,
+                wire_key="resourceTemplates",
             )
         except McpRpcError as exc:
             self.log.debug("mcp.protocol_error", server=self.name, what=f"resources/templates/list: {exc}")

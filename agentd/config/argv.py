@@ -17,7 +17,7 @@ import attrs
 from agentd import defaults as D
 from agentd.errors import ConfigError
 
-Command = Literal["agentd", "run", "transcript"]
+Command = Literal["agentd", "check", "run", "transcript"]
 Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
 
 
@@ -38,7 +38,8 @@ class Flag:
     file: bool = True
     #: Extra environment names accepted after the standard two (the original's historical spellings).
     env_aliases: tuple[str, ...] = ()
-    #: The commands that take this flag: ``agentd`` (and ``agentd check``), ``run``, ``transcript``.
+    #: The commands that take this flag: ``agentd``, ``check``, ``run``, ``transcript``. ``agentd check``
+    #: also accepts every ``agentd`` flag (one flag set serves both), but its help lists only its own.
     commands: tuple[Command, ...] = ("agentd",)
 
     @property
@@ -73,6 +74,8 @@ _CONFIG = "configuration"
 _MANIFEST = "agentd run"
 _TRANSCRIPT = "agentd transcript"
 _AND_RUN: Final[tuple[Command, ...]] = ("agentd", "run")
+_AND_CHECK: Final[tuple[Command, ...]] = ("agentd", "check")
+_ALL_THREE: Final[tuple[Command, ...]] = ("agentd", "check", "run")
 
 FLAGS: Final[tuple[Flag, ...]] = (
     # run
@@ -82,7 +85,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--output-contract", "output_contract", "str",
          "what the final answer must look like (a JSON answer is parsed)", _RUN, "TEXT"),
     Flag("--run-id", "run_id", "str", "the run id in every event and tools/call _meta (default: time+pid)",
-         _RUN, "ID", commands=_AND_RUN),
+         _RUN, "ID", commands=_ALL_THREE),
     # intelligence
     Flag("--intelligence", "intelligence", "endpoints",
          "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",
@@ -98,7 +101,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--stream-intelligence", "stream_intelligence", "bool", "stream gateway replies (SSE)", _INTEL),
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
-         "NAME=URL", env=False, file=False, commands=_AND_RUN),
+         "NAME=URL", env=False, file=False, commands=_ALL_THREE),
     Flag("--a2a-peer", "a2a_peers", "list",
          "declare an A2A peer to delegate to via a2a.delegate (repeatable; its Agent Card is fetched at start)",
          _MCP, "NAME=URL", env=False, file=False),
@@ -108,7 +111,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--allow-trifecta", "allow_trifecta", "bool",
          "run although the servers together bring untrusted input, sensitive data and external "
          "communication (audited; never inherited by subagents)", _MCP, env=False),
-    Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH"),
+    Flag("--tls-ca", "tls_ca", "path", "CA bundle for https endpoints; MCP servers without their own tls.ca get it (default: system roots)", _MCP, "PATH",
+         commands=_AND_CHECK),
     # modes
     Flag("--mode", "mode", "choice", "once (default), loop, schedule or reactive", _MODES,
          choices=("once", "loop", "schedule", "reactive")),
@@ -190,8 +194,18 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _SERVE),
     # telemetry
     Flag("--log-level", "log_level", "choice", f"debug, info, warn or error (default {D.LOG_LEVEL})", _LOG,
-         choices=("debug", "info", "warn", "error"), commands=_AND_RUN),
-    Flag("--log-content", "log_content", "bool", "log bodies and arguments instead of their lengths", _LOG),
+         choices=("debug", "info", "warn", "error"), commands=_ALL_THREE),
+    Flag("--log-content", "log_content", "bool", "log bodies and arguments instead of their lengths", _LOG,
+         commands=_AND_CHECK),
+    Flag("--log-format", "log_format", "choice",
+         f"stderr: human (a live view), json (JSON lines) or auto = human at a terminal (default {D.LOG_FORMAT})",
+         _LOG, choices=("auto", "human", "json"), commands=_AND_CHECK),
+    Flag("--output", "output", "choice",
+         "stdout: json (one result document, the default for a run) or human (the result for a person; "
+         "agentd check: a table, the default at a terminal)", _LOG, choices=("json", "human"),
+         commands=_AND_CHECK),
+    Flag("--json", "check_json", "bool", "print the JSON report even at a terminal (same as --output json)",
+         _LOG, env=False, file=False, commands=("check",)),
     Flag("--otel", "otel", "bool",
          "export OpenTelemetry traces over OTLP/HTTP (endpoint and headers from the OTEL_* variables)", _LOG),
     Flag("--traceparent", "traceparent", "str",
@@ -206,10 +220,10 @@ FLAGS: Final[tuple[Flag, ...]] = (
     # configuration
     Flag("--config", "config_path", "path",
          "YAML config or host file (mcp_servers, connections, intelligence and any setting below)", _CONFIG, "PATH", file=False,
-         commands=("agentd", "run", "transcript")),
+         commands=("agentd", "check", "run", "transcript")),
     Flag("--validate-config", "validate_config", "bool",
          "check everything, print the effective config, exit 0 or 2; no network", _CONFIG, env=False,
-         file=False),
+         file=False, commands=_AND_CHECK),
     # agentd run MANIFEST (only)
     Flag("--runtime-module", "runtime_module", "path",
          "a trusted Python module: tool_adapter, connection_credentials, authorize callbacks", _MANIFEST, "PATH",
@@ -234,6 +248,7 @@ FLAGS_BY_DEST: Final = {flag.dest: flag for flag in FLAGS}
 #: Positional arguments of the subcommands: (dest, metavar, help, required, choices).
 POSITIONALS: Final[dict[Command, tuple[tuple[str, str, str, bool, tuple[str, ...]], ...]]] = {
     "agentd": (),
+    "check": (),
     "run": (("manifest", "MANIFEST", "the agent manifest (YAML)", True, ()),),
     "transcript": (("action", "{show,list}", "show one run's transcript, or list the recorded runs", True,
                     ("show", "list")),
@@ -241,16 +256,26 @@ POSITIONALS: Final[dict[Command, tuple[tuple[str, str, str, bool, tuple[str, ...
 }
 _DESCRIPTIONS: Final[dict[Command, str]] = {
     "agentd": "agentd: an MCP-native agent daemon on trio.",
+    "check": "Connect to every declared MCP server, perform the handshake, list tools and resources, and "
+             "print a report (a table at a terminal, one JSON document with --json or when piped).",
     "run": "Run an agent manifest against a host config.",
     "transcript": "Read durable run transcripts.",
 }
 FLAGS_BY_FILE_KEY: Final = {flag.file_key: flag for flag in FLAGS if flag.file}
 
 USAGE: Final = """agentd [run flags]                 run (--mode once by default) and print one JSON result
-       agentd check --mcp NAME=URL ...    connect, list tools/resources, print a JSON report
+       agentd check --mcp NAME=URL ...    connect, list tools/resources, print a report
        agentd run MANIFEST.yaml ...       run an agent manifest against a host config
        agentd transcript ...              show durable run transcripts
+       agentd journal list|show|export    read the durable run journal
+       agentd trace FILE                  render a saved JSON-lines event log for a person
        agentd --version | --help"""
+
+#: What bare ``agentd`` (nothing to do) prints on stderr before exiting 2.
+SHORT_USAGE: Final = f"""usage: {USAGE}
+
+example: agentd --instruction "Summarise the open TODOs" --intelligence test
+Run 'agentd --help' (or 'agentd COMMAND --help') for the flags."""
 
 EPILOG: Final = """environment: every flag marked [env] is also read from AGENTD_<FLAG> (AGENT_<FLAG> accepted);
 precedence: defaults < --config file < environment < flags. Durations: 250ms, 1.5s, 10m, 2h or seconds.
@@ -284,10 +309,12 @@ def build_parser(prog: str = "agentd", *, description: str | None = None,
                             choices=choices or None)
     groups: dict[str, Any] = {}
     for flag in FLAGS:
-        if command not in flag.commands:
+        hidden = command == "check" and "check" not in flag.commands and "agentd" in flag.commands
+        if command not in flag.commands and not hidden:
             continue
         group = groups.get(flag.group) or groups.setdefault(flag.group, parser.add_argument_group(flag.group))
-        help_text = flag.help + (" [env]" if flag.env else "")
+        # ``agentd check`` accepts the run flags (one flag set serves both) without listing them.
+        help_text = argparse.SUPPRESS if hidden else flag.help + (" [env]" if flag.env else "")
         if flag.kind == "bool" and flag.name.startswith("--no-"):
             group.add_argument(flag.name, dest=flag.dest, action="store_true", help=help_text)
         elif flag.kind == "bool":
@@ -307,7 +334,20 @@ def _cached_parser(command: Command) -> argparse.ArgumentParser:
     return build_parser(PROGS[command], command=command)
 
 
-PROGS: Final[dict[Command, str]] = {"agentd": "agentd", "run": "agentd run", "transcript": "agentd transcript"}
+PROGS: Final[dict[Command, str]] = {"agentd": "agentd", "check": "agentd check", "run": "agentd run",
+                                    "transcript": "agentd transcript"}
+
+
+def suggest(name: str, command: Command = "agentd") -> str | None:
+    """The flag of ``command`` closest to a mistyped ``name`` (``--max-step`` -> ``--max-steps``), if any
+    is close. A suggestion only: the mistyped flag is still an error."""
+    import difflib
+
+    known = [flag.name for flag in FLAGS if command in flag.commands]
+    if command == "agentd":
+        known += ["--version", "--help"]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def parse_flags(argv: Sequence[str], *, command: Command = "agentd") -> dict[str, Any]:
@@ -321,7 +361,11 @@ def parse_flags(argv: Sequence[str], *, command: Command = "agentd") -> dict[str
     if extras:
         flags = [item.split("=", 1)[0] for item in extras if item.startswith("-")]
         others = len(extras) - len(flags)
-        parts = [f"unknown flag{'s' if len(flags) > 1 else ''} {', '.join(flags)}"] if flags else []
+        named = []
+        for flag in flags:
+            close = suggest(flag, command)
+            named.append(f"{flag} (did you mean {close}?)" if close else flag)
+        parts = [f"unknown flag{'s' if len(flags) > 1 else ''} {', '.join(named)}"] if flags else []
         if others:
             parts.append(f"{others} unexpected argument{'s' if others > 1 else ''} (values not shown)")
         raise ConfigError("; ".join(parts) + f" (see {PROGS[command]} --help)")

@@ -46,8 +46,10 @@ def default_run_id() -> str:
 def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, purpose: Purpose = "run") -> Config:
     """See :meth:`Config.from_argv`; ``purpose="check"`` validates for ``agentd check`` (servers only)."""
     env = os.environ if env is None else env
-    flags_raw = parse_flags(argv)
+    flags_raw = parse_flags(argv, command="check" if purpose == "check" else "agentd")
     flags_raw.pop("version", None)
+    if flags_raw.pop("check_json", False):
+        flags_raw["output"] = "json"
 
     layers: list[Layer] = []
     env_values = read_env(env)

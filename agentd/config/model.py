@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 Mode = Literal["once", "loop", "schedule", "reactive"]
 LogLevel = Literal["debug", "info", "warn", "error"]
+LogFormat = Literal["auto", "human", "json"]
+OutputFormat = Literal["json", "human"]
 
 MODES: tuple[Mode, ...] = ("once", "loop", "schedule", "reactive")
 LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warn", "error")
@@ -128,6 +130,10 @@ class Config:
     run_id: str = ""
     log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
+    #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).
+    log_format: LogFormat = defaults.LOG_FORMAT
+    #: stdout: None is the command's own default (a run: json; ``agentd check``: human at a terminal).
+    output: OutputFormat | None = None
     otel: bool = False
     traceparent: str | None = None
     metrics_addr: str | None = None

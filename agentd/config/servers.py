@@ -53,15 +53,22 @@ class _ServerEntry:
     tags: list[str] | None = None
 
 
-def load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
-    """The ``mcp_servers`` list (ConfigError naming ``$.mcp_servers[i]...``)."""
+def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind: str = "server",
+                 call_timeout: float = defaults.CALL_TIMEOUT, tags: bool = True) -> tuple[McpServerConfig, ...]:
+    """A list of server entries (``mcp_servers``, or another section of the same shape such as ``a2a_peers``
+    with its own ``call_timeout`` default); a ConfigError names ``$.<section>[i]...``."""
     if not isinstance(raw, list):
-        raise ConfigError(f"expected a list of servers @ $.mcp_servers, got {type(raw).__name__}")
+        raise ConfigError(f"expected a list of {kind}s @ $.{section}, got {type(raw).__name__}")
     from agentd.config.validate import check_server
 
     servers: list[McpServerConfig] = []
     for index, item in enumerate(raw):
-        entry = structure(item, _ServerEntry, path=f"$.mcp_servers[{index}]")
+        what = f"$.{section}[{index}]"
+        if isinstance(item, dict) and "call_timeout" not in item:
+            item = {**item, "call_timeout": call_timeout}
+        entry = structure(item, _ServerEntry, path=what)
+        if entry.tags is not None and not tags:
+            raise ConfigError(f"unknown key 'tags' @ {what} (tags are for MCP servers)")
         tls = None
         if entry.tls is not None:
             tls = TlsConfig(*(rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
@@ -76,10 +83,9 @@ def load_servers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
             call_timeout=entry.call_timeout,
             tags=None if entry.tags is None else tuple(entry.tags),
         )
-        what = f"$.mcp_servers[{index}]"
         check_server(server, what=what)
         if any(other.name == server.name for other in servers):
-            raise ConfigError(f"{what}: duplicate server name {server.name!r}")
+            raise ConfigError(f"{what}: duplicate {kind} name {server.name!r}")
         servers.append(server)
     return tuple(servers)
 

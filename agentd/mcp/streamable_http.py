@@ -9,7 +9,6 @@ matches their ``.lower()`` against the lower-case names ASGI hands it. No I/O.
 from __future__ import annotations
 
 import base64
-import binascii
 import enum
 import functools
 import re
@@ -131,7 +130,7 @@ def decode_header_value(value: str) -> str:
     if value.startswith("=?base64?") and value.endswith("?="):
         try:
             return base64.b64decode(value[len("=?base64?") : -2], validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # binascii.Error, UnicodeDecodeError, and non-ASCII text (a header read as latin-1)
             return value
     return value
 
@@ -180,7 +179,8 @@ def request_headers(
 
 # -- x-mcp-header (2026-07-28, SEP-2243): tool arguments mirrored into Mcp-Param-* headers -----------------------
 
-_TOKEN: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+#: An RFC 9110 token; used with ``fullmatch`` (``$`` would also accept a trailing newline).
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_TYPES: Final = frozenset({"string", "integer", "boolean"})
 _SUB_ONE: Final = frozenset({"items", "contains", "unevaluatedItems", "additionalProperties", "propertyNames",
                              "unevaluatedProperties", "not", "if", "then", "else", "contentSchema"})
@@ -223,7 +223,7 @@ def invalid_header_annotation(input_schema: Any) -> str | None:
             return f"{X_MCP_HEADER} outside a plain properties chain"
         where = ".".join(path)
         token = schema[X_MCP_HEADER]
-        if not isinstance(token, str) or not _TOKEN.match(token):
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
             return f"property {where!r}: {X_MCP_HEADER} is not an HTTP token"
         if schema.get("type") not in _HEADER_TYPES:
             return f"property {where!r}: {X_MCP_HEADER} is only allowed on string, integer or boolean properties"

@@ -35,10 +35,12 @@ class Authority(Protocol):
 
 @attrs.define(eq=False)
 class LocalAuthority:
-    """The root's authority. ``on_ceiling(handle)`` is told which subtree pushed the tree past its ceiling."""
+    """The root's authority. ``on_ceiling(handle)`` is told which subtree pushed the tree past its ceiling;
+    ``on_change()`` is called after every admission, release and usage report (the ledger changed)."""
 
     ledger: TreeLedger
     on_ceiling: Callable[[str], None] = lambda handle: None
+    on_change: Callable[[], None] = lambda: None
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
@@ -48,15 +50,18 @@ class LocalAuthority:
             metrics.spawn_refused(decision.cap)
         else:
             metrics.subagents_live(self.ledger.live)
+        self.on_change()
         return decision
 
     async def release(self, handle: str) -> None:
         self.ledger.release(handle)
         metrics.subagents_live(self.ledger.live)
+        self.on_change()
 
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
         if self.ledger.add_tokens(usage.total, handle, tree):
             self.on_ceiling(handle)
+        self.on_change()
 
 
 class _Sender(Protocol):

@@ -30,7 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -81,6 +81,8 @@ class ForkServer:
         attrs.field(factory=lambda: trio.open_memory_channel[dict[str, Any]](16)))
     _children: dict[int, ForkedProcess] = attrs.field(factory=dict)
     _early: dict[int, int] = attrs.field(factory=dict)
+    #: Called once the server is gone (its socket closed): the supervisor's ``wait_until`` wakes.
+    on_gone: Callable[[], None] = lambda: None
     _gone: bool = False
     _scope: trio.CancelScope = attrs.field(factory=lambda: trio.CancelScope(shield=True))
 
@@ -163,6 +165,7 @@ class ForkServer:
                     child._reaped(-signal.SIGKILL)
                 self._children.clear()
                 self._replies[0].close()
+                self.on_gone()
         if not started:
             raise ForkServerGone("the fork server exited before it was ready")
 
@@ -180,7 +183,8 @@ class ForkServer:
 
 
 async def start_fork_server(nursery: trio.Nursery, *, env: Mapping[str, str], log: EventLog,
-                            python: str = sys.executable) -> ForkServer:
+                            python: str = sys.executable, on_gone: Callable[[], None] = lambda: None
+                            ) -> ForkServer:
     """Start the server as a child of this process and wait until it has pre-imported everything."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -192,7 +196,7 @@ async def start_fork_server(nursery: trio.Nursery, *, env: Mapping[str, str], lo
         )
     finally:
         theirs.close()
-    server = ForkServer(trio.socket.from_stdlib_socket(ours), proc, log)
+    server = ForkServer(trio.socket.from_stdlib_socket(ours), proc, log, on_gone=on_gone)
     try:
         with trio.fail_after(30):
             await nursery.start(server._read)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from subprocess import PIPE
 from typing import Any
 
@@ -103,6 +103,11 @@ class SubagentNode:
     #: Why the child process could not be started (out of descriptors, processes...); None once it was.
     start_error: str | None = None
     ended: trio.Event = attrs.field(factory=trio.Event)
+    #: Set when the child said ``ready`` (never set if it ended before that).
+    ready: trio.Event = attrs.field(factory=trio.Event)
+    #: Called after every observable change (pid, ready, status, usage, the end): the supervisor's
+    #: ``wait_until`` is woken by it instead of polling.
+    on_change: Callable[[], None] = lambda: None
     _view: RunView | None = attrs.field(default=None, init=False)
     _turn_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stop: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -153,6 +158,7 @@ class SubagentNode:
         self.status = "running"
         self._turn_running = True
         self._turn_done = trio.Event()
+        self.on_change()
         if self._liveness is not None:
             self._liveness.turn_started(trio.current_time())
         await self._channel.send(Inject(message=message))
@@ -182,6 +188,7 @@ class SubagentNode:
             task_status.started()
             return
         self.pid = proc.pid
+        self.on_change()
         assert proc.stdin is not None
         assert proc.stdout is not None
         assert proc.stderr is not None
@@ -258,6 +265,7 @@ class SubagentNode:
             await self.authority.release(self.handle)
         self._turn_done.set()
         self.ended.set()
+        self.on_change()
 
     # -- tasks inside the node ---------------------------------------------------------------------
 
@@ -295,9 +303,12 @@ class SubagentNode:
         if isinstance(message, Ready):
             if self.status == "starting":
                 self.status = "running"
+            self.ready.set()
+            self.on_change()
             self.log.info("subagent.ready", handle=self.handle, child_pid=message.pid)
         elif isinstance(message, Usage):
             self.usage_tokens += message.total
+            self.on_change()
             await self.authority.report_usage(self.handle, message)
         elif isinstance(message, Result):
             self._last = message
@@ -306,6 +317,7 @@ class SubagentNode:
             if self.warm and self._cancel_reason is None and message.status == "completed":
                 self.status = "awaiting_turn"
                 live.turn_finished(now)
+                self.on_change()
             else:
                 self._final = self._cancel_reason is None and self._failure is None
                 self._stop.set()

@@ -39,6 +39,7 @@ from agentd.supervisor.node import (
     SubagentNode,
     child_environment,
 )
+from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
 from agentd.telemetry import metrics
 from agentd.telemetry.names import TRACEPARENT, TRACESTATE
 
@@ -140,6 +141,8 @@ class Supervisor:
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
     _changed: trio.Event = attrs.field(init=False, factory=trio.Event)
+    #: Replaced on every observable change (see :meth:`wait_until`).
+    _state_changed: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     # -- the chokepoint ---------------------------------------------------------------------------
 
@@ -163,9 +166,10 @@ class Supervisor:
         node = SubagentNode(
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
-            settings=self.settings.node_settings(), fork_server=fork_server,
+            settings=self.settings.node_settings(), fork_server=fork_server, on_change=self.notify_changed,
         )
         self._nodes[admitted.handle] = node
+        self.notify_changed()
         if request.async_ or request.warm:
             await self.nursery.start(self._run_node, node)
         else:
@@ -173,6 +177,7 @@ class Supervisor:
         if node.start_error is not None:
             # No process (out of descriptors or processes): a retryable refusal, not a run that never was.
             self._nodes.pop(admitted.handle, None)
+            self.notify_changed()
             return self._refused(caller, Refusal(f"spawn refused: {node.start_error}", retryable=True,
                                                  cap="resources"))
         if request.warm:
@@ -191,11 +196,13 @@ class Supervisor:
                 try:
                     self._fork_server = await start_fork_server(
                         self.nursery, env=child_environment(os.environ), log=self.log,
-                        python=self.settings.node_settings().python)
+                        python=self.settings.node_settings().python, on_gone=self.notify_changed)
                 except (ForkServerGone, OSError, trio.TooSlowError) as exc:
                     self.log.warn("subagent.failed", handle="forkserver", reason=f"fork server: {exc}")
                     self.use_fork_server = False
                     return None
+                finally:
+                    self.notify_changed()
             return self._fork_server
 
     def _refused(self, caller: Caller, refusal: Refusal) -> Refusal:
@@ -217,6 +224,7 @@ class Supervisor:
         ended = [h for h, n in self._nodes.items() if n.ended.is_set()]
         for handle in ended[: max(0, len(ended) - ENDED_KEPT)]:
             del self._nodes[handle]
+        self.notify_changed()
 
     def _payload(self, admitted: Admission, request: SpawnRequest) -> RunPayload:
         config = dict(self.child_config)
@@ -250,6 +258,7 @@ class Supervisor:
         node = self._lookup(caller, handle)
         if not isinstance(node, Refusal) and node.ended.is_set():
             del self._nodes[handle]
+            self.notify_changed()
 
     def status(self, caller: Caller, handle: str) -> RunView | Refusal:
         node = self._lookup(caller, handle)
@@ -310,11 +319,62 @@ class Supervisor:
         """Wait until some node of this supervisor ends (capacity may have been freed)."""
         await self._changed.wait()
 
+    # -- observing it -----------------------------------------------------------------------------
+
+    def statistics(self) -> SupervisorStatistics:
+        """A snapshot of what this supervisor holds now (handles, statuses, pids; nothing secret)."""
+        server = self._fork_server
+        ledger = self.authority.ledger if isinstance(self.authority, LocalAuthority) else None
+        return SupervisorStatistics(
+            handle=self.handle, draining=self.draining,
+            nodes=tuple(NodeStatistics(handle=n.handle, status=n.status, pid=n.pid, ready=n.ready.is_set(),
+                                       ended=n.ended.is_set(), warm=n.warm, usage_tokens=n.usage_tokens)
+                        for n in self._nodes.values()),
+            fork_server_pid=server.proc.pid if server is not None and not server.gone else None,
+            tree_live=ledger.live if ledger is not None else None,
+            tokens_used=ledger.tokens_used if ledger is not None else None,
+        )
+
+    def notify_changed(self) -> None:
+        """Wake every :meth:`wait_until` (called by the nodes, the root's ledger and the fork server)."""
+        self._state_changed.set()
+        self._state_changed = trio.Event()
+
+    async def wait_until(self, predicate: Callable[[SupervisorStatistics], bool]) -> SupervisorStatistics:
+        """Wait until ``predicate(self.statistics())`` holds and return that snapshot.
+
+        Woken by each change (a node's pid, ready, status, usage or end; the root ledger's admissions,
+        releases and usage; the fork server starting or going; drain starting), never by polling.
+        Unbounded by itself: the caller bounds it (``fail_after``/``move_on_after``).
+        """
+        while True:
+            changed = self._state_changed
+            stats = self.statistics()
+            if predicate(stats):
+                return stats
+            await changed.wait()
+
+    async def wait_ready(self, handle: str) -> NodeStatistics:
+        """Wait until subagent ``handle`` said ``ready`` and return its statistics (with its pid).
+
+        Raises :class:`NotReady` if it ended without ever being ready (it could not start, crashed or
+        was cancelled first), and ``KeyError`` for a handle this supervisor does not hold. Unbounded by
+        itself: the caller bounds it.
+        """
+        node = self._nodes[handle]
+        stats = await self.wait_until(lambda _: node.ready.is_set() or node.ended.is_set())
+        if not node.ready.is_set():
+            raise NotReady(handle, node.view())
+        seen = stats.node(handle)
+        assert seen is not None
+        return seen
+
     # -- drain ----------------------------------------------------------------------------------
 
     async def drain(self, timeout: float | None = None) -> None:
         """Stop accepting spawns, let running work finish within ``timeout``, then cancel the rest."""
         self.draining = True
+        self.notify_changed()
         if isinstance(self.authority, LocalAuthority):
             self.authority.ledger.draining = True
         self.log.info("subagent.drain", live=len(self.live()))
@@ -337,6 +397,15 @@ class Supervisor:
             nursery.start_soon(first, self.wait_changed)
             for node in nodes:
                 nursery.start_soon(first, node.wait_turn)
+
+
+class NotReady(Exception):
+    """:meth:`Supervisor.wait_ready` on a subagent that ended before it said ``ready``."""
+
+    def __init__(self, handle: str, view: RunView) -> None:
+        super().__init__(f"subagent {handle} ended ({view.status}) before it was ready")
+        self.handle = handle
+        self.view = view
 
 
 def _ladder_bound(settings: SupervisorSettings) -> float:
@@ -375,7 +444,8 @@ async def open_supervisor(
         ledger = TreeLedger(settings.caps, root_scope=frozenset(servers), root=handle,
                             server_tags=dict(server_tags or {}))
         authority = LocalAuthority(
-            ledger, on_ceiling=lambda h: sup_ref[0].cancel_subtree_of(h, "token_ceiling") if sup_ref else None
+            ledger, on_ceiling=lambda h: sup_ref[0].cancel_subtree_of(h, "token_ceiling") if sup_ref else None,
+            on_change=lambda: sup_ref[0].notify_changed() if sup_ref else None,
         )
     async with trio.open_nursery() as nursery:
         sup = Supervisor(

@@ -109,6 +109,14 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     ]
 
 
+def offered_names() -> list[str]:
+    """The names of the tools :func:`register_subagent_tools` offers (``agentd check`` lists them)."""
+    from agentd.supervisor.graph import graph_tool
+
+    unbound: Any = None  # the handlers are never called: only the names are read
+    return [tool.name for tool in (*subagent_tools(unbound, unbound), graph_tool(unbound, unbound))]
+
+
 def register_subagent_tools(registry: ControlToolRegistry, supervisor: Supervisor, caller: Caller) -> None:
     """Offer the ``subagent.*`` tools and ``graph.run`` to one run."""
     from agentd.supervisor.graph import graph_tool

@@ -74,7 +74,8 @@ def test_exit_2_before_any_traffic(name: str, tmp_path: Path) -> None:
 def test_no_arguments_and_no_environment_is_usage() -> None:
     outcome = run_agentd([])
     assert outcome.code == 2 and outcome.stdout == ""
-    assert "--instruction" in outcome.events[0]["error"]
+    # a person typed bare ``agentd``: the short usage, then what is missing (tests/terminal has the rest)
+    assert outcome.stderr.startswith("usage: agentd") and "agentd: --instruction" in outcome.stderr
 
 
 def test_environment_errors_name_the_variable() -> None:

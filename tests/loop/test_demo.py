@@ -1,4 +1,4 @@
-"""scripts/demo end to end (server-everything + the offline model), and the trace printer it uses."""
+"""scripts/demo end to end (server-everything + the offline model), and the trace printer it uses (agentd trace)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import trio
 
-from scripts.trace import trace
+from agentd.terminal.trace import trace
 from tests.peers import launch
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
@@ -31,7 +31,8 @@ async def test_demo_runs_end_to_end() -> None:
     assert (doc["status"], doc["steps"], doc["partial"]) == ("exhausted_steps", 3, True)
     trace_text = done.stderr.decode()
     assert "offline test model" in trace_text
-    assert "-> everything/echo" in trace_text and "run ends: exhausted_steps (exit 7)" in trace_text
+    assert "→ echo on everything" in trace_text and "✗ exhausted_steps after 3 steps" in trace_text
+    assert "(exit 7)" in trace_text
 
 
 def test_trace_renders_every_story_event_and_passes_other_text() -> None:
@@ -53,8 +54,10 @@ def test_trace_renders_every_story_event_and_passes_other_text() -> None:
     out = io.StringIO()
     trace(lines, out)
     text = out.getvalue()
-    assert text.count("\n") == len(events)  # mcp.ping_missed hidden, the stray line shown
-    assert "t FAULT: 3 chars" in text and "reason: bad" in text and "not json at all" in text
+    # loop.final (run.end tells it) and mcp.ping_missed (info) hidden, the stray line shown
+    assert text.count("\n") == len(events) - 1
+    assert "← t: failed, 3 chars" in text and "rejected: bad" in text and "not json at all" in text
+    assert "12:00:00.123 | step 1 · 1 tool call · 5 tokens" in text
     everything = io.StringIO()
     trace(lines, everything, everything=True)
     assert "mcp.ping_missed" in everything.getvalue()

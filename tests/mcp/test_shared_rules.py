@@ -107,3 +107,20 @@ def test_server_framing_decodes_on_the_client_side() -> None:
 def test_exponential_backoff() -> None:
     assert [exponential(n, 0.5, 30.0) for n in range(0, 9)] == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert exponential(10**6, 0.5, 30.0) == 30.0
+
+
+def test_x_mcp_header_token_with_a_trailing_newline_is_invalid() -> None:
+    """Found by the header_rules fuzz target: ``^...$`` let ``"Foo\\n"`` through, and the client would have
+    sent a header named ``Mcp-Param-Foo\\n``."""
+    from agentd.mcp.streamable_http import invalid_header_annotation
+
+    schema = {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "Foo\n"}}}
+    assert invalid_header_annotation(schema) == "property 'a': x-mcp-header is not an HTTP token"
+
+
+def test_a_base64_wrapper_with_non_ascii_inside_stays_as_it_is() -> None:
+    """Found by atheris on the header_rules target: a header read as latin-1 may hold ``=?base64?\\xff?=``,
+    and ``b64decode`` raised ValueError on the non-ASCII text instead of the wrapper staying as it is."""
+    from agentd.mcp.streamable_http import decode_header_value
+
+    assert decode_header_value("=?base64?!\xff\xff?=") == "=?base64?!\xff\xff?="

@@ -30,16 +30,17 @@ APPLICABLE = ("server-initialize", "ping", "tools-list", "resources-list", "dns-
 
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.selfmcp.standalone"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    # As a context manager, so its stdout pipe is closed too (an open one is a ResourceWarning).
+    with subprocess.Popen([sys.executable, "-m", "tests.selfmcp.standalone"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:"), url
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 async def test_conformance_suite_all_applicable_scenarios_pass(tmp_path: Path) -> None:

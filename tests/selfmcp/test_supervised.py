@@ -103,5 +103,5 @@ async def test_retention_evicts_the_run_from_the_supervisor_too() -> None:
                 handles.append(done["structuredContent"]["handle"])
             while surface.runs:  # retention 0: each watcher evicts right after the terminal status
                 await trio.sleep(0.01)
-            assert not any(h in sup._nodes for h in handles)
+            assert not any(sup.statistics().node(h) for h in handles)
             nursery.cancel_scope.cancel()

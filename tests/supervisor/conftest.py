@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import trio
 
 from agentd.events import EventLog
 from agentd.supervisor.caps import Caps
@@ -30,13 +29,6 @@ from agentd.supervisor.supervisor import (
 ROOT = Caller(Origin.STDIO, "0")
 #: Short enough for tests, long enough that a child on a loaded 2-core machine still reacts in time.
 FAST_GRACES = Graces(cancel=2.0, eof=1.0, term=1.0)
-
-
-async def ready(sup: Supervisor, handle: str) -> None:
-    """Wait until the child said ``ready`` (its start-up time varies with machine load)."""
-    node = sup._nodes[handle]
-    while node.status == "starting":
-        await trio.sleep(0.02)
 
 
 def script(*steps: list[Any], **flags: Any) -> str:

@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from agentd.supervisor.liveness import LivenessSettings
-from tests.supervisor.conftest import ROOT, ready, req
+from tests.supervisor.conftest import ROOT, req
 
 
 @pytest.mark.parametrize(("steps", "reason"), [
@@ -31,11 +31,10 @@ async def test_a_child_killed_by_a_signal_is_reported_as_a_crash(root):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True))
-            node = sup._nodes["0.1"]
-            await ready(sup, "0.1")
+            child = await sup.wait_ready("0.1")
             import os
             import signal
-            os.kill(node.pid, signal.SIGKILL)
+            os.kill(child.pid, signal.SIGKILL)
             view = await sup.await_(ROOT, "0.1")
     assert view.status == "failed" and "killed by signal 9" in view.result["error"]
 
@@ -50,7 +49,7 @@ async def test_the_kill_ladder_reaches_each_rung(root, events, flags, rung):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True, flags=flags))
-            await ready(sup, "0.1")
+            await sup.wait_ready("0.1")
             view = await sup.cancel(ROOT, "0.1")
     assert view.status == "cancelled"
     assert events.named("subagent.exit", handle="0.1")[0]["rung"] == rung

@@ -10,7 +10,7 @@ import trio
 
 from agentd.supervisor.caps import Refusal
 from tests.peers import proctree
-from tests.supervisor.conftest import ROOT, ready, req, script
+from tests.supervisor.conftest import ROOT, req, script
 
 
 async def test_forked_children_run_sync_async_and_warm(root, events):
@@ -18,13 +18,12 @@ async def test_forked_children_run_sync_async_and_warm(root, events):
         async with root(fork_server=True) as sup:
             sync = await sup.spawn(ROOT, req(["usage", 2, 3], ["echo"]))
             assert (sync.status, sync.result["handle"]) == ("completed", "0.1")
-            server = sup._fork_server
-            assert server is not None
+            server_pid = sup.statistics().fork_server_pid
+            assert server_pid is not None
             # Forked, not re-executed: the child's parent is the fork server, in its own session.
             late = await sup.spawn(ROOT, req(["hang"], async_=True))
-            await ready(sup, late.handle)
-            pid = sup._nodes[late.handle].pid
-            assert proctree.descendants()[pid].ppid == server.proc.pid
+            pid = (await sup.wait_ready(late.handle)).pid
+            assert proctree.descendants()[pid].ppid == server_pid
             assert os.getsid(pid) == pid
             warm = await sup.spawn(ROOT, req(["echo"], warm=True))
             assert (await sup.send(ROOT, warm.handle, "again")).result["message"] == "again"
@@ -43,7 +42,7 @@ async def test_the_ladder_reaches_each_rung_for_forked_children(root, events, fl
     with trio.fail_after(40):
         async with root(fork_server=True) as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True, flags=flags))
-            await ready(sup, "0.1")
+            await sup.wait_ready("0.1")
             view = await sup.cancel(ROOT, "0.1")
     assert view.status == "cancelled"
     assert events.named("subagent.exit", handle="0.1")[0]["rung"] == rung
@@ -57,8 +56,7 @@ async def test_failures_are_reported_for_forked_children(root):
             garbage = await sup.spawn(ROOT, req(["garbage"]))
             assert "bad frame" in garbage.result["error"]
             await sup.spawn(ROOT, req(["hang"], async_=True))
-            await ready(sup, "0.3")
-            os.kill(sup._nodes["0.3"].pid, signal.SIGKILL)
+            os.kill((await sup.wait_ready("0.3")).pid, signal.SIGKILL)
             killed = await sup.await_(ROOT, "0.3")
             assert "killed by signal 9" in killed.result["error"]
 
@@ -67,11 +65,13 @@ async def test_losing_the_fork_server_fails_its_children_and_the_next_spawn_star
     with trio.fail_after(40):
         async with root(fork_server=True) as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True))
-            await ready(sup, "0.1")
-            server = sup._fork_server
-            server.proc.kill()
+            await sup.wait_ready("0.1")
+            server_pid = sup.statistics().fork_server_pid
+            os.kill(server_pid, signal.SIGKILL)
             gone = await sup.await_(ROOT, "0.1")
             assert gone.status == "failed"
+            assert (await sup.wait_until(lambda s: s.fork_server_pid is None)).fork_server_pid is None
             after = await sup.spawn(ROOT, req(["result", "still spawning"]))
             assert after.result == "still spawning"
             assert not isinstance(after, Refusal)
+            assert sup.statistics().fork_server_pid not in (None, server_pid)

@@ -22,11 +22,12 @@ def scripted(request, handle):
 async def main():
     async with open_supervisor(test_script=scripted, fork_server=sys.argv[1] == "fork") as sup:
         await sup.spawn(Caller(Origin.STDIO), SpawnRequest(sys.argv[2], async_=True))
-        while len(sup.authority.ledger.live) < 2 or any(n.status == "starting" for n in sup.live()):
-            await trio.sleep(0.05)
+        stats = await sup.wait_until(lambda s: len(s.tree_live) >= 2 and all(n.ready for n in s.live))
         await trio.sleep(0.5)
-        print(json.dumps([n.pid for n in sup.live()] + [sup._fork_server.proc.pid] if sup._fork_server else
-                         [n.pid for n in sup.live()]), flush=True)
+        pids = list(stats.live_pids)
+        if stats.fork_server_pid is not None:
+            pids.append(stats.fork_server_pid)
+        print(json.dumps(pids), flush=True)
         await trio.sleep_forever()
 
 trio.run(main)
@@ -49,23 +50,24 @@ def _descendants_of(root: int) -> set[int]:
 @pytest.mark.parametrize("mode", ["re-exec", "fork"])
 def test_sigkilling_the_supervisor_process_leaves_no_process_of_its_tree(mode, no_leftover_children):
     child_script = script(["spawn_async", {"instruction": script(["hang"])}], ["hang"])
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, mode, child_script], stdout=subprocess.PIPE,
-                              cwd=os.getcwd(), start_new_session=True)
-    try:
-        line = holder.stdout.readline()
-        assert line, "the holder died before its tree was up"
-        tree = _descendants_of(holder.pid)
-        assert len(tree) >= (3 if mode == "fork" else 2)
-        holder.kill()
-        holder.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while any(_alive(p) for p in tree) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [p for p in tree if _alive(p)], "orphans survived the supervisor"
-    finally:
-        if holder.poll() is None:
+    # As a context manager, so the holder's stdout pipe is closed however the test ends.
+    with subprocess.Popen([sys.executable, "-c", _HOLDER, mode, child_script], stdout=subprocess.PIPE,
+                          cwd=os.getcwd(), start_new_session=True) as holder:
+        try:
+            line = holder.stdout.readline()
+            assert line, "the holder died before its tree was up"
+            tree = _descendants_of(holder.pid)
+            assert len(tree) >= (3 if mode == "fork" else 2)
             holder.kill()
-            holder.wait()
+            holder.wait(timeout=10)
+            deadline = time.monotonic() + 10
+            while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not [p for p in tree if _alive(p)], "orphans survived the supervisor"
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
 
 
 async def test_idle_children_outlive_trio_worker_threads(root):

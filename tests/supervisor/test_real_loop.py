@@ -26,7 +26,7 @@ async def test_a_real_child_runs_the_loop_and_reports_usage(events, no_leftover_
             async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env={"GW_TOKEN": "tok-abcdef"},
                                             fork_server=fork_server) as sup:
                 view = await sup.spawn(ROOT, SpawnRequest("find the answer", output_contract="JSON {answer}"))
-                used = sup.authority.ledger.tokens_used
+                used = sup.statistics().tokens_used
     assert (view.status, view.done) == ("completed", True), view
     assert view.result == {"answer": 42}
     assert used == 42
@@ -70,7 +70,7 @@ async def test_the_drain_latch_stops_spawns_and_drains_the_root_supervisor(event
             quick = await sup.spawn(ROOT, req(["sleep", 0.5], ["result", "finished in time"], async_=True))
             slow = await sup.spawn(ROOT, req(["hang"], async_=True))
             latch.request("SIGTERM")
-            await trio.sleep(0.05)
+            await sup.wait_until(lambda s: s.draining)
             refused = await sup.spawn(ROOT, req(["echo"]))
             assert isinstance(refused, Refusal) and "draining" in refused.message
             assert (await sup.await_(ROOT, quick.handle)).result == "finished in time"

@@ -59,7 +59,8 @@ async def test_ended_subagents_release_their_descriptors(root, fork_server):
             crashed = await sup.spawn(ROOT, req(["crash", 3]))
             assert crashed.status == "failed"
             # Ten ended children, all still readable by handle, none holding a descriptor.
-            assert len(sup._nodes) == 11
+            stats = sup.statistics()
+            assert len(stats.nodes) == 11 and stats.counts == {"completed": 10, "failed": 1}
             assert open_fds() == baseline
 
 
@@ -78,6 +79,7 @@ async def test_out_of_descriptors_is_a_retryable_refusal_and_leaks_nothing(root,
                 assert "Too many open files" in refused.message
             assert open_fds() == baseline  # nothing half-taken stays open
             assert [e["cap"] for e in events.named("subagent.refused")] == ["resources", "resources"]
-            assert not sup.live() and ROOT.handle not in sup._nodes
+            stats = sup.statistics()  # the refused spawns left no node behind
+            assert stats.live == () and [n.handle for n in stats.nodes] == ["0.1"]
             again = await sup.spawn(ROOT, req(["result", "fine again"]))
             assert not isinstance(again, Refusal) and again.result == "fine again"

@@ -6,7 +6,7 @@ import trio
 
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin
-from tests.supervisor.conftest import ROOT, ready, req
+from tests.supervisor.conftest import ROOT, req
 
 
 async def test_sync_spawn_returns_the_distilled_result(root, events):
@@ -39,7 +39,7 @@ async def test_await_reports_still_running_after_its_bound(root):
             await sup.spawn(ROOT, req(["hang"], async_=True))
             view = await sup.await_(ROOT, "0.1", timeout=0.5)
             assert view.done is False and view.status == "running"
-            await ready(sup, "0.1")
+            await sup.wait_ready("0.1")
             view = await sup.await_(ROOT, "0.1", timeout=0.5)
             assert view.done is False and view.status == "running"
 
@@ -63,7 +63,7 @@ async def test_send_to_a_busy_or_cold_session_is_refused(root):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True))
-            await ready(sup, "0.1")
+            await sup.wait_ready("0.1")
             refused = await sup.send(ROOT, "0.1", "hello")
             assert isinstance(refused, Refusal) and "not awaiting a message" in refused.message
 
@@ -91,8 +91,8 @@ async def test_cancel_ends_a_running_subagent_at_the_first_rung(root, events):
     with trio.fail_after(20):
         async with root() as sup:
             await sup.spawn(ROOT, req(["usage", 3, 4], ["hang"], async_=True))
-            await ready(sup, "0.1")
-            await trio.sleep(0.2)
+            await sup.wait_ready("0.1")
+            await sup.wait_until(lambda s: s.node("0.1").usage_tokens == 7)  # past its usage step
             view = await sup.cancel(ROOT, "0.1", "changed my mind")
     assert (view.status, view.done, view.partial) == ("cancelled", True, True)
     assert view.result == {"cancelled": "changed my mind"}
@@ -128,15 +128,16 @@ async def test_secrets_travel_in_the_payload_never_argv_or_env(root, tmp_path):
                 {"name": "web", "url": "http://127.0.0.1:2/mcp", "headers": {"X": "{{secret:OTHER}}"}},
             ]}
             node_view = await sup.spawn(ROOT, req(["hang"], async_=True, tool_scope=("fs",)))
-            node = sup._nodes[node_view.handle]
-            await ready(sup, node.handle)
-            assert node.payload.secrets == {"TOKEN": secret}
-            assert [s["name"] for s in node.payload.config["mcp_servers"]] == ["fs"]
+            pid = (await sup.wait_ready(node_view.handle)).pid
+            # The payload holds secrets, so it is deliberately not part of statistics(): read it directly.
+            payload = sup._nodes[node_view.handle].payload
+            assert payload.secrets == {"TOKEN": secret}
+            assert [s["name"] for s in payload.config["mcp_servers"]] == ["fs"]
             for name in ("environ", "cmdline"):
-                blob = (trio.Path(f"/proc/{node.pid}") / name)
+                blob = (trio.Path(f"/proc/{pid}") / name)
                 data = await blob.read_bytes()
                 assert secret.encode() not in data and b"unrelated-secret" not in data
-            env = dict(kv.split(b"=", 1) for kv in (await (trio.Path(f"/proc/{node.pid}") / "environ").read_bytes()).split(b"\0") if b"=" in kv)
+            env = dict(kv.split(b"=", 1) for kv in (await (trio.Path(f"/proc/{pid}") / "environ").read_bytes()).split(b"\0") if b"=" in kv)
             assert env[b"AGENT_SUBAGENT"] == b"1"
 
 
@@ -184,7 +185,7 @@ async def test_a_spaced_secret_reference_reaches_the_child_and_nothing_beyond_it
         async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env=env, fork_server=False,
                                         test_script=_from_instruction) as sup:
             first = await sup.spawn(ROOT, req(["echo"], warm=True, tool_scope=("fs",)))
-            pid = sup._nodes[first.handle].pid
+            pid = sup.statistics().node(first.handle).pid
             proc = trio.Path(f"/proc/{pid}")
             environ, cmdline = await (proc / "environ").read_bytes(), await (proc / "cmdline").read_bytes()
             await sup.cancel(ROOT, first.handle, "done")

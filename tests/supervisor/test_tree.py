@@ -44,8 +44,7 @@ async def test_children_and_total_caps_are_refused_as_data(root):
         async with root(max_children=2, max_subagents=3) as sup:
             await sup.spawn(ROOT, req(["hang"], async_=True))
             await sup.spawn(ROOT, req(["spawn_async", nested(["hang"])], ["hang"], async_=True))
-            while "0.2.1" not in sup.authority.ledger.live:
-                await trio.sleep(0.05)
+            await sup.wait_until(lambda s: "0.2.1" in s.tree_live)
             over = await sup.spawn(ROOT, req(["echo"]))
             assert over == Refusal("spawn refused: max_subagents=3 reached at handle 0", retryable=True,
                                    cap="max_subagents")
@@ -71,7 +70,7 @@ async def test_the_subtree_that_passes_the_token_ceiling_is_cancelled_partial(ro
         async with root(token_ceiling=1000) as sup:
             view = await sup.spawn(ROOT, req(["spawn", nested(["usage", 900, 200], ["hang"])], ["hang"]))
             assert (view.status, view.partial, view.done) == ("cancelled", True, True)
-            assert sup.authority.ledger.tokens_used == 1100
+            assert sup.statistics().tokens_used == 1100
             refused = await sup.spawn(ROOT, req(["echo"]))
             assert refused.message == "spawn refused: token_ceiling=1000 reached (the tree used 1100 tokens)"
     assert events.named("subagent.cancel", handle="0.1")[0]["reason"] == "token_ceiling"
@@ -86,7 +85,7 @@ async def test_cancelling_a_parent_ends_its_whole_subtree_deepest_first(root, ev
             while len(tree := [p for p in proctree.descendants() if p not in before]) < 3:  # admitted, then started
                 await trio.sleep(0.05)
             await sup.cancel(ROOT, "0.1")
-            assert sup.authority.ledger.live == frozenset()
+            assert sup.statistics().tree_live == frozenset()
             assert not [p for p in proctree.descendants() if p in tree]
 
 
@@ -96,13 +95,12 @@ async def test_a_sigkilled_middle_child_takes_its_subtree_along(root):
     with trio.fail_after(30):
         async with root() as sup:
             await sup.spawn(ROOT, req(["spawn", nested(["hang"])], async_=True))
-            while len(sup.authority.ledger.live) < 2:
-                await trio.sleep(0.05)
-            os.kill(sup._nodes["0.1"].pid, signal.SIGKILL)
+            await sup.wait_until(lambda s: len(s.tree_live) == 2)
+            os.kill(sup.statistics().node("0.1").pid, signal.SIGKILL)
             view = await sup.await_(ROOT, "0.1")
             assert view.status == "failed"
             # The grandchild sees its parent die (pidfd) and exits; the ledger forgets the subtree.
-            assert sup.authority.ledger.live == frozenset()
+            assert sup.statistics().tree_live == frozenset()
 
 
 async def test_drain_lets_running_work_finish_then_cancels_the_rest(root):
@@ -113,7 +111,7 @@ async def test_drain_lets_running_work_finish_then_cancels_the_rest(root):
             idle = await sup.spawn(ROOT, req(["echo"], warm=True))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sup.drain, 2.0)
-                await trio.sleep(0.1)
+                await sup.wait_until(lambda s: s.draining)
                 refused = await sup.spawn(ROOT, req(["echo"]))
                 assert isinstance(refused, Refusal) and "draining" in refused.message
             assert sup.status(ROOT, quick.handle).result == "done"
