@@ -7,9 +7,8 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 import trio
-from trio_websocket import ConnectionRejected, open_websocket_url
+from trio_websocket import open_websocket_url
 
 from agentd.config.model import Config
 from agentd.daemon import main
@@ -26,7 +25,7 @@ async def _serving(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) 
 
     async def daemon() -> None:
         with use_drain(latch):
-            await main(cfg, log=EventLog(sink=events.append), env=env)
+            await main(cfg, log=EventLog(sink=events.append, level=cfg.log_level), env=env)
 
     nursery.start_soon(daemon)
     with trio.fail_after(20):
@@ -40,7 +39,8 @@ async def test_a_subscriber_sees_the_run_tree_and_the_event_lines():
     async with scripted_gateway([text("done", usage={"prompt_tokens": 3, "completion_tokens": 2})]) as gw, \
             trio.open_nursery() as nursery:
         base, latch, events = await _serving(nursery, ["--instruction", "go", "--intelligence", gw.url,
-                                                       "--serve-mcp", "http://127.0.0.1:0/mcp"], {})
+                                                       "--serve-mcp", "http://127.0.0.1:0/mcp",
+                                                       "--log-level", "debug"], {})
         with trio.fail_after(20):
             while not any(e["event"] == "run.end" for e in events):
                 await trio.sleep(0.02)
@@ -51,16 +51,17 @@ async def test_a_subscriber_sees_the_run_tree_and_the_event_lines():
                     got.append(json.loads(await ws.get_message()))
             node = next(m for m in got if m.get("event") == "tree.node")
             assert (node["handle"], node["parent"], node["steps"], node["tokens"]) == ("0", None, 1, 5)
-            # lines logged from now on arrive live, in the stderr vocabulary (the drain's, here)
-            latch.request("test")
+            # a line logged from now on arrives live, in the stderr vocabulary: a new MCP session's
+            async with httpx.AsyncClient() as client:
+                await client.post(base + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+                    headers={"accept": "application/json, text/event-stream"})
             with trio.fail_after(10):
-                while not any(m.get("event") == "drain.start" for m in got):
-                    try:
-                        got.append(json.loads(await ws.get_message()))
-                    except Exception:
-                        break
-    assert any(m.get("event") == "serve.start" for m in got) is False  # the snapshot holds nodes, not history
-    assert {"ts", "level", "event", "run_id"} <= set(next(m for m in got if m.get("event") != "tree.node"))
+                while not any(m.get("event") == "serve.session" for m in got):
+                    got.append(json.loads(await ws.get_message()))
+        latch.request("test")
+    line = next(m for m in got if m.get("event") == "serve.session")
+    assert {"ts", "level", "event", "run_id", "agent_path", "comp", "pid"} <= set(line)
 
 
 async def test_events_needs_the_bearer_and_survives_a_hostile_upgrade():
@@ -69,17 +70,14 @@ async def test_events_needs_the_bearer_and_survives_a_hostile_upgrade():
         base, latch, _ = await _serving(nursery, ["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp",
                                                   "--serve-bearer", "{{secret:SERVE_TOKEN}}"], env)
         ws_url = base.replace("http://", "ws://") + "/events"
-        with pytest.raises(ConnectionRejected) as rejected:
-            async with open_websocket_url(ws_url):
-                pass
-        assert rejected.value.status_code == 403
-        with pytest.raises(ConnectionRejected):
-            async with open_websocket_url(ws_url, extra_headers=[("Authorization", "Bearer wrong-token-99")]):
-                pass
-        async with open_websocket_url(ws_url, extra_headers=[("Authorization", "Bearer serve-token-1234")]) as ws:
+        port = int(base.rsplit(":", 1)[1])
+        # without the token, or with a wrong one: HTTP 403 before the WebSocket handshake
+        for auth in (b"", b"Authorization: Bearer wrong-token-99\r\n"):
+            assert (await _upgrade(port, auth)).startswith(b"HTTP/1.1 403")
+        assert (await _upgrade(port, b"Authorization: Bearer serve-token-1234\r\n")).startswith(b"HTTP/1.1 101")
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", b"Bearer serve-token-1234")]) as ws:
             await ws.send_message("ignored")
         # GET /events with Upgrade: websocket and one trailing byte: that connection fails, the daemon does not
-        port = int(base.rsplit(":", 1)[1])
         for trailing in (b"", b"x"):
             sock = await trio.open_tcp_stream("127.0.0.1", port)
             async with sock:
@@ -93,6 +91,17 @@ async def test_events_needs_the_bearer_and_survives_a_hostile_upgrade():
             assert (await client.get(base + "/readyz")).status_code == 200
             assert (await client.get(base + "/events")).status_code == 404  # plain GET: no stream
         latch.request("test")
+
+
+async def _upgrade(port: int, extra: bytes) -> bytes:
+    """The first bytes of the answer to a raw WebSocket upgrade request for /events."""
+    sock = await trio.open_tcp_stream("127.0.0.1", port)
+    async with sock:
+        await sock.send_all(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" + extra
+                            + b"\r\n")
+        with trio.fail_after(10):
+            return await sock.receive_some(65536)
 
 
 async def test_agentd_top_draws_the_tree_in_a_pty_and_quits_on_q():
