@@ -7,6 +7,8 @@
     agentd run MANIFEST [...]       an agent manifest against a host config (agentd.connections)
     agentd transcript ...           durable transcripts (agentd.connections)
     agentd journal list|show|export the durable run journal (agentd.journal)
+    agentd report FILE              a --report-file as tables for a person (stdout is text, not JSON)
+    agentd top URL                  a serving daemon's live run tree in the terminal (stdout is the screen)
     agentd trace FILE               a saved event log told for a person (agentd.terminal)
 
 stdout carries exactly one JSON document (``--output human``: the same document drawn for a person);
@@ -130,6 +132,12 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             return _check(argv[1:], env, promise)
         if argv and argv[0] in ("run", "transcript"):
             return _delegate(argv[0], argv[1:], promise)
+        if argv and argv[0] == "report":
+            return _report(argv[1:])
+        if argv and argv[0] == "top":
+            from agentd.telemetry.top import top_main
+
+            return top_main(argv[1:], env)
         if argv and argv[0] == "journal":
             from agentd.config.argv import flag_named
             from agentd.journal.cli import journal_main
@@ -270,6 +278,29 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     else:
         promise.write(doc)
     return int(code)
+
+
+def _report(args: list[str]) -> int:
+    """``agentd report FILE [--json]``: a ``--report-file`` as tables for a person (``--json``: the documents)."""
+    import argparse
+
+    from agentd.telemetry.report import load, render
+
+    parser = argparse.ArgumentParser(prog="agentd report", description="Render a --report-file for a person.")
+    parser.add_argument("file", help="the file --report-file wrote")
+    parser.add_argument("--json", action="store_true", help="print the documents as one JSON object instead")
+    options = parser.parse_args(args)
+    try:
+        docs = load(options.file)
+    except (OSError, ValueError) as exc:
+        _fail(f"agentd report {options.file}: cannot read ({getattr(exc, 'strerror', None) or exc})", 2)
+        return 2
+    if options.json:
+        _print_json({"trees": docs})
+    else:
+        sys.stdout.write(render(docs))
+        sys.stdout.flush()
+    return 0
 
 
 def _control_tools(config: Config) -> list[str]:

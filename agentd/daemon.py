@@ -24,24 +24,38 @@ import contextlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
+from agentd import telemetry
 from agentd.config.model import Config
 from agentd.errors import ConfigError
-from agentd.events import EventLog, stream_sink
+from agentd.events import EventLog, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
 from agentd.journal.store import JournalStore
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
 from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
+from agentd.secrets import SecretResolver
 from agentd.supervisor.messages import Usage as UsageFrame
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
 from agentd.supervisor.wiring import open_root_supervisor
+from agentd.telemetry import metrics
+from agentd.telemetry.health import Health, current_health, use_health
+from agentd.telemetry.stream import EventBus, use_bus
+
+if TYPE_CHECKING:
+    from agentd.transport.serve import ServeConfig
+
+#: How long the last export of spans may take when the daemon ends.
+FINAL_FLUSH_TIMEOUT = 5.0
+#: Open connections the metrics listener accepts (scrapers are few).
+METRICS_MAX_CONNECTIONS = 16
 
 
 class ModeRunner(Protocol):
@@ -102,6 +116,38 @@ async def main(
     runner = MODES.get(cfg.mode)
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode!r} is not a mode (once, loop, schedule, reactive)")
+    _start_tracing(cfg, env, log)
+    if cfg.metrics_addr is not None:
+        metrics.enable()
+    recorder = None
+    if cfg.report_file is not None:
+        from agentd.telemetry.report import Recorder
+
+        recorder = Recorder(caps={"token_ceiling": cfg.token_ceiling, "max_tokens": cfg.max_tokens,
+                                  "max_steps": cfg.max_steps, "max_depth": cfg.max_depth,
+                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents})
+        log = log.bind(sink=_tee(log.sink, recorder.record))
+    bus = EventBus()
+    if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
+        log = log.bind(sink=_tee(log.sink, bus.publish))
+    with (use_health(Health(mode=cfg.mode)), use_bus(bus),
+          telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
+        try:
+            return await _main(cfg, log, runner, env, run_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await telemetry.flush(FINAL_FLUSH_TIMEOUT)
+            if recorder is not None and cfg.report_file is not None:
+                try:
+                    recorder.write(cfg.report_file)
+                except OSError as exc:
+                    log.warn("config.warning", warning=f"--report-file {cfg.report_file}: not written "
+                                                       f"({exc.strerror})")
+
+
+async def _main(
+    cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str
+) -> RunResult:
     board = StatusBoard()
     escaped: ConfigError | None = None
     environ = os.environ if env is None else env
@@ -113,7 +159,10 @@ async def main(
         open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor,
         trio.open_nursery() as daemon,
     ):
+        await _start_observing(cfg, log, daemon, env)
         served = await _start_serving(cfg, log, daemon, env, supervisor, board)
+        if (health := current_health()) is not None:
+            health.started = True
         try:
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
@@ -141,6 +190,63 @@ async def main(
     if escaped is not None:
         raise escaped
     return result
+
+
+def _tee(first: Sink, second: Sink) -> Sink:
+    def both(line: dict[str, Any]) -> None:
+        second(line)
+        first(line)
+
+    return both
+
+
+async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None) -> None:
+    """The daemon's own observability tasks: heartbeat, health file, metrics listener, span exporter."""
+    health = current_health()
+    if health is not None:
+        daemon.start_soon(health.heartbeat)
+        if cfg.health_file is not None:
+            daemon.start_soon(health.write_file, cfg.health_file)
+    if telemetry.enabled():
+        daemon.start_soon(telemetry.run_exporter)
+    if cfg.metrics_addr is not None:
+        from agentd.transport.observe_app import serve_metrics  # hypercorn: only for a daemon with metrics
+
+        resolver = SecretResolver(env=env, redactor=log.redactor)
+        bearer = resolver.resolve(cfg.serve_bearer) if cfg.serve_bearer else None
+        await daemon.start(serve_metrics, metrics_serve_config(cfg, bearer), log)
+
+
+def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
+    """``--metrics-addr`` as a listener: TLS (and mTLS) with the self-MCP's files when they are given."""
+    from agentd.transport.serve import ServeConfig
+
+    assert cfg.metrics_addr is not None
+    tls = cfg.serve_cert is not None and cfg.serve_key is not None
+    return ServeConfig(
+        url=f"{'https' if tls else 'http'}://{cfg.metrics_addr}/metrics",
+        cert=Path(cfg.serve_cert) if tls and cfg.serve_cert else None,
+        key=Path(cfg.serve_key) if tls and cfg.serve_key else None,
+        client_ca=Path(cfg.serve_client_ca) if tls and cfg.serve_client_ca else None,
+        bearer=bearer,
+        max_connections=METRICS_MAX_CONNECTIONS,
+        max_per_client=METRICS_MAX_CONNECTIONS,
+    )
+
+
+def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) -> None:
+    """``--otel``: trace this process (OTEL_SDK_DISABLED=true wins); settings from the OTEL_* variables.
+    Exporter header values (an API key, say) are secrets: registered with the log's redactor."""
+    if not cfg.otel:
+        return
+    from agentd.telemetry.settings import OtelSettings, sdk_disabled
+
+    environ = os.environ if env is None else env
+    if not sdk_disabled(environ):
+        settings = OtelSettings.from_env(environ, log_content=cfg.log_content)
+        for value in settings.headers.values():
+            log.redactor.add(value)
+        telemetry.enable(settings)
 
 
 async def _start_serving(

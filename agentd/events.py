@@ -1,7 +1,8 @@
 """Structured events: one JSON object per line, a fixed schema and a closed vocabulary.
 
 Every component logs through an :class:`EventLog`. A line always holds ``ts`` (RFC 3339 UTC, ms),
-``level``, ``event``, ``run_id``, ``agent_path``, ``comp`` and ``pid``; the event's own fields follow.
+``level``, ``event``, ``run_id``, ``agent_path``, ``comp`` and ``pid`` (and ``trace_id``/``span_id`` of the
+current span while tracing is on); the event's own fields follow.
 Event names must be in :data:`VOCABULARY` (docs/events.md lists them with their fields), so a typo is a
 test failure instead of a silently new event.
 
@@ -34,6 +35,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from agentd import jsontext as json_text
+from agentd import telemetry
 
 LEVELS: Final = {"debug": 10, "info": 20, "warn": 30, "error": 40}
 
@@ -247,6 +249,9 @@ class EventLog:
             "comp": self.comp,
             "pid": os.getpid(),
         }
+        ids = telemetry.log_ids()
+        if ids is not None:
+            line.update(ids)
         for key, value in fields.items():
             line[key] = self._clean(value, 0)
         self.sink(line)

@@ -49,6 +49,8 @@ from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
 from agentd.secrets import SecretResolver
+from agentd.telemetry import metrics
+from agentd.telemetry.spans import agent_span, end_agent_span
 
 
 class ConnectDeadline(AgentdError):
@@ -368,27 +370,33 @@ async def run_config(
             return journaled.recorded
         request = journaled.request
     gateway = Gateway.of(cfg)
-    started(log, mode=cfg.mode, servers=[s.name for s in declared],
-            instruction=log.content(request.instruction), intelligence=gateway.shown(), model=cfg.model,
-            max_steps=request.limits.max_steps, max_tokens=request.limits.max_tokens,
-            deadline=request.limits.deadline)
-    resolver = SecretResolver(env=env, redactor=log.redactor)
-    try:
-        async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
-                            deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers) as opened:
-            # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
-            rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
-            result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,
-                                    on_usage=on_usage, peers=opened.peers,
-                                    journal=journaled.recorder if journaled is not None else None)
-    except BaseException as exc:
-        reraise_if_not_an_outcome(exc, log)
-        if isinstance(flatten(exc), ConnectDeadline):
-            log.warn("loop.budget", budget=RunStatus.DEADLINE.value, steps=0, max_steps=request.limits.max_steps,
-                     tokens=0, max_tokens=request.limits.max_tokens, deadline=request.limits.deadline)
-        result = outcome_of(exc, run_id=run_id, log=log)
-    await journal_end(journaled, result)
-    ended(log, result)
+    # The run's span covers opening (handshakes, listings) as well as the loop: one span per run.
+    with agent_span(log.agent_path, run_id, cfg.model, request.instruction) as span:
+        started(log, mode=cfg.mode, servers=[s.name for s in declared],
+                instruction=log.content(request.instruction), intelligence=gateway.shown(), model=cfg.model,
+                max_steps=request.limits.max_steps, max_tokens=request.limits.max_tokens,
+                deadline=request.limits.deadline)
+        resolver = SecretResolver(env=env, redactor=log.redactor)
+        try:
+            async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
+                                deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers) as opened:
+                # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
+                rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
+                result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,
+                                        on_usage=on_usage, peers=opened.peers,
+                                        journal=journaled.recorder if journaled is not None else None)
+        except BaseException as exc:
+            reraise_if_not_an_outcome(exc, log)
+            if isinstance(flatten(exc), ConnectDeadline):
+                log.warn("loop.budget", budget=RunStatus.DEADLINE.value, steps=0,
+                         max_steps=request.limits.max_steps, tokens=0, max_tokens=request.limits.max_tokens,
+                         deadline=request.limits.deadline)
+            result = outcome_of(exc, run_id=run_id, log=log)
+        await journal_end(journaled, result)
+        metrics.run_ended(result.status.value)
+        end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
+                       result.usage.completion_tokens)
+        ended(log, result)
     return result
 
 

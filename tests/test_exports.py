@@ -23,6 +23,11 @@ PINNED: dict[str, list[str]] = {
         "process_era_cache",
     ],
     "agentd.config": ["Config", "McpServerConfig", "TlsConfig", "parse_duration"],
+    "agentd.telemetry": [
+        "NOOP", "Span", "SpanKind", "child_settings", "content_allowed", "context_of", "current_span", "disable",
+        "enable", "enabled", "flush", "inject", "log_ids", "mark_error", "remote_parent", "run_exporter", "span",
+        "start_span",
+    ],
     "agentd.intelligence": [
         "OFFLINE", "OFFLINE_MODEL_NAME", "WIRE_NAME", "Breaker", "BreakerState", "ChatTool", "GatewayError",
         "Intelligence", "ModelReply", "ToolCall", "ToolNameMap", "Usage", "completions_url", "example_value",

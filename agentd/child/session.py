@@ -26,6 +26,7 @@ import trio
 
 from agentd.child.context import ChildContext, TurnRunner
 from agentd.child.parent import die_with_parent, wait_parent_gone
+from agentd.events import EventLog, stream_sink
 from agentd.supervisor.authority import RemoteAuthority
 from agentd.supervisor.channel import ControlChannel
 from agentd.supervisor.messages import (
@@ -108,6 +109,7 @@ class _Session:
             with self._session_scope:
                 async with open_supervisor(
                     settings=settings, authority=self._authority, handle=self.payload.handle,
+                    log=_supervisor_log(self.payload),
                     telemetry=self.payload.telemetry, child_config=self.payload.config,
                     secrets=self.payload.secrets,
                     test_script=_nested_script if self.payload.test is not None else None,
@@ -211,3 +213,15 @@ async def _report_failure(channel: ControlChannel, reason: str) -> None:
             await channel.send(Failed(reason=reason[:2000]))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+def _supervisor_log(payload: RunPayload) -> EventLog:
+    """The nested supervisor's log: JSON lines on this child's stderr, which its parent relays upward, so a
+    grandchild's lines (relayed here as ``subagent.stderr``) reach the root too."""
+    telemetry = payload.telemetry
+    log = EventLog(sink=stream_sink(sys.stderr), level=str(telemetry.get("log_level", "info")),
+                   log_content=bool(telemetry.get("log_content", False)), run_id=str(telemetry.get("run_id", "")),
+                   agent_path=payload.handle, comp="supervisor")
+    for value in payload.secrets.values():
+        log.redactor.add(value)
+    return log

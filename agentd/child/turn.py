@@ -12,8 +12,14 @@ import json
 import sys
 from typing import Any
 
+import trio
+
+from agentd import telemetry as tracing
 from agentd.child.context import ChildContext
 from agentd.supervisor.messages import Result
+
+#: How long a child may spend exporting its spans at the end of a turn (the parent waits for the result).
+TURN_FLUSH_TIMEOUT = 3.0
 
 
 async def loop_turn(ctx: ChildContext, message: str) -> Result:
@@ -45,12 +51,27 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
         seed.append({"role": "user", "content": "Results of the steps this task depends on:\n"
                      + json.dumps(payload.context, ensure_ascii=False, default=str)})
     seed.extend(ctx.history)
-    result = await run_config(
-        cfg, run_id=f"{log.run_id}/{payload.handle}" if log.run_id else payload.handle, log=log,
-        env=payload.secrets, instruction=message, output_contract=payload.output_contract, servers=cfg.mcp,
-        limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline),
-        controls=registry, on_usage=on_usage, seed=seed,
-    )
+    otel = telemetry.get("otel")
+    if isinstance(otel, dict):  # the root traces: so does every descendant, into the same trace
+        from agentd.telemetry.settings import OtelSettings
+
+        settings = OtelSettings.from_wire(otel)
+        for value in settings.headers.values():
+            log.redactor.add(value)
+        tracing.enable(settings)
+
+    try:
+        with tracing.remote_parent(telemetry):
+            result = await run_config(
+                cfg, run_id=f"{log.run_id}/{payload.handle}" if log.run_id else payload.handle, log=log,
+                env=payload.secrets, instruction=message, output_contract=payload.output_contract,
+                servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
+                                               deadline=cfg.deadline),
+                controls=registry, on_usage=on_usage, seed=seed,
+            )
+    finally:
+        with trio.CancelScope(shield=True):
+            await tracing.flush(TURN_FLUSH_TIMEOUT)
     ctx.history.extend([{"role": "user", "content": message},
                         {"role": "assistant", "content": json.dumps(result.result, default=str)}])
     # A child that answered with JSON hands its parent the value, not a string holding it.

@@ -11,12 +11,14 @@ gone is reported to the shared :class:`~agentd.client.liveness.Liveness`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 import trio
 
+from agentd import telemetry
 from agentd.client.errors import ResponseStreamBroken
 from agentd.client.liveness import Liveness
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
@@ -44,6 +46,9 @@ from agentd.mcp.streamable_http import (
     valid_session_id,
 )
 from agentd.mcp.versions import LATEST_MODERN, Era
+from agentd.telemetry import metrics
+from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
+from agentd.telemetry.spans import mcp_client_span, with_trace_meta
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
 
 #: Bound on the shielded clean-up sends (notifications/cancelled, DELETE).
@@ -229,7 +234,34 @@ class Exchange:
         self.log.info("mcp.cancelled", server=self.name, request_id=request.id, method=request.method)
 
     async def roundtrip(self, request: jsonrpc.Request, extra: dict[str, str] | None = None) -> dict[str, Any]:
-        """POST one request and pump replies until its answer arrives (resuming over GET if allowed)."""
+        """POST one request and pump replies until its answer arrives (resuming over GET if allowed).
+
+        Every MCP request agentd sends passes here: each is one ``{method} {target}`` client span, with the
+        trace context in its ``params._meta`` (the MCP convention), and one observation of the duration
+        histogram."""
+        started = time.perf_counter()
+        method = request.method
+        with mcp_client_span(self.name, method, request.params, self.session.protocol_version) as span:
+            span.set_attribute(JSONRPC_REQUEST_ID, str(request.id))
+            if telemetry.enabled():
+                request = attrs.evolve(request, params=with_trace_meta(request.params))
+            try:
+                result = await self._roundtrip(request, extra)
+            except McpRpcError as exc:
+                telemetry.mark_error(span, str(exc.code))
+                metrics.mcp_request(method, self.name, time.perf_counter() - started, str(exc.code))
+                raise
+            except (McpError, ConnectionLost, SessionGone, StreamBroke) as exc:
+                telemetry.mark_error(span, type(exc).__name__)
+                metrics.mcp_request(method, self.name, time.perf_counter() - started, type(exc).__name__)
+                raise
+            error = TOOL_ERROR if method == "tools/call" and result.get("isError") is True else ""
+            if error:
+                telemetry.mark_error(span, error)
+            metrics.mcp_request(method, self.name, time.perf_counter() - started, error)
+            return result
+
+    async def _roundtrip(self, request: jsonrpc.Request, extra: dict[str, str] | None) -> dict[str, Any]:
         waiter = _Waiter()
         self._waiters[request.id] = waiter
         body = jsonrpc.dumps(request)

@@ -33,6 +33,7 @@ from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
 from agentd.events import EventLog
 from agentd.secrets import SecretResolver
+from agentd.telemetry.health import readiness_check
 from agentd.transport.http_client import DEFAULT_MAX_BODY, HttpTransport, display_url, new_client, tls_context
 from agentd.transport.tls import verify_for
 
@@ -289,8 +290,14 @@ async def open_mcp_pool(
             if failure is not None:
                 nursery.cancel_scope.cancel()
             else:
+                required = [c.name for c in declared if c.required]
+
+                def connected() -> bool:  # readiness: every required server is connected right now
+                    return all(name in pool.connections and pool.connections[name].connected for name in required)
+
                 try:
-                    yield pool
+                    with readiness_check(connected):
+                        yield pool
                 finally:
                     nursery.cancel_scope.cancel()
         # A consumer still reading updates() sees the end of the channel instead of waiting forever.

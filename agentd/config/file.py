@@ -79,6 +79,14 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 peers = load_peers(value, base_dir)
             elif key == "egress":
                 egress = load_egress(value)
+            elif key == "telemetry" and isinstance(value, dict):
+                # ``telemetry: {otel: true, metrics_addr: ..., log_level: ...}``: the telemetry flags, grouped
+                for sub, setting in value.items():
+                    flag = FLAGS_BY_FILE_KEY.get(sub) if isinstance(sub, str) else None
+                    if flag is None or flag.group != "telemetry":
+                        raise ConfigError(f"unknown key {sub!r} @ $.telemetry.{sub}")
+                    if setting is not None:
+                        settings[flag.dest] = (flag, _rebase_setting(flag, setting, base_dir))
             elif key in HOST_KEYS or (key == "intelligence" and isinstance(value, dict)):
                 connections = _host_key(key, value, env, settings) or connections
             elif isinstance(key, str) and key in FLAGS_BY_FILE_KEY:

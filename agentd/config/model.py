@@ -143,6 +143,11 @@ class Config:
     log_format: LogFormat = defaults.LOG_FORMAT
     #: stdout: None is the command's own default (a run: json; ``agentd check``: human at a terminal).
     output: OutputFormat | None = None
+    otel: bool = False
+    traceparent: str | None = None
+    metrics_addr: str | None = None
+    health_file: str | None = None
+    report_file: str | None = None
     # the self-MCP server
     serve_mcp: str | None = None
     serve_cert: str | None = None

@@ -66,6 +66,35 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_modes(config)
     _check_numbers(config)
     _check_serve(config, env)
+    _check_telemetry(config)
+
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def _check_telemetry(config: Config) -> None:
+    if config.traceparent is not None:
+        value = config.traceparent.strip()
+        if not _TRACEPARENT.match(value) or value.split("-")[1] == "0" * 32 or value.split("-")[2] == "0" * 16:
+            raise ConfigError("--traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)")
+    if config.metrics_addr is not None:
+        host, _ = split_host_port(config.metrics_addr, what="--metrics-addr")
+        if not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None:
+            raise ConfigError(
+                f"--metrics-addr {config.metrics_addr}: a non-loopback listener needs mTLS (--serve-client-ca) "
+                "or --serve-bearer, as the self-MCP server does"
+            )
+        if config.serve_client_ca is not None and (config.serve_cert is None or config.serve_key is None):
+            raise ConfigError("--metrics-addr with --serve-client-ca needs --serve-cert and --serve-key")
+
+
+def split_host_port(value: str, *, what: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6); port 0 picks a free one."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{what} {value!r}: expected HOST:PORT")
+    return host, int(port)
 
 
 def _check_run(config: Config, env: Mapping[str, str]) -> None:

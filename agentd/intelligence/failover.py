@@ -35,6 +35,7 @@ from agentd.errors import IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.gateway import Gateway, GatewayError, Retryable
 from agentd.intelligence.wire import ChatTool, ModelReply, Usage, encode_request
+from agentd.telemetry import metrics
 
 #: Retries on the same endpoint after a transient failure, the first waiting ``RETRY_BASE`` seconds and each
 #: later one twice the previous, up to ``RETRY_CAP`` (agentd.backoff).
@@ -129,6 +130,7 @@ class FailoverIntelligence:
         for step in range(count):
             index = (self.active + step) % count
             if step > 0:
+                metrics.failover()
                 self.log.warn(
                     "intel.failover",
                     endpoint=self.gateways[index].name,
@@ -163,6 +165,7 @@ class FailoverIntelligence:
             probe = breaker.state is BreakerState.HALF_OPEN
             if probe:
                 self.log.info("intel.breaker", endpoint=gateway.name, state="half_open")
+                metrics.breaker(gateway.name, "half_open")
             self.log.info(
                 "intel.call",
                 endpoint=gateway.name,
@@ -179,6 +182,7 @@ class FailoverIntelligence:
             except Retryable as exc:
                 failure = exc
                 if breaker.failure():
+                    metrics.breaker(gateway.name, "open")
                     self.log.warn(
                         "intel.breaker",
                         endpoint=gateway.name,
@@ -223,6 +227,7 @@ class FailoverIntelligence:
                 raise
             if breaker.success():
                 self.log.info("intel.breaker", endpoint=gateway.name, state="closed")
+                metrics.breaker(gateway.name, "closed")
             self.log.info(
                 "intel.result",
                 endpoint=gateway.name,

@@ -20,6 +20,7 @@ import httpx
 import trio
 
 from agentd import jsontext as json_text
+from agentd import telemetry
 from agentd.errors import ConfigError, IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.endpoints import display
@@ -155,6 +156,7 @@ class Gateway:
         }
         if self.token is not None:
             headers["authorization"] = f"Bearer {self.token.value}"
+        telemetry.inject(headers)
         request = self.client.build_request("POST", self.url, content=payload, headers=headers)
         try:
             response = await self.client.send(request, stream=True)

@@ -36,6 +36,7 @@ import attrs
 import trio
 
 from agentd import jsontext as json_text
+from agentd import telemetry
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
@@ -48,6 +49,8 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
+from agentd.telemetry import metrics
+from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
 
 MAX_CONSECUTIVE_FAULTS = 3
 #: Characters of tool observations kept in the conversation (about 64k tokens). Beyond it the oldest are
@@ -141,6 +144,8 @@ class _Run:
     observer: ToolObserver | None = None
     journal: StepJournal | None = None
     last_ok: bool = False
+    #: How the last tool call ended (``result``, ``tool_error``, ``rejected``, ``fault``): its span's outcome.
+    last_outcome: str = "result"
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -157,7 +162,16 @@ class _Run:
         catalogue = self.current_catalogue()
         self.meter.steps += 1
         step = self.meter.steps
-        reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+        called = time.perf_counter()
+        with chat_span(str(getattr(self.intel, "model", "default"))) as span:
+            try:
+                reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+            except IntelligenceError:
+                metrics.gateway_call(time.perf_counter() - called, "error")
+                raise
+            end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
+        metrics.gateway_call(time.perf_counter() - called, "ok")
+        metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         if self.on_usage is not None:
             pending = self.on_usage(reply.usage)
@@ -274,8 +288,18 @@ class _Run:
     # -- one tool call ---------------------------------------------------------------------------
 
     async def run_call(self, call: ToolCall, catalogue: Catalogue, step: int) -> RunResult | None:
-        started = time.perf_counter()
         entry = catalogue.resolve(call.name)
+        with tool_span(entry.name if entry else call.name, call.id, server=entry.server if entry else None,
+                       arguments=call.arguments) as span:
+            ended = await self._run_call(call, catalogue, step, entry)
+            if self.last_outcome != "result":
+                telemetry.mark_error(span, self.last_outcome)
+            return ended
+
+    async def _run_call(
+        self, call: ToolCall, catalogue: Catalogue, step: int, entry: Entry | None
+    ) -> RunResult | None:
+        started = time.perf_counter()
         self.log.info(
             "tool.call",
             step=step,
@@ -370,6 +394,8 @@ class _Run:
         is_error: bool = False,
         reason: str | None = None,
     ) -> None:
+        self.last_outcome = "tool_error" if kind == "result" and is_error else kind
+        metrics.tool_call(entry.server if entry else None, self.last_outcome)
         # A server may echo a credential back (a header, a token): registered secret values never reach the
         # model, the transcript or the result. Scrubbed before the cap, so no part of one survives a cut.
         text = observe.cap(self.log.redactor.scrub(text))

@@ -26,6 +26,7 @@ from agentd.reactive.router import Wake
 from agentd.reactive.runs import DaemonRuns, Job
 from agentd.reactive.wake_prompt import continue_message
 from agentd.reactive.watch import ResourcePool
+from agentd.telemetry import metrics
 
 #: Earlier turns a conversation keeps as its seed (user + assistant message each).
 MAX_SEED_TURNS: Final = 20
@@ -123,6 +124,7 @@ class ContinueRoute:
         except ResourceNotFound:
             contents, server = None, wake.server
         self.fed += 1
+        metrics.woke(wake.updates)
         self.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                       route="continue", turn=self.fed)
         # A resource may hold a credential a server echoed: registered secret values never reach the model.

@@ -47,6 +47,8 @@ from agentd.secrets import SecretResolver
 from agentd.supervisor.messages import Usage as UsageFrame
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
+from agentd.telemetry import metrics
+from agentd.telemetry.spans import agent_span, end_agent_span
 
 #: Adds the daemon's other control tools (``subagent.*``) to a run's registry: ``(registry, run_id)``.
 AddControls = Callable[[ControlToolRegistry, str], None]
@@ -85,9 +87,13 @@ def loop_run_job(
             if journaled.recorded is not None:
                 return journaled.recorded
             request = journaled.request
-        result = await run_with(request, pool=pool, intel=intel, controls=controls, log=run_log,
-                                on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers,
-                                journal=journaled.recorder if journaled is not None else None)
+        with agent_span(log.agent_path, run_id, str(getattr(intel, "model", "default")), job.instruction) as span:
+            result = await run_with(request, pool=pool, intel=intel, controls=controls, log=run_log,
+                                    on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers,
+                                    journal=journaled.recorder if journaled is not None else None)
+            metrics.run_ended(result.status.value)
+            end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
+                           result.usage.completion_tokens)
         await journal_end(journaled, result)
         return result
 

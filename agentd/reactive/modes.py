@@ -42,6 +42,7 @@ from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
+from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
 #: ``publish(snapshot)`` shows ``snapshot()`` for as long as the context is entered.
@@ -289,6 +290,7 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     except ResourceNotFound:
         contents, server = None, wake.server
     await runs.seen(wake.uri, contents)
+    metrics.woke(wake.updates)
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
                  wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
     # A resource may hold a credential a server echoed: registered secret values never reach the model.

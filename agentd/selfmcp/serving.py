@@ -21,6 +21,7 @@ from agentd.events import EventLog, null_log
 from agentd.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
+from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
 from agentd.transport.resource_server import OAuthSettings, ResourceServer
 from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
@@ -43,6 +44,7 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
         http2=config.serve_http2,
         oauth=OAuthSettings(config.serve_oauth_issuer, config.serve_oauth_audience, config.serve_oauth_scope)
         if config.serve_oauth_issuer else None,
+        websocket_paths=frozenset({EVENTS_PATH}),
     )
 
 

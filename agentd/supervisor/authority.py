@@ -17,6 +17,7 @@ import trio
 
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.supervisor.messages import Admit, Admitted, Release, Usage
+from agentd.telemetry import metrics
 
 
 class Authority(Protocol):
@@ -45,11 +46,16 @@ class LocalAuthority:
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
     ) -> Admission | Refusal:
         decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree)
+        if isinstance(decision, Refusal):
+            metrics.spawn_refused(decision.cap)
+        else:
+            metrics.subagents_live(self.ledger.live)
         self.on_change()
         return decision
 
     async def release(self, handle: str) -> None:
         self.ledger.release(handle)
+        metrics.subagents_live(self.ledger.live)
         self.on_change()
 
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:

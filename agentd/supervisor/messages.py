@@ -49,7 +49,9 @@ class RunPayload:
     secrets: dict[str, str] = attrs.field(factory=dict, validator=_dict, repr=False)
     #: The child's own supervisor settings (caps are enforced at the root; graces and liveness apply).
     supervision: dict[str, Any] = attrs.field(factory=dict, validator=_dict)
-    telemetry: dict[str, Any] = attrs.field(factory=dict, validator=_dict)
+    #: Log settings, the trace context of the spawning span and, when tracing, the exporter settings (whose
+    #: headers may hold a credential: not in the repr).
+    telemetry: dict[str, Any] = attrs.field(factory=dict, validator=_dict, repr=False)
     #: Test-only scripted behaviour; set only through a Python-level Supervisor hook, never MCP or argv.
     test: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
 

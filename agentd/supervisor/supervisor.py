@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd import defaults
+from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
@@ -40,6 +40,8 @@ from agentd.supervisor.node import (
     child_environment,
 )
 from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
+from agentd.telemetry import metrics
+from agentd.telemetry.names import TRACEPARENT, TRACESTATE
 
 #: Ended subagents whose final view stays readable by handle (oldest forgotten first).
 ENDED_KEPT = 1024
@@ -146,6 +148,7 @@ class Supervisor:
 
     async def spawn(self, caller: Caller, request: SpawnRequest) -> RunView | Refusal:
         if self.draining:
+            metrics.spawn_refused("draining")
             return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted",
                                                  cap="draining"))
         admitted = await self.authority.admit(
@@ -229,11 +232,13 @@ class Supervisor:
         config["mcp_servers"] = servers
         secrets = referenced_secrets(config, self.secrets)
         test = self.test_script(request, admitted.handle) if self.test_script is not None else None
+        trace = {k: v for k, v in self.telemetry.items() if k not in (TRACEPARENT, TRACESTATE)}
+        telemetry.inject(trace)  # the spawning span (the caller's execute_tool) is the child's parent
         return RunPayload(
             handle=admitted.handle, depth=admitted.depth, instruction=request.instruction,
             output_contract=request.output_contract, context=list(request.context), warm=request.warm,
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
-            supervision=self.settings.to_payload(), telemetry=dict(self.telemetry), test=test,
+            supervision=self.settings.to_payload(), telemetry=trace, test=test,
         )
 
     # -- by handle ------------------------------------------------------------------------------

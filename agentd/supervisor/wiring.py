@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import cattrs
 import trio
 
+from agentd import telemetry
 from agentd.events import EventLog
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
@@ -79,7 +80,8 @@ async def open_root_supervisor(
     async with trio.open_nursery() as watchers, open_supervisor(
         servers=frozenset(s.name for s in cfg.mcp), server_tags={s.name: s.tags for s in cfg.mcp}, settings=settings_from_config(cfg), child_config=wire,
         secrets=secrets, log=log.bind(comp="supervisor"),
-        telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content},
+        telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
+                   **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {})},
         fork_server=fork_server, test_script=test_script,
     ) as sup:
 

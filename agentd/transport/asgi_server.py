@@ -19,6 +19,7 @@ ends too is the handler's call (:attr:`CallContext.cancel_on_disconnect`: modern
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TypeVar
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from agentd import defaults
+from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
@@ -48,6 +49,11 @@ from agentd.mcp.server_session import (
 from agentd.mcp.sse import encode_comment, encode_event
 from agentd.mcp.streamable_http import EVENT_STREAM, SESSION_ID, accepts, priming_event
 from agentd.mcp.versions import Era
+from agentd.telemetry import metrics
+from agentd.telemetry.health import PROBES, probe
+from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
+from agentd.telemetry.spans import mcp_server_span
+from agentd.telemetry.stream import EVENTS_PATH, Subscriber, current_bus
 from agentd.transport.resource_server import Rejected, ResourceServer
 
 Scope = dict[str, Any]
@@ -180,6 +186,8 @@ class McpAsgiApp:
             await self._lifespan(receive, send)
         elif kind == "http":
             await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._events(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -194,6 +202,11 @@ class McpAsgiApp:
     # -- the request pipeline ----------------------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("path") in PROBES and scope["method"] in ("GET", "HEAD"):
+            # Liveness and readiness: no authentication, no information beyond ok / not ok.
+            status, text = probe(scope["path"])
+            await _send_reply(send, HttpReply(status, text, "text/plain"))
+            return
         headers = _headers(scope)
         refusal = self._gate(scope, headers)
         if refusal is None and self.options.oauth is not None:
@@ -206,12 +219,14 @@ class McpAsgiApp:
             try:
                 body = await self._read_body(headers, receive)
             except _TooLarge:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="body_too_large", limit=self.options.max_body)
                 await _discard_body(headers, receive)
                 await _send_reply(send, error_reply(413, jsonrpc.INVALID_REQUEST,
                                                     f"request body exceeds {self.options.max_body} bytes").http)
                 return
             except trio.TooSlowError:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="body_timeout")
                 await _send_reply(send, error_reply(408, jsonrpc.INVALID_REQUEST, "request body too slow").http)
                 return
@@ -224,6 +239,7 @@ class McpAsgiApp:
                 self._end_session(headers.get(SESSION_ID.lower(), ""))
         elif isinstance(routed, LegacyPost):
             if routed.new_session:
+                metrics.served_session(+1)
                 self.log.debug("serve.session", action="created", version=routed.session.version,
                                sessions=len(self.core.sessions))
             await self._legacy_post(routed, headers, receive, send)
@@ -238,9 +254,19 @@ class McpAsgiApp:
         metadata = oauth is not None and path in oauth.metadata_paths
         if not metadata and path not in self.options.paths and path.rstrip("/") not in self.options.paths:
             return HttpReply(404, b"not found", "text/plain")
+        refusal = self._trust(headers)
+        if refusal is not None or oauth is None or not metadata:
+            return refusal
+        if scope["method"] != "GET":  # the protected-resource metadata: no token needed
+            return HttpReply(405, b"method not allowed", "text/plain", headers=(("allow", "GET"),))
+        return HttpReply(200, oauth.metadata(), "application/json", headers=(("cache-control", "max-age=300"),))
+
+    def _trust(self, headers: Mapping[str, str]) -> HttpReply | None:
+        """Host/Origin (DNS rebinding) and the bearer token: the same for the MCP endpoint and ``/events``."""
         allowed = self.options.allowed_hosts
         host = _hostname(headers.get("host", ""))
         if allowed is not None and host not in allowed:
+            metrics.served_request("refused")
             self.log.info("serve.refused", reason="host", status=403)
             return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Host not allowed").http
         origin = headers.get("origin")
@@ -248,16 +274,13 @@ class McpAsgiApp:
             origin_host = _hostname(origin)
             ok = origin_host in allowed if allowed is not None else origin_host == host
             if not ok:
+                metrics.served_request("refused")
                 self.log.info("serve.refused", reason="origin", status=403)
                 return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Origin not allowed").http
-        if oauth is not None:
-            if metadata:
-                if scope["method"] != "GET":
-                    return HttpReply(405, b"method not allowed", "text/plain", headers=(("allow", "GET"),))
-                return HttpReply(200, oauth.metadata(), "application/json",
-                                 headers=(("cache-control", "max-age=300"),))
-            return None  # the token (or the static bearer) is checked by _http: keys may need fetching
+        if self.options.oauth is not None:
+            return None  # the token (or the static bearer) is checked by authorize(): keys may need fetching
         if self.options.bearer is not None and not self._bearer_ok(headers):
+            metrics.served_request("refused")
             self.log.info("serve.refused", reason="bearer", status=401)
             return HttpReply(401, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, "Unauthorized")),
                              headers=(("www-authenticate", 'Bearer realm="agentd"'),))
@@ -281,6 +304,7 @@ class McpAsgiApp:
         verdict = await oauth.check(headers.get("authorization"))
         if not isinstance(verdict, Rejected):
             return None
+        metrics.served_request("refused")
         self.log.info("serve.refused", reason=verdict.reason, status=verdict.status)
         if verdict.status == 503:
             return error_reply(503, jsonrpc.INTERNAL_ERROR, "authorization server keys unavailable",
@@ -288,6 +312,31 @@ class McpAsgiApp:
         message = "Forbidden: insufficient scope" if verdict.status == 403 else "Unauthorized"
         return HttpReply(verdict.status, jsonrpc.dumps(ErrorResponse(None, jsonrpc.INVALID_REQUEST, message)),
                          "application/json", headers=(("www-authenticate", oauth.challenge(verdict)),))
+
+    async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/events``: the daemon's event lines and ``tree.node`` changes as WebSocket text frames (JSON), with
+        the endpoint's authentication; refused (HTTP 403 before the handshake) without it, or when the daemon
+        has no stream or enough subscribers."""
+        bus = current_bus()
+        headers = _headers(scope)
+        refused = (scope.get("path") != EVENTS_PATH or self._trust(headers) is not None
+                   or await self.authorize(headers) is not None or bus is None or bus.full
+                   or self.draining.is_set())
+        message = await receive()
+        if message.get("type") != "websocket.connect" or refused or bus is None:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await send({"type": "websocket.accept"})
+        with bus.subscribe() as subscriber:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_websocket_close, receive, nursery.cancel_scope)
+                nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
+                nursery.start_soon(_pump_events, subscriber, send)
+        with trio.move_on_after(1.0, shield=True):
+            try:
+                await send({"type": "websocket.close", "code": 1001 if self.draining.is_set() else 1000})
+            except Exception:
+                pass  # the peer is gone already
 
     async def _read_body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
         limit = self.options.max_body
@@ -315,11 +364,26 @@ class McpAsgiApp:
 
     async def _dispatch(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
         """The handler's answer; a bug in it becomes -32603 for this request instead of a 500 for all."""
-        try:
-            return await self.handler.handle(request, ctx)
-        except Exception as exc:
-            self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
-            return ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+        params = request.params if isinstance(request.params, dict) else None
+        meta = params.get("_meta") if params is not None else None
+        # The client's trace context in ``_meta`` (the MCP convention) makes this request part of its trace.
+        with (telemetry.remote_parent(meta if isinstance(meta, dict) else None),
+              mcp_server_span(request.method, params, None) as span):
+            span.set_attribute(JSONRPC_REQUEST_ID, str(request.id))
+            try:
+                answer = await self.handler.handle(request, ctx)
+            except Exception as exc:
+                self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
+                answer = ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+            if isinstance(answer, ErrorResponse):
+                telemetry.mark_error(span, str(answer.code))
+                metrics.served_request("error")
+            elif isinstance(answer.result, dict) and answer.result.get("isError") is True:
+                telemetry.mark_error(span, TOOL_ERROR)
+                metrics.served_request(TOOL_ERROR)
+            else:
+                metrics.served_request("ok")
+            return answer
 
     def _forget_expired(self) -> None:
         for session_id in self.core.take_expired():
@@ -342,6 +406,7 @@ class McpAsgiApp:
         return notify
 
     def _end_session(self, session_id: str) -> None:
+        metrics.served_session(-1)
         self.log.debug("serve.session", action="deleted")
         self.handler.session_closed(session_id)
         self._notifiers.pop(session_id, None)
@@ -442,6 +507,7 @@ class McpAsgiApp:
                                                 id=request.id).http)
             return
         if self._listens >= self.options.max_sessions:
+            metrics.served_request("refused")
             self.log.info("serve.refused", reason="listen_limit", status=503, limit=self.options.max_sessions)
             await _send_reply(send, error_reply(503, jsonrpc.INTERNAL_ERROR,
                                                 f"listen stream limit reached ({self.options.max_sessions})",
@@ -577,6 +643,25 @@ async def _send_reply(send: Send, reply: HttpReply) -> None:
     headers.extend((k.encode(), v.encode()) for k, v in reply.headers)
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+
+
+async def _pump_events(subscriber: Subscriber, send: Send) -> None:
+    """Send the subscriber's lines as they come; a peer that went away ends it (the close watcher reports it)."""
+    try:
+        while True:
+            for line in await subscriber.next_batch():
+                await send({"type": "websocket.send", "text": json.dumps(line, default=str)})
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+
+
+async def _cancel_on_websocket_close(receive: Receive, scope: trio.CancelScope) -> None:
+    """Read (and ignore) what the subscriber sends until it closes; then stop its stream."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            scope.cancel()
+            return
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:

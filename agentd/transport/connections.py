@@ -15,8 +15,8 @@ The loop also:
 - bounds HTTP/2 control frames per connection (PING, SETTINGS, PRIORITY, RST_STREAM per second): past the bound
   the connection is closed with ``ENHANCE_YOUR_CALM``; PRIORITY frames for streams that do not exist are dropped;
 - applies the idle limit to every protocol (a PING is not activity);
-- never upgrades to WebSocket (nothing here serves one): the request goes to the app as plain HTTP and gets its
-  ordinary answer.
+- upgrades to WebSocket only on the paths it is told (the daemon's ``/events`` stream); elsewhere the request
+  goes to the app as plain HTTP and gets its ordinary answer.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class ConnectionLimits:
     max_connections: int
     max_per_client: int
     http2: bool
+    #: Paths whose ``GET`` with ``Upgrade: websocket`` becomes a WebSocket (``/events``); everywhere else an
+    #: upgrade stays plain HTTP. A WebSocket connection that fails (an upgrade with trailing bytes) fails alone.
+    websocket_paths: frozenset[str] = frozenset()
 
 
 @attrs.define(eq=False)
@@ -108,6 +111,7 @@ class _H11(H11Protocol):
     """HTTP/1.1 without WebSocket, and without h2c unless HTTP/2 is enabled."""
 
     http2: bool = False
+    websocket_paths: frozenset[str] = frozenset()
 
     async def _check_protocol(self, event: h11.Request) -> None:
         if self.http2:
@@ -117,6 +121,10 @@ class _H11(H11Protocol):
         # an ``Upgrade: h2c`` request is answered in HTTP/1.1 (the server may ignore an Upgrade)
 
     async def _create_stream(self, request: h11.Request) -> None:
+        path = request.target.split(b"?", 1)[0].decode("latin-1")
+        if path in self.websocket_paths:
+            await super()._create_stream(request)  # hypercorn's WebSocket (or plain HTTP) stream, as it decides
+            return
         # hypercorn would switch to WebSocket framing here; nothing in agentd serves WebSocket, so the request
         # stays plain HTTP and the app answers it (404 for other paths, its usual reply for GET on the endpoint).
         self.stream = HTTPStream(self.app, self.config, self.context, self.task_group, self.ssl, self.client,
@@ -159,7 +167,8 @@ class _Protocol:
     """hypercorn's ``ProtocolWrapper`` with agentd's protocol classes."""
 
     def __init__(self, server: _Connection, client: tuple[str, int] | None, server_addr: tuple[str, int] | None,
-                 ssl: bool, alpn_protocol: str | None, http2: bool) -> None:
+                 ssl: bool, alpn_protocol: str | None, http2: bool,
+                 websocket_paths: frozenset[str] = frozenset()) -> None:
         self._args = (server.app, server.config, server.context, server._task_group, ConnectionState(server.state),
                       ssl, client, server_addr, server.protocol_send)
         self.send = server.protocol_send
@@ -169,6 +178,7 @@ class _Protocol:
         else:
             h11_protocol = _H11(*self._args)
             h11_protocol.http2 = http2
+            h11_protocol.websocket_paths = websocket_paths
             self.protocol = h11_protocol
 
     async def initiate(self) -> None:
@@ -203,6 +213,7 @@ class _Connection(TCPServer):
     hypercorn's own wrapper)."""
 
     http2: bool = False
+    websocket_paths: frozenset[str] = frozenset()
 
     async def run(self) -> None:
         stream: Any = self.stream
@@ -224,7 +235,8 @@ class _Connection(TCPServer):
             server = parse_socket_addr(sock.family, sock.getsockname())
             async with TaskGroup() as task_group:
                 self._task_group = task_group
-                self.protocol = _Protocol(self, client, server, ssl, alpn_protocol, self.http2)  # type: ignore[assignment]
+                self.protocol = _Protocol(self, client, server, ssl, alpn_protocol, self.http2,  # type: ignore[assignment]
+                                          self.websocket_paths)
                 await self.protocol.initiate()
                 await self.idle_task.restart(self._task_group, self._idle_timeout)
                 await self._read_data()
@@ -293,6 +305,7 @@ class Connections:
             try:
                 connection = _Connection(self.app, self.config, self.context, ConnectionState({}), stream)  # type: ignore[arg-type]
                 connection.http2 = self.limits.http2
+                connection.websocket_paths = self.limits.websocket_paths
                 await connection.run()
             except* Exception as group:
                 first = group.exceptions[0]

@@ -63,6 +63,8 @@ class ServeConfig:
     http2: bool = False
     #: OAuth access tokens (``--serve-oauth-*``): counts as authentication for a non-loopback listener.
     oauth: OAuthSettings | None = None
+    #: Paths served as WebSockets (the self-MCP's ``/events``); empty: no WebSocket at all.
+    websocket_paths: frozenset[str] = frozenset()
 
     @property
     def host(self) -> str:
@@ -289,7 +291,7 @@ async def serve_mcp(
            if cfg.tls and cfg.cert and cfg.key else None)
     config = hypercorn_config(cfg, tls.front if tls is not None else None, log)
     limits = ConnectionLimits(max_connections=cfg.max_connections, max_per_client=cfg.max_per_client,
-                              http2=cfg.http2)
+                              http2=cfg.http2, websocket_paths=cfg.websocket_paths)
     connections = Connections(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, limits, log)
     listeners, binds = _listeners(config)
     serving = Serving(tuple(binds), int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port)

@@ -1,0 +1,100 @@
+"""The daemon's live event stream: every event line (the stderr vocabulary) plus ``tree.node`` changes,
+fanned out to the ``/events`` WebSocket subscribers.
+
+The bus sits on the root's event sink, like the report recorder, and never blocks it: each subscriber has a
+bounded buffer, and a subscriber that falls behind loses the oldest lines it has not read (it is told how
+many in a ``stream.dropped`` message) instead of slowing the daemon. A new subscriber first gets a snapshot
+of the newest nodes, then the live lines.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Final
+
+import attrs
+import trio
+
+from agentd.telemetry.report import Recorder
+
+EVENTS_PATH: Final = "/events"
+#: Lines a subscriber may have unread before the oldest are dropped.
+SUBSCRIBER_BUFFER: Final = 1024
+#: Nodes a new subscriber gets as its snapshot.
+SNAPSHOT_NODES: Final = 200
+#: Open ``/events`` subscribers per daemon; more are refused.
+MAX_SUBSCRIBERS: Final = 16
+
+
+@attrs.define(eq=False)
+class Subscriber:
+    queue: deque[Mapping[str, Any]] = attrs.field(factory=lambda: deque(maxlen=SUBSCRIBER_BUFFER))
+    dropped: int = 0
+    _ready: trio.Event = attrs.field(factory=trio.Event)
+
+    def offer(self, line: Mapping[str, Any]) -> None:
+        if len(self.queue) == self.queue.maxlen:
+            self.dropped += 1
+        self.queue.append(line)
+        self._ready.set()
+
+    async def next_batch(self) -> list[Mapping[str, Any]]:
+        """Wait for lines, then take everything buffered (a ``stream.dropped`` note first if any were lost)."""
+        while not self.queue:
+            self._ready = trio.Event()
+            await self._ready.wait()
+        batch: list[Mapping[str, Any]] = []
+        if self.dropped:
+            batch.append({"event": "stream.dropped", "count": self.dropped})
+            self.dropped = 0
+        batch.extend(self.queue)
+        self.queue.clear()
+        return batch
+
+
+@attrs.define(eq=False)
+class EventBus:
+    recorder: Recorder = attrs.field(factory=Recorder)
+    _subscribers: set[Subscriber] = attrs.field(factory=set)
+
+    def publish(self, line: Mapping[str, Any]) -> None:
+        """The sink side: record the line, hand it (and a node change) to every subscriber."""
+        node = self.recorder.observe(line)
+        for subscriber in self._subscribers:
+            subscriber.offer(line)
+            if node is not None:
+                subscriber.offer(node)
+
+    @property
+    def full(self) -> bool:
+        return len(self._subscribers) >= MAX_SUBSCRIBERS
+
+    @contextmanager
+    def subscribe(self) -> Iterator[Subscriber]:
+        subscriber = Subscriber()
+        for node in self.recorder.nodes(SNAPSHOT_NODES):
+            subscriber.offer(node)
+        self._subscribers.add(subscriber)
+        try:
+            yield subscriber
+        finally:
+            self._subscribers.discard(subscriber)
+
+
+_CURRENT: ContextVar[EventBus | None] = ContextVar("agentd_event_bus", default=None)
+
+
+def current_bus() -> EventBus | None:
+    return _CURRENT.get()
+
+
+@contextmanager
+def use_bus(bus: EventBus) -> Iterator[EventBus]:
+    token = _CURRENT.set(bus)
+    try:
+        yield bus
+    finally:
+        _CURRENT.reset(token)
