@@ -95,7 +95,7 @@ def test_the_checker_itself(source: str, forbidden: set[str], expected: list[str
 #: own layer's leaves and any lower layer; never a higher layer, and never a sibling role in its own layer (siblings
 #: meet only in a layer above them, which hands one to the other). docs/architecture.md shows the same table.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults", "jsontext",
+    ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults", "jsontext", "loopback",
                           "tool_separator", "rule_of_two", "telemetry"})),
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),

@@ -7,12 +7,12 @@ trusted configuration: they are never built from model- or server-supplied text.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import urllib.parse
 from typing import Final
 
 from agentd.errors import ConfigError
+from agentd.loopback import is_loopback_host as is_loopback_host
 from agentd.tool_separator import SEPARATOR
 
 #: The offline deterministic model: accepted wherever an intelligence endpoint is.
@@ -20,17 +20,6 @@ OFFLINE_MODEL: Final = "test"
 
 #: Server names become tool-name prefixes (``<server>__<tool>``) and handles in logs, so keep them tame.
 _SERVER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost``, 127.0.0.0/8 and ::1 (brackets allowed); names other than localhost are not."""
-    host = host.strip("[]").lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_endpoint(url: str, *, what: str, listen: bool = False) -> str:

@@ -38,10 +38,10 @@ import attrs
 import httpx
 
 from agentd import jsontext as json_text
-from agentd.config.endpoints import is_loopback_host
 from agentd.connections.client_assertion import JWT_BEARER, client_assertion
 from agentd.errors import McpConnectError
 from agentd.events import EventLog
+from agentd.loopback import is_loopback_host
 from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
 from agentd.transport.http_client import display_url
 

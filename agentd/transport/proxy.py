@@ -19,6 +19,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from agentd.loopback import is_loopback_host
+
 
 def _get(environ: Mapping[str, str], name: str) -> str:
     return (environ.get(name.lower()) or environ.get(name.upper()) or "").strip()
@@ -29,16 +31,6 @@ def _proxy(environ: Mapping[str, str], name: str) -> str | None:
     if not value:
         return None
     return value if "://" in value else f"http://{value}"  # curl's convention: a bare host:port is http
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @attrs.frozen
@@ -65,7 +57,7 @@ class ProxyEnv:
         parts = urllib.parse.urlsplit(url)
         host = (parts.hostname or "").lower().rstrip(".")
         proxy = self.https if parts.scheme.lower() == "https" else self.http
-        if proxy is None or not host or is_loopback(host):
+        if proxy is None or not host or is_loopback_host(host):
             return None
         port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
         return None if any(_exempts(entry, host, port) for entry in self.no_proxy) else proxy

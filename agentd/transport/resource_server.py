@@ -26,7 +26,6 @@ when a token is checked or keys are fetched.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import time
 import urllib.parse
@@ -37,6 +36,7 @@ import attrs
 import trio
 
 from agentd.events import EventLog, null_log
+from agentd.loopback import is_loopback_host
 from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
 
 if TYPE_CHECKING:
@@ -175,16 +175,6 @@ def bearer_token(authorization: str | None) -> str | None:
     scheme, _, token = authorization.partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
-
-
-def _loopback(host: str) -> bool:
-    """The issuer is on this machine (``localhost`` or a loopback address): its JWKS may be too."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _FetchError(Exception):
@@ -414,7 +404,7 @@ class ResourceServer:
             issuer.scheme, (issuer.hostname or "").lower(), issuer.port or default.get(issuer.scheme, 0)
         ):
             return build(url)
-        verdict = await vet(url, self.egress, operator_loopback=_loopback(issuer.hostname or ""),
+        verdict = await vet(url, self.egress, operator_loopback=is_loopback_host(issuer.hostname or ""),
                             resolver=self.resolver)  # fmt: skip
         if isinstance(verdict, Refused):
             self.log.warn("egress.refused", origin=verdict.origin, reason=verdict.reason, purpose=purpose)

@@ -13,7 +13,6 @@ be ignored.)
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import ssl
@@ -30,7 +29,7 @@ from hypercorn.utils import repr_socket_addr, wrap_app
 from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, null_log
-from agentd.transport.asgi_server import LOOPBACK_HOSTS
+from agentd.loopback import is_loopback_host
 from agentd.transport.connections import H2_MAX_STREAMS, ConnectionLimits, Connections
 from agentd.transport.resource_server import OAuthSettings
 
@@ -86,16 +85,7 @@ class ServeConfig:
 
     @property
     def loopback(self) -> bool:
-        return is_loopback(self.host)
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return is_loopback_host(self.host)
 
 
 def check_serve_config(cfg: ServeConfig) -> None:
