@@ -265,7 +265,9 @@ async def test_connections_past_the_caps_are_closed_and_logged_without_traceback
                     await trio.sleep(0.2)
     refusals = [json.loads(line) for line in log if '"serve.refused"' in line]
     assert any(r.get("reason") == "client_connection_limit" for r in refusals)
-    assert len(refusals) < 24  # rate-limited
+    # rate-limited: the burst of 24 refusals is not 24 lines, and a later line counts what was held back (the
+    # polling above adds at most one refusal per 0.2 s, which the 5-a-second limit lets through)
+    assert any(r.get("suppressed") for r in refusals)
     _clean(log)
 
 

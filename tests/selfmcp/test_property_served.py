@@ -61,7 +61,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     log = tmp_path_factory.mktemp("served") / "stderr.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agentd", "--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", "test"],
+            # The per-client connection cap (64 by default) is tested on its own (test_hostile_connections); here
+            # every example opens fresh clients from one address, faster than closed streams are reaped.
+            [sys.executable, "-m", "agentd", "--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", "test",
+             "--serve-max-per-client", "1000"],
             stdout=subprocess.DEVNULL, stderr=sink, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         url = None

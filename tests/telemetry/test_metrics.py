@@ -81,13 +81,13 @@ async def test_metrics_health_file_and_probes_after_a_run_with_known_counts(tmp_
         metrics_url = next(e for e in starts if e["comp"] == "metrics")["urls"][0]
         serve_url = next(e for e in starts if e["comp"] != "metrics")["urls"][0]
         async with httpx.AsyncClient() as client:
-            scraped = await client.get(metrics_url.rstrip("/") + "/metrics")
+            scraped = await client.get(metrics_url)  # serve.start advertises the endpoint, path included
             assert scraped.status_code == 200
             samples = _samples(scraped.text)
             base = serve_url.split("/mcp")[0].rstrip("/")
             health = await client.get(base + "/healthz")
             ready = await client.get(base + "/readyz")
-            metrics_ready = await client.get(metrics_url.rstrip("/") + "/readyz")
+            metrics_ready = await client.get(metrics_url.removesuffix("/metrics") + "/readyz")
         assert (health.status_code, health.text) == (200, "ok\n")
         assert (ready.status_code, ready.text) == (200, "ok\n")
         assert metrics_ready.status_code == 200
