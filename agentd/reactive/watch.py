@@ -81,6 +81,8 @@ class Watch:
     origins: dict[Origin, int] = attrs.field(factory=dict)
     polling: bool = False
     poll_scope: trio.CancelScope | None = None
+    #: Updates dispatched for this URI so far (a change pushed while it was being armed needs no synthesized one).
+    dispatched: int = 0
 
     @property
     def routed(self) -> bool:
@@ -142,6 +144,8 @@ class Watcher:
         """One update of ``uri``: route it if routed, and kick every waiter on it."""
         self.log.debug("resource.updated", uri=uri, server=server)
         watch = self._watches.get(uri)
+        if watch is not None:
+            watch.dispatched += 1
         if watch is not None and watch.routed:
             self.route(uri, server or watch.server)
         for waiter in self._waiters.get(uri, ()):
@@ -186,7 +190,8 @@ class Watcher:
                           delivery="push" if pushed else "poll")
             if pushed and before is not None:
                 after = await self._digest(uri, server)
-                if after is not None and after != before:
+                # a change that already arrived as an update (pushed while arming) is not synthesized again
+                if after is not None and after != before and watch.dispatched == 0:
                     self.log.info("resource.updated", uri=uri, server=server, synthesized=True,
                                   reason="changed while the subscribe was in flight")
                     self.dispatch(uri, server)
