@@ -27,6 +27,7 @@ from agentd.supervisor.supervisor import (
     open_supervisor,
     referenced_secrets,
 )
+from agentd.telemetry import metrics
 
 if TYPE_CHECKING:
     from agentd.config.model import Config
@@ -81,7 +82,8 @@ async def open_root_supervisor(
         servers=frozenset(s.name for s in cfg.mcp), server_tags={s.name: s.tags for s in cfg.mcp}, settings=settings_from_config(cfg), child_config=wire,
         secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
-                   **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {})},
+                   **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {}),
+                   **({"metrics": True} if metrics.enabled() else {})},
         fork_server=fork_server, test_script=test_script,
     ) as sup:
 

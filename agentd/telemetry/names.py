@@ -64,3 +64,29 @@ TRACESTATE: Final = "tracestate"
 def mcp_span_name(method: str, target: str | None) -> str:
     """``{mcp.method.name} {target}`` (the tool name or resource URI), or the method alone."""
     return f"{method} {target}" if target else method
+
+# --- metric names (OTLP) ---------------------------------------------------------------------------------
+# The conventions' own where they exist; agentd's elsewhere. Prometheus names are in agentd.telemetry.metrics.
+METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+METRIC_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+METRIC_MCP_DURATION: Final = "mcp.client.operation.duration"
+METRIC_PROCESS_MEMORY: Final = "process.memory.usage"
+METRIC_RUNS: Final = "agentd.runs"
+METRIC_STEPS: Final = "agentd.steps"
+METRIC_TOOL_CALLS: Final = "agentd.tool.calls"
+METRIC_FAILOVERS: Final = "agentd.gateway.failovers"
+METRIC_BREAKER: Final = "agentd.gateway.breaker.state"
+METRIC_SUBAGENTS_LIVE: Final = "agentd.subagents.live"
+METRIC_SPAWN_REFUSALS: Final = "agentd.spawn.refusals"
+METRIC_WAKES: Final = "agentd.wakes"
+METRIC_COALESCED: Final = "agentd.coalesced_updates"
+METRIC_SERVED_SESSIONS: Final = "agentd.served.sessions"
+METRIC_SERVED_REQUESTS: Final = "agentd.served.requests"
+METRIC_JOURNAL_LAG: Final = "agentd.journal.commit.lag"
+METRIC_JOURNAL_QUEUE: Final = "agentd.journal.queue"
+#: Metric attributes (beyond the span attributes above).
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+AGENTD_DEPTH: Final = "agentd.agent.depth"
+AGENTD_OUTCOME: Final = "agentd.outcome"
+AGENTD_CAP: Final = "agentd.cap"
+AGENTD_ENDPOINT: Final = "agentd.gateway.endpoint"
