@@ -15,6 +15,7 @@ import trio
 from agentd import telemetry
 from agentd.config.model import Config
 from agentd.daemon import main
+from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
 from agentd.telemetry import metrics
 from tests.client.fakeserver import serve_fake
@@ -93,3 +94,25 @@ async def test_otel_metrics_exporter_none_leaves_metrics_out():
     assert receiver.metric_exports == []
     assert receiver.spans  # tracing itself stays on
     assert not metrics.otel_enabled()
+
+
+async def test_metrics_are_exported_periodically_while_the_daemon_runs():
+    async with otlp_receiver() as receiver, trio.open_nursery() as nursery:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_METRIC_EXPORT_INTERVAL": "100"}
+        cfg = Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp", "--otel"], env=env)
+        latch = DrainLatch()
+        done = trio.Event()
+
+        async def daemon() -> None:
+            with use_drain(latch):
+                await main(cfg, log=EventLog(sink=lambda line: None), env=env)
+            done.set()
+
+        nursery.start_soon(daemon)
+        with trio.fail_after(30):  # a served daemon has no run: its exports carry at least its memory
+            while len(receiver.metric_exports) < 3:
+                await trio.sleep(0.05)
+        latch.request("test")
+        with trio.fail_after(30):
+            await done.wait()
+    assert all(any(p.name == "process.memory.usage" for p in export) for export in receiver.metric_exports)
