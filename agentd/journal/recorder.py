@@ -34,7 +34,7 @@ from agentd.journal.records import (
     Usage,
 )
 from agentd.journal.store import JournalStore, RunJournal
-from agentd.telemetry import metrics
+from agentd.telemetry.metrics import journal_commit, journal_queue
 
 
 def config_digest(settings: Mapping[str, Any]) -> str:
@@ -117,7 +117,7 @@ class RunRecorder:
                                              function.get("arguments")))
         records.append(Usage(step, prompt_tokens, completion_tokens))
         await self._append(records)
-        metrics.journal_commit(time.perf_counter() - ended)
+        journal_commit(time.perf_counter() - ended)
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
         await self._append([ToolCallOutcome(step, call_id, ok, text)])
@@ -126,11 +126,11 @@ class RunRecorder:
         await self._append([RunEnded(status, result, error)], durable=True)
 
     async def _append(self, records: Sequence[Any], *, durable: bool = False) -> None:
-        metrics.journal_queue(+1)  # waiting for the store or being committed
+        journal_queue(+1)  # waiting for the store or being committed
         try:
             await self.store.append(self.run_id, records, durable=durable)
         finally:
-            metrics.journal_queue(-1)
+            journal_queue(-1)
 
 
 __all__ = ["PendingCall", "Rebuilt", "RunRecorder", "config_digest", "rebuild"]

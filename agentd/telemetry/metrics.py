@@ -17,22 +17,21 @@ docs/observability.md lists the schema.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from agentd.telemetry.names import (
+    GATEWAY_DURATION_BUCKETS,
+    JOURNAL_LAG_BUCKETS,
+    MCP_DURATION_BUCKETS,
+    TOKEN_BUCKETS,
+)
 
 if TYPE_CHECKING:
     from agentd.telemetry.otel_metrics import OtelMetrics
     from agentd.telemetry.settings import OtelSettings
 
-#: ``mcp.client.operation.duration`` bucket boundaries from the MCP semantic conventions (seconds).
-MCP_DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-#: ``gen_ai.client.operation.duration`` bucket boundaries from the GenAI semantic conventions (seconds).
-GATEWAY_DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                                   40.96, 81.92)
-#: ``gen_ai.client.token.usage`` bucket boundaries from the GenAI conventions (1 … 4**13, powers of 4).
-TOKEN_BUCKETS: Final = tuple(float(4 ** n) for n in range(14))
-#: Journal commit lag buckets (seconds): a local SQLite commit is ~ms, a shared store's tens of ms.
-JOURNAL_LAG_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: Breaker states as gauge values.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 #: The caps a spawn refusal can name (anything else is ``other``).
@@ -53,6 +52,8 @@ MAX_OPEN_VALUES: Final = 64
 #: Observations a subagent keeps for its parent (more are dropped and counted) and sends per frame.
 MAX_PENDING: Final = 4096
 MAX_PER_FRAME: Final = 256
+#: What a run status looks like (agentd.loop.result.RunStatus values: ``completed``, ``exhausted_steps``, …).
+_STATUS: Final = re.compile(r"[a-z][a-z_]{0,31}")
 #: The depth label of this process's own runs (the root's handle ``0``).
 OWN_DEPTH: Final = "0"
 
@@ -415,8 +416,6 @@ def merge(depth: int, observations: Iterable[Any]) -> int:
     """
     if not _sinks or not 0 < depth <= 64:
         return 0
-    from agentd.loop.result import RunStatus
-
     label = str(depth)
     taken = 0
     for item in observations:
@@ -426,7 +425,7 @@ def merge(depth: int, observations: Iterable[Any]) -> int:
         if kind == "step" and _ints(args, 2):
             step(args[0], args[1], label)
         elif kind == "run" and _strs(args, 1):
-            run_ended(args[0] if args[0] in {s.value for s in RunStatus} else "other", label)
+            run_ended(_bounded("status", args[0]) if _STATUS.fullmatch(args[0]) else "other", label)
         elif kind == "tool" and _strs(args, 2):
             tool_call(_bounded("server", args[0][:128]), args[1] if args[1] in TOOL_OUTCOMES else "other", label)
         elif (kind == "mcp" and len(args) == 4 and _strs(args[:2] + args[3:], 3)
@@ -472,4 +471,5 @@ def otel_enabled() -> bool:
     return _otel is not None
 
 
-__all__: Final[Any] = ("Deltas", "Metrics", "Sink", "current", "disable", "enable", "enable_otel", "merge")
+__all__: Final[Any] = ("GATEWAY_DURATION_BUCKETS", "JOURNAL_LAG_BUCKETS", "MCP_DURATION_BUCKETS", "TOKEN_BUCKETS",
+                       "Deltas", "Metrics", "Sink", "current", "disable", "enable", "enable_otel", "merge")

@@ -24,7 +24,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from agentd._version import __version__
-from agentd.telemetry import metrics as schema
 from agentd.telemetry import names
 from agentd.telemetry.settings import OtelSettings
 
@@ -53,14 +52,14 @@ class OtelMetrics:
         self.runs = meter.create_counter(names.METRIC_RUNS, "{run}", "Agent-loop runs of the tree")
         self.steps = meter.create_counter(names.METRIC_STEPS, "{step}", "Loop steps (model calls) of the tree")
         self.tokens = meter.create_histogram(names.METRIC_TOKEN_USAGE, "{token}", "Tokens per model call",
-                                             explicit_bucket_boundaries_advisory=schema.TOKEN_BUCKETS)
+                                             explicit_bucket_boundaries_advisory=names.TOKEN_BUCKETS)
         self.tool_calls = meter.create_counter(names.METRIC_TOOL_CALLS, "{call}", "Tool calls the model asked for")
         self.mcp_duration = meter.create_histogram(
             names.METRIC_MCP_DURATION, "s", "Duration of MCP requests the tree sent",
-            explicit_bucket_boundaries_advisory=schema.MCP_DURATION_BUCKETS)
+            explicit_bucket_boundaries_advisory=names.MCP_DURATION_BUCKETS)
         self.gateway_duration = meter.create_histogram(
             names.METRIC_OPERATION_DURATION, "s", "Duration of model calls, failover included",
-            explicit_bucket_boundaries_advisory=schema.GATEWAY_DURATION_BUCKETS)
+            explicit_bucket_boundaries_advisory=names.GATEWAY_DURATION_BUCKETS)
         self.failovers = meter.create_counter(names.METRIC_FAILOVERS, "{call}", "Model calls that failed over")
         self.breakers = meter.create_gauge(names.METRIC_BREAKER, "1", "Endpoint breaker: 0 closed, 1 half-open, 2 open")
         self.live = meter.create_gauge(names.METRIC_SUBAGENTS_LIVE, "{subagent}", "Live subagents by depth")
@@ -72,7 +71,7 @@ class OtelMetrics:
         self.served = meter.create_counter(names.METRIC_SERVED_REQUESTS, "{request}", "Self-MCP requests")
         self.journal_lag = meter.create_histogram(
             names.METRIC_JOURNAL_LAG, "s", "Time from a step's end to its journal commit",
-            explicit_bucket_boundaries_advisory=schema.JOURNAL_LAG_BUCKETS)
+            explicit_bucket_boundaries_advisory=names.JOURNAL_LAG_BUCKETS)
         self.journal_pending = meter.create_up_down_counter(names.METRIC_JOURNAL_QUEUE, "{commit}",
                                                             "Journal commits waiting or in progress")
         meter.create_observable_gauge(names.METRIC_PROCESS_MEMORY, [_rss], "By", "Resident memory of the process")
