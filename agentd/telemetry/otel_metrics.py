@@ -74,7 +74,8 @@ class OtelMetrics:
             explicit_bucket_boundaries_advisory=names.JOURNAL_LAG_BUCKETS)
         self.journal_pending = meter.create_up_down_counter(names.METRIC_JOURNAL_QUEUE, "{commit}",
                                                             "Journal commits waiting or in progress")
-        meter.create_observable_gauge(names.METRIC_PROCESS_MEMORY, [_rss], "By", "Resident memory of the process")
+        meter.create_observable_up_down_counter(names.METRIC_PROCESS_MEMORY, [_rss], "By",
+                                                "Resident memory of the process")  # as the convention has it
         self.exported = 0
         self.failed = 0
 
