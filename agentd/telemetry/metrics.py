@@ -428,11 +428,9 @@ def merge(depth: int, observations: Iterable[Any]) -> int:
             run_ended(_bounded("status", args[0]) if _STATUS.fullmatch(args[0]) else "other", label)
         elif kind == "tool" and _strs(args, 2):
             tool_call(_bounded("server", args[0][:128]), args[1] if args[1] in TOOL_OUTCOMES else "other", label)
-        elif (kind == "mcp" and len(args) == 4 and _strs(args[:2] + args[3:], 3)
-              and isinstance(args[2], (int, float)) and args[2] >= 0):
+        elif kind == "mcp" and len(args) == 4 and _strs(args[:2] + args[3:], 3) and _seconds(args[2]):
             mcp_request(args[0], _bounded("server", args[1][:128]), float(args[2]), args[3])
-        elif kind == "gateway" and len(args) == 2 and isinstance(args[0], (int, float)) and args[0] >= 0 \
-                and isinstance(args[1], str):
+        elif kind == "gateway" and len(args) == 2 and _seconds(args[0]) and isinstance(args[1], str):
             gateway_call(float(args[0]), "ok" if args[1] == "ok" else "error")
         elif kind == "failover" and not args:
             failover()
@@ -443,7 +441,11 @@ def merge(depth: int, observations: Iterable[Any]) -> int:
 
 
 def _ints(args: list[Any], n: int) -> bool:
-    return len(args) == n and all(isinstance(a, int) and not isinstance(a, bool) and a >= 0 for a in args)
+    return len(args) == n and all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a < 2 ** 53 for a in args)
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 86400.0
 
 
 def _strs(args: list[Any], n: int) -> bool:

@@ -103,7 +103,8 @@ def test_a_childs_malformed_observations_are_skipped_and_its_labels_stay_bounded
     registry = metrics.enable()
     servers = [["tool", f"server-{i}", "result"] for i in range(3 * metrics.MAX_OPEN_VALUES)]
     garbage: list[Any] = ["nope", [], [3], ["step", -1, 2], ["step", "x", 1], ["step", True, 1], ["run"],
-                          ["mcp", "tools/call", "fix", -1.0, ""], ["gateway", "slow", "ok"], ["failover", 1],
+                          ["mcp", "tools/call", "fix", -1.0, ""], ["mcp", "tools/call", "fix", float("inf"), ""],
+                          ["gateway", "slow", "ok"], ["gateway", float("nan"), "ok"], ["step", 2 ** 64, 1], ["failover", 1],
                           ["tool", "fix"], ["unknown", 1]]
     taken = metrics.merge(1, [["step", 7, 3], ["run", "no-such-status"], ["tool", "fix", "weird"],
                               ["mcp", "made/up", "fix", 0.5, "E" * 500], *garbage, *servers])
