@@ -8,6 +8,7 @@ of 10+5 tokens: the root and the child each spawn one subagent, the grandchild c
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -89,7 +90,8 @@ async def test_a_two_level_trees_counts_reach_the_roots_metrics():
     assert all(value == 0 for (name, _), value in samples.items() if name == "agentd_subagents_live")
     depths = {labels for (name, labels) in samples if name == "agentd_steps_total"}
     assert depths == {(("depth", "0"),), (("depth", "1"),), (("depth", "2"),)}  # bounded: depth, no handles
-    # the same counts in the OTLP export (its final flush at exit)
+    # the same counts in the OTLP export (its final flush at exit), which only the root sends (no double counts)
+    assert {p.resource["process.pid"] for export in receiver.metric_exports for p in export} == {os.getpid()}
     points = receiver.metric_exports[-1]
     steps = {p.attributes["agentd.agent.depth"]: p.value for p in points if p.name == "agentd.steps"}
     assert steps == {"0": 2, "1": 2, "2": 2}
