@@ -135,9 +135,10 @@ async def main(
         try:
             return await _main(cfg, log, runner, env, run_id)
         finally:
-            with trio.CancelScope(shield=True):
-                await telemetry.flush(FINAL_FLUSH_TIMEOUT)
-                await metrics.flush(FINAL_FLUSH_TIMEOUT)
+            with trio.CancelScope(shield=True):  # spans and metrics side by side: at most 5 s in all
+                async with trio.open_nursery() as flushing:
+                    flushing.start_soon(telemetry.flush, FINAL_FLUSH_TIMEOUT)
+                    flushing.start_soon(metrics.flush, FINAL_FLUSH_TIMEOUT)
             if recorder is not None and cfg.report_file is not None:
                 try:
                     recorder.write(cfg.report_file)

@@ -7,6 +7,7 @@ receiver by the final flush at exit. Metrics and tracing are process-wide, so ea
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
 from agentd.telemetry import metrics
+from agentd.telemetry.settings import OtelSettings
 from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.telemetry.otlp import ReceivedPoint, otlp_receiver
@@ -116,3 +118,22 @@ async def test_metrics_are_exported_periodically_while_the_daemon_runs():
         with trio.fail_after(30):
             await done.wait()
     assert all(any(p.name == "process.memory.usage" for p in export) for export in receiver.metric_exports)
+
+
+async def test_the_final_flush_to_a_collector_that_never_answers_is_bounded(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, _black_hole, 0, host="127.0.0.1"))  # mute
+        port = listeners[0].socket.getsockname()[1]
+        settings = OtelSettings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                                          "OTEL_EXPORTER_OTLP_TIMEOUT": "600000"})
+        otel = metrics.enable_otel(settings)
+        metrics.step(10, 5)
+        started = trio.current_time()
+        await metrics.flush(5.0)
+        assert 5.0 <= trio.current_time() - started < 6.0
+        assert (otel.exported, otel.failed) == (0, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def _black_hole(stream: trio.SocketStream) -> None:
+    await trio.sleep_forever()
