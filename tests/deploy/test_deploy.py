@@ -13,10 +13,14 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
+import kubernetes_validate
 import pytest
+import trio
 import yaml
 
 from agentd import defaults as D
@@ -24,7 +28,8 @@ from agentd.config.argv import FLAGS
 from agentd.config.durations import parse_duration
 from agentd.config.model import Config
 from agentd.telemetry.health import PROBES
-from tests.selfmcp.certs import make_pki
+from tests.integration.agents import agentd_worker
+from tests.selfmcp.certs import Pki, make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -58,10 +63,9 @@ def flags_in(argv: list[str]) -> list[str]:
     return [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")]
 
 
-def materialise(argv: list[str], mounts: dict[str, Path], pki_dir: Path) -> list[str]:
+def materialise(argv: list[str], mounts: dict[str, Path], pki: Pki) -> list[str]:
     """``argv`` with each mount point replaced by its local directory, and each file it names there created
     if missing: a test certificate or key for ``*.crt``/``*.key``, a token otherwise (Secret volumes)."""
-    pki = make_pki(pki_dir)
     out = []
 
     def local(match: re.Match[str]) -> str:
@@ -85,13 +89,11 @@ def materialise(argv: list[str], mounts: dict[str, Path], pki_dir: Path) -> list
 
 @pytest.mark.parametrize("name", ["worker.yaml", "job.yaml"])
 def test_manifests_validate_against_the_pinned_kubernetes_schemas(name: str) -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
     for document in documents(name):
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
 
 
 def test_the_validator_really_rejects_a_broken_manifest() -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
     job = kind(documents("job.yaml"), "Job")
     job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "forty-five"
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -133,7 +135,7 @@ def test_worker_deployment_is_consistent_with_agentd(tmp_path: Path) -> None:
     argv = list(box["args"])
     assert set(flags_in(argv)) <= FLAG_NAMES, set(flags_in(argv)) - FLAG_NAMES
     env = {e["name"]: e["value"] for e in box.get("env", []) if "value" in e}
-    config = Config.from_argv(materialise(argv, mounts_of(deployment, docs, tmp_path), tmp_path / "pki"), env=env)
+    config = Config.from_argv(materialise(argv, mounts_of(deployment, docs, tmp_path), make_pki(tmp_path / "pki")), env=env)
     assert config.serve_mcp is not None and config.serve_bearer is not None
     assert str(config.serve_bearer).startswith("{{secret-file:" + str(tmp_path / "mounts" / "serve-bearer"))
     # Probes: the paths the serve port answers without authentication, on the serve port.
@@ -164,6 +166,29 @@ def test_worker_deployment_is_consistent_with_agentd(tmp_path: Path) -> None:
     assert deployment["spec"]["replicas"] > budget["spec"]["maxUnavailable"]
 
 
+@pytest.mark.slow
+async def test_worker_pod_answers_its_probes_and_guards_its_endpoint(tmp_path: Path) -> None:
+    """The worker's own argv, run for real (bound to 127.0.0.1:0 instead of the pod's 0.0.0.0:8443): the
+    probe paths answer 200 without credentials, as the kubelet asks them; the MCP endpoint wants the bearer."""
+    docs = documents("worker.yaml")
+    deployment = kind(docs, "Deployment")
+    box = container(deployment)
+    pki = make_pki(tmp_path / "pki")
+    argv = materialise(list(box["args"]), mounts_of(deployment, docs, tmp_path), pki)
+    argv[argv.index("--serve-mcp") + 1] = "https://127.0.0.1:0"
+    env = {e["name"]: e["value"] for e in box.get("env", []) if "value" in e}
+    async with agentd_worker(argv, env=env) as worker, httpx.AsyncClient(verify=pki.client_context()) as http:
+        base = worker.url.rsplit("/", 1)[0]
+        with trio.fail_after(30):
+            for probe in (box["readinessProbe"], box["livenessProbe"]):
+                answer = await http.get(base + probe["httpGet"]["path"])
+                assert answer.status_code == 200, (probe, answer.text)
+            refused = await http.post(worker.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                      headers={"Accept": "application/json, text/event-stream"})
+        assert refused.status_code == 401
+    assert worker.returncode == 0  # SIGTERM: a clean drain
+
+
 def test_job_maps_exit_codes_as_documented(tmp_path: Path) -> None:
     docs = documents("job.yaml")
     job = kind(docs, "Job")
@@ -191,7 +216,7 @@ def test_job_maps_exit_codes_as_documented(tmp_path: Path) -> None:
     argv = list(box["args"])
     assert set(flags_in(argv)) <= FLAG_NAMES
     env = {e["name"]: e["value"] for e in box.get("env", []) if "value" in e}
-    config = Config.from_argv(materialise(argv, mounts_of(job, docs, tmp_path), tmp_path / "pki"), env=env)
+    config = Config.from_argv(materialise(argv, mounts_of(job, docs, tmp_path), make_pki(tmp_path / "pki")), env=env)
     assert config.serve_mcp is None and config.instruction
     assert pod["terminationGracePeriodSeconds"] > config.drain_timeout + LADDER
     assert job["spec"]["activeDeadlineSeconds"] > config.deadline  # agentd's own deadline ends the run first
@@ -226,7 +251,7 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed (the unit's keys are still checked by the test below)")
-    agentd = shutil.which("agentd", path=str(Path(__import__("sys").executable).parent))
+    agentd = shutil.which("agentd", path=str(Path(sys.executable).parent))
     assert agentd is not None
     text, _ = unit()
     copy = tmp_path / "agentd.service"

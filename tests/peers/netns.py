@@ -30,6 +30,7 @@ Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and ``ip`` (iproute2). :func:`unava
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import os
 import re
@@ -54,8 +55,9 @@ _IP_TIMEOUT = 10.0
 _counter = itertools.count()
 
 
+@functools.cache
 def unavailable() -> str | None:
-    """Why network namespaces cannot be made here, or None when they can."""
+    """Why network namespaces cannot be made here, or None when they can (probed once per process)."""
     if shutil.which("ip") is None:
         return "network namespaces unavailable: no `ip` (iproute2) on PATH"
     if os.geteuid() != 0:
@@ -315,19 +317,20 @@ def _teardown(net: Network) -> None:
 async def network(n: int, *, root_link: bool = False) -> AsyncIterator[Network]:
     """``n`` hosts on one private bridge for the duration of the block, removed however the block ends."""
     require()
-    cleanup_stale()
     net: Network | None = None
     try:
-        net = _build_checked(n, root_link)
+        # ip(8) runs in a worker thread, so the event loop (a gateway serving agents, say) is not blocked.
+        net = await trio.to_thread.run_sync(_build_checked, n, root_link)
         yield net
     finally:
         with trio.CancelScope(shield=True):
             if net is not None:
-                _teardown(net)
+                await trio.to_thread.run_sync(_teardown, net)
 
 
 def _build_checked(n: int, root_link: bool) -> Network:
-    """:func:`_build`, deleting what it made if a step fails half way."""
+    """:func:`cleanup_stale`, then :func:`_build`, deleting what it made if a step fails half way."""
+    cleanup_stale()
     before = set(namespaces())
     try:
         return _build(n, root_link)
