@@ -223,6 +223,16 @@ def test_job_maps_exit_codes_as_documented(tmp_path: Path) -> None:
     pod_security(job)
 
 
+def test_the_user_page_names_what_the_files_pin() -> None:
+    page = (ROOT / "docs" / "deployment.md").read_text()
+    assert f"Kubernetes {KUBERNETES.rsplit('.', 1)[0]} API schemas" in page
+    base = stages()[-1][0].split()[0]
+    assert f"`{base}`" in page
+    assert all(f"deploy/{name}" in page for name in ("Dockerfile", "systemd/agentd.service",
+                                                      "kubernetes/worker.yaml", "kubernetes/job.yaml"))
+    assert "[docs/deployment.md](docs/deployment.md)" in (ROOT / "README.md").read_text()
+
+
 def deployment_table() -> dict[int, str]:
     """docs/deployment.md's exit-code table: code -> the whole row."""
     rows = re.findall(r"^\| (\d) \|(.*)$", (ROOT / "docs" / "deployment.md").read_text(), re.M)
