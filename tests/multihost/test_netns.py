@@ -109,9 +109,9 @@ async def test_cleanup_after_a_failing_test_and_of_a_killed_run() -> None:
         with trio.fail_after(5):
             while not netns._pids_in(stale) and stale in netns.namespaces():
                 await trio.sleep(0.02)
-        async with netns.network(1) as net:
+        async with netns.hosts(1) as (only,):
             assert stale not in netns.namespaces()
-            assert netns.cleanup_stale() == [] and net.hosts[0].name in netns.namespaces()
+            assert netns.cleanup_stale() == [] and only.name in netns.namespaces()
         assert orphan.wait(timeout=5) != 0  # killed (or, if a cleanup won the race to its exec, never ran)
     finally:
         netns.remove_namespace(stale)

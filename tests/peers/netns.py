@@ -1,6 +1,6 @@
 """Several hosts on this one machine: Linux network namespaces on a private bridge, for multi-host tests.
 
-``async with network(n) as net`` creates ``n`` hosts, each a network namespace with its own loopback and one
+``async with network(n) as net`` (or ``hosts(n)`` for just the hosts) creates ``n`` hosts, each a network namespace with its own loopback and one
 ``eth0`` (a veth pair) plugged into a bridge that lives in a namespace of its own (the "switch"), so nothing
 is bridged through the root namespace and its firewall. Hosts get ``10.A.B.2``, ``10.A.B.3``, ... on one /24.
 With ``root_link=True`` the root namespace (this test process) is a host on that network too, at
@@ -326,6 +326,13 @@ async def network(n: int, *, root_link: bool = False) -> AsyncIterator[Network]:
         with trio.CancelScope(shield=True):
             if net is not None:
                 await trio.to_thread.run_sync(_teardown, net)
+
+
+@asynccontextmanager
+async def hosts(n: int, *, root_link: bool = False) -> AsyncIterator[list[Host]]:
+    """:func:`network`, yielding just its hosts: ``async with netns.hosts(2) as (a, b): ...``."""
+    async with network(n, root_link=root_link) as net:
+        yield net.hosts
 
 
 def _build_checked(n: int, root_link: bool) -> Network:
