@@ -45,14 +45,15 @@ def _samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-async def test_a_two_level_trees_counts_reach_the_roots_metrics():
+async def _scrape_after_a_tree(*extra: str) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], Any]:
+    """Run the tree with the root in this process; its /metrics scraped after the root's run, and the receiver."""
     events: list[dict[str, Any]] = []
     async with otlp_receiver() as receiver, scripted_gateway(default=_decide) as gw, trio.open_nursery() as nursery:
         mcp = await nursery.start(serve_fake, _mcp)
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         cfg = Config.from_argv(["--instruction", "delegate", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
-                                "--serve-mcp", "http://127.0.0.1:0/mcp", "--metrics-addr", "127.0.0.1:0", "--otel"],
-                               env=env)
+                                "--serve-mcp", "http://127.0.0.1:0/mcp", "--metrics-addr", "127.0.0.1:0", "--otel",
+                                *extra], env=env)
         latch = DrainLatch()
         ended = trio.Event()
 
@@ -73,7 +74,11 @@ async def test_a_two_level_trees_counts_reach_the_roots_metrics():
             await ended.wait()
         mcp.stop()
     assert scraped.status_code == 200
-    samples = _samples(scraped.text)
+    return _samples(scraped.text), receiver
+
+
+async def test_a_two_level_trees_counts_reach_the_roots_metrics():
+    samples, receiver = await _scrape_after_a_tree()
     for depth in ("0", "1", "2"):
         assert samples[("agentd_runs_total", (("depth", depth), ("status", "completed")))] == 1, depth
         assert samples[("agentd_steps_total", (("depth", depth),))] == 2, depth
@@ -99,6 +104,14 @@ async def test_a_two_level_trees_counts_reach_the_roots_metrics():
               for p in points if p.name == "gen_ai.client.token.usage"}
     assert tokens == {(d, kind): (2, total) for d in ("0", "1", "2") for kind, total in (("input", 20),
                                                                                           ("output", 10))}
+
+
+async def test_a_nested_childs_refused_spawn_is_counted_at_the_root():
+    samples, _ = await _scrape_after_a_tree("--max-depth", "2")  # the child may not spawn the grandchild
+    assert samples[("agentd_spawn_refusals_total", (("cap", "max_depth"),))] == 1
+    for depth in ("0", "1"):
+        assert samples[("agentd_steps_total", (("depth", depth),))] == 2, depth
+    assert ("agentd_steps_total", (("depth", "2"),)) not in samples
 
 
 def test_a_childs_malformed_observations_are_skipped_and_its_labels_stay_bounded():
