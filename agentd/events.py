@@ -87,6 +87,9 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "reactive.degraded", "reactive.unowned",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",
         "drain.start", "drain.end",
+        # operator controls (agentd ctl, SIGHUP)
+        "ctl.listening", "ctl.refused", "ctl.failed", "ctl.pause", "ctl.resume", "ctl.lame_duck", "ctl.cancel",
+        "ctl.reload",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",
         # security: the egress guard and the Rule of Two

@@ -20,6 +20,7 @@ Decisions are data: :func:`agentd.errors.flatten` names the one exception a grou
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -48,6 +49,7 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
+from agentd.operator import current_operator
 from agentd.secrets import SecretResolver
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import agent_span, end_agent_span
@@ -299,6 +301,18 @@ def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> Run
                      error=error)
 
 
+def _reloadable_model(intel: Intelligence) -> contextlib.AbstractContextManager[None]:
+    """A daemon's reload (agentd.ctl) swaps the model of a run in flight from its next model call."""
+    operator = current_operator()
+    if operator is None:
+        return contextlib.nullcontext()
+
+    async def swap(_old: Config, new: Config) -> None:
+        intel.model = new.model
+
+    return operator.reloadable(swap)
+
+
 # --- the loop's runs -------------------------------------------------------------------------------------------
 
 
@@ -382,9 +396,10 @@ async def run_config(
                                 deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
                 rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
-                result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,
-                                        on_usage=on_usage, peers=opened.peers,
-                                        journal=journaled.recorder if journaled is not None else None)
+                with _reloadable_model(opened.intel):
+                    result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
+                                            controls=controls, on_usage=on_usage, peers=opened.peers,
+                                            journal=journaled.recorder if journaled is not None else None)
         except BaseException as exc:
             reraise_if_not_an_outcome(exc, log)
             if isinstance(flatten(exc), ConnectDeadline):

@@ -136,6 +136,8 @@ class Supervisor:
     log: EventLog = attrs.field(factory=null_log)
     test_script: TestScript | None = None
     draining: bool = False
+    #: The operator's lame duck (agentd.ctl): served spawns are refused; the agent's own runs go on.
+    lame_duck: bool = False
     use_fork_server: bool = False
     _fork_server: ForkServer | None = attrs.field(init=False, default=None)
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -151,6 +153,10 @@ class Supervisor:
             metrics.spawn_refused("draining")
             return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted",
                                                  cap="draining"))
+        if self.lame_duck and caller.origin is Origin.MANAGEMENT:
+            metrics.spawn_refused("lame_duck")
+            return self._refused(caller, Refusal("spawn refused: lame duck, no new served runs are accepted",
+                                                 retryable=True, cap="lame_duck"))
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
