@@ -162,7 +162,7 @@ async def _main(
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with (
         open_state(cfg.state_dir, log=log) as journal,
-        open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor,
+        open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id, ledger_store=journal) as supervisor,
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)

@@ -85,7 +85,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
-        "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",
+        "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",
         # operator controls (agentd ctl, SIGHUP)
         "ctl.listening", "ctl.refused", "ctl.failed", "ctl.pause", "ctl.resume", "ctl.lame_duck", "ctl.cancel",

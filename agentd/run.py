@@ -227,6 +227,7 @@ async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[J
         async with open_journal(state_dir) as journal:
             pruned = await journal.prune(Retention())
             unfinished = [r.run_id for r in await journal.unfinished_runs()]
+            await _drop_finished_budgets(journal, set(unfinished))
             log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)
             opened = True
             yield journal
@@ -235,6 +236,16 @@ async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[J
             raise
         # Before anything ran: an unusable state directory is a configuration problem (exit 2).
         raise ConfigError(f"--state-dir: {exc}") from None
+
+
+async def _drop_finished_budgets(journal: JournalStore, unfinished: set[str]) -> None:
+    """Forget the token budget books (agentd.supervisor.caps) of runs that finished: only an unfinished run
+    is resumed with its books."""
+    from agentd.journal.ledger import NAMESPACE
+
+    stale = {tree: None for tree in await journal.get_state(NAMESPACE) if tree not in unfinished}
+    if stale:
+        await journal.put_state(NAMESPACE, stale)
 
 
 @attrs.frozen
@@ -282,10 +293,18 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
 
 
 async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
-    """Commit ``RunEnded`` (durable). A drained run is left unfinished: the next start resumes it."""
+    """Commit ``RunEnded`` (durable) and forget the run's token budget books. A drained run is left
+    unfinished (books kept): the next start resumes it."""
     if journaled is None or journaled.recorded is not None or result.drained:
         return
     await journaled.recorder.ended(result.status.value, result.to_json(), result.error)
+    from agentd.journal.errors import JournalError
+    from agentd.journal.ledger import drop_ledger
+
+    try:
+        await drop_ledger(journaled.recorder.store, journaled.recorder.run_id)  # a finished run needs no books
+    except JournalError:
+        pass  # the next start forgets them (open_state)
 
 
 def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> RunResult:
