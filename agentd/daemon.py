@@ -34,7 +34,7 @@ import trio
 from agentd import telemetry
 from agentd.config.model import Config
 from agentd.errors import ConfigError
-from agentd.events import EventLog, Sink, stream_sink
+from agentd.events import EventLog, LevelDial, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
 from agentd.journal.store import JournalStore
@@ -118,6 +118,8 @@ async def main(
     """
     run_id = cfg.run_id or new_run_id()
     log = (log or open_log(cfg, run_id)).bind(run_id=run_id)
+    if log.dial is None:  # one level for every copy of the daemon's log: a reload may change it
+        log = log.bind(dial=LevelDial(log.level))
     runner = MODES.get(cfg.mode)
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode!r} is not a mode (once, loop, schedule, reactive)")
@@ -251,6 +253,12 @@ async def _start_controls(
     from agentd.ctl.server import serve_ctl, socket_path
 
     operator.on_change.append(lambda op: setattr(supervisor, "lame_duck", op.lame_duck))
+
+    async def relevel(_old: Config, new: Config) -> None:
+        if log.dial is not None:
+            log.dial.level = new.log_level
+
+    operator.appliers.append(relevel)
     await restore_operator(operator, journal, log)
     controls = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
                         snapshot=board.read)

@@ -7,7 +7,7 @@ that half-applies is worse than none. So a reload is all or nothing: when any se
 
 The reloadable settings apply at the next turn boundary: the model is used from the next model call on;
 the per-run limits for runs started after the reload; ``--subscribe`` is re-armed at once (new URIs
-subscribed and read, dropped ones unsubscribed).
+subscribed, dropped ones unsubscribed); the log level at once, for every part of the daemon's log.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import attrs
 from agentd.config.model import Config
 
 #: Settings a reload applies (Config field names).
-RELOADABLE: Final = frozenset({"model", "max_steps", "max_tokens", "deadline", "subscribe"})
+RELOADABLE: Final = frozenset({"model", "max_steps", "max_tokens", "deadline", "subscribe", "log_level"})
 #: Settings that are not compared: how this process was asked to read its config, not what it says.
 _IGNORED: Final = frozenset({"config_path", "validate_config", "run_id"})
 

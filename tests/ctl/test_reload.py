@@ -20,8 +20,8 @@ def models(gw: ScriptedGateway) -> list[str]:
             and isinstance(r.body, dict)]
 
 
-def config(model: str, origin: str, tags: str = "[sensitive_data]", mode: str = "loop") -> str:
-    return (f"mode: {mode}\ninterval: 200ms\nmodel: {model}\n"
+def config(model: str, origin: str, tags: str = "[sensitive_data]", mode: str = "loop", level: str = "info") -> str:
+    return (f"mode: {mode}\ninterval: 200ms\nmodel: {model}\nlog_level: {level}\n"
             f"mcp_servers:\n  - name: pay\n    url: {origin}/mcp\n    tags: {tags}\n")
 
 
@@ -35,17 +35,20 @@ async def test_reload_applies_the_model_and_refuses_what_needs_a_restart(tmp_pat
         async with daemon(argv, tmp_path) as d:
             await d.until(lambda: "m1" in models(gw))
 
-            file.write_text(config("m2", peer.origin))
+            file.write_text(config("m2", peer.origin, level="warn"))
             code, doc = await ctl("reload", "--socket", sock)
-            assert code == 0 and doc["reloaded"] is True and doc["changed"] == ["model"] and doc["reloads"] == 1
-            await d.until(lambda: "m2" in models(gw))
+            assert code == 0 and doc["reloaded"] is True and doc["reloads"] == 1
+            assert doc["changed"] == ["log_level", "model"]
+            starts = len(d.events("loop.start"))
+            await d.until(lambda: models(gw).count("m2") >= 2)
+            assert len(d.events("loop.start")) == starts  # info events are off from the reload on
 
             # the mode is restart-only: refused, nothing else applied either
-            file.write_text(config("m3", peer.origin, mode="schedule"))
+            file.write_text(config("m3", peer.origin, mode="schedule", level="warn"))
             code, doc = await ctl("reload", "--socket", sock)
             assert code == 1 and doc["outcome"] == "refused" and doc["refused"] == ["mode"]
             # the Rule of Two is checked again: a trifecta is invalid, nothing changes
-            file.write_text(config("m3", peer.origin, tags="[untrusted_input, sensitive_data, external_comms]"))
+            file.write_text(config("m3", peer.origin, tags="[untrusted_input, sensitive_data, external_comms]", level="warn"))
             code, doc = await ctl("reload", "--socket", sock)
             assert code == 1 and doc["outcome"] == "invalid" and "Rule of Two" in doc["error"]
             file.write_text("model: [m3\n")  # not YAML
@@ -55,7 +58,7 @@ async def test_reload_applies_the_model_and_refuses_what_needs_a_restart(tmp_pat
             await d.until(lambda: len(models(gw)) >= seen + 2)
             assert set(models(gw)[seen:]) == {"m2"}  # the running config was kept
 
-            file.write_text(config("m4", peer.origin))
+            file.write_text(config("m4", peer.origin, level="warn"))
             d.proc.send_signal(signal.SIGHUP)  # what systemd's ExecReload sends
             await d.until(lambda: "m4" in models(gw))
             code, status = await ctl("status", "--socket", sock)
