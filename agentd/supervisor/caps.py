@@ -166,6 +166,8 @@ class TreeLedger:
             book = self._books[tree] = Ledger(self.caps.token_ceiling)
             while len(self._books) > TREES_KEPT:
                 self._books.popitem(last=False)
+        else:
+            self._books.move_to_end(tree)  # most recently used last: a busy tree is never the one forgotten
         return book
 
     def adopt(self, tree: str, book: Ledger) -> list[str]:
