@@ -147,6 +147,8 @@ class Admit:
     ref: int = attrs.field(validator=_int)
     caller: str = attrs.field(validator=_str)
     tool_scope: list[str] | None = attrs.field(default=None, validator=optional(_list))
+    #: The token slice asked for (``token_budget``); None: the default share.
+    budget: int | None = attrs.field(default=None, validator=optional(_int))
 
 
 @attrs.frozen

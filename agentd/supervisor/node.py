@@ -373,7 +373,7 @@ class SubagentNode:
         if not is_within(request.caller, self.handle):
             decision: Any = Refusal(f"spawn refused: handle {request.caller} is outside {self.handle}")
         else:
-            decision = await self.authority.admit(request.caller, request.tool_scope)
+            decision = await self.authority.admit(request.caller, request.tool_scope, budget=request.budget)
         if isinstance(decision, Refusal):
             answer = Admitted(ref=request.ref, refusal=decision.message, retryable=decision.retryable)
         else:

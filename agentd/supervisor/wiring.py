@@ -17,6 +17,7 @@ import trio
 
 from agentd import telemetry
 from agentd.events import EventLog
+from agentd.journal.store import JournalStore
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
@@ -63,7 +64,7 @@ def settings_from_config(cfg: Config) -> SupervisorSettings:
 @asynccontextmanager
 async def open_root_supervisor(
     cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = "", fork_server: bool = True,
-    test_script: TestScript | None = None,
+    test_script: TestScript | None = None, ledger_store: JournalStore | None = None,
 ) -> AsyncIterator[Supervisor]:
     """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` narrowed to their tool scope
     (MCP servers and A2A peers) and the secrets that narrowed config references.
@@ -87,7 +88,7 @@ async def open_root_supervisor(
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
                    **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {}),
                    **({"metrics": True} if metrics.enabled() else {})},
-        fork_server=fork_server, test_script=test_script,
+        fork_server=fork_server, test_script=test_script, ledger_store=ledger_store, run_id=run_id or cfg.run_id,
     ) as sup:
 
         async def stop_accepting() -> None:
