@@ -62,7 +62,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "journal.opened", "journal.write_failed",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
-        "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_description", "mcp.tool_unusable",
+        "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_unusable",
         "mcp.tool_pin_mismatch", "mcp.list_changed",
         "mcp.subscribe", "mcp.subscribe_degraded", "mcp.updated", "mcp.cancelled", "mcp.server_request",
         "mcp.protocol_error", "mcp.stream", "mcp.closed", "mcp.era",

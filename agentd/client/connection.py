@@ -183,7 +183,7 @@ class ServerConnection:
         step = "no completed handshake"
         try:
             with trio.fail_after(self.config.connect_timeout):
-                self.greeting = await handshake(self.exchange, self.eras, self.log)
+                self.greeting = await handshake(self.exchange, self.eras, self.log, self.config.era)
             step = "the tools and resources lists did not complete"
             with trio.fail_after(self.config.connect_timeout):
                 await self.catalogue.load()

@@ -304,6 +304,11 @@ async def test_drain_stops_at_a_step_boundary_and_exits_0() -> None:
     assert _tool_messages(model.requests[0][0]) == [] and len(pool.calls) == 1
 
 
+def _offered(lines: list[dict[str, Any]]) -> list[str]:
+    """The tools the loop's ``mcp.catalogue`` audit events named, in order."""
+    return [item["tool"] for line in lines if line["event"] == "mcp.catalogue" for item in line["offered"]]
+
+
 async def test_catalogue_is_rebuilt_only_when_the_tool_list_changes() -> None:
     pool = _pool()
 
@@ -320,7 +325,7 @@ async def test_catalogue_is_rebuilt_only_when_the_tool_list_changes() -> None:
     offered = [{t.name for t in tools} for _, tools in model.requests]
     assert "s__fresh" not in offered[1] and "s__fresh" in offered[2]
     assert pool.calls[-1][:3] == ("s", "fresh", {"a": 2, "b": 2})
-    audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
+    audits = _offered(lines)
     assert audits == ["add", "grow", "add", "grow", "fresh"]  # one load at start, one after the change
 
 
@@ -334,7 +339,7 @@ async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
         request = RunRequest("add things", f"daemon.{n}", Limits())
         result = await run_with(request, pool=pool, intel=ScriptedModel([final("ok")]), log=log.bind(run_id=f"d.{n}"))
         assert result.status is RunStatus.COMPLETED
-        audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
+        audits = _offered(lines)
         lines.clear()
         return audits
 
@@ -346,7 +351,7 @@ async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
     other: list[dict[str, Any]] = []
     await run_with(RunRequest("add things", "other", Limits()), pool=pool, intel=ScriptedModel([final("ok")]),
                    log=EventLog(sink=other.append))
-    assert [line["tool"] for line in other if line["event"] == "mcp.tool_description"] == ["add", "fresh"]
+    assert _offered(other) == ["add", "fresh"]
 
 
 async def test_old_observations_are_elided_to_bound_the_history() -> None:
