@@ -26,7 +26,7 @@ from agentd.events import EventLog
 from agentd.mcp import jsonrpc, types
 from agentd.mcp import meta as mcp_meta
 from agentd.mcp.client_session import HandshakeError
-from agentd.mcp.versions import Era
+from agentd.mcp.versions import MODERN_VERSIONS, Era
 from agentd.transport.http_client import ConnectionLost
 
 
@@ -111,6 +111,12 @@ async def _discover(
                          request_id=request.id, error=exc.detail)  # fmt: skip
                 continue
             failure = exchange.stream_broken(request.method, exc, reissued=True)
+        except McpRpcError as exc:
+            if attempt == 0 and _offers_ours(exc):
+                # -32022 naming a version we speak: the server rejected this attempt, not the version; once more.
+                log.info("mcp.era", server=exchange.name, era=None, retry="server/discover", error=str(exc))
+                continue
+            failure = exc
         except (McpError, HandshakeError) as exc:
             failure = exc
         # A network failure (refused, reset, broken twice) is no verdict about the era.
@@ -139,6 +145,13 @@ async def _discover(
     log.info("mcp.era", server=exchange.name, era="modern", protocol_version=session.protocol_version,
              cached=refusal is None and not pinned, **({"configured": True} if pinned else {}))  # fmt: skip
     return Handshake(server_info, found.instructions, found.ttl_ms)
+
+
+def _offers_ours(exc: McpRpcError) -> bool:
+    """A -32022 whose ``data.supported`` names a modern version agentd speaks."""
+    supported = exc.data.get("supported") if isinstance(exc.data, dict) else None
+    return (exc.code == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list)
+            and any(v in MODERN_VERSIONS for v in supported))
 
 
 async def close_session(exchange: Exchange, log: EventLog) -> None:

@@ -120,9 +120,13 @@ async def test_rpc_errors_are_labelled_faults_and_a_streak_ends_the_run() -> Non
 
     pool.add("s", "broken", broken)
     model = ScriptedModel([tools_reply(call("s__broken", {}))])
-    result = await _run(model, pool, limits=Limits(max_steps=10))
-    assert result.status is RunStatus.FAILED and result.exit_code == 1
+    lines: list[dict[str, Any]] = []
+    result = await _run(model, pool, limits=Limits(max_steps=10), lines=lines)
+    # Both failures count toward "down": the (required) server is marked down, which is exit 6.
+    assert result.status is RunStatus.MCP_FAILED and result.exit_code == 6
     assert attempts == MAX_CONSECUTIVE_FAULTS and result.steps == MAX_CONSECUTIVE_FAULTS
+    (down,) = [line for line in lines if line["event"] == "mcp.server_down"]
+    assert (down["server"], down["required"], down["failures"]) == ("s", True, 3)
     observation = _tool_messages(model.requests[1][0])[-1]
     assert observation.startswith("[agentd tool fault") and "not the tool's output" in observation
     assert "JSON-RPC error -32603" in observation
@@ -132,7 +136,7 @@ async def test_a_success_resets_the_fault_streak() -> None:
     pool = _pool()
 
     async def broken(args: Any) -> Any:
-        raise McpRpcError(-32602, "bad params", server="s")
+        raise McpRpcError(-32603, "internal", server="s")
 
     pool.add("s", "broken", broken)
     script = [tools_reply(call("s__broken", {})), tools_reply(call("s__broken", {})),
