@@ -58,6 +58,8 @@ SERVE_MAX_PER_CLIENT: Final = 64
 # --- one MCP connection (agentd.config.model.McpServerConfig, host ``connections:`` entries) ------------
 CONNECT_TIMEOUT: Final = 10.0
 CALL_TIMEOUT: Final = 60.0
+#: Which protocol era a connection speaks first (``era:``, ``--mcp-era``): ``auto`` probes with ``initialize``.
+MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.
 A2A_CALL_TIMEOUT: Final = 600.0
 

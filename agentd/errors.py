@@ -74,7 +74,18 @@ class McpConnectError(McpError):
 
 
 class McpTransportError(McpError):
-    """The HTTP exchange failed: refused, reset, timeout, unexpected status or redirect."""
+    """The HTTP exchange failed: refused, reset, timeout, unexpected status or redirect.
+
+    ``unsent``: the request was never written (connection refused, no live connection), so the server cannot
+    have acted on it; ``timed_out``: no answer within the call timeout (agentd.mcp.failure_policy reads both).
+    """
+
+    def __init__(
+        self, message: str, *, server: str | None = None, unsent: bool = False, timed_out: bool = False
+    ) -> None:
+        super().__init__(message, server=server)
+        self.unsent = unsent
+        self.timed_out = timed_out
 
 
 class McpProtocolError(McpError):

@@ -183,7 +183,7 @@ class ServerConnection:
         step = "no completed handshake"
         try:
             with trio.fail_after(self.config.connect_timeout):
-                self.greeting = await handshake(self.exchange, self.eras, self.log)
+                self.greeting = await handshake(self.exchange, self.eras, self.log, self.config.era)
             step = "the tools and resources lists did not complete"
             with trio.fail_after(self.config.connect_timeout):
                 await self.catalogue.load()
@@ -275,17 +275,19 @@ class ServerConnection:
         try:
             with trio.fail_after(self.config.call_timeout):
                 try:
-                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments))
+                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments),
+                                                    idempotent=self._idempotent(tool))
                 except McpRpcError as exc:
                     if self.era is not Era.MODERN or exc.code != jsonrpc.HEADER_MISMATCH:
                         raise
                     # -32020: our Mcp-Param-* headers disagree with the server's current schema. Re-list the
                     # tools and retry once (2026-07-28).
                     await self.catalogue.load_tools()
-                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments))
+                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments),
+                                                    idempotent=self._idempotent(tool))
         except trio.TooSlowError:
             raise McpTransportError(
-                f"tools/call {tool}: no answer within {self.config.call_timeout:g} s", server=self.name
+                f"tools/call {tool}: no answer within {self.config.call_timeout:g} s", server=self.name, timed_out=True
             ) from None
         try:
             parsed = types.structure(result, types.CallToolResult)
@@ -294,6 +296,12 @@ class ServerConnection:
         if not parsed.is_error:
             self.catalogue.check_structured(tool, parsed.structured_content)
         return ToolResult(parsed.content, parsed.is_error, parsed.structured_content)
+
+    def _idempotent(self, tool: str) -> bool:
+        """The tool's ``idempotentHint`` (server text, but only ever used to allow a re-send of a call that
+        never reached the server: agentd.mcp.failure_policy)."""
+        info = self.catalogue.tool(tool)
+        return info is not None and isinstance(info.annotations, dict) and info.annotations.get("idempotentHint") is True
 
     def _param_headers(self, tool: str, arguments: dict[str, Any]) -> dict[str, str] | None:
         if self.era is not Era.MODERN:
@@ -307,7 +315,8 @@ class ServerConnection:
                 result = await self.exchange.request("resources/read", {"uri": uri})
         except trio.TooSlowError:
             raise McpTransportError(
-                f"resources/read {uri}: no answer within {self.config.call_timeout:g} s", server=self.name
+                f"resources/read {uri}: no answer within {self.config.call_timeout:g} s", server=self.name,
+                timed_out=True,
             ) from None
         try:
             parsed = types.structure(result, types.ReadResourceResult)

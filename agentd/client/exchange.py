@@ -23,7 +23,7 @@ from agentd.client.errors import ResponseStreamBroken
 from agentd.client.liveness import Liveness
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
 from agentd.events import EventLog
-from agentd.mcp import jsonrpc
+from agentd.mcp import failure_policy, jsonrpc
 from agentd.mcp.client_session import (
     CapabilityMissing,
     ClientSession,
@@ -141,13 +141,43 @@ class Exchange:
         return headers
 
     async def request(
-        self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+        self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
+        idempotent: bool = False,
     ) -> dict[str, Any]:
-        """One request on the live session; a 404 on the session re-initializes and retries once."""
+        """One request on the live session, re-sent as the failure policy allows (agentd.mcp.failure_policy:
+        safe requests, and ``idempotent`` tools/calls that never reached the server), with bounded backoff and
+        a bounded wait for a reconnect in between. The caller bounds the whole (``call_timeout``)."""
+        kind = failure_policy.request_kind(method, idempotent=idempotent)
+        retry = 0
+        while True:
+            try:
+                return await self._request_recovering(method, params, headers)
+            except McpError as exc:
+                failure = failure_policy.classify(exc)
+                decision = failure_policy.decide(failure, kind)
+                if retry >= decision.retries or self.closing:
+                    raise
+                if isinstance(exc, ResponseStreamBroken) and exc.reissued:
+                    raise  # a broken modern stream was re-issued at once already: that was its retry
+                retry += 1
+                delay = failure_policy.backoff(retry)
+                self.log.warn("mcp.retry", server=self.name, method=method, attempt=retry + 1, delay=delay,
+                              failure=failure.value, error=str(exc))  # fmt: skip
+            generation = self.liveness.generation
+            await trio.sleep(delay)
+            if not self.liveness.connected or self.liveness.broken.is_set():
+                with trio.move_on_after(self.reconnect_wait):  # a newer connection than the one that failed
+                    await self.liveness.wait_reconnected(generation)
+
+    async def _request_recovering(
+        self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None
+    ) -> dict[str, Any]:
+        """One request; a 404 on the session re-initializes and retries once."""
         if self.closing:
             raise McpTransportError(f"MCP server {self.name!r}: the connection is closing", server=self.name)
         if not self.liveness.connected:
-            raise McpTransportError(f"MCP server {self.name!r} is not connected (reconnecting)", server=self.name)
+            raise McpTransportError(f"MCP server {self.name!r} is not connected (reconnecting)", server=self.name,
+                                    unsent=True)  # fmt: skip
         generation = self.liveness.generation
         try:
             return await self.request_once(method, params, headers)

@@ -119,6 +119,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--mcp-tags", "mcp_tags", "list",
          "Rule of Two: tag a declared server (repeatable; tags untrusted_input, sensitive_data, external_comms; "
          "untagged = untrusted_input)", _MCP, "NAME=TAG[,TAG]", env=False, file=False),
+    Flag("--mcp-era", "mcp_era", "list",
+         "protocol era of a declared server (repeatable; auto: initialize first, server/discover if refused; "
+         "legacy or modern: that era only)", _MCP, "NAME=ERA", env=False, file=False),
     Flag("--allow-trifecta", "allow_trifecta", "bool",
          "run although the servers together bring untrusted input, sensitive data and external "
          "communication (audited; never inherited by subagents)", _MCP, env=False),

@@ -88,7 +88,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                     if setting is not None:
                         settings[flag.dest] = (flag, _rebase_setting(flag, setting, base_dir))
             elif key in HOST_KEYS or (key == "intelligence" and isinstance(value, dict)):
-                connections = _host_key(key, value, env, settings) or connections
+                connections = _host_key(key, value, env, settings, base_dir) or connections
             elif isinstance(key, str) and key in FLAGS_BY_FILE_KEY:
                 flag = FLAGS_BY_FILE_KEY[key]
                 settings[flag.dest] = (flag, _rebase_setting(flag, value, base_dir))
@@ -106,11 +106,11 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
 
 
 def _host_key(
-    key: str, value: Any, env: Mapping[str, str], settings: dict[str, tuple[Flag, Any]]
+    key: str, value: Any, env: Mapping[str, str], settings: dict[str, tuple[Flag, Any]], base_dir: str
 ) -> tuple[McpServerConfig, ...] | None:
     """A host file's key: ``connections`` gives server entries; the others fill settings or are checked."""
     if key == "connections":
-        return host.load_connections(value, env)
+        return host.load_connections(value, env, base_dir)
     if key == "intelligence":
         for dest, raw in host.intelligence_settings(value, env).items():
             flag = FLAGS_BY_DEST[dest]

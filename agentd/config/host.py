@@ -17,6 +17,8 @@
         required: true
         connectTimeoutMs: 10000
         toolTimeoutMs: 30000
+        pin: {search: 3f1c...e9}   # or pin_file: documents.pins.yaml (tool hashes, as for mcp_servers)
+        era: auto                  # or legacy | modern (as for mcp_servers)
     mcp_servers: [...]          # the list form (agentd.config.servers), mapped into the same model
     transcript: {path: runs.sqlite3, dataPolicy: full, retentionDays: 30}
 
@@ -40,8 +42,8 @@ import attrs
 
 from agentd import defaults
 from agentd.config.egress import load_egress
-from agentd.config.model import EgressConfig, McpServerConfig, TlsConfig
-from agentd.config.servers import load_servers
+from agentd.config.model import EgressConfig, EraChoice, McpServerConfig, TlsConfig, check_era
+from agentd.config.servers import load_pins, load_servers
 from agentd.config.structure import EnvRef, FieldError, converter, register_aliases, str_or_env, structure
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
@@ -147,6 +149,9 @@ class HostConnection:
     required: bool = True
     connect_timeout_ms: int = attrs.field(default=int(defaults.CONNECT_TIMEOUT * 1000), alias="connectTimeoutMs")
     tool_timeout_ms: int = attrs.field(default=int(defaults.CALL_TIMEOUT * 1000), alias="toolTimeoutMs")
+    pin: dict[str, str] | None = None
+    pin_file: str | None = None
+    era: str = defaults.MCP_ERA
 
 
 @attrs.frozen
@@ -206,6 +211,9 @@ class Connection:
     call_timeout: float
     tls: TlsConfig | None = None
     source: str = "connections"  # "connections" | "mcp_servers" | "--mcp"
+    #: Pinned tool hashes (``pin:`` / ``pin_file:``); None: not pinned (agentd.config.model.McpServerConfig.pin).
+    pin: Mapping[str, str] | None = None
+    era: EraChoice = defaults.MCP_ERA
 
     def allowed(self, mode: Mode) -> tuple[str, ...] | None:
         """The tools a binding in ``mode`` may be offered (None: all)."""
@@ -238,7 +246,7 @@ def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[M
         parsed = structure(raw, HostFile, path="$")
         connections: dict[str, Connection] = {}
         for name, entry in parsed.connections.items():
-            connections[name] = connection_from_entry(name, entry, env, f"$.connections.{name}")
+            connections[name] = connection_from_entry(name, entry, env, f"$.connections.{name}", base_dir)
         legacy: tuple[McpServerConfig, ...] = ()
         if legacy_raw is not None:
             legacy = load_servers(legacy_raw, base_dir)
@@ -271,7 +279,9 @@ def _env_present(ref: EnvRef, env: Mapping[str, str], where: str) -> None:
         raise ConfigError(f"environment variable {ref.env} is not set @ {where}")
 
 
-def connection_from_entry(name: str, entry: HostConnection, env: Mapping[str, str], where: str) -> Connection:
+def connection_from_entry(
+    name: str, entry: HostConnection, env: Mapping[str, str], where: str, base_dir: str
+) -> Connection:
     from agentd.config.validate import check_server
 
     if isinstance(entry.url, EnvRef):
@@ -322,6 +332,8 @@ def connection_from_entry(name: str, entry: HostConnection, env: Mapping[str, st
         required=entry.required,
         connect_timeout=max(entry.connect_timeout_ms, 1) / 1000,
         call_timeout=max(entry.tool_timeout_ms, 1) / 1000,
+        pin=load_pins(entry.pin, entry.pin_file, base_dir, where),
+        era=check_era(entry.era, f"{where}.era"),
     )
     try:
         check_server(_probe(connection), what=where)
@@ -355,6 +367,8 @@ def connection_from_server(server: McpServerConfig, source: str) -> Connection:
         call_timeout=server.call_timeout,
         tls=server.tls,
         source=source,
+        pin=server.pin,
+        era=server.era,
     )
 
 
@@ -362,7 +376,7 @@ def connection_from_server(server: McpServerConfig, source: str) -> Connection:
 # --- the host keys in a plain agentd config file ----------------------------------------------------------
 
 
-def load_connections(raw: Any, env: Mapping[str, str]) -> tuple[McpServerConfig, ...]:
+def load_connections(raw: Any, env: Mapping[str, str], base_dir: str) -> tuple[McpServerConfig, ...]:
     """``connections:`` as server entries with their allowlists (ConfigError naming the path)."""
     parsed = structure({"connections": raw}, HostFile, path="$")
     servers: list[McpServerConfig] = []
@@ -378,7 +392,7 @@ def load_connections(raw: Any, env: Mapping[str, str]) -> tuple[McpServerConfig,
                 f"auth type {entry.auth.type} needs the host's runtime module or a token exchange, which only "
                 f"'agentd run MANIFEST --config ...' provides; plain agentd supports none and bearer @ {where}.auth"
             )
-        servers.append(_allowlisted_server(connection_from_entry(name, entry, env, where)))
+        servers.append(_allowlisted_server(connection_from_entry(name, entry, env, where, base_dir)))
     return tuple(servers)
 
 
@@ -392,6 +406,8 @@ def _allowlisted_server(connection: Connection) -> McpServerConfig:
         connect_timeout=connection.connect_timeout,
         call_timeout=connection.call_timeout,
         tools=allowed,
+        pin=connection.pin,
+        era=connection.era,
     )
 
 

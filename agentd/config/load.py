@@ -20,7 +20,7 @@ from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import parse_mcp_flag, split_endpoints
 from agentd.config.env import read_env
-from agentd.config.model import Config, McpServerConfig, TlsConfig
+from agentd.config.model import Config, EraChoice, McpServerConfig, TlsConfig, check_era
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
 from agentd.secrets import has_secret_ref, secret_refs
@@ -98,10 +98,10 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     if merged.get("instruction_file") is not None:
         merged["instruction"] = _read_instruction(merged["instruction_file"])
 
-    merged["mcp"] = _apply_tags(
+    merged["mcp"] = _apply_era(_apply_tags(
         _merge_servers(file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or ()),
         merged.pop("mcp_tags", ()) or (),
-    )
+    ), merged.pop("mcp_era", ()) or ())
     if file_layer is not None:
         merged["config_path"] = file_layer.path
         if file_layer.egress is not None:
@@ -194,6 +194,23 @@ def _apply_tags(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> t
             raise ConfigError(f"--mcp-tags: {name!r} given twice")
         tags[name] = tuple(item.strip() for item in text.split(",") if item.strip())
     return tuple(attrs.evolve(s, tags=tags[s.name]) if s.name in tags else s for s in servers)
+
+
+def _apply_era(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    """``--mcp-era name=auto|legacy|modern`` replaces that server's era (from its config-file entry, if any)."""
+    eras: dict[str, EraChoice] = {}
+    names = {server.name for server in servers}
+    for value in flags:
+        name, sep, text = value.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ConfigError(f"--mcp-era: missing '=' in {value!r} (expected name=auto|legacy|modern)")
+        if name not in names:
+            raise ConfigError(f"--mcp-era {name}: no such MCP server (declare it with --mcp or mcp_servers)")
+        if name in eras:
+            raise ConfigError(f"--mcp-era: {name!r} given twice")
+        eras[name] = check_era(text.strip(), f"--mcp-era {name}")
+    return tuple(attrs.evolve(s, era=eras[s.name]) if s.name in eras else s for s in servers)
 
 
 def _with_default_ca(server: McpServerConfig, ca: str) -> McpServerConfig:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from agentd import defaults
+from agentd.errors import ConfigError
 
 if TYPE_CHECKING:
     from agentd.transport.egress import EgressPolicy
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
 Mode = Literal["once", "loop", "schedule", "reactive"]
 LogLevel = Literal["debug", "info", "warn", "error"]
 LogFormat = Literal["auto", "human", "json"]
+#: ``era:`` of a server: ``auto`` (``initialize`` first, ``server/discover`` if refused), or one era only.
+EraChoice = Literal["auto", "legacy", "modern"]
+ERA_CHOICES: tuple[EraChoice, ...] = ("auto", "legacy", "modern")
+
+
+def check_era(value: str, where: str) -> EraChoice:
+    """An ``era:`` / ``--mcp-era`` value: one of :data:`ERA_CHOICES`."""
+    for choice in ERA_CHOICES:
+        if value == choice:
+            return choice
+    raise ConfigError(f"{where}: {value!r} is not an era (expected one of: {', '.join(ERA_CHOICES)})")
+
 OutputFormat = Literal["json", "human"]
 
 MODES: tuple[Mode, ...] = ("once", "loop", "schedule", "reactive")
@@ -75,6 +88,8 @@ class McpServerConfig:
     #: Pinned tool hashes ``{tool: sha256-hex}`` (``pin:`` / ``pin_file:``, agentd.mcp.tool_hash); None: not
     #: pinned. A pinned server's tool whose hash differs, or that is not pinned at all, is refused.
     pin: Mapping[str, str] | None = attrs.field(default=None, converter=_optional_mapping)
+    #: The protocol era to speak (docs/mcp-client.md, Eras): ``auto`` probes; ``legacy``/``modern`` never switch.
+    era: EraChoice = defaults.MCP_ERA
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)

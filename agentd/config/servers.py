@@ -12,6 +12,7 @@
         call_timeout: 60s
         tags: [sensitive_data]               # Rule of Two (docs/security.md); none: untrusted_input
         pin: {search: 3f1c...e9}             # or pin_file: fs.pins.yaml (docs/security.md, Catalogue pinning)
+        era: auto                            # default; legacy | modern: speak only that era (docs/mcp-client.md)
 
 Relative paths (TLS files, ``{{secret-file:...}}``) are relative to the file's directory.
 """
@@ -25,7 +26,7 @@ from typing import Any, Final
 import attrs
 
 from agentd import defaults
-from agentd.config.model import McpServerConfig, TlsConfig
+from agentd.config.model import McpServerConfig, TlsConfig, check_era
 from agentd.config.structure import Duration, structure
 from agentd.errors import ConfigError
 from agentd.mcp.tool_hash import HASH_PATTERN
@@ -55,6 +56,7 @@ class _ServerEntry:
     tags: list[str] | None = None
     pin: dict[str, str] | None = None
     pin_file: str | None = None
+    era: str = defaults.MCP_ERA
 
 
 def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind: str = "server",
@@ -75,6 +77,8 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
             raise ConfigError(f"unknown key 'tags' @ {what} (tags are for MCP servers)")
         if (entry.pin is not None or entry.pin_file is not None) and not tags:
             raise ConfigError(f"unknown key 'pin' @ {what} (catalogue pins are for MCP servers)")
+        if entry.era != defaults.MCP_ERA and not tags:
+            raise ConfigError(f"unknown key 'era' @ {what} (protocol eras are for MCP servers)")
         tls = None
         if entry.tls is not None:
             tls = TlsConfig(*(rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
@@ -88,7 +92,8 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
             connect_timeout=entry.connect_timeout,
             call_timeout=entry.call_timeout,
             tags=None if entry.tags is None else tuple(entry.tags),
-            pin=_pins(entry, base_dir, what) if tags else None,
+            pin=load_pins(entry.pin, entry.pin_file, base_dir, what) if tags else None,
+            era=check_era(entry.era, f"{what}.era"),
         )
         check_server(server, what=what)
         if any(other.name == server.name for other in servers):
@@ -97,18 +102,19 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
     return tuple(servers)
 
 
-def _pins(entry: _ServerEntry, base_dir: str, what: str) -> dict[str, str] | None:
-    """The server's pinned tool hashes from ``pin:`` or ``pin_file:`` (one, not both), checked; None: unpinned."""
-    if entry.pin is not None and entry.pin_file is not None:
+def load_pins(pin: dict[str, str] | None, pin_file: str | None, base_dir: str, what: str) -> dict[str, str] | None:
+    """A server's (or host connection's) pinned tool hashes from ``pin:`` or ``pin_file:`` (one, not both),
+    checked; None: unpinned. ``pin_file`` is relative to ``base_dir`` (the file's directory)."""
+    if pin is not None and pin_file is not None:
         raise ConfigError(f"{what}: give 'pin' or 'pin_file', not both")
-    if entry.pin_file is not None:
+    if pin_file is not None:
         from agentd.config.yaml_file import read_mapping
 
-        path = rebase(entry.pin_file, base_dir) or entry.pin_file
+        path = rebase(pin_file, base_dir) or pin_file
         raw: Any = read_mapping(path, f"{what}.pin_file")
         where = f"{what}.pin_file ({path})"
-    elif entry.pin is not None:
-        raw, where = entry.pin, f"{what}.pin"
+    elif pin is not None:
+        raw, where = pin, f"{what}.pin"
     else:
         return None
     pins: dict[str, str] = {}

@@ -46,6 +46,11 @@ class BoundConnection:
             tls=self.connection.tls,
             connect_timeout=self.connection.connect_timeout,
             call_timeout=self.connection.call_timeout,
+            # The binding's allowlist narrows the connection itself (as plain agentd's connections do), so
+            # a pin is checked against exactly the tools this run may use.
+            tools=self.tools,
+            pin=self.connection.pin,
+            era=self.connection.era,
             auth=auth,
             http_client=http_client,
         )

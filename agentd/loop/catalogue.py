@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from agentd.events import EventLog
+from agentd.events import MAX_FIELD_ITEMS, EventLog
 from agentd.intelligence.names import ToolNameMap
 from agentd.intelligence.wire import ChatTool
 from agentd.loop.control import ControlTool
@@ -79,7 +79,8 @@ class Catalogue:
 def build_catalogue(
     tools: Sequence[ToolLike], controls: Iterable[ControlTool], *, log: EventLog | None = None
 ) -> Catalogue:
-    """Name, describe and compile validators for every tool. Logs each MCP description once per load, for audit.
+    """Name, describe and compile validators for every tool. Logs the offered MCP tools once per load, for audit
+    (one ``mcp.catalogue`` event with ``offered``: each tool's wire name, description and schema sizes).
 
     A load is a new MCP tool list from the pool (connect, ``list_changed``): a daemon builds a catalogue
     per wake from the same list, and re-logging every description per wake would be noise on its hot path.
@@ -89,6 +90,8 @@ def build_catalogue(
     entries: dict[str, Entry] = {}
     chat: list[ChatTool] = []
     audit = log if log is not None and _first_load(log, tools, names) else None
+    offered: list[dict[str, Any]] = []
+    warn = False
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
         prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
@@ -100,19 +103,24 @@ def build_catalogue(
         if audit is not None:
             # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
             # A broken schema does not hide the tool: the server judges the arguments instead.
-            audit.emit(
-                "mcp.tool_description",
-                "warn" if prepared.error else "info",
-                server=tool.server,
-                tool=tool.name,
-                wire_name=wire,
-                description=audit.content(tool.description or ""),
-                input_schema=audit.content(prepared.text),
-                **({"schema_error": prepared.error} if prepared.error else {}),
-            )
+            item: dict[str, Any] = {
+                "server": tool.server, "tool": tool.name, "wire_name": wire,
+                "description": audit.content(tool.description or ""), "input_schema": audit.content(prepared.text),
+            }  # fmt: skip
+            if prepared.error:
+                item["schema_error"] = prepared.error
+                warn = True
+            offered.append(item)
             if prepared.unusable is not None:
                 audit.emit("mcp.tool_unusable", "warn", server=tool.server, tool=tool.name, wire_name=wire,
                            reason=prepared.unusable)
+    if offered:
+        # One event per catalogue load (in parts past MAX_FIELD_ITEMS tools, none cut); warn if a schema is broken.
+        assert audit is not None
+        parts = [offered[i:i + MAX_FIELD_ITEMS] for i in range(0, len(offered), MAX_FIELD_ITEMS)]
+        for index, part in enumerate(parts):
+            extra = {"part": index + 1, "parts": len(parts)} if len(parts) > 1 else {}
+            audit.emit("mcp.catalogue", "warn" if warn else "info", offered=part, **extra)
     for control in control_list:
         wire = names.to_wire(None, control.name)
         prepared = _prepared(control.input_schema or _EMPTY_OBJECT)

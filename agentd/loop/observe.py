@@ -70,6 +70,13 @@ def fault(server: str, tool: str, reason: str) -> str:
     )
 
 
+def correctable(server: str, tool: str, reason: str) -> str:
+    return (
+        f"[agentd: server {server!r} refused this call to {tool!r} as a protocol error (no such tool, or invalid "
+        f"arguments); it did not run. Correct the tool name or the arguments] {reason}"
+    )
+
+
 def unknown_outcome(tool: str) -> str:
     return (
         f"[agentd restarted while this call to {tool!r} was in flight: it may or may not have run, and its "

@@ -7,8 +7,10 @@ order. Each call ends as exactly one observation in the conversation:
 * a *rejection* when agentd refused to send it: a wire name it never offered, arguments that are not a
   JSON object or do not validate against the tool's ``inputSchema`` (checked before sending);
 * a labelled *fault* when the server or transport failed the request (a JSON-RPC error, a broken
-  connection). Faults are not the tool's output and the text says so; the client has already done its
-  own reconnecting, so the loop does not resend (a ``tools/call`` may not be idempotent).
+  connection), or a correctable *protocol error* (-32601/-32602), as :mod:`agentd.mcp.failure_policy`
+  decides. Faults are not the tool's output and the text says so; the client has already re-sent what the
+  policy allows, so the loop never resends. A server failing three times in a row is marked down (exit 6 if
+  required, its tools withdrawn if optional).
   :data:`MAX_CONSECUTIVE_FAULTS` faults in a row with no successful call end the run as ``failed``:
   the servers are broken, and burning the step budget on them helps nobody.
 
@@ -50,6 +52,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
+from agentd.mcp import failure_policy
 from agentd.operator import current_operator
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
@@ -148,11 +151,17 @@ class _Run:
     last_ok: bool = False
     #: How the last tool call ended (``result``, ``tool_error``, ``rejected``, ``fault``): its span's outcome.
     last_outcome: str = "result"
+    #: Per server, the failures in a row that count toward "down" (agentd.mcp.failure_policy.DOWN_AFTER).
+    failing: dict[str, int] = attrs.field(factory=dict)
+    #: Optional servers marked down in this run: their tools are no longer offered.
+    down: set[str] = attrs.field(factory=set)
 
     # -- catalogue -------------------------------------------------------------------------------
 
     def current_catalogue(self) -> Catalogue:
         tools, controls = tuple(self.pool.tools()), tuple(self.controls)
+        if self.down:
+            tools = tuple(t for t in tools if t.server not in self.down)
         if self.catalogue is None or self.catalogue.source != (tools, controls):
             self.catalogue = build_catalogue(tools, controls, log=self.log)
         return self.catalogue
@@ -347,8 +356,9 @@ class _Run:
                 entry.server, entry.name, arguments, run_id=self.request.run_id
             )
         except McpError as exc:
-            return self.fault(call, entry, str(exc), step, started)
+            return self.server_failed(call, entry, exc, step, started)
         self.faults_in_a_row = 0
+        self.failing.pop(entry.server, None)
         text = observe.render_content(result.content, result.structured)
         self.observe(
             call,
@@ -369,6 +379,38 @@ class _Run:
             self.observation_chars -= len(message["content"])
             self.elided += 1
             self.messages[index] = {**message, "content": observe.elided(len(message["content"]))}
+
+    def server_failed(
+        self, call: ToolCall, entry: Entry, exc: McpError, step: int, started: float
+    ) -> RunResult | None:
+        """A tools/call the server failed, after the client's retries: the failure policy decides the observation
+        (agentd.mcp.failure_policy) and whether the server is now down (exit 6 if required, else omitted)."""
+        assert entry.server is not None
+        failure = failure_policy.classify(exc)
+        decision = failure_policy.decide(failure, failure_policy.request_kind("tools/call", idempotent=entry.idempotent))
+        if decision.outcome is failure_policy.Outcome.CORRECTABLE:
+            self.failing.pop(entry.server, None)  # the server answered: it is up
+            self.observe(call, observe.correctable(entry.server, entry.name, str(exc)), "protocol_error", entry,
+                         step, started, reason=str(exc))  # fmt: skip
+            return None
+        if decision.counts_down:
+            count = self.failing.get(entry.server, 0) + 1
+            self.failing[entry.server] = count
+            if count >= failure_policy.DOWN_AFTER:
+                conn = self.pool.connections.get(entry.server)
+                required = bool(getattr(getattr(conn, "config", None), "required", True))
+                self.log.error("mcp.server_down", server=entry.server, required=required, failures=count,
+                               failure=failure.value, error=str(exc))  # fmt: skip
+                self.observe(call, observe.fault(entry.server, entry.name, str(exc)), "fault", entry, step, started,
+                             reason=str(exc))  # fmt: skip
+                if required:
+                    return self.finish(RunStatus.MCP_FAILED, self.best_text,
+                                       error=f"required MCP server {entry.server!r} is down after {count} failures "
+                                             f"in a row; last: {exc}")  # fmt: skip
+                self.down.add(entry.server)  # optional: its tools leave the catalogue for the rest of the run
+                self.faults_in_a_row = 0
+                return None
+        return self.fault(call, entry, str(exc), step, started)
 
     def fault(self, call: ToolCall, entry: Entry, reason: str, step: int, started: float) -> RunResult | None:
         server = entry.server or "agentd"

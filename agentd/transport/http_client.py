@@ -337,7 +337,10 @@ class HttpTransport:
             else:
                 response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise ConnectionLost(f"{method} {display_url(self.url)}: {_describe(exc)}", server=self.server) from None
+            # Refused or never connected: the request was not written, so the server cannot have acted on it.
+            unsent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            raise ConnectionLost(f"{method} {display_url(self.url)}: {_describe(exc)}", server=self.server,
+                                 unsent=unsent) from None
         try:
             kind = classify(response.status_code, response.headers.get("content-type"), method=method,
                             had_session=had_session)  # fmt: skip

