@@ -133,6 +133,7 @@ class _Session:
                 return
             if not self.payload.warm or self._cancelled is not None or result.status != "completed":
                 return
+            give_back_freed_memory()  # idle until the next message: hand the turn's freed pages back
             try:
                 message = await self._inbox[1].receive()
             except trio.EndOfChannel:
@@ -194,6 +195,21 @@ class _Session:
                 self._cancel("terminated")
                 self._session_scope.cancel()
                 return
+
+
+def give_back_freed_memory() -> None:
+    """Return the pages a finished turn freed to the kernel (glibc ``malloc_trim``; elsewhere a no-op).
+
+    A turn's large buffers (request and response bodies, the model's context) come from malloc and stay
+    resident after they are freed; an idle warm session would otherwise keep them (about 1.8 MiB per child
+    after one turn). Costs well under a millisecond.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _nested_script(request: Any, handle: str) -> dict[str, Any]:
