@@ -29,6 +29,7 @@ from agentd.child.parent import die_with_parent, wait_parent_gone
 from agentd.events import EventLog, stream_sink
 from agentd.supervisor.authority import RemoteAuthority
 from agentd.supervisor.channel import ControlChannel
+from agentd.supervisor.forkserver import FORKS_ENV
 from agentd.supervisor.messages import (
     Admitted,
     Cancel,
@@ -55,10 +56,11 @@ def session_main() -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     sys.stdout = sys.stderr
-    return trio.run(_child, in_fd, out_fd)
+    forks = os.environ.pop(FORKS_ENV, "")
+    return trio.run(_child, in_fd, out_fd, int(forks) if forks.isdigit() else None)
 
 
-async def _child(in_fd: int, out_fd: int) -> int:
+async def _child(in_fd: int, out_fd: int, forks: int | None) -> int:
     channel = ControlChannel(trio.lowlevel.FdStream(out_fd), trio.lowlevel.FdStream(in_fd))
     with trio.move_on_after(_PAYLOAD_WAIT):
         first = await channel.receive()
@@ -69,7 +71,7 @@ async def _child(in_fd: int, out_fd: int) -> int:
     if test.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     await channel.send(Ready(pid=os.getpid()))
-    session = _Session(payload, channel, _pick_runner(payload))
+    session = _Session(payload, channel, _pick_runner(payload), forks)
     return await session.run()
 
 
@@ -88,6 +90,8 @@ class _Session:
     payload: RunPayload
     channel: ControlChannel
     runner: TurnRunner
+    #: This forked child's connection to the tree's fork server (None: a re-exec, whose children re-exec).
+    forks: int | None = None
     _inbox: tuple[trio.MemorySendChannel[str], trio.MemoryReceiveChannel[str]] = attrs.field(
         factory=lambda: trio.open_memory_channel[str](64)
     )
@@ -113,6 +117,7 @@ class _Session:
                     telemetry=self.payload.telemetry, child_config=self.payload.config,
                     secrets=self.payload.secrets,
                     test_script=_nested_script if self.payload.test is not None else None,
+                    fork_server=self.forks is not None, fork_connection=self.forks,
                 ) as sup:
                     ctx = ChildContext(self.payload, self.channel, sup)
                     await self._turns(ctx)

@@ -221,7 +221,8 @@ class SubagentNode:
         channel = self._channel = ControlChannel(proc.stdin, proc.stdout)
         self._liveness = Liveness.starting_at(self.settings.liveness, trio.current_time())
         self.log.info("subagent.spawn", handle=self.handle, child_pid=proc.pid, depth=self.payload.depth,
-                      warm=self.payload.warm, tool_scope=self.payload.tool_scope)
+                      warm=self.payload.warm, tool_scope=self.payload.tool_scope,
+                      forked=isinstance(proc, ForkedProcess))
         task_status.started()
         rung = "exited"
         try:
