@@ -19,6 +19,9 @@ DEADLINE: Final = 600.0
 MAX_DEPTH: Final = 4
 MAX_CHILDREN: Final = 8
 MAX_SUBAGENTS: Final = 64
+#: Spawns the whole tree may start per second, sustained, and at once (a token bucket).
+SPAWN_RATE: Final = 2
+SPAWN_BURST: Final = 8
 TOKEN_CEILING: Final = 2_000_000
 
 # --- the kill ladder (agentd.supervisor.ladder.Graces) --------------------------------------------------

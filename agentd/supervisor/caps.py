@@ -40,8 +40,8 @@ class Caps:
     max_children: int = defaults.MAX_CHILDREN
     max_subagents: int = defaults.MAX_SUBAGENTS
     token_ceiling: int = defaults.TOKEN_CEILING
-    spawn_burst: int = 8
-    spawn_rate: float = 2.0
+    spawn_burst: int = defaults.SPAWN_BURST
+    spawn_rate: float = defaults.SPAWN_RATE
 
 
 @attrs.frozen
