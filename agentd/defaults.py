@@ -35,6 +35,9 @@ AWAIT_TIMEOUT: Final = 30.0
 # --- subagent liveness (agentd.supervisor.liveness.LivenessSettings) ------------------------------------
 PONG_TIMEOUT: Final = 10.0
 PROGRESS_TIMEOUT: Final = 120.0
+#: How often an idle warm session is pinged (a running turn: every 3.3 s). Each ping costs the parent CPU;
+#: a tree of hundreds of idle sessions would otherwise spend more on pings than on work.
+IDLE_PING_INTERVAL: Final = 30.0
 
 # --- daemon lifetime ------------------------------------------------------------------------------------
 DRAIN_TIMEOUT: Final = 25.0
