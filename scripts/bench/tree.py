@@ -44,7 +44,7 @@ from spawn import pss_kib, tree_pids  # noqa: E402
 
 from agentd.config.model import Config  # noqa: E402
 from agentd.events import null_log  # noqa: E402
-from agentd.supervisor.caps import Caps  # noqa: E402
+from agentd.supervisor.caps import Caps, Refusal  # noqa: E402
 from agentd.supervisor.supervisor import (  # noqa: E402
     Caller,
     Origin,
@@ -243,6 +243,7 @@ async def wide_tree(hubs: int, leaves: int, idle: float) -> dict[str, Any]:
             out["idle_leaf_ms_min"] = sum(after[p] - before[p] for p in leaf_pids) / len(leaf_pids) * per_min
             sampler.paused = False
 
+            print(json.dumps(out), flush=True)
             # Every child answers subagent.status and runs one more turn (its hub asks and sends).
             start = time.perf_counter()
             checks: list[Any] = []
@@ -254,7 +255,10 @@ async def wide_tree(hubs: int, leaves: int, idle: float) -> dict[str, Any]:
                 for v in views:
                     nursery.start_soon(check, v.handle)
             out["check_s"] = time.perf_counter() - start
-            answered = [c.result for c in checks if c.status == "awaiting_turn" and isinstance(c.result, dict)]
+            refused = [c.message for c in checks if isinstance(c, Refusal)]
+            out["check_refused"] = refused[:3]
+            answered = [c.result for c in checks
+                        if not isinstance(c, Refusal) and c.status == "awaiting_turn" and isinstance(c.result, dict)]
             out["status_ok"] = sum(a.get("awaiting", 0) for a in answered)
             out["turn_ok"] = sum(a.get("turns2", 0) for a in answered)
             await trio.sleep(1.0)
