@@ -158,10 +158,12 @@ class Sampler:
         self.peak_kib = max(self.peak_kib, total)
         return total
 
-    async def run(self, interval: float = 1.0) -> None:
+    async def run(self, interval: float = 3.0) -> None:
+        # In a thread: reading hundreds of smaps_rollup files takes long enough to starve this process's
+        # trio loop (which is also the supervisor reading its children's pongs, and the gateway).
         while True:
             if not self.paused:
-                self.sample()
+                await trio.to_thread.run_sync(self.sample)
             await trio.sleep(interval)
 
 
