@@ -40,7 +40,7 @@ ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
-from spawn import pss_kib, tree_pids  # noqa: E402
+from spawn import cpu_ms, pss_kib, tree_pids  # noqa: E402
 
 from agentd.config.model import Config  # noqa: E402
 from agentd.events import null_log  # noqa: E402
@@ -56,17 +56,6 @@ from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call, tool_calls  # noqa: E402
 
 ROOT = Caller(Origin.STDIO, "0")
-
-
-def cpu_ms(pid: int) -> float:
-    """CPU time the process has run, from the scheduler's nanosecond count (``/proc/PID/schedstat``; the
-    tick-based ``stat`` fields are 10 ms coarse, too coarse for a forked child's start or an idle minute)."""
-    try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
 _HANDLE = re.compile(r'"handle":\s*"([0-9.]+)"')
 
 
