@@ -19,6 +19,9 @@ DEADLINE: Final = 600.0
 MAX_DEPTH: Final = 4
 MAX_CHILDREN: Final = 8
 MAX_SUBAGENTS: Final = 64
+#: Spawns the whole tree may start per second, sustained, and at once (a token bucket).
+SPAWN_RATE: Final = 2
+SPAWN_BURST: Final = 8
 TOKEN_CEILING: Final = 2_000_000
 #: A spawn without ``token_budget`` reserves this share of the tokens its parent has left (docs/supervisor.md).
 SPAWN_BUDGET_SHARE: Final = 0.5
@@ -34,6 +37,9 @@ AWAIT_TIMEOUT: Final = 30.0
 # --- subagent liveness (agentd.supervisor.liveness.LivenessSettings) ------------------------------------
 PONG_TIMEOUT: Final = 10.0
 PROGRESS_TIMEOUT: Final = 120.0
+#: How often an idle warm session is pinged (a running turn: every 3.3 s). Each ping costs the parent CPU;
+#: a tree of hundreds of idle sessions would otherwise spend more on pings than on work.
+IDLE_PING_INTERVAL: Final = 30.0
 
 # --- daemon lifetime ------------------------------------------------------------------------------------
 DRAIN_TIMEOUT: Final = 25.0

@@ -18,10 +18,10 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-from agentd.child.parent import die_with_parent, expected_parent, parent_pidfd
-from agentd.supervisor.forkserver import MESSAGE_SIZE
+from agentd.child.parent import PARENT_PIDFD_ENV, die_with_parent, expected_parent, parent_pidfd
+from agentd.supervisor.forkserver import FORKS_ENV, MESSAGE_SIZE
 
 #: Everything a child's turn may touch, including what the daemon imports lazily per run: each import
 #: here is time no forked child pays again.
@@ -45,12 +45,31 @@ def _preimport() -> None:
         except ImportError:
             pass  # a partial build: the child imports lazily, as a re-exec would
     try:
-        # cattrs generates its (un)structure hooks on first use: do it once here, not in every child.
+        # cattrs generates its (un)structure hooks on first use: do it once here, not in every child. Twice:
+        # generating the nested hooks clears cattrs' dispatch cache, and only the second pass leaves every
+        # hook cached (one pass left ~20-90 ms of hook generation to each child's first Config).
         from agentd.config.model import Config
         from agentd.supervisor.wiring import config_from_wire, config_to_wire
 
-        config_from_wire(config_to_wire(Config()))
+        for _ in range(2):
+            config_from_wire(config_to_wire(Config()))
     except Exception:  # a warm-up only: the child does the real work and reports failures
+        pass
+    try:
+        # The control tools every real child offers: their input schemas are checked against the
+        # meta-schema and compiled once here (the catalogue memoizes validators by schema), not in each
+        # child's first turn (~25 ms of CPU, more than the rest of its start).
+        from agentd.loop.builtin import resource_read_tool
+        from agentd.loop.catalogue import build_catalogue
+        from agentd.loop.control import ControlToolRegistry
+        from agentd.supervisor.supervisor import Caller, Origin
+        from agentd.supervisor.tools import register_subagent_tools
+
+        registry = ControlToolRegistry()
+        register_subagent_tools(registry, cast(Any, None), Caller(Origin.STDIO, "0"))  # only the schemas
+        registry.register(resource_read_tool(cast(Any, None)))
+        build_catalogue((), registry)
+    except Exception:  # a warm-up only
         pass
     try:
         # The public CA bundle (~30 ms of CPU to load): built here once, every forked child inherits it.
@@ -71,26 +90,36 @@ def serve_forks(sock_fd: int) -> int:
     gc.collect()
     gc.freeze()
     parent_fd = parent_pidfd()
-    sock = socket.socket(fileno=sock_fd)
+    root = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
+    selector.register(root, selectors.EVENT_READ, None)
+    selector.register(wake_r, selectors.EVENT_READ, None)
     if parent_fd is not None:
-        selector.register(parent_fd, selectors.EVENT_READ)
+        selector.register(parent_fd, selectors.EVENT_READ, None)
     expected = expected_parent()
+    #: Each forked child's own connection (it asks for its children there), by the child's pid.
+    conns: dict[int, socket.socket] = {}
+    #: Which connection asked for each live pid: where its exit is reported.
+    asked_by: dict[int, socket.socket] = {}
 
-    def tell(obj: Mapping[str, Any]) -> bool:
+    def tell(conn: socket.socket, obj: Mapping[str, Any]) -> bool:
         try:
-            sock.send(json.dumps(obj).encode())
+            conn.send(json.dumps(obj).encode())
             return True
         except OSError:
             return False
 
-    tell({"ready": os.getpid()})
+    def drop(pid: int) -> None:
+        conn = conns.pop(pid, None)
+        if conn is not None:
+            selector.unregister(conn)
+            conn.close()
+
+    tell(root, {"ready": os.getpid()})
     while True:
         events = selector.select(timeout=None if parent_fd is not None else 1.0)
         if parent_fd is None and os.getppid() != expected:
@@ -98,27 +127,7 @@ def serve_forks(sock_fd: int) -> int:
         for key, _ in events:
             if key.fileobj == parent_fd:
                 return 0  # the supervisor is gone: our children follow via PDEATHSIG
-            if key.fileobj is sock:
-                try:
-                    data, fds, _flags, _addr = socket.recv_fds(sock, MESSAGE_SIZE, 3)
-                except OSError:
-                    data, fds = b"", []
-                if not data:
-                    return 0  # the supervisor closed its end: our children follow us via PDEATHSIG
-                if len(fds) != 3:
-                    for fd in fds:
-                        os.close(fd)
-                    tell({"error": "spawn request without three descriptors"})
-                    continue
-                env = json.loads(data)["env"]
-                pid = os.fork()
-                if pid == 0:
-                    _become_child(sock, selector, (wake_r, wake_w, *([] if parent_fd is None else [parent_fd])),
-                                  fds, env)
-                for fd in fds:
-                    os.close(fd)
-                tell({"spawned": pid})
-            else:
+            if key.fileobj == wake_r:
                 try:
                     os.read(wake_r, 4096)
                 except BlockingIOError:
@@ -130,27 +139,99 @@ def serve_forks(sock_fd: int) -> int:
                         break
                     if pid == 0:
                         break
-                    tell({"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+                    drop(pid)
+                    owner = asked_by.pop(pid, None)
+                    if owner is not None and owner.fileno() >= 0:
+                        tell(owner, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+                continue
+            conn = key.fileobj
+            assert isinstance(conn, socket.socket)
+            asker: int | None = key.data  # None: the supervisor that started us; else a forked child's pid
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(conn, MESSAGE_SIZE, 3)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                if asker is None:
+                    return 0  # the supervisor closed its end: our children follow us via PDEATHSIG
+                drop(asker)  # that child is ending; its own children watch it and end themselves
+                continue
+            reply = _fork_one(data, fds, asker, root, selector, (wake_r, wake_w), parent_fd, conns)
+            if "spawned" in reply:
+                asked_by[int(reply["spawned"])] = conn
+            tell(conn, reply)
 
 
-def _become_child(sock: socket.socket, selector: selectors.BaseSelector, wake: tuple[int, ...],
-                  fds: list[int], env: dict[str, str]) -> None:
+def _fork_one(data: bytes, fds: list[int], asker: int | None, root: socket.socket,
+              selector: selectors.BaseSelector, wake: tuple[int, int], parent_fd: int | None,
+              conns: dict[int, socket.socket]) -> dict[str, Any]:
+    """Fork one child for a request; the reply to send back (``spawned`` or ``error``)."""
+    try:
+        env = json.loads(data)["env"]
+        if len(fds) != 3 or not isinstance(env, dict):
+            raise ValueError("a spawn request carries an env object and three descriptors")
+    except (ValueError, KeyError, TypeError) as exc:
+        for fd in fds:
+            os.close(fd)
+        return {"error": str(exc)[:200]}
+    # The logical parent a nested child watches (and dies with): the forked child that asked. A pidfd of it,
+    # taken while it is our unreaped child, cannot name a recycled pid.
+    asker_fd: int | None = None
+    mine = theirs = None
+    try:
+        if asker is not None:
+            asker_fd = os.pidfd_open(asker)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.send(json.dumps({"ready": os.getpid()}).encode())  # waits in the buffer for the child
+        pid = os.fork()
+    except OSError as exc:
+        for fd in (*fds, *([] if asker_fd is None else [asker_fd])):
+            os.close(fd)
+        for end in (mine, theirs):
+            if end is not None:
+                end.close()
+        return {"error": f"fork failed: {exc.strerror or type(exc).__name__}"}
+    if pid == 0:
+        closing = [root.fileno(), *wake, *(c.fileno() for c in conns.values()), mine.fileno()]
+        if parent_fd is not None:
+            closing.append(parent_fd)
+        _become_child(selector, closing, fds, env, theirs.detach(), asker, asker_fd)
+    for fd in (*fds, *([] if asker_fd is None else [asker_fd])):
+        os.close(fd)
+    theirs.close()
+    conns[pid] = mine
+    selector.register(mine, selectors.EVENT_READ, pid)
+    return {"spawned": pid}
+
+
+def _become_child(selector: selectors.BaseSelector, closing: list[int], fds: list[int], env: dict[str, str],
+                  forks_fd: int, asker: int | None, asker_fd: int | None) -> None:
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         selector.close()
-        sock.close()
-        for fd in wake:
-            os.close(fd)
+        for fd in closing:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
         os.environ.clear()
         os.environ.update(env)
-        os.environ["AGENTD_PARENT_PID"] = str(os.getppid())
         os.environ["AGENTD_FORKED"] = "1"  # the fork server is single-threaded: PDEATHSIG is sound here
+        #: This child's own connection to the server: its nested supervisor forks its children there.
+        os.environ[FORKS_ENV] = str(forks_fd)
+        if asker is None:
+            os.environ["AGENTD_PARENT_PID"] = str(os.getppid())
+        else:  # forked for a child of the tree: that child is the parent this one watches
+            os.environ["AGENTD_PARENT_PID"] = str(asker)
+            os.environ[PARENT_PIDFD_ENV] = str(asker_fd)
         from agentd.child.session import session_main
 
         code = session_main()

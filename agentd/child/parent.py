@@ -13,6 +13,10 @@ import trio
 
 _PR_SET_PDEATHSIG = 1
 
+#: A pidfd of the parent, inherited from the fork server: set in a child forked for another forked child,
+#: whose Unix parent is the fork server while its parent in the tree is the child that asked for it.
+PARENT_PIDFD_ENV = "AGENTD_PARENT_PIDFD"
+
 
 def die_with_parent() -> None:
     """Refuse to start orphaned; in a forked child, also ask the kernel for SIGKILL when the parent dies.
@@ -30,6 +34,11 @@ def die_with_parent() -> None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
+    inherited = _inherited_pidfd()
+    if inherited is not None:
+        if _has_exited(inherited):
+            os._exit(1)  # the parent died before we got here
+        return
     expected = expected_parent()
     if expected is not None and os.getppid() != expected:
         os._exit(1)  # the parent died before we got here
@@ -40,8 +49,24 @@ def expected_parent() -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _inherited_pidfd() -> int | None:
+    value = os.environ.get(PARENT_PIDFD_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
+def _has_exited(pidfd: int) -> bool:
+    import select
+
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def parent_pidfd() -> int | None:
-    """A pidfd that becomes readable when our parent exits (Linux ≥ 5.3), else None."""
+    """A pidfd that becomes readable when our parent exits (Linux ≥ 5.3), else None; the caller closes it."""
+    inherited = _inherited_pidfd()
+    if inherited is not None:
+        return os.dup(inherited)
     expected = expected_parent()
     if expected is None:
         return None

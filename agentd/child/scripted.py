@@ -9,7 +9,9 @@ hook sets: no MCP peer, model, flag or environment variable can ask for it. Real
 ``progress``, ``echo`` (result = this turn's message, the payload context, the views spawned so far, and the names, never the
 values, of the secrets the child received), ``result value``,
 ``spawn request`` (a nested sync spawn; its view is appended to the result), ``spawn_async request``,
-``fail reason``, ``crash code``, ``exit``, ``garbage``, ``oversize``, ``hang``, ``partial value``.
+``fail reason``, ``crash code``, ``exit``, ``garbage``, ``oversize``, ``hang``, ``partial value``,
+``ancestry`` (result = this process's pid, its Unix parent's pid, the tree parent it watches, and the views
+spawned so far).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ async def scripted_turn(ctx: ChildContext, message: str) -> Result:
                      "secret_names": sorted(ctx.payload.secrets), **({"spawned": spawned} if spawned else {})}
         elif op == "result":
             value = args[0]
+        elif op == "ancestry":
+            value = {"pid": os.getpid(), "ppid": os.getppid(), "parent": os.environ.get("AGENTD_PARENT_PID"),
+                     "spawned": spawned}
         elif op in ("spawn", "spawn_async"):
             request = dict(args[0])
             scope = request.pop("tool_scope", None)

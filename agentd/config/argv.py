@@ -162,6 +162,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--max-depth", "max_depth", "int", f"subagent tree depth (default {D.MAX_DEPTH})", _BUDGETS, "N", env=False),
     Flag("--max-children", "max_children", "int", f"subagents per node (default {D.MAX_CHILDREN})", _BUDGETS, "N"),
     Flag("--max-subagents", "max_subagents", "int", f"subagents in the whole tree (default {D.MAX_SUBAGENTS})", _BUDGETS, "N"),
+    Flag("--spawn-rate", "spawn_rate", "int", f"subagent spawns per second, whole tree (default {D.SPAWN_RATE})", _BUDGETS, "N"),
+    Flag("--spawn-burst", "spawn_burst", "int", f"subagent spawns at once above the rate (default {D.SPAWN_BURST})", _BUDGETS, "N"),
     Flag("--token-ceiling", "token_ceiling", "int", f"tokens for the whole tree (default {D.TOKEN_CEILING})", _BUDGETS,
          "N"),
     Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",

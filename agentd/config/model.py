@@ -138,6 +138,8 @@ class Config:
     max_depth: int = defaults.MAX_DEPTH
     max_children: int = defaults.MAX_CHILDREN
     max_subagents: int = defaults.MAX_SUBAGENTS
+    spawn_rate: int = defaults.SPAWN_RATE
+    spawn_burst: int = defaults.SPAWN_BURST
     token_ceiling: int = defaults.TOKEN_CEILING
     cancel_grace: float = defaults.CANCEL_GRACE
     term_grace: float = defaults.TERM_GRACE

@@ -43,6 +43,7 @@ _AT_LEAST_ONE: Final = (
     ("serve_max_spawns", "--serve-max-spawns"), ("serve_max_sessions", "--serve-max-sessions"),
     ("serve_max_body", "--serve-max-body"), ("serve_max_connections", "--serve-max-connections"),
     ("serve_max_per_client", "--serve-max-per-client"),
+    ("spawn_rate", "--spawn-rate"), ("spawn_burst", "--spawn-burst"),
 )
 _POSITIVE_DURATIONS: Final = (
     ("deadline", "--deadline"), ("pong_timeout", "--pong-timeout"), ("progress_timeout", "--progress-timeout"),

@@ -47,8 +47,8 @@ class Caps:
     max_children: int = defaults.MAX_CHILDREN
     max_subagents: int = defaults.MAX_SUBAGENTS
     token_ceiling: int = defaults.TOKEN_CEILING
-    spawn_burst: int = 8
-    spawn_rate: float = 2.0
+    spawn_burst: int = defaults.SPAWN_BURST
+    spawn_rate: float = defaults.SPAWN_RATE
 
 
 @attrs.frozen
@@ -130,6 +130,9 @@ class TreeLedger:
     #: refused, whatever the root was allowed: ``--allow-trifecta`` is never inherited.
     server_tags: Mapping[str, Sequence[str] | None] = attrs.field(factory=dict)
     _live: dict[str, frozenset[str]] = attrs.field(init=False, factory=dict)
+    #: Live children per parent handle (what ``max_children`` counts), kept with ``_live``: counting them by
+    #: a scan made each admission O(live subagents), which a tree of hundreds felt.
+    _children: dict[str, int] = attrs.field(init=False, factory=dict)
     _minted: dict[str, int] = attrs.field(init=False, factory=dict)
     #: Root-level subagent handle -> its run tree; run tree -> tokens it used (bounded, oldest first out).
     _tree_of: dict[str, str] = attrs.field(init=False, factory=dict)
@@ -238,7 +241,7 @@ class TreeLedger:
                 retryable=True, cap="max_subagents",
             )
         parent = "served" if served else caller
-        children = sum(1 for h in self._live if parent_of(h) == parent)
+        children = self._children.get(parent, 0)
         if children >= self.caps.max_children:
             return Refusal(
                 f"spawn refused: max_children={self.caps.max_children} reached at handle {caller}",
@@ -270,6 +273,7 @@ class TreeLedger:
         self._minted[parent] = n
         handle = f"{parent}.{n}"
         self._live[handle] = scope
+        self._children[parent] = children + 1
         if handle == top_of(handle):
             self._tree_of[handle] = handle if served else tree
         if slice_of is not None:
@@ -284,6 +288,13 @@ class TreeLedger:
             book.end(handle)
         for h in [h for h in self._live if is_within(h, handle)]:
             del self._live[h]
+            parent = parent_of(h)
+            if parent is not None:
+                left = self._children.get(parent, 0) - 1
+                if left > 0:
+                    self._children[parent] = left
+                else:
+                    self._children.pop(parent, None)
         self._tree_of.pop(handle, None)  # a root-level subagent ended: its tree's count stays
 
     def add_tokens(self, n: int, handle: str | None = None, tree: str = "") -> bool:

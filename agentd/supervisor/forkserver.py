@@ -14,6 +14,12 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket pair (message boundaries for fre
 - server → supervisor: ``{"ready": pid}`` once, then ``{"spawned": pid}`` per request (always before
   that pid's exit notice), ``{"exited": pid, "returncode": n}`` as it reaps, ``{"error": text}``.
 
+Every depth is forked: each forked child gets its own connection to the server (``AGENTD_FORKS=<fd>``,
+the same protocol), and its nested supervisor asks there for the child's own children. The server forks
+them from its pre-imported image (not from the asking child), reports their exits on that connection,
+and hands each a pidfd of the child that asked: that child is its parent in the tree, which it watches and
+dies with, while its Unix parent is the server. docs/design/forks.md has the measurements and the choice.
+
 Orphan safety is a chain: the server exits when the supervisor does (it watches a pidfd of its parent;
 ``PR_SET_PDEATHSIG`` cannot be used there, since trio starts processes from a worker thread and the signal
 follows the thread), every forked child dies with the server (``PR_SET_PDEATHSIG`` is sound there: the
@@ -40,6 +46,9 @@ from agentd.events import EventLog
 
 #: The largest control message either side sends over the fork server's socket.
 MESSAGE_SIZE = 1 << 16
+#: In a forked child: the descriptor of its own connection to the fork server (its nested supervisor
+#: forks the child's children there, so every depth of the tree is forked from the one pre-imported image).
+FORKS_ENV = "AGENTD_FORKS"
 
 
 @attrs.define(eq=False)
@@ -74,7 +83,8 @@ class ForkServerGone(Exception):
 @attrs.define(eq=False)
 class ForkServer:
     sock: trio.socket.SocketType
-    proc: trio.Process
+    #: The server process when this supervisor started it; None for a forked child's own connection.
+    proc: trio.Process | None
     log: EventLog
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
     _replies: tuple[trio.MemorySendChannel[dict[str, Any]], trio.MemoryReceiveChannel[dict[str, Any]]] = (
@@ -83,6 +93,8 @@ class ForkServer:
     _early: dict[int, int] = attrs.field(factory=dict)
     #: Called once the server is gone (its socket closed): the supervisor's ``wait_until`` wakes.
     on_gone: Callable[[], None] = lambda: None
+    #: The server's pid, as it said when ready.
+    pid: int | None = None
     _gone: bool = False
     _scope: trio.CancelScope = attrs.field(factory=lambda: trio.CancelScope(shield=True))
 
@@ -146,6 +158,7 @@ class ForkServer:
                     message = json.loads(data)
                     if "ready" in message and not started:
                         started = True
+                        self.pid = int(message["ready"])
                         task_status.started()
                     elif "exited" in message:
                         pid, code = int(message["exited"]), int(message["returncode"])
@@ -173,6 +186,8 @@ class ForkServer:
         """Stop the server (its remaining children die with it); bounded, call shielded."""
         self._scope.cancel()
         self.sock.close()
+        if self.proc is None:
+            return  # a child's connection: the server belongs to the root
         with trio.move_on_after(2.0):
             await self.proc.wait()
         if self.proc.returncode is None:
@@ -199,6 +214,21 @@ async def start_fork_server(nursery: trio.Nursery, *, env: Mapping[str, str], lo
     server = ForkServer(trio.socket.from_stdlib_socket(ours), proc, log, on_gone=on_gone)
     try:
         with trio.fail_after(30):
+            await nursery.start(server._read)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await server.aclose()
+        raise
+    return server
+
+
+async def connect_fork_server(nursery: trio.Nursery, fd: int, *, log: EventLog,
+                              on_gone: Callable[[], None] = lambda: None) -> ForkServer:
+    """A forked child's handle on the tree's fork server, over the connection the server gave it at fork."""
+    sock = socket.socket(fileno=fd)
+    server = ForkServer(trio.socket.from_stdlib_socket(sock), None, log, on_gone=on_gone)
+    try:
+        with trio.fail_after(10):
             await nursery.start(server._read)
     except BaseException:
         with trio.CancelScope(shield=True):

@@ -3,6 +3,8 @@
 The parent pings every ``ping_interval``; a pong missing for ``pong_timeout`` or no progress (any frame
 but a pong) for ``progress_timeout`` while a turn is running marks the child stuck, which starts the
 kill ladder. An idle warm session is only held to the pong rule: waiting for a message is not stalling.
+It is pinged every ``idle_ping_interval`` instead (pings are the parent's CPU, per child), and must answer
+each ping within ``pong_timeout`` of it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ class LivenessSettings:
     ping_interval: float = 3.3
     pong_timeout: float = defaults.PONG_TIMEOUT
     progress_timeout: float = defaults.PROGRESS_TIMEOUT
+    idle_ping_interval: float = defaults.IDLE_PING_INTERVAL
 
 
 @attrs.define(eq=False)
@@ -25,6 +28,8 @@ class Liveness:
     last_pong: float
     last_progress: float
     working: bool = True
+    #: When the oldest unanswered ping was sent (None: every ping answered).
+    pinged: float | None = None
 
     @classmethod
     def starting_at(cls, settings: LivenessSettings, now: float) -> Liveness:
@@ -32,11 +37,18 @@ class Liveness:
 
     def pong(self, now: float) -> None:
         self.last_pong = now
+        self.pinged = None
+
+    def ping_sent(self, now: float) -> None:
+        if self.pinged is None:
+            self.pinged = now
 
     def progress(self, now: float) -> None:
         self.last_progress = now
 
     def turn_started(self, now: float) -> None:
+        if not self.working:  # the pong clock restarts with the turn; an unanswered ping still counts
+            self.last_pong = now if self.pinged is None else min(now, self.pinged)
         self.working = True
         self.last_progress = now
 
@@ -46,7 +58,8 @@ class Liveness:
 
     def verdict(self, now: float) -> str | None:
         """None while healthy, else why the child is stuck."""
-        if now - self.last_pong >= self.settings.pong_timeout:
+        since = self.last_pong if self.working else self.pinged
+        if since is not None and now - since >= self.settings.pong_timeout:
             return f"stuck: no pong for {self.settings.pong_timeout:g} s"
         if self.working and now - self.last_progress >= self.settings.progress_timeout:
             return f"stuck: no progress for {self.settings.progress_timeout:g} s"

@@ -134,6 +134,8 @@ class SubagentNode:
     _eof: bool = attrs.field(default=False, init=False)
     _turn_running: bool = attrs.field(default=True, init=False)
     _liveness: Liveness | None = attrs.field(default=None, init=False)
+    #: Set when a warm session's next turn starts: wakes an idle pinger to ping at the working pace.
+    _turn_begun: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     # -- what callers see -------------------------------------------------------------------------
 
@@ -188,6 +190,7 @@ class SubagentNode:
         self.on_change()
         if self._liveness is not None:
             self._liveness.turn_started(trio.current_time())
+        self._turn_begun.set()
         await self._channel.send(Inject(message=message))
 
     # -- the run ----------------------------------------------------------------------------------
@@ -222,7 +225,8 @@ class SubagentNode:
         channel = self._channel = ControlChannel(proc.stdin, proc.stdout)
         self._liveness = Liveness.starting_at(self.settings.liveness, trio.current_time())
         self.log.info("subagent.spawn", handle=self.handle, child_pid=proc.pid, depth=self.payload.depth,
-                      warm=self.payload.warm, tool_scope=self.payload.tool_scope)
+                      warm=self.payload.warm, tool_scope=self.payload.tool_scope,
+                      forked=isinstance(proc, ForkedProcess))
         task_status.started()
         rung = "exited"
         try:
@@ -391,7 +395,15 @@ class SubagentNode:
         interval = live.settings.ping_interval
         seq = 0
         while True:
-            await trio.sleep(interval)
+            if live.working:
+                await trio.sleep(interval)
+            else:  # an idle warm session: ping seldom, and at the working pace again once a turn starts
+                begun = self._turn_begun
+                with trio.move_on_after(live.settings.idle_ping_interval):
+                    await begun.wait()
+                if begun.is_set():
+                    self._turn_begun = trio.Event()
+                    continue
             verdict = live.verdict(trio.current_time())
             if verdict is not None:
                 self.log.warn("subagent.stuck", handle=self.handle, reason=verdict)
@@ -399,6 +411,7 @@ class SubagentNode:
                 self._stop.set()
                 return
             seq += 1
+            live.ping_sent(trio.current_time())
             with trio.move_on_after(interval):
                 try:
                     await channel.send(Ping(seq=seq))

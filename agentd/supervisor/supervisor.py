@@ -28,7 +28,7 @@ from agentd.journal.store import JournalStore
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
-from agentd.supervisor.forkserver import ForkServer, ForkServerGone, start_fork_server
+from agentd.supervisor.forkserver import ForkServer, ForkServerGone, connect_fork_server, start_fork_server
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
 from agentd.supervisor.messages import RunPayload
@@ -142,6 +142,9 @@ class Supervisor:
     #: The operator's lame duck (agentd.ctl): served spawns are refused; the agent's own runs go on.
     lame_duck: bool = False
     use_fork_server: bool = False
+    #: A forked child's own connection to the tree's fork server (a descriptor), used instead of starting a
+    #: server; once it is gone this supervisor re-executes.
+    fork_connection: int | None = None
     _fork_server: ForkServer | None = attrs.field(init=False, default=None)
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
@@ -203,10 +206,18 @@ class Supervisor:
                 if self._fork_server is not None:
                     with trio.CancelScope(shield=True):
                         await self._fork_server.aclose()  # reap the dead one before starting anew
+                    if self._fork_server.proc is None:  # the tree's server is gone: re-exec from now on
+                        self.use_fork_server = False
+                        return None
                 try:
-                    self._fork_server = await start_fork_server(
-                        self.nursery, env=child_environment(os.environ), log=self.log,
-                        python=self.settings.node_settings().python, on_gone=self.notify_changed)
+                    if self.fork_connection is not None:
+                        fd, self.fork_connection = self.fork_connection, None
+                        self._fork_server = await connect_fork_server(self.nursery, fd, log=self.log,
+                                                                      on_gone=self.notify_changed)
+                    else:
+                        self._fork_server = await start_fork_server(
+                            self.nursery, env=child_environment(os.environ), log=self.log,
+                            python=self.settings.node_settings().python, on_gone=self.notify_changed)
                 except (ForkServerGone, OSError, trio.TooSlowError) as exc:
                     self.log.warn("subagent.failed", handle="forkserver", reason=f"fork server: {exc}")
                     self.use_fork_server = False
@@ -349,7 +360,7 @@ class Supervisor:
             nodes=tuple(NodeStatistics(handle=n.handle, status=n.status, pid=n.pid, ready=n.ready.is_set(),
                                        ended=n.ended.is_set(), warm=n.warm, usage_tokens=n.usage_tokens)
                         for n in self._nodes.values()),
-            fork_server_pid=server.proc.pid if server is not None and not server.gone else None,
+            fork_server_pid=server.pid if server is not None and not server.gone else None,
             tree_live=ledger.live if ledger is not None else None,
             tokens_used=ledger.tokens_used if ledger is not None else None,
         )
@@ -450,6 +461,7 @@ async def open_supervisor(
     handle: str = "0",
     test_script: TestScript | None = None,
     fork_server: bool = False,
+    fork_connection: int | None = None,
     ledger_store: JournalStore | None = None,
     run_id: str = "",
 ) -> AsyncIterator[Supervisor]:
@@ -457,7 +469,8 @@ async def open_supervisor(
 
     Without ``authority`` this is the root: it owns the tree ledger over ``servers`` (the caller's scope)
     and cancels the subtree that pushes the tree past the token ceiling. With ``fork_server`` children
-    are forked from a pre-imported agentd process started on the first spawn (see ``forkserver.py``).
+    are forked from a pre-imported agentd process started on the first spawn (see ``forkserver.py``), or,
+    with ``fork_connection`` (a forked child's own connection to it), from the tree's running one.
     """
     settings = settings or SupervisorSettings()
     sup_ref: list[Supervisor] = []
@@ -474,6 +487,7 @@ async def open_supervisor(
             nursery=nursery, authority=authority, handle=handle, settings=settings,
             child_config=child_config or {}, secrets=secrets or {}, telemetry=telemetry or {},
             log=log or null_log(), test_script=test_script, use_fork_server=fork_server,
+            fork_connection=fork_connection,
         )
         sup_ref.append(sup)
         try:

@@ -90,6 +90,14 @@ def test_numbers() -> None:
     assert "--deadline must be > 0" in refused(*BASE, "--deadline", "0")
     assert "--poll-interval" in refused(*BASE, "--poll-interval", "0")
     assert Config.from_argv([*BASE, "--max-depth", "0"], env={}).max_depth == 0
+    assert "--spawn-rate must be at least 1" in refused(*BASE, "--spawn-rate", "0")
+
+
+def test_spawn_rate_flags_reach_the_root_supervisors_caps() -> None:
+    from agentd.supervisor.wiring import settings_from_config
+
+    caps = settings_from_config(Config.from_argv([*BASE, "--spawn-rate", "500", "--spawn-burst", "400"], env={})).caps
+    assert (caps.spawn_rate, caps.spawn_burst) == (500.0, 400)
 
 
 def test_serve_rules(pem: dict[str, str]) -> None:

@@ -75,3 +75,64 @@ async def test_losing_the_fork_server_fails_its_children_and_the_next_spawn_star
             assert after.result == "still spawning"
             assert not isinstance(after, Refusal)
             assert sup.statistics().fork_server_pid not in (None, server_pid)
+
+
+def _relayed(events, name: str) -> list[dict]:
+    """Events of nested supervisors: each child's log lines reach the root as ``subagent.stderr``, a
+    grandchild's nested once more."""
+    import json
+
+    found, lines = [], [e for e in events if e["event"] == "subagent.stderr"]
+    while lines:
+        try:
+            inner = json.loads(lines.pop()["line"])
+        except ValueError:
+            continue
+        if inner.get("event") == name:
+            found.append(inner)
+        elif inner.get("event") == "subagent.stderr":
+            lines.append(inner)
+    return found
+
+
+async def test_children_at_depth_two_and_three_are_forked_from_the_trees_fork_server(root, events):
+    deepest = script(["ancestry"])
+    middle = script(["spawn", {"instruction": deepest}], ["ancestry"])
+    with trio.fail_after(60):
+        async with root(fork_server=True, max_depth=4) as sup:
+            view = await sup.spawn(ROOT, req(["spawn", {"instruction": middle}], ["ancestry"]))
+            server = sup.statistics().fork_server_pid
+    assert view.status == "completed", view
+    one = view.result
+    two = one["spawned"][0]["result"]
+    assert "result" in two["spawned"][0], two
+    three = two["spawned"][0]["result"]
+    # Every depth is a child of the one fork server in Unix terms, and watches its parent in the tree.
+    assert (one["ppid"], two["ppid"], three["ppid"]) == (server, server, server)
+    assert (two["parent"], three["parent"]) == (str(one["pid"]), str(two["pid"]))
+    spawned = {e["depth"]: e["forked"] for e in _relayed(events, "subagent.spawn")}
+    assert spawned == {2: True, 3: True}
+    assert events.named("subagent.spawn", handle="0.1")[0]["forked"] is True
+
+
+async def test_a_nested_forked_child_ends_when_its_parent_is_killed(root):
+    with trio.fail_after(60):
+        async with root(fork_server=True) as sup:
+            await sup.spawn(ROOT, req(["spawn_async", {"instruction": script(["hang"])}], ["hang"], async_=True))
+            child = (await sup.wait_ready("0.1")).pid
+            server = sup.statistics().fork_server_pid
+
+            def grandchildren() -> list[int]:
+                return [p.pid for p in proctree.descendants().values()
+                        if p.ppid == server and p.pid != child and not p.zombie]
+
+            while not grandchildren():  # bounded by fail_after
+                await trio.sleep(0.05)
+            [grandchild] = grandchildren()
+            os.kill(child, signal.SIGKILL)  # no ladder, no cancel: the grandchild sees its parent die
+            while grandchild in grandchildren():
+                await trio.sleep(0.05)
+            assert (await sup.await_(ROOT, "0.1")).status == "failed"
+            # The tree's fork server outlives the child: the next spawn is forked as before.
+            assert (await sup.spawn(ROOT, req(["result", "again"]))).result == "again"
+            assert sup.statistics().fork_server_pid == server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import trio
 import trio.testing
 
@@ -42,6 +43,11 @@ def test_liveness_verdicts():
     live.turn_finished(120.0)
     live.pong(500.0)
     assert live.verdict(505.0) is None  # an idle warm session only has to answer pings
+    live.ping_sent(530.0)
+    assert live.verdict(539.9) is None
+    assert live.verdict(540.0) == "stuck: no pong for 10 s"  # within pong_timeout of the ping
+    live.turn_started(600.0)  # the unanswered ping still counts once a turn starts
+    assert live.verdict(600.0) == "stuck: no pong for 10 s"
 
 
 def _node(events: list) -> SubagentNode:
@@ -111,6 +117,56 @@ async def test_without_progress_a_ponging_child_is_stuck_after_120_s(autojump_cl
         nursery.start_soon(node._read, parent, nursery)
         await node._pinger(parent)
         assert node._failure == "stuck: no progress for 120 s"
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_warm_session_is_pinged_seldom_and_at_the_working_pace_once_a_turn_starts(autojump_clock):
+    node = _node([])
+    parent, child = channel_pair()
+    live = node._liveness = Liveness.starting_at(LivenessSettings(), trio.current_time())
+    live.turn_finished(trio.current_time())
+    pinged: list[float] = []
+
+    async def ponging_child():
+        while (m := await child.receive()) is not None:
+            if isinstance(m, Ping):
+                pinged.append(trio.current_time())
+                await child.send(Pong(seq=m.seq))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ponging_child)
+        nursery.start_soon(node._read, parent, nursery)
+        nursery.start_soon(node._pinger, parent)
+        start = trio.current_time()
+        await trio.sleep(125)
+        assert len(pinged) == 4  # every 30 s while idle (3.3 s would be 36)
+        # A turn starts (send): the pinger wakes at once and pings at the working pace again.
+        node.payload = attrs.evolve(node.payload, warm=True)
+        node.status, node._channel = "awaiting_turn", parent
+        await node.send("next")
+        await trio.sleep(10)
+        assert [round(t - start - 125, 1) for t in pinged[4:]] == [3.3, 6.6, 9.9]  # the working pace from the turn
+        assert node._failure is None and pinged[0] - start == 30
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_idle_warm_session_is_stuck_after_an_unanswered_ping(autojump_clock):
+    node = _node([])
+    parent, child = channel_pair()
+    live = node._liveness = Liveness.starting_at(LivenessSettings(), trio.current_time())
+    live.turn_finished(trio.current_time())
+
+    async def silent_child():
+        while await child.receive() is not None:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(silent_child)
+        start = trio.current_time()
+        await node._pinger(parent)
+        # The ping at 30 s goes unanswered; the verdict comes at the next wake-up.
+        assert node._failure == "stuck: no pong for 10 s"
+        assert trio.current_time() - start == 60
         nursery.cancel_scope.cancel()
 
 

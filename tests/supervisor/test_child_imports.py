@@ -1,0 +1,68 @@
+"""What a child process imports: the fork server's image and a real-loop child's turn stay off heavy modules.
+
+Every module the fork server imports is resident in each forked child (RSS, and private pages once a turn
+touches it); every module a re-exec'd child imports is start-up CPU. The interpreter runs under
+``-X importtime`` (a wrapper script as the children's Python), so the record is what the real processes
+imported, not a guess: the fork server's and a re-exec child's lines go to a file, a forked child's lazily
+imported modules arrive on its stderr (relayed as ``subagent.stderr``).
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from agentd.config.model import Config
+from agentd.events import EventLog, RateLimiter
+from agentd.supervisor.node import NodeSettings
+from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, SupervisorSettings, open_supervisor
+from agentd.supervisor.wiring import config_to_wire
+from tests.peers.gateway import scripted_gateway, text
+
+ROOT = Caller(Origin.STDIO, "0")
+
+#: Never on a child's path (no MCP servers, telemetry off): CLIs and their renderers (rich and click come
+#: with ``import httpx`` when installed), the served side, YAML, JWT and crypto, OpenTelemetry, the A2A SDK
+#: and pydantic, and the daemon's own modes and terminal views.
+NEVER = ("rich", "click", "pygments", "markdown_it", "hypercorn", "yaml", "jwt", "cryptography",
+         "opentelemetry", "google", "pydantic", "a2a", "starlette", "uvicorn",
+         "agentd.daemon", "agentd.selfmcp", "agentd.terminal", "agentd.reactive")
+
+_IMPORT = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)")
+
+
+def _imported(text_: str) -> set[str]:
+    return {m.group(1) for m in _IMPORT.finditer(text_)}
+
+
+def _offenders(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NEVER))
+
+
+@pytest.mark.parametrize("fork_server", [True, False], ids=["forked", "re-exec"])
+async def test_a_real_child_and_its_fork_server_import_no_heavy_module(tmp_path: Path, no_leftover_children,
+                                                                       fork_server: bool) -> None:
+    record = tmp_path / "importtime.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X importtime "$@" 2>>{record}\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    lines: list[dict] = []
+    log = EventLog(sink=lines.append, level="debug", limiter=RateLimiter(limit=0))
+    async with scripted_gateway([text('{"ok": true}')]) as gw:
+        wire = config_to_wire(Config(instruction="root", intelligence=(gw.url,)))
+        settings = SupervisorSettings(node=NodeSettings(python=str(python)))
+        with trio.fail_after(60):
+            async with open_supervisor(settings=settings, child_config=wire, log=log, fork_server=fork_server) as sup:
+                view = await sup.spawn(ROOT, SpawnRequest("say ok"))
+                forked = sup.statistics().fork_server_pid is not None
+    assert view.status == "completed", view
+    assert forked is fork_server
+    seen = _imported(record.read_text())
+    seen |= _imported("\n".join(e.get("line", "") for e in lines if e["event"] == "subagent.stderr"))
+    assert {"trio", "httpx", "agentd.client", "agentd.intelligence"} <= seen  # the record is real
+    assert _offenders(seen) == []
