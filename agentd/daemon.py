@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,7 @@ import trio
 
 from agentd import telemetry
 from agentd.config.model import Config
+from agentd.drain import current_drain
 from agentd.errors import ConfigError
 from agentd.events import EventLog, Sink, stream_sink
 from agentd.ids import new_run_id
@@ -50,6 +51,9 @@ from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EventBus, use_bus
 
 if TYPE_CHECKING:
+    from agentd.cluster.join import Cluster
+    from agentd.cluster.member import Execute
+    from agentd.cluster.work import WorkItem
     from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.
@@ -155,17 +159,23 @@ async def _main(
     # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with (
-        open_state(cfg.state_dir, log=log) as journal,
+        _open_journal(cfg, log, environ) as (journal, cluster),
         open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor,
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)
         served = await _start_serving(cfg, log, daemon, env, supervisor, board)
+        if cluster is not None:
+            await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
             health.started = True
         try:
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
+            elif cluster is not None and cfg.instruction is None:
+                # A pure cluster worker: it runs claimed work until it is told to drain.
+                await current_drain().wait()
+                result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)
             else:
                 result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board,
                                       journal=journal)
@@ -190,6 +200,34 @@ async def _main(
     if escaped is not None:
         raise escaped
     return result
+
+
+@contextlib.asynccontextmanager
+async def _open_journal(cfg: Config, log: EventLog, env: Mapping[str, str]
+                        ) -> AsyncIterator[tuple[JournalStore | None, Cluster | None]]:
+    """The run journal: the cluster's shared one with ``--cluster`` (agentd.cluster), else ``--state-dir``'s."""
+    if cfg.cluster is None:
+        async with open_state(cfg.state_dir, log=log) as journal:
+            yield journal, None
+        return
+    from agentd.cluster.join import open_cluster  # psycopg: only for a cluster member
+
+    address = cfg.serve_mcp
+    async with open_cluster(cfg, log, env, address=address) as cluster:
+        yield cluster.store, cluster
+
+
+def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None) -> Execute:
+    """How a member runs a claimed item: one run of this daemon's configuration with the item's instruction,
+    journaled through the item's fenced journal (a re-claimed item resumes from its last committed step)."""
+
+    async def execute(item: WorkItem, journal: JournalStore) -> RunResult:
+        payload = item.payload
+        contract = payload.get("output_contract")
+        return await run_config(cfg, run_id=item.work_id, log=log, env=env, instruction=str(payload["instruction"]),
+                                output_contract=contract if isinstance(contract, str) else None, journal=journal)
+
+    return execute
 
 
 def _tee(first: Sink, second: Sink) -> Sink:

@@ -1,7 +1,7 @@
 """The cluster: several agentd daemons sharing one PostgreSQL journal and work queue (``--cluster DSN``).
 
-- :mod:`agentd.cluster.dsn`: the DSN as configured (secret-free), resolved at connect time, and named in
-  messages without its password;
+- :mod:`agentd.config.dsn` (in config, validated with the other flags): the DSN as configured
+  (secret-free), resolved at connect time, and named in messages without its password;
 - :mod:`agentd.cluster.db`: one psycopg connection driven from trio through one bounded worker thread;
 - :mod:`agentd.cluster.migrations`: the versioned, forward-only schema;
 - :mod:`agentd.cluster.store`: the :class:`~agentd.journal.store.JournalStore` on PostgreSQL, with fenced

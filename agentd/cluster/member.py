@@ -28,6 +28,7 @@ import attrs
 import psycopg
 import trio
 
+from agentd import defaults
 from agentd.backoff import exponential
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
@@ -36,14 +37,12 @@ from agentd.cluster.work import WORK_CHANNEL, Queue, WorkItem
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 
-#: Lease time-to-live default (its one home): a dead member's work moves after at most this long.
-DEFAULT_LEASE_TTL: Final = 15.0
-#: Runs a member takes at once by default.
-DEFAULT_CAPACITY: Final = 4
 #: Longest the claimer waits without a wake-up before looking again (a lost NOTIFY, expired leases).
 POLL_INTERVAL: Final = 1.0
 #: Longest one listening call stays on its worker thread (bounds how long cancelling the listener takes).
 LISTEN_SLICE: Final = 0.5
+#: Bound on handing an unfinished item back when its run stops here.
+RELEASE_GRACE: Final = 2.0
 #: Backoff while the database is unreachable: base and cap in seconds.
 RETRY_BASE: Final = 0.2
 RETRY_CAP: Final = 5.0
@@ -57,7 +56,7 @@ class Member:
     queue: Queue
     execute: Execute
     log: EventLog
-    ttl: float = DEFAULT_LEASE_TTL
+    ttl: float = defaults.CLUSTER_LEASE_TTL
     listen_db: Database | None = None
     _running: dict[str, tuple[WorkItem, trio.CancelScope]] = attrs.field(factory=dict)
     _wake: trio.Event = attrs.field(factory=trio.Event)
@@ -159,10 +158,12 @@ class Member:
 
     async def _run(self, item: WorkItem, scope: trio.CancelScope) -> None:
         journal = FencedJournal(self.queue.store, item.lease, on_unavailable=self._unavailable)
+        finished = False
         try:
             with scope:
                 await self.execute(item, journal)
                 await self._finish(item)
+                finished = True
         except LeaseLost as exc:
             self.log.warn("cluster.fenced", work=item.work_id, token=item.lease.token, error=str(exc))
         except JournalError as exc:
@@ -170,6 +171,14 @@ class Member:
         finally:
             self._running.pop(item.work_id, None)
             self._wake.set()
+            if not finished:
+                # Stopped here (drained, cancelled, failed): hand the item back at once instead of after the
+                # lease's TTL. A no-op when the lease is no longer ours.
+                with trio.move_on_after(RELEASE_GRACE, shield=True):
+                    try:
+                        await self.queue.store.release(item.lease)
+                    except JournalError:
+                        pass
 
     async def _finish(self, item: WorkItem) -> None:
         attempt = 0

@@ -94,6 +94,14 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--state-dir", "state_dir", "path",
          "journal every run under this directory and resume an unfinished run with the same --run-id "
          "(default: off, nothing is written)", _RUN, "PATH"),
+    Flag("--cluster", "cluster", "str",
+         "join the cluster on this PostgreSQL DSN: shared journal and work queue (no password in it: PGPASSWORD, "
+         "~/.pgpass or {{secret:NAME}} in the password position; config cluster.dsn)", _RUN, "DSN"),
+    Flag("--cluster-capacity", "cluster_capacity", "int",
+         f"cluster: work items this member runs at once (default {D.CLUSTER_CAPACITY})", _RUN, "N"),
+    Flag("--cluster-lease-ttl", "cluster_lease_ttl", "duration",
+         f"cluster: lease on claimed work; a dead member's work moves after this (default {_s(D.CLUSTER_LEASE_TTL)})",
+         _RUN, "DURATION"),
     # intelligence
     Flag("--intelligence", "intelligence", "endpoints",
          "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",

@@ -137,6 +137,10 @@ class Config:
     run_id: str = ""
     #: Where the run journal lives (``--state-dir``); ``None``: no journal is opened.
     state_dir: str | None = None
+    #: ``--cluster``: the PostgreSQL DSN of the shared journal (secret-free); ``None``: not a member.
+    cluster: str | None = None
+    cluster_capacity: int = defaults.CLUSTER_CAPACITY
+    cluster_lease_ttl: float = defaults.CLUSTER_LEASE_TTL
     log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
     #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).

@@ -8,9 +8,9 @@ import pytest
 import trio
 
 from agentd.cluster import migrations
-from agentd.cluster.dsn import connect_args, parse
 from agentd.cluster.errors import ClusterSchemaError, ClusterUnavailable, LeaseLost
 from agentd.cluster.store import FencedJournal, open_database, open_pg_journal
+from agentd.config.dsn import connect_args, parse
 from agentd.errors import ConfigError
 from agentd.events import Redactor
 from agentd.journal.records import RunEnded, RunStarted

@@ -1,0 +1,216 @@
+"""Cluster members as real agentd processes on loopback against a real PostgreSQL: start-up faults (exit 6, no
+password anywhere), work spread over members, SIGKILL failover within lease TTL + 2 s, a paused stale owner
+that commits nothing (fencing), and the database restarting under a running member."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from agentd.cluster.errors import ClusterUnavailable
+from agentd.cluster.store import PgJournal, open_pg_journal
+from agentd.cluster.work import enqueue, view
+from agentd.journal.records import ClaimTaken, RunEnded
+from tests.durable.peer import CountingPeer, counting_peer
+from tests.peers.gateway import Rule, ScriptedGateway, scripted_gateway, text, tool_call
+from tests.postgres import PASSWORD
+
+ROOT = str(Path(__file__).resolve().parents[2])
+TTL = 3.0
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT", "PG"))}
+    return {**env, "PGPASSWORD": PASSWORD, **extra}
+
+
+def _member_argv(dsn: str, gw: ScriptedGateway, peer: CountingPeer | None, *extra: str) -> list[str]:
+    argv = [sys.executable, "-m", "agentd", "--cluster", dsn, "--intelligence", gw.url,
+            "--cluster-lease-ttl", f"{TTL:g}s", "--cluster-capacity", "2", "--deadline", "120s", *extra]
+    return argv + (["--mcp", f"pay={peer.origin}/mcp"] if peer is not None else [])
+
+
+@asynccontextmanager
+async def _members(argv: Sequence[str], n: int, tmp_path: Path) -> AsyncIterator[list[trio.Process]]:
+    procs: list[trio.Process] = []
+    logs = []
+    try:
+        for i in range(n):
+            log = open(tmp_path / f"member{i}.stderr", "wb")
+            logs.append(log)
+            procs.append(await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=log,
+                                                          env=_env(), cwd=ROOT))
+        with trio.fail_after(60):
+            for i in range(n):
+                while b'"cluster.joined"' not in (tmp_path / f"member{i}.stderr").read_bytes():
+                    assert procs[i].poll() is None, (tmp_path / f"member{i}.stderr").read_text()[-3000:]
+                    await trio.sleep(0.05)
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGKILL)
+            with trio.move_on_after(10):
+                await proc.wait()
+        for log in logs:
+            log.close()
+
+
+async def _wait_for(check: Callable[[], Any], timeout: float = 60) -> Any:
+    with trio.fail_after(timeout):
+        while True:
+            got = await check()
+            if got:
+                return got
+            await trio.sleep(0.05)
+
+
+async def _owners(store: PgJournal, work_id: str) -> list[str]:
+    run = await store.read_run(work_id)
+    return [e.record.owner for e in run.entries if isinstance(e.record, ClaimTaken)] if run else []
+
+
+def _pid_of(owner: str) -> int:
+    return int(owner.rsplit("-", 2)[1])
+
+
+async def test_an_unreachable_database_is_exit_6_naming_the_host_and_no_password(pg_server, pg_dsn, free_port):
+    cases = [
+        (f"postgresql://agentd@127.0.0.1:{free_port}/nowhere", {}, f"127.0.0.1:{free_port}/nowhere"),
+        (pg_dsn.replace("agentd@", "agentd:{{secret:PG_PASS}}@"), {"PG_PASS": "Wrong-Pa55word-x"},
+         f"127.0.0.1:{pg_server.port}"),
+    ]
+    for dsn, extra, named in cases:
+        env = {**_env(**extra), "PGPASSWORD": ""}
+        with trio.fail_after(60):
+            done = await trio.run_process([sys.executable, "-m", "agentd", "--cluster", dsn, "--intelligence", "test"],
+                                          capture_stdout=True, capture_stderr=True, check=False, env=env, cwd=ROOT)
+        out, err = done.stdout.decode(), done.stderr.decode()
+        assert done.returncode == 6, err[-2000:]
+        assert named in out + err
+        assert out.strip() == "" or isinstance(json.loads(out), dict)  # stdout: one JSON document at most
+        for secret in ("Wrong-Pa55word-x", PASSWORD):
+            assert secret not in out + err
+
+
+async def test_work_spreads_over_members_and_runs_once(pg_dsn, tmp_path):
+    async with scripted_gateway(default=text("done", delay=0.4)) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, None), 3, tmp_path):
+            for i in range(12):
+                await enqueue(store, f"w{i:02}", "run", {"instruction": f"job {i}"})
+
+            async def all_done() -> bool:
+                views = [await view(store, f"w{i:02}") for i in range(12)]
+                return all(v is not None and v.status == "done" for v in views)
+
+            await _wait_for(all_done, 90)
+        owners = {i: await _owners(store, f"w{i:02}") for i in range(12)}
+        assert all(len(o) == 1 for o in owners.values()), owners  # each claimed once
+        assert len({o[0] for o in owners.values()}) >= 2, owners
+        for i in range(12):
+            run = await store.read_run(f"w{i:02}")
+            assert run is not None and run.entries[-1].record.KIND == "run.ended"
+            assert isinstance(run.entries[-1].record, RunEnded) and run.entries[-1].record.status == "completed"
+        assert len(gw.requests) == 12
+
+
+async def test_a_sigkilled_members_work_finishes_elsewhere_within_ttl_plus_2s(pg_dsn, tmp_path):
+    hang = trio.Event()  # never set: the first model call hangs (the member is killed while it waits)
+    async with scripted_gateway(rules=[Rule({}, {"content": "never", "wait": hang}, 1)],
+                                default=text("finished elsewhere")) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, None), 2, tmp_path) as procs:
+            await enqueue(store, "job-1", "run", {"instruction": "do the job"})
+            [first] = await _wait_for(lambda: _owners(store, "job-1"))
+            await _wait_for(lambda: _has_request(gw))
+            victim = next(p for p in procs if p.pid == _pid_of(first))
+            victim.send_signal(signal.SIGKILL)
+            killed_at = trio.current_time()
+            await _wait_for(lambda: _is_done(store, "job-1"), 60)
+            took = trio.current_time() - killed_at
+        owners = await _owners(store, "job-1")
+        assert len(owners) == 2 and owners[0] == first and owners[1] != first
+        run = await store.read_run("job-1")
+        assert run is not None and isinstance(run.entries[-1].record, RunEnded)
+        assert run.entries[-1].record.result["result"] == "finished elsewhere"
+        assert took < TTL + 2, took
+
+
+async def _has_request(gw: ScriptedGateway) -> bool:
+    return bool(gw.requests)
+
+
+async def _is_done(store: PgJournal, work_id: str) -> bool:
+    try:
+        seen = await view(store, work_id)
+    except ClusterUnavailable:  # the test's own connection, after the database restarted: reopened next time
+        return False
+    return seen is not None and seen.status == "done"
+
+
+async def test_a_paused_stale_owner_commits_nothing(pg_dsn, tmp_path):
+    """Member A is SIGSTOPped while its model call is out; past its lease B takes the item and finishes it;
+    then A's model answers with a non-idempotent tool call and A is SIGCONTed: A commits nothing, and the
+    tool call is never sent (the step is committed before any call is sent, and that commit is fenced)."""
+    release = trio.Event()
+    async with counting_peer() as peer, scripted_gateway(
+        rules=[Rule({}, {**tool_call("pay__charge", {"key": "k1"}), "wait": release}, 1)],
+        default=text("done by the new owner"),
+    ) as gw, open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, peer), 2, tmp_path) as procs:
+            await enqueue(store, "job-1", "run", {"instruction": "charge it"})
+            [first] = await _wait_for(lambda: _owners(store, "job-1"))
+            await _wait_for(lambda: _has_request(gw))
+            stale = next(p for p in procs if p.pid == _pid_of(first))
+            stale.send_signal(signal.SIGSTOP)
+            await _wait_for(lambda: _is_done(store, "job-1"), 60)
+            before = await store.read_run("job-1")
+            release.set()  # A's model call answers: charge the card
+            stale.send_signal(signal.SIGCONT)
+            index = procs.index(stale)
+            log = tmp_path / f"member{index}.stderr"
+            await _wait_for(lambda: _logged(log, ('"cluster.fenced"', '"cluster.lease_lost"')), 30)
+            await trio.sleep(0.5)  # give a (wrong) commit or tool call the chance to land
+            after = await store.read_run("job-1")
+        assert before is not None and after is not None and after.entries == before.entries
+        assert peer.count("charge") == 0 and peer.received == []
+        assert isinstance(after.entries[-1].record, RunEnded)
+        assert after.entries[-1].record.result["result"] == "done by the new owner"
+
+
+async def _logged(path: Path, events: Sequence[str]) -> bool:
+    text_ = path.read_text()
+    return any(e in text_ for e in events)
+
+
+async def test_the_database_restarting_mid_run_pauses_claims_and_resumes(pg_server, pg_dsn, tmp_path):
+    async with scripted_gateway(default=text("done", delay=2.0)) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, None), 1, tmp_path):
+            await enqueue(store, "before", "run", {"instruction": "one"})
+            await _wait_for(lambda: _has_request(gw))
+            pg_server.stop()
+            try:
+                await _wait_for(lambda: _logged(tmp_path / "member0.stderr", ('"cluster.unavailable"',)), 30)
+            finally:
+                await trio.to_thread.run_sync(pg_server.start)
+            await _wait_for(lambda: _is_done(store, "before"), 60)
+            await enqueue(store, "after", "run", {"instruction": "two"})
+            await _wait_for(lambda: _is_done(store, "after"), 60)
+        assert '"cluster.available"' in (tmp_path / "member0.stderr").read_text()
+        for work_id in ("before", "after"):
+            run = await store.read_run(work_id)
+            assert run is not None and isinstance(run.entries[-1].record, RunEnded)
+            assert run.entries[-1].record.status == "completed"
+            assert len(await _owners(store, work_id)) == 1  # kept its lease through the outage
