@@ -53,6 +53,7 @@ from agentd.telemetry.stream import EventBus, use_bus
 if TYPE_CHECKING:
     from agentd.cluster.join import Cluster
     from agentd.cluster.member import Execute
+    from agentd.cluster.store import PgJournal
     from agentd.cluster.work import WorkItem
     from agentd.transport.serve import ServeConfig
 
@@ -164,7 +165,8 @@ async def _main(
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)
-        served = await _start_serving(cfg, log, daemon, env, supervisor, board)
+        served = await _start_serving(cfg, log, daemon, env, supervisor, board,
+                                      cluster.store if cluster is not None else None)
         if cluster is not None:
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
@@ -289,7 +291,7 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
 
 async def _start_serving(
     cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard,
+    supervisor: Supervisor, board: StatusBoard, cluster: PgJournal | None = None,
 ) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
     if cfg.serve_mcp is None:
@@ -301,7 +303,7 @@ async def _start_serving(
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
-                                   task_status=task_status)
+                                   cluster=cluster, task_status=task_status)
         finally:
             ended.set()
 

@@ -130,6 +130,7 @@ class Member:
     async def _claim_loop(self, nursery: trio.Nursery) -> None:
         failures = 0
         while True:
+            self._wake = trio.Event()  # a wake-up from now on (a NOTIFY during the claim) ends the next wait
             free = self.queue.capacity - len(self._running)
             claimed: list[WorkItem] = []
             if free > 0:
@@ -152,7 +153,6 @@ class Member:
                 nursery.start_soon(self._run, item, scope)
             if claimed and len(claimed) == free:
                 continue  # maybe more: claim again at once while capacity remains
-            self._wake = trio.Event()
             with trio.move_on_after(POLL_INTERVAL):
                 await self._wake.wait()
 

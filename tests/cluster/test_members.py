@@ -214,3 +214,46 @@ async def test_the_database_restarting_mid_run_pauses_claims_and_resumes(pg_serv
             assert run is not None and isinstance(run.entries[-1].record, RunEnded)
             assert run.entries[-1].record.status == "completed"
             assert len(await _owners(store, work_id)) == 1  # kept its lease through the outage
+
+
+def _served_url(log: Path) -> str:
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "serve.start":
+            return str(event["urls"][0])
+    raise AssertionError("no serve.start")
+
+
+async def test_a_served_async_spawn_is_cluster_work_and_its_handle_answers_on_every_member(pg_dsn, tmp_path):
+    import httpx
+
+    from tests.selfmcp.harness import LegacyPeer
+
+    async with scripted_gateway(default=text("served answer", delay=0.3)) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        argv = _member_argv(pg_dsn, gw, None, "--serve-mcp", "http://127.0.0.1:0/mcp")
+        async with _members(argv, 2, tmp_path):
+            urls = [_served_url(tmp_path / f"member{i}.stderr") for i in range(2)]
+            async with httpx.AsyncClient(timeout=30) as client:
+                a, b = LegacyPeer(client, urls[0]), LegacyPeer(client, urls[1])
+                await a.initialize()
+                await b.initialize()
+                spawned = await a.call("tools/call", {"name": "subagent.spawn",
+                                                      "arguments": {"instruction": "answer it", "async": True}})
+                handle = spawned["result"]["structuredContent"]["handle"]
+                assert handle.startswith("cluster.")
+
+                async def done_on_b() -> dict[str, Any] | None:
+                    got = await b.call("tools/call", {"name": "subagent.status", "arguments": {"handle": handle}})
+                    body = got["result"].get("structuredContent") or {}
+                    return body if body.get("done") else None
+
+                body = await _wait_for(done_on_b, 60)
+                assert body["status"] == "completed" and body["result"] == "served answer"
+                read = await b.call("resources/read", {"uri": f"agent://subagent/{handle}"})
+                contents = json.loads(read["result"]["contents"][0]["text"])
+                assert contents["status"] == "completed" and contents["result"] == "served answer"
+                unknown = await b.call("tools/call", {"name": "subagent.status",
+                                                      "arguments": {"handle": "cluster.nope"}})
+                assert unknown["result"]["isError"] is True
+        assert await _is_done(store, handle)
