@@ -37,6 +37,7 @@ from agentd.errors import ConfigError
 from agentd.events import EventLog, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
+from agentd.journal.errors import JournalError
 from agentd.journal.store import JournalStore
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from agentd.cluster.member import Execute
     from agentd.cluster.store import PgJournal
     from agentd.cluster.work import WorkItem
+    from agentd.reactive.modes import FireOnce
     from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.
@@ -74,6 +76,7 @@ class ModeRunner(Protocol):
     def __call__(
         self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
         supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
+        fire_once: FireOnce | None = None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -180,7 +183,7 @@ async def _main(
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)
             else:
                 result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board,
-                                      journal=journal)
+                                      journal=journal, fire_once=_fire_once(cfg, cluster))
         except BaseException as exc:
             try:
                 reraise_if_not_an_outcome(exc, log, say=False)  # the run itself said it was cancelled
@@ -213,10 +216,30 @@ async def _open_journal(cfg: Config, log: EventLog, env: Mapping[str, str]
             yield journal, None
         return
     from agentd.cluster.join import open_cluster  # psycopg: only for a cluster member
+    from agentd.cluster.store import MemberJournal
 
     address = cfg.serve_mcp
     async with open_cluster(cfg, log, env, address=address) as cluster:
-        yield cluster.store, cluster
+        yield MemberJournal(cluster.store, log.run_id), cluster
+
+
+def _fire_once(cfg: Config, cluster: Cluster | None) -> FireOnce | None:
+    """``--cluster``: a cron occurrence becomes a work item under its key, so it runs once in the cluster."""
+    if cluster is None:
+        return None
+    from agentd.cluster.work import enqueue
+
+    async def fire_once(key: str, instruction: str) -> bool:
+        payload: dict[str, Any] = {"instruction": instruction}
+        if cfg.output_contract is not None:
+            payload["output_contract"] = cfg.output_contract
+        try:
+            return await enqueue(cluster.store, key, "schedule", payload)
+        except JournalError as exc:  # the database is away: another member may still enqueue this occurrence
+            cluster.log.warn("cluster.unavailable", error=str(exc))
+            return False
+
+    return fire_once
 
 
 def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None) -> Execute:
@@ -313,7 +336,7 @@ async def _start_serving(
 
 async def _once(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
+    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
 ) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
 
@@ -339,12 +362,12 @@ async def _once(
 
 async def _daemon_mode(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
+    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
 ) -> RunResult:
     from agentd.reactive.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
-                             publish=board.published, journal=journal)
+                             publish=board.published, journal=journal, fire_once=fire_once)
 
 
 #: ``cfg.mode`` -> its runner.

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from agentd import defaults
 from agentd.cluster.store import PgJournal, open_database
 from agentd.cluster.work import Queue, enqueue, view
 from agentd.config.dsn import connect_args, parse
@@ -43,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--instruction", help="submit: what the run should do")
     p.add_argument("--output-contract", help="submit: what the answer must look like")
     p.add_argument("--id", help="submit: the work item's id (default: a new run id)")
-    p.add_argument("--lease-ttl", type=float, default=15.0, help="status: members silent longer are not counted")
+    p.add_argument("--lease-ttl", type=float, default=defaults.CLUSTER_LEASE_TTL,
+                   help="status: members silent longer than this many seconds are not counted")
     return p
 
 

@@ -36,6 +36,7 @@ from agentd.cluster.store import FencedJournal
 from agentd.cluster.work import WORK_CHANNEL, Queue, WorkItem
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
+from agentd.journal.records import RunEnded
 
 #: Longest the claimer waits without a wake-up before looking again (a lost NOTIFY, expired leases).
 POLL_INTERVAL: Final = 1.0
@@ -168,6 +169,10 @@ class Member:
             self.log.warn("cluster.fenced", work=item.work_id, token=item.lease.token, error=str(exc))
         except JournalError as exc:
             self.log.error("cluster.work_failed", work=item.work_id, error=str(exc))
+        except Exception as exc:  # a bad item (its payload, its run id) never takes the member down
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            self.log.error("cluster.work_failed", work=item.work_id, error=error)
+            finished = await self._fail(item, journal, error)
         finally:
             self._running.pop(item.work_id, None)
             self._wake.set()
@@ -179,6 +184,15 @@ class Member:
                         await self.queue.store.release(item.lease)
                     except JournalError:
                         pass
+
+    async def _fail(self, item: WorkItem, journal: FencedJournal, error: str) -> bool:
+        """End an item that cannot run with a failed ``run.ended`` (so it is not claimed forever)."""
+        try:
+            await journal.append(item.work_id, [RunEnded("failed", None, error)])
+            await self._finish(item)
+        except JournalError:
+            return False
+        return True
 
     async def _finish(self, item: WorkItem) -> None:
         attempt = 0

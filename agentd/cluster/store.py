@@ -323,6 +323,55 @@ class FencedJournal:
         """The run's view closes nothing: the member owns the store."""
 
 
+@attrs.define(eq=False)
+class MemberJournal:
+    """The shared journal as one member's daemon sees it: runs are shared, daemon state is the member's own.
+
+    Daemon state (the agent's own subscriptions and self-scheduled runs) belongs to one daemon: shared, every
+    member would re-arm every other member's schedules. Its namespaces are prefixed with the member's run id
+    (``--run-id``), so a member restarted with the same ``--run-id`` gets its state back.
+    """
+
+    store: PgJournal
+    scope: str
+
+    def _ns(self, namespace: str) -> str:
+        return f"{self.scope}/{namespace}"
+
+    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
+        return await self.store.append(run_id, records, durable=durable)
+
+    async def read_run(self, run_id: str) -> RunJournal | None:
+        return await self.store.read_run(run_id)
+
+    async def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunSummary]:
+        return await self.store.list_runs(limit=limit, status=status)
+
+    async def unfinished_runs(self) -> list[RunSummary]:
+        return await self.store.unfinished_runs()
+
+    async def get_state(self, namespace: str) -> dict[str, Any]:
+        return await self.store.get_state(self._ns(namespace))
+
+    async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        await self.store.put_state(self._ns(namespace), changes)
+
+    async def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        return await self.store.prune(retention, now=now)
+
+    async def claim(self, run_id: str, owner: str, *, ttl: float) -> Lease | None:
+        return await self.store.claim(run_id, owner, ttl=ttl)
+
+    async def renew(self, lease: Lease, *, ttl: float) -> Lease | None:
+        return await self.store.renew(lease, ttl=ttl)
+
+    async def release(self, lease: Lease) -> None:
+        await self.store.release(lease)
+
+    async def aclose(self) -> None:
+        """The member owns the store."""
+
+
 async def open_database(conninfo: str, password: str | None, where: str, *, migrate: bool = False,
                         application: str = "agentd") -> Database:
     """A :class:`Database` whose schema was checked (created on an empty database); raises
@@ -351,5 +400,6 @@ async def open_pg_journal(conninfo: str, password: str | None = None, *, where: 
 
 if TYPE_CHECKING:
 
-    def _implements_the_interface(journal: PgJournal, fenced: FencedJournal) -> tuple[JournalStore, JournalStore]:
-        return journal, fenced
+    def _implements_the_interface(journal: PgJournal, fenced: FencedJournal, member: MemberJournal
+                                  ) -> tuple[JournalStore, JournalStore, JournalStore]:
+        return journal, fenced, member

@@ -28,7 +28,7 @@ from agentd.loop.result import RunResult
 from agentd.loop.runner import RunRequest, UsageHook
 from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
-from agentd.reactive.modes import DaemonContext, Publish, run_daemon
+from agentd.reactive.modes import DaemonContext, FireOnce, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
 from agentd.run import (
     Gateway,
@@ -163,7 +163,8 @@ async def _earlier_wakes(journal: JournalStore, base: str, log: EventLog) -> int
 
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
-                      publish: Publish | None = None, journal: JournalStore | None = None) -> RunResult:
+                      publish: Publish | None = None, journal: JournalStore | None = None,
+                      fire_once: FireOnce | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
     ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
@@ -196,7 +197,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 runs.runs = await _earlier_wakes(journal, log.run_id, daemon_log)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
-                                publish=publish)
+                                publish=publish, fire_once=fire_once)
             result = await run_daemon(ctx)
     except BaseException as exc:
         reraise_if_not_an_outcome(exc, log)  # a bad --subscribe (ConfigError) is exit 2; cancellation unwinds

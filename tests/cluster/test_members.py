@@ -33,9 +33,10 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "PGPASSWORD": PASSWORD, **extra}
 
 
-def _member_argv(dsn: str, gw: ScriptedGateway, peer: CountingPeer | None, *extra: str) -> list[str]:
+def _member_argv(dsn: str, gw: ScriptedGateway, peer: CountingPeer | None, *extra: str, ttl: float = TTL
+                 ) -> list[str]:
     argv = [sys.executable, "-m", "agentd", "--cluster", dsn, "--intelligence", gw.url,
-            "--cluster-lease-ttl", f"{TTL:g}s", "--cluster-capacity", "2", "--deadline", "120s", *extra]
+            "--cluster-lease-ttl", f"{ttl:g}s", "--cluster-capacity", "2", "--deadline", "120s", *extra]
     return argv + (["--mcp", f"pay={peer.origin}/mcp"] if peer is not None else [])
 
 
@@ -257,3 +258,26 @@ async def test_a_served_async_spawn_is_cluster_work_and_its_handle_answers_on_ev
                                                       "arguments": {"handle": "cluster.nope"}})
                 assert unknown["result"]["isError"] is True
         assert await _is_done(store, handle)
+
+
+async def test_a_drained_member_hands_its_work_back_at_once(pg_dsn, tmp_path):
+    """SIGTERM: the member stops, its unfinished item's lease is released (not left to expire: the TTL here
+    is 60 s), and the other member resumes it."""
+    hang = trio.Event()
+    async with scripted_gateway(rules=[Rule({}, {"content": "never", "wait": hang}, 1)],
+                                default=text("resumed after the drain")) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, None, "--drain-timeout", "2s", ttl=60), 2, tmp_path) as procs:
+            await enqueue(store, "job-1", "run", {"instruction": "do the job"})
+            [first] = await _wait_for(lambda: _owners(store, "job-1"))
+            await _wait_for(lambda: _has_request(gw))
+            drained = next(p for p in procs if p.pid == _pid_of(first))
+            drained.send_signal(signal.SIGTERM)
+            await _wait_for(lambda: _is_done(store, "job-1"), 30)
+            with trio.fail_after(30):
+                await drained.wait()
+        owners = await _owners(store, "job-1")
+        assert len(owners) == 2 and owners[1] != first
+        run = await store.read_run("job-1")
+        assert run is not None and isinstance(run.entries[-1].record, RunEnded)
+        assert run.entries[-1].record.result["result"] == "resumed after the drain"

@@ -149,3 +149,15 @@ async def test_a_wrong_password_and_an_unreachable_host_name_the_host_only(pg_ds
         async with open_pg_journal(pg_dsn, "wrong-password-xyz", where="127.0.0.1/x"):
             pass
     assert "wrong-password-xyz" not in str(caught.value)
+
+
+async def test_daemon_state_is_per_member_and_runs_are_shared(pg_dsn):
+    from agentd.cluster.store import MemberJournal
+
+    async with open_pg_journal(pg_dsn, PASSWORD) as store:
+        a, b = MemberJournal(store, "member-a"), MemberJournal(store, "member-b")
+        await a.put_state("self_schedules", {"s1": {"at": 1.0}})
+        assert await b.get_state("self_schedules") == {}
+        assert await MemberJournal(store, "member-a").get_state("self_schedules") == {"s1": {"at": 1.0}}
+        await a.append("r1", [RunStarted("d", "go")])
+        assert (await b.read_run("r1")) is not None

@@ -150,3 +150,80 @@ async def test_members_run_work_once_each_spread_over_both(pg_dsn):
         assert sorted(ran) == [f"w{i}" for i in range(8)]
         assert all(len(who) == 1 for who in ran.values())
         assert {who[0] for who in ran.values()} == {"m0", "m1"}
+
+
+async def test_an_item_that_cannot_run_ends_failed_and_the_member_goes_on(pg_dsn):
+    log = EventLog(sink=lambda line: None)
+    ran: list[str] = []
+    async with AsyncExitStack() as stack:
+        [store] = await _stores(stack, pg_dsn, 1)
+
+        async def execute(item: WorkItem, journal: FencedJournal) -> None:
+            ran.append(item.work_id)
+            if "instruction" not in item.payload:
+                raise KeyError("instruction")
+            await journal.append(item.work_id, [RunEnded("completed", "ok")])
+
+        member = Member(Queue(store, "m0", None, capacity=1), execute, log, ttl=5)
+        await enqueue(store, "w0", "spawn", {})
+        await enqueue(store, "w1", "spawn", {"instruction": "fine"})
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(member.serve)
+                while await _done(store, 2) < 2:
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+        bad = await store.read_run("w0")
+        assert bad is not None and bad.summary.status == "failed"
+        assert "KeyError" in (bad.entries[-1].record.error or "")
+        assert ran == ["w0", "w1"]
+
+
+async def test_a_cron_occurrence_fires_once_across_members(pg_dsn, autojump_clock):
+    """Two members run the same --cron schedule: each occurrence is enqueued by both, exists once."""
+    import types
+
+    from agentd.config.cron import CronSchedule
+    from agentd.reactive.modes import DaemonContext, _cron
+
+    epoch = 1_800_000_000.0
+    created: list[bool] = []
+    attempted: list[str] = []
+    async with AsyncExitStack() as stack:
+        stores = await _stores(stack, pg_dsn, 2)
+
+        async def member(store: PgJournal) -> None:
+            runs = types.SimpleNamespace(accepting=True)
+            fired = 0
+
+            async def fire_once(key: str, instruction: str) -> bool:
+                nonlocal fired
+                fired += 1
+                if fired == 3:
+                    runs.accepting = False
+                made = await enqueue(store, key, "schedule", {"instruction": instruction})
+                created.append(made)
+                attempted.append(key)
+                return made
+
+            ctx = DaemonContext(_cfg(), runs, EventLog(sink=lambda line: None), trio.Event(),  # type: ignore[arg-type]
+                                wall_clock=lambda: epoch + trio.current_time(), fire_once=fire_once)
+            await _cron(ctx, CronSchedule.parse("*/5 * * * *"))
+
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                nursery.start_soon(member, store)
+        rows = await stores[0].db.call(lambda conn: conn.execute(
+            "SELECT work_id, kind FROM agentd_work ORDER BY work_id").fetchall())
+    # every occurrence either member fired is one row, created by exactly one of them
+    assert [work_id for work_id, _ in rows] == sorted(set(attempted)) and {kind for _, kind in rows} == {"schedule"}
+    assert created.count(True) == len(rows) and len(attempted) == 6
+    assert len(set(attempted)) < len(attempted)  # the members fired the same occurrences
+    assert all(int(k.rsplit(".", 1)[1]) % 300 == 0 for k in attempted)  # keyed by the occurrence's minute
+
+
+def _cfg():
+    from agentd.config.model import Config
+
+    return Config.from_argv(["--intelligence", "test", "--instruction", "nightly", "--mode", "schedule",
+                             "--cron", "*/5 * * * *"], env={})
