@@ -7,8 +7,9 @@ Why a backend: the served surface talks to its runs only through
 (agentd.cluster.work) under a ``cluster.<id>`` handle, which any member claims within its capacity and runs
 with the shared journal (so a member's death moves it, resumed, to another member); every other spawn (sync,
 warm) stays on this member's supervisor. The handle's state is read from the shared journal, so
-``subagent.status`` and ``resources/read`` of ``agent://subagent/cluster.<id>`` answer the same on every member
-(:meth:`ClusterBackend.lookup`, for a handle this member did not spawn).
+``subagent.status``, ``resources/read`` and ``resources/subscribe`` of ``agent://subagent/cluster.<id>`` work the
+same on every member (:meth:`ClusterBackend.lookup`, for a handle this member did not spawn; the surface then
+watches it like its own, so its subscribers get the terminal update).
 """
 
 from __future__ import annotations

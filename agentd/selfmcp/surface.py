@@ -172,6 +172,9 @@ class SelfMcpSurface:
                 await self._look_up(uri[len(SUBAGENT_PREFIX):])
             return self._read(request, params)
         if method == "resources/subscribe" and ctx.session_id is not None:
+            uri = params.get("uri")
+            if isinstance(uri, str) and uri.startswith(SUBAGENT_PREFIX):
+                await self._look_up(uri[len(SUBAGENT_PREFIX):])
             return self._subscribe(request, params, ctx)
         if method == "resources/unsubscribe" and ctx.session_id is not None:
             uri = params.get("uri")

@@ -225,12 +225,13 @@ def _served_url(log: Path) -> str:
     raise AssertionError("no serve.start")
 
 
-async def test_a_served_async_spawn_is_cluster_work_and_its_handle_answers_on_every_member(pg_dsn, tmp_path):
+async def test_a_served_async_spawn_is_cluster_work_and_its_handle_answers_and_notifies_on_every_member(pg_dsn, tmp_path):
     import httpx
 
-    from tests.selfmcp.harness import LegacyPeer
+    from agentd.mcp.sse import SseDecoder
+    from tests.selfmcp.harness import LegacyPeer, read_events
 
-    async with scripted_gateway(default=text("served answer", delay=0.3)) as gw, \
+    async with scripted_gateway(default=text("served answer", delay=2.0)) as gw, \
             open_pg_journal(pg_dsn, PASSWORD) as store:
         argv = _member_argv(pg_dsn, gw, None, "--serve-mcp", "http://127.0.0.1:0/mcp")
         async with _members(argv, 2, tmp_path):
@@ -243,6 +244,16 @@ async def test_a_served_async_spawn_is_cluster_work_and_its_handle_answers_on_ev
                                                       "arguments": {"instruction": "answer it", "async": True}})
                 handle = spawned["result"]["structuredContent"]["handle"]
                 assert handle.startswith("cluster.")
+                # B subscribes to a handle it did not spawn: its terminal update reaches B's subscriber
+                uri = f"agent://subagent/{handle}"
+                assert (await b.call("resources/subscribe", {"uri": uri}))["result"] == {}
+                with trio.fail_after(60):
+                    async with client.stream("GET", urls[1], headers={**b.headers(), "accept": "text/event-stream"}
+                                             ) as r:
+                        assert r.status_code == 200
+                        events = await read_events(r.aiter_bytes(), SseDecoder(), 1)
+                updated = next(e for e in events if e.data)
+                assert json.loads(updated.data)["params"] == {"uri": uri}
 
                 async def done_on_b() -> dict[str, Any] | None:
                     got = await b.call("tools/call", {"name": "subagent.status", "arguments": {"handle": handle}})
