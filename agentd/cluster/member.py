@@ -33,7 +33,7 @@ from agentd.backoff import exponential
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
 from agentd.cluster.store import FencedJournal
-from agentd.cluster.work import WORK_CHANNEL, Queue, WorkItem
+from agentd.cluster.work import CANCELLED, WORK_CHANNEL, Queue, WorkItem
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.records import RunEnded
@@ -60,6 +60,7 @@ class Member:
     ttl: float = defaults.CLUSTER_LEASE_TTL
     listen_db: Database | None = None
     _running: dict[str, tuple[WorkItem, trio.CancelScope]] = attrs.field(factory=dict)
+    _cancelling: set[str] = attrs.field(factory=set)
     _wake: trio.Event = attrs.field(factory=trio.Event)
     _down_since: int = 0
 
@@ -114,6 +115,16 @@ class Member:
                 if entry is not None:
                     self.log.warn("cluster.lease_lost", work=run_id, token=entry[0].lease.token)
                     entry[1].cancel()
+            try:
+                cancels = await self.queue.cancel_requested([item.work_id for item, _ in self._running.values()])
+            except JournalError:
+                continue
+            for run_id in cancels - lost:
+                entry = self._running.get(run_id)
+                if entry is not None and run_id not in self._cancelling:
+                    self.log.info("cluster.cancel", work=run_id)
+                    self._cancelling.add(run_id)
+                    entry[1].cancel()
 
     async def _listen(self, db: Database) -> None:
         failures = 0
@@ -165,6 +176,10 @@ class Member:
                 await self.execute(item, journal)
                 await self._finish(item)
                 finished = True
+            if not finished and item.work_id in self._cancelling:  # a peer cancelled it: end it, fenced
+                await journal.append(item.work_id, [CANCELLED])
+                await self._finish(item)
+                finished = True
         except LeaseLost as exc:
             self.log.warn("cluster.fenced", work=item.work_id, token=item.lease.token, error=str(exc))
         except JournalError as exc:
@@ -175,6 +190,7 @@ class Member:
             finished = await self._fail(item, journal, error)
         finally:
             self._running.pop(item.work_id, None)
+            self._cancelling.discard(item.work_id)
             self._wake.set()
             if not finished:
                 # Stopped here (drained, cancelled, failed): hand the item back at once instead of after the

@@ -48,7 +48,8 @@ CREATE TABLE agentd_members (
 CREATE TABLE agentd_work (
     work_id TEXT PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
     not_before DOUBLE PRECISION NOT NULL, status TEXT NOT NULL DEFAULT 'open', owner TEXT, token BIGINT,
-    attempts INTEGER NOT NULL DEFAULT 0, claimed_at DOUBLE PRECISION, finished_at DOUBLE PRECISION
+    attempts INTEGER NOT NULL DEFAULT 0, claimed_at DOUBLE PRECISION, finished_at DOUBLE PRECISION,
+    cancel_requested BOOLEAN NOT NULL DEFAULT false
 );
 CREATE INDEX agentd_work_open ON agentd_work (created_at) WHERE status = 'open';
 """),

@@ -29,7 +29,7 @@ import psycopg
 
 from agentd.cluster.db import Database
 from agentd.cluster.store import PgJournal, append_in, check_fence, claim_in, db_now
-from agentd.journal.records import ClaimTaken
+from agentd.journal.records import ClaimTaken, RunEnded
 from agentd.journal.store import Lease
 
 #: Channels of the wake-up notifications.
@@ -101,6 +101,36 @@ async def enqueue(store: PgJournal, work_id: str, kind: str, payload: Mapping[st
     return await store.db.call(work, "enqueue")
 
 
+#: The ``run.ended`` of an item cancelled by a peer (the shape a run's recorded result has).
+CANCELLED = RunEnded("cancelled", {"status": "cancelled", "done": True, "result": None}, "cancelled by peer")
+
+
+async def request_cancel(store: PgJournal, work_id: str) -> bool:
+    """Ask for an item's cancel; False when there is no such open item. An item nobody runs (no live lease)
+    ends ``cancelled`` here and now; a running one is cancelled by its owner at its next heartbeat, which
+    then commits the same ``run.ended`` (fenced)."""
+
+    def work(conn: Conn) -> bool:
+        with conn.transaction():
+            _ = conn.execute("SET LOCAL synchronous_commit = on")
+            row = conn.execute("SELECT status FROM agentd_work WHERE work_id = %s FOR UPDATE", (work_id,)).fetchone()
+            if row is None or row[0] != "open":
+                return False
+            conn.execute("UPDATE agentd_work SET cancel_requested = true WHERE work_id = %s", (work_id,))
+            now = store.now_in(conn)
+            live = conn.execute("SELECT 1 FROM agentd_leases WHERE run_id = %s AND expires_at > %s FOR UPDATE",
+                                (work_id, now)).fetchone()
+            if live is None:
+                append_in(conn, work_id, [CANCELLED], store.clock())
+                conn.execute("UPDATE agentd_work SET status = 'done', finished_at = %s WHERE work_id = %s",
+                             (now, work_id))
+                conn.execute("DELETE FROM agentd_leases WHERE run_id = %s", (work_id,))
+                conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, work_id))
+            return True
+
+    return await store.db.call(work, "cancel")
+
+
 async def view(store: PgJournal, work_id: str) -> WorkView | None:
     row = await store.db.call(lambda conn: conn.execute(
         "SELECT w.work_id, w.kind, w.status, l.owner, w.attempts, w.created_at, w.finished_at FROM agentd_work w "
@@ -150,6 +180,15 @@ class Queue:
             return {lease.run_id for lease in leases} - kept
 
         return await self.db.call(work, "heartbeat")
+
+    async def cancel_requested(self, work_ids: Sequence[str]) -> set[str]:
+        """Which of ``work_ids`` a peer asked to cancel."""
+        if not work_ids:
+            return set()
+        rows = await self.db.call(lambda conn: conn.execute(
+            "SELECT work_id FROM agentd_work WHERE work_id = ANY(%s) AND cancel_requested", (list(work_ids),)
+        ).fetchall(), "read")
+        return {r[0] for r in rows}
 
     async def claim(self, limit: int, ttl: float) -> list[WorkItem]:
         """Claim up to ``limit`` open items whose lease is free or expired (see the module docstring)."""

@@ -22,7 +22,7 @@ import trio
 
 from agentd.cluster.errors import ClusterUnavailable
 from agentd.cluster.store import PgJournal
-from agentd.cluster.work import enqueue, view
+from agentd.cluster.work import enqueue, request_cancel, view
 from agentd.ids import new_run_id
 from agentd.journal.errors import JournalError
 from agentd.journal.recorder import rebuild
@@ -32,6 +32,8 @@ from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
 PREFIX: Final = "cluster."
 #: How often a waiting surface looks at the shared journal for a cluster handle's end.
 POLL: Final = 0.5
+#: How long ``subagent.cancel`` of a cluster handle waits for the run's end before answering its state.
+CANCEL_WAIT: Final = 10.0
 
 
 def is_cluster_handle(handle: str) -> bool:
@@ -113,9 +115,21 @@ class ClusterBackend:
         return await self.local.wait_turns(handle, after)
 
     async def cancel(self, handle: str) -> RunView | None:
-        if is_cluster_handle(handle):
-            return self._views.get(handle)  # a cluster run is not cancellable from a peer yet
-        return await self.local.cancel(handle)
+        if not is_cluster_handle(handle):
+            return await self.local.cancel(handle)
+        try:
+            await request_cancel(self.store, handle)
+        except JournalError:
+            return self._views.get(handle)
+        # The owner cancels at its next heartbeat (a third of the lease TTL): wait for the end, bounded.
+        with trio.move_on_after(CANCEL_WAIT):
+            while True:
+                seen = await self.lookup(handle)
+                if seen is not None and seen.done:
+                    self._views[handle] = seen
+                    return seen
+                await trio.sleep(POLL)
+        return self._views.get(handle)
 
     def counts(self) -> Mapping[str, int]:
         return {**self.local.counts(), "cluster_enqueued": self._enqueued}

@@ -248,6 +248,7 @@ class SelfMcpSurface:
         return _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
 
     async def _tool_cancel(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        await self._look_up(arguments["handle"])
         return await self._cancel(arguments["handle"])
 
     def status(self) -> dict[str, Any]:

@@ -292,3 +292,31 @@ async def test_a_drained_member_hands_its_work_back_at_once(pg_dsn, tmp_path):
         run = await store.read_run("job-1")
         assert run is not None and isinstance(run.entries[-1].record, RunEnded)
         assert run.entries[-1].record.result["result"] == "resumed after the drain"
+
+
+async def test_a_cluster_handle_is_cancelled_from_another_member(pg_dsn, tmp_path):
+    import httpx
+
+    from tests.selfmcp.harness import LegacyPeer
+
+    hang = trio.Event()  # the run's model call never answers: only the cancel ends it
+    async with scripted_gateway(default={"content": "never", "wait": hang}) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        argv = _member_argv(pg_dsn, gw, None, "--serve-mcp", "http://127.0.0.1:0/mcp")
+        async with _members(argv, 2, tmp_path):
+            urls = [_served_url(tmp_path / f"member{i}.stderr") for i in range(2)]
+            async with httpx.AsyncClient(timeout=60) as client:
+                a, b = LegacyPeer(client, urls[0]), LegacyPeer(client, urls[1])
+                await a.initialize()
+                await b.initialize()
+                spawned = await a.call("tools/call", {"name": "subagent.spawn",
+                                                      "arguments": {"instruction": "wait", "async": True}})
+                handle = spawned["result"]["structuredContent"]["handle"]
+                await _wait_for(lambda: _has_request(gw))  # its run is on a member, waiting for the model
+                cancelled = await b.call("tools/call", {"name": "subagent.cancel", "arguments": {"handle": handle}})
+                body = cancelled["result"]["structuredContent"]
+                assert body["status"] == "cancelled" and body["done"] is True, body
+        assert await _is_done(store, handle)
+        run = await store.read_run(handle)
+        assert run is not None and run.summary.status == "cancelled"
+        assert len(await _owners(store, handle)) == 1  # cancelled, not handed to another member

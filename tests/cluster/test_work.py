@@ -227,3 +227,39 @@ def _cfg():
 
     return Config.from_argv(["--intelligence", "test", "--instruction", "nightly", "--mode", "schedule",
                              "--cron", "*/5 * * * *"], env={})
+
+
+async def test_cancel_ends_a_queued_item_at_once_and_a_running_one_through_its_owner(pg_dsn):
+    from agentd.cluster.work import request_cancel
+
+    log = EventLog(sink=lambda line: None)
+    started = trio.Event()
+    async with AsyncExitStack() as stack:
+        [store] = await _stores(stack, pg_dsn, 1)
+        await enqueue(store, "queued", "spawn", {"instruction": "x"}, not_before=4_000_000_000.0)
+        assert await request_cancel(store, "queued") is True
+        seen = await view(store, "queued")
+        assert seen is not None and seen.status == "done"
+        run = await store.read_run("queued")
+        assert run is not None and run.summary.status == "cancelled"
+        assert await request_cancel(store, "queued") is False  # done is done
+        assert await request_cancel(store, "nope") is False
+
+        async def execute(item: WorkItem, journal: FencedJournal) -> None:
+            await journal.append(item.work_id, [RunStarted("d", "x")])
+            started.set()
+            await trio.sleep_forever()
+
+        member = Member(Queue(store, "m0", None, capacity=1), execute, log, ttl=1.5)
+        await enqueue(store, "running", "spawn", {"instruction": "x"})
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(member.serve)
+                await started.wait()
+                assert await request_cancel(store, "running") is True
+                while (seen := await view(store, "running")) is None or seen.status != "done":
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+        run = await store.read_run("running")
+        assert run is not None and run.summary.status == "cancelled"
+        assert [e.record.KIND for e in run.entries] == ["claim.taken", "run.started", "run.ended"]
