@@ -143,8 +143,10 @@ async def main(
         try:
             return await _main(cfg, log, runner, env, run_id)
         finally:
-            with trio.CancelScope(shield=True):
-                await telemetry.flush(FINAL_FLUSH_TIMEOUT)
+            with trio.CancelScope(shield=True):  # spans and metrics side by side: at most 5 s in all
+                async with trio.open_nursery() as flushing:
+                    flushing.start_soon(telemetry.flush, FINAL_FLUSH_TIMEOUT)
+                    flushing.start_soon(metrics.flush, FINAL_FLUSH_TIMEOUT)
             if recorder is not None and cfg.report_file is not None:
                 try:
                     recorder.write(cfg.report_file)
@@ -272,6 +274,8 @@ async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env
             daemon.start_soon(health.write_file, cfg.health_file)
     if telemetry.enabled():
         daemon.start_soon(telemetry.run_exporter)
+    if metrics.otel_enabled():
+        daemon.start_soon(metrics.run_exporter)
     if cfg.metrics_addr is not None:
         from agentd.transport.observe_app import serve_metrics  # hypercorn: only for a daemon with metrics
 
@@ -298,7 +302,8 @@ def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
 
 
 def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) -> None:
-    """``--otel``: trace this process (OTEL_SDK_DISABLED=true wins); settings from the OTEL_* variables.
+    """``--otel``: trace this process and export its metrics (OTEL_SDK_DISABLED=true wins, and
+    OTEL_METRICS_EXPORTER=none leaves metrics out); settings from the OTEL_* variables.
     Exporter header values (an API key, say) are secrets: registered with the log's redactor."""
     if not cfg.otel:
         return
@@ -307,9 +312,11 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
     environ = os.environ if env is None else env
     if not sdk_disabled(environ):
         settings = OtelSettings.from_env(environ, log_content=cfg.log_content)
-        for value in settings.headers.values():
+        for value in (*settings.headers.values(), *settings.metrics_headers.values()):
             log.redactor.add(value)
         telemetry.enable(settings)
+        if settings.metrics:
+            metrics.enable_otel(settings)
 
 
 async def _start_serving(

@@ -229,7 +229,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--json", "check_json", "bool", "print the JSON report even at a terminal (same as --output json)",
          _LOG, env=False, file=False, commands=("check",)),
     Flag("--otel", "otel", "bool",
-         "export OpenTelemetry traces over OTLP/HTTP (endpoint and headers from the OTEL_* variables)", _LOG),
+         "export OpenTelemetry traces and metrics over OTLP/HTTP (endpoint and headers from the OTEL_* variables)", _LOG),
     Flag("--traceparent", "traceparent", "str",
          "run inside this W3C trace context (a harness's own trace)", _LOG, "TRACEPARENT",
          env_aliases=("TRACEPARENT",)),

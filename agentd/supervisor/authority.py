@@ -1,7 +1,7 @@
 """Where spawn admission and tree accounting happen: locally at the root, or by asking up the channel.
 
 The root process owns the one :class:`~agentd.supervisor.caps.TreeLedger`. A nested child's supervisor
-holds a :class:`RemoteAuthority` that forwards ``admit``/``release``/``usage`` to its parent, whose node
+holds a :class:`RemoteAuthority` that forwards ``admit``/``release``/``usage``/``metrics`` to its parent, whose node
 forwards them on, until they reach the root. So caps, depth minting and scope narrowing are decided in
 exactly one place however deep the tree is, and usage of every descendant reaches the token ceiling.
 """
@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
-from agentd.supervisor.messages import Admit, Admitted, Release, Usage
+from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 from agentd.telemetry import metrics
 
 
@@ -31,6 +31,8 @@ class Authority(Protocol):
     async def release(self, handle: str) -> None: ...
 
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None: ...
+
+    async def report_metrics(self, delta: MetricsDelta) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -63,9 +65,12 @@ class LocalAuthority:
             self.on_ceiling(handle)
         self.on_change()
 
+    async def report_metrics(self, delta: MetricsDelta) -> None:
+        metrics.merge(delta.depth, delta.observations)
+
 
 class _Sender(Protocol):
-    async def send(self, message: Admit | Release | Usage) -> None: ...
+    async def send(self, message: Admit | Release | Usage | MetricsDelta) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -107,5 +112,11 @@ class RemoteAuthority:
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
         try:
             await self.channel.send(usage)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def report_metrics(self, delta: MetricsDelta) -> None:
+        try:
+            await self.channel.send(delta)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass

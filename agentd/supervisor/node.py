@@ -33,6 +33,7 @@ from agentd.supervisor.messages import (
     Failed,
     Inject,
     Message,
+    MetricsDelta,
     Ping,
     Pong,
     Progress,
@@ -325,6 +326,9 @@ class SubagentNode:
         assert live is not None
         if isinstance(message, Pong):
             live.pong(now)
+            return
+        if isinstance(message, MetricsDelta):  # rides along with pongs: not progress
+            await self.authority.report_metrics(message)
             return
         live.progress(now)
         if isinstance(message, Ready):
