@@ -8,6 +8,7 @@
     agentd transcript ...           durable transcripts (agentd.connections)
     agentd journal list|show|export the durable run journal (agentd.journal)
     agentd ctl COMMAND              a running daemon's operator controls (agentd.ctl)
+    agentd cluster migrate|status|submit|show   the cluster database (agentd.cluster)
     agentd report FILE              a --report-file as tables for a person (stdout is text, not JSON)
     agentd top URL                  a serving daemon's live run tree in the terminal (stdout is the screen)
     agentd trace FILE               a saved event log told for a person (agentd.terminal)
@@ -150,6 +151,11 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
 
             return ctl_main(argv[1:], env, socket_envs=flag_named("--ctl-socket").env_names,
                             state_dir_envs=flag_named("--state-dir").env_names)
+        if argv and argv[0] == "cluster":
+            from agentd.cluster.cli import cluster_main  # psycopg: only for this command
+            from agentd.config.argv import flag_named
+
+            return cluster_main(argv[1:], env, dsn_envs=flag_named("--cluster").env_names)
         if argv and argv[0] == "trace":
             from agentd.terminal.trace import trace_main
 

@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,10 +33,12 @@ import trio
 
 from agentd import telemetry
 from agentd.config.model import Config
+from agentd.drain import current_drain
 from agentd.errors import ConfigError
 from agentd.events import EventLog, LevelDial, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
+from agentd.journal.errors import JournalError
 from agentd.journal.store import JournalStore
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
@@ -52,7 +54,12 @@ from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EventBus, use_bus
 
 if TYPE_CHECKING:
+    from agentd.cluster.join import Cluster
+    from agentd.cluster.member import Execute
+    from agentd.cluster.store import PgJournal
+    from agentd.cluster.work import WorkItem
     from agentd.ctl.commands import Controls, Loader
+    from agentd.reactive.modes import FireOnce
     from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.
@@ -72,6 +79,7 @@ class ModeRunner(Protocol):
     def __call__(
         self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
         supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
+        fire_once: FireOnce | None = None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -165,21 +173,28 @@ async def _main(
     # self-MCP (Management origin) and the agent's own runs (Stdio origin) spawn through the same
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with (
-        open_state(cfg.state_dir, log=log) as journal,
+        _open_journal(cfg, log, environ) as (journal, cluster),
         open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id, ledger_store=journal) as supervisor,
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)
         await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload)
-        served = await _start_serving(cfg, log, daemon, env, supervisor, board)
+        served = await _start_serving(cfg, log, daemon, env, supervisor, board,
+                                      cluster.store if cluster is not None else None)
+        if cluster is not None:
+            await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
             health.started = True
         try:
             if served is not None and cfg.instruction is None:
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)  # a pure worker: no own run
+            elif cluster is not None and cfg.instruction is None:
+                # A pure cluster worker: it runs claimed work until it is told to drain.
+                await current_drain().wait()
+                result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)
             else:
                 result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board,
-                                      journal=journal)
+                                      journal=journal, fire_once=_fire_once(cfg, cluster))
         except BaseException as exc:
             try:
                 reraise_if_not_an_outcome(exc, log, say=False)  # the run itself said it was cancelled
@@ -201,6 +216,54 @@ async def _main(
     if escaped is not None:
         raise escaped
     return result
+
+
+@contextlib.asynccontextmanager
+async def _open_journal(cfg: Config, log: EventLog, env: Mapping[str, str]
+                        ) -> AsyncIterator[tuple[JournalStore | None, Cluster | None]]:
+    """The run journal: the cluster's shared one with ``--cluster`` (agentd.cluster), else ``--state-dir``'s."""
+    if cfg.cluster is None:
+        async with open_state(cfg.state_dir, log=log) as journal:
+            yield journal, None
+        return
+    from agentd.cluster.join import open_cluster  # psycopg: only for a cluster member
+    from agentd.cluster.store import MemberJournal
+
+    address = cfg.serve_mcp
+    async with open_cluster(cfg, log, env, address=address) as cluster:
+        yield MemberJournal(cluster.store, log.run_id), cluster
+
+
+def _fire_once(cfg: Config, cluster: Cluster | None) -> FireOnce | None:
+    """``--cluster``: a cron occurrence becomes a work item under its key, so it runs once in the cluster."""
+    if cluster is None:
+        return None
+    from agentd.cluster.work import enqueue
+
+    async def fire_once(key: str, instruction: str) -> bool:
+        payload: dict[str, Any] = {"instruction": instruction}
+        if cfg.output_contract is not None:
+            payload["output_contract"] = cfg.output_contract
+        try:
+            return await enqueue(cluster.store, key, "schedule", payload)
+        except JournalError as exc:  # the database is away: another member may still enqueue this occurrence
+            cluster.log.warn("cluster.unavailable", error=str(exc))
+            return False
+
+    return fire_once
+
+
+def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None) -> Execute:
+    """How a member runs a claimed item: one run of this daemon's configuration with the item's instruction,
+    journaled through the item's fenced journal (a re-claimed item resumes from its last committed step)."""
+
+    async def execute(item: WorkItem, journal: JournalStore) -> RunResult:
+        payload = item.payload
+        contract = payload.get("output_contract")
+        return await run_config(cfg, run_id=item.work_id, log=log, env=env, instruction=str(payload["instruction"]),
+                                output_contract=contract if isinstance(contract, str) else None, journal=journal)
+
+    return execute
 
 
 def _tee(first: Sink, second: Sink) -> Sink:
@@ -304,7 +367,7 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
 
 async def _start_serving(
     cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard,
+    supervisor: Supervisor, board: StatusBoard, cluster: PgJournal | None = None,
 ) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
     if cfg.serve_mcp is None:
@@ -316,7 +379,7 @@ async def _start_serving(
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
-                                   task_status=task_status)
+                                   cluster=cluster, task_status=task_status)
         finally:
             ended.set()
 
@@ -326,7 +389,7 @@ async def _start_serving(
 
 async def _once(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
+    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
 ) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
 
@@ -352,12 +415,12 @@ async def _once(
 
 async def _daemon_mode(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
+    supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
 ) -> RunResult:
     from agentd.reactive.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
-                             publish=board.published, journal=journal)
+                             publish=board.published, journal=journal, fire_once=fire_once)
 
 
 #: ``cfg.mode`` -> its runner.

@@ -76,3 +76,9 @@ LOG_FORMAT: Final = "auto"
 
 # --- intelligence ---------------------------------------------------------------------------------------
 MODEL: Final = "default"
+
+# --- cluster (``--cluster``, docs/cluster.md) ------------------------------------------------------------
+#: Work items a member runs at once.
+CLUSTER_CAPACITY: Final = 4
+#: A member's lease on its work: a dead member's work moves after at most this long.
+CLUSTER_LEASE_TTL: Final = 15.0

@@ -60,6 +60,9 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed", "run.interrupted",
         # the run journal (--state-dir)
         "journal.opened", "journal.write_failed",
+        "cluster.joined", "cluster.claimed", "cluster.finished", "cluster.fenced", "cluster.lease_lost",
+        "cluster.unavailable", "cluster.available", "cluster.claim_failed", "cluster.heartbeat_failed",
+        "cluster.work_failed", "cluster.cancel",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
         "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_unusable",

@@ -277,7 +277,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     """
     recorder = RunRecorder(journal, request.run_id)
     prior = await journal.read_run(request.run_id)
-    if prior is None:
+    if prior is None or rebuild(prior).started is None:  # new, or only claimed by a cluster member so far
         await recorder.started(RunStarted(config_digest(settings), request.instruction,
                                           request.output_contract, parent))
         return Journaled(request, recorder)

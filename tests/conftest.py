@@ -105,3 +105,40 @@ def no_leftover_children() -> Iterator[None]:
     if left:
         pytest.fail("leftover child processes: " + "; ".join(
             f"pid {p.pid} state {p.state} {p.cmdline[:120]}" for p in left))
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A throwaway PostgreSQL server for this worker (tests/postgres.py); fails under scripts/test if absent."""
+    from tests import postgres
+
+    try:
+        server = postgres.start_server()
+    except (RuntimeError, OSError, KeyError) as exc:
+        _skip_or_fail(f"PostgreSQL unavailable: {exc}")
+        raise
+    _LONG_LIVED.update(_postgres_pids(server))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _postgres_pids(server: Any) -> set[int]:
+    """The server's processes (its postmaster and backends are not the tests' leaks)."""
+    pids: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if server.root.encode() in f.read():
+                        pids.add(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.fixture
+def pg_dsn(pg_server: Any) -> str:
+    """A DSN (no password in it) of a fresh, empty database; the password is in ``pg_server.env()``."""
+    return str(pg_server.dsn(pg_server.new_database()))

@@ -101,6 +101,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
     ("journal", frozenset({"journal"})),
+    ("cluster", frozenset({"cluster"})),
     ("client, intelligence, a2a", frozenset({"client", "intelligence", "a2a"})),
     ("loop", frozenset({"loop"})),
     ("run", frozenset({"run"})),

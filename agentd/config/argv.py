@@ -97,6 +97,14 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--ctl-socket", "ctl_socket", "path",
          "serve 'agentd ctl' on this Unix socket, mode 0600 (default: STATE_DIR/ctl.sock with --state-dir, "
          "else none)", _RUN, "PATH"),
+    Flag("--cluster", "cluster", "str",
+         "join the cluster on this PostgreSQL DSN: shared journal and work queue (no password in it: PGPASSWORD, "
+         "~/.pgpass or {{secret:NAME}} in the password position; config cluster.dsn)", _RUN, "DSN"),
+    Flag("--cluster-capacity", "cluster_capacity", "int",
+         f"cluster: work items this member runs at once (default {D.CLUSTER_CAPACITY})", _RUN, "N"),
+    Flag("--cluster-lease-ttl", "cluster_lease_ttl", "duration",
+         f"cluster: lease on claimed work; a dead member's work moves after this (default {_s(D.CLUSTER_LEASE_TTL)})",
+         _RUN, "DURATION"),
     # intelligence
     Flag("--intelligence", "intelligence", "endpoints",
          "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",

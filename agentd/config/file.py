@@ -87,6 +87,15 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                         raise ConfigError(f"unknown key {sub!r} @ $.telemetry.{sub}")
                     if setting is not None:
                         settings[flag.dest] = (flag, _rebase_setting(flag, setting, base_dir))
+            elif key == "cluster" and isinstance(value, dict):
+                # ``cluster: {dsn: ..., capacity: ..., lease_ttl: ...}``: the cluster flags, grouped
+                for sub, setting in value.items():
+                    name = "cluster" if sub == "dsn" else f"cluster_{sub}"
+                    flag = FLAGS_BY_FILE_KEY.get(name) if isinstance(sub, str) and sub != "cluster" else None
+                    if flag is None:
+                        raise ConfigError(f"unknown key {sub!r} @ $.cluster.{sub}")
+                    if setting is not None:
+                        settings[flag.dest] = (flag, _rebase_setting(flag, setting, base_dir))
             elif key in HOST_KEYS or (key == "intelligence" and isinstance(value, dict)):
                 connections = _host_key(key, value, env, settings, base_dir) or connections
             elif isinstance(key, str) and key in FLAGS_BY_FILE_KEY:

@@ -156,6 +156,10 @@ class Config:
     state_dir: str | None = None
     #: The operator control socket (``--ctl-socket``; agentd.ctl.server.socket_path gives its default).
     ctl_socket: str | None = None
+    #: ``--cluster``: the PostgreSQL DSN of the shared journal (secret-free); ``None``: not a member.
+    cluster: str | None = None
+    cluster_capacity: int = defaults.CLUSTER_CAPACITY
+    cluster_lease_ttl: float = defaults.CLUSTER_LEASE_TTL
     log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
     #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).

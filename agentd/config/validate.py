@@ -69,6 +69,22 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_numbers(config)
     _check_serve(config, env)
     _check_telemetry(config)
+    _check_cluster(config)
+
+
+def _check_cluster(config: Config) -> None:
+    if config.cluster is None:
+        return
+    from agentd.config.dsn import parse  # no psycopg: the DSN's form only
+
+    parse(config.cluster)
+    if config.state_dir is not None:
+        raise ConfigError("--cluster and --state-dir are mutually exclusive (a member journals in the cluster "
+                          "database)")
+    if config.cluster_capacity < 1:
+        raise ConfigError(f"--cluster-capacity must be >= 1, not {config.cluster_capacity}")
+    if not config.cluster_lease_ttl >= 1:
+        raise ConfigError(f"--cluster-lease-ttl must be at least 1s, not {config.cluster_lease_ttl}")
 
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -102,8 +118,8 @@ def split_host_port(value: str, *, what: str) -> tuple[str, int]:
 def _check_run(config: Config, env: Mapping[str, str]) -> None:
     if config.instruction is not None and not config.instruction.strip():
         raise ConfigError("--instruction is empty")
-    if config.instruction is None and config.serve_mcp is None:
-        raise ConfigError("--instruction (or --instruction-file) is required unless --serve-mcp is given")
+    if config.instruction is None and config.serve_mcp is None and config.cluster is None:
+        raise ConfigError("--instruction (or --instruction-file) is required unless --serve-mcp or --cluster is given")
     if config.instruction is None and config.mode != "once":
         # A serving daemon without an instruction would be a pure worker that silently ignores its mode.
         raise ConfigError(f"--mode {config.mode} needs --instruction (or --instruction-file): every fire runs it")

@@ -98,6 +98,16 @@ class RunEnded:
     error: str | None = None
 
 
+@attrs.frozen
+class ClaimTaken:
+    """A cluster member took the run (a work item) with a lease and fencing token (agentd.cluster.work)."""
+
+    KIND: ClassVar[str] = "claim.taken"
+    owner: str
+    token: int
+    attempt: int = 1
+
+
 # --- the daemon's durable state --------------------------------------------------------------------------
 
 
@@ -165,6 +175,7 @@ class BudgetRefunded:
 
 Record = (
     RunStarted | ModelReply | ToolCallRequested | ToolCallOutcome | Spawned | ChildResult | Usage | RunEnded
+    | ClaimTaken
     | SubscriptionAdded | SubscriptionRemoved | ScheduleAdded | ScheduleFired | HandleState
     | BudgetReserved | BudgetCharged | BudgetRefunded
 )  # fmt: skip
@@ -173,7 +184,7 @@ KINDS: Final[Mapping[str, type[Any]]] = {
     cls.KIND: cls
     for cls in (
         RunStarted, ModelReply, ToolCallRequested, ToolCallOutcome, Spawned, ChildResult, Usage, RunEnded,
-        SubscriptionAdded, SubscriptionRemoved, ScheduleAdded, ScheduleFired, HandleState,
+        ClaimTaken, SubscriptionAdded, SubscriptionRemoved, ScheduleAdded, ScheduleFired, HandleState,
         BudgetReserved, BudgetCharged, BudgetRefunded,
     )
 }  # fmt: skip

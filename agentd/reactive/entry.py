@@ -32,7 +32,7 @@ from agentd.loop.runner import RunRequest, UsageHook
 from agentd.operator import current_operator
 from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
-from agentd.reactive.modes import DaemonContext, Publish, run_daemon
+from agentd.reactive.modes import DaemonContext, FireOnce, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
 from agentd.reactive.watch import Origin as WatchOrigin
 from agentd.run import (
@@ -195,7 +195,8 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: C
 
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
-                      publish: Publish | None = None, journal: JournalStore | None = None) -> RunResult:
+                      publish: Publish | None = None, journal: JournalStore | None = None,
+                      fire_once: FireOnce | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
     ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
@@ -228,7 +229,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 runs.runs = await _earlier_wakes(journal, log.run_id, daemon_log)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
-                                publish=publish)
+                                publish=publish, fire_once=fire_once)
             operator = current_operator()
             with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel)) if operator is not None
                   else contextlib.nullcontext()):

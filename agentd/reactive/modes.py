@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -45,6 +46,8 @@ from agentd.reactive.watch import Origin, ResourcePool, Watcher
 from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
+#: ``fire_once(key, instruction)``: enqueue one occurrence under its unique key (agentd.cluster.work.enqueue).
+FireOnce = Callable[[str, str], Awaitable[bool]]
 #: ``publish(snapshot)`` shows ``snapshot()`` for as long as the context is entered.
 Publish = Callable[[Callable[[], Mapping[str, Any]]], contextlib.AbstractContextManager[None]]
 
@@ -68,6 +71,9 @@ class DaemonContext:
     #: Shows :func:`reactive_status` to ``agent://status`` while the daemon runs: handed in by the daemon, which
     #: owns both this mode and the served surface (None: nobody is looking).
     publish: Publish | None = None
+    #: ``--cluster``: a cron occurrence is handed to the cluster under its key (once per key across the
+    #: members, whichever member then runs it) instead of being run here; True when this call created it.
+    fire_once: FireOnce | None = None
 
 
 def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
@@ -212,12 +218,24 @@ async def _fixed_rate(ctx: DaemonContext, interval: float) -> None:
             ctx.log.warn("schedule.fire", trigger="interval", skipped=missed, reason="the previous run overran")
 
 
+def occurrence_key(expression: str, instruction: str, due: dt.datetime) -> str:
+    """One cron occurrence's key across a cluster: the same schedule and instruction at the same minute."""
+    digest = hashlib.sha256(f"{expression}\n{instruction}".encode()).hexdigest()[:16]
+    return f"schedule.{digest}.{int(due.timestamp())}"
+
+
 async def _cron(ctx: DaemonContext, expr: CronSchedule) -> None:
     while ctx.runs.accepting:
         now = ctx.wall_clock()
         due = expr.next_after(dt.datetime.fromtimestamp(now, dt.UTC))
         ctx.log.info("trigger.armed", trigger="cron", cron=expr.expression, next_fire=due.isoformat())
         await trio.sleep(max(0.0, due.timestamp() - now))
+        if ctx.fire_once is not None:
+            key = occurrence_key(expr.expression, _instruction(ctx), due)
+            created = await ctx.fire_once(key, _instruction(ctx))
+            ctx.log.info("schedule.fire", trigger="cron", cron=expr.expression, due=due.isoformat(), cluster=key,
+                         enqueued=created)
+            continue
         await ctx.runs.backoff_gate()
         ctx.log.info("schedule.fire", trigger="cron", cron=expr.expression, due=due.isoformat())
         if await ctx.runs.run(Job("schedule", _instruction(ctx))) is None:

@@ -27,6 +27,7 @@ from agentd.transport.resource_server import OAuthSettings, ResourceServer
 from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
+    from agentd.cluster.store import PgJournal
     from agentd.supervisor.supervisor import Supervisor
 
 
@@ -140,6 +141,7 @@ async def serve_for_daemon(
     env: Mapping[str, str] | None = None,
     supervisor: Supervisor | None = None,
     daemon_status: DaemonStatus | None = None,
+    cluster: PgJournal | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
@@ -173,7 +175,12 @@ async def serve_for_daemon(
             drained = True
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_self_mcp(cfg, SupervisorBackend(root), secrets=secrets, shutdown_trigger=drain_then_stop,
+            backend: SelfMcpBackend = SupervisorBackend(root)
+            if cluster is not None:  # --cluster: async spawns are cluster work (agentd.selfmcp.clustered)
+                from agentd.selfmcp.clustered import ClusterBackend
+
+                backend = ClusterBackend(backend, cluster)
+            await serve_self_mcp(cfg, backend, secrets=secrets, shutdown_trigger=drain_then_stop,
                                  log=log, run_id=log.run_id, daemon_status=daemon_status, task_status=task_status)
 
         async with trio.open_nursery() as nursery:

@@ -167,8 +167,14 @@ class SelfMcpSurface:
         if method == "resources/templates/list":
             return Response(request.id, {"resourceTemplates": []})
         if method == "resources/read":
+            uri = params.get("uri")
+            if isinstance(uri, str) and uri.startswith(SUBAGENT_PREFIX):
+                await self._look_up(uri[len(SUBAGENT_PREFIX):])
             return self._read(request, params)
         if method == "resources/subscribe" and ctx.session_id is not None:
+            uri = params.get("uri")
+            if isinstance(uri, str) and uri.startswith(SUBAGENT_PREFIX):
+                await self._look_up(uri[len(SUBAGENT_PREFIX):])
             return self._subscribe(request, params, ctx)
         if method == "resources/unsubscribe" and ctx.session_id is not None:
             uri = params.get("uri")
@@ -215,11 +221,34 @@ class SelfMcpSurface:
     async def _tool_send(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         return await self._send(arguments["handle"], arguments["message"])
 
+    async def _look_up(self, handle: str) -> None:
+        """A handle this surface did not spawn may be known to a shared backend (``--cluster``): track it."""
+        lookup = getattr(self.backend, "lookup", None)
+        if handle in self.runs or lookup is None:
+            return
+        found = await lookup(handle)
+        if found is not None and handle not in self.runs:
+            run = ServedRun(handle, False, trio.current_time(), final=found if found.done else None)
+            if found.done:
+                run.finished.set()
+                self.runs[handle] = run
+                assert self._nursery is not None
+                self._nursery.start_soon(self._forget_later, run)
+            else:
+                self._track(handle, False)
+
+    async def _forget_later(self, run: ServedRun) -> None:
+        await trio.sleep(self.limits.retention)
+        if self.runs.get(run.handle) is run:
+            self.runs.pop(run.handle, None)
+
     async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        await self._look_up(arguments["handle"])
         view = self.view(arguments["handle"])
         return _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
 
     async def _tool_cancel(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        await self._look_up(arguments["handle"])
         return await self._cancel(arguments["handle"])
 
     def status(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ SAMPLES = [
     r.ChildResult("h-2", "completed", {"x": 1}, tokens=120),
     r.Usage(1, 10, 2),
     r.RunEnded("completed", "done"),
+    r.ClaimTaken("member-a", 7, attempt=2),
     r.SubscriptionAdded("docs", "file:///a", origin="self"),
     r.SubscriptionRemoved("docs", "file:///a"),
     r.ScheduleAdded("s1", 1.5, "later"),

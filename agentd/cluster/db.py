@@ -1,0 +1,96 @@
+"""One psycopg connection driven from trio: psycopg's sync API on one bounded worker thread.
+
+Why a thread: psycopg's async API needs asyncio; agentd runs on trio. As the SQLite journal does, every call
+runs in ``trio.to_thread.run_sync`` under a ``CapacityLimiter(1)``: one worker thread at a time touches the
+connection, and a slow or unreachable database delays only the task awaiting it, never the trio loop.
+Every wait is bounded on the database side: ``connect_timeout``, a ``statement_timeout`` and TCP
+keepalives, so a thread call always returns.
+
+A connection that broke (the server restarted, the network dropped) raises
+:class:`~agentd.cluster.errors.ClusterUnavailable` once and is opened again by the next call: the caller
+decides whether to retry (agentd.backoff) or give up. Messages name the host, never the password.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import psycopg
+import trio
+
+from agentd.cluster.errors import ClusterUnavailable
+from agentd.journal.errors import JournalError
+
+#: Seconds libpq waits for a connection to be established.
+CONNECT_TIMEOUT: Final = 5
+#: Longest a single statement may run on the server (milliseconds).
+STATEMENT_TIMEOUT_MS: Final = 30_000
+#: Bound on closing the connection when its owner is cancelled.
+CLOSE_GRACE: Final = 5.0
+
+T = TypeVar("T")
+
+
+class Database:
+    """A lazily (re)opened autocommit connection; :meth:`call` runs blocking work on the worker thread."""
+
+    def __init__(self, conninfo: str, password: str | None, where: str, *, application: str = "agentd") -> None:
+        self._conninfo = conninfo
+        self._password = password
+        self.where = where  # host:port/database, never a password
+        self._application = application
+        self._conn: psycopg.Connection[Any] | None = None
+        self._limiter = trio.CapacityLimiter(1)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        extra: dict[str, Any] = {"password": self._password} if self._password else {}
+        try:
+            return psycopg.connect(
+                self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name=self._application,
+                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", keepalives=1, keepalives_idle=10,
+                keepalives_interval=5, keepalives_count=3, **extra,
+            )
+        except psycopg.Error as exc:
+            raise ClusterUnavailable(f"cluster database {self.where}: cannot connect ({_reason(exc)})") from None
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], T], what: str) -> T:
+        """On the worker thread: ``work(connection)``; connection failures become ClusterUnavailable."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._close_quietly()
+            self._conn = self._connect()
+        conn = self._conn
+        try:
+            return work(conn)
+        except psycopg.OperationalError as exc:
+            if conn.broken or conn.closed:
+                self._close_quietly()
+                raise ClusterUnavailable(f"cluster database {self.where}: connection lost ({_reason(exc)})") from None
+            raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.AdminShutdown):
+                self._close_quietly()
+                raise ClusterUnavailable(f"cluster database {self.where}: {what} interrupted ({_reason(exc)})"
+                                         ) from None
+            raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
+
+    async def call(self, work: Callable[[psycopg.Connection[Any]], T], what: str = "query") -> T:
+        return await trio.to_thread.run_sync(lambda: self.run(work, what), limiter=self._limiter)
+
+    def _close_quietly(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(CLOSE_GRACE, shield=True):
+            await trio.to_thread.run_sync(self._close_quietly, limiter=self._limiter)
+
+
+def _reason(exc: BaseException) -> str:
+    """libpq's first line (it names host and user, never the password), without the SQL context."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

@@ -1,0 +1,405 @@
+"""The run journal on PostgreSQL: the same :class:`~agentd.journal.store.JournalStore` as the SQLite file,
+shared by every member of a cluster, plus fencing.
+
+Why the same interface: the run composition (agentd.run) journals and resumes runs through the Protocol only,
+so a run recovered on another member is the durable-runs recovery path unchanged (docs/durability.md).
+
+Durability: every method is one transaction. A step's batch commits with ``synchronous_commit = off`` (it
+survives agentd being killed: the server has it; a crash of the database server itself may lose the last
+few, as SQLite's NORMAL may on power loss); ``RunEnded``, ``durable=True`` and daemon state commit with
+``synchronous_commit = on`` (flushed to the server's WAL before the commit returns).
+
+Leases and fencing: :meth:`PgJournal.claim` takes a run for an owner until ``expires_at`` (the database's
+clock, so members' clocks do not matter) with a token from one sequence, so tokens only grow across the
+cluster. :meth:`PgJournal.append_fenced` commits only while the lease row still carries the caller's token
+(checked under a row lock in the same transaction); otherwise it raises
+:class:`~agentd.cluster.errors.LeaseLost` and writes nothing. :class:`FencedJournal` is the JournalStore a
+claimed run uses, so every one of its commits is fenced.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import psycopg
+import trio
+
+from agentd.backoff import exponential
+from agentd.cluster import migrations
+from agentd.cluster.db import Database
+from agentd.cluster.errors import ClusterUnavailable, LeaseLost
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode
+from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
+
+Conn = psycopg.Connection[Any]
+_RUN_COLUMNS = "run_id, status, started_at, ended_at, parent, next_seq"
+
+
+def _summary(row: Sequence[Any]) -> RunSummary:
+    run_id, status, started_at, ended_at, parent, next_seq = row
+    return RunSummary(run_id, status, started_at, ended_at, parent, next_seq)
+
+
+def _bodies(records: Sequence[Record]) -> list[tuple[str, str]]:
+    return [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str)) for r in records]
+
+
+def db_now(conn: Conn) -> float:
+    row = conn.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def append_in(conn: Conn, run_id: str, records: Sequence[Record], now: float) -> int:
+    """Inside an open transaction: append ``records`` to ``run_id``; the last sequence number."""
+    bodies = _bodies(records)
+    ended = next((r for r in records if isinstance(r, RunEnded)), None)
+    started = next((r for r in records if isinstance(r, RunStarted)), None)
+    parent = started.parent if started is not None else None
+    conn.execute("INSERT INTO agentd_runs (run_id, status, started_at, parent, next_seq) "
+                 "VALUES (%s, 'running', %s, %s, 0) ON CONFLICT (run_id) DO NOTHING", (run_id, now, parent))
+    row = conn.execute("SELECT next_seq FROM agentd_runs WHERE run_id = %s FOR UPDATE", (run_id,)).fetchone()
+    assert row is not None
+    first = int(row[0])
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO agentd_entries (run_id, seq, ts, kind, body) VALUES (%s, %s, %s, %s, %s)",
+                        [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)])
+    last = first + len(bodies)
+    if ended is not None:
+        conn.execute("UPDATE agentd_runs SET next_seq = %s, status = %s, ended_at = %s WHERE run_id = %s",
+                     (last, ended.status, now, run_id))
+    elif started is not None and parent is not None:
+        conn.execute("UPDATE agentd_runs SET next_seq = %s, parent = %s WHERE run_id = %s", (last, parent, run_id))
+    else:
+        conn.execute("UPDATE agentd_runs SET next_seq = %s WHERE run_id = %s", (last, run_id))
+    return last - 1
+
+
+def _sync(conn: Conn, durable: bool) -> None:
+    conn.execute(f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
+
+
+def check_fence(conn: Conn, lease: Lease) -> None:
+    """Inside an open transaction: the lease row still carries ``lease.token``, locked against a re-claim
+    until the transaction ends; else :class:`LeaseLost`."""
+    row = conn.execute("SELECT owner, token FROM agentd_leases WHERE run_id = %s FOR SHARE",
+                       (lease.run_id,)).fetchone()
+    if row is None or int(row[1]) != lease.token:
+        raise LeaseLost(f"run {lease.run_id!r}: lease {lease.token} of {lease.owner!r} was lost "
+                        f"({'released' if row is None else f'now held by {row[0]!r} with token {row[1]}'}); "
+                        "nothing was committed")
+
+
+def claim_in(conn: Conn, run_id: str, owner: str, ttl: float, now: float) -> Lease | None:
+    """Inside an open transaction: take the run's lease unless another owner's is live (atomic upsert)."""
+    row = conn.execute(
+        "INSERT INTO agentd_leases AS l (run_id, owner, token, expires_at) "
+        "VALUES (%(run)s, %(owner)s, nextval('agentd_fence'), %(exp)s) "
+        "ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, token = excluded.token, "
+        "expires_at = excluded.expires_at WHERE l.expires_at <= %(now)s OR l.owner = excluded.owner "
+        "RETURNING token, expires_at",
+        {"run": run_id, "owner": owner, "exp": now + ttl, "now": now},
+    ).fetchone()
+    return None if row is None else Lease(run_id, owner, int(row[0]), float(row[1]))
+
+
+@attrs.define(eq=False)
+class PgJournal:
+    """:class:`~agentd.journal.store.JournalStore` on a PostgreSQL database. Use :func:`open_pg_journal`."""
+
+    db: Database
+    #: Record timestamps; lease times use the database's clock unless ``lease_clock`` is set (tests).
+    clock: Callable[[], float] = time.time
+    lease_clock: Callable[[], float] | None = None
+
+    @property
+    def path(self) -> str:
+        return self.db.where
+
+    def now_in(self, conn: Conn) -> float:
+        return self.lease_clock() if self.lease_clock is not None else db_now(conn)
+
+    # --- runs ---
+
+    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
+        if not records:
+            raise ValueError("append needs at least one record")
+        batch, now = tuple(records), self.clock()
+        durable = durable or any(isinstance(r, RunEnded) for r in batch)
+
+        def work(conn: Conn) -> int:
+            with conn.transaction():
+                _sync(conn, durable)
+                return append_in(conn, run_id, batch, now)
+
+        return await self.db.call(work, "append")
+
+    async def append_fenced(self, lease: Lease, records: Sequence[Record], *, durable: bool = False) -> int:
+        """:meth:`append` to ``lease.run_id`` only while ``lease`` holds; else LeaseLost and nothing written."""
+        if not records:
+            raise ValueError("append needs at least one record")
+        batch, now = tuple(records), self.clock()
+        durable = durable or any(isinstance(r, RunEnded) for r in batch)
+
+        def work(conn: Conn) -> int:
+            with conn.transaction():
+                _sync(conn, durable)
+                check_fence(conn, lease)
+                return append_in(conn, lease.run_id, batch, now)
+
+        return await self.db.call(work, "append")
+
+    async def read_run(self, run_id: str) -> RunJournal | None:
+        def work(conn: Conn) -> tuple[Any, list[Any]]:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM agentd_runs WHERE run_id = %s", (run_id,)).fetchone()
+                if row is None:
+                    return None, []
+                rows = conn.execute("SELECT seq, ts, body FROM agentd_entries WHERE run_id = %s ORDER BY seq",
+                                    (run_id,)).fetchall()
+                return row, rows
+
+        row, rows = await self.db.call(work, "read")
+        if row is None:
+            return None
+        return RunJournal(_summary(row), tuple(Entry(seq, ts, decode(json.loads(body))) for seq, ts, body in rows))
+
+    async def _runs(self, where: str, params: tuple[Any, ...], order: str) -> list[RunSummary]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM agentd_runs {where} {order}"
+        rows = await self.db.call(lambda conn: conn.execute(sql.encode(), params).fetchall(), "read")
+        return [_summary(r) for r in rows]
+
+    async def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunSummary]:
+        order = f"ORDER BY started_at DESC, run_id LIMIT {int(limit)}"
+        if status is None:
+            return await self._runs("", (), order)
+        return await self._runs("WHERE status = %s", (status,), order)
+
+    async def unfinished_runs(self) -> list[RunSummary]:
+        return await self._runs("WHERE ended_at IS NULL", (), "ORDER BY started_at, run_id")
+
+    async def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        at = self.clock() if now is None else now
+
+        def work(conn: Conn) -> int:
+            with conn.transaction():
+                doomed: set[str] = set()
+                if retention.keep_days is not None:
+                    cutoff = at - retention.keep_days * 86400
+                    doomed.update(r[0] for r in conn.execute(
+                        "SELECT run_id FROM agentd_runs WHERE ended_at IS NOT NULL AND ended_at < %s", (cutoff,)))
+                if retention.keep_runs is not None:
+                    doomed.update(r[0] for r in conn.execute(
+                        "SELECT run_id FROM agentd_runs WHERE ended_at IS NOT NULL "
+                        "ORDER BY ended_at DESC, run_id DESC OFFSET %s", (retention.keep_runs,)))
+                if doomed:
+                    ids = sorted(doomed)
+                    conn.execute("DELETE FROM agentd_entries WHERE run_id = ANY(%s)", (ids,))
+                    conn.execute("DELETE FROM agentd_runs WHERE run_id = ANY(%s)", (ids,))
+                return len(doomed)
+
+        return await self.db.call(work, "prune")
+
+    # --- daemon state ---
+
+    async def get_state(self, namespace: str) -> dict[str, Any]:
+        rows = await self.db.call(lambda conn: conn.execute(
+            "SELECT key, value FROM agentd_state WHERE namespace = %s", (namespace,)).fetchall(), "read")
+        return {key: json.loads(value) for key, value in rows}
+
+    async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        encoded = {k: None if v is None else json.dumps(v, separators=(",", ":")) for k, v in changes.items()}
+        now = self.clock()
+
+        def work(conn: Conn) -> None:
+            with conn.transaction():
+                _sync(conn, True)
+                for key, value in encoded.items():
+                    if value is None:
+                        conn.execute("DELETE FROM agentd_state WHERE namespace = %s AND key = %s", (namespace, key))
+                    else:
+                        conn.execute(
+                            "INSERT INTO agentd_state (namespace, key, value, updated_at) VALUES (%s, %s, %s, %s) "
+                            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+                            "updated_at = excluded.updated_at", (namespace, key, value, now))
+
+        await self.db.call(work, "state write")
+
+    # --- leases ---
+
+    async def claim(self, run_id: str, owner: str, *, ttl: float) -> Lease | None:
+        def work(conn: Conn) -> Lease | None:
+            with conn.transaction():
+                return claim_in(conn, run_id, owner, ttl, self.now_in(conn))
+
+        return await self.db.call(work, "claim")
+
+    async def renew(self, lease: Lease, *, ttl: float) -> Lease | None:
+        def work(conn: Conn) -> Lease | None:
+            with conn.transaction():
+                row = conn.execute(
+                    "UPDATE agentd_leases SET expires_at = %s WHERE run_id = %s AND token = %s RETURNING expires_at",
+                    (self.now_in(conn) + ttl, lease.run_id, lease.token)).fetchone()
+                return None if row is None else attrs.evolve(lease, expires_at=float(row[0]))
+
+        return await self.db.call(work, "renew")
+
+    async def release(self, lease: Lease) -> None:
+        await self.db.call(lambda conn: conn.execute(
+            "DELETE FROM agentd_leases WHERE run_id = %s AND token = %s", (lease.run_id, lease.token)), "release")
+
+    async def aclose(self) -> None:
+        await self.db.aclose()
+
+
+#: Backoff of a fenced commit while the database is unreachable (agentd.backoff): base and cap in seconds.
+RETRY_BASE = 0.2
+RETRY_CAP = 5.0
+
+
+@attrs.define(eq=False)
+class FencedJournal:
+    """The JournalStore a claimed run writes through: every append is fenced by the run's lease.
+
+    While the database is unreachable an append waits and retries with backoff (the run pauses at its next
+    commit instead of failing); once it is back, the commit goes through if the lease still holds and
+    raises :class:`LeaseLost` (nothing written) if another member took the run meanwhile.
+    """
+
+    store: PgJournal
+    lease: Lease
+    on_unavailable: Callable[[ClusterUnavailable, int], None] | None = None
+
+    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
+        if run_id != self.lease.run_id:
+            raise LeaseLost(f"run {run_id!r}: not the leased run {self.lease.run_id!r}")
+        attempt = 0
+        while True:
+            try:
+                return await self.store.append_fenced(self.lease, records, durable=durable)
+            except ClusterUnavailable as exc:
+                attempt += 1
+                if self.on_unavailable is not None:
+                    self.on_unavailable(exc, attempt)
+                await trio.sleep(exponential(attempt, RETRY_BASE, RETRY_CAP))
+
+    async def read_run(self, run_id: str) -> RunJournal | None:
+        return await self.store.read_run(run_id)
+
+    async def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunSummary]:
+        return await self.store.list_runs(limit=limit, status=status)
+
+    async def unfinished_runs(self) -> list[RunSummary]:
+        return await self.store.unfinished_runs()
+
+    async def get_state(self, namespace: str) -> dict[str, Any]:
+        return await self.store.get_state(namespace)
+
+    async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        await self.store.put_state(namespace, changes)
+
+    async def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        return await self.store.prune(retention, now=now)
+
+    async def claim(self, run_id: str, owner: str, *, ttl: float) -> Lease | None:
+        return await self.store.claim(run_id, owner, ttl=ttl)
+
+    async def renew(self, lease: Lease, *, ttl: float) -> Lease | None:
+        return await self.store.renew(lease, ttl=ttl)
+
+    async def release(self, lease: Lease) -> None:
+        await self.store.release(lease)
+
+    async def aclose(self) -> None:
+        """The run's view closes nothing: the member owns the store."""
+
+
+@attrs.define(eq=False)
+class MemberJournal:
+    """The shared journal as one member's daemon sees it: runs are shared, daemon state is the member's own.
+
+    Daemon state (the agent's own subscriptions and self-scheduled runs) belongs to one daemon: shared, every
+    member would re-arm every other member's schedules. Its namespaces are prefixed with the member's run id
+    (``--run-id``), so a member restarted with the same ``--run-id`` gets its state back.
+    """
+
+    store: PgJournal
+    scope: str
+
+    def _ns(self, namespace: str) -> str:
+        return f"{self.scope}/{namespace}"
+
+    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
+        return await self.store.append(run_id, records, durable=durable)
+
+    async def read_run(self, run_id: str) -> RunJournal | None:
+        return await self.store.read_run(run_id)
+
+    async def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunSummary]:
+        return await self.store.list_runs(limit=limit, status=status)
+
+    async def unfinished_runs(self) -> list[RunSummary]:
+        return await self.store.unfinished_runs()
+
+    async def get_state(self, namespace: str) -> dict[str, Any]:
+        return await self.store.get_state(self._ns(namespace))
+
+    async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        await self.store.put_state(self._ns(namespace), changes)
+
+    async def prune(self, retention: Retention, *, now: float | None = None) -> int:
+        return await self.store.prune(retention, now=now)
+
+    async def claim(self, run_id: str, owner: str, *, ttl: float) -> Lease | None:
+        return await self.store.claim(run_id, owner, ttl=ttl)
+
+    async def renew(self, lease: Lease, *, ttl: float) -> Lease | None:
+        return await self.store.renew(lease, ttl=ttl)
+
+    async def release(self, lease: Lease) -> None:
+        await self.store.release(lease)
+
+    async def aclose(self) -> None:
+        """The member owns the store."""
+
+
+async def open_database(conninfo: str, password: str | None, where: str, *, migrate: bool = False,
+                        application: str = "agentd") -> Database:
+    """A :class:`Database` whose schema was checked (created on an empty database); raises
+    ClusterUnavailable (exit 6) or ClusterSchemaError (exit 2)."""
+    db = Database(conninfo, password, where, application=application)
+    try:
+        await db.call(lambda conn: migrations.check(conn, where, migrate=migrate), "schema check")
+    except BaseException:
+        await db.aclose()
+        raise
+    return db
+
+
+@asynccontextmanager
+async def open_pg_journal(conninfo: str, password: str | None = None, *, where: str | None = None,
+                          clock: Callable[[], float] = time.time,
+                          lease_clock: Callable[[], float] | None = None) -> AsyncIterator[PgJournal]:
+    """The journal on the database at ``conninfo`` (schema checked), closed, shielded and bounded, on exit."""
+    db = await open_database(conninfo, password, where or conninfo)
+    journal = PgJournal(db, clock, lease_clock)
+    try:
+        yield journal
+    finally:
+        await journal.aclose()
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_interface(journal: PgJournal, fenced: FencedJournal, member: MemberJournal
+                                  ) -> tuple[JournalStore, JournalStore, JournalStore]:
+        return journal, fenced, member

@@ -1,0 +1,258 @@
+"""Members and work items: who is in the cluster, and which member runs what.
+
+Why rows: a served async spawn or a scheduled fire is a row in ``agentd_work`` that any member may claim
+within its capacity, so work survives the member that accepted it. The rules, each one transaction:
+
+- :func:`enqueue` inserts an item under a caller-chosen unique key (``ON CONFLICT DO NOTHING``): a scheduled
+  occurrence keyed by its schedule and time is enqueued by every member and exists once, so it fires once.
+- :meth:`Queue.claim` picks open items whose lease is free or expired with ``FOR UPDATE SKIP LOCKED`` (two
+  members never wait on, or take, the same row), takes each one's lease with a new fencing token (the
+  conditional upsert of :func:`agentd.cluster.store.claim_in`), and appends ``claim.taken`` to the item's
+  run journal, all in the SAME transaction: a claim is in the journal exactly when it happened.
+- :meth:`Queue.heartbeat` records the member as alive and renews the leases of what it runs; a lease that
+  is not renewed (the member died, or was partitioned longer than the TTL) expires and the next claim
+  takes the item, whose run resumes from its journal on the new owner.
+- :meth:`Queue.finish` marks an item done, fenced: an owner that lost its lease finishes nothing.
+
+Wake-ups: :func:`enqueue` and :meth:`Queue.finish` send ``NOTIFY`` on :data:`WORK_CHANNEL` /
+:data:`DONE_CHANNEL`, so idle members claim at once instead of at their next poll.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import psycopg
+
+from agentd.cluster.db import Database
+from agentd.cluster.store import PgJournal, append_in, check_fence, claim_in, db_now
+from agentd.journal.records import ClaimTaken, RunEnded
+from agentd.journal.store import Lease
+
+#: Channels of the wake-up notifications.
+WORK_CHANNEL: Final = "agentd_work"
+DONE_CHANNEL: Final = "agentd_done"
+
+Conn = psycopg.Connection[Any]
+
+
+@attrs.frozen
+class WorkItem:
+    """A claimed item: its id (also its run id), kind, JSON payload, attempt number and the lease to fence with."""
+
+    work_id: str
+    kind: str
+    payload: Mapping[str, Any]
+    attempt: int
+    lease: Lease
+
+
+@attrs.frozen
+class WorkView:
+    """An item as any member sees it (for ``subagent.status`` on a handle and ``agentd cluster status``)."""
+
+    work_id: str
+    kind: str
+    status: str  # open | done
+    owner: str | None
+    attempts: int
+    created_at: float
+    finished_at: float | None
+
+
+@attrs.frozen
+class Capacity:
+    """The capacity signal for autoscalers: members alive, free slots, queue depth, oldest unclaimed age."""
+
+    members: tuple[Mapping[str, Any], ...]
+    free_slots: int
+    queued: int
+    running: int
+    oldest_queued_age: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"members": list(self.members), "free_slots": self.free_slots, "queued": self.queued,
+                "running": self.running, "oldest_queued_age": self.oldest_queued_age}
+
+
+def enqueue_in(conn: Conn, work_id: str, kind: str, payload: Mapping[str, Any], now: float,
+               not_before: float | None = None) -> bool:
+    row = conn.execute(
+        "INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before) VALUES (%s, %s, %s, %s, %s) "
+        "ON CONFLICT (work_id) DO NOTHING RETURNING work_id",
+        (work_id, kind, json.dumps(payload, separators=(",", ":")), now, now if not_before is None else not_before),
+    ).fetchone()
+    if row is not None:
+        conn.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, work_id))
+    return row is not None
+
+
+async def enqueue(store: PgJournal, work_id: str, kind: str, payload: Mapping[str, Any], *,
+                  not_before: float | None = None) -> bool:
+    """Add an item under the unique ``work_id``; False when it already exists (nothing changed)."""
+
+    def work(conn: Conn) -> bool:
+        with conn.transaction():
+            return enqueue_in(conn, work_id, kind, payload, store.now_in(conn), not_before)
+
+    return await store.db.call(work, "enqueue")
+
+
+#: The ``run.ended`` of an item cancelled by a peer (the shape a run's recorded result has).
+CANCELLED = RunEnded("cancelled", {"status": "cancelled", "done": True, "result": None}, "cancelled by peer")
+
+
+async def request_cancel(store: PgJournal, work_id: str) -> bool:
+    """Ask for an item's cancel; False when there is no such open item. An item nobody runs (no live lease)
+    ends ``cancelled`` here and now; a running one is cancelled by its owner at its next heartbeat, which
+    then commits the same ``run.ended`` (fenced)."""
+
+    def work(conn: Conn) -> bool:
+        with conn.transaction():
+            _ = conn.execute("SET LOCAL synchronous_commit = on")
+            row = conn.execute("SELECT status FROM agentd_work WHERE work_id = %s FOR UPDATE", (work_id,)).fetchone()
+            if row is None or row[0] != "open":
+                return False
+            conn.execute("UPDATE agentd_work SET cancel_requested = true WHERE work_id = %s", (work_id,))
+            now = store.now_in(conn)
+            live = conn.execute("SELECT 1 FROM agentd_leases WHERE run_id = %s AND expires_at > %s FOR UPDATE",
+                                (work_id, now)).fetchone()
+            if live is None:
+                append_in(conn, work_id, [CANCELLED], store.clock())
+                conn.execute("UPDATE agentd_work SET status = 'done', finished_at = %s WHERE work_id = %s",
+                             (now, work_id))
+                conn.execute("DELETE FROM agentd_leases WHERE run_id = %s", (work_id,))
+                conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, work_id))
+            return True
+
+    return await store.db.call(work, "cancel")
+
+
+async def view(store: PgJournal, work_id: str) -> WorkView | None:
+    row = await store.db.call(lambda conn: conn.execute(
+        "SELECT w.work_id, w.kind, w.status, l.owner, w.attempts, w.created_at, w.finished_at FROM agentd_work w "
+        "LEFT JOIN agentd_leases l ON l.run_id = w.work_id WHERE w.work_id = %s", (work_id,)).fetchone(), "read")
+    return None if row is None else WorkView(*row)
+
+
+@attrs.define(eq=False)
+class Queue:
+    """One member's side of the work queue (its id, address and capacity)."""
+
+    store: PgJournal
+    member: str
+    address: str | None
+    capacity: int
+
+    @property
+    def db(self) -> Database:
+        return self.store.db
+
+    async def register(self) -> None:
+        def work(conn: Conn) -> None:
+            now = self.store.now_in(conn)
+            conn.execute(
+                "INSERT INTO agentd_members (member_id, address, capacity, started_at, heartbeat_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (member_id) DO UPDATE SET address = excluded.address, "
+                "capacity = excluded.capacity, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
+                (self.member, self.address, self.capacity, now, now))
+
+        await self.db.call(work, "register")
+
+    async def leave(self) -> None:
+        await self.db.call(lambda conn: conn.execute("DELETE FROM agentd_members WHERE member_id = %s",
+                                                     (self.member,)), "leave")
+
+    async def heartbeat(self, leases: Sequence[Lease], ttl: float) -> set[str]:
+        """Mark this member alive and renew ``leases``; return the run ids whose lease is LOST."""
+        tokens = [lease.token for lease in leases]
+
+        def work(conn: Conn) -> set[str]:
+            with conn.transaction():
+                now = self.store.now_in(conn)
+                conn.execute("UPDATE agentd_members SET heartbeat_at = %s WHERE member_id = %s", (now, self.member))
+                kept = {r[0] for r in conn.execute(
+                    "UPDATE agentd_leases SET expires_at = %s WHERE owner = %s AND token = ANY(%s) RETURNING run_id",
+                    (now + ttl, self.member, tokens))}
+            return {lease.run_id for lease in leases} - kept
+
+        return await self.db.call(work, "heartbeat")
+
+    async def cancel_requested(self, work_ids: Sequence[str]) -> set[str]:
+        """Which of ``work_ids`` a peer asked to cancel."""
+        if not work_ids:
+            return set()
+        rows = await self.db.call(lambda conn: conn.execute(
+            "SELECT work_id FROM agentd_work WHERE work_id = ANY(%s) AND cancel_requested", (list(work_ids),)
+        ).fetchall(), "read")
+        return {r[0] for r in rows}
+
+    async def claim(self, limit: int, ttl: float) -> list[WorkItem]:
+        """Claim up to ``limit`` open items whose lease is free or expired (see the module docstring)."""
+        if limit <= 0:
+            return []
+
+        def work(conn: Conn) -> list[WorkItem]:
+            claimed: list[WorkItem] = []
+            with conn.transaction():
+                _ = conn.execute("SET LOCAL synchronous_commit = on")
+                now = self.store.now_in(conn)
+                rows = conn.execute(
+                    "SELECT w.work_id, w.kind, w.payload, w.attempts FROM agentd_work w "
+                    "LEFT JOIN agentd_leases l ON l.run_id = w.work_id "
+                    "WHERE w.status = 'open' AND w.not_before <= %(now)s "
+                    "AND (l.run_id IS NULL OR l.expires_at <= %(now)s) "
+                    "ORDER BY w.created_at, w.work_id LIMIT %(n)s FOR UPDATE OF w SKIP LOCKED",
+                    {"now": now, "n": limit}).fetchall()
+                for work_id, kind, payload, attempts in rows:
+                    lease = claim_in(conn, work_id, self.member, ttl, now)
+                    if lease is None:  # another member's lease went live meanwhile
+                        continue
+                    conn.execute("UPDATE agentd_work SET owner = %s, token = %s, attempts = attempts + 1, "
+                                 "claimed_at = %s WHERE work_id = %s", (self.member, lease.token, now, work_id))
+                    append_in(conn, work_id, [ClaimTaken(self.member, lease.token, attempts + 1)], self.store.clock())
+                    claimed.append(WorkItem(work_id, kind, json.loads(payload), attempts + 1, lease))
+            return claimed
+
+        return await self.db.call(work, "claim")
+
+    async def finish(self, lease: Lease) -> None:
+        """Mark the item done and free its lease, fenced (LeaseLost: nothing changed)."""
+
+        def work(conn: Conn) -> None:
+            with conn.transaction():
+                _ = conn.execute("SET LOCAL synchronous_commit = on")
+                check_fence(conn, lease)
+                now = db_now(conn)
+                conn.execute("UPDATE agentd_work SET status = 'done', finished_at = %s WHERE work_id = %s",
+                             (now, lease.run_id))
+                conn.execute("DELETE FROM agentd_leases WHERE run_id = %s AND token = %s", (lease.run_id, lease.token))
+                conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, lease.run_id))
+
+        await self.db.call(work, "finish")
+
+    async def capacity_signal(self, ttl: float) -> Capacity:
+        def work(conn: Conn) -> Capacity:
+            with conn.transaction():
+                now = self.store.now_in(conn)
+                members = conn.execute(
+                    "SELECT m.member_id, m.address, m.capacity, m.heartbeat_at, "
+                    "(SELECT count(*) FROM agentd_leases l JOIN agentd_work w ON w.work_id = l.run_id "
+                    " WHERE l.owner = m.member_id AND l.expires_at > %(now)s AND w.status = 'open') "
+                    "FROM agentd_members m WHERE m.heartbeat_at > %(alive)s ORDER BY m.member_id",
+                    {"now": now, "alive": now - ttl}).fetchall()
+                queued, oldest = conn.execute(
+                    "SELECT count(*), min(w.created_at) FROM agentd_work w LEFT JOIN agentd_leases l "
+                    "ON l.run_id = w.work_id WHERE w.status = 'open' AND w.not_before <= %(now)s "
+                    "AND (l.run_id IS NULL OR l.expires_at <= %(now)s)", {"now": now}).fetchone() or (0, None)
+            running = sum(int(m[4]) for m in members)
+            return Capacity(
+                tuple({"member": m[0], "address": m[1], "capacity": m[2], "running": int(m[4]),
+                       "heartbeat_age": round(now - m[3], 3)} for m in members),
+                sum(max(0, int(m[2]) - int(m[4])) for m in members), int(queued), running,
+                None if oldest is None else round(now - float(oldest), 3))
+
+        return await self.db.call(work, "status")

@@ -1,0 +1,135 @@
+"""Served async spawns as cluster work (``--cluster`` with ``--serve-mcp``): any member runs them, any member
+answers for their handles.
+
+Why a backend: the served surface talks to its runs only through
+:class:`~agentd.selfmcp.backend.SelfMcpBackend`. :class:`ClusterBackend` wraps the supervisor's backend: an
+``async`` (detached, not warm) ``subagent.spawn`` becomes a row in the shared work queue
+(agentd.cluster.work) under a ``cluster.<id>`` handle, which any member claims within its capacity and runs
+with the shared journal (so a member's death moves it, resumed, to another member); every other spawn (sync,
+warm) stays on this member's supervisor. The handle's state is read from the shared journal, so
+``subagent.status``, ``resources/read`` and ``resources/subscribe`` of ``agent://subagent/cluster.<id>`` work the
+same on every member (:meth:`ClusterBackend.lookup`, for a handle this member did not spawn; the surface then
+watches it like its own, so its subscribers get the terminal update).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+
+from agentd.cluster.errors import ClusterUnavailable
+from agentd.cluster.store import PgJournal
+from agentd.cluster.work import enqueue, request_cancel, view
+from agentd.ids import new_run_id
+from agentd.journal.errors import JournalError
+from agentd.journal.recorder import rebuild
+from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
+
+#: The prefix of a cluster-wide handle.
+PREFIX: Final = "cluster."
+#: How often a waiting surface looks at the shared journal for a cluster handle's end.
+POLL: Final = 0.5
+#: How long ``subagent.cancel`` of a cluster handle waits for the run's end before answering its state.
+CANCEL_WAIT: Final = 10.0
+
+
+def is_cluster_handle(handle: str) -> bool:
+    return handle.startswith(PREFIX)
+
+
+async def read_view(store: PgJournal, handle: str) -> RunView | None:
+    """A cluster handle's state from the shared journal: running until its run's ``run.ended``."""
+    seen = await view(store, handle)
+    if seen is None:
+        return None
+    run = await store.read_run(handle)
+    ended = rebuild(run).ended if run is not None else None
+    if ended is None:
+        return RunView(handle, "running", False)
+    recorded: Mapping[str, Any] = ended.result if isinstance(ended.result, Mapping) else {}
+    return RunView(handle, ended.status, True, bool(recorded.get("partial", False)), recorded.get("result"))
+
+
+@attrs.define(eq=False)
+class ClusterBackend:
+    local: SelfMcpBackend
+    store: PgJournal
+    _views: dict[str, RunView] = attrs.field(factory=dict)
+    _enqueued: int = 0
+
+    async def spawn(self, request: ServedSpawn) -> str | Refusal:
+        if not request.detached or request.warm:
+            return await self.local.spawn(request)
+        handle = PREFIX + new_run_id()
+        payload: dict[str, Any] = {"instruction": request.instruction}
+        if request.output_contract is not None:
+            payload["output_contract"] = request.output_contract
+        try:
+            await enqueue(self.store, handle, "spawn", payload)
+        except JournalError as exc:
+            return Refusal(f"spawn refused: the cluster database is unavailable ({exc})", cap="cluster",
+                           retryable=isinstance(exc, ClusterUnavailable), retry_after=1.0)
+        self._enqueued += 1
+        self._views[handle] = RunView(handle, "running", False)
+        return handle
+
+    async def send(self, handle: str, message: str) -> Refusal | None:
+        return await self.local.send(handle, message)
+
+    def forget(self, handle: str) -> None:
+        if is_cluster_handle(handle):
+            self._views.pop(handle, None)
+        else:
+            self.local.forget(handle)
+
+    def view(self, handle: str) -> RunView | None:
+        return self._views.get(handle) if is_cluster_handle(handle) else self.local.view(handle)
+
+    async def lookup(self, handle: str) -> RunView | None:
+        """A cluster handle spawned on any member, from the shared journal (None: unknown, or unreachable)."""
+        if not is_cluster_handle(handle):
+            return None
+        try:
+            return await read_view(self.store, handle)
+        except JournalError:
+            return None
+
+    async def wait(self, handle: str) -> RunView:
+        if not is_cluster_handle(handle):
+            return await self.local.wait(handle)
+        while True:
+            try:
+                seen = await read_view(self.store, handle)
+            except JournalError:
+                seen = None  # the database is away: keep waiting, it is retried
+            if seen is not None:
+                self._views[handle] = seen
+                if seen.done:
+                    return seen
+            await trio.sleep(POLL)
+
+    async def wait_turns(self, handle: str, after: int) -> RunView:
+        return await self.local.wait_turns(handle, after)
+
+    async def cancel(self, handle: str) -> RunView | None:
+        if not is_cluster_handle(handle):
+            return await self.local.cancel(handle)
+        try:
+            await request_cancel(self.store, handle)
+        except JournalError:
+            return self._views.get(handle)
+        # The owner cancels at its next heartbeat (a third of the lease TTL): wait for the end, bounded.
+        with trio.move_on_after(CANCEL_WAIT):
+            while True:
+                seen = await self.lookup(handle)
+                if seen is not None and seen.done:
+                    self._views[handle] = seen
+                    return seen
+                await trio.sleep(POLL)
+        return self._views.get(handle)
+
+    def counts(self) -> Mapping[str, int]:
+        return {**self.local.counts(), "cluster_enqueued": self._enqueued}

@@ -1,0 +1,190 @@
+"""Cluster: work claims per second and claim-to-start latency with 1, 2 and 3 members, and the journal's
+per-step cost on PostgreSQL against SQLite.
+
+    .venv/bin/python scripts/bench/cluster.py [--items 300] [--steps 1000] [--write]
+
+Starts a throwaway PostgreSQL (tests/postgres.py: the installed binaries, ``fsync=off``) and measures, in one
+process (each member is an agentd.cluster.member.Member with its own connections and worker threads, so the
+members share this process's CPU: a floor on what separate hosts reach):
+
+- claims/s: ``--items`` work items enqueued at once, members with capacity 4 each run a no-op per item;
+  items finished per second from the first enqueue to the last finish;
+- claim-to-start latency: one item enqueued at a time into idle members (the NOTIFY wake-up path): time from
+  the enqueue's commit to the item's run starting, median and p95;
+- per-step journal cost: ``--steps`` steps (4 records, one transaction) appended to one run on each backend:
+  trio-thread CPU per step and wall time per step (median). The PostgreSQL step is fenced (the lease check
+  is in the same transaction), as a claimed run's steps are.
+
+Ratios measured in one run (PG ÷ SQLite; 3 members ÷ 1) are the stable figures; absolute numbers move with
+the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench_doc import replace_section
+from journal import step
+
+from agentd.cluster.member import Member
+from agentd.cluster.store import FencedJournal, open_database, open_pg_journal
+from agentd.cluster.work import Queue, WorkItem, enqueue
+from agentd.events import EventLog
+from agentd.journal.records import RunStarted
+from agentd.journal.sqlite import open_journal
+from tests.postgres import PASSWORD, start_server
+
+SECTION = "## Cluster"
+
+
+async def _members(stack: AsyncExitStack, dsn: str, n: int, execute, nursery: trio.Nursery) -> None:
+    log = EventLog(sink=lambda line: None)
+    for i in range(n):
+        store = await stack.enter_async_context(open_pg_journal(dsn, PASSWORD))
+        listen = await open_database(dsn, PASSWORD, "listen")
+        stack.push_async_callback(listen.aclose)
+        member = Member(Queue(store, f"m{i}", None, 4), execute, log, ttl=30, listen_db=listen)
+        await nursery.start(member.serve)
+
+
+async def throughput(dsn: str, members: int, items: int) -> float:
+    done = trio.Event()
+    finished = 0
+
+    async def execute(item: WorkItem, journal: FencedJournal) -> None:
+        nonlocal finished
+        finished += 1
+        if finished == items:
+            done.set()
+
+    async with AsyncExitStack() as stack:
+        producer = await stack.enter_async_context(open_pg_journal(dsn, PASSWORD))
+        async with trio.open_nursery() as nursery:
+            await _members(stack, dsn, members, execute, nursery)
+            t0 = time.perf_counter()
+            for i in range(items):
+                await enqueue(producer, f"t{members}-{i}", "bench", {})
+            await done.wait()
+            elapsed = time.perf_counter() - t0
+            nursery.cancel_scope.cancel()
+    return items / elapsed
+
+
+async def latency(dsn: str, members: int, samples: int) -> list[float]:
+    started: dict[str, float] = {}
+    arrived = trio.Event()
+
+    async def execute(item: WorkItem, journal: FencedJournal) -> None:
+        started[item.work_id] = time.perf_counter()
+        arrived.set()
+
+    out = []
+    async with AsyncExitStack() as stack:
+        producer = await stack.enter_async_context(open_pg_journal(dsn, PASSWORD))
+        async with trio.open_nursery() as nursery:
+            await _members(stack, dsn, members, execute, nursery)
+            await trio.sleep(0.5)
+            for i in range(samples):
+                arrived = trio.Event()
+                t0 = time.perf_counter()
+                await enqueue(producer, f"l{members}-{i}", "bench", {})
+                t1 = time.perf_counter()
+                await arrived.wait()
+                out.append(started[f"l{members}-{i}"] - t1 + (t1 - t0) / 2)
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    return out
+
+
+async def per_step(dsn: str, steps: int) -> dict[str, float]:
+    batches = [step(n) for n in range(steps)]
+    result: dict[str, float] = {}
+
+    async def measure(name: str, append) -> None:
+        walls = []
+        cpu0 = time.thread_time()
+        for batch in batches:
+            t0 = time.perf_counter()
+            await append(batch)
+            walls.append(time.perf_counter() - t0)
+        result[f"{name}_cpu_ms"] = (time.thread_time() - cpu0) / steps * 1000
+        result[f"{name}_wall_ms"] = statistics.median(walls) * 1000
+
+    with tempfile.TemporaryDirectory() as tmp:
+        async with open_journal(tmp) as journal:
+            await journal.append("bench", [RunStarted("d", "bench")])
+            await measure("sqlite", lambda b: journal.append("bench", b))
+    async with open_pg_journal(dsn, PASSWORD) as pg:
+        lease = await pg.claim("bench", "bench", ttl=3600)
+        assert lease is not None
+        fenced = FencedJournal(pg, lease)
+        await fenced.append("bench", [RunStarted("d", "bench")])
+        await measure("pg", lambda b: fenced.append("bench", b))
+    return result
+
+
+async def bench(dsn_of, items: int, steps: int, samples: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n in (1, 2, 3):
+        out[f"claims_per_s_{n}"] = await throughput(dsn_of(), n, items)
+        lat = sorted(await latency(dsn_of(), n, samples))
+        out[f"latency_median_ms_{n}"] = statistics.median(lat) * 1000
+        out[f"latency_p95_ms_{n}"] = lat[int(len(lat) * 0.95)] * 1000
+    out.update(await per_step(dsn_of(), steps))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--items", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    args = parser.parse_args()
+    server = start_server()
+    try:
+        cpu0 = time.process_time()
+        r = trio.run(bench, lambda: server.dsn(server.new_database()), args.items, args.steps, args.samples)
+        cpu = time.process_time() - cpu0
+    finally:
+        server.close()
+    print({k: round(v, 3) for k, v in r.items()}, f"process CPU {cpu:.1f}s")
+    if not args.write:
+        return
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    lines = [
+        SECTION, "",
+        f"Command: `.venv/bin/python scripts/bench/cluster.py --items {args.items} --steps {args.steps} --write` "
+        f"(2-core VM, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load} at the end; "
+        "**to be re-measured on a quiet machine**). A throwaway PostgreSQL 15 on loopback (`fsync=off`); the "
+        "members are in one process (their own connections and worker threads, one CPU budget), so these are "
+        "floors for members on separate hosts.", "",
+        "| members | claims/s (no-op runs, capacity 4 each) | claim-to-start latency, median / p95 |",
+        "|---|---|---|",
+        *[f"| {n} | {r[f'claims_per_s_{n}']:.0f} | {r[f'latency_median_ms_{n}']:.2f} / "
+          f"{r[f'latency_p95_ms_{n}']:.2f} ms |" for n in (1, 2, 3)],
+        "",
+        "| journal step (4 records, one transaction) | trio-thread CPU per step | wall per step, median |",
+        "|---|---|---|",
+        f"| SQLite (`synchronous=NORMAL`) | {r['sqlite_cpu_ms']:.3f} ms | {r['sqlite_wall_ms']:.3f} ms |",
+        f"| PostgreSQL, fenced (`synchronous_commit=off`) | {r['pg_cpu_ms']:.3f} ms | {r['pg_wall_ms']:.3f} ms |",
+        f"| ratio PG ÷ SQLite | {r['pg_cpu_ms'] / r['sqlite_cpu_ms']:.2f}× | "
+        f"{r['pg_wall_ms'] / r['sqlite_wall_ms']:.2f}× |",
+        "",
+    ]  # fmt: skip
+    replace_section(SECTION, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
