@@ -51,6 +51,7 @@ from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_l
 from agentd.secrets import SecretResolver
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import agent_span, end_agent_span
+from agentd.transport.egress import EgressPolicy
 
 
 class ConnectDeadline(AgentdError):
@@ -105,11 +106,14 @@ async def open_run(
     run_id: str,
     deadline: float = math.inf,
     a2a_peers: Sequence[McpServerConfig] = (),
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[Opened]:
     """Open the intelligence, the MCP pool and the A2A peers for one run (or one daemon's life) and hold them.
 
     ``deadline`` (seconds from now) bounds the opening too; once both are open the block owns the rest of the
-    time (``Opened.remaining()``), and this scope stops binding.
+    time (``Opened.remaining()``), and this scope stops binding. ``egress`` (the config file's ``egress.allow``)
+    is what every connection is held to: one that lands on a link-local/cloud metadata address it does not name
+    is refused, whether the endpoint named the address or a DNS name that resolves there.
 
     Raises:
         ConnectDeadline: the deadline passed while opening (exit 7, status ``deadline``).
@@ -123,9 +127,9 @@ async def open_run(
         with trio.CancelScope(deadline=end) as opening:
             async with (
                 open_intelligence(list(gateway.endpoints), model=gateway.model, token=gateway.token,
-                                  stream=gateway.stream, log=log, secrets=secrets) as intel,
-                open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id) as pool,
-                open_a2a_peers(a2a_peers, log=log, secrets=secrets) as peers,
+                                  stream=gateway.stream, log=log, secrets=secrets, egress=egress) as intel,
+                open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id, egress=egress) as pool,
+                open_a2a_peers(a2a_peers, log=log, secrets=secrets, egress=egress) as peers,
             ):
                 opening.deadline = math.inf
                 connected = True
@@ -379,7 +383,8 @@ async def run_config(
         resolver = SecretResolver(env=env, redactor=log.redactor)
         try:
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
-                                deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers) as opened:
+                                deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers,
+                                egress=cfg.egress.policy()) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
                 rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
                 result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,

@@ -179,7 +179,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
         async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
-                            a2a_peers=cfg.a2a_peers) as opened:
+                            a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(

@@ -169,7 +169,9 @@ class TreeLedger:
                     + ", ".join(extra),
                     cap="tool_scope",
                 )
-        trifecta = check_trifecta({name: self.server_tags.get(name) for name in scope})
+        # The Rule of Two judges the MCP servers in the scope (server_tags has one entry per MCP server; A2A
+        # peers may be in a scope too, as at the root, where they are not tagged).
+        trifecta = check_trifecta({name: self.server_tags[name] for name in scope if name in self.server_tags})
         if trifecta.complete:
             return Refusal(
                 "spawn refused: the child's tool_scope brings untrusted input, sensitive data and external "

@@ -230,7 +230,8 @@ class Supervisor:
         config = dict(self.child_config)
         servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
         config["mcp_servers"] = servers
-        secrets = referenced_secrets(config, self.secrets)
+        config["a2a_peers"] = [p for p in config.get("a2a_peers", ()) if p.get("name") in admitted.scope]
+        secrets = referenced_secrets(config, self.secrets)  # only what the narrowed servers and peers name
         test = self.test_script(request, admitted.handle) if self.test_script is not None else None
         trace = {k: v for k, v in self.telemetry.items() if k not in (TRACEPARENT, TRACESTATE)}
         telemetry.inject(trace)  # the spawning span (the caller's execute_tool) is the child's parent

@@ -26,7 +26,7 @@ SPAWN_SCHEMA: Mapping[str, Any] = {
         "instruction": {"type": "string", "minLength": 1, "description": "The task for the subagent."},
         "output_contract": {"type": "string", "description": "Exactly what the subagent must return."},
         "tool_scope": {"type": "array", "items": {"type": "string"},
-                       "description": "A subset of your MCP server names (default: all of yours)."},
+                       "description": "A subset of your MCP server (and A2A peer) names (default: all of yours)."},
         "async": {"type": "boolean", "default": False, "description": "Return a handle at once."},
         "warm": {"type": "boolean", "default": False,
                  "description": "Keep the subagent alive as a session driven by subagent.send."},

@@ -64,7 +64,8 @@ async def open_root_supervisor(
     cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = "", fork_server: bool = True,
     test_script: TestScript | None = None,
 ) -> AsyncIterator[Supervisor]:
-    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` and its referenced secrets.
+    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` narrowed to their tool scope
+    (MCP servers and A2A peers) and the secrets that narrowed config references.
 
     Children are forked from a pre-imported fork server by default (started on the first spawn; see
     docs/supervisor.md for the measurements behind that choice). When the process's drain latch fires,
@@ -78,7 +79,9 @@ async def open_root_supervisor(
         log.redactor.add(value)  # whatever a child reports back is scrubbed like our own lines
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
-        servers=frozenset(s.name for s in cfg.mcp), server_tags={s.name: s.tags for s in cfg.mcp}, settings=settings_from_config(cfg), child_config=wire,
+        # A tool scope names MCP servers and A2A peers alike; the Rule of Two judges the MCP servers' tags.
+        servers=frozenset(s.name for s in (*cfg.mcp, *cfg.a2a_peers)), server_tags={s.name: s.tags for s in cfg.mcp},
+        settings=settings_from_config(cfg), child_config=wire,
         secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
                    **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {})},
