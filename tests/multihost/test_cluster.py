@@ -27,9 +27,10 @@ import attrs
 import pytest
 import trio
 
+from agentd.cluster.db import IDLE_IN_TRANSACTION_TIMEOUT, Database
 from agentd.cluster.errors import ClusterUnavailable
-from agentd.cluster.store import PgJournal, open_pg_journal
-from agentd.cluster.work import enqueue
+from agentd.cluster.store import PgJournal, check_fence, open_pg_journal
+from agentd.cluster.work import Queue, enqueue
 from agentd.journal.records import ClaimTaken
 from tests import postgres
 from tests.durable.peer import CountingPeer, counting_peer
@@ -436,3 +437,43 @@ async def test_a_subscription_wakes_exactly_one_member_also_after_its_owner_dies
                     owner.kill()
                     await trio.sleep(3.0)  # past its lease TTL: the subscription is re-owned by now
     assert woke == [1, 1], f"the updates woke {woke} members"
+
+
+async def test_an_owner_cut_off_inside_a_transaction_does_not_block_the_next_claim(tmp_path: Path) -> None:
+    """A member whose link is cut (or that is paused) between two statements of a transaction leaves its
+    server session idle in that transaction, holding its row locks: here the lease row that a fenced commit
+    locks first (``check_fence``). The server must end that session within a bound, or no member can take
+    the item over (each claim would wait on the lock until its statement time-out) for as long as the cut
+    lasts. The member's connection is agentd's own (agentd.cluster.db.Database, its session settings), made
+    from inside the cut host."""
+    ttl = 2.0
+    async with AsyncExitStack() as stack:
+        net = await stack.enter_async_context(netns.network(1, root_link=True))
+        [host] = net.hosts
+        _, dsn = await database_on(net, stack)
+        store = await stack.enter_async_context(open_pg_journal(dsn, postgres.PASSWORD))
+        await enqueue(store, "locked", "run", {"instruction": "CHILD-locked"})
+        cut_db = Database(dsn, postgres.PASSWORD, "cut member")
+        stack.push_async_callback(cut_db.aclose)
+
+        def connect_from_the_host() -> None:
+            with netns._inside(host.name):
+                cut_db.run(lambda conn: conn.execute("SELECT 1"), "connect")
+
+        await trio.to_thread.run_sync(connect_from_the_host)
+        [item] = await Queue(PgJournal(cut_db), "cut", None, 1).claim(1, ttl)
+
+        def begin_a_fenced_commit(conn: Any) -> None:
+            conn.execute("BEGIN")
+            check_fence(conn, item.lease)  # the lease row is locked until this transaction ends
+
+        await cut_db.call(begin_a_fenced_commit, "begin")
+        host.link_down()
+        cut_at = trio.current_time()
+        survivor = Queue(store, "survivor", None, 1)
+        with trio.fail_after(ttl + IDLE_IN_TRANSACTION_TIMEOUT + 10):
+            while not (claimed := await survivor.claim(1, ttl)):
+                await trio.sleep(0.1)
+        took = trio.current_time() - cut_at
+    assert [c.work_id for c in claimed] == ["locked"] and claimed[0].lease.token > item.lease.token
+    assert took < ttl + IDLE_IN_TRANSACTION_TIMEOUT + 5, took
