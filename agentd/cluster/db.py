@@ -68,16 +68,17 @@ class Database:
         conn = self._conn
         try:
             return work(conn)
+        except (psycopg.errors.QueryCanceled, psycopg.errors.AdminShutdown) as exc:
+            # Before OperationalError, which both are: a statement the server cancelled or a server shutting
+            # down is the database away for now, retried by the caller, not a failed query.
+            self._close_quietly()
+            raise ClusterUnavailable(f"cluster database {self.where}: {what} interrupted ({_reason(exc)})") from None
         except psycopg.OperationalError as exc:
             if conn.broken or conn.closed:
                 self._close_quietly()
                 raise ClusterUnavailable(f"cluster database {self.where}: connection lost ({_reason(exc)})") from None
             raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.AdminShutdown):
-                self._close_quietly()
-                raise ClusterUnavailable(f"cluster database {self.where}: {what} interrupted ({_reason(exc)})"
-                                         ) from None
             raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
 
     async def call(self, work: Callable[[psycopg.Connection[Any]], T], what: str = "query") -> T:
