@@ -60,7 +60,8 @@ class Member:
     listen_db: Database | None = None
     _running: dict[str, tuple[WorkItem, trio.CancelScope]] = attrs.field(factory=dict)
     _wake: trio.Event = attrs.field(factory=trio.Event)
-    _down_since: int = 0
+    #: The database was found unreachable (by any part) and has not answered since.
+    _down: bool = False
 
     @property
     def running(self) -> int:
@@ -85,11 +86,15 @@ class Member:
                     pass
 
     def _unavailable(self, exc: ClusterUnavailable, attempt: int) -> None:
-        if attempt == 1:
+        # Once per outage for the member, whichever part noticed (heartbeat, claimer, a running item's commit);
+        # the next answer to any of the loops ends it (the heartbeat always runs, so one comes).
+        if not self._down:
+            self._down = True
             self.log.warn("cluster.unavailable", error=str(exc))
 
-    def _available(self, failures: int) -> None:
-        if failures:
+    def _available(self) -> None:
+        if self._down:
+            self._down = False
             self.log.info("cluster.available", database=self.queue.db.where)
 
     async def _heartbeat(self) -> None:
@@ -106,7 +111,7 @@ class Member:
             except JournalError as exc:
                 self.log.warn("cluster.heartbeat_failed", error=str(exc))
                 continue
-            self._available(failures)
+            self._available()
             failures = 0
             for run_id in lost:
                 entry = self._running.get(run_id)
@@ -143,7 +148,7 @@ class Member:
                     continue
                 except JournalError as exc:
                     self.log.warn("cluster.claim_failed", error=str(exc))
-                self._available(failures)
+                self._available()
                 failures = 0
             for item in claimed:
                 scope = trio.CancelScope()
