@@ -6,7 +6,9 @@ on a free loopback port, with password (SCRAM) authentication over TCP so the te
 Durability is switched off (``fsync=off``): the tests check agentd's transactions, not the disk.
 
 ``stop()`` / ``start()`` are there for the tests that lose the database mid-run. Each test gets a fresh
-database (:meth:`PgServer.new_database`) on the worker's one server.
+database (:meth:`PgServer.new_database`) on the worker's one server. The multi-host tests (tests/multihost) start
+a server of their own that also listens on the root namespace's address on a test network (``listen``) and
+lets that network's hosts log in with the password (``allow``: their subnet in ``pg_hba.conf``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class PgServer:
     root: str
     port: int
     _as_user: list[str] = attrs.field(factory=list)
+    #: Addresses the server listens on (the first one is the DSN's host).
+    listen: tuple[str, ...] = ("127.0.0.1",)
+    #: Subnets (CIDR) besides loopback whose hosts may log in with the password.
+    allow: tuple[str, ...] = ()
 
     @property
     def data(self) -> str:
@@ -72,9 +78,12 @@ class PgServer:
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed: {done.stderr[-2000:]}")
         os.unlink(pwfile)
+        if self.allow:
+            with open(os.path.join(self.data, "pg_hba.conf"), "a") as hba:
+                hba.writelines(f"host all all {cidr} scram-sha-256\n" for cidr in self.allow)
 
     def start(self) -> None:
-        options = (f"-c port={self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+        options = (f"-c port={self.port} -c listen_addresses={','.join(self.listen)} -c unix_socket_directories={self.root} "
                    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         done = self._run(os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-o", options, "-w", "-t", "60",
                          "-l", os.path.join(self.root, "log"), "start")
@@ -100,7 +109,7 @@ class PgServer:
 
     def dsn(self, database: str, *, password: bool = False) -> str:
         secret = f":{PASSWORD}" if password else ""
-        return f"postgresql://{USER}{secret}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{USER}{secret}@{self.listen[0]}:{self.port}/{database}"
 
     def env(self) -> Mapping[str, str]:
         """The standard PG environment that carries the password (never in the DSN)."""
@@ -111,8 +120,8 @@ class PgServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_server() -> PgServer:
-    """A fresh server (raises RuntimeError when no PostgreSQL is installed or it does not start)."""
+def start_server(listen: tuple[str, ...] = ("127.0.0.1",), allow: tuple[str, ...] = ()) -> PgServer:
+    """A fresh server on ``listen`` (raises RuntimeError when no PostgreSQL is installed or it does not start)."""
     path = bindir()
     if path is None:
         raise RuntimeError("PostgreSQL is not installed (no pg_config, no /usr/lib/postgresql/*/bin); "
@@ -124,7 +133,7 @@ def start_server() -> PgServer:
         os.chmod(root, 0o700)
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    server = PgServer(path, root, launch.free_port(), as_user)
+    server = PgServer(path, root, launch.free_port(), as_user, listen, allow)
     try:
         server.init()
         server.start()

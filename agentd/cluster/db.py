@@ -26,6 +26,11 @@ from agentd.journal.errors import JournalError
 CONNECT_TIMEOUT: Final = 5
 #: Longest a single statement may run on the server (milliseconds).
 STATEMENT_TIMEOUT_MS: Final = 30_000
+#: Longest the server keeps a session that sits idle inside a transaction (seconds): a member cut off or paused
+#: between two statements of a transaction holds its row locks (a lease row, say) until the server ends the
+#: session, and no other member could take its work over meanwhile. A live member never waits between the
+#: statements of one transaction (each is one call on the worker thread), so its transactions never meet it.
+IDLE_IN_TRANSACTION_TIMEOUT: Final = 5
 #: Bound on closing the connection when its owner is cancelled.
 CLOSE_GRACE: Final = 5.0
 
@@ -48,7 +53,8 @@ class Database:
         try:
             return psycopg.connect(
                 self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name=self._application,
-                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", keepalives=1, keepalives_idle=10,
+                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT * 1000}", keepalives=1, keepalives_idle=10,
                 keepalives_interval=5, keepalives_count=3, **extra,
             )
         except psycopg.Error as exc:
@@ -62,16 +68,17 @@ class Database:
         conn = self._conn
         try:
             return work(conn)
+        except (psycopg.errors.QueryCanceled, psycopg.errors.AdminShutdown) as exc:
+            # Before OperationalError, which both are: a statement the server cancelled or a server shutting
+            # down is the database away for now, retried by the caller, not a failed query.
+            self._close_quietly()
+            raise ClusterUnavailable(f"cluster database {self.where}: {what} interrupted ({_reason(exc)})") from None
         except psycopg.OperationalError as exc:
             if conn.broken or conn.closed:
                 self._close_quietly()
                 raise ClusterUnavailable(f"cluster database {self.where}: connection lost ({_reason(exc)})") from None
             raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.AdminShutdown):
-                self._close_quietly()
-                raise ClusterUnavailable(f"cluster database {self.where}: {what} interrupted ({_reason(exc)})"
-                                         ) from None
             raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
 
     async def call(self, work: Callable[[psycopg.Connection[Any]], T], what: str = "query") -> T:

@@ -62,7 +62,8 @@ class Member:
     _running: dict[str, tuple[WorkItem, trio.CancelScope]] = attrs.field(factory=dict)
     _cancelling: set[str] = attrs.field(factory=set)
     _wake: trio.Event = attrs.field(factory=trio.Event)
-    _down_since: int = 0
+    #: The database was found unreachable (by any part) and has not answered since.
+    _down: bool = False
 
     @property
     def running(self) -> int:
@@ -87,11 +88,15 @@ class Member:
                     pass
 
     def _unavailable(self, exc: ClusterUnavailable, attempt: int) -> None:
-        if attempt == 1:
+        # Once per outage for the member, whichever part noticed (heartbeat, claimer, a running item's commit);
+        # the next answer to any of the loops ends it (the heartbeat always runs, so one comes).
+        if not self._down:
+            self._down = True
             self.log.warn("cluster.unavailable", error=str(exc))
 
-    def _available(self, failures: int) -> None:
-        if failures:
+    def _available(self) -> None:
+        if self._down:
+            self._down = False
             self.log.info("cluster.available", database=self.queue.db.where)
 
     async def _heartbeat(self) -> None:
@@ -108,7 +113,7 @@ class Member:
             except JournalError as exc:
                 self.log.warn("cluster.heartbeat_failed", error=str(exc))
                 continue
-            self._available(failures)
+            self._available()
             failures = 0
             for run_id in lost:
                 entry = self._running.get(run_id)
@@ -155,7 +160,7 @@ class Member:
                     continue
                 except JournalError as exc:
                     self.log.warn("cluster.claim_failed", error=str(exc))
-                self._available(failures)
+                self._available()
                 failures = 0
             for item in claimed:
                 scope = trio.CancelScope()

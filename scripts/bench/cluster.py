@@ -1,7 +1,7 @@
-"""Cluster: work claims per second and claim-to-start latency with 1, 2 and 3 members, and the journal's
-per-step cost on PostgreSQL against SQLite.
+"""Cluster: work claims per second and claim-to-start latency with 1, 2 and 3 members, failover time after a
+SIGKILL, and the journal's per-step cost on PostgreSQL against SQLite.
 
-    .venv/bin/python scripts/bench/cluster.py [--items 300] [--steps 1000] [--write]
+    .venv/bin/python scripts/bench/cluster.py [--items 300] [--steps 1000] [--failovers 5] [--ttl 2] [--write]
 
 Starts a throwaway PostgreSQL (tests/postgres.py: the installed binaries, ``fsync=off``) and measures, in one
 process (each member is an agentd.cluster.member.Member with its own connections and worker threads, so the
@@ -11,6 +11,11 @@ members share this process's CPU: a floor on what separate hosts reach):
   items finished per second from the first enqueue to the last finish;
 - claim-to-start latency: one item enqueued at a time into idle members (the NOTIFY wake-up path): time from
   the enqueue's commit to the item's run starting, median and p95;
+- failover after SIGKILL: a member in a process of its own (this script with ``--member``) claims an item
+  whose run never ends; once it holds the lease another member joins (in this process) and the first one is
+  SIGKILLed; the time from the kill to the item's run starting on the survivor, ``--failovers`` times with
+  leases of ``--ttl`` seconds. Leases are renewed every third of the TTL, so the expected value lies between
+  two thirds of the TTL and the TTL plus the claim poll (1 s, agentd.cluster.member.POLL_INTERVAL);
 - per-step journal cost: ``--steps`` steps (4 records, one transaction) appended to one run on each backend:
   trio-thread CPU per step and wall time per step (median). The PostgreSQL step is fenced (the lease check
   is in the same transaction), as a claimed run's steps are.
@@ -22,7 +27,10 @@ the machine's load.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,13 +55,14 @@ from tests.postgres import PASSWORD, start_server
 SECTION = "## Cluster"
 
 
-async def _members(stack: AsyncExitStack, dsn: str, n: int, execute, nursery: trio.Nursery) -> None:
+async def _members(stack: AsyncExitStack, dsn: str, n: int, execute, nursery: trio.Nursery, *, ttl: float = 30,
+                   name: str = "m") -> None:
     log = EventLog(sink=lambda line: None)
     for i in range(n):
         store = await stack.enter_async_context(open_pg_journal(dsn, PASSWORD))
         listen = await open_database(dsn, PASSWORD, "listen")
         stack.push_async_callback(listen.aclose)
-        member = Member(Queue(store, f"m{i}", None, 4), execute, log, ttl=30, listen_db=listen)
+        member = Member(Queue(store, f"{name}{i}", None, 4), execute, log, ttl=ttl, listen_db=listen)
         await nursery.start(member.serve)
 
 
@@ -106,6 +115,65 @@ async def latency(dsn: str, members: int, samples: int) -> list[float]:
     return out
 
 
+async def serve_victim(dsn: str, ttl: float) -> None:
+    """``--member``: one member whose runs never end, saying ``JOINED`` and ``CLAIMED <id>`` on stdout."""
+
+    async def execute(item: WorkItem, journal: FencedJournal) -> None:
+        print(f"CLAIMED {item.work_id}", flush=True)
+        await trio.sleep_forever()
+
+    async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+        await _members(stack, dsn, 1, execute, nursery, ttl=ttl, name=f"victim-{os.getpid()}-")
+        print("JOINED", flush=True)
+
+
+async def _line(stream: trio.abc.ReceiveStream, wanted: str, buffer: bytearray) -> None:
+    with trio.fail_after(60):
+        while wanted.encode() + b"\n" not in buffer:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                raise RuntimeError(f"the member exited before saying {wanted!r}")
+            buffer.extend(chunk)
+
+
+async def failover(dsn: str, ttl: float, samples: int) -> list[float]:
+    out = []
+    for i in range(samples):
+        started = trio.Event()
+        resumed_at = 0.0
+
+        async def execute(item: WorkItem, journal: FencedJournal) -> None:
+            nonlocal resumed_at
+            resumed_at = time.perf_counter()
+            started.set()
+
+        victim = await trio.lowlevel.open_process(
+            [sys.executable, __file__, "--member", dsn, "--ttl", str(ttl)], stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parents[2]))
+        assert victim.stdout is not None
+        seen = bytearray()
+        try:
+            await _line(victim.stdout, "JOINED", seen)
+            async with AsyncExitStack() as stack:
+                producer = await stack.enter_async_context(open_pg_journal(dsn, PASSWORD))
+                await enqueue(producer, f"f-{i}", "bench", {})
+                await _line(victim.stdout, f"CLAIMED f-{i}", seen)
+                async with trio.open_nursery() as nursery:
+                    await _members(stack, dsn, 1, execute, nursery, ttl=ttl, name=f"survivor-{i}-")
+                    victim.send_signal(signal.SIGKILL)
+                    killed_at = time.perf_counter()
+                    with trio.fail_after(ttl + 30):
+                        await started.wait()
+                    out.append(resumed_at - killed_at)
+                    nursery.cancel_scope.cancel()
+        finally:
+            if victim.returncode is None:
+                victim.kill()
+            with trio.move_on_after(10):
+                await victim.wait()
+    return out
+
+
 async def per_step(dsn: str, steps: int) -> dict[str, float]:
     batches = [step(n) for n in range(steps)]
     result: dict[str, float] = {}
@@ -133,13 +201,18 @@ async def per_step(dsn: str, steps: int) -> dict[str, float]:
     return result
 
 
-async def bench(dsn_of, items: int, steps: int, samples: int) -> dict[str, float]:
+async def bench(dsn_of, items: int, steps: int, samples: int, failovers: int, ttl: float) -> dict[str, float]:
     out: dict[str, float] = {}
     for n in (1, 2, 3):
         out[f"claims_per_s_{n}"] = await throughput(dsn_of(), n, items)
         lat = sorted(await latency(dsn_of(), n, samples))
         out[f"latency_median_ms_{n}"] = statistics.median(lat) * 1000
         out[f"latency_p95_ms_{n}"] = lat[int(len(lat) * 0.95)] * 1000
+    if failovers:
+        times = sorted(await failover(dsn_of(), ttl, failovers))
+        out["failover_median_s"] = statistics.median(times)
+        out["failover_max_s"] = times[-1]
+        out["failover_min_s"] = times[0]
     out.update(await per_step(dsn_of(), steps))
     return out
 
@@ -149,12 +222,19 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=300)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--failovers", type=int, default=5, help="SIGKILL failovers to time (0: skip)")
+    parser.add_argument("--ttl", type=float, default=2.0, help="lease TTL of the failover members, seconds")
+    parser.add_argument("--member", metavar="DSN", help=argparse.SUPPRESS)  # the failover's victim process
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = parser.parse_args()
+    if args.member:
+        trio.run(serve_victim, args.member, args.ttl)
+        return
     server = start_server()
     try:
         cpu0 = time.process_time()
-        r = trio.run(bench, lambda: server.dsn(server.new_database()), args.items, args.steps, args.samples)
+        r = trio.run(bench, lambda: server.dsn(server.new_database()), args.items, args.steps, args.samples,
+                     args.failovers, args.ttl)
         cpu = time.process_time() - cpu0
     finally:
         server.close()
@@ -165,7 +245,8 @@ def main() -> None:
         load = f.read().split()[0]
     lines = [
         SECTION, "",
-        f"Command: `.venv/bin/python scripts/bench/cluster.py --items {args.items} --steps {args.steps} --write` "
+        f"Command: `.venv/bin/python scripts/bench/cluster.py --items {args.items} --steps {args.steps} "
+        f"--failovers {args.failovers} --ttl {args.ttl:g} --write` "
         f"(2-core VM, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load} at the end; "
         "**to be re-measured on a quiet machine**). A throwaway PostgreSQL 15 on loopback (`fsync=off`); the "
         "members are in one process (their own connections and worker threads, one CPU budget), so these are "
@@ -175,6 +256,11 @@ def main() -> None:
         *[f"| {n} | {r[f'claims_per_s_{n}']:.0f} | {r[f'latency_median_ms_{n}']:.2f} / "
           f"{r[f'latency_p95_ms_{n}']:.2f} ms |" for n in (1, 2, 3)],
         "",
+        *([f"Failover after SIGKILL (a member process killed while its run holds the lease; the survivor "
+           f"claims at the lease's expiry): median {r['failover_median_s']:.2f} s, min {r['failover_min_s']:.2f} "
+           f"s, max {r['failover_max_s']:.2f} s over {args.failovers} kills with `--cluster-lease-ttl "
+           f"{args.ttl:g}s` (expected between {args.ttl * 2 / 3:.2f} s and {args.ttl + 1:.2f} s: the lease's "
+           "rest plus the claim poll).", ""] if args.failovers else []),
         "| journal step (4 records, one transaction) | trio-thread CPU per step | wall per step, median |",
         "|---|---|---|",
         f"| SQLite (`synchronous=NORMAL`) | {r['sqlite_cpu_ms']:.3f} ms | {r['sqlite_wall_ms']:.3f} ms |",
