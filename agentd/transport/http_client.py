@@ -25,6 +25,7 @@ from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
+from agentd.transport.tls_errors import verify_hint
 
 DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
 #: How long closing a response may take when the caller is being cancelled.
@@ -43,14 +44,6 @@ def display_url(url: str) -> str:
 
 class ConnectionLost(McpTransportError):
     """The connection itself failed (refused, reset, closed mid-response): the peer may be gone."""
-
-
-#: Appended when a server's certificate did not verify: where trust comes from, and how to add a CA.
-UNTRUSTED_HINT: Final = (
-    "the server's certificate is not trusted: agentd trusts the OS trust store plus SSL_CERT_FILE/SSL_CERT_DIR "
-    "(certifi's bundle when there is no OS store); add a private CA with the server's tls.ca, --tls-ca or "
-    "SSL_CERT_FILE"
-)
 
 
 def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
@@ -73,7 +66,7 @@ def _describe(exc: httpx.HTTPError) -> str:
         detail = f"certificate verify failed: {failure.verify_message}"
     described = f"{name}: {detail}" if detail else name
     if failure is not None:
-        described += f" ({UNTRUSTED_HINT})"
+        described += f" ({verify_hint(failure)})"
     return described
 
 
