@@ -41,6 +41,8 @@ FENCE = re.compile(r"^```(?P<lang>\w*)")
 #: Example hosts -> local fixtures ({mcp} and {a2a} are filled in with the fixtures' URLs).
 FIXTURES = {
     "https://gw.example/v1": "test",
+    "https://api.openai.com/v1": "test",
+    "http://127.0.0.1:3001/mcp": "{mcp}",
     "https://gateway/v1": "test",
     "https://mcp-fs.internal/mcp": "{mcp}",
     "https://pay.internal/mcp": "{mcp}",
