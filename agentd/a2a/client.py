@@ -36,7 +36,13 @@ from agentd.errors import A2aConnectError, A2aError, A2aRpcError, AgentdError
 from agentd.events import EventLog
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.secrets import SecretResolver
-from agentd.transport.http_client import DEFAULT_MAX_BODY, display_url, new_client, tls_context
+from agentd.transport.http_client import (
+    DEFAULT_MAX_BODY,
+    describe_error,
+    display_url,
+    new_client,
+    tls_context,
+)
 from agentd.transport.tls import verify_for
 
 _T = TypeVar("_T")
@@ -118,7 +124,7 @@ class A2aPeer:
             raise A2aError(f"A2A peer {self.name!r}: no answer to {self._method(op)} within {REQUEST_TIMEOUT:g}s",
                            peer=self.name) from None  # fmt: skip
         except httpx.HTTPError as exc:
-            raise A2aError(f"A2A peer {self.name!r}: {type(exc).__name__}", peer=self.name) from None
+            raise A2aError(f"A2A peer {self.name!r}: {describe_error(exc)}", peer=self.name) from None
         try:
             message = json.loads(data)
         except (ValueError, UnicodeDecodeError):
@@ -166,7 +172,7 @@ class A2aPeer:
         except SseError as exc:
             raise A2aError(f"A2A peer {self.name!r}: broken event stream ({exc})", peer=self.name) from None
         except httpx.HTTPError as exc:
-            raise _StreamLost(f"A2A peer {self.name!r}: {type(exc).__name__}", peer=self.name) from None
+            raise _StreamLost(f"A2A peer {self.name!r}: {describe_error(exc)}", peer=self.name) from None
 
     async def send(self, text: str, *, context_id: str | None, task_id: str | None = None) -> a2a.Task | a2a.Message:
         """SendMessage with ``returnImmediately``: the task as submitted (or the peer's direct reply)."""
@@ -401,7 +407,8 @@ async def fetch_card(
             f"A2A peer {config.name!r}: no agent card within {config.connect_timeout:g}s", peer=config.name
         ) from None
     except httpx.HTTPError as exc:
-        raise A2aConnectError(f"A2A peer {config.name!r}: unreachable ({type(exc).__name__})", peer=config.name) from None
+        raise A2aConnectError(f"A2A peer {config.name!r}: unreachable ({describe_error(exc)})",
+                              peer=config.name) from None
     except A2aConnectError:
         raise
     except A2aError as exc:

@@ -58,6 +58,11 @@ def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     return None
 
 
+def describe_error(exc: httpx.HTTPError) -> str:
+    """An httpx failure in a line: its kind, its detail, and for a certificate failure what it means."""
+    return _describe(exc)
+
+
 def _describe(exc: httpx.HTTPError) -> str:
     detail = str(exc).strip()
     name = exc.__class__.__name__

@@ -168,3 +168,21 @@ async def test_a_stream_that_keeps_ending_early_is_resubscribed_a_bounded_number
                 result = await peers.delegate("bad", "cut", context_id=None)
     assert result.state == "completed" and app.subscribes == 3 and app.gets == 1  # type: ignore[union-attr]
     assert [e["attempt"] for e in events.named("a2a.resubscribe")] == [1, 2, 3]
+
+
+async def test_an_untrusted_peer_certificate_is_explained(tmp_path: Any) -> None:
+    from tests.selfmcp.certs import make_pki
+
+    pki = make_pki(tmp_path)
+    app = BrokenPeer(False)
+    config = _hypercorn_config(0, str(pki.server.cert), str(pki.server.key))
+    events = Events()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(functools.partial(serve, app, config))
+        app.port = int(binds[0].rsplit(":", 1)[1])
+        with trio.fail_after(20), pytest.raises(A2aError) as info:
+            async with open_a2a_peers([McpServerConfig("tls", f"https://127.0.0.1:{app.port}")], log=events.log):
+                pytest.fail("must not connect")
+        nursery.cancel_scope.cancel()
+    assert "A2A peer 'tls': unreachable" in str(info.value)
+    assert "certificate verify failed" in str(info.value) and "not trusted" in str(info.value)
