@@ -34,6 +34,7 @@ from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFou
 from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from agentd.telemetry.health import readiness_check
+from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import DEFAULT_MAX_BODY, HttpTransport, display_url, new_client, tls_context
 from agentd.transport.tls import verify_for
 
@@ -216,7 +217,9 @@ def _own_client(config: McpServerConfig) -> bool:
     return callable(config.http_client) or (config.tls is not None and bool(config.tls.ca or config.tls.cert))
 
 
-def _client_for(config: McpServerConfig, shared: httpx.AsyncClient) -> httpx.AsyncClient | McpConnectError:
+def _client_for(
+    config: McpServerConfig, shared: httpx.AsyncClient, egress: EgressPolicy | None
+) -> httpx.AsyncClient | McpConnectError:
     if callable(config.http_client):
         # A host's HTTP policy (agentd.connections runtime module): its own client, transport and hooks.
         client = config.http_client()
@@ -227,7 +230,7 @@ def _client_for(config: McpServerConfig, shared: httpx.AsyncClient) -> httpx.Asy
     if config.tls is None or not (config.tls.ca or config.tls.cert):
         return shared
     try:
-        return new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key))
+        return new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key), egress=egress)
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc.__class__.__name__
         return McpConnectError(f"MCP server {config.name!r}: TLS material cannot be loaded ({reason})", server=config.name)
@@ -244,11 +247,13 @@ async def open_mcp_pool(
     tuning: Tuning | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     eras: EraCache | None = None,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[McpPool]:
     """Connect every server concurrently and keep them connected while the block runs.
 
     ``eras`` remembers which origins are modern-only (2026-07-28), so their connections skip the refused
     ``initialize``; None means the per-process cache (:func:`agentd.client.era_cache.process_era_cache`).
+    ``egress`` is the config file's ``egress.allow`` (a metadata address is refused unless it names it).
 
     Raises:
         McpConnectError: a required server failed its handshake (unless ``raise_required=False``, which
@@ -262,13 +267,13 @@ async def open_mcp_pool(
     async with AsyncExitStack() as stack:
         # Plain-http servers need no CA bundle; https ones share the process's cached context.
         shared = await stack.enter_async_context(
-            new_client(verify=verify_for(c.url for c in declared if not _own_client(c)))
+            new_client(verify=verify_for(c.url for c in declared if not _own_client(c)), egress=egress)
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pool._forward_updates)
             async with trio.open_nursery() as connecting:
                 for config in declared:
-                    client = _client_for(config, shared)
+                    client = _client_for(config, shared, egress)
                     if isinstance(client, McpConnectError):
                         pool._fail(config, client)
                         continue

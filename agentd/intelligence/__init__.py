@@ -31,6 +31,7 @@ from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
 from agentd.intelligence.offline import OfflineIntelligence, example_value
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.secrets import SecretResolver, has_secret_ref
+from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import new_client
 from agentd.transport.tls import verify_for
 
@@ -89,6 +90,7 @@ async def open_intelligence(
     secrets: SecretResolver | None = None,
     timeout: float = CALL_TIMEOUT,
     verify: Any = True,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[Intelligence]:
     """Validate the endpoints, resolve the token, and hold one HTTP client for the block.
 
@@ -113,6 +115,6 @@ async def open_intelligence(
     limits = httpx.Limits(max_connections=len(urls) * 4, max_keepalive_connections=len(urls) * 2)
     if verify is True:  # the process's cached context; none at all for plain-http endpoints
         verify = verify_for(urls)
-    async with new_client(verify, limits=limits) as client:
+    async with new_client(verify, limits=limits, egress=egress) as client:
         gateways = [Gateway(url, client, log, token=bearer, timeout=timeout) for url in urls]
         yield FailoverIntelligence(gateways, model=model, log=log, stream=stream)
