@@ -7,11 +7,13 @@ Two sources:
 - the server refused the *client*: a client certificate is required and none was sent, or the one sent is
   not trusted. TLS 1.3 reports that only after the handshake, as an alert or a bare close, and httpx loses
   it (an empty ``ReadError``); :func:`probe_client_refusal` opens one bounded TLS connection of its own to
-  see what happens right after the handshake. It runs only on that failure path, never on a healthy one.
+  see what happens right after the handshake. It runs only on that failure path, never on a healthy one,
+  and never reaches a link-local/cloud metadata address (the egress rule of every operator endpoint).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from typing import Final
 
@@ -76,6 +78,17 @@ def _verdict(error: BaseException | None, *, sent_cert: bool) -> str:
     return CLIENT_CERT_REFUSED_HINT if sent_cert else CLIENT_CERT_REQUIRED_HINT
 
 
+def _metadata(tcp: trio.SocketStream) -> bool:
+    """Did the connection land on a link-local/cloud metadata address (agentd.transport.egress)?"""
+    from agentd.transport.egress import EgressPolicy, classify_address
+
+    try:
+        address = ipaddress.ip_address(str(tcp.socket.getpeername()[0]).split("%", 1)[0])
+    except (OSError, ValueError, IndexError):
+        return True  # unknown: do not probe
+    return classify_address(address, EgressPolicy(), loopback_ok=True) == "metadata"
+
+
 async def probe_client_refusal(host: str, port: int, context: ssl.SSLContext, *, sent_cert: bool,
                                timeout: float = PROBE_TIMEOUT) -> str | None:  # fmt: skip
     """Does the server drop the connection right after the TLS handshake (its verdict on the client)?
@@ -86,6 +99,10 @@ async def probe_client_refusal(host: str, port: int, context: ssl.SSLContext, *,
         try:
             tcp = await trio.open_tcp_stream(host, port)
         except OSError:
+            return None
+        if _metadata(tcp):  # the egress rule holds for the probe too: not a byte to a metadata address
+            with trio.move_on_after(0.5, shield=True):
+                await tcp.aclose()
             return None
         stream = trio.SSLStream(tcp, context, server_hostname=host)
         try:
