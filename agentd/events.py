@@ -73,6 +73,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # A2A client side (peers a run delegates to) and the served A2A endpoint
         "a2a.card", "a2a.card_failed", "a2a.skill_description", "a2a.delegate", "a2a.task_end", "a2a.cancel",
         "a2a.cancel_failed", "a2a.served",
+        "a2a.resubscribe", "a2a.extended_card_failed",
         # intelligence gateway
         "intel.call", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools

@@ -8,10 +8,13 @@ A delegation (:meth:`A2aPeers.delegate`) streams when the card says it can (``Se
 sends with ``returnImmediately`` and polls ``GetTask``; either way the task id is known at once, so a
 delegation abandoned by the run (its deadline, a kill, the peer's own ``call_timeout``) is cancelled on the
 peer with ``CancelTask``, shielded and bounded, as MCP calls are with ``notifications/cancelled``. Tasks
-started with ``async`` and still running when the block ends are cancelled the same way.
+started with ``async`` and still running when the block ends are cancelled the same way. A stream that is
+lost (a disconnect, or it ends before the task does) is followed again with ``SubscribeToTask`` at most
+:data:`MAX_RESUBSCRIBES` times, then by ``GetTask`` polling; a card that offers an authenticated extended
+card (``GetExtendedAgentCard``) is replaced by it, fetched with the peer's credentials.
 
 Why not the ``a2a-sdk`` client: it runs under trio, but pulls in protobuf, pydantic, google-api-core and
-json-rpc, which would more than double agentd's start-up imports for four JSON-RPC methods.
+json-rpc, which would more than double agentd's start-up imports for six JSON-RPC methods.
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ from agentd.events import EventLog
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.secrets import SecretResolver
 from agentd.transport.egress import EgressPolicy
-from agentd.transport.http_client import DEFAULT_MAX_BODY, display_url, new_client, tls_context
+from agentd.transport.http_client import (
+    DEFAULT_MAX_BODY,
+    describe_error,
+    display_url,
+    new_client,
+    tls_context,
+)
 from agentd.transport.tls import verify_for
 
 _T = TypeVar("_T")
@@ -46,6 +55,12 @@ CANCEL_TIMEOUT: Final = 5.0
 #: Polling a non-streaming peer's task: first and longest interval (seconds).
 POLL_FIRST: Final = 0.2
 POLL_MAX: Final = 2.0
+#: How often one delegation re-follows a lost stream with SubscribeToTask before it falls back to polling.
+MAX_RESUBSCRIBES: Final = 3
+
+
+class _StreamLost(A2aError):
+    """The event stream broke off at the transport (not garbage): the task may well go on; follow it again."""
 
 
 @attrs.define(eq=False)
@@ -110,7 +125,7 @@ class A2aPeer:
             raise A2aError(f"A2A peer {self.name!r}: no answer to {self._method(op)} within {REQUEST_TIMEOUT:g}s",
                            peer=self.name) from None  # fmt: skip
         except httpx.HTTPError as exc:
-            raise A2aError(f"A2A peer {self.name!r}: {type(exc).__name__}", peer=self.name) from None
+            raise A2aError(f"A2A peer {self.name!r}: {describe_error(exc)}", peer=self.name) from None
         try:
             message = json.loads(data)
         except (ValueError, UnicodeDecodeError):
@@ -138,20 +153,27 @@ class A2aPeer:
                 if kind != "text/event-stream":
                     raise A2aError(f"A2A peer {self.name!r}: unexpected content type {kind[:60]!r}", peer=self.name)
                 decoder = SseDecoder(max_event_bytes=self.max_body)
+                appended = 0  # artifact bytes this stream added: an endless run of appends is bounded too
                 async for chunk in response.aiter_bytes():
                     for event in decoder.feed(chunk):
                         if not event.data:
                             continue
                         try:
-                            yield a2a.parse_event(self._unwrap(json.loads(event.data), op))
+                            parsed = a2a.parse_event(self._unwrap(json.loads(event.data), op))
                         except a2a.A2aShapeError as exc:
                             raise A2aError(f"A2A peer {self.name!r}: {exc}", peer=self.name) from None
                         except ValueError:
                             raise A2aError(f"A2A peer {self.name!r}: an event is not JSON", peer=self.name) from None
+                        if isinstance(parsed, a2a.ArtifactUpdate):
+                            appended += len(event.data)
+                            if appended > self.max_body:
+                                raise A2aError(f"A2A peer {self.name!r}: the streamed artifacts exceed "
+                                               f"{self.max_body} bytes", peer=self.name)  # fmt: skip
+                        yield parsed
         except SseError as exc:
             raise A2aError(f"A2A peer {self.name!r}: broken event stream ({exc})", peer=self.name) from None
         except httpx.HTTPError as exc:
-            raise A2aError(f"A2A peer {self.name!r}: {type(exc).__name__}", peer=self.name) from None
+            raise _StreamLost(f"A2A peer {self.name!r}: {describe_error(exc)}", peer=self.name) from None
 
     async def send(self, text: str, *, context_id: str | None, task_id: str | None = None) -> a2a.Task | a2a.Message:
         """SendMessage with ``returnImmediately``: the task as submitted (or the peer's direct reply)."""
@@ -163,6 +185,15 @@ class A2aPeer:
     def stream_send(self, text: str, *, context_id: str | None) -> AsyncGenerator[a2a.Event, None]:
         message = a2a.message_json(self.card.version, _random.token_hex(8), text, context_id=context_id)
         return self.stream("stream", a2a.send_params(self.card.version, message, return_immediately=False))
+
+    def subscribe(self, task_id: str) -> AsyncGenerator[a2a.Event, None]:
+        """SubscribeToTask: the stream of a task already running (after a lost stream)."""
+        return self.stream("subscribe", a2a.task_params(task_id))
+
+    async def extended_card(self) -> a2a.AgentCard:
+        """GetExtendedAgentCard (with this peer's credentials), validated like the public card."""
+        result = await self.call("extended_card", {})
+        return self._parsed(lambda obj: a2a.parse_card(obj, self.config.url), result)
 
     async def get_task(self, task_id: str) -> a2a.Task:
         return self._parsed(a2a.parse_task_result, await self.call("get", a2a.task_params(task_id)))
@@ -268,41 +299,62 @@ class A2aPeers:
             A2aError: a protocol or transport fault; :class:`trio.TooSlowError` past ``call_timeout``.
         """
         peer = self.peer(name)
-        current: a2a.Task | a2a.Message | None = None
+        seen = _Seen()
         finished = False
         try:
             with trio.fail_after(peer.config.call_timeout):
                 if peer.card.streaming:
-                    # aclosing: leaving the stream early (a terminal event) closes it here, not in the GC
-                    async with aclosing(peer.stream_send(text, context_id=context_id)) as events:
-                        async for event in events:
-                            first = current is None
-                            current = apply_event(current if isinstance(current, a2a.Task) else None, event)
-                            if first:
-                                self.log.info("a2a.delegate", peer=name, mode="stream", **_ids(current))
-                            if isinstance(current, a2a.Task):
-                                self.open_tasks.setdefault(current.id, name)
-                            if isinstance(current, a2a.Message) or current.terminal or current.interrupted:
-                                break
-                    if isinstance(current, a2a.Task) and not (current.terminal or current.interrupted):
-                        current = await peer.get_task(current.id)  # the stream ended early: ask
+                    events = peer.stream_send(text, context_id=context_id)
+                    for attempt in range(MAX_RESUBSCRIBES + 1):
+                        try:
+                            await self._follow(peer, events, seen)
+                        except _StreamLost:
+                            if not isinstance(seen.current, a2a.Task):
+                                raise  # lost before the task was known: nothing to follow
+                        except A2aRpcError as exc:  # SubscribeToTask of a task that ended meanwhile: ask
+                            if attempt == 0 or exc.code not in (a2a.UNSUPPORTED_OPERATION, a2a.TASK_NOT_FOUND):
+                                raise
+                            break
+                        task = seen.current
+                        if not isinstance(task, a2a.Task) or _settled(task) or attempt == MAX_RESUBSCRIBES:
+                            break
+                        self.log.info("a2a.resubscribe", peer=name, task_id=task.id, attempt=attempt + 1)
+                        events = peer.subscribe(task.id)
                 else:
-                    current = await peer.send(text, context_id=context_id)
-                    self.log.info("a2a.delegate", peer=name, mode="poll", **_ids(current))
-                    interval = POLL_FIRST
-                    while isinstance(current, a2a.Task) and not (current.terminal or current.interrupted):
-                        self.open_tasks.setdefault(current.id, name)
-                        await trio.sleep(interval)
-                        interval = min(interval * 2, POLL_MAX)
-                        current = await peer.get_task(current.id)
+                    seen.current = await peer.send(text, context_id=context_id)
+                    self.log.info("a2a.delegate", peer=name, mode="poll", **_ids(seen.current))
+                interval = POLL_FIRST  # no stream, or the streams gave out: poll
+                while isinstance(seen.current, a2a.Task) and not _settled(seen.current):
+                    self.open_tasks.setdefault(seen.current.id, name)
+                    await trio.sleep(interval)
+                    interval = min(interval * 2, POLL_MAX)
+                    seen.current = await peer.get_task(seen.current.id)
+            current = seen.current
             if current is None:
                 raise A2aError(f"A2A peer {name!r}: the stream ended without a task or reply", peer=name)
             finished = True
             self._seen(peer, current)
             return current
         finally:
-            if not finished and isinstance(current, a2a.Task) and not current.terminal:
-                await self._abandon(peer, current.id, "the delegation was abandoned")
+            last = seen.current
+            if not finished and isinstance(last, a2a.Task) and not last.terminal:
+                await self._abandon(peer, last.id, "the delegation was abandoned")
+
+    async def _follow(self, peer: A2aPeer, stream: AsyncGenerator[a2a.Event, None], seen: _Seen) -> None:
+        """Fold one stream's events into ``seen`` until the task settles or the stream ends (``seen`` is kept
+        current event by event, so a delegation abandoned mid-stream knows which task to cancel)."""
+        # aclosing: leaving the stream early (a terminal event) closes it here, not in the GC
+        async with aclosing(stream) as events:
+            async for event in events:
+                first = seen.current is None
+                current = apply_event(seen.current if isinstance(seen.current, a2a.Task) else None, event)
+                seen.current = current
+                if first:
+                    self.log.info("a2a.delegate", peer=peer.name, mode="stream", **_ids(current))
+                if isinstance(current, a2a.Task):
+                    self.open_tasks.setdefault(current.id, peer.name)
+                if isinstance(current, a2a.Message) or _settled(current):
+                    return
 
     async def _abandon(self, peer: A2aPeer, task_id: str, reason: str) -> None:
         """CancelTask, shielded and bounded: the run is going away, the peer's work should too."""
@@ -319,6 +371,17 @@ class A2aPeers:
             peer = self.peers.get(name)
             if peer is not None:
                 await self._abandon(peer, task_id, "the run ended")
+
+
+@attrs.define
+class _Seen:
+    """The task (or direct reply) a delegation has seen so far."""
+
+    current: a2a.Task | a2a.Message | None = None
+
+
+def _settled(task: a2a.Task) -> bool:
+    return task.terminal or task.interrupted
 
 
 def _ids(result: a2a.Task | a2a.Message) -> dict[str, str]:
@@ -345,7 +408,8 @@ async def fetch_card(
             f"A2A peer {config.name!r}: no agent card within {config.connect_timeout:g}s", peer=config.name
         ) from None
     except httpx.HTTPError as exc:
-        raise A2aConnectError(f"A2A peer {config.name!r}: unreachable ({type(exc).__name__})", peer=config.name) from None
+        raise A2aConnectError(f"A2A peer {config.name!r}: unreachable ({describe_error(exc)})",
+                              peer=config.name) from None
     except A2aConnectError:
         raise
     except A2aError as exc:
@@ -390,7 +454,8 @@ async def open_a2a_peers(
                                               f"({type(exc).__name__})", peer=config.name) from None  # fmt: skip
                     client = await stack.enter_async_context(own)
                 assert client is not None
-                card = await fetch_card(config, client, headers, max_body)
+                peer = A2aPeer(config, await fetch_card(config, client, headers, max_body), client, headers,
+                               peers.log, max_body)  # fmt: skip
             except AgentdError as exc:
                 failure = exc if isinstance(exc, A2aConnectError) else A2aConnectError(
                     f"A2A peer {config.name!r}: {exc}", peer=config.name)  # fmt: skip
@@ -398,10 +463,19 @@ async def open_a2a_peers(
                 peers.log.emit("a2a.card_failed", "error" if config.required else "warn", peer=config.name,
                                url=display_url(config.url), required=config.required, error=str(failure))  # fmt: skip
                 return
-            peers.peers[config.name] = A2aPeer(config, card, client, headers, peers.log, max_body)
+            extended = False
+            if peer.card.extended:  # the authenticated extended card replaces the public one
+                try:
+                    with trio.fail_after(config.connect_timeout):
+                        peer.card, extended = await peer.extended_card(), True
+                except (A2aError, trio.TooSlowError) as exc:
+                    reason = str(exc) or f"no answer within {config.connect_timeout:g}s"
+                    peers.log.warn("a2a.extended_card_failed", peer=config.name, error=reason)
+            card = peer.card
+            peers.peers[config.name] = peer
             peers.log.info(
                 "a2a.card", peer=config.name, url=display_url(config.url), name=card.name, protocol=card.version,
-                streaming=card.streaming, skills=[s.id for s in card.skills],
+                streaming=card.streaming, extended=extended, skills=[s.id for s in card.skills],
             )  # fmt: skip
             for skill in card.skills:  # untrusted peer text, recorded for audit like MCP tool descriptions
                 peers.log.info("a2a.skill_description", peer=config.name, skill=skill.id,

@@ -79,6 +79,8 @@ class AgentCard:
     streaming: bool
     skills: tuple[Skill, ...]
     agent_version: str = ""
+    #: The card says an authenticated extended card is available (``GetExtendedAgentCard``).
+    extended: bool = False
 
 
 @attrs.frozen
@@ -229,6 +231,9 @@ def parse_card(obj: Any, base_url: str) -> AgentCard:
         raise A2aShapeError("the agent card's JSON-RPC interface is on another origin than the configured peer")
     caps = card.get("capabilities")
     streaming = bool(isinstance(caps, Mapping) and caps.get("streaming") is True)
+    extended = bool(isinstance(caps, Mapping) and caps.get("extendedAgentCard") is True) or (
+        card.get("supportsAuthenticatedExtendedCard") is True  # 0.3
+    )
     skills: list[Skill] = []
     for raw in _list(card, "skills", "the agent card")[:MAX_SKILLS]:
         skill = _obj(raw, "a skill")
@@ -240,7 +245,7 @@ def parse_card(obj: Any, base_url: str) -> AgentCard:
     return AgentCard(
         name=_clip(name, 80), description=_clip(_str(card, "description", "the agent card")), rpc_url=url,
         version=version, streaming=streaming, skills=tuple(skills),
-        agent_version=_clip(_str(card, "version", "the agent card"), 40),
+        agent_version=_clip(_str(card, "version", "the agent card"), 40), extended=extended,
     )  # fmt: skip
 
 

@@ -196,7 +196,8 @@ class ServerConnection:
                 self.exchange, "the server answered 404 for the session it had just issued"
             ) from None
         except McpError as exc:
-            raise connect_error(self.exchange, str(exc)) from exc
+            hint = await self._tls_refusal(exc)
+            raise connect_error(self.exchange, str(exc) + (f" ({hint})" if hint else "")) from exc
         self.exchange.activity = trio.current_time()
         self.liveness.up()
         self.log.info(
@@ -209,6 +210,35 @@ class ServerConnection:
             tools=len(self.tools),
             resources=len(self.resources),
         )
+
+    async def _tls_refusal(self, exc: McpError) -> str | None:
+        """An https connection that broke with no reason given: did the server refuse agentd as a TLS client
+        (a client certificate missing or untrusted)? One bounded probe, on this failure path only."""
+        from agentd.transport.http_client import ConnectionLost
+
+        config = self.config
+        if not isinstance(exc, ConnectionLost) or "certificate verify failed" in str(exc) or callable(
+            config.http_client
+        ) or not config.url.startswith("https://"):
+            return None
+        from urllib.parse import urlsplit
+
+        from agentd.transport.tls import default_context
+        from agentd.transport.tls_errors import probe_client_refusal
+
+        tls = config.tls
+        sent_cert = bool(tls is not None and tls.cert)
+        try:
+            if tls is not None and (tls.ca or tls.cert):
+                from agentd.transport.http_client import tls_context
+
+                context = tls_context(tls.ca, tls.cert, tls.key)
+            else:
+                context = default_context()
+        except (OSError, ValueError):
+            return None
+        target = urlsplit(config.url)
+        return await probe_client_refusal(target.hostname or "", target.port or 443, context, sent_cert=sent_cert)
 
     async def _reconnect(self) -> None:
         attempt = 0

@@ -55,11 +55,11 @@ def check_endpoint(url: str, *, what: str, listen: bool = False) -> str:
     return url
 
 
-def check_intelligence_endpoint(url: str) -> str:
-    """Like :func:`check_endpoint`, plus the offline model ``test``."""
+def check_intelligence_endpoint(url: str, *, what: str = "--intelligence") -> str:
+    """Like :func:`check_endpoint`, plus the offline model ``test``; ``what`` names where the URL was written."""
     if url == OFFLINE_MODEL:
         return url
-    return check_endpoint(url, what="--intelligence")
+    return check_endpoint(url, what=what)
 
 
 def split_endpoints(value: str) -> tuple[str, ...]:

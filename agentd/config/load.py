@@ -18,7 +18,7 @@ import attrs
 from agentd.config.a2a import merge_peers
 from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
-from agentd.config.endpoints import parse_mcp_flag, split_endpoints
+from agentd.config.endpoints import check_intelligence_endpoint, parse_mcp_flag, split_endpoints
 from agentd.config.env import read_env
 from agentd.config.model import Config, EraChoice, McpServerConfig, TlsConfig, check_era
 from agentd.config.validate import Purpose, validate
@@ -232,11 +232,15 @@ def _convert(
 
     ``env`` (argv values only) lets a refused literal secret name the variable it was expanded from."""
     try:
-        return _convert_kind(flag, value, from_file=from_file, env_variable=env_variable, env=env)
+        converted = _convert_kind(flag, value, from_file=from_file, env_variable=env_variable, env=env)
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
+    if flag.kind == "endpoints":  # checked here, so the error names the file key or variable the URL came from
+        for endpoint in converted:
+            check_intelligence_endpoint(endpoint, what=origin)
+    return converted
 
 
 def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str | None,

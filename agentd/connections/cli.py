@@ -116,7 +116,7 @@ def prepare(args: Sequence[str], env: Mapping[str, str]) -> Prepared:
     host = load_host(options.get("config_path"), env, mcp_flags=_mcp_flags(options.get("mcp", ())))
     manifest = load_manifest(options["manifest"])
     runtime = load_runtime_module(options.get("runtime_module"))
-    endpoints, model, token = _intelligence(options, host.intelligence, env)
+    endpoints, model, token = _intelligence(options, host.intelligence, env, f"--config {host.path} $.intelligence.url")
     transcript_path = None
     if not options.get("no_transcript", False) and host.transcript.enabled:
         transcript_path = options.get("transcript") or host.transcript_path or default_path(env)
@@ -175,7 +175,7 @@ async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromi
 
 
 def _intelligence(
-    options: Mapping[str, Any], spec: Any, env: Mapping[str, str]
+    options: Mapping[str, Any], spec: Any, env: Mapping[str, str], where: str
 ) -> tuple[list[str], str, str | None]:
     from agentd.intelligence.endpoints import parse_endpoints
 
@@ -186,14 +186,17 @@ def _intelligence(
     elif spec is not None:
         urls = spec.url if isinstance(spec.url, list) else [spec.url]
         raw = []
-        for index, url in enumerate(urls):
+        from agentd.config.endpoints import check_intelligence_endpoint
+
+        for url in urls:
             if isinstance(url, EnvRef):
                 if url.env not in env:
                     raise ConfigError(f"environment variable {url.env} is not set @ $.intelligence.url")
                 raw.append(env[url.env])
             else:
                 raw.append(url)
-            del index
+            # checked here so the error names the host file's key, not a flag the person did not type
+            check_intelligence_endpoint(raw[-1], what=where)
         if spec.key is not None:
             if spec.key.env not in env:
                 raise ConfigError(f"environment variable {spec.key.env} is not set @ $.intelligence.key")

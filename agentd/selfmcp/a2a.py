@@ -15,13 +15,20 @@ Mapping (docs/a2a.md):
 - Bounds: concurrent turns count against ``--serve-max-spawns`` with the self-MCP's; open contexts are at
   most ``--serve-max-warm`` (the least recently used idle one is closed to make room); finished tasks are
   kept ``--serve-retention``.
+- Tasks and contexts belong to the caller that created them (:func:`caller_of`: the OAuth subject, else
+  the credential's digest): another caller's task is "not found", and ``ListTasks`` pages through the
+  caller's own tasks only.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import hashlib
 import json
 import math
 import secrets as _random
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, Final
@@ -42,6 +49,9 @@ from agentd.transport.asgi_server import McpAsgiApp, Receive, Scope, Send
 RPC_PATH: Final = "/a2a"
 CARD_PATHS: Final = frozenset({a2a.CARD_PATH, RPC_PATH + a2a.CARD_PATH})
 MANAGEMENT: Final = Caller(origin=Origin.MANAGEMENT)
+#: ``ListTasks``: the page size when the client names none, and the most it may ask for (the spec's 1..100).
+LIST_PAGE_DEFAULT: Final = 50
+LIST_PAGE_MAX: Final = 100
 
 
 class RpcError(Exception):
@@ -62,13 +72,19 @@ class ServedLimits:
 class ServedTask:
     id: str
     context_id: str
+    #: Who created it (:func:`caller_of`); only they see it.
+    owner: str = ""
     state: str = "submitted"
     result: Any = None
     reason: str = ""
     changed: trio.Event = attrs.field(factory=trio.Event)
+    #: Creation order (``ListTasks`` pages newest first) and the wall-clock time of the last status change.
+    seq: int = 0
+    updated: float = attrs.field(factory=time.time)
 
     def update(self, state: str, *, result: Any = None, reason: str = "") -> None:
         self.state, self.result, self.reason = state, result, reason
+        self.updated = time.time()
         self.changed.set()
         self.changed = trio.Event()
 
@@ -76,13 +92,14 @@ class ServedTask:
     def terminal(self) -> bool:
         return self.state in a2a.TERMINAL
 
-    def to_json(self) -> dict[str, Any]:
-        status: dict[str, Any] = {"state": "TASK_STATE_" + self.state.upper()}
+    def to_json(self, *, artifacts: bool = True) -> dict[str, Any]:
+        stamp = datetime.datetime.fromtimestamp(self.updated, datetime.UTC).isoformat().replace("+00:00", "Z")
+        status: dict[str, Any] = {"state": "TASK_STATE_" + self.state.upper(), "timestamp": stamp}
         if self.reason:
             status["message"] = {"messageId": self.id + "-status", "role": "ROLE_AGENT",
                                  "parts": [{"text": self.reason}]}  # fmt: skip
         body: dict[str, Any] = {"id": self.id, "contextId": self.context_id, "status": status}
-        if self.state == "completed":
+        if self.state == "completed" and artifacts:
             body["artifacts"] = [self.artifact()]
         return body
 
@@ -94,6 +111,7 @@ class ServedTask:
 @attrs.define(eq=False)
 class Context:
     id: str
+    owner: str = ""
     handle: str | None = None
     busy: bool = True
     last_used: float = 0.0
@@ -140,6 +158,7 @@ class A2aService:
         self.tasks: dict[str, ServedTask] = {}
         self.contexts: dict[str, Context] = {}
         self._nursery: trio.Nursery | None = None
+        self._seq = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -152,16 +171,55 @@ class A2aService:
 
     # -- methods ---------------------------------------------------------------------------------------
 
-    def task(self, params: Mapping[str, Any]) -> ServedTask:
+    def task(self, params: Mapping[str, Any], owner: str = "") -> ServedTask:
         task_id = params.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise RpcError(jsonrpc.INVALID_PARAMS, "id must be a non-empty string")
         task = self.tasks.get(task_id)
-        if task is None:
+        if task is None or task.owner != owner:  # another caller's task is as unknown as a missing one
             raise RpcError(a2a.TASK_NOT_FOUND, "Task not found")
         return task
 
-    async def send(self, params: Mapping[str, Any]) -> ServedTask:
+    def list(self, params: Mapping[str, Any], owner: str = "") -> dict[str, Any]:
+        """``ListTasks``: the caller's tasks, newest first, filtered and paged (an opaque token, the last seq)."""
+        size = params.get("pageSize") or LIST_PAGE_DEFAULT
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= LIST_PAGE_MAX:
+            raise RpcError(jsonrpc.INVALID_PARAMS, f"pageSize must be an integer from 1 to {LIST_PAGE_MAX}")
+        context_id, state, after = params.get("contextId") or None, params.get("status") or None, None
+        if context_id is not None and not isinstance(context_id, str):
+            raise RpcError(jsonrpc.INVALID_PARAMS, "contextId must be a string")
+        if state is not None:
+            if not isinstance(state, str) or state.removeprefix("TASK_STATE_").lower() not in a2a.STATES:
+                raise RpcError(jsonrpc.INVALID_PARAMS, "status must be a task state")
+            state = state.removeprefix("TASK_STATE_").lower()
+        if params.get("statusTimestampAfter"):
+            try:
+                after = datetime.datetime.fromisoformat(str(params["statusTimestampAfter"])).timestamp()
+            except ValueError:
+                raise RpcError(jsonrpc.INVALID_PARAMS, "statusTimestampAfter must be an RFC 3339 time") from None
+        below = math.inf
+        if params.get("pageToken"):
+            try:
+                below = int(base64.urlsafe_b64decode(str(params["pageToken"]).encode()).decode())
+            except ValueError:
+                raise RpcError(jsonrpc.INVALID_PARAMS, "pageToken is not one this server gave") from None
+        matching = sorted(
+            (t for t in self.tasks.values() if t.owner == owner and (context_id is None or t.context_id == context_id)
+             and (state is None or t.state == state) and (after is None or t.updated > after)),
+            key=lambda t: t.seq, reverse=True,
+        )  # fmt: skip
+        page = [t for t in matching if t.seq < below][:size]
+        more = bool(page) and page[-1].seq > matching[-1].seq
+        token = base64.urlsafe_b64encode(str(page[-1].seq).encode()).decode() if more else ""
+        artifacts = params.get("includeArtifacts") is True
+        return {"tasks": [t.to_json(artifacts=artifacts) for t in page], "nextPageToken": token,
+                "pageSize": size, "totalSize": len(matching)}  # fmt: skip
+
+    def _new_task(self, context_id: str, owner: str) -> ServedTask:
+        self._seq += 1
+        return ServedTask(_random.token_hex(8), context_id, owner, seq=self._seq)
+
+    async def send(self, params: Mapping[str, Any], owner: str = "") -> ServedTask:
         """Start a turn (a new context spawns a warm session); returns the task as submitted."""
         message = params.get("message")
         if not isinstance(message, Mapping):
@@ -173,20 +231,22 @@ class A2aService:
         if message.get("taskId"):
             raise RpcError(a2a.UNSUPPORTED_OPERATION, "continuing a task is not supported; send on its contextId")
         context = self.contexts.get(context_id) if context_id else None
+        if context is not None and context.owner != owner:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "this contextId is in use; start a new context")
         if context is not None and context.busy:
             raise RpcError(jsonrpc.INVALID_PARAMS, "the context is busy with another task")
         if self._running() + self._busy() >= self.limits.max_running:
-            task = ServedTask(_random.token_hex(8), context_id or _random.token_hex(8))
+            task = self._new_task(context_id or _random.token_hex(8), owner)
             task.update("rejected", reason=f"{self.limits.max_running} served runs already running (limit)")
             self._keep(task)
             return task
         if context is None:
             self._make_room()
-            context = Context(context_id or _random.token_hex(8))
+            context = Context(context_id or _random.token_hex(8), owner)
             self.contexts[context.id] = context
         context.busy = True
         context.last_used = trio.current_time()
-        task = ServedTask(_random.token_hex(8), context.id)
+        task = self._new_task(context.id, owner)
         self.tasks[task.id] = task
         assert self._nursery is not None, "A2aService.run must be started first"
         self._nursery.start_soon(self._turn, context, task, text)
@@ -250,8 +310,8 @@ class A2aService:
         await trio.sleep(self.limits.retention)
         self.tasks.pop(task_id, None)
 
-    async def cancel(self, params: Mapping[str, Any]) -> ServedTask:
-        task = self.task(params)
+    async def cancel(self, params: Mapping[str, Any], owner: str = "") -> ServedTask:
+        task = self.task(params, owner)
         if task.terminal:
             raise RpcError(a2a.TASK_NOT_CANCELABLE, f"Task is {task.state} and cannot be canceled")
         context = self.contexts.pop(task.context_id, None)
@@ -361,6 +421,7 @@ class A2aMount:
         if refusal is not None:
             await _send_reply(send, refusal)
             return
+        owner = await self._caller(headers)
         if path.rstrip("/") in CARD_PATHS:
             if scope["method"] != "GET":
                 await _reply(send, 405, b"method not allowed", "text/plain")
@@ -383,9 +444,22 @@ class A2aMount:
         except trio.TooSlowError:
             await _reply(send, 408, _error(None, jsonrpc.INVALID_REQUEST, "request body too slow"))
             return
-        await self._rpc(body, send)
+        await self._rpc(body, send, owner)
 
-    async def _rpc(self, body: bytes, send: Send) -> None:
+    async def _caller(self, headers: Mapping[str, str]) -> str:
+        """Who is calling, as an opaque key: the OAuth token's subject, else a digest of the credential shown
+        (so every holder of the one static bearer is one caller), else "" (an unauthenticated listener)."""
+        from agentd.transport.resource_server import Accepted
+
+        authorization = headers.get("authorization", "")
+        oauth = self.mcp.options.oauth
+        if oauth is not None and authorization and not self._gatekeeper._bearer_ok(headers):
+            verdict = await oauth.check(authorization)  # already accepted by authorize(); keys are cached
+            if isinstance(verdict, Accepted) and verdict.subject:
+                return "sub:" + verdict.subject
+        return "cred:" + hashlib.sha256(authorization.encode()).hexdigest()[:32] if authorization else ""
+
+    async def _rpc(self, body: bytes, send: Send, owner: str = "") -> None:
         try:
             message = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -407,20 +481,22 @@ class A2aMount:
             return
         try:
             if method == "SendMessage":
-                task = await self.service.send(params)
+                task = await self.service.send(params, owner)
                 configuration = params.get("configuration") or {}
                 if not (isinstance(configuration, dict) and configuration.get("returnImmediately")):
                     await self.service.wait(task)
                 await _reply(send, 200, _ok(request_id, {"task": task.to_json()}))
             elif method == "GetTask":
-                await _reply(send, 200, _ok(request_id, self.service.task(params).to_json()))
+                await _reply(send, 200, _ok(request_id, self.service.task(params, owner).to_json()))
+            elif method == "ListTasks":
+                await _reply(send, 200, _ok(request_id, self.service.list(params, owner)))
             elif method == "CancelTask":
-                await _reply(send, 200, _ok(request_id, (await self.service.cancel(params)).to_json()))
+                await _reply(send, 200, _ok(request_id, (await self.service.cancel(params, owner)).to_json()))
             elif method in ("SendStreamingMessage", "SubscribeToTask"):
                 if method == "SendStreamingMessage":
-                    task, first = await self.service.send(params), True
+                    task, first = await self.service.send(params, owner), True
                 else:
-                    task, first = self.service.task(params), False
+                    task, first = self.service.task(params, owner), False
                     if task.terminal:
                         raise RpcError(a2a.UNSUPPORTED_OPERATION, f"Task is {task.state}; nothing to subscribe to")
                 await self._stream(send, request_id, self.service.events(task, first=first))

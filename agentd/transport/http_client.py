@@ -28,6 +28,7 @@ from agentd.mcp.streamable_http import Body, classify
 from agentd.transport.egress import EgressPolicy, classify_address
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
+from agentd.transport.tls_errors import verify_hint
 
 DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
 #: How long closing a response may take when the caller is being cancelled.
@@ -48,14 +49,6 @@ class ConnectionLost(McpTransportError):
     """The connection itself failed (refused, reset, closed mid-response): the peer may be gone."""
 
 
-#: Appended when a server's certificate did not verify: where trust comes from, and how to add a CA.
-UNTRUSTED_HINT: Final = (
-    "the server's certificate is not trusted: agentd trusts the OS trust store plus SSL_CERT_FILE/SSL_CERT_DIR "
-    "(certifi's bundle when there is no OS store); add a private CA with the server's tls.ca, --tls-ca or "
-    "SSL_CERT_FILE"
-)
-
-
 def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     """The certificate verification failure behind ``exc`` (httpx and trio wrap it, sometimes wordlessly)."""
     seen: set[int] = set()
@@ -68,6 +61,11 @@ def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     return None
 
 
+def describe_error(exc: httpx.HTTPError) -> str:
+    """An httpx failure in a line: its kind, its detail, and for a certificate failure what it means."""
+    return _describe(exc)
+
+
 def _describe(exc: httpx.HTTPError) -> str:
     detail = str(exc).strip()
     name = exc.__class__.__name__
@@ -76,7 +74,7 @@ def _describe(exc: httpx.HTTPError) -> str:
         detail = f"certificate verify failed: {failure.verify_message}"
     described = f"{name}: {detail}" if detail else name
     if failure is not None:
-        described += f" ({UNTRUSTED_HINT})"
+        described += f" ({verify_hint(failure)})"
     return described
 
 

@@ -210,3 +210,34 @@ async def test_a_peer_declaring_protocol_0_3_gets_the_0_3_methods() -> None:
                 with pytest.raises(A2aRpcError) as info:
                     await peers.status("echo", "no-such-task")
                 assert info.value.code == -32001
+
+
+async def test_a_lost_stream_is_followed_again_with_subscribe_to_task(sdk_peer: launch.PeerProcess) -> None:
+    """The SDK server's stream is cut after its first event; the task goes on there; agentd resubscribes."""
+    events = Events()
+    with trio.fail_after(30):
+        async with open_a2a_peers([_peer(sdk_peer.url)], log=events.log) as peers:
+            result = await peers.delegate("echo", "drop me halfway", context_id=None)
+            assert result.state == "completed"  # type: ignore[union-attr]
+            assert "echo: drop me halfway" in render_outcome(result)
+    [again] = events.named("a2a.resubscribe")
+    assert again["task_id"] == result.id and again["attempt"] == 1  # type: ignore[union-attr]
+    assert not events.named("a2a.cancel")
+
+
+async def test_the_authenticated_extended_card_replaces_the_public_one() -> None:
+    with launch.start_peer(peer_argv("--extended", "--bearer", "ext-token"), cwd=launch.REPO_ROOT) as peer:
+        events = Events()
+        with trio.fail_after(30):
+            good = _peer(peer.url, headers={"Authorization": "Bearer ext-token"})
+            async with open_a2a_peers([good], log=events.log) as peers:
+                card = peers.peer("echo").card
+                assert card.name == "sdk echo (extended)" and [s.id for s in card.skills] == ["echo", "secret"]
+                assert (await peers.delegate("echo", "hi", context_id=None)).state == "completed"  # type: ignore[union-attr]
+            # the wrong credential: the public card (served to anyone) is used, with a warning
+            async with open_a2a_peers([_peer(peer.url, headers={"Authorization": "Bearer wrong"})],
+                                      log=events.log) as peers:  # fmt: skip
+                assert peers.peer("echo").card.name == "sdk echo"
+        assert [e["extended"] for e in events.named("a2a.card")] == [True, False]
+        [failed] = events.named("a2a.extended_card_failed")
+        assert "HTTP 401" in failed["error"] and "ext-token" not in json.dumps(events.lines)

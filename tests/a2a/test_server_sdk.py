@@ -28,6 +28,7 @@ from a2a.types.a2a_pb2 import (  # noqa: E402
     Part,
     Role,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskState,
 )
 
@@ -111,8 +112,23 @@ async def test_sdk_client_drives_agentd() -> None:
                 request.configuration.return_immediately = True
                 started, _ = await _final(plain, request)
                 assert started.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
-                cancelled = await plain.cancel_task(CancelTaskRequest(id=started.id))
+                # SubscribeToTask (the SDK's resubscribe): the running task, then its end when it is cancelled
+                streaming_sub = await _client(url, streaming=True, http=http)
+                seen: list[Any] = []
+                first = trio.Event()
+
+                async def follow() -> None:
+                    async for response in streaming_sub.subscribe(SubscribeToTaskRequest(id=started.id)):
+                        seen.append(response)
+                        first.set()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(follow)
+                    await first.wait()
+                    assert seen[0].WhichOneof("payload") == "task" and seen[0].task.id == started.id
+                    cancelled = await plain.cancel_task(CancelTaskRequest(id=started.id))
                 assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+                assert seen[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
                 with pytest.raises(Exception, match="cannot be canceled"):
                     await plain.cancel_task(CancelTaskRequest(id=started.id))
 

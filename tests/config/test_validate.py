@@ -136,3 +136,15 @@ def test_check_purpose_needs_servers_only() -> None:
     assert cfg.mcp[0].name == "a" and cfg.instruction is None
     with pytest.raises(ConfigError, match="at least one server"):
         load_config([], {}, purpose="check")
+
+
+def test_a_remote_http_gateway_is_blamed_on_where_it_was_written(tmp_path: Path) -> None:
+    for body in ("intelligence: http://gw.example/v1\n", "intelligence: {url: http://gw.example/v1}\n",
+                 "intelligence: [https://a.example/v1, http://gw.example/v1]\n"):
+        (tmp_path / "agentd.yaml").write_text("instruction: x\n" + body)
+        error = refused("--config", str(tmp_path / "agentd.yaml"))
+        assert error.startswith(f"--config {tmp_path / 'agentd.yaml'} $.intelligence: plain http:// to non-loopback")
+        assert "--intelligence" not in error
+    env_error = refused("--instruction", "x", env={"AGENTD_INTELLIGENCE": "http://gw.example/v1"})
+    assert env_error.startswith("$AGENTD_INTELLIGENCE: plain http://")
+    assert refused("--instruction", "x", "--intelligence", "http://gw.example/v1").startswith("--intelligence: plain")

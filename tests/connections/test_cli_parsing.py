@@ -89,3 +89,14 @@ def test_transcript_parses_through_the_flag_table(tmp_path: Path) -> None:
     assert code == 2 and out == "" and "invalid choice" in _error(lines)
     code, out, lines = _agentd("transcript", "show", "--db", str(db))
     assert code == 2 and out == "" and "RUN_ID is required" in _error(lines)
+
+
+def test_a_remote_http_gateway_in_the_host_file_is_blamed_on_the_file(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    host = Path(files[-1])
+    host.write_text(host.read_text().replace("http://127.0.0.1:9/v1", "http://gw.example/v1"))
+    code, out, lines = _agentd("run", *files)
+    assert code == 2 and out == ""
+    error = _error(lines)
+    assert error.startswith(f"--config {host} $.intelligence.url: plain http:// to non-loopback host 'gw.example'")
+    assert "--intelligence" not in error

@@ -33,6 +33,30 @@ async def test_demo_runs_end_to_end() -> None:
     assert "offline test model" in trace_text
     assert "→ echo on everything" in trace_text and "✗ exhausted_steps after 3 steps" in trace_text
     assert "(exit 7)" in trace_text
+    # progress with timings, and a summary that explains the counts and each isError result
+    assert "server up in " in trace_text and "the run took " in trace_text and "total " in trace_text
+    assert "the MCP server 'everything' offers " in trace_text and "built-in control tools" in trace_text
+    assert "- 3 tool calls, none returned isError" in trace_text
+
+
+async def test_demo_explains_every_is_error_result() -> None:
+    """The whole demo (every tool once): each isError result gets its plain reason in the summary."""
+    if not (launch.everything_server_dir() / "dist" / "index.js").exists():
+        if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
+            pytest.fail("server-everything not installed")
+        pytest.skip("server-everything not installed (run scripts/test)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "AGENT_"))}
+    with trio.fail_after(180):
+        done = await trio.run_process([str(launch.REPO_ROOT / "scripts" / "demo")], capture_stdout=True,
+                                      capture_stderr=True, check=False, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    observed = json.loads(done.stdout)["result"]["observed"]
+    failing = [name.split("__", 1)[1] for name, r in observed.items() if r["isError"]]
+    summary = done.stderr.decode().split("what the trace shows", 1)[1]
+    assert "returned isError" in summary and len(failing) >= 1
+    for name in failing:
+        [line] = [x for x in summary.splitlines() if x.startswith(f"  - {name}")]
+        assert "the server reported an error (see its text)" not in line, line  # each has its known reason
 
 
 def test_trace_renders_every_story_event_and_passes_other_text() -> None:

@@ -82,9 +82,10 @@ def _alt_name(name: str) -> x509.GeneralName:
 
 
 def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *,
-          server: bool, names: tuple[str, ...] = ()) -> Issued:
+          server: bool, names: tuple[str, ...] = (), expired: bool = False, only: tuple[str, ...] = ()) -> Issued:
+    """A leaf certificate; ``expired`` ended yesterday; ``only`` replaces the usual localhost/127.0.0.1 names."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2 if expired else 0)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(name)).issuer_name(ca_cert.subject)
@@ -95,7 +96,9 @@ def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.Elli
         .add_extension(x509.ExtendedKeyUsage(
             [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     )
-    if server:
+    if server and only:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in only]), critical=False)
+    elif server:
         builder = builder.add_extension(x509.SubjectAlternativeName([
             x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             *(_alt_name(n) for n in names)]), critical=False)
