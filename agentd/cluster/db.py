@@ -31,6 +31,10 @@ STATEMENT_TIMEOUT_MS: Final = 30_000
 #: session, and no other member could take its work over meanwhile. A live member never waits between the
 #: statements of one transaction (each is one call on the worker thread), so its transactions never meet it.
 IDLE_IN_TRANSACTION_TIMEOUT: Final = 5
+#: Longest sent data may stay unacknowledged before the client's kernel drops the connection (milliseconds):
+#: TCP keepalives do not run while a statement is in flight, so without it a member cut off mid-statement
+#: would hang until TCP gives up (about 15 minutes), unable to heartbeat or notice its lost lease.
+TCP_USER_TIMEOUT_MS: Final = 10_000
 #: Bound on closing the connection when its owner is cancelled.
 CLOSE_GRACE: Final = 5.0
 
@@ -55,7 +59,7 @@ class Database:
                 self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name=self._application,
                 options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT * 1000}", keepalives=1, keepalives_idle=10,
-                keepalives_interval=5, keepalives_count=3, **extra,
+                keepalives_interval=5, keepalives_count=3, tcp_user_timeout=TCP_USER_TIMEOUT_MS, **extra,
             )
         except psycopg.Error as exc:
             raise ClusterUnavailable(f"cluster database {self.where}: cannot connect ({_reason(exc)})") from None

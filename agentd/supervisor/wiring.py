@@ -40,6 +40,10 @@ def config_to_wire(cfg: Config) -> dict[str, Any]:
     wire: dict[str, Any] = _converter.unstructure(cfg)
     wire["mcp_servers"] = wire.pop("mcp")
     wire["allow_trifecta"] = False  # audited for the root run only, never inherited by a child
+    # The daemon's own memberships stay with it: a child is no cluster member (so the DSN's password
+    # reference never travels down) and serves no operator socket.
+    wire["cluster"] = None
+    wire["ctl_socket"] = None
     return wire
 
 
