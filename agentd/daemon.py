@@ -36,7 +36,6 @@ from agentd.errors import ConfigError
 from agentd.events import EventLog, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
-from agentd.journal.store import JournalStore
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
 from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
@@ -50,6 +49,7 @@ from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EventBus, use_bus
 
 if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
     from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.

@@ -216,7 +216,7 @@ def _own_client(config: McpServerConfig) -> bool:
     return callable(config.http_client) or (config.tls is not None and bool(config.tls.ca or config.tls.cert))
 
 
-def _client_for(config: McpServerConfig, shared: httpx.AsyncClient) -> httpx.AsyncClient | McpConnectError:
+def _client_for(config: McpServerConfig, shared: httpx.AsyncClient | None) -> httpx.AsyncClient | McpConnectError:
     if callable(config.http_client):
         # A host's HTTP policy (agentd.connections runtime module): its own client, transport and hooks.
         client = config.http_client()
@@ -225,6 +225,7 @@ def _client_for(config: McpServerConfig, shared: httpx.AsyncClient) -> httpx.Asy
                                    server=config.name)  # fmt: skip
         return client
     if config.tls is None or not (config.tls.ca or config.tls.cert):
+        assert shared is not None  # built whenever a declared server shares it
         return shared
     try:
         return new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key))
@@ -260,10 +261,11 @@ async def open_mcp_pool(
     )
     failure: McpConnectError | None = None
     async with AsyncExitStack() as stack:
-        # Plain-http servers need no CA bundle; https ones share the process's cached context.
-        shared = await stack.enter_async_context(
-            new_client(verify=verify_for(c.url for c in declared if not _own_client(c)))
-        )
+        # Plain-http servers need no CA bundle; https ones share the process's cached context. With no server
+        # that shares it (none declared, or each with its own client) none is built: a run without MCP servers
+        # never loads httpcore's transports.
+        sharing = [c.url for c in declared if not _own_client(c)]
+        shared = await stack.enter_async_context(new_client(verify=verify_for(sharing))) if sharing else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pool._forward_updates)
             async with trio.open_nursery() as connecting:
