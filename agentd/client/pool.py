@@ -12,14 +12,12 @@ import random
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx
 import trio
 
-from agentd.client._streams import Tuning
-from agentd.client.connection import ServerConnection
+from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
 from agentd.client.models import (
     ResourceContents,
@@ -34,8 +32,12 @@ from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFou
 from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from agentd.telemetry.health import readiness_check
-from agentd.transport.http_client import DEFAULT_MAX_BODY, HttpTransport, display_url, new_client, tls_context
-from agentd.transport.tls import verify_for
+
+if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and httpx load with the first server
+    import httpx
+
+    from agentd.client._streams import Tuning
+    from agentd.client.connection import ServerConnection
 
 
 @attrs.define(eq=False)
@@ -175,6 +177,11 @@ class McpPool:
         tuning: Tuning,
         max_body: int,
     ) -> None:
+        import httpx
+
+        from agentd.client.connection import ServerConnection
+        from agentd.transport.http_client import HttpTransport
+
         try:
             headers = secrets.resolve_headers(config.headers) if secrets is not None else dict(config.headers)
         except AgentdError as exc:
@@ -201,6 +208,8 @@ class McpPool:
         self.connections[config.name] = conn
 
     def _fail(self, config: McpServerConfig, exc: McpConnectError) -> None:
+        from agentd.transport.http_client import display_url
+
         self.failed[config.name] = exc
         self.log.emit(
             "mcp.connect_failed", "error" if config.required else "warn",
@@ -217,6 +226,10 @@ def _own_client(config: McpServerConfig) -> bool:
 
 
 def _client_for(config: McpServerConfig, shared: httpx.AsyncClient | None) -> httpx.AsyncClient | McpConnectError:
+    import httpx
+
+    from agentd.transport.http_client import new_client, tls_context
+
     if callable(config.http_client):
         # A host's HTTP policy (agentd.connections runtime module): its own client, transport and hooks.
         client = config.http_client()
@@ -243,7 +256,7 @@ async def open_mcp_pool(
     run_id: str = "",
     raise_required: bool = True,
     tuning: Tuning | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
+    max_body: int = defaults.MAX_BODY,
     eras: EraCache | None = None,
 ) -> AsyncIterator[McpPool]:
     """Connect every server concurrently and keep them connected while the block runs.
@@ -260,6 +273,10 @@ async def open_mcp_pool(
         log.bind(comp="mcp"), run_id, declared=list(declared), eras=eras if eras is not None else process_era_cache()
     )
     failure: McpConnectError | None = None
+    if declared:
+        from agentd.client._streams import Tuning
+        from agentd.transport.http_client import new_client
+        from agentd.transport.tls import verify_for
     async with AsyncExitStack() as stack:
         # Plain-http servers need no CA bundle; https ones share the process's cached context. With no server
         # that shares it (none declared, or each with its own client) none is built: a run without MCP servers

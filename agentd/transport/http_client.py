@@ -19,6 +19,7 @@ import attrs
 import httpx
 import trio
 
+from agentd import defaults
 from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
@@ -26,7 +27,7 @@ from agentd.mcp.streamable_http import Body, classify
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
 
-DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
+DEFAULT_MAX_BODY: Final = defaults.MAX_BODY
 #: How long closing a response may take when the caller is being cancelled.
 CLOSE_GRACE: Final = 2.0
 

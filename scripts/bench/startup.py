@@ -50,7 +50,7 @@ class Command(NamedTuple):
     env: Mapping[str, str] = {}
 
 
-_RUNTIME = frozenset({"agentd.config.load", "trio", "httpx", "cattrs", "agentd.client"})
+_RUNTIME = frozenset({"agentd.config.load", "trio", "cattrs", "agentd.client"})
 
 COMMANDS: tuple[Command, ...] = (
     Command("agentd --version", ("--version",), frozenset()),
@@ -61,7 +61,7 @@ COMMANDS: tuple[Command, ...] = (
             frozenset({"agentd.config.load", "cattrs", "yaml"})),
     Command("agentd --instruction hi --intelligence test (once run)", _ONCE, _RUNTIME | {"agentd.daemon"}),
     Command("agentd check (one refused server)", ("check", "--mcp", "s=http://127.0.0.1:9/mcp"),
-            _RUNTIME | {"httpcore", "h2"}),
+            _RUNTIME | {"httpx", "httpcore", "h2"}),
     Command("agentd report FILE (missing)", ("report", "{tmp}/missing.json"), frozenset()),
     Command("agentd trace FILE (missing)", ("trace", "{tmp}/missing.jsonl"), frozenset()),
     Command("agentd journal list --state-dir DIR", ("journal", "list", "--state-dir", "{tmp}/state"),
