@@ -160,13 +160,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency_p99": pct(latencies, 0.99), "latency_max": max(latencies, default=float("nan")),
         "unanswered": len(sent) - len(latencies),
         "cpu_per_wake": cpu * 1000 / max(wakes, 1), "cpu_per_update": cpu * 1000 / max(len(sent), 1),
-        "settled": settled_ok, "missed": missed,
+        "settled": settled_ok, "settle": args.settle, "missed": missed,
         "load": os.getloadavg()[0], "cpus": os.cpu_count(),
     }
 
 
 def render(r: dict[str, Any], command: str) -> str:
-    ok = r["settled"] and not r["missed"] and not r["unanswered"]
+    if r["settled"] and not r["missed"]:
+        last = "yes"
+    elif r["settled"]:
+        last = "**NO**: " + ", ".join(r["missed"][:10])
+    else:  # a saturated daemon: the final reads were still queued when the settle time ran out
+        last = (f"not settled within {r['settle']:g} s ({len(r['missed'])} of {r['touched']} URIs still behind: the "
+                "daemon was saturated; the test checks it at a scale that settles)")
     return "\n".join([
         SECTION,
         "",
@@ -186,7 +192,8 @@ def render(r: dict[str, Any], command: str) -> str:
         f"| update→model latency, median / p99 / max (ms) | {r['latency_median']:.1f} / {r['latency_p99']:.1f} / "
         f"{r['latency_max']:.1f} |",
         f"| CPU of this process per wake / per update (ms) | {r['cpu_per_wake']:.2f} / {r['cpu_per_update']:.2f} |",
-        f"| every URI's last wake read its final value | {'yes' if ok else 'NO: ' + str(r['missed'][:10])} |",
+        f"| updates whose value no wake read (yet) | {r['unanswered']} |",
+        f"| every URI's last wake read its final value | {last} |",
         "",
         "`tests/reactive/test_busy_last_state.py` checks the last row at a smaller scale (real SDK server, real "
         "sockets) on every test run.",
@@ -199,7 +206,7 @@ def main() -> None:
     parser.add_argument("--uris", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--settle", type=float, default=60.0)
+    parser.add_argument("--settle", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()

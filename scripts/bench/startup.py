@@ -1,12 +1,13 @@
 """Start-up costs of the command line: what a user (and a subagent re-exec) pays before any work.
 
-    .venv/bin/python scripts/bench/startup.py [--runs 15] [--write]
+    .venv/bin/python scripts/bench/startup.py [--runs 15] [--before OTHER_TREE] [--write]
 
 Measures, over ``--runs`` fresh processes per command, the median wall time and the median CPU time (user +
 system, the figure other load on the machine disturbs least) of ``python -c pass`` (the floor) and of every
 command in :data:`COMMANDS`; for the once run also the CPU time up to its first model request. Each row
 names the heavy modules the command imports. With ``--write`` the results replace the "CLI start-up" section
-of docs/benchmarks.md.
+of docs/benchmarks.md. ``--before`` names another checkout (with its own ``.venv``): the floor, ``--help`` and
+the once run are then also measured there, interleaved run by run with this tree, and reported as ratios.
 
 :data:`COMMANDS` is also what ``tests/cli/test_startup_imports.py`` checks (untimed): each command imports
 exactly the heavy modules listed for it, so a heavy import that creeps onto a light path fails a test.
@@ -95,13 +96,13 @@ def heavy_imports(argv: list[str], env: Mapping[str, str]) -> set[str]:
     return {h for h in HEAVY if h in names}
 
 
-def _timed(argv: list[str], runs: int, env: Mapping[str, str]) -> tuple[float, float]:
+def _timed(argv: list[str], runs: int, env: Mapping[str, str], cwd: Path = ROOT) -> tuple[float, float]:
     """Median wall and median CPU (user + system of the child), in ms."""
     walls, cpus = [], []
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, check=False, cwd=ROOT)
+        subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, check=False, cwd=cwd)
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -134,6 +135,20 @@ def first_request_cpu_ms(runs: int, env: Mapping[str, str]) -> float:
         if match:
             found.append(float(match.group(1)) * 1000)
     return statistics.median(found) if found else float("nan")
+
+
+def compare(before: Path, runs: int) -> list[tuple[str, float, float]]:
+    """CPU medians (ms) of a few commands in ``before`` and in this tree, interleaved: (name, before, after)."""
+    trees = {"before": before.resolve(), "after": ROOT}
+    cases = {"python -c pass": ["-c", "pass"], "agentd --help": ["-m", "agentd", "--help"],
+             "once run": ["-m", "agentd", *_ONCE]}
+    cpu: dict[tuple[str, str], list[float]] = {}
+    for _ in range(runs):
+        for name, args in cases.items():
+            for which, tree in trees.items():
+                _, ms = _timed([str(tree / ".venv" / "bin" / "python"), *args], 1, _env(), cwd=tree)
+                cpu.setdefault((name, which), []).append(ms)
+    return [(name, statistics.median(cpu[name, "before"]), statistics.median(cpu[name, "after"])) for name in cases]
 
 
 class Row(NamedTuple):
@@ -169,7 +184,8 @@ def from_argv_ms(iterations: int = 500) -> float:
     return (time.perf_counter() - start) / iterations * 1000
 
 
-def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, runs: int) -> str:
+def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, runs: int,
+            compared: list[tuple[str, float, float]] | None = None) -> str:
     lines = [
         "## CLI start-up",
         "",
@@ -191,6 +207,19 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
         f"The once run (`--instruction hi --intelligence test`, no servers): **{first_ms:.0f} ms** of CPU up to its "
         f"first model request, **{once.cpu_ms:.0f} ms** to exit (targets: under 300 and 350 ms).",
         "",
+    ]
+    if compared:
+        floor_before, floor_after = compared[0][1], compared[0][2]
+        lines += [
+            f"Against the `--before` tree, interleaved run by run ({runs} each; CPU medians, ms):",
+            "",
+            "| command | before | after | after ÷ before | over the floor, before → after |",
+            "|---|---|---|---|---|",
+            *(f"| `{name}` | {b:.0f} | {a:.0f} | {a / b:.2f}× | {b - floor_before:.0f} → {a - floor_after:.0f} |"
+              for name, b, a in compared),
+            "",
+        ]
+    lines += [
         f"`Config.from_argv` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. "
         "`tests/cli/test_startup_imports.py` pins the heavy-modules column (untimed). The subagent dispatch "
         "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` (+ attrs) before "
@@ -203,13 +232,15 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--before", type=Path, help="another checkout (with .venv) to compare against")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     rows, first = measure(args.runs)
+    compared = compare(args.before, args.runs) if args.before else None
     parse_ms = from_argv_ms()
     command = ".venv/bin/python scripts/bench/startup.py" + (f" --runs {args.runs}" if args.runs != 15 else "") + \
-        " --write"
-    text = section(rows, first, parse_ms, command, args.runs)
+        (" --before OTHER_TREE" if args.before else "") + " --write"
+    text = section(rows, first, parse_ms, command, args.runs, compared)
     print(text)
     if args.write:
         from bench_doc import replace_section
