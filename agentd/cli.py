@@ -7,6 +7,7 @@
     agentd run MANIFEST [...]       an agent manifest against a host config (agentd.connections)
     agentd transcript ...           durable transcripts (agentd.connections)
     agentd journal list|show|export the durable run journal (agentd.journal)
+    agentd ctl COMMAND              a running daemon's operator controls (agentd.ctl)
     agentd report FILE              a --report-file as tables for a person (stdout is text, not JSON)
     agentd top URL                  a serving daemon's live run tree in the terminal (stdout is the screen)
     agentd trace FILE               a saved event log told for a person (agentd.terminal)
@@ -143,6 +144,12 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.journal.cli import journal_main
 
             return journal_main(argv[1:], env, state_dir_envs=flag_named("--state-dir").env_names)
+        if argv and argv[0] == "ctl":
+            from agentd.config.argv import flag_named
+            from agentd.ctl.cli import ctl_main
+
+            return ctl_main(argv[1:], env, socket_envs=flag_named("--ctl-socket").env_names,
+                            state_dir_envs=flag_named("--state-dir").env_names)
         if argv and argv[0] == "trace":
             from agentd.terminal.trace import trace_main
 
@@ -223,7 +230,7 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     from agentd.loop.result import RunResult, RunStatus
 
     try:
-        outcome = _trio_run_with_drain(daemon_main, config, log)
+        outcome = _trio_run_with_drain(daemon_main, config, log, reload=functools.partial(load_config, argv, env))
     finally:
         _close_view(log)
     result = outcome.result
@@ -333,14 +340,17 @@ class DrainOutcome:
     spent: tuple[int, int, int] | None = None
 
 
-def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog) -> DrainOutcome:
-    """``trio.run(daemon_main, config)`` with SIGTERM/SIGINT turned into a drain (see agentd.drain)."""
+def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog,
+                         reload: Callable[[], Config] | None = None) -> DrainOutcome:
+    """``trio.run(daemon_main, config)`` with SIGTERM/SIGINT turned into a drain (see agentd.drain);
+    ``reload`` re-reads the configuration for SIGHUP and ``agentd ctl reload``."""
     import trio
 
     from agentd.drain import run_with_signals
 
     # The root log itself (as comp "agent"): one redactor and one rate limiter for the whole process.
-    main = functools.partial(daemon_main, config, log=log.bind(comp="agent"))
+    main = functools.partial(daemon_main, config, log=log.bind(comp="agent"),
+                             **({"reload": reload} if reload is not None else {}))
     run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
     return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent)
 

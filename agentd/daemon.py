@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
@@ -33,11 +34,12 @@ import trio
 from agentd import telemetry
 from agentd.config.model import Config
 from agentd.errors import ConfigError
-from agentd.events import EventLog, Sink, stream_sink
+from agentd.events import EventLog, LevelDial, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
+from agentd.operator import Operator, use_operator
 from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
 from agentd.secrets import SecretResolver
 from agentd.supervisor.messages import Usage as UsageFrame
@@ -49,6 +51,7 @@ from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EventBus, use_bus
 
 if TYPE_CHECKING:
+    from agentd.ctl.commands import Controls, Loader
     from agentd.journal.store import JournalStore
     from agentd.transport.serve import ServeConfig
 
@@ -104,15 +107,19 @@ def open_log(cfg: Config, run_id: str) -> EventLog:
 
 
 async def main(
-    cfg: Config, *, log: EventLog | None = None, env: Mapping[str, str] | None = None
+    cfg: Config, *, log: EventLog | None = None, env: Mapping[str, str] | None = None,
+    reload: Loader | None = None,
 ) -> RunResult:
     """Run agentd as configured and return the root run's result (the CLI prints ``result.to_json()``).
 
     ``log`` replaces the stderr log (a harness capturing events); ``env`` is where ``{{secret:NAME}}``
-    references are looked up (default: the process environment).
+    references are looked up (default: the process environment); ``reload`` re-reads the configuration for
+    SIGHUP and ``agentd ctl reload`` (the CLI passes its argv and environment; without it a reload is refused).
     """
     run_id = cfg.run_id or new_run_id()
     log = (log or open_log(cfg, run_id)).bind(run_id=run_id)
+    if log.dial is None:  # one level for every copy of the daemon's log: a reload may change it
+        log = log.bind(dial=LevelDial(log.level))
     runner = MODES.get(cfg.mode)
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode!r} is not a mode (once, loop, schedule, reactive)")
@@ -130,13 +137,15 @@ async def main(
     bus = EventBus()
     if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
         log = log.bind(sink=_tee(log.sink, bus.publish))
-    with (use_health(Health(mode=cfg.mode)), use_bus(bus),
+    with (use_health(Health(mode=cfg.mode)), use_bus(bus), use_operator(Operator()) as operator,
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
-            return await _main(cfg, log, runner, env, run_id)
+            return await _main(cfg, log, runner, env, run_id, operator, reload)
         finally:
-            with trio.CancelScope(shield=True):
-                await telemetry.flush(FINAL_FLUSH_TIMEOUT)
+            with trio.CancelScope(shield=True):  # spans and metrics side by side: at most 5 s in all
+                async with trio.open_nursery() as flushing:
+                    flushing.start_soon(telemetry.flush, FINAL_FLUSH_TIMEOUT)
+                    flushing.start_soon(metrics.flush, FINAL_FLUSH_TIMEOUT)
             if recorder is not None and cfg.report_file is not None:
                 try:
                     recorder.write(cfg.report_file)
@@ -146,7 +155,8 @@ async def main(
 
 
 async def _main(
-    cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str
+    cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str,
+    operator: Operator, reload: Loader | None,
 ) -> RunResult:
     board = StatusBoard()
     escaped: ConfigError | None = None
@@ -156,10 +166,11 @@ async def _main(
     # chokepoint, so the caps are counted once (the token ceiling is per run tree: docs/supervisor.md).
     async with (
         open_state(cfg.state_dir, log=log) as journal,
-        open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id) as supervisor,
+        open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id, ledger_store=journal) as supervisor,
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)
+        await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload)
         served = await _start_serving(cfg, log, daemon, env, supervisor, board)
         if (health := current_health()) is not None:
             health.started = True
@@ -209,6 +220,8 @@ async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env
             daemon.start_soon(health.write_file, cfg.health_file)
     if telemetry.enabled():
         daemon.start_soon(telemetry.run_exporter)
+    if metrics.otel_enabled():
+        daemon.start_soon(metrics.run_exporter)
     if cfg.metrics_addr is not None:
         from agentd.transport.observe_app import serve_metrics  # hypercorn: only for a daemon with metrics
 
@@ -234,8 +247,46 @@ def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
     )
 
 
+async def _start_controls(
+    cfg: Config, log: EventLog, daemon: trio.Nursery, operator: Operator, supervisor: Supervisor,
+    board: StatusBoard, journal: JournalStore | None, reload: Loader | None,
+) -> None:
+    """The operator's controls (agentd.ctl): the paused state an earlier process saved, the control socket
+    (``--ctl-socket``, or ``STATE_DIR/ctl.sock``) and SIGHUP as a reload."""
+    from agentd.ctl.commands import Controls, restore_operator
+    from agentd.ctl.server import serve_ctl, socket_path
+
+    operator.on_change.append(lambda op: setattr(supervisor, "lame_duck", op.lame_duck))
+
+    async def relevel(_old: Config, new: Config) -> None:
+        if log.dial is not None:
+            log.dial.level = new.log_level
+
+    operator.appliers.append(relevel)
+    await restore_operator(operator, journal, log)
+    controls = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
+                        snapshot=board.read)
+    daemon.start_soon(_reload_on_sighup, controls)
+    path = socket_path(cfg.ctl_socket, cfg.state_dir)
+    if path is not None:
+        await daemon.start(serve_ctl, path, controls.handle, controls.log)
+
+
+async def _reload_on_sighup(controls: Controls) -> None:
+    """SIGHUP re-reads the config (``ExecReload=kill -HUP $MAINPID``), as ``agentd ctl reload`` does."""
+    try:
+        receiver = trio.open_signal_receiver(signal.SIGHUP)
+    except (RuntimeError, ValueError):  # not the main thread: there are no signals to watch
+        return
+    with receiver as signals:
+        async for _ in signals:
+            controls.log.warn("proc.signal", signal="SIGHUP", action="reload")
+            await controls.reload(trigger="SIGHUP")
+
+
 def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) -> None:
-    """``--otel``: trace this process (OTEL_SDK_DISABLED=true wins); settings from the OTEL_* variables.
+    """``--otel``: trace this process and export its metrics (OTEL_SDK_DISABLED=true wins, and
+    OTEL_METRICS_EXPORTER=none leaves metrics out); settings from the OTEL_* variables.
     Exporter header values (an API key, say) are secrets: registered with the log's redactor."""
     if not cfg.otel:
         return
@@ -244,9 +295,11 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
     environ = os.environ if env is None else env
     if not sdk_disabled(environ):
         settings = OtelSettings.from_env(environ, log_content=cfg.log_content)
-        for value in settings.headers.values():
+        for value in (*settings.headers.values(), *settings.metrics_headers.values()):
             log.redactor.add(value)
         telemetry.enable(settings)
+        if settings.metrics:
+            metrics.enable_otel(settings)
 
 
 async def _start_serving(

@@ -85,8 +85,11 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
-        "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted",
+        "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",
+        # operator controls (agentd ctl, SIGHUP)
+        "ctl.listening", "ctl.refused", "ctl.failed", "ctl.pause", "ctl.resume", "ctl.lame_duck", "ctl.cancel",
+        "ctl.reload",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",
         # security: the egress guard and the Rule of Two
@@ -210,8 +213,16 @@ def stream_sink(stream: TextIO) -> Sink:
 
 
 @attrs.define(eq=False)
+class LevelDial:
+    """A level shared by a log and every copy bound from it, so a reload can change it for all of them."""
+
+    level: str
+
+
+@attrs.define(eq=False)
 class EventLog:
-    """A bound structured logger. :meth:`bind` makes a child sharing the sink and redactor."""
+    """A bound structured logger. :meth:`bind` makes a child sharing the sink and redactor (and the
+    :class:`LevelDial`, when the log has one: then the dial's level wins over ``level``)."""
 
     sink: Sink = attrs.field(factory=lambda: stream_sink(sys.stderr))
     level: str = "info"
@@ -222,12 +233,13 @@ class EventLog:
     redactor: Redactor = attrs.field(factory=Redactor)
     limiter: RateLimiter = attrs.field(factory=RateLimiter)
     clock: Callable[[], float] = time.monotonic
+    dial: LevelDial | None = None
 
     def bind(self, **changes: Any) -> EventLog:
         return attrs.evolve(self, **changes)
 
     def enabled(self, level: str) -> bool:
-        return LEVELS[level] >= LEVELS[self.level]
+        return LEVELS[level] >= LEVELS[self.level if self.dial is None else self.dial.level]
 
     def emit(self, event: str, level: str = "info", /, **fields: Any) -> None:
         if event not in VOCABULARY:

@@ -20,6 +20,7 @@ Decisions are data: :func:`agentd.errors.flatten` names the one exception a grou
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -43,9 +44,11 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
+from agentd.operator import current_operator
 from agentd.secrets import SecretResolver
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import agent_span, end_agent_span
+from agentd.transport.egress import EgressPolicy
 
 if TYPE_CHECKING:  # imported where used: a run without A2A peers or a journal loads neither
     from agentd.a2a.client import A2aPeers
@@ -105,11 +108,14 @@ async def open_run(
     run_id: str,
     deadline: float = math.inf,
     a2a_peers: Sequence[McpServerConfig] = (),
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[Opened]:
     """Open the intelligence, the MCP pool and the A2A peers for one run (or one daemon's life) and hold them.
 
     ``deadline`` (seconds from now) bounds the opening too; once both are open the block owns the rest of the
-    time (``Opened.remaining()``), and this scope stops binding.
+    time (``Opened.remaining()``), and this scope stops binding. ``egress`` (the config file's ``egress.allow``)
+    is what every connection is held to: one that lands on a link-local/cloud metadata address it does not name
+    is refused, whether the endpoint named the address or a DNS name that resolves there.
 
     Raises:
         ConnectDeadline: the deadline passed while opening (exit 7, status ``deadline``).
@@ -123,9 +129,9 @@ async def open_run(
         with trio.CancelScope(deadline=end) as opening:
             async with (
                 open_intelligence(list(gateway.endpoints), model=gateway.model, token=gateway.token,
-                                  stream=gateway.stream, log=log, secrets=secrets) as intel,
-                open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id) as pool,
-                _open_peers(a2a_peers, log=log, secrets=secrets) as peers,
+                                  stream=gateway.stream, log=log, secrets=secrets, egress=egress) as intel,
+                open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id, egress=egress) as pool,
+                _open_peers(a2a_peers, log=log, secrets=secrets, egress=egress) as peers,
             ):
                 opening.deadline = math.inf
                 connected = True
@@ -138,15 +144,15 @@ async def open_run(
 
 
 @asynccontextmanager
-async def _open_peers(declared: Sequence[McpServerConfig], *, log: EventLog,
-                      secrets: SecretResolver) -> AsyncIterator[A2aPeers | None]:
+async def _open_peers(declared: Sequence[McpServerConfig], *, log: EventLog, secrets: SecretResolver,
+                      egress: EgressPolicy | None) -> AsyncIterator[A2aPeers | None]:
     """The A2A peers, or None (and the A2A client not even imported) when none are declared."""
     if not declared:
         yield None
         return
     from agentd.a2a.client import open_a2a_peers
 
-    async with open_a2a_peers(declared, log=log, secrets=secrets) as peers:
+    async with open_a2a_peers(declared, log=log, secrets=secrets, egress=egress) as peers:
         yield peers
 
 
@@ -239,6 +245,7 @@ async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[J
         async with open_journal(state_dir) as journal:
             pruned = await journal.prune(Retention())
             unfinished = [r.run_id for r in await journal.unfinished_runs()]
+            await _drop_finished_budgets(journal, set(unfinished))
             log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)
             opened = True
             yield journal
@@ -247,6 +254,16 @@ async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[J
             raise
         # Before anything ran: an unusable state directory is a configuration problem (exit 2).
         raise ConfigError(f"--state-dir: {exc}") from None
+
+
+async def _drop_finished_budgets(journal: JournalStore, unfinished: set[str]) -> None:
+    """Forget the token budget books (agentd.supervisor.caps) of runs that finished: only an unfinished run
+    is resumed with its books."""
+    from agentd.journal.ledger import NAMESPACE
+
+    stale = {tree: None for tree in await journal.get_state(NAMESPACE) if tree not in unfinished}
+    if stale:
+        await journal.put_state(NAMESPACE, stale)
 
 
 @attrs.frozen
@@ -297,10 +314,18 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
 
 
 async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
-    """Commit ``RunEnded`` (durable). A drained run is left unfinished: the next start resumes it."""
+    """Commit ``RunEnded`` (durable) and forget the run's token budget books. A drained run is left
+    unfinished (books kept): the next start resumes it."""
     if journaled is None or journaled.recorded is not None or result.drained:
         return
     await journaled.recorder.ended(result.status.value, result.to_json(), result.error)
+    from agentd.journal.errors import JournalError
+    from agentd.journal.ledger import drop_ledger
+
+    try:
+        await drop_ledger(journaled.recorder.store, journaled.recorder.run_id)  # a finished run needs no books
+    except JournalError:
+        pass  # the next start forgets them (open_state)
 
 
 def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> RunResult:
@@ -314,6 +339,18 @@ def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> Run
                      result=body.get("result"), steps=int(body.get("steps", 0) or 0),
                      usage=RunUsage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
                      error=error)
+
+
+def _reloadable_model(intel: Intelligence) -> contextlib.AbstractContextManager[None]:
+    """A daemon's reload (agentd.ctl) swaps the model of a run in flight from its next model call."""
+    operator = current_operator()
+    if operator is None:
+        return contextlib.nullcontext()
+
+    async def swap(_old: Config, new: Config) -> None:
+        intel.model = new.model
+
+    return operator.reloadable(swap)
 
 
 # --- the loop's runs -------------------------------------------------------------------------------------------
@@ -398,12 +435,14 @@ async def run_config(
         resolver = SecretResolver(env=env, redactor=log.redactor)
         try:
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
-                                deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers) as opened:
+                                deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers,
+                                egress=cfg.egress.policy()) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
                 rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
-                result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log, controls=controls,
-                                        on_usage=on_usage, peers=opened.peers,
-                                        journal=journaled.recorder if journaled is not None else None)
+                with _reloadable_model(opened.intel):
+                    result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
+                                            controls=controls, on_usage=on_usage, peers=opened.peers,
+                                            journal=journaled.recorder if journaled is not None else None)
         except BaseException as exc:
             reraise_if_not_an_outcome(exc, log)
             if isinstance(flatten(exc), ConnectDeadline):

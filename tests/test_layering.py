@@ -96,7 +96,7 @@ def test_the_checker_itself(source: str, forbidden: set[str], expected: list[str
 #: meet only in a layer above them, which hands one to the other). docs/architecture.md shows the same table.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults", "jsontext", "loopback",
-                          "tool_separator", "rule_of_two", "telemetry"})),
+                          "tool_separator", "rule_of_two", "telemetry", "operator"})),
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
@@ -105,7 +105,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("loop", frozenset({"loop"})),
     ("run", frozenset({"run"})),
     ("supervisor", frozenset({"supervisor"})),
-    ("selfmcp, reactive, connections", frozenset({"selfmcp", "reactive", "connections"})),
+    ("selfmcp, reactive, connections, ctl", frozenset({"selfmcp", "reactive", "connections", "ctl"})),
     ("daemon", frozenset({"daemon"})),
     ("child", frozenset({"child"})),
     ("terminal", frozenset({"terminal"})),

@@ -33,6 +33,7 @@ from agentd.errors import A2aConnectError, A2aError, A2aRpcError, AgentdError
 from agentd.events import EventLog
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.secrets import SecretResolver
+from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import DEFAULT_MAX_BODY, display_url, new_client, tls_context
 from agentd.transport.tls import verify_for
 
@@ -363,6 +364,7 @@ async def open_a2a_peers(
     log: EventLog,
     secrets: SecretResolver | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[A2aPeers]:
     """Fetch every peer's card concurrently; yield the connected peers; cancel their open tasks at the end.
 
@@ -374,7 +376,7 @@ async def open_a2a_peers(
     async with AsyncExitStack() as stack:
         shared = None
         if configs:
-            shared = await stack.enter_async_context(new_client(verify=verify_for(c.url for c in configs)))
+            shared = await stack.enter_async_context(new_client(verify=verify_for(c.url for c in configs), egress=egress))
 
         async def connect(config: McpServerConfig) -> None:
             try:
@@ -382,7 +384,7 @@ async def open_a2a_peers(
                 client = shared
                 if config.tls is not None and (config.tls.ca or config.tls.cert):
                     try:
-                        own = new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key))
+                        own = new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key), egress=egress)
                     except (OSError, ssl.SSLError) as exc:
                         raise A2aConnectError(f"A2A peer {config.name!r}: TLS material cannot be loaded "
                                               f"({type(exc).__name__})", peer=config.name) from None  # fmt: skip

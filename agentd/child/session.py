@@ -34,6 +34,7 @@ from agentd.supervisor.messages import (
     Cancel,
     Failed,
     Inject,
+    MetricsDelta,
     Ping,
     Pong,
     Ready,
@@ -41,6 +42,7 @@ from agentd.supervisor.messages import (
     RunPayload,
     Spawn,
 )
+from agentd.telemetry import metrics
 
 _PAYLOAD_WAIT = 30.0
 
@@ -68,6 +70,9 @@ async def _child(in_fd: int, out_fd: int) -> int:
     test = payload.test or {}
     if test.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    metrics.disable()  # a forked child starts with nothing of its parent's
+    if payload.telemetry.get("metrics"):  # the root counts the tree: hand it our observations
+        metrics.collect_deltas()
     await channel.send(Ready(pid=os.getpid()))
     session = _Session(payload, channel, _pick_runner(payload))
     return await session.run()
@@ -125,6 +130,7 @@ class _Session:
         message = self.payload.instruction
         while True:
             result = await self._turn(ctx, message)
+            await self._send_metrics()
             if result is None:
                 return
             try:
@@ -161,6 +167,7 @@ class _Session:
                 if isinstance(message, Ping):
                     if not test.get("no_pong"):
                         await self.channel.send(Pong(seq=message.seq))
+                        await self._send_metrics()
                 elif isinstance(message, Cancel):
                     if not test.get("ignore_cancel"):
                         self._cancel(message.reason)
@@ -174,6 +181,16 @@ class _Session:
         # The parent closed our stdin (a kill-ladder rung) or is gone: end the session.
         if not test.get("ignore_eof"):
             self._cancel("the parent closed the channel")
+
+    async def _send_metrics(self) -> None:
+        """What this process's runs did since the last frame, up to the root (with pongs and results)."""
+        deltas = metrics.deltas()
+        while deltas is not None and deltas.pending:
+            frame = MetricsDelta(depth=self.payload.depth, observations=deltas.take())
+            try:
+                await self.channel.send(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
 
     def _cancel(self, reason: str) -> None:
         self._cancelled = reason

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
 
     from agentd.client._streams import Tuning
     from agentd.client.connection import ServerConnection
+    from agentd.transport.egress import EgressPolicy
 
 
 @attrs.define(eq=False)
@@ -225,7 +226,9 @@ def _own_client(config: McpServerConfig) -> bool:
     return callable(config.http_client) or (config.tls is not None and bool(config.tls.ca or config.tls.cert))
 
 
-def _client_for(config: McpServerConfig, shared: httpx.AsyncClient | None) -> httpx.AsyncClient | McpConnectError:
+def _client_for(
+    config: McpServerConfig, shared: httpx.AsyncClient | None, egress: EgressPolicy | None
+) -> httpx.AsyncClient | McpConnectError:
     import httpx
 
     from agentd.transport.http_client import new_client, tls_context
@@ -241,7 +244,7 @@ def _client_for(config: McpServerConfig, shared: httpx.AsyncClient | None) -> ht
         assert shared is not None  # built whenever a declared server shares it
         return shared
     try:
-        return new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key))
+        return new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key), egress=egress)
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc.__class__.__name__
         return McpConnectError(f"MCP server {config.name!r}: TLS material cannot be loaded ({reason})", server=config.name)
@@ -258,11 +261,13 @@ async def open_mcp_pool(
     tuning: Tuning | None = None,
     max_body: int = defaults.MAX_BODY,
     eras: EraCache | None = None,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[McpPool]:
     """Connect every server concurrently and keep them connected while the block runs.
 
     ``eras`` remembers which origins are modern-only (2026-07-28), so their connections skip the refused
     ``initialize``; None means the per-process cache (:func:`agentd.client.era_cache.process_era_cache`).
+    ``egress`` is the config file's ``egress.allow`` (a metadata address is refused unless it names it).
 
     Raises:
         McpConnectError: a required server failed its handshake (unless ``raise_required=False``, which
@@ -282,12 +287,13 @@ async def open_mcp_pool(
         # that shares it (none declared, or each with its own client) none is built: a run without MCP servers
         # never loads httpcore's transports.
         sharing = [c.url for c in declared if not _own_client(c)]
-        shared = await stack.enter_async_context(new_client(verify=verify_for(sharing))) if sharing else None
+        shared = (await stack.enter_async_context(new_client(verify=verify_for(sharing), egress=egress))
+                  if sharing else None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pool._forward_updates)
             async with trio.open_nursery() as connecting:
                 for config in declared:
-                    client = _client_for(config, shared)
+                    client = _client_for(config, shared, egress)
                     if isinstance(client, McpConnectError):
                         pool._fail(config, client)
                         continue

@@ -94,6 +94,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--state-dir", "state_dir", "path",
          "journal every run under this directory and resume an unfinished run with the same --run-id "
          "(default: off, nothing is written)", _RUN, "PATH"),
+    Flag("--ctl-socket", "ctl_socket", "path",
+         "serve 'agentd ctl' on this Unix socket, mode 0600 (default: STATE_DIR/ctl.sock with --state-dir, "
+         "else none)", _RUN, "PATH"),
     # intelligence
     Flag("--intelligence", "intelligence", "endpoints",
          "OpenAI-compatible Chat Completions base URL(s), comma-separated for failover; 'test' = offline model",
@@ -221,7 +224,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--json", "check_json", "bool", "print the JSON report even at a terminal (same as --output json)",
          _LOG, env=False, file=False, commands=("check",)),
     Flag("--otel", "otel", "bool",
-         "export OpenTelemetry traces over OTLP/HTTP (endpoint and headers from the OTEL_* variables)", _LOG),
+         "export OpenTelemetry traces and metrics over OTLP/HTTP (endpoint and headers from the OTEL_* variables)", _LOG),
     Flag("--traceparent", "traceparent", "str",
          "run inside this W3C trace context (a harness's own trace)", _LOG, "TRACEPARENT",
          env_aliases=("TRACEPARENT",)),
@@ -282,6 +285,7 @@ USAGE: Final = """agentd [run flags]                 run (--mode once by default
        agentd run MANIFEST.yaml ...       run an agent manifest against a host config
        agentd transcript ...              show durable run transcripts
        agentd journal list|show|export    read the durable run journal
+       agentd ctl status|pause|resume|... a running daemon's operator controls
        agentd trace FILE                  render a saved JSON-lines event log for a person
        agentd --version | --help"""
 

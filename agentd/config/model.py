@@ -137,6 +137,8 @@ class Config:
     run_id: str = ""
     #: Where the run journal lives (``--state-dir``); ``None``: no journal is opened.
     state_dir: str | None = None
+    #: The operator control socket (``--ctl-socket``; agentd.ctl.server.socket_path gives its default).
+    ctl_socket: str | None = None
     log_level: LogLevel = defaults.LOG_LEVEL
     log_content: bool = False
     #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).

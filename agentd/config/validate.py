@@ -55,6 +55,7 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     env = os.environ if env is None else env
     _check_servers(config.mcp, env)
     _check_servers(config.a2a_peers, env, kind="a2a peer")  # same rules: headers' secrets, TLS files
+    _check_distinct_names(config)
     _check_file(config.tls_ca, "--tls-ca")
     _check_operator_egress(config)
     if purpose == "check":
@@ -129,6 +130,16 @@ def _check_trifecta(config: Config) -> None:
             "the MCP servers together bring untrusted input, sensitive data and external communication "
             f"(Rule of Two; {verdict.describe()}); narrow the servers, fix their tags (--mcp-tags), "
             "or pass --allow-trifecta"
+        )
+
+
+def _check_distinct_names(config: Config) -> None:
+    """A subagent's tool_scope names MCP servers and A2A peers alike, so one name cannot mean both."""
+    shared = sorted({s.name for s in config.mcp} & {p.name for p in config.a2a_peers})
+    if shared:
+        raise ConfigError(
+            f"{shared[0]!r} names both an MCP server and an A2A peer; give them different names "
+            "(a subagent's tool_scope refers to either by name)"
         )
 
 

@@ -273,7 +273,8 @@ async def _connect_and_run(
             raise denied
         # ``deadlineMs`` bounds the whole run: connecting spends it too; once connected, run_steps owns the rest.
         async with open_run(gateway, servers, log=log, secrets=resolver, run_id=identity.run_id,
-                            deadline=plan.manifest.limits.deadline_ms / 1000) as opened:
+                            deadline=plan.manifest.limits.deadline_ms / 1000,
+                            egress=plan.host.egress.policy()) as opened:
             return await run_steps(plan, runtime, pool=opened.pool, intel=opened.intel, log=log,
                                    identity=identity, transcript=transcript, deadline=opened.end)  # fmt: skip
     except BaseException as exc:

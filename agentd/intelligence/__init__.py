@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from agentd.intelligence.failover import Breaker as Breaker
     from agentd.intelligence.failover import BreakerState as BreakerState
     from agentd.intelligence.gateway import GatewayError as GatewayError
+    from agentd.transport.egress import EgressPolicy
 
 __all__ = [
     "OFFLINE",
@@ -108,6 +109,7 @@ async def open_intelligence(
     secrets: SecretResolver | None = None,
     timeout: float = CALL_TIMEOUT,
     verify: Any = True,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[Intelligence]:
     """Validate the endpoints, resolve the token, and hold one HTTP client for the block.
 
@@ -139,6 +141,6 @@ async def open_intelligence(
     limits = httpx.Limits(max_connections=len(urls) * 4, max_keepalive_connections=len(urls) * 2)
     if verify is True:  # the process's cached context; none at all for plain-http endpoints
         verify = verify_for(urls)
-    async with new_client(verify, limits=limits) as client:
+    async with new_client(verify, limits=limits, egress=egress) as client:
         gateways = [Gateway(url, client, log, token=bearer, timeout=timeout) for url in urls]
         yield FailoverIntelligence(gateways, model=model, log=log, stream=stream)

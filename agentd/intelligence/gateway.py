@@ -13,7 +13,7 @@ import math
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 import attrs
 import httpx
@@ -26,6 +26,7 @@ from agentd.events import EventLog
 from agentd.intelligence.endpoints import display
 from agentd.intelligence.wire import MalformedReply, ModelReply, StreamAssembler, parse_completion
 from agentd.mcp.sse import SseDecoder, SseError
+from agentd.transport.http_client import MetadataRefused
 
 #: A reply larger than this is refused rather than buffered.
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
@@ -87,16 +88,24 @@ class Resolver(Protocol):
     def resolve(self, template: str) -> str: ...
 
 
+E = TypeVar("E", bound=BaseException)
+
+
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     """Does ``kind`` appear in the cause/context chain (httpx on trio wraps SSL errors twice)?"""
+    return _cause(exc, kind) is not None
+
+
+def _cause(exc: BaseException, kind: type[E]) -> E | None:
+    """The first ``kind`` in ``exc``'s cause/context chain."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, kind):
-            return True
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
 
 
 @attrs.define(eq=False)
@@ -161,6 +170,9 @@ class Gateway:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.ConnectError as exc:
+            refused = _cause(exc, MetadataRefused)
+            if refused is not None:
+                raise self._fatal(str(refused)) from None
             if _caused_by(exc, ssl.SSLCertVerificationError):
                 raise Retryable("TLS certificate verification failed") from None
             if _caused_by(exc, ssl.SSLError):

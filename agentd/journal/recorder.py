@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from agentd.journal.records import (
     Usage,
 )
 from agentd.journal.store import JournalStore, RunJournal
+from agentd.telemetry.metrics import journal_commit, journal_queue
 
 
 def config_digest(settings: Mapping[str, Any]) -> str:
@@ -102,10 +104,11 @@ class RunRecorder:
     run_id: str
 
     async def started(self, record: RunStarted) -> None:
-        await self.store.append(self.run_id, [record], durable=True)
+        await self._append([record], durable=True)
 
     async def replied(self, step: int, message: Mapping[str, Any], prompt_tokens: int,
                       completion_tokens: int) -> None:
+        ended = time.perf_counter()  # the step's model call just ended: its lag runs from here to the commit
         calls: Sequence[Mapping[str, Any]] = message.get("tool_calls") or ()
         records: list[Any] = [ModelReply(step, dict(message))]
         for call in calls:
@@ -113,13 +116,21 @@ class RunRecorder:
             records.append(ToolCallRequested(step, str(call.get("id")), str(function.get("name")),
                                              function.get("arguments")))
         records.append(Usage(step, prompt_tokens, completion_tokens))
-        await self.store.append(self.run_id, records)
+        await self._append(records)
+        journal_commit(time.perf_counter() - ended)
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
-        await self.store.append(self.run_id, [ToolCallOutcome(step, call_id, ok, text)])
+        await self._append([ToolCallOutcome(step, call_id, ok, text)])
 
     async def ended(self, status: str, result: Any, error: str | None) -> None:
-        await self.store.append(self.run_id, [RunEnded(status, result, error)], durable=True)
+        await self._append([RunEnded(status, result, error)], durable=True)
+
+    async def _append(self, records: Sequence[Any], *, durable: bool = False) -> None:
+        journal_queue(+1)  # waiting for the store or being committed
+        try:
+            await self.store.append(self.run_id, records, durable=durable)
+        finally:
+            journal_queue(-1)
 
 
 __all__ = ["PendingCall", "Rebuilt", "RunRecorder", "config_digest", "rebuild"]

@@ -26,6 +26,7 @@ survives the cut; in-flight calls are cancelled by it (the client tells the serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import deque
@@ -49,6 +50,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
+from agentd.operator import current_operator
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
 
@@ -500,11 +502,17 @@ async def run_loop(
     )
     result: RunResult | None = None
     drain = current_drain()
-    with trio.move_on_after(request.limits.deadline) as deadline:
+    operator = current_operator()
+    with trio.move_on_after(request.limits.deadline) as deadline, (
+        operator.running(request.run_id) if operator is not None else contextlib.nullcontext()
+    ) as entry:
         try:
             if request.resume is not None:
                 result = await run.recover(request.resume)
             while result is None:
+                if operator is not None and entry is not None:  # the operator's pause holds the next turn
+                    entry.step = run.meter.steps
+                    await operator.turn_boundary(entry, drain)
                 if drain.requested:
                     # Drain: stop at a step boundary with the best result so far (a clean drain exits 0).
                     reason = f"drained ({drain.reason})"
@@ -523,6 +531,9 @@ async def run_loop(
                 # Cut mid-step by the drain's end: what this run had spent still shows in the final document.
                 usage = run.meter.usage
                 drain.note_spent(run.meter.steps, usage.prompt_tokens, usage.completion_tokens)
+    if result is None and entry is not None and entry.scope.cancelled_caught:
+        log.warn("run.cancelled", reason=entry.cancel_reason or "cancelled by the operator")
+        result = run.finish(RunStatus.CANCELLED, run.best_text, error=entry.cancel_reason or "cancelled")
     if result is None:
         assert deadline.cancelled_caught
         _budget_event(log, RunStatus.DEADLINE.value, run)

@@ -10,6 +10,8 @@ and SIGINT watched here.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import signal
 from collections.abc import Callable, Mapping
 
@@ -17,6 +19,7 @@ import trio
 
 from agentd.a2a.client import A2aPeers
 from agentd.config.model import Config
+from agentd.config.validate import split_subscription
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
 from agentd.journal.recorder import RunRecorder
@@ -26,10 +29,12 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult
 from agentd.loop.runner import RunRequest, UsageHook
+from agentd.operator import current_operator
 from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
 from agentd.reactive.modes import DaemonContext, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
+from agentd.reactive.watch import Origin as WatchOrigin
 from agentd.run import (
     Gateway,
     ended,
@@ -161,6 +166,33 @@ async def _earlier_wakes(journal: JournalStore, base: str, log: EventLog) -> int
     return highest
 
 
+async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: Config) -> None:
+    """Apply a reload (agentd.ctl.reload's subset): the model from the next model call, the limits for the
+    next runs, ``--subscribe`` re-armed now (new URIs subscribed, dropped ones unsubscribed)."""
+    ctx.cfg = new
+    ctx.runs.limits = limits_of(new)
+    intel.model = new.model
+    if ctx.watcher is None or new.subscribe == old.subscribe:
+        return
+    names = list(ctx.server_names)
+    if not names:
+        return
+    owned = ctx.continue_route.owns if ctx.continue_route is not None else (lambda uri: False)
+    before = {uri: server for server, uri in (split_subscription(v, names) for v in old.subscribe)}
+    after = {uri: server for server, uri in (split_subscription(v, names) for v in new.subscribe)}
+    for uri in sorted(before.keys() - after.keys()):
+        if not owned(uri):
+            await ctx.watcher.unwatch(uri, WatchOrigin.CONFIG)
+    for uri in sorted(after.keys() - before.keys()):
+        if owned(uri):
+            continue
+        try:
+            await ctx.watcher.watch(uri, WatchOrigin.CONFIG, after[uri])
+        except Exception as exc:  # the server is down, say: the rest of the reload stands
+            ctx.log.warn("mcp.subscribe", uri=uri, action="subscribe", origin="config", applied=False,
+                         reloaded=True, error=type(exc).__name__, reason=str(exc))
+
+
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
                       publish: Publish | None = None, journal: JournalStore | None = None) -> RunResult:
@@ -179,7 +211,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
     try:
         async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
-                            a2a_peers=cfg.a2a_peers) as opened:
+                            a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
             runs = DaemonRuns(
@@ -197,7 +229,10 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
                                 publish=publish)
-            result = await run_daemon(ctx)
+            operator = current_operator()
+            with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel)) if operator is not None
+                  else contextlib.nullcontext()):
+                result = await run_daemon(ctx)
     except BaseException as exc:
         reraise_if_not_an_outcome(exc, log)  # a bad --subscribe (ConfigError) is exit 2; cancellation unwinds
         result = outcome_of(exc, run_id=log.run_id, log=log)

@@ -26,6 +26,7 @@ from agentd.journal.store import JournalStore
 from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
+from agentd.operator import current_operator
 from agentd.reactive.governor import LifetimeBudget, RestartGovernor
 from agentd.reactive.selftools import ScheduleRequest, SelfRequests, register_self_tools
 from agentd.reactive.watch import Origin, Watcher, content_digest
@@ -103,6 +104,15 @@ class DaemonRuns:
     def close(self) -> None:
         """Drain: start nothing new (running runs go on; scheduled timers are dropped)."""
         self.accepting = False
+        if (operator := current_operator()) is not None:
+            operator.poke()  # runs held by a lame duck give up
+
+    async def _admitted(self) -> bool:
+        """The operator's lame duck holds a new run until it ends; False once the daemon stopped accepting."""
+        operator = current_operator()
+        if operator is None or not operator.lame_duck:
+            return self.accepting
+        return await operator.admit(lambda: self.accepting)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -140,7 +150,7 @@ class DaemonRuns:
 
     async def run(self, job: Job) -> RunResult | None:
         """One ordinary run of ``job``; None when the daemon is no longer taking runs."""
-        if not self.accepting:
+        if not await self._admitted():
             return None
         if self._out_of_budget():
             return None
@@ -318,7 +328,7 @@ class DaemonRuns:
             await trio.sleep(after)
         finally:
             self._scheduled -= 1
-        if self.accepting:
+        if await self._admitted():
             if key is not None:  # fired at most once: forgotten before it runs (the run itself is journaled)
                 await self._put(SELF_SCHEDULES, {key: None}, self.log)
             self.log.info("schedule.fire", trigger="scheduled", after_s=after, applied=True)

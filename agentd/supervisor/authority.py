@@ -1,7 +1,7 @@
 """Where spawn admission and tree accounting happen: locally at the root, or by asking up the channel.
 
 The root process owns the one :class:`~agentd.supervisor.caps.TreeLedger`. A nested child's supervisor
-holds a :class:`RemoteAuthority` that forwards ``admit``/``release``/``usage`` to its parent, whose node
+holds a :class:`RemoteAuthority` that forwards ``admit``/``release``/``usage``/``metrics`` to its parent, whose node
 forwards them on, until they reach the root. So caps, depth minting and scope narrowing are decided in
 exactly one place however deep the tree is, and usage of every descendant reaches the token ceiling.
 """
@@ -15,8 +15,13 @@ from typing import Protocol
 import attrs
 import trio
 
+from agentd.events import EventLog, null_log
+from agentd.journal.errors import JournalError
+from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
+from agentd.journal.ledger import load_ledger, save_ledger
+from agentd.journal.store import JournalStore
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
-from agentd.supervisor.messages import Admit, Admitted, Release, Usage
+from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 from agentd.telemetry import metrics
 
 
@@ -25,47 +30,108 @@ class Authority(Protocol):
     token ceiling is per run tree; see agentd.supervisor.caps). Only the root's authority uses it."""
 
     async def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
+        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
+        budget: int | None = None,
     ) -> Admission | Refusal: ...
 
     async def release(self, handle: str) -> None: ...
 
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None: ...
 
+    async def report_metrics(self, delta: MetricsDelta) -> None: ...
+
 
 @attrs.define(eq=False)
 class LocalAuthority:
-    """The root's authority. ``on_ceiling(handle)`` is told which subtree pushed the tree past its ceiling;
-    ``on_change()`` is called after every admission, release and usage report (the ledger changed)."""
+    """The root's authority. ``on_ceiling(handle)`` is told which subtree pushed the tree past its ceiling
+    (or its child past its slice); ``on_change()`` is called after every admission, release and usage report.
+
+    With ``store`` (``--state-dir``) each run tree's reservation books are saved after every change and
+    read back the first time a tree is used, so a restarted process resumes the same books (the subagents
+    of the earlier process did not survive: their slices are closed). ``run_id`` names the once run's tree
+    (``tree=""``) in the store; served trees are not saved.
+    """
 
     ledger: TreeLedger
     on_ceiling: Callable[[str], None] = lambda handle: None
     on_change: Callable[[], None] = lambda: None
+    store: JournalStore | None = None
+    run_id: str = ""
+    log: EventLog = attrs.field(factory=null_log)
+    _loaded: set[str] = attrs.field(init=False, factory=set)
 
     async def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
+        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
+        budget: int | None = None,
     ) -> Admission | Refusal:
-        decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree)
+        key = self.ledger.tree_key(caller, tree)
+        await self._load(key)
+        decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree,
+                                     budget=budget)
         if isinstance(decision, Refusal):
             metrics.spawn_refused(decision.cap)
         else:
             metrics.subagents_live(self.ledger.live)
+            await self._save(key)
         self.on_change()
         return decision
 
     async def release(self, handle: str) -> None:
+        key = self.ledger.tree_key(handle)
         self.ledger.release(handle)
         metrics.subagents_live(self.ledger.live)
+        await self._save(key)
         self.on_change()
 
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
-        if self.ledger.add_tokens(usage.total, handle, tree):
+        key = self.ledger.tree_key(handle, tree)
+        await self._load(key)
+        past = self.ledger.add_tokens(usage.total, handle, tree)
+        await self._save(key)
+        if past:
             self.on_ceiling(handle)
         self.on_change()
 
+    async def report_metrics(self, delta: MetricsDelta) -> None:
+        metrics.merge(delta.depth, delta.observations)
+
+    # -- the saved books (--state-dir) ---------------------------------------------------------------------
+
+    def _stored_as(self, tree: str) -> str | None:
+        if self.store is None or tree.startswith("served."):
+            return None
+        return tree or self.run_id or None
+
+    async def _load(self, tree: str) -> None:
+        name = self._stored_as(tree)
+        if name is None or tree in self._loaded:
+            return
+        self._loaded.add(tree)
+        assert self.store is not None
+        try:
+            saved = await load_ledger(self.store, name)
+        except JournalError as exc:  # unreadable books: start afresh rather than refuse every spawn
+            self.log.warn("journal.write_failed", namespace=LEDGER_NAMESPACE, error=str(exc))
+            return
+        if saved is not None:
+            ended = self.ledger.adopt(tree, saved)
+            self.log.info("budget.restored", tree=name, committed=saved.committed(),
+                          ceiling=saved.ceiling, ended=ended)
+
+    async def _save(self, tree: str) -> None:
+        name = self._stored_as(tree)
+        book = self.ledger.existing_book(tree)
+        if name is None or book is None:
+            return
+        assert self.store is not None
+        try:
+            await save_ledger(self.store, name, book)
+        except JournalError as exc:
+            self.log.warn("journal.write_failed", namespace=LEDGER_NAMESPACE, error=str(exc))
+
 
 class _Sender(Protocol):
-    async def send(self, message: Admit | Release | Usage) -> None: ...
+    async def send(self, message: Admit | Release | Usage | MetricsDelta) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -77,14 +143,15 @@ class RemoteAuthority:
     _pending: dict[int, trio.MemorySendChannel[Admitted]] = attrs.field(init=False, factory=dict)
 
     async def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = ""
+        self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
+        budget: int | None = None,
     ) -> Admission | Refusal:
         ref = next(self._refs)
         send, receive = trio.open_memory_channel[Admitted](1)
         self._pending[ref] = send
         try:
             scope = None if tool_scope is None else list(tool_scope)
-            await self.channel.send(Admit(ref=ref, caller=caller, tool_scope=scope))
+            await self.channel.send(Admit(ref=ref, caller=caller, tool_scope=scope, budget=budget))
             answer = await receive.receive()
         finally:
             del self._pending[ref]
@@ -107,5 +174,11 @@ class RemoteAuthority:
     async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
         try:
             await self.channel.send(usage)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def report_metrics(self, delta: MetricsDelta) -> None:
+        try:
+            await self.channel.send(delta)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass

@@ -16,6 +16,12 @@ daemon's, shared by its wakes and its served spawns) holds several trees: each r
 admitted into the caller's tree (``tree=``, default ``""``, the once-mode run), each served spawn
 (``served.N``) is a tree of its own, and a nested spawn belongs to its top-level ancestor's tree.
 ``tokens_used`` stays the supervisor's total over all trees.
+
+Within a run tree the ceiling is a ledger with reservations (agentd.journal.ledger): each spawn of the
+agent's own tree reserves a slice for the child out of what its parent has left (``budget``, default
+:data:`~agentd.defaults.SPAWN_BUDGET_SHARE` of it); the child's usage is charged to its slice, a child
+past its slice is reported like a tree past its ceiling (its subtree is cancelled), and what a child
+did not spend is refunded when it is released. Served trees (``served.N``) keep a plain count.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Final
 import attrs
 
 from agentd import defaults
+from agentd.journal.ledger import ROOT, Ledger, Overdrawn
 from agentd.rule_of_two import check_trifecta
 
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
@@ -49,6 +56,8 @@ class Admission:
     handle: str
     depth: int
     scope: frozenset[str]
+    #: The token slice reserved for the child (None: a served spawn, counted but not reserved).
+    budget: int | None = None
 
 
 @attrs.frozen
@@ -125,6 +134,8 @@ class TreeLedger:
     #: Root-level subagent handle -> its run tree; run tree -> tokens it used (bounded, oldest first out).
     _tree_of: dict[str, str] = attrs.field(init=False, factory=dict)
     _tree_tokens: OrderedDict[str, int] = attrs.field(init=False, factory=OrderedDict)
+    #: Run tree -> its reservation books (the agent's own trees; bounded like the counts).
+    _books: OrderedDict[str, Ledger] = attrs.field(init=False, factory=OrderedDict)
     _bucket: TokenBucket = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -148,11 +159,42 @@ class TreeLedger:
     def tree_tokens(self, tree: str = "") -> int:
         return self._tree_tokens.get(tree, 0)
 
+    def book(self, tree: str) -> Ledger:
+        """Run tree ``tree``'s reservation books (opened on first use, with the whole ceiling free)."""
+        book = self._books.get(tree)
+        if book is None:
+            book = self._books[tree] = Ledger(self.caps.token_ceiling)
+            while len(self._books) > TREES_KEPT:
+                self._books.popitem(last=False)
+        else:
+            self._books.move_to_end(tree)  # most recently used last: a busy tree is never the one forgotten
+        return book
+
+    def adopt(self, tree: str, book: Ledger) -> list[str]:
+        """Take over ``tree``'s books as an earlier process saved them: its subagents did not survive, so
+        their slices end (spent booked, the rest refunded); returns their handles. The tree's count starts
+        from what the books say was spent."""
+        ended: list[str] = []
+        for handle in book.open_handles():
+            if handle != ROOT and handle in book.open_handles():
+                ended.extend(book.end(handle).ended)
+        self._books[tree] = book
+        self._tree_tokens[tree] = max(self._tree_tokens.get(tree, 0), book.committed())
+        return ended
+
+    def existing_book(self, tree: str) -> Ledger | None:
+        return self._books.get(tree)
+
+    def _slice(self, handle: str) -> str:
+        return ROOT if handle == self.root else handle
+
     def admit(
-        self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False, tree: str = ""
+        self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False, tree: str = "",
+        budget: int | None = None,
     ) -> Admission | Refusal:
         """Decide one spawn by ``caller`` in run tree ``tree`` (the root's run; nested callers use their
-        ancestor's); on success the child is counted live until :meth:`release`."""
+        ancestor's); on success the child is counted live until :meth:`release`. ``budget`` is the token
+        slice asked for (default a share of what the caller has left; ignored for a served spawn)."""
         if self.draining:
             return Refusal("spawn refused: draining, no new subagents are accepted", cap="draining")
         caller_scope = self.scope_of(caller)
@@ -169,7 +211,9 @@ class TreeLedger:
                     + ", ".join(extra),
                     cap="tool_scope",
                 )
-        trifecta = check_trifecta({name: self.server_tags.get(name) for name in scope})
+        # The Rule of Two judges the MCP servers in the scope (server_tags has one entry per MCP server; A2A
+        # peers may be in a scope too, as at the root, where they are not tagged).
+        trifecta = check_trifecta({name: self.server_tags[name] for name in scope if name in self.server_tags})
         if trifecta.complete:
             return Refusal(
                 "spawn refused: the child's tool_scope brings untrusted input, sensitive data and external "
@@ -200,6 +244,20 @@ class TreeLedger:
                 f"spawn refused: max_children={self.caps.max_children} reached at handle {caller}",
                 retryable=True, cap="max_children",
             )
+        slice_of = None
+        if not served and not tree.startswith("served."):  # a served tree keeps a plain count
+            book = self.book(tree)
+            slice_of = self._slice(caller) if self._slice(caller) in book.open_handles() else None
+        want = 0
+        if slice_of is not None:
+            left = self.book(tree).available(slice_of)
+            want = budget if budget is not None else int(left * defaults.SPAWN_BUDGET_SHARE)
+            if want <= 0 or want > left:
+                return Refusal(
+                    f"spawn refused: token_budget={want} does not fit: handle {caller} has {max(0, left)} tokens "
+                    f"left of token_ceiling={self.caps.token_ceiling}",
+                    cap="token_budget",
+                )
         wait = self._bucket.take(now)
         if wait > 0:
             return Refusal(
@@ -214,10 +272,16 @@ class TreeLedger:
         self._live[handle] = scope
         if handle == top_of(handle):
             self._tree_of[handle] = handle if served else tree
-        return Admission(handle=handle, depth=depth_of(handle), scope=scope)
+        if slice_of is not None:
+            self.book(tree).reserve(handle, want, parent=slice_of)
+        return Admission(handle=handle, depth=depth_of(handle), scope=scope, budget=want or None)
 
     def release(self, handle: str) -> None:
-        """The subagent ended: it and anything still recorded under it stop counting."""
+        """The subagent ended: it and anything still recorded under it stop counting; its slice (and any
+        still open under it) is closed: spent booked to its parent, the rest refunded."""
+        book = self._books.get(self.tree_of(handle))
+        if book is not None and handle in book.open_handles():
+            book.end(handle)
         for h in [h for h in self._live if is_within(h, handle)]:
             del self._live[h]
         self._tree_of.pop(handle, None)  # a root-level subagent ended: its tree's count stays
@@ -227,9 +291,18 @@ class TreeLedger:
         run tree is now past the ceiling."""
         n = max(0, n)
         self.tokens_used += n
-        key = self.tree_of(self.root if handle is None else handle, tree)
+        who = self.root if handle is None else handle
+        key = self.tree_of(who, tree)
         total = self._tree_tokens.pop(key, 0) + n
         self._tree_tokens[key] = total  # most recently used last
         while len(self._tree_tokens) > TREES_KEPT:
             self._tree_tokens.popitem(last=False)
-        return total > self.caps.token_ceiling
+        book = None if key.startswith("served.") else self.book(key)
+        overdrawn = False
+        if book is not None and self._slice(who) in book.open_handles():
+            overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn) and who != self.root
+        return overdrawn or total > self.caps.token_ceiling
+
+    def tree_key(self, handle: str, tree: str = "") -> str:
+        """The run tree ``handle`` (default the root, in ``tree``) counts in: what :meth:`book` is keyed by."""
+        return self.tree_of(handle, tree)

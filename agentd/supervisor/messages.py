@@ -7,7 +7,8 @@ by ``ref`` instead of JSON-RPC ids, so both directions stay plain notifications.
 Down (parent → child): ``spawn`` (the run payload, first frame, secrets included), ``ping``, ``cancel``,
 ``inject`` (a warm session's next message), ``admitted``.
 Up (child → parent): ``ready``, ``pong``, ``progress``, ``usage`` (token deltas of the child's whole
-subtree), ``result``, ``failed``, ``admit``, ``release``.
+subtree), ``result``, ``failed``, ``admit``, ``release``, ``metrics`` (a descendant's metric observations,
+passed up unchanged to the root when the root has metrics on).
 
 Decoding is strict about field types and lenient about unknown fields, so either side may grow.
 Hand-rolled rather than cattrs because the child imports this on its start-up path.
@@ -146,6 +147,8 @@ class Admit:
     ref: int = attrs.field(validator=_int)
     caller: str = attrs.field(validator=_str)
     tool_scope: list[str] | None = attrs.field(default=None, validator=optional(_list))
+    #: The token slice asked for (``token_budget``); None: the default share.
+    budget: int | None = attrs.field(default=None, validator=optional(_int))
 
 
 @attrs.frozen
@@ -156,13 +159,24 @@ class Release:
     handle: str = attrs.field(validator=_str)
 
 
+@attrs.frozen
+class MetricsDelta:
+    """Observations of one subagent process (agentd.telemetry.metrics.Deltas) since its last frame; the
+    root replays them with ``depth`` (the reporting child's own, kept as the frame travels up)."""
+
+    METHOD: ClassVar[str] = "metrics"
+    depth: int = attrs.field(validator=_int)
+    observations: list[Any] = attrs.field(factory=list, validator=_list)
+
+
 Down: TypeAlias = Spawn | Ping | Cancel | Inject | Admitted
-Up: TypeAlias = Ready | Pong | Progress | Usage | Result | Failed | Admit | Release
+Up: TypeAlias = Ready | Pong | Progress | Usage | Result | Failed | Admit | Release | MetricsDelta
 Message: TypeAlias = Down | Up
 
 _TYPES: dict[str, type[Any]] = {
     cls.METHOD: cls
-    for cls in (Spawn, Ping, Cancel, Inject, Admitted, Ready, Pong, Progress, Usage, Result, Failed, Admit, Release)
+    for cls in (Spawn, Ping, Cancel, Inject, Admitted, Ready, Pong, Progress, Usage, Result, Failed, Admit, Release,
+                MetricsDelta)
 }
 
 

@@ -33,6 +33,7 @@ from agentd.supervisor.messages import (
     Failed,
     Inject,
     Message,
+    MetricsDelta,
     Ping,
     Pong,
     Progress,
@@ -326,6 +327,9 @@ class SubagentNode:
         if isinstance(message, Pong):
             live.pong(now)
             return
+        if isinstance(message, MetricsDelta):  # rides along with pongs: not progress
+            await self.authority.report_metrics(message)
+            return
         live.progress(now)
         if isinstance(message, Ready):
             if self.status == "starting":
@@ -369,7 +373,7 @@ class SubagentNode:
         if not is_within(request.caller, self.handle):
             decision: Any = Refusal(f"spawn refused: handle {request.caller} is outside {self.handle}")
         else:
-            decision = await self.authority.admit(request.caller, request.tool_scope)
+            decision = await self.authority.admit(request.caller, request.tool_scope, budget=request.budget)
         if isinstance(decision, Refusal):
             answer = Admitted(ref=request.ref, refusal=decision.message, retryable=decision.retryable)
         else:

@@ -24,6 +24,7 @@ import trio
 
 from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
+from agentd.journal.store import JournalStore
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
@@ -89,6 +90,8 @@ class SpawnRequest:
     warm: bool = False
     #: Extra context handed to the child (graph runs pass their dependencies' results here).
     context: tuple[Any, ...] = ()
+    #: The child's token slice of its tree's ceiling (None: the default share; agentd.supervisor.caps).
+    token_budget: int | None = None
 
 
 @attrs.frozen
@@ -136,6 +139,8 @@ class Supervisor:
     log: EventLog = attrs.field(factory=null_log)
     test_script: TestScript | None = None
     draining: bool = False
+    #: The operator's lame duck (agentd.ctl): served spawns are refused; the agent's own runs go on.
+    lame_duck: bool = False
     use_fork_server: bool = False
     _fork_server: ForkServer | None = attrs.field(init=False, default=None)
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -151,9 +156,14 @@ class Supervisor:
             metrics.spawn_refused("draining")
             return self._refused(caller, Refusal("spawn refused: draining, no new subagents are accepted",
                                                  cap="draining"))
+        if self.lame_duck and caller.origin is Origin.MANAGEMENT:
+            metrics.spawn_refused("lame_duck")
+            return self._refused(caller, Refusal("spawn refused: lame duck, no new served runs are accepted",
+                                                 retryable=True, cap="lame_duck"))
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
+            budget=request.token_budget,
         )
         if isinstance(admitted, Refusal):
             return self._refused(caller, admitted)
@@ -230,7 +240,8 @@ class Supervisor:
         config = dict(self.child_config)
         servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
         config["mcp_servers"] = servers
-        secrets = referenced_secrets(config, self.secrets)
+        config["a2a_peers"] = [p for p in config.get("a2a_peers", ()) if p.get("name") in admitted.scope]
+        secrets = referenced_secrets(config, self.secrets)  # only what the narrowed servers and peers name
         test = self.test_script(request, admitted.handle) if self.test_script is not None else None
         trace = {k: v for k, v in self.telemetry.items() if k not in (TRACEPARENT, TRACESTATE)}
         telemetry.inject(trace)  # the spawning span (the caller's execute_tool) is the child's parent
@@ -439,6 +450,8 @@ async def open_supervisor(
     handle: str = "0",
     test_script: TestScript | None = None,
     fork_server: bool = False,
+    ledger_store: JournalStore | None = None,
+    run_id: str = "",
 ) -> AsyncIterator[Supervisor]:
     """A supervisor whose async/warm subagents live no longer than this block.
 
@@ -454,6 +467,7 @@ async def open_supervisor(
         authority = LocalAuthority(
             ledger, on_ceiling=lambda h: sup_ref[0].cancel_subtree_of(h, "token_ceiling") if sup_ref else None,
             on_change=lambda: sup_ref[0].notify_changed() if sup_ref else None,
+            store=ledger_store, run_id=run_id, log=(log or null_log()).bind(comp="supervisor"),
         )
     async with trio.open_nursery() as nursery:
         sup = Supervisor(

@@ -26,10 +26,13 @@ SPAWN_SCHEMA: Mapping[str, Any] = {
         "instruction": {"type": "string", "minLength": 1, "description": "The task for the subagent."},
         "output_contract": {"type": "string", "description": "Exactly what the subagent must return."},
         "tool_scope": {"type": "array", "items": {"type": "string"},
-                       "description": "A subset of your MCP server names (default: all of yours)."},
+                       "description": "A subset of your MCP server (and A2A peer) names (default: all of yours)."},
         "async": {"type": "boolean", "default": False, "description": "Return a handle at once."},
         "warm": {"type": "boolean", "default": False,
                  "description": "Keep the subagent alive as a session driven by subagent.send."},
+        "token_budget": {"type": "integer", "minimum": 1,
+                         "description": "Tokens reserved for the subagent and its own subagents out of what "
+                                        "you have left (default: half of it); unused tokens come back."},
     },
     "required": ["instruction"],
     "additionalProperties": False,
@@ -70,6 +73,7 @@ def spawn_request(arguments: Mapping[str, Any]) -> SpawnRequest:
         tool_scope=None if scope is None else tuple(str(s) for s in scope),
         async_=bool(arguments.get("async", False)),
         warm=bool(arguments.get("warm", False)),
+        token_budget=int(arguments["token_budget"]) if arguments.get("token_budget") is not None else None,
     )
 
 

@@ -17,6 +17,7 @@ import trio
 
 from agentd import telemetry
 from agentd.events import EventLog
+from agentd.journal.store import JournalStore
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
@@ -27,6 +28,7 @@ from agentd.supervisor.supervisor import (
     open_supervisor,
     referenced_secrets,
 )
+from agentd.telemetry import metrics
 
 if TYPE_CHECKING:
     from agentd.config.model import Config
@@ -62,9 +64,10 @@ def settings_from_config(cfg: Config) -> SupervisorSettings:
 @asynccontextmanager
 async def open_root_supervisor(
     cfg: Config, *, log: EventLog, env: Mapping[str, str], run_id: str = "", fork_server: bool = True,
-    test_script: TestScript | None = None,
+    test_script: TestScript | None = None, ledger_store: JournalStore | None = None,
 ) -> AsyncIterator[Supervisor]:
-    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` and its referenced secrets.
+    """The root agent's supervisor: caps from ``cfg``, children inherit ``cfg`` narrowed to their tool scope
+    (MCP servers and A2A peers) and the secrets that narrowed config references.
 
     Children are forked from a pre-imported fork server by default (started on the first spawn; see
     docs/supervisor.md for the measurements behind that choice). When the process's drain latch fires,
@@ -78,11 +81,14 @@ async def open_root_supervisor(
         log.redactor.add(value)  # whatever a child reports back is scrubbed like our own lines
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
-        servers=frozenset(s.name for s in cfg.mcp), server_tags={s.name: s.tags for s in cfg.mcp}, settings=settings_from_config(cfg), child_config=wire,
+        # A tool scope names MCP servers and A2A peers alike; the Rule of Two judges the MCP servers' tags.
+        servers=frozenset(s.name for s in (*cfg.mcp, *cfg.a2a_peers)), server_tags={s.name: s.tags for s in cfg.mcp},
+        settings=settings_from_config(cfg), child_config=wire,
         secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
-                   **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {})},
-        fork_server=fork_server, test_script=test_script,
+                   **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {}),
+                   **({"metrics": True} if metrics.enabled() else {})},
+        fork_server=fork_server, test_script=test_script, ledger_store=ledger_store, run_id=run_id or cfg.run_id,
     ) as sup:
 
         async def stop_accepting() -> None:

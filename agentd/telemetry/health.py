@@ -3,7 +3,7 @@
 *Alive* means the event loop turns: the daemon's heartbeat task stamps :attr:`Health.tick` several times a
 second, and whatever reports health runs on the same loop, so a stale ``ts`` or a large
 ``supervisor_tick_age_ms`` says the loop is stuck. *Ready* means the daemon accepts work: it has started,
-is not draining (a drain is agentd's lame-duck state), and every readiness check registered by a running
+is not draining or in the operator's lame duck (``agentd ctl lame-duck``), and every readiness check registered by a running
 part (the MCP pool: every required server connected) passes.
 
 The daemon opens one :class:`Health` and makes it current for its tasks (a contextvar, as the drain
@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from agentd.drain import current_drain
+from agentd.operator import current_operator
 
 #: How often the heartbeat stamps the tick, and how often the health file is rewritten (seconds).
 TICK_INTERVAL: Final = 0.25
@@ -51,8 +52,13 @@ class Health:
     def draining(self) -> bool:
         return current_drain().requested
 
+    @property
+    def lame_duck(self) -> bool:
+        operator = current_operator()
+        return operator is not None and operator.lame_duck
+
     def ready(self) -> bool:
-        if not self.started or self.draining:
+        if not self.started or self.draining or self.lame_duck:
             return False
         try:
             return all(check() for check in list(self._checks.values()))
@@ -65,7 +71,8 @@ class Health:
         return round((trio.current_time() - self.tick) * 1000, 1)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"alive": True, "mode": self.mode, "draining": self.draining, "ready": self.ready(),
+        return {"alive": True, "mode": self.mode, "draining": self.draining, "lame_duck": self.lame_duck,
+                "ready": self.ready(),
                 "supervisor_tick_age_ms": self.tick_age_ms(), "ts": round(time.time(), 3)}
 
     async def heartbeat(self) -> None:

@@ -1,21 +1,37 @@
-"""Prometheus metrics with a fixed schema and bounded labels, behind a facade that is free when off.
+"""Metrics with a fixed schema and bounded labels, behind a facade that is free when off.
 
-Off by default: nothing imports ``prometheus_client`` until :func:`enable` (``--metrics-addr``). While off,
-each recording function is one global read. Label values come from closed sets (statuses, outcomes,
-caps, MCP methods agentd sends) or from configuration (declared server names, gateway endpoints), never
-from a peer, so the number of series stays bounded. docs/observability.md lists the schema.
+Off by default. Every part of agentd records through the functions below; each passes the (normalised)
+values to the process's sinks, and with none enabled it is one global read of an empty tuple. Sinks:
+
+- :class:`Metrics`, the Prometheus registry (``--metrics-addr``; ``prometheus_client`` imported then);
+- :class:`agentd.telemetry.otel_metrics.OtelMetrics`, the same schema as OTLP metrics (``--otel``);
+- :class:`Deltas` in a subagent process: its observations wait there until the child sends them up the
+  control channel (``metrics`` frames, with its pongs and before its results) and the root replays them
+  with the child's depth (:func:`merge`), so the root's metrics count the whole tree.
+
+Label values come from closed sets (statuses, outcomes, caps, MCP methods agentd sends) or from
+configuration (declared server names, gateway endpoints), and the few open ones (an error type, a
+server name a child reports) are capped in number, so the number of series stays bounded.
+docs/observability.md lists the schema.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-#: ``mcp.client.operation.duration`` bucket boundaries from the MCP semantic conventions (seconds).
-MCP_DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-#: ``gen_ai.client.operation.duration`` bucket boundaries from the GenAI semantic conventions (seconds).
-GATEWAY_DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                                   40.96, 81.92)
+from agentd.telemetry.names import (
+    GATEWAY_DURATION_BUCKETS,
+    JOURNAL_LAG_BUCKETS,
+    MCP_DURATION_BUCKETS,
+    TOKEN_BUCKETS,
+)
+
+if TYPE_CHECKING:
+    from agentd.telemetry.otel_metrics import OtelMetrics
+    from agentd.telemetry.settings import OtelSettings
+
 #: Breaker states as gauge values.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 #: The caps a spawn refusal can name (anything else is ``other``).
@@ -23,16 +39,46 @@ CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "s
                "caller")
 #: Served request outcomes.
 SERVED_OUTCOMES: Final = ("ok", "error", "tool_error", "refused")
+#: Tool call outcomes.
+TOOL_OUTCOMES: Final = ("result", "tool_error", "rejected", "fault")
 #: The MCP methods agentd's client sends; any other method is counted as ``other``.
 MCP_METHODS: Final = frozenset({
     "initialize", "server/discover", "ping", "tools/list", "tools/call", "resources/list", "resources/read",
     "resources/templates/list", "resources/subscribe", "resources/unsubscribe", "subscriptions/listen",
     "prompts/list", "prompts/get",
 })
+#: Distinct values an open label (an error type, a server a child names) may take; more are ``other``.
+MAX_OPEN_VALUES: Final = 64
+#: Observations a subagent keeps for its parent (more are dropped and counted) and sends per frame.
+MAX_PENDING: Final = 4096
+MAX_PER_FRAME: Final = 256
+#: What a run status looks like (agentd.loop.result.RunStatus values: ``completed``, ``exhausted_steps``, …).
+_STATUS: Final = re.compile(r"[a-z][a-z_]{0,31}")
+#: The depth label of this process's own runs (the root's handle ``0``).
+OWN_DEPTH: Final = "0"
+
+
+class Sink(Protocol):
+    """What a metrics backend records (values already normalised by the facade)."""
+
+    def run_ended(self, status: str, depth: str) -> None: ...
+    def step(self, input_tokens: int, output_tokens: int, depth: str) -> None: ...
+    def tool_call(self, server: str, outcome: str, depth: str) -> None: ...
+    def mcp_request(self, method: str, server: str, seconds: float, error_type: str) -> None: ...
+    def gateway_call(self, seconds: float, outcome: str) -> None: ...
+    def failover(self) -> None: ...
+    def breaker(self, endpoint: str, value: int) -> None: ...
+    def subagents_live(self, depth: str, count: int) -> None: ...
+    def spawn_refused(self, cap: str) -> None: ...
+    def woke(self, coalesced: int) -> None: ...
+    def served_session(self, delta: int) -> None: ...
+    def served_request(self, outcome: str) -> None: ...
+    def journal_commit(self, seconds: float) -> None: ...
+    def journal_queue(self, delta: int) -> None: ...
 
 
 class Metrics:
-    """The registry and every series agentd exports (built only when metrics are enabled)."""
+    """The Prometheus registry and every series agentd exports (built only when metrics are enabled)."""
 
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -40,23 +86,25 @@ class Metrics:
 
         self.registry = registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=registry)  # process_resident_memory_bytes and friends (Linux)
-        self.runs = Counter("agentd_runs", "Agent-loop runs in this process, by final status",
-                            ["status"], registry=registry)
-        self.steps = Counter("agentd_steps", "Loop steps (model calls) in this process", registry=registry)
-        self.tokens = Counter("agentd_tokens", "Model tokens used by this process's runs, by kind",
-                              ["kind"], registry=registry)
-        self.tool_calls = Counter("agentd_tool_calls", "Tool calls by server (agentd = control tools) and outcome",
-                                  ["server", "outcome"], registry=registry)
+        self.runs = Counter("agentd_runs", "Agent-loop runs of the tree, by final status and depth",
+                            ["status", "depth"], registry=registry)
+        self.steps = Counter("agentd_steps", "Loop steps (model calls) of the tree, by depth", ["depth"],
+                             registry=registry)
+        self.tokens = Counter("agentd_tokens", "Model tokens used by the tree's runs, by kind and depth",
+                              ["kind", "depth"], registry=registry)
+        self.tool_calls = Counter("agentd_tool_calls",
+                                  "Tool calls by server (agentd = control tools), outcome and depth",
+                                  ["server", "outcome", "depth"], registry=registry)
         self.mcp_duration = Histogram(
-            "mcp_client_operation_duration_seconds", "Duration of MCP requests agentd sent",
+            "mcp_client_operation_duration_seconds", "Duration of MCP requests the tree sent",
             ["mcp_method_name", "server", "error_type"], buckets=MCP_DURATION_BUCKETS, registry=registry)
         self.gateway_duration = Histogram(
             "agentd_gateway_request_duration_seconds", "Duration of model calls, failover included, by outcome",
             ["outcome"], buckets=GATEWAY_DURATION_BUCKETS, registry=registry)
         self.failovers = Counter("agentd_gateway_failovers", "Model calls that moved on to the next endpoint",
                                  registry=registry)
-        self.breaker = Gauge("agentd_gateway_breaker_state", "Endpoint breaker: 0 closed, 1 half-open, 2 open",
-                             ["endpoint"], registry=registry)
+        self.breaker_state = Gauge("agentd_gateway_breaker_state", "Endpoint breaker: 0 closed, 1 half-open, 2 open",
+                                   ["endpoint"], registry=registry)
         self.live = Gauge("agentd_subagents_live", "Live subagents of the whole tree by depth (root process)",
                           ["depth"], registry=registry)
         self.refusals = Counter("agentd_spawn_refusals", "Spawns refused at the chokepoint, by cap",
@@ -68,109 +116,362 @@ class Metrics:
         self.sessions = Gauge("agentd_served_sessions", "Open self-MCP sessions", registry=registry)
         self.served = Counter("agentd_served_requests", "Self-MCP requests by outcome", ["outcome"],
                               registry=registry)
-        self._depths: set[str] = set()
+        self.journal_lag = Histogram(
+            "agentd_journal_commit_lag_seconds", "Time from a step's end to its journal commit (--state-dir)",
+            buckets=JOURNAL_LAG_BUCKETS, registry=registry)
+        self.journal_pending = Gauge("agentd_journal_queue", "Journal commits waiting or in progress (--state-dir)",
+                                     registry=registry)
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
+    # -- Sink ----------------------------------------------------------------------------------------
 
-_metrics: Metrics | None = None
+    def run_ended(self, status: str, depth: str) -> None:
+        self.runs.labels(status, depth).inc()
+
+    def step(self, input_tokens: int, output_tokens: int, depth: str) -> None:
+        self.steps.labels(depth).inc()
+        self.tokens.labels("input", depth).inc(input_tokens)
+        self.tokens.labels("output", depth).inc(output_tokens)
+
+    def tool_call(self, server: str, outcome: str, depth: str) -> None:
+        self.tool_calls.labels(server, outcome, depth).inc()
+
+    def mcp_request(self, method: str, server: str, seconds: float, error_type: str) -> None:
+        self.mcp_duration.labels(method, server, error_type).observe(seconds)
+
+    def gateway_call(self, seconds: float, outcome: str) -> None:
+        self.gateway_duration.labels(outcome).observe(seconds)
+
+    def failover(self) -> None:
+        self.failovers.inc()
+
+    def breaker(self, endpoint: str, value: int) -> None:
+        self.breaker_state.labels(endpoint).set(value)
+
+    def subagents_live(self, depth: str, count: int) -> None:
+        self.live.labels(depth).set(count)
+
+    def spawn_refused(self, cap: str) -> None:
+        self.refusals.labels(cap).inc()
+
+    def woke(self, coalesced: int) -> None:
+        self.wakes.inc()
+        if coalesced:
+            self.coalesced.inc(coalesced)
+
+    def served_session(self, delta: int) -> None:
+        self.sessions.inc(delta)
+
+    def served_request(self, outcome: str) -> None:
+        self.served.labels(outcome).inc()
+
+    def journal_commit(self, seconds: float) -> None:
+        self.journal_lag.observe(seconds)
+
+    def journal_queue(self, delta: int) -> None:
+        self.journal_pending.inc(delta)
+
+
+class Deltas:
+    """A subagent's sink: what its runs did, kept (bounded) until the child sends it up the channel.
+
+    Each observation is a small JSON list (``["step", 10, 5]``, ``["tool", "fix", "result"]``, …) that the
+    root replays with :func:`merge`. Only the per-run series travel; breaker states, wakes, served requests
+    and the journal are the root process's own, and live subagents and refusals are counted at the root.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[list[Any]] = []
+        self.dropped = 0
+
+    def _add(self, item: list[Any]) -> None:
+        if len(self.pending) >= MAX_PENDING:
+            self.dropped += 1
+        else:
+            self.pending.append(item)
+
+    def take(self, limit: int = MAX_PER_FRAME) -> list[list[Any]]:
+        taken, self.pending = self.pending[:limit], self.pending[limit:]
+        return taken
+
+    def run_ended(self, status: str, depth: str) -> None:
+        self._add(["run", status])
+
+    def step(self, input_tokens: int, output_tokens: int, depth: str) -> None:
+        self._add(["step", input_tokens, output_tokens])
+
+    def tool_call(self, server: str, outcome: str, depth: str) -> None:
+        self._add(["tool", server, outcome])
+
+    def mcp_request(self, method: str, server: str, seconds: float, error_type: str) -> None:
+        self._add(["mcp", method, server, round(seconds, 6), error_type])
+
+    def gateway_call(self, seconds: float, outcome: str) -> None:
+        self._add(["gateway", round(seconds, 6), outcome])
+
+    def failover(self) -> None:
+        self._add(["failover"])
+
+    def breaker(self, endpoint: str, value: int) -> None:
+        return None
+
+    def subagents_live(self, depth: str, count: int) -> None:
+        return None
+
+    def spawn_refused(self, cap: str) -> None:
+        return None
+
+    def woke(self, coalesced: int) -> None:
+        return None
+
+    def served_session(self, delta: int) -> None:
+        return None
+
+    def served_request(self, outcome: str) -> None:
+        return None
+
+    def journal_commit(self, seconds: float) -> None:
+        return None
+
+    def journal_queue(self, delta: int) -> None:
+        return None
+
+
+#: The sinks of this process; empty while metrics are off (the fast path reads this one global).
+_sinks: tuple[Sink, ...] = ()
+_prometheus: Metrics | None = None
+_otel: OtelMetrics | None = None
+_deltas: Deltas | None = None
+_depths: set[str] = set()
+#: Values seen per open label (bounded by :data:`MAX_OPEN_VALUES`).
+_open: dict[str, set[str]] = {}
+
+
+def _install() -> None:
+    global _sinks
+    _sinks = tuple(s for s in (_prometheus, _otel, _deltas) if s is not None)
 
 
 def enable() -> Metrics:
-    global _metrics
-    if _metrics is None:
-        _metrics = Metrics()
-    return _metrics
+    """The Prometheus registry (``--metrics-addr``); idempotent."""
+    global _prometheus
+    if _prometheus is None:
+        _prometheus = Metrics()
+        _install()
+    return _prometheus
+
+
+def enable_otel(settings: OtelSettings) -> OtelMetrics:
+    """OTLP metrics (``--otel``): imports the OpenTelemetry metrics SDK; idempotent (the first settings win)."""
+    global _otel
+    if _otel is None:
+        from agentd.telemetry.otel_metrics import OtelMetrics
+
+        _otel = OtelMetrics(settings)
+        _install()
+    return _otel
+
+
+def collect_deltas() -> Deltas:
+    """In a subagent process: keep observations for the parent (the root has metrics on)."""
+    global _deltas
+    if _deltas is None:
+        _deltas = Deltas()
+        _install()
+    return _deltas
 
 
 def disable() -> None:
-    global _metrics
-    _metrics = None
+    """Every sink off (tests)."""
+    global _prometheus, _otel, _deltas
+    _prometheus = _otel = _deltas = None
+    _depths.clear()
+    _open.clear()
+    _install()
+
+
+def enabled() -> bool:
+    """Does this process record metrics (for itself, or to hand to its parent)?"""
+    return bool(_sinks)
 
 
 def current() -> Metrics | None:
-    return _metrics
+    return _prometheus
+
+
+def deltas() -> Deltas | None:
+    return _deltas
+
+
+def _bounded(label: str, value: str) -> str:
+    seen = _open.setdefault(label, set())
+    if value in seen:
+        return value
+    if len(seen) >= MAX_OPEN_VALUES:
+        return "other"
+    seen.add(value)
+    return value
 
 
 # --- recording (each a no-op while metrics are off) ----------------------------------------------------------
 
 
-def run_ended(status: str) -> None:
-    if _metrics is not None:
-        _metrics.runs.labels(status).inc()
+def run_ended(status: str, depth: str = OWN_DEPTH) -> None:
+    for sink in _sinks:
+        sink.run_ended(status, depth)
 
 
-def step(input_tokens: int, output_tokens: int) -> None:
-    if _metrics is not None:
-        _metrics.steps.inc()
-        _metrics.tokens.labels("input").inc(max(0, input_tokens))
-        _metrics.tokens.labels("output").inc(max(0, output_tokens))
+def step(input_tokens: int, output_tokens: int, depth: str = OWN_DEPTH) -> None:
+    for sink in _sinks:
+        sink.step(max(0, input_tokens), max(0, output_tokens), depth)
 
 
-def tool_call(server: str | None, outcome: str) -> None:
-    if _metrics is not None:
-        _metrics.tool_calls.labels(server or "agentd", outcome).inc()
+def tool_call(server: str | None, outcome: str, depth: str = OWN_DEPTH) -> None:
+    for sink in _sinks:
+        sink.tool_call(server or "agentd", outcome, depth)
 
 
 def mcp_request(method: str, server: str, seconds: float, error_type: str = "") -> None:
-    if _metrics is not None:
-        _metrics.mcp_duration.labels(method if method in MCP_METHODS else "other", server,
-                                     error_type).observe(seconds)
+    if _sinks:
+        method = method if method in MCP_METHODS else "other"
+        error_type = _bounded("error_type", error_type[:64]) if error_type else ""
+        for sink in _sinks:
+            sink.mcp_request(method, server, seconds, error_type)
 
 
 def gateway_call(seconds: float, outcome: str) -> None:
-    if _metrics is not None:
-        _metrics.gateway_duration.labels(outcome).observe(seconds)
+    for sink in _sinks:
+        sink.gateway_call(seconds, outcome)
 
 
 def failover() -> None:
-    if _metrics is not None:
-        _metrics.failovers.inc()
+    for sink in _sinks:
+        sink.failover()
 
 
 def breaker(endpoint: str, state: str) -> None:
-    if _metrics is not None:
-        _metrics.breaker.labels(endpoint).set(BREAKER_VALUES.get(state, 0))
+    for sink in _sinks:
+        sink.breaker(endpoint, BREAKER_VALUES.get(state, 0))
 
 
 def subagents_live(handles: Iterable[str]) -> None:
     """Set the live-by-depth gauge from the chokepoint's live handles (depth = dots in the handle)."""
-    if _metrics is None:
+    if not _sinks:
         return
     counts: dict[str, int] = {}
     for handle in handles:
         depth = str(handle.count("."))
         counts[depth] = counts.get(depth, 0) + 1
-    for depth in _metrics._depths | set(counts):
-        _metrics.live.labels(depth).set(counts.get(depth, 0))
-    _metrics._depths |= set(counts)
+    for depth in _depths | set(counts):
+        for sink in _sinks:
+            sink.subagents_live(depth, counts.get(depth, 0))
+    _depths.update(counts)
 
 
 def spawn_refused(cap: str) -> None:
     """A refused spawn; ``cap`` is the refusal's ``cap`` (anything outside :data:`CAPS` counts as ``other``)."""
-    if _metrics is not None:
-        _metrics.refusals.labels(cap if cap in CAPS else "other").inc()
+    for sink in _sinks:
+        sink.spawn_refused(cap if cap in CAPS else "other")
 
 
 def woke(updates: int) -> None:
     """One wake that folded ``updates`` resource updates (all but the first were coalesced into it)."""
-    if _metrics is not None:
-        _metrics.wakes.inc()
-        if updates > 1:
-            _metrics.coalesced.inc(updates - 1)
+    for sink in _sinks:
+        sink.woke(max(0, updates - 1))
 
 
 def served_session(delta: int) -> None:
-    if _metrics is not None:
-        _metrics.sessions.inc(delta)
+    for sink in _sinks:
+        sink.served_session(delta)
 
 
 def served_request(outcome: str) -> None:
-    if _metrics is not None:
-        _metrics.served.labels(outcome if outcome in SERVED_OUTCOMES else "error").inc()
+    for sink in _sinks:
+        sink.served_request(outcome if outcome in SERVED_OUTCOMES else "error")
 
 
-__all__: Final[Any] = ("Metrics", "current", "disable", "enable")
+def journal_commit(seconds: float) -> None:
+    """One journal commit of a step's records, ``seconds`` after the step ended."""
+    for sink in _sinks:
+        sink.journal_commit(seconds)
+
+
+def journal_queue(delta: int) -> None:
+    for sink in _sinks:
+        sink.journal_queue(delta)
+
+
+# --- a subtree's observations, replayed at the root ------------------------------------------------------
+
+
+def merge(depth: int, observations: Iterable[Any]) -> int:
+    """Replay a subagent's observations (:class:`Deltas`) with its ``depth``; returns how many were taken.
+
+    The items come from another process: each is checked against the schema and a malformed one is
+    skipped. A nested child's frames pass through its parent unchanged (their depth is their own).
+    """
+    if not _sinks or not 0 < depth <= 64:
+        return 0
+    label = str(depth)
+    taken = 0
+    for item in observations:
+        if not isinstance(item, list) or not item or not isinstance(item[0], str):
+            continue
+        kind, args = item[0], item[1:]
+        if kind == "step" and _ints(args, 2):
+            step(args[0], args[1], label)
+        elif kind == "run" and _strs(args, 1):
+            run_ended(_bounded("status", args[0]) if _STATUS.fullmatch(args[0]) else "other", label)
+        elif kind == "tool" and _strs(args, 2):
+            tool_call(_bounded("server", args[0][:128]), args[1] if args[1] in TOOL_OUTCOMES else "other", label)
+        elif kind == "mcp" and len(args) == 4 and _strs(args[:2] + args[3:], 3) and _seconds(args[2]):
+            mcp_request(args[0], _bounded("server", args[1][:128]), float(args[2]), args[3])
+        elif kind == "gateway" and len(args) == 2 and _seconds(args[0]) and isinstance(args[1], str):
+            gateway_call(float(args[0]), "ok" if args[1] == "ok" else "error")
+        elif kind == "failover" and not args:
+            failover()
+        else:
+            continue
+        taken += 1
+    return taken
+
+
+def _ints(args: list[Any], n: int) -> bool:
+    return len(args) == n and all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a < 2 ** 53 for a in args)
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 86400.0
+
+
+def _strs(args: list[Any], n: int) -> bool:
+    return len(args) == n and all(isinstance(a, str) for a in args)
+
+
+# --- OTLP export ----------------------------------------------------------------------------------------------
+
+
+async def run_exporter() -> None:
+    """Export OTLP metrics periodically until cancelled (nothing to do unless :func:`enable_otel` ran)."""
+    otel = _otel
+    if otel is not None:
+        await otel.run_exporter()
+
+
+async def flush(timeout: float) -> None:
+    """Export the OTLP metrics now, for at most ``timeout`` seconds (failures are counted, never raised)."""
+    otel = _otel
+    if otel is not None:
+        await otel.flush(timeout)
+
+
+def otel_enabled() -> bool:
+    return _otel is not None
+
+
+__all__: Final[Any] = ("GATEWAY_DURATION_BUCKETS", "JOURNAL_LAG_BUCKETS", "MCP_DURATION_BUCKETS", "TOKEN_BUCKETS",
+                       "Deltas", "Metrics", "Sink", "current", "disable", "enable", "enable_otel", "merge")

@@ -15,12 +15,15 @@ import attrs
 
 DEFAULT_ENDPOINT: Final = "http://localhost:4318"
 TRACES_PATH: Final = "/v1/traces"
+METRICS_PATH: Final = "/v1/metrics"
 DEFAULT_SERVICE_NAME: Final = "agentd"
 #: OTEL_BSP_* defaults from the specification (ms and counts).
 DEFAULT_SCHEDULE_DELAY_MS: Final = 5000
 DEFAULT_MAX_QUEUE: Final = 2048
 DEFAULT_MAX_BATCH: Final = 512
 DEFAULT_EXPORT_TIMEOUT_MS: Final = 10000
+#: OTEL_METRIC_EXPORT_INTERVAL's default from the specification (ms).
+DEFAULT_METRIC_INTERVAL_MS: Final = 60000
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -58,15 +61,20 @@ class OtelSettings:
     #: A CA bundle for an https collector (OTEL_EXPORTER_OTLP_CERTIFICATE).
     certificate: str | None = None
     log_content: bool = False
+    #: OTLP metrics: on unless OTEL_METRICS_EXPORTER=none; where, with which headers, how often.
+    metrics: bool = True
+    metrics_endpoint: str = DEFAULT_ENDPOINT + METRICS_PATH
+    metrics_headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    metric_interval: float = DEFAULT_METRIC_INTERVAL_MS / 1000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, log_content: bool = False) -> OtelSettings:
-        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-        if not endpoint:
-            base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or DEFAULT_ENDPOINT
-            endpoint = base.rstrip("/") + TRACES_PATH
-        headers = _pairs(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
-        headers.update(_pairs(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")))
+        base = (env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or DEFAULT_ENDPOINT).rstrip("/")
+        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or base + TRACES_PATH
+        metrics_endpoint = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip() or base + METRICS_PATH
+        common = _pairs(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
+        headers = {**common, **_pairs(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS", ""))}
+        metrics_headers = {**common, **_pairs(env.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS", ""))}
         resource = _pairs(env.get("OTEL_RESOURCE_ATTRIBUTES", ""))
         service = env.get("OTEL_SERVICE_NAME", "").strip() or resource.get("service.name") or DEFAULT_SERVICE_NAME
         return cls(
@@ -80,10 +88,24 @@ class OtelSettings:
             export_timeout=_int(env, "OTEL_EXPORTER_OTLP_TIMEOUT", DEFAULT_EXPORT_TIMEOUT_MS) / 1000,
             certificate=env.get("OTEL_EXPORTER_OTLP_CERTIFICATE") or None,
             log_content=log_content,
+            metrics=env.get("OTEL_METRICS_EXPORTER", "").strip().lower() != "none",
+            metrics_endpoint=metrics_endpoint,
+            metrics_headers=metrics_headers,
+            metric_interval=_int(env, "OTEL_METRIC_EXPORT_INTERVAL", DEFAULT_METRIC_INTERVAL_MS) / 1000,
         )
 
+    def resource_attributes(self, pid: int) -> dict[str, Any]:
+        """The resource every span and metric of this process carries."""
+        from agentd._version import __version__
+
+        return {**self.resource, "service.name": self.service_name, "service.version": __version__,
+                "process.pid": pid}
+
     def to_wire(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """For a subagent, which traces but leaves metrics to the root: no metrics credentials."""
+        wire = attrs.asdict(self)
+        del wire["metrics_headers"]
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> OtelSettings:

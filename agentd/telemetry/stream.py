@@ -3,8 +3,9 @@ fanned out to the ``/events`` WebSocket subscribers.
 
 The bus sits on the root's event sink, like the report recorder, and never blocks it: each subscriber has a
 bounded buffer, and a subscriber that falls behind loses the oldest lines it has not read (it is told how
-many in a ``stream.dropped`` message) instead of slowing the daemon. A new subscriber first gets a snapshot
-of the newest nodes, then the live lines.
+many in a ``stream.dropped`` message) instead of slowing the daemon. A new subscriber first gets the daemon's
+latest :data:`STICKY` lines (``journal.opened``: written before anyone could subscribe), a snapshot of the
+newest nodes, then the live lines.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ SUBSCRIBER_BUFFER: Final = 1024
 SNAPSHOT_NODES: Final = 200
 #: Open ``/events`` subscribers per daemon; more are refused.
 MAX_SUBSCRIBERS: Final = 16
+#: Events whose latest line every new subscriber gets first (they describe the daemon, not a moment).
+STICKY: Final = frozenset({"journal.opened"})
 
 
 @attrs.define(eq=False)
@@ -59,9 +62,13 @@ class Subscriber:
 class EventBus:
     recorder: Recorder = attrs.field(factory=Recorder)
     _subscribers: set[Subscriber] = attrs.field(factory=set)
+    _sticky: dict[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
     def publish(self, line: Mapping[str, Any]) -> None:
         """The sink side: record the line, hand it (and a node change) to every subscriber."""
+        event = line.get("event")
+        if event in STICKY:
+            self._sticky[event] = line
         node = self.recorder.observe(line)
         for subscriber in self._subscribers:
             subscriber.offer(line)
@@ -75,6 +82,8 @@ class EventBus:
     @contextmanager
     def subscribe(self) -> Iterator[Subscriber]:
         subscriber = Subscriber()
+        for line in self._sticky.values():
+            subscriber.offer(line)
         for node in self.recorder.nodes(SNAPSHOT_NODES):
             subscriber.offer(node)
         self._subscribers.add(subscriber)

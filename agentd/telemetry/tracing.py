@@ -62,8 +62,7 @@ class _Queue(SpanProcessor):
 class Tracing:
     def __init__(self, settings: OtelSettings) -> None:
         self.settings = settings
-        resource = Resource.create({**settings.resource, "service.name": settings.service_name,
-                                    "service.version": __version__, "process.pid": os.getpid()})
+        resource = Resource.create(settings.resource_attributes(os.getpid()))
         self.provider = TracerProvider(resource=resource)
         self.queue = _Queue(settings.max_queue)
         self.queue.batch = settings.max_batch

@@ -8,6 +8,7 @@ owned by the caller (httpx runs with ``timeout=None``).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import ssl
 import urllib.parse
@@ -16,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 import attrs
+import httpcore
 import httpx
 import trio
 
@@ -24,6 +26,7 @@ from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
+from agentd.transport.egress import EgressPolicy, classify_address
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
 
@@ -111,8 +114,63 @@ class _Routed(httpx.AsyncBaseTransport):
             await transport.aclose()
 
 
+class MetadataRefused(httpcore.ConnectError):
+    """A connection landed on a link-local/cloud metadata address that ``egress.allow`` does not name.
+
+    Raised inside httpcore, so callers see an :class:`httpx.ConnectError` whose cause is this; it is never
+    worth a retry (the same name resolves to the same place)."""
+
+
+class _MetadataGuard(httpx.AsyncBaseTransport):
+    """Refuse every TCP connection that lands on a link-local/cloud metadata address (unless ``egress.allow``
+    names it), checked on the connected socket itself: a DNS name that resolves there (``metadata.google.internal``,
+    a rebinding record, a typo) is caught the same as an address literal, and before a byte is sent.
+
+    httpcore reports each new connection to the request's ``trace`` extension; the check closes the stream and
+    raises :class:`MetadataRefused`, which httpx turns into the ordinary :class:`httpx.ConnectError`.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, policy: EgressPolicy) -> None:
+        self._inner = inner
+        self._policy = policy
+
+    async def _trace(self, event: str, info: dict[str, object]) -> None:
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        get_extra_info = getattr(stream, "get_extra_info", None)
+        peer = get_extra_info("server_addr") if get_extra_info is not None else None
+        if not isinstance(peer, tuple) or not peer:
+            return
+        try:
+            address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+        except ValueError:
+            return
+        if classify_address(address, self._policy, loopback_ok=True) != "metadata":
+            return
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+        raise MetadataRefused(
+            f"refused to connect to {address}: a link-local/cloud metadata address "
+            "(list it in the config file's egress.allow to use it)"
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.extensions = {**request.extensions, "trace": self._trace}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 def new_client(
-    verify: ssl.SSLContext | bool = True, *, limits: httpx.Limits | None = None, environ: dict[str, str] | None = None
+    verify: ssl.SSLContext | bool = True,
+    *,
+    limits: httpx.Limits | None = None,
+    environ: dict[str, str] | None = None,
+    egress: EgressPolicy | None = None,
 ) -> httpx.AsyncClient:
     """The httpx client agentd uses: no redirects, no httpx timeouts, proxies from the environment.
 
@@ -120,19 +178,26 @@ def new_client(
     load of the CA bundle per client. ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` are read
     (from ``environ``, default ``os.environ``) when the client is built; loopback is never proxied
     (:mod:`agentd.transport.proxy`). httpx's own ``trust_env`` stays off (no ``.netrc``).
+
+    Every connection is refused if it lands on a link-local/cloud metadata address that ``egress`` (the
+    config file's ``egress.allow``; default: nothing allowed) does not name, whatever the URL's host said.
     """
     context = default_context() if verify is True else verify
     if limits is None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=32)
     proxies = ProxyEnv.from_environ(os.environ if environ is None else environ)
-    routed = _Routed(proxies, context, limits) if proxies.active and isinstance(context, ssl.SSLContext) else None
+    inner: httpx.AsyncBaseTransport
+    if proxies.active and isinstance(context, ssl.SSLContext):
+        inner = _Routed(proxies, context, limits)
+    else:
+        inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, trust_env=False)
     return httpx.AsyncClient(
         verify=context,
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(None),
         limits=limits,
-        transport=routed,
+        transport=_MetadataGuard(inner, EgressPolicy() if egress is None else egress),
     )
 
 

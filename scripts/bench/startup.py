@@ -60,14 +60,17 @@ COMMANDS: tuple[Command, ...] = (
     Command("agentd --validate-config", (*_ONCE, "--validate-config"), frozenset({"agentd.config.load"})),
     Command("agentd --validate-config --config FILE", (*_ONCE, "--validate-config", "--config", "{tmp}/agentd.yaml"),
             frozenset({"agentd.config.load", "cattrs", "yaml"})),
-    Command("agentd --instruction hi --intelligence test (once run)", _ONCE, _RUNTIME | {"agentd.daemon"}),
+    # agentd.journal: the supervisor imports the token ledger's store at the top (agentd/supervisor/authority.py).
+    Command("agentd --instruction hi --intelligence test (once run)", _ONCE,
+            _RUNTIME | {"agentd.daemon", "agentd.journal"}),
     Command("agentd check (one refused server)", ("check", "--mcp", "s=http://127.0.0.1:9/mcp"),
             _RUNTIME | {"httpx", "httpcore", "h2"}),
     Command("agentd report FILE (missing)", ("report", "{tmp}/missing.json"), frozenset()),
     Command("agentd trace FILE (missing)", ("trace", "{tmp}/missing.jsonl"), frozenset()),
     Command("agentd journal list --state-dir DIR", ("journal", "list", "--state-dir", "{tmp}/state"),
             frozenset({"trio", "sqlite3", "agentd.journal"})),
-    Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio"}), {"AGENT_SUBAGENT": "1"}),
+    Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio", "agentd.journal"}),
+            {"AGENT_SUBAGENT": "1"}),
 )
 
 

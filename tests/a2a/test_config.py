@@ -37,6 +37,7 @@ def test_flags_and_file_merge(tmp_path: Path) -> None:
     (["--a2a-peer", "a__b=https://example.com"], "bad server name"),
     (["--a2a-peer", "x=https://a.example", "--a2a-peer", "x=https://b.example"], "duplicate peer name"),
     (["--serve-a2a"], "--serve-a2a needs --serve-mcp"),
+    (["--a2a-peer", "docs=https://a.example", "--mcp", "docs=https://b.example/mcp"], "names both an MCP server"),
 ])
 def test_bad_flags(argv: list[str], error: str) -> None:
     with pytest.raises(ConfigError, match=error):

@@ -13,8 +13,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +75,14 @@ class Worker:
 
 @asynccontextmanager
 async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None, serving: bool = True,
-                        stop_timeout: float = 30.0) -> AsyncIterator[Worker]:
+                        stop_timeout: float = 30.0, prefix: Sequence[str] = ()) -> AsyncIterator[Worker]:
     """``agentd *argv``; yields once it serves (``--serve-mcp``; with ``serving=False`` at once), and
-    drains it with SIGTERM at the end of the block unless it already exited."""
+    drains it with SIGTERM at the end of the block unless it already exited. With a ``prefix`` (say
+    ``ip netns exec NAME``, tests/peers/netns.py) it runs as ``*prefix agentd *argv`` in a process group of
+    its own, SIGKILLed as a whole at the end."""
     proc = await trio.lowlevel.open_process(
-        [*AGENTD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        [*prefix, *AGENTD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+        env={**os.environ, **(env or {})}, start_new_session=bool(prefix),
     )
     assert proc.stdout is not None and proc.stderr is not None
     worker = Worker(pid=proc.pid)
@@ -127,15 +129,23 @@ async def agentd_worker(argv: list[str], *, env: dict[str, str] | None = None, s
             proc.kill()
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 await proc.wait()
+        if prefix:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         worker.stdout = bytes(out)
 
 
-async def run_agentd(argv: list[str], *, env: dict[str, str] | None = None,
-                     timeout: float = 90.0) -> subprocess.CompletedProcess[bytes]:
-    """One agentd run to its end (stdout and stderr captured)."""
+async def run_agentd(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 90.0,
+                     prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[bytes]:
+    """One agentd run to its end (stdout and stderr captured), as ``*prefix agentd *argv``."""
     with trio.fail_after(timeout):
-        return await trio.run_process([*AGENTD, *argv], capture_stdout=True, capture_stderr=True, cwd=ROOT,
-                                      env={**os.environ, **(env or {})}, check=False)
+        return await trio.run_process([*prefix, *AGENTD, *argv], capture_stdout=True, capture_stderr=True,
+                                      cwd=ROOT, env={**os.environ, **(env or {})}, check=False)
+
+
+def events_of(done: subprocess.CompletedProcess[bytes]) -> list[dict[str, Any]]:
+    """The JSON event lines of a finished run's stderr."""
+    return [json.loads(line) for line in done.stderr.decode().splitlines() if line.startswith("{")]
 
 
 def text_of(content: Any) -> str:

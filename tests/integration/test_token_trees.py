@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.supervisor.caps import TREES_KEPT, Caps, Refusal, TreeLedger
+from agentd.supervisor.caps import TREES_KEPT, Admission, Caps, Refusal, TreeLedger
 from tests.integration.agents import agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 
@@ -32,9 +32,9 @@ def test_wakes_are_separate_trees() -> None:
 
 def test_descendant_usage_counts_in_its_top_level_ancestors_tree() -> None:
     led = ledger()
-    child = led.admit("0", None, 0.0, tree="wake.2")
+    child = led.admit("0", None, 0.0, tree="wake.2", budget=100)
     assert not isinstance(child, Refusal)
-    grandchild = led.admit(child.handle, None, 0.0)  # nested: asked up the channel, no tree given
+    grandchild = led.admit(child.handle, None, 0.0, budget=100)  # nested: asked up the channel, no tree given
     assert not isinstance(grandchild, Refusal)
     assert led.add_tokens(60, grandchild.handle) is False
     assert led.add_tokens(60, child.handle) is True  # 120 > 100 in wake.2
@@ -99,3 +99,37 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
     assert len(observations) == 2, observations
     assert "spawn refused: token_ceiling=20 reached (the tree used 30 tokens)" in observations[0]
     assert "child ok" in observations[1] and "refused" not in observations[1]
+
+
+def test_a_spawn_reserves_a_slice_the_child_cannot_exceed_and_the_rest_is_refunded() -> None:
+    led = ledger()  # token_ceiling=100
+    first = led.admit("0", None, 0.0, tree="wake.1")  # no token_budget: half of what is left
+    assert isinstance(first, Admission) and first.budget == 50
+    second = led.admit("0", None, 0.0, tree="wake.1", budget=50)
+    assert isinstance(second, Admission) and second.budget == 50
+    refused = led.admit("0", None, 0.0, tree="wake.1", budget=1)  # both slices hold the whole ceiling
+    assert isinstance(refused, Refusal) and refused.cap == "token_budget"
+    assert "handle 0 has 0 tokens left of token_ceiling=100" in refused.message
+    assert led.add_tokens(30, first.handle) is False
+    assert led.add_tokens(21, first.handle) is True  # 51 > its slice of 50: its subtree is cancelled
+    led.release(second.handle)  # ended having spent nothing: its 50 come back
+    assert led.existing_book("wake.1").available("root") == 50
+    again = led.admit("0", None, 0.0, tree="wake.1", budget=50)
+    assert isinstance(again, Admission) and again.budget == 50
+
+
+def test_saved_books_are_adopted_with_the_dead_childrens_slices_closed() -> None:
+    from agentd.journal.ledger import Ledger
+
+    before = ledger()
+    child = before.admit("0", None, 0.0, tree="run-7", budget=60)
+    assert isinstance(child, Admission)
+    before.add_tokens(20, tree="run-7")  # the root's own run
+    before.add_tokens(15, child.handle)
+    saved = Ledger.restore(before.existing_book("run-7").snapshot())
+
+    after = ledger()  # a restarted process: the child died with the old one
+    assert after.adopt("run-7", saved) == ["0.1"]
+    assert after.tree_tokens("run-7") == 35 and after.existing_book("run-7").available("root") == 65
+    refused = after.admit("0", None, 0.0, tree="run-7", budget=66)
+    assert isinstance(refused, Refusal) and refused.cap == "token_budget"

@@ -73,6 +73,14 @@ def make_ca(directory: Path, name: str) -> tuple[Path, x509.Certificate, ec.Elli
     return path, cert, key
 
 
+def _alt_name(name: str) -> x509.GeneralName:
+    """An IP address SAN for an address (a host in a network namespace), a DNS name otherwise."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *,
           server: bool, names: tuple[str, ...] = ()) -> Issued:
     key = ec.generate_private_key(ec.SECP256R1())
@@ -90,7 +98,7 @@ def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.Elli
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName([
             x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            *(x509.DNSName(n) for n in names)]), critical=False)
+            *(_alt_name(n) for n in names)]), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     issued = Issued(directory / f"{name}.crt", directory / f"{name}.key")
     _write_cert(cert, issued.cert)
@@ -99,7 +107,8 @@ def issue(directory: Path, name: str, ca_cert: x509.Certificate, ca_key: ec.Elli
 
 
 def make_pki(directory: Path, names: tuple[str, ...] = ()) -> Pki:
-    """A CA, a server certificate for localhost, 127.0.0.1 and ``names``, a client one, and a rogue CA."""
+    """A CA, a server certificate for localhost, 127.0.0.1 and ``names`` (DNS names or IP addresses), a client
+    one, and a rogue CA."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_path, ca_cert, ca_key = make_ca(directory, "ca")
     rogue_path, rogue_cert, rogue_key = make_ca(directory, "rogue-ca")

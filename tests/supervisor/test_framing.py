@@ -10,6 +10,7 @@ from agentd.supervisor.messages import (
     Admit,
     Cancel,
     MessageError,
+    MetricsDelta,
     Ping,
     Result,
     RunPayload,
@@ -77,7 +78,8 @@ def test_eof_inside_a_frame_is_an_error_and_at_a_boundary_is_not():
 def test_messages_roundtrip():
     payload = RunPayload(handle="0.1", depth=1, instruction="do it", secrets={"K": "v"}, tool_scope=["fs"])
     for message in [Spawn(payload), Ping(seq=3), Cancel(reason="x"), Usage(prompt_tokens=1, completion_tokens=2),
-                    Result(status="completed", result={"a": [1]}), Admit(ref=1, caller="0.1", tool_scope=None)]:
+                    Result(status="completed", result={"a": [1]}), Admit(ref=1, caller="0.1", tool_scope=None),
+                    MetricsDelta(depth=2, observations=[["step", 10, 5], ["tool", "fs", "result"]])]:
         assert from_frame(json.loads(json.dumps(to_frame(message)))) == message
 
 
@@ -93,6 +95,8 @@ def test_payload_repr_hides_secrets():
     {"method": "ping", "params": []},
     {"method": "spawn", "params": {"payload": {"handle": "0.1"}}},
     {"method": "result", "params": {}},
+    {"method": "metrics", "params": {"depth": "1"}},
+    {"method": "metrics", "params": {"depth": 1, "observations": {"step": 1}}},
 ])
 def test_malformed_messages_are_rejected(frame):
     with pytest.raises(MessageError):

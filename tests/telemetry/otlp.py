@@ -1,7 +1,9 @@
-"""An in-process OTLP/HTTP trace receiver: ``POST /v1/traces`` bodies decoded with opentelemetry-proto.
+"""An in-process OTLP/HTTP receiver: ``POST /v1/traces`` and ``/v1/metrics`` bodies decoded with
+opentelemetry-proto.
 
 Served by hypercorn on 127.0.0.1 in the test's own trio run; every received span is flattened to a
-:class:`ReceivedSpan` (ids as hex, attributes as plain values, the service name of its resource).
+:class:`ReceivedSpan` (ids as hex, attributes as plain values, the service name of its resource), and every
+metrics export to a list of :class:`ReceivedPoint`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -48,9 +54,46 @@ class ReceivedSpan:
         return self.resource.get("process.pid")
 
 
+@attrs.frozen
+class ReceivedPoint:
+    """One data point: ``value`` is a sum's or gauge's value, or a histogram's sum (``count`` and
+    ``bounds``/``buckets`` then too)."""
+
+    name: str
+    unit: str
+    kind: str
+    attributes: dict[str, Any]
+    value: float
+    resource: dict[str, Any]
+    count: int = 0
+    bounds: tuple[float, ...] = ()
+    buckets: tuple[int, ...] = ()
+
+
+def _points(request: ExportMetricsServiceRequest) -> list[ReceivedPoint]:
+    out = []
+    for resource_metrics in request.resource_metrics:
+        resource = {kv.key: _value(kv.value) for kv in resource_metrics.resource.attributes}
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                for point in getattr(metric, kind).data_points:
+                    attributes = {kv.key: _value(kv.value) for kv in point.attributes}
+                    if kind == "histogram":
+                        out.append(ReceivedPoint(metric.name, metric.unit, kind, attributes, point.sum, resource,
+                                                 point.count, tuple(point.explicit_bounds),
+                                                 tuple(point.bucket_counts)))
+                    else:
+                        value = point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
+                        out.append(ReceivedPoint(metric.name, metric.unit, kind, attributes, value, resource))
+    return out
+
+
 @attrs.define(eq=False)
 class Receiver:
     spans: list[ReceivedSpan] = attrs.field(factory=list)
+    #: Each metrics export, as its points (cumulative: the last export holds the totals).
+    metric_exports: list[list[ReceivedPoint]] = attrs.field(factory=list)
     bodies: list[bytes] = attrs.field(factory=list)
     headers: list[dict[str, str]] = attrs.field(factory=list)
     url: str = ""
@@ -68,6 +111,14 @@ class Receiver:
         if scope["type"] != "http":
             return
         body = await read_body(receive)
+        if scope["method"] == "POST" and scope["path"] == "/v1/metrics":
+            self.headers.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
+            self.bodies.append(body)
+            metrics_request = ExportMetricsServiceRequest()
+            metrics_request.ParseFromString(body)
+            self.metric_exports.append(_points(metrics_request))
+            await _answer(send, 200, ExportMetricsServiceResponse().SerializeToString())
+            return
         if scope["method"] != "POST" or scope["path"] != "/v1/traces":
             await _answer(send, 404, b"")
             return

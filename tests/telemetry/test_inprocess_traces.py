@@ -15,6 +15,7 @@ from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog, null_log
 from agentd.run import run_config
+from agentd.telemetry import metrics
 from agentd.telemetry.settings import OtelSettings
 from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
@@ -25,8 +26,10 @@ from tests.telemetry.test_traces import _mcp
 @pytest.fixture(autouse=True)
 def tracing_off_afterwards():
     telemetry.disable()
+    metrics.disable()
     yield
     telemetry.disable()
+    metrics.disable()
 
 
 async def test_the_self_mcp_server_continues_the_clients_trace():

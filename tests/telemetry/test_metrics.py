@@ -100,12 +100,12 @@ async def test_metrics_health_file_and_probes_after_a_run_with_known_counts(tmp_
         with trio.fail_after(30):
             await ended.wait()
         mcp.stop()
-    assert samples[("agentd_runs_total", (("status", "completed"),))] == 1
-    assert samples[("agentd_steps_total", ())] == 3
-    assert samples[("agentd_tokens_total", (("kind", "input"),))] == 30
-    assert samples[("agentd_tokens_total", (("kind", "output"),))] == 15
-    assert samples[("agentd_tool_calls_total", (("outcome", "result"), ("server", "fix")))] == 1
-    assert samples[("agentd_tool_calls_total", (("outcome", "tool_error"), ("server", "fix")))] == 1
+    assert samples[("agentd_runs_total", (("depth", "0"), ("status", "completed")))] == 1
+    assert samples[("agentd_steps_total", (("depth", "0"),))] == 3
+    assert samples[("agentd_tokens_total", (("depth", "0"), ("kind", "input")))] == 30
+    assert samples[("agentd_tokens_total", (("depth", "0"), ("kind", "output")))] == 15
+    assert samples[("agentd_tool_calls_total", (("depth", "0"), ("outcome", "result"), ("server", "fix")))] == 1
+    assert samples[("agentd_tool_calls_total", (("depth", "0"), ("outcome", "tool_error"), ("server", "fix")))] == 1
     calls = (("error_type", ""), ("mcp_method_name", "tools/call"), ("server", "fix"))
     assert samples[("mcp_client_operation_duration_seconds_count", calls)] == 1
     errors = (("error_type", "tool_error"), ("mcp_method_name", "tools/call"), ("server", "fix"))

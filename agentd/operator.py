@@ -1,0 +1,173 @@
+"""The operator's switches, consulted where work starts: :class:`Operator`.
+
+Why one object in a context variable (like the drain latch): the loop, the daemon modes and readiness all
+need it, and threading a parameter through every layer for a switch most runs never see would widen every
+signature. A daemon installs one (:func:`use_operator`); a process without one (a subagent, a library
+caller) pays one ``None`` test per step.
+
+- **pause**: no new turn starts. The loop waits at its next turn boundary (before asking the model again);
+  model and tool calls in flight finish. A drain ends the wait (the run stops as drained).
+- **lame duck**: nothing new starts: a daemon mode holds new runs (wakes, fires, self-scheduled runs) until
+  the lame duck ends or the daemon drains; the supervisor refuses served spawns; readiness is false. What
+  runs keeps running.
+- **cancel**: each run registers its cancel scope while its loop runs (:meth:`Operator.running`); cancelling
+  it ends the run ``cancelled`` at once (calls in flight are cancelled; the journal records the end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import attrs
+import trio
+
+from agentd.drain import DrainLatch
+
+
+@attrs.define(eq=False)
+class RunEntry:
+    """A run whose loop is running: its scope (to cancel it) and what ``status`` shows of it."""
+
+    run_id: str
+    scope: trio.CancelScope
+    started_at: float
+    step: int = 0
+    paused: bool = False
+    cancel_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "step": self.step, "paused": self.paused,
+                "running_s": round(time.time() - self.started_at, 3)}
+
+
+@attrs.define(eq=False)
+class Operator:
+    """The switches (see the module docstring). Every change wakes every waiter (:meth:`changed`)."""
+
+    paused: bool = False
+    lame_duck: bool = False
+    #: New runs a lame duck is holding right now (:meth:`admit`).
+    held: int = 0
+    _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _runs: dict[str, RunEntry] = attrs.field(factory=dict, init=False)
+    #: Called on every switch change (the supervisor follows the lame duck).
+    on_change: list[Callable[[Operator], None]] = attrs.field(factory=list, init=False)
+    #: What a reload calls, ``(old, new)``, registered by the parts that run (:meth:`reloadable`).
+    appliers: list[Callable[[Any, Any], Awaitable[None]]] = attrs.field(factory=list, init=False)
+
+    # -- switches --------------------------------------------------------------------------------------
+
+    def set_paused(self, paused: bool) -> int:
+        """Pause or resume; returns how many runs are in flight (the ones the change affects)."""
+        self.paused = paused
+        self._notify()
+        return len(self._runs)
+
+    def set_lame_duck(self, on: bool) -> None:
+        self.lame_duck = on
+        self._notify()
+
+    def poke(self) -> None:
+        """Wake every waiter to re-check (a drain started)."""
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _notify(self) -> None:
+        for hook in list(self.on_change):
+            hook(self)
+        self.poke()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    @contextlib.contextmanager
+    def reloadable(self, apply: Callable[[Any, Any], Awaitable[None]]) -> Iterator[None]:
+        """Have a reload call ``apply(old_config, new_config)`` while the block runs."""
+        self.appliers.append(apply)
+        try:
+            yield
+        finally:
+            self.appliers.remove(apply)
+
+    # -- runs ------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def running(self, run_id: str) -> Iterator[RunEntry]:
+        """Register ``run_id``'s loop while the block runs; :meth:`cancel` cancels the entry's scope."""
+        entry = RunEntry(run_id, trio.CancelScope(), time.time())
+        self._runs[run_id] = entry
+        try:
+            with entry.scope:
+                yield entry
+        finally:
+            if self._runs.get(run_id) is entry:
+                del self._runs[run_id]
+
+    def runs(self) -> list[RunEntry]:
+        return list(self._runs.values())
+
+    def cancel(self, run_id: str, reason: str) -> bool:
+        entry = self._runs.get(run_id)
+        if entry is None:
+            return False
+        entry.cancel_reason = reason
+        entry.scope.cancel()
+        return True
+
+    async def turn_boundary(self, entry: RunEntry, drain: DrainLatch) -> None:
+        """Wait here while paused (a drain or a resume ends the wait). Unbounded by itself: the run's
+        deadline bounds it, and the operator decides when to resume."""
+        if not self.paused or drain.requested:
+            return
+        entry.paused = True
+        try:
+            while self.paused and not drain.requested:
+                await self._changed_or(drain)
+        finally:
+            entry.paused = False
+
+    async def admit(self, accepting: Callable[[], bool], drain: DrainLatch | None = None) -> bool:
+        """Before a daemon starts a new run: wait out a lame duck; False once the daemon stopped accepting."""
+        self.held += 1
+        try:
+            while self.lame_duck and accepting() and not (drain is not None and drain.requested):
+                await self._changed_or(drain)
+        finally:
+            self.held -= 1
+        return accepting() and not (drain is not None and drain.requested)
+
+    async def _changed_or(self, drain: DrainLatch | None) -> None:
+        if drain is None:
+            await self.changed()
+            return
+        async with trio.open_nursery() as nursery:
+            async def first(wait: Callable[[], Any]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, self.changed)
+            nursery.start_soon(first, drain.wait)
+
+
+_CURRENT: ContextVar[Operator | None] = ContextVar("agentd_operator", default=None)
+
+
+def current_operator() -> Operator | None:
+    """The daemon's operator switches, or None (a subagent, a library caller without controls)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use_operator(operator: Operator) -> Iterator[Operator]:
+    token = _CURRENT.set(operator)
+    try:
+        yield operator
+    finally:
+        _CURRENT.reset(token)
+
+
+__all__ = ["Operator", "RunEntry", "current_operator", "use_operator"]
