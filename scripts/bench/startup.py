@@ -67,6 +67,8 @@ COMMANDS: tuple[Command, ...] = (
             _RUNTIME | {"httpx", "httpcore", "h2"}),
     Command("agentd report FILE (missing)", ("report", "{tmp}/missing.json"), frozenset()),
     Command("agentd trace FILE (missing)", ("trace", "{tmp}/missing.jsonl"), frozenset()),
+    Command("agentd ctl status (no daemon listening)", ("ctl", "status", "--socket", "{tmp}/ctl.sock"),
+            frozenset({"trio"})),
     Command("agentd journal list --state-dir DIR", ("journal", "list", "--state-dir", "{tmp}/state"),
             frozenset({"trio", "sqlite3", "agentd.journal"})),
     Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio", "agentd.journal"}),
