@@ -38,8 +38,6 @@ from agentd.errors import ConfigError
 from agentd.events import EventLog, LevelDial, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
-from agentd.journal.errors import JournalError
-from agentd.journal.store import JournalStore
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
 from agentd.operator import Operator, use_operator
@@ -59,6 +57,7 @@ if TYPE_CHECKING:
     from agentd.cluster.store import PgJournal
     from agentd.cluster.work import WorkItem
     from agentd.ctl.commands import Controls, Loader
+    from agentd.journal.store import JournalStore
     from agentd.reactive.modes import FireOnce
     from agentd.transport.serve import ServeConfig
 
@@ -239,6 +238,7 @@ def _fire_once(cfg: Config, cluster: Cluster | None) -> FireOnce | None:
     if cluster is None:
         return None
     from agentd.cluster.work import enqueue
+    from agentd.journal.errors import JournalError
 
     async def fire_once(key: str, instruction: str) -> bool:
         payload: dict[str, Any] = {"instruction": instruction}

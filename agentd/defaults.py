@@ -69,6 +69,9 @@ MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.
 A2A_CALL_TIMEOUT: Final = 600.0
 
+#: Largest response body (or one SSE event) agentd's HTTP client reads from a peer (agentd.transport.http_client).
+MAX_BODY: Final = 16 * 1024 * 1024
+
 # --- telemetry ------------------------------------------------------------------------------------------
 LOG_LEVEL: Final = "info"
 #: ``--log-format``: ``auto`` is the human view when stderr is a terminal, JSON lines otherwise.

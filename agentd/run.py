@@ -25,12 +25,11 @@ import math
 import traceback
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from agentd.a2a.client import A2aPeers, open_a2a_peers
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool
 from agentd.config.model import Config, McpServerConfig
@@ -39,10 +38,6 @@ from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
 from agentd.intelligence.wire import ToolCall
-from agentd.journal.recorder import RunRecorder, config_digest, rebuild
-from agentd.journal.records import RunStarted
-from agentd.journal.store import JournalStore, Retention
-from agentd.loop.a2a import register_a2a_tools
 from agentd.loop.budgets import Limits
 from agentd.loop.builtin import resource_read_tool
 from agentd.loop.control import ControlToolRegistry
@@ -54,6 +49,11 @@ from agentd.secrets import SecretResolver
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import agent_span, end_agent_span
 from agentd.transport.egress import EgressPolicy
+
+if TYPE_CHECKING:  # imported where used: a run without A2A peers or a journal loads neither
+    from agentd.a2a.client import A2aPeers
+    from agentd.journal.recorder import RunRecorder
+    from agentd.journal.store import JournalStore
 
 
 class ConnectDeadline(AgentdError):
@@ -86,8 +86,8 @@ class Opened:
 
     intel: Intelligence
     pool: McpPool
-    #: The connected A2A peers (docs/a2a.md); empty when none are declared.
-    peers: A2aPeers
+    #: The connected A2A peers (docs/a2a.md); None when none are declared.
+    peers: A2aPeers | None
     end: float = math.inf
 
     def remaining(self) -> float:
@@ -131,7 +131,7 @@ async def open_run(
                 open_intelligence(list(gateway.endpoints), model=gateway.model, token=gateway.token,
                                   stream=gateway.stream, log=log, secrets=secrets, egress=egress) as intel,
                 open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id, egress=egress) as pool,
-                open_a2a_peers(a2a_peers, log=log, secrets=secrets, egress=egress) as peers,
+                _open_peers(a2a_peers, log=log, secrets=secrets, egress=egress) as peers,
             ):
                 opening.deadline = math.inf
                 connected = True
@@ -141,6 +141,19 @@ async def open_run(
             raise
     if not connected:  # cut short by the deadline (whatever the half-open connections raised meanwhile)
         raise ConnectDeadline(f"the run deadline ({deadline:g} s) passed while connecting")
+
+
+@asynccontextmanager
+async def _open_peers(declared: Sequence[McpServerConfig], *, log: EventLog, secrets: SecretResolver,
+                      egress: EgressPolicy | None) -> AsyncIterator[A2aPeers | None]:
+    """The A2A peers, or None (and the A2A client not even imported) when none are declared."""
+    if not declared:
+        yield None
+        return
+    from agentd.a2a.client import open_a2a_peers
+
+    async with open_a2a_peers(declared, log=log, secrets=secrets, egress=egress) as peers:
+        yield peers
 
 
 # --- how a run ends --------------------------------------------------------------------------------------------
@@ -225,6 +238,7 @@ async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[J
         return
     from agentd.journal.errors import JournalError
     from agentd.journal.sqlite import open_journal  # sqlite3: only for a daemon with a state directory
+    from agentd.journal.store import Retention
 
     opened = False
     try:
@@ -275,6 +289,9 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     Raises:
         ConfigError: the run id names a journaled run with another instruction (exit 2, nothing written).
     """
+    from agentd.journal.recorder import RunRecorder, config_digest, rebuild
+    from agentd.journal.records import RunStarted
+
     recorder = RunRecorder(journal, request.run_id)
     prior = await journal.read_run(request.run_id)
     if prior is None or rebuild(prior).started is None:  # new, or only claimed by a cluster member so far
@@ -361,7 +378,9 @@ async def run_with(
     builtin = resource_read_tool(pool)
     if builtin.name not in registry:
         registry.register(builtin)
-    if peers is not None:
+    if peers is not None and peers.peers:
+        from agentd.loop.a2a import register_a2a_tools
+
         register_a2a_tools(registry, peers)
     return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage,
                           journal=journal)

@@ -12,14 +12,12 @@ import random
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx
 import trio
 
-from agentd.client._streams import Tuning
-from agentd.client.connection import ServerConnection
+from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
 from agentd.client.models import (
     ResourceContents,
@@ -34,9 +32,13 @@ from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFou
 from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from agentd.telemetry.health import readiness_check
-from agentd.transport.egress import EgressPolicy
-from agentd.transport.http_client import DEFAULT_MAX_BODY, HttpTransport, display_url, new_client, tls_context
-from agentd.transport.tls import verify_for
+
+if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and httpx load with the first server
+    import httpx
+
+    from agentd.client._streams import Tuning
+    from agentd.client.connection import ServerConnection
+    from agentd.transport.egress import EgressPolicy
 
 
 @attrs.define(eq=False)
@@ -176,6 +178,11 @@ class McpPool:
         tuning: Tuning,
         max_body: int,
     ) -> None:
+        import httpx
+
+        from agentd.client.connection import ServerConnection
+        from agentd.transport.http_client import HttpTransport
+
         try:
             headers = secrets.resolve_headers(config.headers) if secrets is not None else dict(config.headers)
         except AgentdError as exc:
@@ -202,6 +209,8 @@ class McpPool:
         self.connections[config.name] = conn
 
     def _fail(self, config: McpServerConfig, exc: McpConnectError) -> None:
+        from agentd.transport.http_client import display_url
+
         self.failed[config.name] = exc
         self.log.emit(
             "mcp.connect_failed", "error" if config.required else "warn",
@@ -218,8 +227,12 @@ def _own_client(config: McpServerConfig) -> bool:
 
 
 def _client_for(
-    config: McpServerConfig, shared: httpx.AsyncClient, egress: EgressPolicy | None
+    config: McpServerConfig, shared: httpx.AsyncClient | None, egress: EgressPolicy | None
 ) -> httpx.AsyncClient | McpConnectError:
+    import httpx
+
+    from agentd.transport.http_client import new_client, tls_context
+
     if callable(config.http_client):
         # A host's HTTP policy (agentd.connections runtime module): its own client, transport and hooks.
         client = config.http_client()
@@ -228,6 +241,7 @@ def _client_for(
                                    server=config.name)  # fmt: skip
         return client
     if config.tls is None or not (config.tls.ca or config.tls.cert):
+        assert shared is not None  # built whenever a declared server shares it
         return shared
     try:
         return new_client(verify=tls_context(config.tls.ca, config.tls.cert, config.tls.key), egress=egress)
@@ -245,7 +259,7 @@ async def open_mcp_pool(
     run_id: str = "",
     raise_required: bool = True,
     tuning: Tuning | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
+    max_body: int = defaults.MAX_BODY,
     eras: EraCache | None = None,
     egress: EgressPolicy | None = None,
 ) -> AsyncIterator[McpPool]:
@@ -264,11 +278,17 @@ async def open_mcp_pool(
         log.bind(comp="mcp"), run_id, declared=list(declared), eras=eras if eras is not None else process_era_cache()
     )
     failure: McpConnectError | None = None
+    if declared:
+        from agentd.client._streams import Tuning
+        from agentd.transport.http_client import new_client
+        from agentd.transport.tls import verify_for
     async with AsyncExitStack() as stack:
-        # Plain-http servers need no CA bundle; https ones share the process's cached context.
-        shared = await stack.enter_async_context(
-            new_client(verify=verify_for(c.url for c in declared if not _own_client(c)), egress=egress)
-        )
+        # Plain-http servers need no CA bundle; https ones share the process's cached context. With no server
+        # that shares it (none declared, or each with its own client) none is built: a run without MCP servers
+        # never loads httpcore's transports.
+        sharing = [c.url for c in declared if not _own_client(c)]
+        shared = (await stack.enter_async_context(new_client(verify=verify_for(sharing), egress=egress))
+                  if sharing else None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pool._forward_updates)
             async with trio.open_nursery() as connecting:

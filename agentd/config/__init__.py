@@ -3,12 +3,42 @@
 ``Config.from_argv(argv, env)`` is exactly what the CLI does: defaults < ``--config`` YAML file <
 environment (``AGENTD_<FLAG>``, ``AGENT_<FLAG>`` accepted) < flags, then validation; every problem is a
 one-line :class:`~agentd.errors.ConfigError` (exit 2) raised before any network or process side effect.
+
+The exports are resolved lazily (PEP 562): ``agentd --help``, ``--version`` and the CLI's early
+``--log-format`` look-up import only :mod:`agentd.config.argv` (the flag table), and importing a submodule
+must not pay for the loader, the validator and the MCP URL rules behind it. Asking for any export attaches
+``Config.from_argv`` first (it lives in :mod:`agentd.config.load`, so the model never imports its loader).
 """
 
-from agentd.config import load as load  # attaches Config.from_argv
-from agentd.config.durations import parse_duration as parse_duration
-from agentd.config.model import Config as Config
-from agentd.config.model import McpServerConfig as McpServerConfig
-from agentd.config.model import TlsConfig as TlsConfig
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentd.config import load as load
+    from agentd.config.durations import parse_duration as parse_duration
+    from agentd.config.model import Config as Config
+    from agentd.config.model import McpServerConfig as McpServerConfig
+    from agentd.config.model import TlsConfig as TlsConfig
 
 __all__ = ["Config", "McpServerConfig", "TlsConfig", "parse_duration"]
+
+_LAZY = {
+    "Config": "agentd.config.model",
+    "McpServerConfig": "agentd.config.model",
+    "TlsConfig": "agentd.config.model",
+    "parse_duration": "agentd.config.durations",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load":
+        return importlib.import_module("agentd.config.load")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentd.config' has no attribute {name!r}")
+    importlib.import_module("agentd.config.load")  # attaches Config.from_argv
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

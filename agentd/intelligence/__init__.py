@@ -13,27 +13,28 @@ redactor; it is sent as ``Authorization: Bearer`` and never appears in an event 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import httpx
 
 from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, Redactor
 from agentd.intelligence.endpoints import OFFLINE, completions_url, parse_endpoints
-from agentd.intelligence.failover import Breaker, BreakerState, FailoverIntelligence
-from agentd.intelligence.gateway import BearerToken, Gateway, GatewayError
 from agentd.intelligence.names import WIRE_NAME, ToolNameMap
 from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
 from agentd.intelligence.offline import OfflineIntelligence, example_value
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.secrets import SecretResolver, has_secret_ref
-from agentd.transport.egress import EgressPolicy
-from agentd.transport.http_client import new_client
-from agentd.transport.tls import verify_for
+
+if TYPE_CHECKING:
+    from agentd.intelligence.failover import Breaker as Breaker
+    from agentd.intelligence.failover import BreakerState as BreakerState
+    from agentd.intelligence.gateway import GatewayError as GatewayError
+    from agentd.transport.egress import EgressPolicy
 
 __all__ = [
     "OFFLINE",
@@ -52,6 +53,24 @@ __all__ = [
     "example_value",
     "open_intelligence",
 ]
+
+#: The gateway client's exports, imported on first use: the offline model (``--intelligence test``) needs no
+#: HTTP client at all, so a run with it never loads httpx here.
+_LAZY = {
+    "Breaker": "agentd.intelligence.failover",
+    "BreakerState": "agentd.intelligence.failover",
+    "GatewayError": "agentd.intelligence.gateway",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentd.intelligence' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 #: Per-call (per attempt) timeout, as in the original agentd.
 CALL_TIMEOUT = 120.0
@@ -103,6 +122,13 @@ async def open_intelligence(
     if urls == [OFFLINE]:
         yield OfflineIntelligence(log=log)
         return
+    import httpx
+
+    from agentd.intelligence.failover import FailoverIntelligence
+    from agentd.intelligence.gateway import BearerToken, Gateway
+    from agentd.transport.http_client import new_client
+    from agentd.transport.tls import verify_for
+
     bearer: BearerToken | None = None
     if token is not None:
         if not has_secret_ref(token):

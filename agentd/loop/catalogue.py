@@ -2,6 +2,9 @@
 
 Built once per catalogue load (the pool's tool list changes on ``list_changed``; the control registry
 changes when a part registers a tool) and reused across steps, so a step costs no schema compilation.
+An MCP tool's ``inputSchema`` is compiled when the catalogue is built (a broken one is audited then); a
+control tool's schema is compiled on its first call (:class:`_Deferred`), so a run whose model calls no
+control tool never loads jsonschema.
 Every wire name maps back to exactly one entry through :class:`~agentd.intelligence.names.ToolNameMap`.
 """
 
@@ -123,7 +126,7 @@ def build_catalogue(
             audit.emit("mcp.catalogue", "warn" if warn else "info", offered=part, **extra)
     for control in control_list:
         wire = names.to_wire(None, control.name)
-        prepared = _prepared(control.input_schema or _EMPTY_OBJECT)
+        prepared = _prepared_control(control.input_schema or _EMPTY_OBJECT)
         entries[wire] = Entry(wire, None, control.name, prepared.validator, control, prepared.unusable)
         chat.append(ChatTool(wire, control.description, prepared.schema))
     return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
@@ -190,6 +193,47 @@ def _prepared(source: Mapping[str, Any]) -> _Prepared:
     if len(_PREPARED) >= _PREPARED_MAX:
         _PREPARED.clear()
     _PREPARED[id(source)] = prepared
+    return prepared
+
+
+class _Deferred:
+    """A control tool's validator, compiled (through the shared cache) on the first check.
+
+    The schemas are agentd's own or an A2A card's; checking one the same way later changes nothing a
+    caller sees: an unusable schema still makes every call of the tool fail with the same reason.
+    """
+
+    __slots__ = ("_compiled", "_schema")
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self._schema = schema
+        self._compiled: schemas.Compiled | None = None
+
+    def iter_errors(self, instance: Any) -> Iterable[Any]:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = _validator(self._schema)
+        if compiled.unusable is not None:
+            raise schemas.SchemaUnusable(compiled.unusable)
+        if compiled.validator is None:
+            return ()
+        errors: Iterable[Any] = compiled.validator.iter_errors(instance)
+        return errors
+
+
+#: Control tools' prepared schemas, by identity like :data:`_PREPARED` (their validators are deferred).
+_CONTROL: dict[int, _Prepared] = {}
+
+
+def _prepared_control(source: Mapping[str, Any]) -> _Prepared:
+    found = _CONTROL.get(id(source))
+    if found is not None and found.source is source:
+        return found
+    schema = dict(source)
+    prepared = _Prepared(source, schema, _Deferred(schema), None, None, "")
+    if len(_CONTROL) >= _PREPARED_MAX:
+        _CONTROL.clear()
+    _CONTROL[id(source)] = prepared
     return prepared
 
 

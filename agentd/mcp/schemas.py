@@ -17,7 +17,8 @@ Three rules make that safe on the event loop:
   the pattern is run only on strings short enough to keep that under :data:`PATTERN_BUDGET` steps.
   A pattern not run is not enforced by agentd; the server still judges the arguments it receives.
 
-No I/O here.
+No I/O here. jsonschema (with ``referencing`` behind it) is imported on the first compile, not with this
+module: a run whose catalogue compiles nothing eagerly (agentd's own tools only) never loads it.
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ import importlib
 import itertools
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
+
+if TYPE_CHECKING:
+    import jsonschema
+    import referencing
+    import referencing.exceptions
 
 #: At most this many violations are produced (then the most relevant one is reported).
 MAX_ERRORS: Final = 16
@@ -65,14 +65,26 @@ class Compiled:
 
 def _refuse(uri: str) -> referencing.Resource[Any]:
     """The registry's retrieval: nothing outside the schema is ever fetched or read."""
+    import referencing.exceptions
+
     raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
 
-_REGISTRY: Final[referencing.Registry[Any]] = referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
+@functools.cache
+def _registry() -> referencing.Registry[Any]:
+    """The one registry every validator resolves ``$ref`` in (built on the first compile)."""
+    import referencing
+
+    return referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
 
 
-def compile_schema(schema: Mapping[str, Any] | bool, default: Any = jsonschema.Draft202012Validator) -> Compiled:
-    """Compile ``schema`` (its ``$schema`` dialect, else ``default``) with the rules above."""
+def compile_schema(schema: Mapping[str, Any] | bool, default: Any = None) -> Compiled:
+    """Compile ``schema`` (its ``$schema`` dialect, else ``default``: 2020-12) with the rules above."""
+    import jsonschema
+    import jsonschema.validators
+
+    if default is None:
+        default = jsonschema.Draft202012Validator
     try:
         cls = jsonschema.validators.validator_for(schema, default=default)
         cls.check_schema(schema)
@@ -83,7 +95,7 @@ def compile_schema(schema: Mapping[str, Any] | bool, default: Any = jsonschema.D
     unsafe = _unsafe_pattern(schema)
     if unsafe is not None:
         return Compiled(None, error=f"pattern {unsafe[:80]!r} is too complex to check safely")
-    validator = _bounded(cls)(schema, registry=_REGISTRY)
+    validator = _bounded(cls)(schema, registry=_registry())
     problem = _reference_problem(validator)
     if problem is None:
         try:
@@ -103,11 +115,17 @@ def first_error(validator: Any, instance: Any) -> jsonschema.ValidationError | N
     Raises :class:`SchemaUnusable` when the schema cannot be evaluated (it never raises anything else).
     """
     errors = first_errors(validator, instance)
-    return jsonschema.exceptions.best_match(errors) if errors else None
+    if not errors:
+        return None
+    import jsonschema.exceptions
+
+    return jsonschema.exceptions.best_match(errors)
 
 
 def first_errors(validator: Any, instance: Any) -> list[jsonschema.ValidationError]:
     """The first :data:`MAX_ERRORS` violations, in schema order (raises only :class:`SchemaUnusable`)."""
+    import referencing.exceptions
+
     try:
         return list(itertools.islice(validator.iter_errors(instance), MAX_ERRORS))
     except referencing.exceptions.Unresolvable as exc:
@@ -142,6 +160,8 @@ def _reference_problem(validator: Any) -> str | None:
     resolver: Any = validator._resolver
     if not any(isinstance(node.get("$ref"), str) for node in _subschemas(schema)):
         return None
+    import referencing.jsonschema
+
     specification = referencing.jsonschema.specification_with(
         validator.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012
     )
@@ -166,6 +186,8 @@ def _reference_problem(validator: Any) -> str | None:
 
 
 def _follow(ref: str, scope: Any) -> str | None:
+    import referencing.exceptions
+
     seen: set[int] = set()
     for _ in range(_MAX_REF_HOPS):
         try:
@@ -283,6 +305,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
     if limit is None or len(instance) > limit:
         return
     if re.search(pattern, instance) is None:
+        import jsonschema
+
         yield jsonschema.ValidationError(f"{instance[:80]!r} does not match {pattern[:80]!r}")
 
 
@@ -291,6 +315,8 @@ def _too_many(kind: str, unit: str) -> Any:
 
     def keyword(validator: Any, limit: Any, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
         if validator.is_type(instance, kind) and validator.is_type(limit, "integer") and len(instance) > limit:
+            import jsonschema
+
             yield jsonschema.ValidationError(f"has {len(instance)} {unit}, more than the {limit} allowed")
 
     return keyword
@@ -299,6 +325,8 @@ def _too_many(kind: str, unit: str) -> Any:
 @functools.cache
 def _bounded(cls: Any) -> Any:
     """``cls`` with the bounded ``pattern`` and size keywords (one class per dialect)."""
+    import jsonschema.validators
+
     return jsonschema.validators.extend(cls, {
         "pattern": _pattern,
         "maxItems": _too_many("array", "items"),

@@ -21,6 +21,7 @@ import httpcore
 import httpx
 import trio
 
+from agentd import defaults
 from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
@@ -30,7 +31,7 @@ from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
 from agentd.transport.tls_errors import verify_hint
 
-DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
+DEFAULT_MAX_BODY: Final = defaults.MAX_BODY
 #: How long closing a response may take when the caller is being cancelled.
 CLOSE_GRACE: Final = 2.0
 

@@ -44,6 +44,7 @@ from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.pa
 from agentd.config.model import Config, McpServerConfig  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
+from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
 from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 
@@ -122,8 +123,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                      debounce=args.debounce, max_concurrent_wakes=4)
         log = EventLog(sink=bench.sink, level="debug", run_id="bench")
         drain = trio.Event()
-        async with httpx.AsyncClient() as side, trio.open_nursery() as nursery:
-            nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, drain=drain))
+        async with (
+            httpx.AsyncClient() as side,
+            open_root_supervisor(cfg, log=log, env={}, run_id=log.run_id) as supervisor,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, supervisor=supervisor, drain=drain))
             await bench.until(lambda: bench.armed >= len(uris) + len(burst_uris))
             bump_url = peer.origin + "/_test/bump"
 

@@ -1,73 +1,180 @@
 """Start-up costs of the command line: what a user (and a subagent re-exec) pays before any work.
 
-    .venv/bin/python scripts/bench/startup.py [--runs 15] [--write]
+    .venv/bin/python scripts/bench/startup.py [--runs 15] [--before OTHER_TREE] [--write]
 
-Measures, as the median over ``--runs`` fresh processes: ``python -c pass`` (the floor), ``agentd
---version``, ``agentd --help``, ``--validate-config`` with and without a YAML ``--config`` file, and the
-subagent dispatch with an empty control channel; plus ``Config.from_argv`` in-process and which heavy
-modules each command imports. With ``--write`` the results replace the "CLI start-up" section of
-docs/benchmarks.md.
+Measures, over ``--runs`` fresh processes per command, the median wall time and the median CPU time (user +
+system, the figure other load on the machine disturbs least) of ``python -c pass`` (the floor) and of every
+command in :data:`COMMANDS`; for the once run also the CPU time up to its first model request. Each row
+names the heavy modules the command imports. With ``--write`` the results replace the "CLI start-up" section
+of docs/benchmarks.md. ``--before`` names another checkout (with its own ``.venv``): the floor, ``--help`` and
+the once run are then also measured there, interleaved run by run with this tree, and reported as ratios.
+
+:data:`COMMANDS` is also what ``tests/cli/test_startup_imports.py`` checks (untimed): each command imports
+exactly the heavy modules listed for it, so a heavy import that creeps onto a light path fails a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-
-from bench_doc import replace_section
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("trio", "httpx", "hypercorn", "jsonschema", "cattrs", "yaml", "jwt")
+
+#: What counts as heavy: third-party packages that cost milliseconds to import, and agentd's own big parts.
+HEAVY = (
+    "trio", "httpx", "httpcore", "h2", "hypercorn", "jsonschema", "cattrs", "yaml", "jwt", "rich", "click",
+    "pygments", "cryptography", "sqlite3", "opentelemetry",
+    "agentd.config.load", "agentd.daemon", "agentd.client", "agentd.journal", "agentd.a2a", "agentd.selfmcp",
+    "agentd.reactive", "agentd.terminal.live",
+)
+
+_ONCE = ("--instruction", "hi", "--intelligence", "test")
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "AGENTD_"))}
+class Command(NamedTuple):
+    """One command line: its arguments (``{tmp}`` is a scratch directory), extra environment, and exactly
+    which of :data:`HEAVY` it imports."""
+
+    name: str
+    args: tuple[str, ...]
+    heavy: frozenset[str]
+    env: Mapping[str, str] = {}
+
+
+_RUNTIME = frozenset({"agentd.config.load", "trio", "cattrs", "agentd.client"})
+
+COMMANDS: tuple[Command, ...] = (
+    Command("agentd --version", ("--version",), frozenset()),
+    Command("agentd --help", ("--help",), frozenset()),
+    Command("agentd check --help", ("check", "--help"), frozenset()),
+    Command("agentd --validate-config", (*_ONCE, "--validate-config"), frozenset({"agentd.config.load"})),
+    Command("agentd --validate-config --config FILE", (*_ONCE, "--validate-config", "--config", "{tmp}/agentd.yaml"),
+            frozenset({"agentd.config.load", "cattrs", "yaml"})),
+    # agentd.journal: the supervisor imports the token ledger's store at the top (agentd/supervisor/authority.py).
+    Command("agentd --instruction hi --intelligence test (once run)", _ONCE,
+            _RUNTIME | {"agentd.daemon", "agentd.journal"}),
+    Command("agentd check (one refused server)", ("check", "--mcp", "s=http://127.0.0.1:9/mcp"),
+            _RUNTIME | {"httpx", "httpcore", "h2"}),
+    Command("agentd report FILE (missing)", ("report", "{tmp}/missing.json"), frozenset()),
+    Command("agentd trace FILE (missing)", ("trace", "{tmp}/missing.jsonl"), frozenset()),
+    Command("agentd ctl status (no daemon listening)", ("ctl", "status", "--socket", "{tmp}/ctl.sock"),
+            frozenset({"trio"})),
+    Command("agentd journal list --state-dir DIR", ("journal", "list", "--state-dir", "{tmp}/state"),
+            frozenset({"trio", "sqlite3", "agentd.journal"})),
+    Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio", "agentd.journal"}),
+            {"AGENT_SUBAGENT": "1"}),
+)
+
+
+def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "AGENTD_", "OTEL_"))}
+    env.pop("PYTHONPATH", None)
     env.update(extra or {})
     return env
 
 
-def _wall(argv: list[str], runs: int, env: dict[str, str]) -> float:
-    times = []
+def argv_of(command: Command, tmp: str) -> list[str]:
+    return [sys.executable, "-m", "agentd", *(a.replace("{tmp}", tmp) for a in command.args)]
+
+
+def scratch(tmp: str) -> None:
+    """The files the commands refer to: a config file; a state directory is created by the journal itself."""
+    Path(tmp, "agentd.yaml").write_text(
+        "mcp_servers:\n  - {name: fs, url: 'https://mcp-fs.internal/mcp'}\nmax_steps: 9\n")
+
+
+def heavy_imports(argv: list[str], env: Mapping[str, str]) -> set[str]:
+    """Which of :data:`HEAVY` the command imports (``python -X importtime``: every module, nothing run twice)."""
+    proc = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=dict(env), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, check=False, cwd=ROOT, timeout=120)
+    names = {m.group(1).strip() for m in re.finditer(r"^import time:\s*\d+ \|\s*\d+ \|(.*)$", proc.stderr, re.M)}
+    return {h for h in HEAVY if h in names}
+
+
+def _timed(argv: list[str], runs: int, env: Mapping[str, str], cwd: Path = ROOT) -> tuple[float, float]:
+    """Median wall and median CPU (user + system of the child), in ms."""
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=False, cwd=ROOT)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+        subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, check=False, cwd=cwd)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls) * 1000, statistics.median(cpus) * 1000
 
 
-def _heavy_imports(argv: list[str], env: dict[str, str]) -> list[str]:
-    proc = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, check=False, cwd=ROOT)
-    found = set()
-    for line in proc.stderr.splitlines():
-        if line.startswith("import time:") and "|" in line:
-            name = line.rsplit("|", 1)[1].strip()
-            if name in HEAVY:
-                found.add(name)
-    return sorted(found)
+#: The once run with the offline model's ``complete`` wrapped to print the process CPU time of its first call.
+_FIRST_REQUEST = """
+import sys, time
+from agentd.intelligence.offline import OfflineIntelligence
+from agentd.cli import main
+complete, first = OfflineIntelligence.complete, []
+async def timed(self, *args, **kwargs):
+    if not first:
+        first.append(time.process_time())
+        print(f"FIRST {first[0]:.6f}", file=sys.__stderr__, flush=True)
+    return await complete(self, *args, **kwargs)
+OfflineIntelligence.complete = timed
+sys.exit(main(sys.argv[1:]))
+"""
 
 
-def measure(runs: int) -> dict[str, tuple[float, list[str]]]:
-    py = sys.executable
+def first_request_cpu_ms(runs: int, env: Mapping[str, str]) -> float:
+    """Median process CPU time of the once run up to its first model request, in ms."""
+    found = []
+    for _ in range(runs):
+        proc = subprocess.run([sys.executable, "-c", _FIRST_REQUEST, *_ONCE], env=dict(env), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, check=False, cwd=ROOT)
+        match = re.search(r"^FIRST ([0-9.]+)$", proc.stderr, re.M)
+        if match:
+            found.append(float(match.group(1)) * 1000)
+    return statistics.median(found) if found else float("nan")
+
+
+def compare(before: Path, runs: int) -> list[tuple[str, float, float]]:
+    """CPU medians (ms) of a few commands in ``before`` and in this tree, interleaved: (name, before, after)."""
+    trees = {"before": before.resolve(), "after": ROOT}
+    cases = {"python -c pass": ["-c", "pass"], "agentd --help": ["-m", "agentd", "--help"],
+             "once run": ["-m", "agentd", *_ONCE]}
+    cpu: dict[tuple[str, str], list[float]] = {}
+    for _ in range(runs):
+        for name, args in cases.items():
+            for which, tree in trees.items():
+                _, ms = _timed([str(tree / ".venv" / "bin" / "python"), *args], 1, _env(), cwd=tree)
+                cpu.setdefault((name, which), []).append(ms)
+    return [(name, statistics.median(cpu[name, "before"]), statistics.median(cpu[name, "after"])) for name in cases]
+
+
+class Row(NamedTuple):
+    name: str
+    wall_ms: float
+    cpu_ms: float
+    heavy: set[str]
+
+
+def measure(runs: int) -> tuple[list[Row], float]:
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "agentd.yaml"
-        config.write_text("mcp_servers:\n  - {name: fs, url: 'https://mcp-fs.internal/mcp'}\nmax_steps: 9\n")
-        base = [py, "-m", "agentd", "--instruction", "x", "--intelligence", "test", "--validate-config"]
-        cases = {
-            "python -c pass": ([py, "-c", "pass"], _env()),
-            "agentd --version": ([py, "-m", "agentd", "--version"], _env()),
-            "agentd --help": ([py, "-m", "agentd", "--help"], _env()),
-            "agentd --validate-config": (base, _env()),
-            "agentd --validate-config --config FILE": ([*base, "--config", str(config)], _env()),
-            "subagent dispatch (AGENT_SUBAGENT=1, EOF)": ([py, "-m", "agentd"], _env({"AGENT_SUBAGENT": "1"})),
-        }
-        return {name: (_wall(argv, runs, env), _heavy_imports(argv, env)) for name, (argv, env) in cases.items()}
+        scratch(tmp)
+        wall, cpu = _timed([sys.executable, "-c", "pass"], runs, _env())
+        rows.append(Row("python -c pass", wall, cpu, set()))
+        for command in COMMANDS:
+            argv, env = argv_of(command, tmp), _env(command.env)
+            wall, cpu = _timed(argv, runs, env)
+            rows.append(Row(command.name, wall, cpu, heavy_imports(argv, env)))
+        first = first_request_cpu_ms(runs, _env())
+    return rows, first
 
 
 def from_argv_ms(iterations: int = 500) -> float:
@@ -82,25 +189,46 @@ def from_argv_ms(iterations: int = 500) -> float:
     return (time.perf_counter() - start) / iterations * 1000
 
 
-def section(results: dict[str, tuple[float, list[str]]], parse_ms: float, command: str, runs: int) -> str:
+def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, runs: int,
+            compared: list[tuple[str, float, float]] | None = None) -> str:
     lines = [
         "## CLI start-up",
         "",
         f"Command: `{command}` (median of {runs} fresh processes each; PYTHONDONTWRITEBYTECODE="
         f"{os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')}; load average at start "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).",
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores). CPU is user + system time of the process, the "
+        "figure other load disturbs least; wall times on a shared machine move with the load.",
         "",
-        "| command | median wall (ms) | minus `python -c pass` (ms) | heavy modules imported |",
-        "|---|---|---|---|",
+        "| command | median wall (ms) | median CPU (ms) | CPU minus `python -c pass` (ms) | heavy modules imported |",
+        "|---|---|---|---|---|",
     ]
-    floor = results["python -c pass"][0]
-    for name, (ms, heavy) in results.items():
-        lines.append(f"| `{name}` | {ms:.0f} | {ms - floor:.0f} | {', '.join(heavy) or '—'} |")
+    floor = rows[0].cpu_ms
+    for row in rows:
+        lines.append(f"| `{row.name}` | {row.wall_ms:.0f} | {row.cpu_ms:.0f} | {row.cpu_ms - floor:.0f} | "
+                     f"{', '.join(sorted(row.heavy)) or '—'} |")
+    once = next(row for row in rows if "(once run)" in row.name)
     lines += [
         "",
-        f"`Config.from_argv` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. The subagent dispatch "
-        "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` (+ attrs) "
-        "before handing over. Wall times on this shared 2-core machine move with the load average.",
+        f"The once run (`--instruction hi --intelligence test`, no servers): **{first_ms:.0f} ms** of CPU up to its "
+        f"first model request, **{once.cpu_ms:.0f} ms** to exit (targets: under 300 and 350 ms).",
+        "",
+    ]
+    if compared:
+        floor_before, floor_after = compared[0][1], compared[0][2]
+        lines += [
+            f"Against the `--before` tree, interleaved run by run ({runs} each; CPU medians, ms):",
+            "",
+            "| command | before | after | after ÷ before | over the floor, before → after |",
+            "|---|---|---|---|---|",
+            *(f"| `{name}` | {b:.0f} | {a:.0f} | {a / b:.2f}× | {b - floor_before:.0f} → {a - floor_after:.0f} |"
+              for name, b, a in compared),
+            "",
+        ]
+    lines += [
+        f"`Config.from_argv` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. "
+        "`tests/cli/test_startup_imports.py` pins the heavy-modules column (untimed). The subagent dispatch "
+        "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` (+ attrs) before "
+        "handing over.",
         "",
     ]
     return "\n".join(lines)
@@ -109,15 +237,19 @@ def section(results: dict[str, tuple[float, list[str]]], parse_ms: float, comman
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--before", type=Path, help="another checkout (with .venv) to compare against")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    results = measure(args.runs)
+    rows, first = measure(args.runs)
+    compared = compare(args.before, args.runs) if args.before else None
     parse_ms = from_argv_ms()
     command = ".venv/bin/python scripts/bench/startup.py" + (f" --runs {args.runs}" if args.runs != 15 else "") + \
-        " --write"
-    text = section(results, parse_ms, command, args.runs)
+        (" --before OTHER_TREE" if args.before else "") + " --write"
+    text = section(rows, first, parse_ms, command, args.runs, compared)
     print(text)
     if args.write:
+        from bench_doc import replace_section
+
         replace_section("## CLI start-up", text)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config.model import Config, TlsConfig
+from agentd.config import Config, TlsConfig
 from agentd.errors import ConfigError
 
 BASE = ["--instruction", "x", "--intelligence", "test"]

@@ -20,7 +20,7 @@ import trio
 import trio.testing
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from agentd.config.model import Config, McpServerConfig, TlsConfig
+from agentd.config import Config, McpServerConfig, TlsConfig
 from agentd.connections.auth import ClientCredentialsAuth, ClientCredentialsSettings, parse_challenge
 from agentd.errors import ConfigError
 from agentd.events import EventLog
