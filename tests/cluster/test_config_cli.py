@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentd.config.model import Config
+from agentd.config import Config
 from agentd.errors import ConfigError
 from tests.postgres import PASSWORD
 
@@ -49,7 +49,7 @@ def test_refusals_are_exit_2_and_never_echo_a_password(extra, message):
 
 
 def test_psycopg_is_not_imported_without_cluster():
-    code = ("import sys; from agentd.config.model import Config; import agentd.daemon, agentd.cli; "
+    code = ("import sys; from agentd.config import Config; import agentd.daemon, agentd.cli; "
             "Config.from_argv(['--intelligence', 'test', '--instruction', 'x'], env={}); "
             "print('psycopg' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

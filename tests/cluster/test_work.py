@@ -223,7 +223,7 @@ async def test_a_cron_occurrence_fires_once_across_members(pg_dsn, autojump_cloc
 
 
 def _cfg():
-    from agentd.config.model import Config
+    from agentd.config import Config
 
     return Config.from_argv(["--intelligence", "test", "--instruction", "nightly", "--mode", "schedule",
                              "--cron", "*/5 * * * *"], env={})

@@ -13,7 +13,7 @@ import trio
 import yaml
 
 import agentd
-from agentd.config.model import Config
+from agentd.config import Config
 from agentd.errors import ConfigError
 from agentd.events import EventLog
 from tests.cli.helpers import assert_untouched, run_agentd, tripwire

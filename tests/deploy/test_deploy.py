@@ -24,9 +24,9 @@ import trio
 import yaml
 
 from agentd import defaults as D
+from agentd.config import Config
 from agentd.config.argv import FLAGS
 from agentd.config.durations import parse_duration
-from agentd.config.model import Config
 from agentd.telemetry.health import PROBES
 from tests.integration.agents import agentd_worker
 from tests.selfmcp.certs import Pki, make_pki

@@ -129,7 +129,7 @@ async def test_a_childs_memory_holds_the_credentials_of_its_scope_and_no_a2a_pee
 def test_a_child_inherits_no_cluster_membership_nor_its_password_reference() -> None:
     """A DSN may carry ``{{secret:NAME}}`` in its password position: the child's config (and so the secrets
     it receives) must hold neither, nor the operator socket."""
-    from agentd.config.model import Config
+    from agentd.config import Config
     from agentd.supervisor.supervisor import referenced_secrets
     from agentd.supervisor.wiring import config_to_wire
 

@@ -10,7 +10,7 @@ import trio
 
 from agentd import telemetry
 from agentd.client import open_mcp_pool
-from agentd.config.model import Config, McpServerConfig
+from agentd.config import Config, McpServerConfig
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog, null_log

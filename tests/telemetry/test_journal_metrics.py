@@ -16,7 +16,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from agentd.config.model import Config
+from agentd.config import Config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from agentd import telemetry
-from agentd.config.model import Config
+from agentd.config import Config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
