@@ -23,8 +23,6 @@ MAX_SUBAGENTS: Final = 64
 SPAWN_RATE: Final = 2
 SPAWN_BURST: Final = 8
 TOKEN_CEILING: Final = 2_000_000
-#: A spawn without ``token_budget`` reserves this share of the tokens its parent has left (docs/supervisor.md).
-SPAWN_BUDGET_SHARE: Final = 0.5
 
 # --- the kill ladder (agentd.supervisor.ladder.Graces) --------------------------------------------------
 CANCEL_GRACE: Final = 5.0

@@ -18,8 +18,9 @@ admitted into the caller's tree (``tree=``, default ``""``, the once-mode run), 
 ``tokens_used`` stays the supervisor's total over all trees.
 
 Within a run tree the ceiling is a ledger with reservations (agentd.journal.ledger): each spawn of the
-agent's own tree reserves a slice for the child out of what its parent has left (``budget``, default
-:data:`~agentd.defaults.SPAWN_BUDGET_SHARE` of it); the child's usage is charged to its slice, a child
+agent's own tree reserves a slice for the child out of what its parent has left (``budget``, default an
+even share of it among the child slots the parent has free, so a fan-out within ``max_children`` is never
+starved by the slices before it); the child's usage is charged to its slice, a child
 past its slice is reported like a tree past its ceiling (its subtree is cancelled), and what a child
 did not spend is refunded when it is released. Served trees (``served.N``) keep a plain count.
 """
@@ -254,7 +255,8 @@ class TreeLedger:
         want = 0
         if slice_of is not None:
             left = self.book(tree).available(slice_of)
-            want = budget if budget is not None else int(left * defaults.SPAWN_BUDGET_SHARE)
+            free_slots = max(1, self.caps.max_children - children)
+            want = budget if budget is not None else left // free_slots
             if want <= 0 or want > left:
                 return Refusal(
                     f"spawn refused: token_budget={want} does not fit: handle {caller} has {max(0, left)} tokens "

@@ -103,7 +103,7 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
 
 def test_a_spawn_reserves_a_slice_the_child_cannot_exceed_and_the_rest_is_refunded() -> None:
     led = ledger()  # token_ceiling=100
-    first = led.admit("0", None, 0.0, tree="wake.1")  # no token_budget: half of what is left
+    first = led.admit("0", None, 0.0, tree="wake.1", budget=50)
     assert isinstance(first, Admission) and first.budget == 50
     second = led.admit("0", None, 0.0, tree="wake.1", budget=50)
     assert isinstance(second, Admission) and second.budget == 50
@@ -116,6 +116,14 @@ def test_a_spawn_reserves_a_slice_the_child_cannot_exceed_and_the_rest_is_refund
     assert led.existing_book("wake.1").available("root") == 50
     again = led.admit("0", None, 0.0, tree="wake.1", budget=50)
     assert isinstance(again, Admission) and again.budget == 50
+
+
+def test_without_a_token_budget_a_fan_out_within_max_children_gets_even_slices() -> None:
+    led = TreeLedger(Caps(token_ceiling=800, max_children=8, spawn_burst=1000), root_scope=frozenset())
+    slices = [led.admit("0", None, 0.0, tree="run-1") for _ in range(8)]
+    assert [s.budget for s in slices if isinstance(s, Admission)] == [100] * 8  # no halving down to nothing
+    refused = led.admit("0", None, 0.0, tree="run-1")
+    assert isinstance(refused, Refusal) and refused.cap == "max_children"
 
 
 def test_saved_books_are_adopted_with_the_dead_childrens_slices_closed() -> None:
