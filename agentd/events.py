@@ -208,11 +208,19 @@ Sink = Callable[[dict[str, Any]], None]
 
 
 def stream_sink(stream: TextIO) -> Sink:
-    """A sink that writes each event as one JSON line to ``stream`` and flushes it."""
+    """A sink that writes each event as one JSON line to ``stream`` and flushes it.
+
+    A line the stream cannot take (its reader is gone: a child whose parent was killed, a closed
+    terminal) is dropped: logging never raises into the code that logs, which is often cleanup.
+    """
 
     def write(line: dict[str, Any]) -> None:
-        stream.write(json_text.scrub(json.dumps(line, ensure_ascii=False, default=str)) + "\n")
-        stream.flush()
+        text = json_text.scrub(json.dumps(line, ensure_ascii=False, default=str)) + "\n"
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):  # EPIPE, or the stream is closed
+            pass
 
     return write
 

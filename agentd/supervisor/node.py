@@ -246,10 +246,12 @@ class SubagentNode:
                     pass  # the child died before reading; the reader reports why
                 finally:
                     with trio.CancelScope(shield=True):
-                        rung = await self._end(proc, channel)
-                        with trio.move_on_after(1.0):
-                            await self._io_done.wait()
-                        io_scope.cancel()
+                        try:
+                            rung = await self._end(proc, channel)
+                            with trio.move_on_after(1.0):
+                                await self._io_done.wait()
+                        finally:  # else the shielded reader outlives a failed ladder and this never returns
+                            io_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await _close_pipes(proc)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +12,9 @@ import time
 import pytest
 import trio
 
-from tests.supervisor.conftest import ROOT, req, script
+from agentd.events import EventLog, stream_sink
+from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
+from tests.supervisor.conftest import FAST_GRACES, ROOT, _from_instruction, req, script
 
 _HOLDER = """
 import json, sys, trio
@@ -80,3 +84,48 @@ async def test_idle_children_outlive_trio_worker_threads(root):
             await trio.sleep(12.5)
             assert (await plain.send(ROOT, a.handle, "still there?")).result["message"] == "still there?"
             assert (await forked.send(ROOT, b.handle, "still there?")).result["message"] == "still there?"
+
+
+def test_a_log_line_to_a_stream_whose_reader_is_gone_is_dropped():
+    # An orphaned child's stderr is a pipe to its killed parent: its log lines must not raise (EPIPE).
+    r, w = os.pipe()
+    os.close(r)
+    stream = os.fdopen(w, "w")
+    try:
+        sink = stream_sink(stream)
+        sink({"event": "subagent.cancel", "handle": "0.1"})
+        sink({"event": "subagent.exit", "handle": "0.1"})
+    finally:
+        _close_dead(stream)
+
+
+def _close_dead(stream) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        stream.close()  # the lines it could not write are still buffered
+
+
+async def test_a_child_is_ended_although_the_log_reader_is_gone(no_leftover_children):
+    # What an orphaned child does: its session scope is cancelled while its log (stderr) has no reader.
+    # The node's own task is cancelled before the block's cleanup cancels it by name, so the ladder's
+    # first log line is written from the node's shielded cleanup; it must not keep the child alive.
+    r, w = os.pipe()
+    stream = os.fdopen(w, "w")
+    settings = SupervisorSettings(graces=FAST_GRACES, await_timeout=10.0)
+    ended = False
+    try:
+        with trio.fail_after(40), trio.CancelScope() as outer:
+            async with open_supervisor(settings=settings, log=EventLog(sink=stream_sink(stream)),
+                                       test_script=_from_instruction) as sup:
+                await sup.spawn(ROOT, req(["hang"], async_=True))
+                stats = await sup.wait_until(lambda s: bool(s.live) and all(n.ready for n in s.live))
+                os.close(r)
+                outer.cancel()
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(15):
+                        await sup.wait_until(lambda s: not s.live)
+                        ended = True
+                    for pid in [] if ended else stats.live_pids:  # so a failing run still ends
+                        os.kill(pid, signal.SIGKILL)
+    finally:
+        _close_dead(stream)
+    assert ended, "the child was never ended"
