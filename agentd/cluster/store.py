@@ -267,30 +267,14 @@ RETRY_CAP = 5.0
 
 
 @attrs.define(eq=False)
-class FencedJournal:
-    """The JournalStore a claimed run writes through: every append is fenced by the run's lease.
-
-    While the database is unreachable an append waits and retries with backoff (the run pauses at its next
-    commit instead of failing); once it is back, the commit goes through if the lease still holds and
-    raises :class:`LeaseLost` (nothing written) if another member took the run meanwhile.
-    """
+class _Through:
+    """A JournalStore view of a member's :class:`PgJournal` that passes every method through; the views below
+    change only what they must. Closing a view closes nothing: the member owns the store."""
 
     store: PgJournal
-    lease: Lease
-    on_unavailable: Callable[[ClusterUnavailable, int], None] | None = None
 
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
-        if run_id != self.lease.run_id:
-            raise LeaseLost(f"run {run_id!r}: not the leased run {self.lease.run_id!r}")
-        attempt = 0
-        while True:
-            try:
-                return await self.store.append_fenced(self.lease, records, durable=durable)
-            except ClusterUnavailable as exc:
-                attempt += 1
-                if self.on_unavailable is not None:
-                    self.on_unavailable(exc, attempt)
-                await trio.sleep(exponential(attempt, RETRY_BASE, RETRY_CAP))
+        return await self.store.append(run_id, records, durable=durable)
 
     async def read_run(self, run_id: str) -> RunJournal | None:
         return await self.store.read_run(run_id)
@@ -320,11 +304,37 @@ class FencedJournal:
         await self.store.release(lease)
 
     async def aclose(self) -> None:
-        """The run's view closes nothing: the member owns the store."""
+        """The member owns the store."""
 
 
 @attrs.define(eq=False)
-class MemberJournal:
+class FencedJournal(_Through):
+    """The JournalStore a claimed run writes through: every append is fenced by the run's lease.
+
+    While the database is unreachable an append waits and retries with backoff (the run pauses at its next
+    commit instead of failing); once it is back, the commit goes through if the lease still holds and
+    raises :class:`LeaseLost` (nothing written) if another member took the run meanwhile.
+    """
+
+    lease: Lease
+    on_unavailable: Callable[[ClusterUnavailable, int], None] | None = None
+
+    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
+        if run_id != self.lease.run_id:
+            raise LeaseLost(f"run {run_id!r}: not the leased run {self.lease.run_id!r}")
+        attempt = 0
+        while True:
+            try:
+                return await self.store.append_fenced(self.lease, records, durable=durable)
+            except ClusterUnavailable as exc:
+                attempt += 1
+                if self.on_unavailable is not None:
+                    self.on_unavailable(exc, attempt)
+                await trio.sleep(exponential(attempt, RETRY_BASE, RETRY_CAP))
+
+
+@attrs.define(eq=False)
+class MemberJournal(_Through):
     """The shared journal as one member's daemon sees it: runs are shared, daemon state is the member's own.
 
     Daemon state (the agent's own subscriptions and self-scheduled runs) belongs to one daemon: shared, every
@@ -332,44 +342,16 @@ class MemberJournal:
     (``--run-id``), so a member restarted with the same ``--run-id`` gets its state back.
     """
 
-    store: PgJournal
     scope: str
 
     def _ns(self, namespace: str) -> str:
         return f"{self.scope}/{namespace}"
-
-    async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
-        return await self.store.append(run_id, records, durable=durable)
-
-    async def read_run(self, run_id: str) -> RunJournal | None:
-        return await self.store.read_run(run_id)
-
-    async def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunSummary]:
-        return await self.store.list_runs(limit=limit, status=status)
-
-    async def unfinished_runs(self) -> list[RunSummary]:
-        return await self.store.unfinished_runs()
 
     async def get_state(self, namespace: str) -> dict[str, Any]:
         return await self.store.get_state(self._ns(namespace))
 
     async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
         await self.store.put_state(self._ns(namespace), changes)
-
-    async def prune(self, retention: Retention, *, now: float | None = None) -> int:
-        return await self.store.prune(retention, now=now)
-
-    async def claim(self, run_id: str, owner: str, *, ttl: float) -> Lease | None:
-        return await self.store.claim(run_id, owner, ttl=ttl)
-
-    async def renew(self, lease: Lease, *, ttl: float) -> Lease | None:
-        return await self.store.renew(lease, ttl=ttl)
-
-    async def release(self, lease: Lease) -> None:
-        await self.store.release(lease)
-
-    async def aclose(self) -> None:
-        """The member owns the store."""
 
 
 async def open_database(conninfo: str, password: str | None, where: str, *, migrate: bool = False,
