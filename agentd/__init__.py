@@ -9,9 +9,10 @@ same reason httpx's optional command-line client is kept out (below).
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentd.lazy import lazy_exports
 
 # httpx's package imports its own command-line client (click, rich, pygments: more than half of ``import httpx``)
 # whenever those happen to be installed; agentd never uses it. A ``None`` entry makes that optional import fail
@@ -38,10 +39,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentd' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("agentd", _LAZY, globals())

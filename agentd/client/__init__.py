@@ -3,8 +3,9 @@
 See docs/mcp-client.md for the behaviour and docs/architecture.md § MCP client for the contract.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentd.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from agentd.client._streams import Tuning as Tuning
@@ -56,10 +57,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentd.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("agentd.client", _LAZY, globals())

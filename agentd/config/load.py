@@ -10,7 +10,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -20,7 +20,7 @@ from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
 from agentd.config.endpoints import check_intelligence_endpoint, parse_mcp_flag, split_endpoints
 from agentd.config.env import read_env
-from agentd.config.model import Config, EraChoice, McpServerConfig, TlsConfig, check_era
+from agentd.config.model import Config, McpServerConfig, TlsConfig, check_era
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
 from agentd.secrets import has_secret_ref, secret_refs
@@ -179,38 +179,36 @@ def _merge_servers(from_file: Sequence[McpServerConfig], flags: Sequence[str]) -
     return tuple(servers.values())
 
 
-def _apply_tags(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
-    """``--mcp-tags name=tag,tag`` replaces that server's tags (from its config-file entry, if any)."""
-    tags: dict[str, tuple[str, ...]] = {}
+def _per_server(
+    servers: tuple[McpServerConfig, ...], flags: Sequence[str], *, flag: str, expected: str, field: str,
+    parse: Callable[[str, str], Any],
+) -> tuple[McpServerConfig, ...]:
+    """``FLAG name=value`` (once per server) replaces that server's ``field`` (from its config-file entry, if any)."""
+    values: dict[str, Any] = {}
     names = {server.name for server in servers}
-    for value in flags:
-        name, sep, text = value.partition("=")
+    for item in flags:
+        name, sep, text = item.partition("=")
         name = name.strip()
         if not sep:
-            raise ConfigError(f"--mcp-tags: missing '=' in {value!r} (expected name=tag,tag)")
+            raise ConfigError(f"{flag}: missing '=' in {item!r} (expected name={expected})")
         if name not in names:
-            raise ConfigError(f"--mcp-tags {name}: no such MCP server (declare it with --mcp or mcp_servers)")
-        if name in tags:
-            raise ConfigError(f"--mcp-tags: {name!r} given twice")
-        tags[name] = tuple(item.strip() for item in text.split(",") if item.strip())
-    return tuple(attrs.evolve(s, tags=tags[s.name]) if s.name in tags else s for s in servers)
+            raise ConfigError(f"{flag} {name}: no such MCP server (declare it with --mcp or mcp_servers)")
+        if name in values:
+            raise ConfigError(f"{flag}: {name!r} given twice")
+        values[name] = parse(text, name)
+    return tuple(attrs.evolve(s, **{field: values[s.name]}) if s.name in values else s for s in servers)
+
+
+def _apply_tags(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    """``--mcp-tags name=tag,tag`` replaces that server's tags."""
+    return _per_server(servers, flags, flag="--mcp-tags", expected="tag,tag", field="tags",
+                       parse=lambda text, _name: tuple(item.strip() for item in text.split(",") if item.strip()))
 
 
 def _apply_era(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
-    """``--mcp-era name=auto|legacy|modern`` replaces that server's era (from its config-file entry, if any)."""
-    eras: dict[str, EraChoice] = {}
-    names = {server.name for server in servers}
-    for value in flags:
-        name, sep, text = value.partition("=")
-        name = name.strip()
-        if not sep:
-            raise ConfigError(f"--mcp-era: missing '=' in {value!r} (expected name=auto|legacy|modern)")
-        if name not in names:
-            raise ConfigError(f"--mcp-era {name}: no such MCP server (declare it with --mcp or mcp_servers)")
-        if name in eras:
-            raise ConfigError(f"--mcp-era: {name!r} given twice")
-        eras[name] = check_era(text.strip(), f"--mcp-era {name}")
-    return tuple(attrs.evolve(s, era=eras[s.name]) if s.name in eras else s for s in servers)
+    """``--mcp-era name=auto|legacy|modern`` replaces that server's era."""
+    return _per_server(servers, flags, flag="--mcp-era", expected="auto|legacy|modern", field="era",
+                       parse=lambda text, name: check_era(text.strip(), f"--mcp-era {name}"))
 
 
 def _with_default_ca(server: McpServerConfig, ca: str) -> McpServerConfig:

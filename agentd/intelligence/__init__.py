@@ -13,7 +13,6 @@ redactor; it is sent as ``Authorization: Bearer`` and never appears in an event 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,6 +27,7 @@ from agentd.intelligence.names import WIRE_NAME, ToolNameMap
 from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
 from agentd.intelligence.offline import OfflineIntelligence, example_value
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
+from agentd.lazy import lazy_exports
 from agentd.secrets import SecretResolver, has_secret_ref
 
 if TYPE_CHECKING:
@@ -63,13 +63,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentd.intelligence' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("agentd.intelligence", _LAZY, globals())
 
 
 #: Per-call (per attempt) timeout, as in the original agentd.
