@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -29,11 +29,13 @@ from agentd.drain import current_drain
 from agentd.errors import AgentdError
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
-from agentd.journal.store import JournalStore
 from agentd.operator import Operator
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.telemetry.health import current_health
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
 
 #: The daemon-state namespace (``--state-dir``) of the operator's switches that survive a restart.
 OPERATOR_STATE: Final = "operator"

@@ -19,12 +19,14 @@ ledger books the slice as exhausted, reports the excess in :class:`Overdrawn`, a
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from agentd.journal.errors import JournalFormatError
-from agentd.journal.store import JournalStore
+
+if TYPE_CHECKING:  # the store and its records stay off the once run's path (the ledger itself is on it)
+    from agentd.journal.store import JournalStore
 
 #: The handle of the run tree's root (the top-level run).
 ROOT: Final = "root"

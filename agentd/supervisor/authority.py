@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -19,10 +19,12 @@ from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
 from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
 from agentd.journal.ledger import load_ledger, save_ledger
-from agentd.journal.store import JournalStore
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 from agentd.telemetry import metrics
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
 
 
 class Authority(Protocol):

@@ -17,14 +17,13 @@ import enum
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
-from agentd.journal.store import JournalStore
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
@@ -43,6 +42,9 @@ from agentd.supervisor.node import (
 from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
 from agentd.telemetry import metrics
 from agentd.telemetry.names import TRACEPARENT, TRACESTATE
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
 
 #: Ended subagents whose final view stays readable by handle (oldest forgotten first).
 ENDED_KEPT = 1024
@@ -485,7 +487,8 @@ async def open_supervisor(
     async with trio.open_nursery() as nursery:
         sup = Supervisor(
             nursery=nursery, authority=authority, handle=handle, settings=settings,
-            child_config=child_config or {}, secrets=secrets or {}, telemetry=telemetry or {},
+            child_config={} if child_config is None else child_config,  # a ChildConfig is not read before a spawn
+            secrets=secrets or {}, telemetry=telemetry or {},
             log=log or null_log(), test_script=test_script, use_fork_server=fork_server,
             fork_connection=fork_connection,
         )

@@ -4,20 +4,25 @@ The root builds its supervisor from the Config (caps, graces, liveness, drain); 
 to children as JSON in the run payload (cattrs, one converter), together with the values of exactly the
 secrets it references, so a child resolves ``{{secret:NAME}}`` from the payload and never from an
 environment it does not have.
+
+The converter is built, and the root's Config unstructured, only when a child is first spawned
+(:class:`ChildConfig`): cattrs's import and its generated code for Config are most of a once run's start-up
+that has no subagent. Which secrets the child config references is found without it (``attrs.asdict``
+holds the same strings), so the redactor knows them from the start.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import functools
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import cattrs
+import attrs
 import trio
 
 from agentd import telemetry
 from agentd.events import EventLog
-from agentd.journal.store import JournalStore
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
@@ -31,13 +36,26 @@ from agentd.supervisor.supervisor import (
 from agentd.telemetry import metrics
 
 if TYPE_CHECKING:
-    from agentd.config.model import Config
+    import cattrs
 
-_converter = cattrs.Converter()
+    from agentd.config.model import Config
+    from agentd.journal.store import JournalStore
+
+
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The one converter of the wire config (imported and built on first use)."""
+    import cattrs
+
+    return cattrs.Converter()
 
 
 def config_to_wire(cfg: Config) -> dict[str, Any]:
-    wire: dict[str, Any] = _converter.unstructure(cfg)
+    return _for_child(_converter().unstructure(cfg))
+
+
+def _for_child(wire: dict[str, Any]) -> dict[str, Any]:
+    """What of an unstructured Config a child inherits (under the wire's names)."""
     wire["mcp_servers"] = wire.pop("mcp")
     wire["allow_trifecta"] = False  # audited for the root run only, never inherited by a child
     # The daemon's own memberships stay with it: a child is no cluster member (so the DSN's password
@@ -52,7 +70,36 @@ def config_from_wire(wire: Mapping[str, Any]) -> Config:
 
     data = dict(wire)
     data["mcp"] = data.pop("mcp_servers", [])
-    return _converter.structure(data, Config)
+    return _converter().structure(data, Config)
+
+
+class ChildConfig(Mapping[str, Any]):
+    """``config_to_wire(cfg)``, computed on first read: a run that spawns no child never unstructures it."""
+
+    __slots__ = ("_cfg", "_wire")
+
+    def __init__(self, cfg: Config) -> None:
+        self._cfg = cfg
+        self._wire: dict[str, Any] | None = None
+
+    def _data(self) -> dict[str, Any]:
+        if self._wire is None:
+            self._wire = config_to_wire(self._cfg)
+        return self._wire
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+
+def child_secrets(cfg: Config, env: Mapping[str, str]) -> dict[str, str]:
+    """The values of the secrets the child config references (the same strings as the wire's, no cattrs)."""
+    return referenced_secrets(_for_child(attrs.asdict(cfg)), env)
 
 
 def settings_from_config(cfg: Config) -> SupervisorSettings:
@@ -79,15 +126,14 @@ async def open_root_supervisor(
     """
     from agentd.drain import current_drain
 
-    wire = config_to_wire(cfg)
-    secrets = referenced_secrets(wire, env)
+    secrets = child_secrets(cfg, env)
     for value in secrets.values():
         log.redactor.add(value)  # whatever a child reports back is scrubbed like our own lines
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
         # A tool scope names MCP servers and A2A peers alike; the Rule of Two judges the MCP servers' tags.
         servers=frozenset(s.name for s in (*cfg.mcp, *cfg.a2a_peers)), server_tags={s.name: s.tags for s in cfg.mcp},
-        settings=settings_from_config(cfg), child_config=wire,
+        settings=settings_from_config(cfg), child_config=ChildConfig(cfg),
         secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
                    **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {}),
