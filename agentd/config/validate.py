@@ -5,14 +5,13 @@ Secret references are checked for availability (the variable is set, the file is
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
-from agentd.config.cron import CronSchedule
 from agentd.config.endpoints import (
     OFFLINE_MODEL,
     check_endpoint,
@@ -22,17 +21,22 @@ from agentd.config.endpoints import (
 )
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
-from agentd.mcp.streamable_http import MCP_HEADERS
 from agentd.rule_of_two import SERVER_TAGS, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 Purpose = Literal["run", "check"]
 
-#: Headers agentd sets itself; a configured value would break the protocol or smuggle a second body.
-_MANAGED_HEADERS: Final = frozenset(
-    {"accept", "content-type", "content-length", "host", "transfer-encoding", "connection",
-     *(name.lower() for name in MCP_HEADERS)}
-)
+
+@functools.cache
+def _managed_headers() -> frozenset[str]:
+    """Headers agentd sets itself; a configured value would break the protocol or smuggle a second body.
+    (The transport's module is imported only once some server configures a header.)"""
+    from agentd.mcp.streamable_http import MCP_HEADERS
+
+    return frozenset({"accept", "content-type", "content-length", "host", "transfer-encoding", "connection",
+                      *(name.lower() for name in MCP_HEADERS)})
+
+
 _HEADER_NAME: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
 
@@ -216,6 +220,10 @@ def _check_cron_fires(expression: str) -> None:
     """Parse ``--cron`` and refuse one that never fires (``0 0 30 2 *``): the schedule's bounded search
     (nine years, which covers every leap day) is run here, so the daemon fails with exit 2 before it
     opens a connection instead of after."""
+    import datetime as dt  # the calendar: only for a --cron
+
+    from agentd.config.cron import CronSchedule
+
     schedule = CronSchedule.parse(expression)
     try:
         schedule.next_after(dt.datetime.now(dt.UTC))
@@ -354,7 +362,7 @@ def check_server(server: McpServerConfig, *, what: str) -> None:
     for name, value in server.headers.items():
         if not _HEADER_NAME.match(name):
             raise ConfigError(f"{what}: bad header name {name!r}")
-        if name.lower() in _MANAGED_HEADERS:
+        if name.lower() in _managed_headers():
             raise ConfigError(f"{what}: header {name!r} is set by agentd and cannot be configured")
         if any(c in value for c in "\r\n\0"):
             raise ConfigError(f"{what}: header {name!r} contains a line break")

@@ -12,7 +12,6 @@ spawn. ``agentd report FILE`` renders it as a table for a person (:func:`render`
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import time
@@ -30,6 +29,8 @@ MAX_NESTING: Final = 16
 def _epoch(ts: Any) -> float | None:
     if not isinstance(ts, str) or len(ts) < 20:
         return None
+    import calendar  # with time.strptime's own imports: on the first line read, not on the daemon's start-up
+
     try:
         whole = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
         return whole + int(ts[20:23]) / 1000
