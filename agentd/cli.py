@@ -38,7 +38,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
@@ -54,7 +54,26 @@ SUBAGENT_ENV = "AGENT_SUBAGENT"
 
 def console_main() -> None:
     """Entry point of the ``agentd`` console script and ``python -m agentd``."""
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code``, skipping the interpreter's teardown of every module when no other
+    thread is alive: the ``atexit`` callbacks (logging's shutdown, say) run and output is flushed, as at an
+    ordinary exit, but the objects the kernel frees anyway are not freed one by one (a tenth of a once
+    run's CPU). With another thread alive, or a flush that fails, the process exits the ordinary way."""
+    import atexit
+    import threading
+
+    if threading.active_count() == 1:
+        atexit._run_exitfuncs()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            sys.exit(code)
+        os._exit(code)
+    sys.exit(code)
 
 
 #: Characters of an exception message kept in a crashed result's ``error``.
