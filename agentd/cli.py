@@ -26,8 +26,8 @@ that escapes before the document was written still prints ``{run_id, status: "cr
 error: "Type: short message"}`` (the message scrubbed of secret values and cut short) and exits 1.
 Configuration errors (exit 2) keep stdout empty: nothing ran.
 
-Start-up stays cheap: this module imports only the standard library and attrs at the top, so ``--help`` and the
-subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn,
+Start-up stays cheap: this module imports only the standard library at the top (not even attrs: its two
+values are a plain class and a ``NamedTuple``), so ``--help`` and the subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn,
 jsonschema or rich (rich only once a human view was chosen).
 """
 
@@ -38,9 +38,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
-
-import attrs
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from agentd import jsontext as json_text
 
@@ -80,17 +78,21 @@ def exit_now(code: int) -> NoReturn:
 CRASH_MESSAGE_CHARS = 300
 
 
-@attrs.define(eq=False)
 class ResultPromise:
     """A command's promise of one result document on stdout: its run id once known, whether it was written,
-    and the redactor whose secret values the crash message must not carry."""
+    and the redactor whose secret values the crash message must not carry. (A plain class: every command
+    makes one, ``--help`` too, which must not import attrs.)"""
 
-    run_id: str | None = None
-    written: bool = False
-    redactor: Redactor | None = None
-    #: ``--output human``: draw the document for a person (a crash still prints one, drawn or as JSON).
-    human: bool = False
-    color: bool = True
+    __slots__ = ("color", "human", "redactor", "run_id", "written")
+
+    def __init__(self, run_id: str | None = None, written: bool = False, redactor: Redactor | None = None,
+                 human: bool = False, color: bool = True) -> None:
+        self.run_id = run_id
+        self.written = written
+        self.redactor = redactor
+        #: ``--output human``: draw the document for a person (a crash still prints one, drawn or as JSON).
+        self.human = human
+        self.color = color
 
     def promise(self, run_id: str, redactor: Redactor | None = None) -> None:
         self.run_id = run_id
@@ -355,8 +357,7 @@ def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
 # --- running the daemon under signals -------------------------------------------------------------------
 
 
-@attrs.frozen
-class DrainOutcome:
+class DrainOutcome(NamedTuple):
     """What ``daemon_main`` returned (None if it was cancelled), and whether a drain or a force happened."""
 
     result: Any
@@ -385,6 +386,8 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
 
 def effective_config(config: Config) -> dict[str, Any]:
     """The Config as JSON (secrets are references, so this is safe to print)."""
+    import attrs
+
     return attrs.asdict(config)
 
 

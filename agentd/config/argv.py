@@ -3,6 +3,10 @@
 One table drives argparse (``--help``), the environment layer (``AGENTD_<FLAG>``/``AGENT_<FLAG>``), the
 config-file keys and docs/cli.md, so the four can never disagree. Default values live in
 :mod:`agentd.defaults` (the help text quotes them from there).
+
+A :class:`Flag` is a ``NamedTuple``, not an attrs class: still a frozen value, but this module is all that
+``agentd --help``, ``--version`` and the CLI's early ``--log-format`` look-up import, and they must not pay
+for importing attrs (docs/design/wiring.md).
 """
 
 from __future__ import annotations
@@ -10,9 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 from collections.abc import Sequence
-from typing import Any, Final, Literal, NoReturn
-
-import attrs
+from typing import Any, Final, Literal, NamedTuple, NoReturn
 
 from agentd import defaults as D
 from agentd.errors import ConfigError
@@ -21,8 +23,7 @@ Command = Literal["agentd", "check", "run", "transcript"]
 Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
 
 
-@attrs.frozen
-class Flag:
+class Flag(NamedTuple):
     """One flag. ``dest`` is the Config field (or a pseudo-field the loader folds in)."""
 
     name: str

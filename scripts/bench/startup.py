@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What counts as heavy: third-party packages that cost milliseconds to import, and agentd's own big parts.
 HEAVY = (
     "trio", "httpx", "httpcore", "h2", "hypercorn", "jsonschema", "cattrs", "yaml", "jwt", "rich", "click",
-    "pygments", "cryptography", "sqlite3", "opentelemetry",
-    "agentd.config.load", "agentd.daemon", "agentd.client", "agentd.journal", "agentd.a2a", "agentd.selfmcp",
-    "agentd.reactive", "agentd.terminal.live",
+    "pygments", "cryptography", "sqlite3", "opentelemetry", "attr",
+    "agentd.config.load", "agentd.daemon", "agentd.client", "agentd.journal", "agentd.journal.store",
+    "agentd.mcp.streamable_http", "agentd.a2a", "agentd.selfmcp", "agentd.reactive", "agentd.terminal.live",
 )
 
 _ONCE = ("--instruction", "hi", "--intelligence", "test")
@@ -51,27 +51,29 @@ class Command(NamedTuple):
     env: Mapping[str, str] = {}
 
 
-_RUNTIME = frozenset({"agentd.config.load", "trio", "cattrs", "agentd.client"})
+_RUNTIME = frozenset({"agentd.config.load", "trio", "attr", "agentd.client"})
 
 COMMANDS: tuple[Command, ...] = (
+    # attr: not for the help paths (the flag table and the CLI's own values are plain; docs/design/wiring.md).
     Command("agentd --version", ("--version",), frozenset()),
     Command("agentd --help", ("--help",), frozenset()),
     Command("agentd check --help", ("check", "--help"), frozenset()),
-    Command("agentd --validate-config", (*_ONCE, "--validate-config"), frozenset({"agentd.config.load"})),
+    Command("agentd --validate-config", (*_ONCE, "--validate-config"), frozenset({"agentd.config.load", "attr"})),
     Command("agentd --validate-config --config FILE", (*_ONCE, "--validate-config", "--config", "{tmp}/agentd.yaml"),
-            frozenset({"agentd.config.load", "cattrs", "yaml"})),
-    # agentd.journal: the supervisor imports the token ledger's store at the top (agentd/supervisor/authority.py).
+            frozenset({"agentd.config.load", "attr", "cattrs", "yaml"})),
+    # agentd.journal: the token ledger (agentd/journal/ledger.py), without the store and its records; cattrs
+    # only on the first spawn (agentd/supervisor/wiring.py).
     Command("agentd --instruction hi --intelligence test (once run)", _ONCE,
             _RUNTIME | {"agentd.daemon", "agentd.journal"}),
     Command("agentd check (one refused server)", ("check", "--mcp", "s=http://127.0.0.1:9/mcp"),
-            _RUNTIME | {"httpx", "httpcore", "h2"}),
-    Command("agentd report FILE (missing)", ("report", "{tmp}/missing.json"), frozenset()),
-    Command("agentd trace FILE (missing)", ("trace", "{tmp}/missing.jsonl"), frozenset()),
+            _RUNTIME | {"cattrs", "httpx", "httpcore", "h2", "agentd.mcp.streamable_http"}),
+    Command("agentd report FILE (missing)", ("report", "{tmp}/missing.json"), frozenset({"attr"})),
+    Command("agentd trace FILE (missing)", ("trace", "{tmp}/missing.jsonl"), frozenset({"attr"})),
     Command("agentd ctl status (no daemon listening)", ("ctl", "status", "--socket", "{tmp}/ctl.sock"),
-            frozenset({"trio"})),
+            frozenset({"trio", "attr"})),
     Command("agentd journal list --state-dir DIR", ("journal", "list", "--state-dir", "{tmp}/state"),
-            frozenset({"trio", "sqlite3", "agentd.journal"})),
-    Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio", "agentd.journal"}),
+            frozenset({"trio", "attr", "sqlite3", "agentd.journal", "agentd.journal.store"})),
+    Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio", "attr", "agentd.journal"}),
             {"AGENT_SUBAGENT": "1"}),
 )
 
