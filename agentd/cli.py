@@ -60,10 +60,10 @@ def exit_now(code: int) -> NoReturn:
     thread is alive: the ``atexit`` callbacks (logging's shutdown, say) run and output is flushed, as at an
     ordinary exit, but the objects the kernel frees anyway are not freed one by one (a tenth of a once
     run's CPU). With another thread alive, or a flush that fails, the process exits the ordinary way."""
+    import _thread  # its count of running threads besides this one (trio's idle workers count too)
     import atexit
-    import threading
 
-    if threading.active_count() == 1:
+    if _thread._count() == 0:
         atexit._run_exitfuncs()
         try:
             sys.stdout.flush()

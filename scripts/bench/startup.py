@@ -16,6 +16,7 @@ exactly the heavy modules listed for it, so a heavy import that creeps onto a li
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import re
 import resource
@@ -171,6 +172,9 @@ def measure(runs: int) -> tuple[list[Row], float]:
         scratch(tmp)
         wall, cpu = _timed([sys.executable, "-c", "pass"], runs, _env())
         rows.append(Row("python -c pass", wall, cpu, set()))
+        # The floor of any run: the interpreter, trio and attrs (which trio imports too), nothing of agentd.
+        wall, cpu = _timed([sys.executable, "-c", "import trio, attrs"], runs, _env())
+        rows.append(Row("python -c 'import trio, attrs' (a run's floor)", wall, cpu, {"trio", "attr"}))
         for command in COMMANDS:
             argv, env = argv_of(command, tmp), _env(command.env)
             wall, cpu = _timed(argv, runs, env)
@@ -229,8 +233,9 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
     lines += [
         f"`Config.from_argv` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. "
         "`tests/cli/test_startup_imports.py` pins the heavy-modules column (untimed). The subagent dispatch "
-        "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` (+ attrs) before "
-        "handing over.",
+        "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` before handing over. "
+        "Every tree's bytecode is compiled first: with PYTHONDONTWRITEBYTECODE=1 an edited module's stale cache "
+        "would be recompiled in every measured process.",
         "",
     ]
     return "\n".join(lines)
@@ -242,6 +247,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout (with .venv) to compare against")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    for tree in (ROOT, *((args.before,) if args.before else ())):
+        compileall.compile_dir(str(Path(tree) / "agentd"), quiet=1)
     rows, first = measure(args.runs)
     compared = compare(args.before, args.runs) if args.before else None
     parse_ms = from_argv_ms()
