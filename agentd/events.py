@@ -57,7 +57,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # process and configuration
         "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
-        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed", "run.interrupted",
+        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed",
         # the run journal (--state-dir)
         "journal.opened", "journal.write_failed",
         "cluster.joined", "cluster.claimed", "cluster.finished", "cluster.fenced", "cluster.lease_lost",
