@@ -85,7 +85,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
         "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.session", "serve.cert_reload",
-        "serve.updated", "serve.connection_error", "serve.jwks",
+        "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
