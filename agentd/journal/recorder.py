@@ -72,6 +72,8 @@ class Rebuilt:
     pending: tuple[PendingCall, ...]
     #: Subagents the run spawned whose end is not journaled (their processes did not survive a crash).
     open_children: tuple[str, ...] = ()
+    #: Every subagent the run spawned, in order.
+    children: tuple[str, ...] = ()
 
 
 def rebuild(journal: RunJournal) -> Rebuilt:
@@ -81,6 +83,7 @@ def rebuild(journal: RunJournal) -> Rebuilt:
     messages: list[dict[str, Any]] = []
     requested: dict[str, PendingCall] = {}
     children: dict[str, None] = {}
+    spawned: list[str] = []
     steps = prompt = completion = 0
     for entry in journal.entries:
         record = entry.record
@@ -102,12 +105,13 @@ def rebuild(journal: RunJournal) -> Rebuilt:
             completion += record.output_tokens
         elif isinstance(record, Spawned):
             children[record.handle] = None
+            spawned.append(record.handle)
         elif isinstance(record, ChildResult):
             children.pop(record.handle, None)
         elif isinstance(record, RunEnded):
             ended = record
     return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()),
-                   tuple(children))
+                   tuple(children), tuple(spawned))
 
 
 @attrs.define(eq=False)
@@ -117,6 +121,11 @@ class RunRecorder:
     store: JournalStore
     run_id: str
     _children_ended: set[str] = attrs.field(factory=set, init=False)
+    #: The handles of the children an earlier process of this run spawned (set when it is resumed).
+    earlier_children: tuple[str, ...] = ()
+
+    def journaled_children(self) -> tuple[str, ...]:
+        return self.earlier_children
 
     async def started(self, record: RunStarted) -> None:
         await self._append([record], durable=True)

@@ -31,6 +31,10 @@ class ChildJournal(Protocol):
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None: ...
 
+    def journaled_children(self) -> tuple[str, ...]:
+        """Handles an earlier process of this run spawned (new ones are numbered after them)."""
+        ...
+
 
 @attrs.frozen
 class ControlContext:

@@ -84,9 +84,22 @@ async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView 
     return outcome
 
 
+def _number_after_journaled(supervisor: Supervisor, caller: Caller, ctx: ControlContext) -> None:
+    """A resumed run's new children are numbered after those an earlier process spawned: a handle in the
+    run's journal (and in the model's conversation) never names two children."""
+    ledger = getattr(supervisor.authority, "ledger", None)
+    if ctx.journal is None or ledger is None:
+        return
+    numbers = [int(n) for parent, _, n in (h.rpartition(".") for h in ctx.journal.journaled_children())
+               if parent == caller.handle and n.isdigit()]
+    if numbers:
+        ledger.mint_after(caller.handle, max(numbers))
+
+
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         request = spawn_request(arguments)
+        _number_after_journaled(supervisor, caller, ctx)
         outcome = await supervisor.spawn(caller, request)
         if ctx.journal is not None and isinstance(outcome, RunView):
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget)

@@ -56,6 +56,8 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
         if not held:
             held.append(True)
             return text("never", wait=hold)  # the parent's next reply hangs: killed here
+        if observed == 2:  # resumed: one more child, numbered after the journaled ones
+            return tool_call("subagent_spawn", {"instruction": "QUICK: once more"})
         return text("done without the slow child")
 
     async with counting_peer() as peer, scripted_gateway(default=reply) as gw:
@@ -79,10 +81,10 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
     records = _records(state)
     spawns = [r for r in records if r["kind"] == "spawn"]
     results = {r["handle"]: r for r in records if r["kind"] == "child.result"}
-    assert [(s["handle"], s["instruction"]) for s in spawns] == [("0.1", "QUICK: say done"),
-                                                                ("0.2", "SLOW-CHILD: charge order 5")]
+    assert [(s["handle"], s["instruction"]) for s in spawns] == [
+        ("0.1", "QUICK: say done"), ("0.2", "SLOW-CHILD: charge order 5"), ("0.3", "QUICK: once more")]
     assert results["0.1"]["status"] == "completed" and results["0.1"]["result"] == "quick done"
-    assert results["0.2"]["status"] == "lost"
+    assert results["0.2"]["status"] == "lost" and results["0.3"]["status"] == "completed"
 
     with trio.fail_after(30):
         shown = await trio.run_process([sys.executable, "-m", "agentd", "journal", "show", RUN, "--state-dir",
@@ -90,4 +92,4 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
     lines = json.loads(shown.stdout)["records"]
     assert [(r["kind"], r.get("handle"), r.get("status")) for r in lines if r["kind"] in ("spawn", "child.result")
             ] == [("spawn", "0.1", None), ("child.result", "0.1", "completed"), ("spawn", "0.2", None),
-                  ("child.result", "0.2", "lost")]
+                  ("child.result", "0.2", "lost"), ("spawn", "0.3", None), ("child.result", "0.3", "completed")]
