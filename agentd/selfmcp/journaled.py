@@ -32,10 +32,10 @@ import trio
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.store import JournalStore
-from agentd.selfmcp.backend import TERMINAL_STATUSES, Refusal, RunView, ServedSpawn
+from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
 from agentd.selfmcp.supervised import MANAGEMENT, SupervisorBackend
 from agentd.supervisor.caps import Refusal as SupervisorRefusal
-from agentd.supervisor.supervisor import SpawnRequest
+from agentd.supervisor.supervisor import SpawnRequest, Supervisor
 
 #: The daemon-state namespace of served handles, by handle.
 NAMESPACE: Final = "serve.handles"
@@ -55,6 +55,7 @@ class Kept:
     output_contract: str | None = None
     tool_scope: tuple[str, ...] | None = None
     status: str = "running"
+    done: bool = False
     partial: bool = False
     result: Any = None
     turns: int | None = None
@@ -66,14 +67,10 @@ class Kept:
     pending: str | None = None  # a message sent, its turn not answered yet
     reopened: trio.Event = attrs.field(factory=trio.Event)
 
-    @property
-    def ended(self) -> bool:
-        return self.status in TERMINAL_STATUSES or self.status == LOST
-
     def to_json(self) -> dict[str, Any]:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
-                "status": self.status, "partial": self.partial, "result": self.result, "turns": self.turns,
+                "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
                 "history": self.history}
 
     @classmethod
@@ -82,12 +79,12 @@ class Kept:
         return cls(handle, bool(data.get("warm")), str(data.get("instruction", "")),
                    data.get("output_contract") if isinstance(data.get("output_contract"), str) else None,
                    tuple(str(s) for s in scope) if isinstance(scope, list) else None,
-                   str(data.get("status", "running")), bool(data.get("partial")), data.get("result"),
+                   str(data.get("status", "running")), bool(data.get("done")), bool(data.get("partial")), data.get("result"),
                    data.get("turns") if isinstance(data.get("turns"), int) else None,
                    [m for m in data.get("history") or () if isinstance(m, dict)])
 
     def view(self) -> RunView:
-        return RunView(self.handle, self.status, self.ended, self.partial, self.result, self.turns)
+        return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
 
 
 def _turn(message: str, result: Any) -> list[dict[str, Any]]:
@@ -103,6 +100,11 @@ class JournaledBackend:
     log: EventLog
     _kept: dict[str, Kept] = attrs.field(factory=dict)
 
+    @property
+    def supervisor(self) -> Supervisor:
+        """The served A2A surface (``--serve-a2a``) uses the supervisor itself, as with no journal."""
+        return self.local.supervisor
+
     async def restore(self) -> None:
         """Read the handles an earlier process kept: runs in flight end ``lost``, warm sessions wait idle."""
         try:
@@ -117,12 +119,12 @@ class JournaledBackend:
             number = handle.removeprefix("served.")
             highest = max(highest, int(number) if number.isdigit() else 0)
             kept = self._kept[handle] = Kept.from_json(handle, data)
-            if kept.ended:
+            if kept.done:
                 continue
             if kept.warm and kept.history:
                 kept.status = "awaiting_turn"
             else:
-                kept.status, kept.result = LOST, LOST_REASON
+                kept.status, kept.done, kept.result = LOST, True, LOST_REASON
             self.log.info("serve.restored", handle=handle, status=kept.status, turns=kept.turns)
             await self._save(kept)
         ledger = getattr(self.local.supervisor.authority, "ledger", None)
@@ -148,8 +150,9 @@ class JournaledBackend:
         if view.turns is not None and view.turns != kept.turns:
             kept.turns, changed = view.turns, True
         settled = view.done or (kept.warm and view.status == "awaiting_turn")
-        if settled and (kept.status, kept.partial, kept.result) != (view.status, view.partial, view.result):
-            kept.status, kept.partial, kept.result, changed = view.status, view.partial, view.result, True
+        now = (view.status, view.done, view.partial, view.result)
+        if settled and (kept.status, kept.done, kept.partial, kept.result) != now:
+            (kept.status, kept.done, kept.partial, kept.result), changed = now, True
         if changed or save:
             await self._save(kept)
         return view
@@ -171,7 +174,7 @@ class JournaledBackend:
         kept = self._kept.get(handle)
         if kept is None:
             return await self.local.send(handle, message)
-        if kept.live is None and not kept.ended:
+        if kept.live is None and not kept.done:
             if kept.pending is not None:
                 return Refusal(f"{handle} is re-opening: its last message has not been answered yet")
             kept.pending, kept.status = message, "running"
@@ -188,14 +191,14 @@ class JournaledBackend:
             instruction=message, output_contract=kept.output_contract, tool_scope=kept.tool_scope, warm=True,
             history=tuple(kept.history)))
         if isinstance(answer, SupervisorRefusal):
-            kept.status, kept.result, kept.pending = "failed", answer.message, None
+            kept.status, kept.done, kept.result, kept.pending = "failed", True, answer.message, None
         else:
             kept.live, kept.offset = answer.handle, kept.turns or 0
             self.log.info("serve.restored", handle=kept.handle, status="reopened", live=answer.handle,
                           turns=kept.turns)
             await self._record(kept, self._from_live(kept, answer))
         kept.reopened.set()
-        if kept.ended:
+        if kept.done:
             await self._save(kept)
 
     def forget(self, handle: str) -> None:
@@ -216,7 +219,7 @@ class JournaledBackend:
         kept = self._kept.get(handle)
         if kept is None:
             return self.local.view(handle)
-        if kept.live is None or kept.ended:
+        if kept.live is None or kept.done:
             return kept.view()
         live = self.local.view(kept.live)
         return self._from_live(kept, live) if live is not None else kept.view()
@@ -229,7 +232,7 @@ class JournaledBackend:
         kept = self._kept.get(handle)
         if kept is None:
             return await self.local.wait(handle)
-        while not kept.ended:
+        while not kept.done:
             await kept.reopened.wait()
             if kept.live is None:
                 break
@@ -240,9 +243,9 @@ class JournaledBackend:
         kept = self._kept.get(handle)
         if kept is None:
             return await self.local.wait_turns(handle, after)
-        if not kept.ended:
+        if not kept.done:
             await kept.reopened.wait()
-        if kept.live is None or kept.ended:
+        if kept.live is None or kept.done:
             return kept.view()
         view = await self.local.wait_turns(kept.live, max(0, after - kept.offset))
         return await self._record(kept, self._from_live(kept, view))
@@ -252,8 +255,8 @@ class JournaledBackend:
         if kept is None:
             return await self.local.cancel(handle)
         if kept.live is None:
-            if not kept.ended:  # an idle journaled session: nothing runs, it just ends
-                kept.status = "cancelled"
+            if not kept.done:  # an idle journaled session: nothing runs, it just ends
+                kept.status, kept.done = "cancelled", True
                 kept.reopened.set()
                 await self._save(kept)
             return kept.view()
