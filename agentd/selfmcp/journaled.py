@@ -23,12 +23,14 @@ New handles are numbered after the journaled ones, so a handle never names two r
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.store import JournalStore
@@ -60,6 +62,7 @@ class Kept:
     result: Any = None
     turns: int | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
+    ended_at: float | None = None  # wall clock: an ended handle is forgotten ``retention`` after it
     #: The supervisor's handle running it now: itself, a re-opened session's, or None (not running here).
     live: str | None = None
     #: Turns answered before a re-open (the re-opened child counts from 1 again).
@@ -71,7 +74,7 @@ class Kept:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
                 "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
-                "history": self.history}
+                "history": self.history, "ended_at": self.ended_at}
 
     @classmethod
     def from_json(cls, handle: str, data: Mapping[str, Any]) -> Kept:
@@ -81,7 +84,8 @@ class Kept:
                    tuple(str(s) for s in scope) if isinstance(scope, list) else None,
                    str(data.get("status", "running")), bool(data.get("done")), bool(data.get("partial")), data.get("result"),
                    data.get("turns") if isinstance(data.get("turns"), int) else None,
-                   [m for m in data.get("history") or () if isinstance(m, dict)])
+                   [m for m in data.get("history") or () if isinstance(m, dict)],
+                   data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None)
 
     def view(self) -> RunView:
         return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
@@ -98,6 +102,8 @@ class JournaledBackend:
     local: SupervisorBackend
     store: JournalStore
     log: EventLog
+    #: How long an ended handle still answers (``--serve-retention``): older ones are dropped at a restart.
+    retention: float = defaults.SERVE_RETENTION
     _kept: dict[str, Kept] = attrs.field(factory=dict)
 
     @property
@@ -112,19 +118,21 @@ class JournaledBackend:
         except JournalError as exc:
             self.log.warn("journal.write_failed", namespace=NAMESPACE, error=str(exc))
             return
-        highest = 0
+        highest, now = 0, time.time()
         for handle, data in saved.items():
-            if not isinstance(data, Mapping):
-                continue
             number = handle.removeprefix("served.")
             highest = max(highest, int(number) if number.isdigit() else 0)
-            kept = self._kept[handle] = Kept.from_json(handle, data)
+            kept = Kept.from_json(handle, data) if isinstance(data, Mapping) else None
+            if kept is None or (kept.done and (kept.ended_at or 0) + self.retention < now):
+                await self._drop(handle)  # past its retention: unknown, as without a restart
+                continue
+            self._kept[handle] = kept
             if kept.done:
                 continue
             if kept.warm and kept.history:
                 kept.status = "awaiting_turn"
             else:
-                kept.status, kept.done, kept.result = LOST, True, LOST_REASON
+                kept.status, kept.done, kept.result, kept.ended_at = LOST, True, LOST_REASON, now
             self.log.info("serve.restored", handle=handle, status=kept.status, turns=kept.turns)
             await self._save(kept)
         ledger = getattr(self.local.supervisor.authority, "ledger", None)
@@ -132,6 +140,8 @@ class JournaledBackend:
             ledger.mint_after("served", highest)
 
     async def _save(self, kept: Kept) -> None:
+        if kept.done and kept.ended_at is None:
+            kept.ended_at = time.time()
         try:
             await self.store.put_state(NAMESPACE, {kept.handle: kept.to_json()})
         except JournalError as exc:  # the handle goes on; it will not answer after a restart

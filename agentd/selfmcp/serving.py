@@ -186,7 +186,8 @@ async def serve_for_daemon(
             elif journal is not None:
                 from agentd.selfmcp.journaled import JournaledBackend
 
-                journaled = JournaledBackend(SupervisorBackend(root), journal, log.bind(comp="serve"))
+                journaled = JournaledBackend(SupervisorBackend(root), journal, log.bind(comp="serve"),
+                                             retention=cfg.serve_retention)
                 await journaled.restore()
                 backend = journaled
             await serve_self_mcp(cfg, backend, secrets=secrets, shutdown_trigger=drain_then_stop,
