@@ -150,9 +150,11 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
     return add_controls, usage_for
 
 
-async def _earlier_wakes(journal: JournalStore, base: str) -> tuple[int, list[tuple[str, str]]]:
+async def _earlier_wakes(journal: JournalStore, base: str, root: Supervisor) -> tuple[int, list[tuple[str, str]]]:
     """The highest wake number an earlier daemon with this run id journaled, and its unfinished wakes as
-    ``(run id, instruction)``, oldest first: the daemon resumes them (agentd.reactive.runs.DaemonRuns.restore)."""
+    ``(run id, instruction)``, oldest first: the daemon resumes them (agentd.reactive.runs.DaemonRuns.restore).
+    The wakes share ``root``'s child numbering: new children are numbered after those the unfinished wakes
+    journaled, so a resumed wake's handles never name another wake's child."""
     from agentd.journal.recorder import rebuild
 
     prefix, highest = f"{base}.", 0
@@ -163,9 +165,13 @@ async def _earlier_wakes(journal: JournalStore, base: str) -> tuple[int, list[tu
             highest = max(highest, int(number))
             if summary.ended_at is None:
                 prior = await journal.read_run(summary.run_id)
-                started = rebuild(prior).started if prior is not None else None
-                if started is not None:  # a wake with no RunStarted never began: nothing to resume
-                    unfinished.append((int(number), summary.run_id, started.instruction))
+                state = rebuild(prior) if prior is not None else None
+                if state is not None and state.started is not None:  # no RunStarted: never began
+                    unfinished.append((int(number), summary.run_id, state.started.instruction))
+                    children = [h.removeprefix(root.handle + ".") for h in state.children]
+                    minted = max((int(n) for n in children if n.isdigit()), default=0)
+                    if minted and (ledger := getattr(root.authority, "ledger", None)) is not None:
+                        ledger.mint_after(root.handle, minted)
     return highest, [(run_id, instruction) for _, run_id, instruction in sorted(unfinished)]
 
 
@@ -229,7 +235,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 state=journal,
             )
             if journal is not None:
-                runs.runs, runs.unfinished = await _earlier_wakes(journal, log.run_id)
+                runs.runs, runs.unfinished = await _earlier_wakes(journal, log.run_id, supervisor)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
                                 publish=publish, fire_once=fire_once)

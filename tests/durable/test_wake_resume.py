@@ -4,21 +4,24 @@ again (the model is told the outcome is unknown), and the wake ends under its ow
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from agentd.journal.sqlite import JournalFile, db_path
 from tests.durable.peer import counting_peer
-from tests.peers.gateway import Rule, scripted_gateway, text, tool_call
+from tests.integration.agents import text_of
+from tests.peers.gateway import RecordedRequest, Rule, scripted_gateway, text, tool_call
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
 ROOT = str(Path(__file__).resolve().parents[2])
 RUN = "ticker"
@@ -79,3 +82,47 @@ async def test_a_wake_in_flight_at_sigkill_is_resumed_and_its_lost_call_is_not_r
         journal.close()
     kinds = [kind for _, _, kind, _ in rows]
     assert kinds.count("run.started") == 1 and kinds[-1] == "run.ended" and kinds.count("tool.outcome") == 1
+
+
+async def test_a_resumed_wakes_lost_child_handle_is_not_given_to_a_new_wakes_child(tmp_path):
+    state = tmp_path / "state"
+    hold, held, fresh = trio.Event(), [], []
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        said = " ".join(text_of(m.get("content")) for m in request.messages if m.get("role") == "user")
+        if "SLOW-CHILD" in said:
+            return text("never", wait=hold)  # the child hangs in its model call
+        if "QUICK" in said:
+            return text("quick done")
+        if not any(m.get("role") == "tool" for m in request.messages):
+            fresh.append(True)
+            if len(fresh) == 1:  # the first wake, first process
+                return tool_call("subagent_spawn", {"instruction": "SLOW-CHILD: wait", "async": True})
+            return tool_call("subagent_spawn", {"instruction": "QUICK: say done"})  # the new wake, restarted
+        if not held:
+            held.append(True)
+            return text("never", wait=hold)  # the first wake's next reply hangs: killed here
+        return text("done")
+
+    async with counting_peer() as peer, scripted_gateway(default=reply) as gw:
+        argv = [sys.executable, "-m", "agentd", "--mode", "loop", "--interval", "1h", "--intelligence", gw.url,
+                "--mcp", f"pay={peer.origin}/mcp", "--instruction", "Delegate what is due.", "--run-id", RUN,
+                "--state-dir", str(state)]
+        await _daemon_until(argv, tmp_path / "1.stderr", lambda: bool(held) and any(
+            "SLOW-CHILD" in text_of(m.get("content")) for r in gw.requests for m in r.messages
+            if m.get("role") == "user"))
+        await _daemon_until(argv, tmp_path / "2.stderr", lambda: _statuses(state) == {
+            f"{RUN}.1": "completed", f"{RUN}.2": "completed"})
+        del peer
+
+    def children(run_id: str) -> list[tuple[str, str, str]]:
+        journal = JournalFile(db_path(str(state)), readonly=True)
+        try:
+            _, rows = journal.read_raw(run_id)
+        finally:
+            journal.close()
+        records = [(kind, json.loads(body)) for _, _, kind, body in rows]
+        return [(kind, r["handle"], r.get("status", "")) for kind, r in records if kind in ("spawn", "child.result")]
+
+    assert children(f"{RUN}.1") == [("spawn", "0.1", ""), ("child.result", "0.1", "lost")]
+    assert children(f"{RUN}.2") == [("spawn", "0.2", ""), ("child.result", "0.2", "completed")]
