@@ -179,7 +179,7 @@ async def _main(
         await _start_observing(cfg, log, daemon, env)
         await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload)
         served = await _start_serving(cfg, log, daemon, env, supervisor, board,
-                                      cluster.store if cluster is not None else None)
+                                      cluster.store if cluster is not None else None, journal)
         if cluster is not None:
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
@@ -368,6 +368,7 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
 async def _start_serving(
     cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None,
     supervisor: Supervisor, board: StatusBoard, cluster: PgJournal | None = None,
+    journal: JournalStore | None = None,
 ) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
     if cfg.serve_mcp is None:
@@ -379,7 +380,7 @@ async def _start_serving(
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
-                                   cluster=cluster, task_status=task_status)
+                                   cluster=cluster, journal=journal, task_status=task_status)
         finally:
             ended.set()
 

@@ -57,7 +57,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # process and configuration
         "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
-        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed", "run.interrupted",
+        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed",
         # the run journal (--state-dir)
         "journal.opened", "journal.write_failed",
         "cluster.joined", "cluster.claimed", "cluster.finished", "cluster.fenced", "cluster.lease_lost",
@@ -85,7 +85,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
         "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.session", "serve.cert_reload",
-        "serve.updated", "serve.connection_error", "serve.jwks",
+        "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",

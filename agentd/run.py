@@ -309,7 +309,11 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
                     completion_tokens=state.completion_tokens,
                     pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending))
-    log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending))
+    recorder.earlier_children = state.children
+    if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
+        await recorder.lost(state.open_children)
+    log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending),
+             lost_children=list(state.open_children))
     return Journaled(attrs.evolve(request, resume=resume), recorder)
 
 

@@ -22,7 +22,6 @@ from agentd.config.model import Config
 from agentd.config.validate import split_subscription
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
-from agentd.journal.recorder import RunRecorder
 from agentd.journal.store import JournalStore
 from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlToolRegistry
@@ -151,19 +150,29 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
     return add_controls, usage_for
 
 
-async def _earlier_wakes(journal: JournalStore, base: str, log: EventLog) -> int:
-    """The highest wake number an earlier daemon with this run id journaled; its unfinished wakes end
-    ``interrupted`` (a wake is not resumed yet: its trigger may fire again)."""
+async def _earlier_wakes(journal: JournalStore, base: str, root: Supervisor) -> tuple[int, list[tuple[str, str]]]:
+    """The highest wake number an earlier daemon with this run id journaled, and its unfinished wakes as
+    ``(run id, instruction)``, oldest first: the daemon resumes them (agentd.reactive.runs.DaemonRuns.restore).
+    The wakes share ``root``'s child numbering: new children are numbered after those the unfinished wakes
+    journaled, so a resumed wake's handles never name another wake's child."""
+    from agentd.journal.recorder import rebuild
+
     prefix, highest = f"{base}.", 0
+    unfinished: list[tuple[int, str, str]] = []
     for summary in await journal.list_runs(limit=1 << 30):
         number = summary.run_id.removeprefix(prefix)
         if summary.run_id.startswith(prefix) and number.isdigit():
             highest = max(highest, int(number))
             if summary.ended_at is None:
-                await RunRecorder(journal, summary.run_id).ended(
-                    "interrupted", None, "the daemon stopped during this wake; wakes are not resumed")
-                log.warn("run.interrupted", wake=summary.run_id)
-    return highest
+                prior = await journal.read_run(summary.run_id)
+                state = rebuild(prior) if prior is not None else None
+                if state is not None and state.started is not None:  # no RunStarted: never began
+                    unfinished.append((int(number), summary.run_id, state.started.instruction))
+                    children = [h.removeprefix(root.handle + ".") for h in state.children]
+                    minted = max((int(n) for n in children if n.isdigit()), default=0)
+                    if minted and (ledger := getattr(root.authority, "ledger", None)) is not None:
+                        ledger.mint_after(root.handle, minted)
+    return highest, [(run_id, instruction) for _, run_id, instruction in sorted(unfinished)]
 
 
 async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: Config) -> None:
@@ -203,7 +212,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     (agentd.drain); ``env`` is where secret references are looked up; ``publish`` shows the daemon's status to
     ``agent://status``. The intelligence and the pool are opened once for the daemon's life (agentd.run).
     ``journal`` (``--state-dir``) journals every wake; wakes left unfinished by an earlier process with the
-    same run id are closed as ``interrupted`` and the numbering continues after them (not resumed yet).
+    same run id are resumed from their last committed step and the numbering continues after them.
     """
     if drain is None:
         drain = _drain_event(daemon, log)
@@ -226,7 +235,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 state=journal,
             )
             if journal is not None:
-                runs.runs = await _earlier_wakes(journal, log.run_id, daemon_log)
+                runs.runs, runs.unfinished = await _earlier_wakes(journal, log.run_id, supervisor)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
                                 publish=publish, fire_once=fire_once)

@@ -219,10 +219,12 @@ class SelfMcpSurface:
         return await self._spawn(arguments, ctx)
 
     async def _tool_send(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        await self._look_up(arguments["handle"])
         return await self._send(arguments["handle"], arguments["message"])
 
     async def _look_up(self, handle: str) -> None:
-        """A handle this surface did not spawn may be known to a shared backend (``--cluster``): track it."""
+        """A handle this surface did not spawn may be known to a shared backend (``--cluster``) or journaled
+        by an earlier process (``--state-dir``, agentd.selfmcp.journaled): track it."""
         lookup = getattr(self.backend, "lookup", None)
         if handle in self.runs or lookup is None:
             return
@@ -235,12 +237,13 @@ class SelfMcpSurface:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._forget_later, run)
             else:
-                self._track(handle, False)
+                self._track(handle, found.turns is not None)  # a warm session's view counts its turns
 
     async def _forget_later(self, run: ServedRun) -> None:
         await trio.sleep(self.limits.retention)
         if self.runs.get(run.handle) is run:
             self.runs.pop(run.handle, None)
+            self.backend.forget(run.handle)
 
     async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])

@@ -282,6 +282,10 @@ class TreeLedger:
             self.book(tree).reserve(handle, want, parent=slice_of)
         return Admission(handle=handle, depth=depth_of(handle), scope=scope, budget=want or None)
 
+    def mint_after(self, parent: str, n: int) -> None:
+        """Mint ``parent``'s next handles after ``parent.n`` (a restarted daemon's journaled served handles)."""
+        self._minted[parent] = max(self._minted.get(parent, 0), n)
+
     def release(self, handle: str) -> None:
         """The subagent ended: it and anything still recorded under it stop counting; its slice (and any
         still open under it) is closed: spent booked to its parent, the rest refunded."""

@@ -92,6 +92,8 @@ class SpawnRequest:
     context: tuple[Any, ...] = ()
     #: The child's token slice of its tree's ceiling (None: the default share; agentd.supervisor.caps).
     token_budget: int | None = None
+    #: Earlier turns (chat messages) a warm session re-opened after a restart continues from.
+    history: tuple[Any, ...] = ()
 
 
 @attrs.frozen
@@ -259,6 +261,7 @@ class Supervisor:
         return RunPayload(
             handle=admitted.handle, depth=admitted.depth, instruction=request.instruction,
             output_contract=request.output_contract, context=list(request.context), warm=request.warm,
+            history=list(request.history),
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
             supervision=self.settings.to_payload(), telemetry=trace, test=test,
         )
