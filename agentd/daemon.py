@@ -259,7 +259,8 @@ def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
     """``--cluster``: subscriptions owned by one member at a time, self-scheduled runs as work items."""
     if cluster is None:
         return None
-    from agentd.cluster.subscriptions import ClusterReactive, Subscriptions, scope_of
+    from agentd.cluster.subscriptions import Subscriptions, scope_of
+    from agentd.reactive.clustered import ClusterReactive
 
     subs = Subscriptions(cluster.store, scope_of(cfg.instruction or ""), cluster.queue.member, cluster.queue.capacity)
     payload = {"output_contract": cfg.output_contract} if cfg.output_contract is not None else {}

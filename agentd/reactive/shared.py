@@ -3,7 +3,7 @@ runs that are the cluster's, not this process's.
 
 Why a seam: the reactive machinery (watcher, router, runs) stays the same on one host and in a cluster; only
 who subscribes, and who fires a scheduled run, changes. Without ``--cluster`` nothing here is used and the daemon
-subscribes and schedules by itself exactly as before. With it, agentd.cluster.subscriptions implements
+subscribes and schedules by itself exactly as before. With it, agentd.reactive.clustered implements
 :class:`Shared`: a subscription is watched only by the member that holds its lease, and a self-scheduled run is a
 work item any member may claim. Nothing here imports the database driver.
 """

@@ -17,9 +17,10 @@ import trio
 
 from agentd.cluster.errors import LeaseLost
 from agentd.cluster.store import PgJournal, open_pg_journal
-from agentd.cluster.subscriptions import ClusterReactive, Subscriptions, digest_of, scope_of, share
+from agentd.cluster.subscriptions import Subscriptions, scope_of, share
 from agentd.cluster.work import Queue
 from agentd.events import EventLog
+from agentd.reactive.clustered import ClusterReactive, digest_of
 from agentd.reactive.watch import Watcher
 from tests.journal.helpers import WallClock
 from tests.postgres import PASSWORD
