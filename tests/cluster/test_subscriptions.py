@@ -291,3 +291,58 @@ async def test_a_self_scheduled_run_is_one_work_item_due_later(pg_dsn):
         [(kind, payload, delay)] = rows
         assert kind == "schedule" and abs(delay - 3600) < 1
         assert payload == '{"output_contract":"json","instruction":"check again"}'
+
+
+async def test_the_agents_own_requests_become_cluster_rows(pg_dsn):
+    """What a run queued with the self-tools: its subscriptions and scheduled runs are the cluster's, not this
+    process's (nothing is watched or timed here until the member owns or claims them)."""
+    from agentd.loop.budgets import Limits
+    from agentd.reactive.runs import DaemonRuns
+    from agentd.reactive.selftools import ScheduleRequest, SelfRequests, SubscriptionRequest
+
+    resources = Resources({"test://mine": "0"})
+    log = EventLog(sink=lambda line: None)
+    async with AsyncExitStack() as stack:
+        [store] = await _stores(stack, pg_dsn, 1)
+        reactive = ClusterReactive(Subscriptions(store, SCOPE, "m0", 4), log, 5.0)
+
+        async def no_run(*args: Any) -> Any:
+            raise AssertionError("nothing runs here")
+
+        pool = resources.pool()
+        runs = DaemonRuns(no_run, base_run_id="r", limits=Limits(), log=log, shared=reactive)
+        runs.watcher = Watcher(pool, lambda uri, server: None, None, log)
+        await runs.apply(SelfRequests([SubscriptionRequest("subscribe", "test://mine"),
+                                       SubscriptionRequest("subscribe", "test://gone"),
+                                       SubscriptionRequest("unsubscribe", "test://gone"),
+                                       SubscriptionRequest("unsubscribe", "test://never")],
+                                      [ScheduleRequest(60.0, "look again")]), log)
+        assert pool.subscribed == set() and not runs.watcher.watching("test://mine")
+        subs = await store.db.call(lambda conn: conn.execute(
+            "SELECT uri, origin, owner FROM agentd_subscriptions").fetchall())
+        work = await store.db.call(lambda conn: conn.execute("SELECT kind, payload FROM agentd_work").fetchall())
+    assert subs == [("test://mine", "self", None)]
+    assert work == [("schedule", '{"instruction":"look again"}')]
+
+
+async def test_a_version_1_schema_is_migrated_forward(pg_dsn):
+    import psycopg
+
+    from agentd.cluster import migrations
+    from agentd.cluster.store import open_database
+
+    with psycopg.connect(pg_dsn, password=PASSWORD, autocommit=True) as conn:
+        for statement in filter(None, (s.strip() for s in migrations.MIGRATIONS[0][1].split(";"))):
+            conn.execute(statement.encode())
+        conn.execute("INSERT INTO agentd_meta (key, value) VALUES ('schema_version', '1')")
+        conn.execute("INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before) "
+                     "VALUES ('kept', 'spawn', '{}', 0, 0)")
+    db = await open_database(pg_dsn, PASSWORD, "x", migrate=True)
+    try:
+        rows = await db.call(lambda conn: (
+            conn.execute("SELECT value FROM agentd_meta WHERE key = 'schema_version'").fetchone(),
+            conn.execute("SELECT work_id FROM agentd_work").fetchall(),
+            conn.execute("SELECT count(*) FROM agentd_subscriptions").fetchone()))
+    finally:
+        await db.aclose()
+    assert rows == (("2",), [("kept",)], (0,))
