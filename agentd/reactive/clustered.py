@@ -28,21 +28,15 @@ import trio
 
 from agentd.backoff import exponential
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
+from agentd.cluster.member import RELEASE_GRACE, RETRY_BASE, RETRY_CAP
 from agentd.cluster.subscriptions import SubLease, Subscriptions
 from agentd.cluster.work import enqueue_in
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.reactive.shared import Notify
-from agentd.reactive.watch import Origin, Watcher, content_digest
+from agentd.reactive.watch import MISSING, Origin, Watcher, content_digest
 
 Conn = psycopg.Connection[Any]
-#: Bound on handing leases back when the member stops (shielded).
-RELEASE_GRACE: Final = 2.0
-#: Backoff of the owner loop while the database is unreachable: base and cap in seconds.
-RETRY_BASE: Final = 0.2
-RETRY_CAP: Final = 5.0
-#: The digest a wake records for a resource that does not exist (as the watcher's digest does).
-MISSING: Final = "missing"
 
 _ORIGINS: Final = {"config": Origin.CONFIG, "self": Origin.SELF}
 
@@ -258,6 +252,8 @@ class ClusterReactive:
                 after = await watcher.watch(lease.uri, _ORIGINS[lease.origin], server, since=lease.digest)
         except Exception as exc:  # the server is down, say: hand it back, to be tried again
             self._held.pop(lease.uri, None)
+            if watcher.watching(lease.uri, _ORIGINS[lease.origin]):  # subscribed, then the read after it failed
+                await watcher.unwatch(lease.uri, _ORIGINS[lease.origin])
             self.log.warn("mcp.subscribe", uri=lease.uri, action="subscribe", origin=lease.origin, applied=False,
                           error=type(exc).__name__, reason=str(exc))
             await self.subs.release([lease])

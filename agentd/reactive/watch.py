@@ -30,6 +30,8 @@ from agentd.reactive.selftools import AwaitOutcome
 
 #: Bound on unsubscribe/cleanup work that runs under cancellation (shielded).
 CLEANUP_TIMEOUT = 2.0
+#: The digest of a resource that does not exist (appearing is a change, as disappearing is).
+MISSING = "missing"
 
 
 class Origin(enum.Enum):
@@ -210,7 +212,7 @@ class Watcher:
         try:
             read = await self.pool.read_resource(uri, server)
         except ResourceNotFound:
-            return "missing"
+            return MISSING
         except Exception:  # unreadable now: no comparison (the subscription itself still stands)
             return None
         return content_digest(read.contents)
@@ -265,7 +267,7 @@ class Watcher:
                     read = await self.pool.read_resource(watch.uri, watch.server)
                     digest, server = content_digest(read.contents), read.server
                 except ResourceNotFound:  # gone (or not there yet) is a state too: appearing is a change
-                    digest, server = "missing", watch.server
+                    digest, server = MISSING, watch.server
                 except Exception as exc:  # retried at the next tick; logged once per failure streak
                     if not failing:
                         self.log.warn("reactive.degraded", uri=watch.uri, error=type(exc).__name__)
