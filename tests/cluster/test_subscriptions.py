@@ -278,6 +278,26 @@ async def test_members_spread_subscriptions_within_their_shares(pg_dsn):
         assert rows == (0,)
 
 
+async def test_a_subscription_no_longer_declared_is_handed_back(pg_dsn):
+    """A reload that drops a ``--subscribe`` URI: its owner unsubscribes and frees the row."""
+    ttl = 1.5
+    uris = ["test://kept", "test://dropped"]
+    resources = Resources({uri: "0" for uri in uris})
+    async with AsyncExitStack() as stack:
+        [store] = await _stores(stack, pg_dsn, 1)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                member = await _start(nursery, store, resources, "m0", uris, ttl)
+                await _wait_for(lambda: member.pool.subscribed == set(uris), "both subscribed")
+                await member.reactive.declare([("srv", "test://kept")])
+                await _wait_for(lambda: member.pool.subscribed == {"test://kept"}, "the dropped one unsubscribed")
+                assert member.reactive.held == ["test://kept"]
+                owners = await store.db.call(lambda conn: conn.execute(
+                    "SELECT uri, owner FROM agentd_subscriptions ORDER BY uri").fetchall())
+                assert owners == [("test://dropped", None), ("test://kept", "m0")]
+                nursery.cancel_scope.cancel()
+
+
 async def test_a_self_scheduled_run_is_one_work_item_due_later(pg_dsn):
     async with AsyncExitStack() as stack:
         [store] = await _stores(stack, pg_dsn, 1)
