@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from agentd.ctl.commands import Controls, Loader
     from agentd.journal.store import JournalStore
     from agentd.reactive.modes import FireOnce
+    from agentd.reactive.shared import Shared
     from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.
@@ -78,7 +79,7 @@ class ModeRunner(Protocol):
     def __call__(
         self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
         supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
-        fire_once: FireOnce | None = None,
+        fire_once: FireOnce | None = None, shared: Shared | None = None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -193,7 +194,8 @@ async def _main(
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)
             else:
                 result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board,
-                                      journal=journal, fire_once=_fire_once(cfg, cluster))
+                                      journal=journal, fire_once=_fire_once(cfg, cluster),
+                                      shared=_shared(cfg, cluster))
         except BaseException as exc:
             try:
                 reraise_if_not_an_outcome(exc, log, say=False)  # the run itself said it was cancelled
@@ -251,6 +253,18 @@ def _fire_once(cfg: Config, cluster: Cluster | None) -> FireOnce | None:
             return False
 
     return fire_once
+
+
+def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
+    """``--cluster``: subscriptions owned by one member at a time, self-scheduled runs as work items."""
+    if cluster is None:
+        return None
+    from agentd.cluster.subscriptions import Subscriptions, scope_of
+    from agentd.reactive.clustered import ClusterReactive
+
+    subs = Subscriptions(cluster.store, scope_of(cfg.instruction or ""), cluster.queue.member, cluster.queue.capacity)
+    payload = {"output_contract": cfg.output_contract} if cfg.output_contract is not None else {}
+    return ClusterReactive(subs, cluster.log, cluster.ttl, payload)
 
 
 def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None) -> Execute:
@@ -391,6 +405,7 @@ async def _start_serving(
 async def _once(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
+    shared: Shared | None = None,
 ) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
 
@@ -417,11 +432,12 @@ async def _once(
 async def _daemon_mode(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
+    shared: Shared | None = None,
 ) -> RunResult:
     from agentd.reactive.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
-                             publish=board.published, journal=journal, fire_once=fire_once)
+                             publish=board.published, journal=journal, fire_once=fire_once, shared=shared)
 
 
 #: ``cfg.mode`` -> its runner.

@@ -63,6 +63,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "cluster.joined", "cluster.claimed", "cluster.finished", "cluster.fenced", "cluster.lease_lost",
         "cluster.unavailable", "cluster.available", "cluster.claim_failed", "cluster.heartbeat_failed",
         "cluster.work_failed", "cluster.cancel",
+        "cluster.subscription_owned", "cluster.subscription_lost", "cluster.subscription_released",
+        "cluster.subscription_fenced",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
         "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_unusable",

@@ -33,6 +33,7 @@ from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
 from agentd.reactive.modes import DaemonContext, FireOnce, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
+from agentd.reactive.shared import Shared
 from agentd.reactive.watch import Origin as WatchOrigin
 from agentd.run import (
     Gateway,
@@ -189,6 +190,9 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: C
     owned = ctx.continue_route.owns if ctx.continue_route is not None else (lambda uri: False)
     before = {uri: server for server, uri in (split_subscription(v, names) for v in old.subscribe)}
     after = {uri: server for server, uri in (split_subscription(v, names) for v in new.subscribe)}
+    if ctx.shared is not None:  # the cluster re-owns: dropped ones are handed back, new ones claimed
+        await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)])
+        return
     for uri in sorted(before.keys() - after.keys()):
         if not owned(uri):
             await ctx.watcher.unwatch(uri, WatchOrigin.CONFIG)
@@ -205,7 +209,7 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: C
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
                       publish: Publish | None = None, journal: JournalStore | None = None,
-                      fire_once: FireOnce | None = None) -> RunResult:
+                      fire_once: FireOnce | None = None, shared: Shared | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
     ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
@@ -213,6 +217,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     ``agent://status``. The intelligence and the pool are opened once for the daemon's life (agentd.run).
     ``journal`` (``--state-dir``) journals every wake; wakes left unfinished by an earlier process with the
     same run id are resumed from their last committed step and the numbering continues after them.
+    ``shared`` (``--cluster``) owns the subscriptions and self-scheduled runs with the other members.
     """
     if drain is None:
         drain = _drain_event(daemon, log)
@@ -233,12 +238,13 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 log=daemon_log,
                 budget=LifetimeBudget(cfg.budget_tokens_lifetime),
                 state=journal,
+                shared=shared,
             )
             if journal is not None:
                 runs.runs, runs.unfinished = await _earlier_wakes(journal, log.run_id, supervisor)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
-                                publish=publish, fire_once=fire_once)
+                                publish=publish, fire_once=fire_once, shared=shared)
             operator = current_operator()
             with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel)) if operator is not None
                   else contextlib.nullcontext()):

@@ -28,7 +28,8 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.operator import current_operator
 from agentd.reactive.governor import LifetimeBudget, RestartGovernor
-from agentd.reactive.selftools import ScheduleRequest, SelfRequests, register_self_tools
+from agentd.reactive.selftools import ScheduleRequest, SelfRequests, SubscriptionRequest, register_self_tools
+from agentd.reactive.shared import Shared
 from agentd.reactive.watch import Origin, Watcher, content_digest
 
 Trigger = Literal["loop", "schedule", "wake", "scheduled", "continue", "resume"]
@@ -88,6 +89,8 @@ class DaemonRuns:
     state: JournalStore | None = None
     #: Wakes an earlier process left unfinished, ``(run id, instruction)``: resumed by :meth:`restore`.
     unfinished: list[tuple[str, str]] = attrs.field(factory=list)
+    #: ``--cluster``: the agent's subscriptions and scheduled runs are the cluster's (agentd.reactive.shared).
+    shared: Shared | None = None
     _kept_uris: set[str] = attrs.field(factory=set, init=False)
     _active: int = attrs.field(default=0, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -220,6 +223,9 @@ class DaemonRuns:
     async def apply(self, requests: SelfRequests, log: EventLog) -> None:
         """Apply what the run queued, in order. A failed request is logged; it never fails the daemon."""
         for sub in requests.subscriptions:
+            if self.shared is not None and self.watcher is not None:
+                await self._apply_shared(self.shared, sub, log)
+                continue
             if self.watcher is None:
                 log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
                          reason="no reactive machinery in this mode")
@@ -243,8 +249,26 @@ class DaemonRuns:
                 log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
                          error=type(exc).__name__, reason=str(exc))
         for request in requests.schedules:
+            if self.shared is not None:
+                await self.shared.schedule(request.after_seconds, request.instruction)
+                continue
             self.schedule(request.after_seconds, request.instruction, log,
                           key=await self._keep_schedule(request, log))
+
+    async def _apply_shared(self, shared: Shared, sub: SubscriptionRequest, log: EventLog) -> None:
+        """A subscribe/unsubscribe of the agent as a cluster row: whichever member owns it watches it."""
+        try:
+            if sub.action == "subscribe":
+                await shared.subscribe(sub.uri)
+            elif not await shared.unsubscribe(sub.uri):
+                log.info("mcp.subscribe", uri=sub.uri, action="unsubscribe", origin="self", applied=False,
+                         reason="not subscribed by the agent (operator subscriptions stay)")
+                return
+        except JournalError as exc:
+            log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
+                     error=type(exc).__name__, reason=str(exc))
+            return
+        log.info("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=True, cluster=True)
 
     # --- durable daemon state (--state-dir) ---
 
