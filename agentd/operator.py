@@ -12,6 +12,10 @@ caller) pays one ``None`` test per step.
   runs keeps running.
 - **cancel**: each run registers its cancel scope while its loop runs (:meth:`Operator.running`); cancelling
   it ends the run ``cancelled`` at once (calls in flight are cancelled; the journal records the end).
+- **reload**: a part that opened connections registers a stager (:meth:`Operator.staging`): it opens what
+  the new config needs beside what runs, and may raise (then every stage is discarded, nothing changed);
+  the parts that only switch a value register an applier (:meth:`Operator.reloadable`). Stages commit
+  first, then the appliers run.
 """
 
 from __future__ import annotations
@@ -20,12 +24,24 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from agentd.drain import DrainLatch
+
+
+class Staged(Protocol):
+    """What a stager opened for a reload: committed (cannot fail) or discarded as a whole."""
+
+    def summary(self) -> dict[str, Any]: ...
+    async def commit(self) -> None: ...
+    def discard(self) -> None: ...
+
+
+#: Opens what a reload needs, ``(old_config, new_config)``; None when nothing of its part changed.
+Stager = Callable[[Any, Any], Awaitable[Staged | None]]
 
 
 @attrs.define(eq=False)
@@ -58,6 +74,8 @@ class Operator:
     on_change: list[Callable[[Operator], None]] = attrs.field(factory=list, init=False)
     #: What a reload calls, ``(old, new)``, registered by the parts that run (:meth:`reloadable`).
     appliers: list[Callable[[Any, Any], Awaitable[None]]] = attrs.field(factory=list, init=False)
+    #: What a reload stages before any applier runs (:meth:`staging`).
+    stagers: list[Stager] = attrs.field(factory=list, init=False)
 
     # -- switches --------------------------------------------------------------------------------------
 
@@ -92,6 +110,15 @@ class Operator:
             yield
         finally:
             self.appliers.remove(apply)
+
+    @contextlib.contextmanager
+    def staging(self, stage: Stager) -> Iterator[None]:
+        """Have a reload call ``stage(old_config, new_config)`` while the block runs."""
+        self.stagers.append(stage)
+        try:
+            yield
+        finally:
+            self.stagers.remove(stage)
 
     # -- runs ------------------------------------------------------------------------------------------
 
@@ -170,4 +197,4 @@ def use_operator(operator: Operator) -> Iterator[Operator]:
         _CURRENT.reset(token)
 
 
-__all__ = ["Operator", "RunEntry", "current_operator", "use_operator"]
+__all__ = ["Operator", "RunEntry", "Staged", "Stager", "current_operator", "use_operator"]

@@ -40,6 +40,8 @@ class CountingPeer:
     origin: str = ""
     received: list[dict[str, Any]] = attrs.field(factory=list)
     executed: list[dict[str, Any]] = attrs.field(factory=list)
+    #: The request headers of every ``initialize`` (one per handshake).
+    handshakes: list[dict[str, str]] = attrs.field(factory=list)
     _held: set[str] = attrs.field(factory=set)
 
     def count(self, name: str) -> int:
@@ -65,6 +67,7 @@ class CountingPeer:
             await send({"type": "http.response.body", "body": b""})
             return
         if method == "initialize":
+            self.handshakes.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
             result: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                       "serverInfo": {"name": "counting", "version": "1"}}
         elif method == "tools/list":
