@@ -32,7 +32,7 @@ import attrs
 import trio
 
 from agentd.client import open_mcp_pool
-from agentd.client.pool import McpPool, Staged
+from agentd.client.pool import McpPool, StagedServers
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
@@ -166,7 +166,7 @@ class _Reopened:
     intel: SwappableIntelligence
     pool: McpPool
     endpoints: Held | None = None
-    servers: Staged | None = None
+    servers: StagedServers | None = None
     shown: list[str] = attrs.field(factory=list)
 
     def summary(self) -> dict[str, Any]:

@@ -2,15 +2,15 @@
 
 A required server that fails its handshake makes :func:`open_mcp_pool` raise :class:`McpConnectError`
 (the CLI maps it to exit 6); an optional one is logged (``mcp.connect_failed``) and lands in
-``pool.failed``.
+``pool.failed``. Updates from every server flow through one coalescing queue: a URI that changes
+twice before the consumer reads once is delivered once (notify-then-read makes that lossless).
 
 A reload (agentd.ctl) changes the servers of a pool that stays open, in two steps: :meth:`McpPool.stage`
 connects what the new list adds or changes beside the running connections (a required one that fails
 raises, and everything staged is closed again: nothing changed), :meth:`McpPool.commit` swaps them in.
 A replaced or removed connection is retired: calls in flight on it finish (bounded by its call timeout),
 then it closes, shielded and bounded; a replaced server's subscriptions are made again on its new
-connection, a removed server's are dropped. Updates from every server flow through one coalescing queue: a URI that changes
-twice before the consumer reads once is delivered once (notify-then-read makes that lossless).
+connection, a removed server's are dropped.
 """
 
 from __future__ import annotations
@@ -57,9 +57,6 @@ class ServerChanges:
     removed: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
 
-    def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.changed)
-
     def to_json(self) -> dict[str, list[str]]:
         return {"added": list(self.added), "removed": list(self.removed), "changed": list(self.changed)}
 
@@ -75,7 +72,7 @@ def server_changes(running: Sequence[McpServerConfig], new: Sequence[McpServerCo
 
 
 @attrs.define(eq=False)
-class Staged:
+class StagedServers:
     """Connections a reload opened beside the running ones (:meth:`McpPool.stage`), not yet in use."""
 
     declared: list[McpServerConfig]
@@ -235,7 +232,7 @@ class McpPool:
         tuning: Tuning,
         max_body: int,
         *,
-        into: Staged | None = None,
+        into: StagedServers | None = None,
         owned: bool = False,
     ) -> None:
         """Connect one server into the pool (or into ``into``); ``owned``: the connection closes ``client``."""
@@ -299,7 +296,7 @@ class McpPool:
 
     # -- reloading ---------------------------------------------------------------------------------------
 
-    async def stage(self, servers: Sequence[McpServerConfig]) -> Staged:
+    async def stage(self, servers: Sequence[McpServerConfig]) -> StagedServers:
         """Connect the servers ``servers`` adds or changes, beside the running connections (nothing else changes).
 
         Raises:
@@ -313,7 +310,7 @@ class McpPool:
         from agentd.transport.tls import verify_for
 
         opening, nursery = self._opening, self._nursery
-        staged = Staged(list(servers), server_changes(self.declared, servers))
+        staged = StagedServers(list(servers), server_changes(self.declared, servers))
         wanted = set(staged.changes.added + staged.changes.changed)
         async with trio.open_nursery() as connecting:
             for config in servers:
@@ -335,13 +332,13 @@ class McpPool:
             raise failure
         return staged
 
-    def discard(self, staged: Staged) -> None:
+    def discard(self, staged: StagedServers) -> None:
         """Close what :meth:`stage` connected (a reload that does not go ahead)."""
         for conn in staged.connections.values():
             self._close(conn)
         staged.connections.clear()
 
-    async def commit(self, staged: Staged) -> list[tuple[str, str]]:
+    async def commit(self, staged: StagedServers) -> list[tuple[str, str]]:
         """Swap the staged connections in; retire the ones they replace and the removed ones.
 
         A replaced server's watched URIs are subscribed again on its new connection (with one synthesized

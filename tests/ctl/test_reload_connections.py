@@ -140,3 +140,52 @@ async def test_an_unreachable_required_server_fails_the_reload_and_the_old_serve
         outcomes = [(e["outcome"], e.get("refused")) for e in d.events("ctl.reload")]
         assert outcomes == [("failed", None), ("applied", None), ("refused", ["serve_mcp", "state_dir"])]
         no_secret_in(d)
+
+
+async def test_a_reactive_daemon_moves_a_replaced_servers_subscription_and_drops_a_removed_ones(tmp_path):
+    from tests.peers import launch
+
+    sock = str(tmp_path / "agentd.sock")
+    file = tmp_path / "agentd.yaml"
+
+    def reactive(servers: dict[str, str], subscribe: str) -> str:
+        entries = "".join(f"  - name: {n}\n    url: {u}\n    tags: [sensitive_data]\n" for n, u in servers.items())
+        return (f"mode: reactive\ndebounce: 50ms\nintelligence: {gw.url}\nsubscribe: ['{subscribe}']\n"
+                f"mcp_servers:\n{entries}")
+
+    def wakes() -> int:
+        return len([e for e in d.events("run.end") if e.get("trigger") == "wake"])
+
+    async with (
+        scripted_gateway(default=text("noted")) as gw,
+        launch.peer_server(launch.sdk_server_argv()) as first,
+        launch.peer_server(launch.sdk_server_argv()) as second,
+    ):
+        file.write_text(reactive({"srv": first.url}, "srv:test://counter"))
+        argv = ["--config", str(file), "--instruction", "Report the counter.", "--ctl-socket", sock]
+        async with daemon(argv, tmp_path) as d:
+            await d.until(lambda: d.events("trigger.armed"))
+            await launch.abump(first.url)
+            await d.until(lambda: wakes() == 1)
+
+            # srv moves to the second peer: its subscription is made there (one synthesized update: a wake)
+            file.write_text(reactive({"srv": second.url, "other": first.url}, "srv:test://counter"))
+            code, doc = await reload(sock)
+            assert code == 0 and doc["mcp"] == {"added": ["other"], "removed": [], "changed": ["srv"]}, doc
+            await d.until(lambda: wakes() == 2)
+            await launch.abump(second.url)
+            await d.until(lambda: wakes() == 3)
+
+            # srv is removed: what its connection watched is dropped, with events saying so
+            file.write_text(reactive({"other": first.url}, "other:test://other"))
+            code, doc = await reload(sock)
+            assert code == 0 and doc["mcp"] == {"added": [], "removed": ["srv"], "changed": []}, doc
+            [dropped] = [e for e in d.events("mcp.subscribe") if e.get("action") == "dropped"]
+            assert dropped["server"] == "srv" and dropped["uri"] == "test://counter"
+            [forgotten] = d.events("trigger.dropped")
+            assert forgotten["uri"] == "test://counter" and forgotten["origins"] == ["config"]
+            await d.until(lambda: any(e["uri"] == "test://other" for e in d.events("trigger.armed")))
+
+            d.proc.send_signal(signal.SIGTERM)
+            code, _ = await d.wait()
+        assert code == 0, d.stderr.read_text()[-2000:]

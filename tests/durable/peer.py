@@ -42,6 +42,8 @@ class CountingPeer:
     executed: list[dict[str, Any]] = attrs.field(factory=list)
     #: The request headers of every ``initialize`` (one per handshake).
     handshakes: list[dict[str, str]] = attrs.field(factory=list)
+    #: ``hold: "gate"`` makes a call wait until this is set, then execute and answer.
+    gate: trio.Event = attrs.field(factory=trio.Event)
     _held: set[str] = attrs.field(factory=set)
 
     def count(self, name: str) -> int:
@@ -91,6 +93,8 @@ class CountingPeer:
         self._held.add(f"{name}:{args.get('key')}")
         if first and args.get("hold") == "before":
             await trio.sleep_forever()
+        if args.get("hold") == "gate":
+            await self.gate.wait()
         self.executed.append(call)
         if first and args.get("hold") == "after":
             await trio.sleep_forever()
