@@ -54,6 +54,8 @@ class RunEntry:
     step: int = 0
     paused: bool = False
     cancel_reason: str | None = None
+    #: Turn boundaries this run has passed (:meth:`Operator.turns_passed` waits on it).
+    turns: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "step": self.step, "paused": self.paused,
@@ -70,6 +72,8 @@ class Operator:
     held: int = 0
     _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _runs: dict[str, RunEntry] = attrs.field(factory=dict, init=False)
+    #: Set (and replaced) whenever a run passes a turn boundary or ends.
+    _turned: trio.Event = attrs.field(factory=trio.Event, init=False)
     #: Called on every switch change (the supervisor follows the lame duck).
     on_change: list[Callable[[Operator], None]] = attrs.field(factory=list, init=False)
     #: What a reload calls, ``(old, new)``, registered by the parts that run (:meth:`reloadable`).
@@ -133,6 +137,7 @@ class Operator:
         finally:
             if self._runs.get(run_id) is entry:
                 del self._runs[run_id]
+            self._turn()
 
     def runs(self) -> list[RunEntry]:
         return list(self._runs.values())
@@ -148,6 +153,8 @@ class Operator:
     async def turn_boundary(self, entry: RunEntry, drain: DrainLatch) -> None:
         """Wait here while paused (a drain or a resume ends the wait). Unbounded by itself: the run's
         deadline bounds it, and the operator decides when to resume."""
+        entry.turns += 1
+        self._turn()
         if not self.paused or drain.requested:
             return
         entry.paused = True
@@ -156,6 +163,17 @@ class Operator:
                 await self._changed_or(drain)
         finally:
             entry.paused = False
+
+    def _turn(self) -> None:
+        turned, self._turned = self._turned, trio.Event()
+        turned.set()
+
+    async def turns_passed(self) -> None:
+        """Wait until every run in flight now has started its next turn or ended (what a reload swapped out is
+        then no longer used by any turn). Unbounded by itself: the caller bounds it."""
+        waiting = [(entry, entry.turns) for entry in self._runs.values()]
+        while any(entry.turns == turns and self._runs.get(entry.run_id) is entry for entry, turns in waiting):
+            await self._turned.wait()
 
     async def admit(self, accepting: Callable[[], bool], drain: DrainLatch | None = None) -> bool:
         """Before a daemon starts a new run: wait out a lame duck; False once the daemon stopped accepting."""

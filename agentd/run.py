@@ -45,7 +45,7 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
-from agentd.operator import current_operator
+from agentd.operator import Operator, current_operator
 from agentd.secrets import SecretResolver
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import agent_span, end_agent_span
@@ -165,6 +165,7 @@ class _Reopened:
 
     intel: SwappableIntelligence
     pool: McpPool
+    operator: Operator
     endpoints: Held | None = None
     servers: StagedServers | None = None
     shown: list[str] = attrs.field(factory=list)
@@ -181,7 +182,7 @@ class _Reopened:
         if self.endpoints is not None:
             self.intel.commit(self.endpoints)
         if self.servers is not None:
-            await self.pool.commit(self.servers)
+            await self.pool.commit(self.servers, self.operator.turns_passed)
 
     def discard(self) -> None:
         if self.endpoints is not None:
@@ -205,7 +206,7 @@ def _reloadable_connections(intel: Intelligence, pool: McpPool, *, log: EventLog
 
     async def stage(old: Config, new: Config) -> _Reopened | None:
         before, after = Gateway.of(old), Gateway.of(new)
-        staged = _Reopened(intel, pool, shown=after.shown())
+        staged = _Reopened(intel, pool, operator, shown=after.shown())
         if attrs.evolve(before, model=after.model) != after:  # the model alone is swapped by an applier
             staged.endpoints = await intel.stage(functools.partial(
                 open_intelligence, list(after.endpoints), model=after.model, token=after.token, stream=after.stream,

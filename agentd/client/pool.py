@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 import random
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -47,6 +47,12 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
     from agentd.client._streams import Tuning
     from agentd.client.connection import ServerConnection
     from agentd.transport.egress import EgressPolicy
+
+
+#: How long a retired connection stays open at most, for the turns in flight to end and their calls to finish.
+RETIRE_WAIT: Final = 300.0
+#: Waits until the turns in flight when a reload swapped the servers have ended (agentd.operator).
+TurnsPassed = Callable[[], Awaitable[None]]
 
 
 @attrs.frozen
@@ -110,6 +116,8 @@ class McpPool:
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _scopes: dict[ServerConnection, trio.CancelScope] = attrs.field(factory=dict, init=False)
     _opening: _Opening | None = attrs.field(default=None, init=False)
+    #: Removed servers' connections while they retire: the turn in flight may still call them by name.
+    _retiring: dict[str, ServerConnection] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[ResourceUpdated](0)
@@ -131,7 +139,7 @@ class McpPool:
     # -- operations --------------------------------------------------------------------------------------
 
     def _connection(self, server: str) -> ServerConnection:
-        conn = self.connections.get(server)
+        conn = self.connections.get(server) or self._retiring.get(server)
         if conn is None:
             known = ", ".join(self.connections) or "none"
             raise McpError(f"no connected MCP server named {server!r} (connected: {known})", server=server)
@@ -338,8 +346,10 @@ class McpPool:
             self._close(conn)
         staged.connections.clear()
 
-    async def commit(self, staged: StagedServers) -> list[tuple[str, str]]:
-        """Swap the staged connections in; retire the ones they replace and the removed ones.
+    async def commit(self, staged: StagedServers, turns_passed: TurnsPassed | None = None) -> list[tuple[str, str]]:
+        """Swap the staged connections in; retire the ones they replace and the removed ones: each closes once
+        ``turns_passed()`` returned (the turns in flight ended; a removed server stays callable by name until
+        then) and no call is in flight on it, within :data:`RETIRE_WAIT`.
 
         A replaced server's watched URIs are subscribed again on its new connection (with one synthesized
         update each, so a change during the swap is not lost). Returns the ``(server, uri)`` subscriptions
@@ -364,8 +374,10 @@ class McpPool:
                 self.log.warn("mcp.subscribe", server=name, uri=uri, action="dropped",
                               reason="the server was removed by a reload" if new is None
                               else "its new connection did not take the subscription")
+            if new is None:
+                self._retiring[name] = old
             assert self._nursery is not None
-            self._nursery.start_soon(self._retire, old)
+            self._nursery.start_soon(self._retire, old, turns_passed)
         return dropped
 
     async def _resubscribe(self, conn: ServerConnection, uri: str) -> bool:
@@ -378,10 +390,14 @@ class McpPool:
             conn.subscriptions.updated(uri, synthesized=True)
         return pushed
 
-    async def _retire(self, conn: ServerConnection) -> None:
-        """Let the calls in flight on ``conn`` finish (within its call timeout), then close it."""
-        with trio.move_on_after(conn.config.call_timeout):
+    async def _retire(self, conn: ServerConnection, turns_passed: TurnsPassed | None) -> None:
+        """Let the turns and calls in flight on ``conn`` finish (within :data:`RETIRE_WAIT`), then close it."""
+        with trio.move_on_after(RETIRE_WAIT):
+            if turns_passed is not None:
+                await turns_passed()
             await conn.exchange.wait_idle()
+        if self._retiring.get(conn.name) is conn:
+            del self._retiring[conn.name]
         self._close(conn)
 
     def _close(self, conn: ServerConnection) -> None:

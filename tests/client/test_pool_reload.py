@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from agentd.client import open_mcp_pool
-from agentd.errors import McpConnectError
+from agentd.errors import McpConnectError, McpError
 from tests.client.helpers import Events, server
 from tests.durable.peer import counting_peer
 
@@ -58,3 +58,22 @@ async def test_a_required_server_that_cannot_connect_fails_the_stage_and_changes
         assert len(peer.handshakes) == 2  # "more" was handshaked, then closed again with the failed stage
         await pool.call_tool("pay", "lookup", {"key": "k"})
         assert peer.count("lookup") == 1
+
+
+async def test_a_removed_server_stays_callable_until_the_turns_in_flight_passed():
+    events = Events()
+    async with counting_peer() as peer, counting_peer() as gone_peer, open_mcp_pool(
+            [server(f"{peer.origin}/mcp", "pay"), server(f"{gone_peer.origin}/mcp", "gone")], log=events.log) as pool:
+        gone = pool.connections["gone"]
+        turned = trio.Event()
+        staged = await pool.stage([server(f"{peer.origin}/mcp", "pay")])
+        await pool.commit(staged, turned.wait)
+        assert list(pool.connections) == ["pay"] and {t.name for t in pool.tools()} == {"lookup", "charge"}
+        await pool.call_tool("gone", "lookup", {"key": "late"})  # the turn in flight listed it: still served
+        assert [c["key"] for c in gone_peer.executed] == ["late"]
+        turned.set()
+        with trio.fail_after(10):
+            while not gone.exchange.closing:
+                await trio.sleep(0.01)
+        with pytest.raises(McpError, match="no connected MCP server named 'gone'"):
+            await pool.call_tool("gone", "lookup", {"key": "later"})
