@@ -8,8 +8,8 @@ twice before the consumer reads once is delivered once (notify-then-read makes t
 A reload (agentd.ctl) changes the servers of a pool that stays open, in two steps: :meth:`McpPool.stage`
 connects what the new list adds or changes beside the running connections (a required one that fails
 raises, and everything staged is closed again: nothing changed), :meth:`McpPool.commit` swaps them in.
-A replaced or removed connection is retired: calls in flight on it finish (bounded by its call timeout),
-then it closes, shielded and bounded; a replaced server's subscriptions are made again on its new
+A replaced or removed connection is retired: the turns in flight and the calls on it finish (bounded by
+:data:`RETIRE_WAIT`), then it closes, shielded and bounded; a replaced server's subscriptions are made again on its new
 connection, a removed server's are dropped.
 """
 
