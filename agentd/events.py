@@ -92,6 +92,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
+        "trigger.dropped",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",
         # operator controls (agentd ctl, SIGHUP)

@@ -10,7 +10,9 @@ An answer with ``error`` is a refusal (exit 1); nothing here raises for bad inpu
 - ``lame-duck`` (``{"on": false}`` ends it).
 - ``cancel``: a run by its run id (the daemon's once run or a wake), else a subagent or served run by its
   handle (``0.3``, ``served.2``).
-- ``reload``: re-read the config (agentd.ctl.reload decides what may change), the same as SIGHUP.
+- ``reload``: re-read the config (agentd.ctl.reload decides what may change), the same as SIGHUP. What
+  reopens connections (MCP servers, intelligence endpoints) is staged first; one stage failing (a required
+  server unreachable) discards them all and the running config is kept (outcome ``failed``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from agentd.errors import AgentdError
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.store import JournalStore
-from agentd.operator import Operator
+from agentd.operator import Operator, Staged
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.telemetry.health import current_health
@@ -143,14 +145,30 @@ class Controls:
                     trigger, "refused", f"only a restart can change {', '.join(plan.refused)}",
                     refused=list(plan.refused))
             old = self.cfg
+            staged: list[Staged] = []
+            try:  # what a reload reopens (MCP servers, intelligence endpoints), beside what runs
+                for stage in list(self.operator.stagers):
+                    if (opened := await stage(old, reread)) is not None:
+                        staged.append(opened)
+            except AgentdError as exc:  # a required server unreachable, say: the running config is kept
+                for opened in staged:
+                    opened.discard()
+                return self._reload_failed(trigger, "failed", str(exc))
+            except BaseException:
+                for opened in staged:
+                    opened.discard()
+                raise
+            for opened in staged:
+                await opened.commit()
             for apply in list(self.operator.appliers):
                 await apply(old, reread)
             self.cfg = reread
             self.reloads += 1
+            summary = {k: v for opened in staged for k, v in opened.summary().items()}
             self.log.warn("ctl.reload", outcome="applied", trigger=trigger, changed=list(plan.changed),
-                          reloads=self.reloads)
+                          reloads=self.reloads, **summary)
             return {"reloaded": True, "changed": list(plan.changed), "reloads": self.reloads,
-                    "ts": round(time.time(), 3)}
+                    "ts": round(time.time(), 3), **summary}
 
     # -- helpers ---------------------------------------------------------------------------------------
 

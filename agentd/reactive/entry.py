@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 import trio
 
 from agentd.a2a.client import A2aPeers
+from agentd.client.pool import McpPool
 from agentd.config.model import Config
 from agentd.config.validate import split_subscription
 from agentd.events import EventLog
@@ -176,12 +177,20 @@ async def _earlier_wakes(journal: JournalStore, base: str, root: Supervisor) -> 
     return highest, [(run_id, instruction) for _, run_id, instruction in sorted(unfinished)]
 
 
-async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: Config) -> None:
+async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old: Config, new: Config) -> None:
     """Apply a reload (agentd.ctl.reload's subset): the model from the next model call, the limits for the
-    next runs, ``--subscribe`` re-armed now (new URIs subscribed, dropped ones unsubscribed)."""
+    next runs, ``--subscribe`` re-armed now (new URIs subscribed, dropped ones unsubscribed). The MCP servers
+    and endpoints were swapped before (agentd.run); what a removed server's connection watched is forgotten."""
     ctx.cfg = new
     ctx.runs.limits = limits_of(new)
     intel.model = new.model
+    ctx.server_names = [s.name for s in new.mcp]
+    if ctx.watcher is not None and new.mcp != old.mcp:
+        def subscribed(uri: str) -> bool:
+            return any(uri in conn.watched for conn in pool.connections.values())
+
+        for uri in ctx.watcher.orphans(pool.connections, subscribed):
+            await ctx.watcher.forget(uri, "its MCP server was removed or replaced by a reload")
     if ctx.watcher is None or new.subscribe == old.subscribe:
         return
     names = list(ctx.server_names)
@@ -246,7 +255,8 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
                                 publish=publish, fire_once=fire_once, shared=shared)
             operator = current_operator()
-            with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel)) if operator is not None
+            with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel, opened.pool))
+                  if operator is not None
                   else contextlib.nullcontext()):
                 result = await run_daemon(ctx)
     except BaseException as exc:

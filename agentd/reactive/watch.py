@@ -237,6 +237,24 @@ class Watcher:
             except Exception as exc:  # the server may be gone; the subscription dies with it
                 self.log.warn("mcp.subscribe", uri=uri, action="unsubscribe", error=type(exc).__name__)
 
+    async def forget(self, uri: str, reason: str) -> None:
+        """Stop watching ``uri`` for every reason at once: its server is gone (a reload removed it). Nothing is
+        unsubscribed (the connection went with the server); routed wakes and ``await_resource`` stop seeing it."""
+        async with self._lock:
+            watch = self._watches.pop(uri, None)
+        if watch is None:
+            return
+        if watch.poll_scope is not None:
+            watch.poll_scope.cancel()
+        self.log.warn("trigger.dropped", uri=uri, server=watch.server, origins=[o.value for o in watch.origins],
+                      reason=reason)
+
+    def orphans(self, servers: Mapping[str, Any], subscribed: Callable[[str], bool]) -> list[str]:
+        """The watched URIs no server holds any longer: named for a server not in ``servers``, or pushed
+        (not polled) with no connection ``subscribed`` to them."""
+        return [w.uri for w in self._watches.values()
+                if (w.server is not None and w.server not in servers) or (not w.polling and not subscribed(w.uri))]
+
     async def unwatch_all(self) -> None:
         """Drain: unsubscribe everything, bounded and shielded (the caller may be cancelled)."""
         with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):

@@ -37,6 +37,10 @@ class CountingPeer:
     origin: str = ""
     received: list[dict[str, Any]] = attrs.field(factory=list)
     executed: list[dict[str, Any]] = attrs.field(factory=list)
+    #: The request headers of every ``initialize`` (one per handshake).
+    handshakes: list[dict[str, str]] = attrs.field(factory=list)
+    #: ``hold: "gate"`` makes a call wait until this is set, then execute and answer.
+    gate: trio.Event = attrs.field(factory=trio.Event)
     _held: set[str] = attrs.field(factory=set)
 
     def count(self, name: str) -> int:
@@ -62,6 +66,7 @@ class CountingPeer:
             await send({"type": "http.response.body", "body": b""})
             return
         if method == "initialize":
+            self.handshakes.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
             result: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                       "serverInfo": {"name": "counting", "version": "1"}}
         elif method == "tools/list":
@@ -85,6 +90,8 @@ class CountingPeer:
         self._held.add(f"{name}:{args.get('key')}")
         if first and args.get("hold") == "before":
             await trio.sleep_forever()
+        if args.get("hold") == "gate":
+            await self.gate.wait()
         self.executed.append(call)
         if first and args.get("hold") == "after":
             await trio.sleep_forever()
