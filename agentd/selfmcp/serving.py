@@ -28,6 +28,7 @@ from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
     from agentd.cluster.store import PgJournal
+    from agentd.cluster.watch import DoneWatch
     from agentd.supervisor.supervisor import Supervisor
 
 
@@ -57,6 +58,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
+        max_queued=config.serve_max_queued,
         retention=config.serve_retention,
         cancel_grace=config.cancel_grace,
     )
@@ -142,6 +144,7 @@ async def serve_for_daemon(
     supervisor: Supervisor | None = None,
     daemon_status: DaemonStatus | None = None,
     cluster: PgJournal | None = None,
+    cluster_watch: DoneWatch | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
@@ -179,7 +182,7 @@ async def serve_for_daemon(
             if cluster is not None:  # --cluster: async spawns are cluster work (agentd.selfmcp.clustered)
                 from agentd.selfmcp.clustered import ClusterBackend
 
-                backend = ClusterBackend(backend, cluster)
+                backend = ClusterBackend(backend, cluster, cluster_watch)
             await serve_self_mcp(cfg, backend, secrets=secrets, shutdown_trigger=drain_then_stop,
                                  log=log, run_id=log.run_id, daemon_status=daemon_status, task_status=task_status)
 

@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+import attrs
+
 from agentd.telemetry.names import (
     GATEWAY_DURATION_BUCKETS,
     JOURNAL_LAG_BUCKETS,
@@ -58,6 +60,18 @@ _STATUS: Final = re.compile(r"[a-z][a-z_]{0,31}")
 OWN_DEPTH: Final = "0"
 
 
+@attrs.frozen
+class ClusterSignal:
+    """A cluster member's capacity signal (agentd.cluster.capacity), read on its heartbeat's cadence."""
+
+    member_free_slots: int
+    members: int
+    free_slots: int
+    queued: int
+    #: Seconds the oldest unclaimed item has waited (0 with an empty queue).
+    oldest_queued_age: float
+
+
 class Sink(Protocol):
     """What a metrics backend records (values already normalised by the facade)."""
 
@@ -75,6 +89,7 @@ class Sink(Protocol):
     def served_request(self, outcome: str) -> None: ...
     def journal_commit(self, seconds: float) -> None: ...
     def journal_queue(self, delta: int) -> None: ...
+    def cluster_capacity(self, signal: ClusterSignal) -> None: ...
 
 
 class Metrics:
@@ -121,6 +136,17 @@ class Metrics:
             buckets=JOURNAL_LAG_BUCKETS, registry=registry)
         self.journal_pending = Gauge("agentd_journal_queue", "Journal commits waiting or in progress (--state-dir)",
                                      registry=registry)
+        self.cluster_member_free = Gauge("agentd_cluster_member_free_slots",
+                                         "This member's free slots (--cluster-capacity less what it runs)",
+                                         registry=registry)
+        self.cluster_members = Gauge("agentd_cluster_members", "Live cluster members (heartbeat within the TTL)",
+                                     registry=registry)
+        self.cluster_free = Gauge("agentd_cluster_free_slots", "Free slots over all live members", registry=registry)
+        self.cluster_queued = Gauge("agentd_cluster_queue_depth", "Cluster work items no member has claimed",
+                                    registry=registry)
+        self.cluster_oldest = Gauge("agentd_cluster_oldest_queued_age_seconds",
+                                    "How long the oldest unclaimed cluster work item has waited (0: none)",
+                                    registry=registry)
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -174,6 +200,13 @@ class Metrics:
 
     def journal_queue(self, delta: int) -> None:
         self.journal_pending.inc(delta)
+
+    def cluster_capacity(self, signal: ClusterSignal) -> None:
+        self.cluster_member_free.set(signal.member_free_slots)
+        self.cluster_members.set(signal.members)
+        self.cluster_free.set(signal.free_slots)
+        self.cluster_queued.set(signal.queued)
+        self.cluster_oldest.set(signal.oldest_queued_age)
 
 
 class Deltas:
@@ -238,6 +271,9 @@ class Deltas:
         return None
 
     def journal_queue(self, delta: int) -> None:
+        return None
+
+    def cluster_capacity(self, signal: ClusterSignal) -> None:
         return None
 
 
@@ -403,6 +439,15 @@ def journal_commit(seconds: float) -> None:
 def journal_queue(delta: int) -> None:
     for sink in _sinks:
         sink.journal_queue(delta)
+
+
+def cluster_capacity(member_free_slots: int, members: int, free_slots: int, queued: int,
+                     oldest_queued_age: float | None) -> None:
+    """A cluster member's capacity signal, set on its heartbeat's cadence (gauges: the last read wins)."""
+    if _sinks:
+        signal = ClusterSignal(member_free_slots, members, free_slots, queued, oldest_queued_age or 0.0)
+        for sink in _sinks:
+            sink.cluster_capacity(signal)
 
 
 # --- a subtree's observations, replayed at the root ------------------------------------------------------
