@@ -21,8 +21,6 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import attrs
-
 from agentd.telemetry.names import (
     GATEWAY_DURATION_BUCKETS,
     JOURNAL_LAG_BUCKETS,
@@ -60,18 +58,6 @@ _STATUS: Final = re.compile(r"[a-z][a-z_]{0,31}")
 OWN_DEPTH: Final = "0"
 
 
-@attrs.frozen
-class ClusterSignal:
-    """A cluster member's capacity signal (agentd.cluster.capacity), read on its heartbeat's cadence."""
-
-    member_free_slots: int
-    members: int
-    free_slots: int
-    queued: int
-    #: Seconds the oldest unclaimed item has waited (0 with an empty queue).
-    oldest_queued_age: float
-
-
 class Sink(Protocol):
     """What a metrics backend records (values already normalised by the facade)."""
 
@@ -89,7 +75,7 @@ class Sink(Protocol):
     def served_request(self, outcome: str) -> None: ...
     def journal_commit(self, seconds: float) -> None: ...
     def journal_queue(self, delta: int) -> None: ...
-    def cluster_capacity(self, signal: ClusterSignal) -> None: ...
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None: ...
 
 
 class Metrics:
@@ -201,12 +187,12 @@ class Metrics:
     def journal_queue(self, delta: int) -> None:
         self.journal_pending.inc(delta)
 
-    def cluster_capacity(self, signal: ClusterSignal) -> None:
-        self.cluster_member_free.set(signal.member_free_slots)
-        self.cluster_members.set(signal.members)
-        self.cluster_free.set(signal.free_slots)
-        self.cluster_queued.set(signal.queued)
-        self.cluster_oldest.set(signal.oldest_queued_age)
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
+        self.cluster_member_free.set(member_free_slots)
+        self.cluster_members.set(members)
+        self.cluster_free.set(free_slots)
+        self.cluster_queued.set(queued)
+        self.cluster_oldest.set(oldest_age)
 
 
 class Deltas:
@@ -273,7 +259,7 @@ class Deltas:
     def journal_queue(self, delta: int) -> None:
         return None
 
-    def cluster_capacity(self, signal: ClusterSignal) -> None:
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
         return None
 
 
@@ -444,10 +430,8 @@ def journal_queue(delta: int) -> None:
 def cluster_capacity(member_free_slots: int, members: int, free_slots: int, queued: int,
                      oldest_queued_age: float | None) -> None:
     """A cluster member's capacity signal, set on its heartbeat's cadence (gauges: the last read wins)."""
-    if _sinks:
-        signal = ClusterSignal(member_free_slots, members, free_slots, queued, oldest_queued_age or 0.0)
-        for sink in _sinks:
-            sink.cluster_capacity(signal)
+    for sink in _sinks:
+        sink.cluster_capacity(member_free_slots, members, free_slots, queued, oldest_queued_age or 0.0)
 
 
 # --- a subtree's observations, replayed at the root ------------------------------------------------------

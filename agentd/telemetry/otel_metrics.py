@@ -25,7 +25,6 @@ from opentelemetry.sdk.resources import Resource
 
 from agentd._version import __version__
 from agentd.telemetry import names
-from agentd.telemetry.metrics import ClusterSignal
 from agentd.telemetry.settings import OtelSettings
 
 _CHAT: Final = {names.GEN_AI_OPERATION_NAME: names.OP_CHAT, names.GEN_AI_PROVIDER_NAME: names.PROVIDER_OPENAI}
@@ -139,12 +138,12 @@ class OtelMetrics:
     def journal_queue(self, delta: int) -> None:
         self.journal_pending.add(delta)
 
-    def cluster_capacity(self, signal: ClusterSignal) -> None:
-        self.cluster_member_free.set(signal.member_free_slots)
-        self.cluster_members.set(signal.members)
-        self.cluster_free.set(signal.free_slots)
-        self.cluster_queued.set(signal.queued)
-        self.cluster_oldest.set(signal.oldest_queued_age)
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
+        self.cluster_member_free.set(member_free_slots)
+        self.cluster_members.set(members)
+        self.cluster_free.set(free_slots)
+        self.cluster_queued.set(queued)
+        self.cluster_oldest.set(oldest_age)
 
     # -- export --------------------------------------------------------------------------------------
 
