@@ -126,8 +126,9 @@ class Member:
 
     async def _heartbeat(self) -> None:
         failures = 0
-        await self._read_capacity()
         while True:
+            if not failures:  # after the renewals and their consequences, never ahead of them
+                await self._read_capacity()
             await trio.sleep(self.ttl / 3 if not failures else exponential(failures, RETRY_BASE, RETRY_CAP))
             leases = [item.lease for item, _ in self._running.values()]
             try:
@@ -141,7 +142,6 @@ class Member:
                 continue
             self._available()
             failures = 0
-            await self._read_capacity()
             for run_id in lost:
                 entry = self._running.get(run_id)
                 if entry is not None:
