@@ -54,7 +54,6 @@ from agentd.telemetry.stream import EventBus, use_bus
 if TYPE_CHECKING:
     from agentd.cluster.join import Cluster
     from agentd.cluster.member import Execute
-    from agentd.cluster.store import PgJournal
     from agentd.cluster.work import WorkItem
     from agentd.ctl.commands import Controls, Loader
     from agentd.journal.store import JournalStore
@@ -178,9 +177,8 @@ async def _main(
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)
-        await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload)
-        served = await _start_serving(cfg, log, daemon, env, supervisor, board,
-                                      cluster.store if cluster is not None else None, journal)
+        await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload, cluster)
+        served = await _start_serving(cfg, log, daemon, env, supervisor, board, cluster, journal)
         if cluster is not None:
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
@@ -326,7 +324,7 @@ def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
 
 async def _start_controls(
     cfg: Config, log: EventLog, daemon: trio.Nursery, operator: Operator, supervisor: Supervisor,
-    board: StatusBoard, journal: JournalStore | None, reload: Loader | None,
+    board: StatusBoard, journal: JournalStore | None, reload: Loader | None, cluster: Cluster | None = None,
 ) -> None:
     """The operator's controls (agentd.ctl): the paused state an earlier process saved, the control socket
     (``--ctl-socket``, or ``STATE_DIR/ctl.sock``) and SIGHUP as a reload."""
@@ -343,6 +341,9 @@ async def _start_controls(
     await restore_operator(operator, journal, log)
     controls = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
                         snapshot=board.read)
+    if cluster is not None:
+        capacity = cluster.board
+        controls.cluster = lambda: capacity.to_json(trio.current_time())
     daemon.start_soon(_reload_on_sighup, controls)
     path = socket_path(cfg.ctl_socket, cfg.state_dir)
     if path is not None:
@@ -381,7 +382,7 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
 
 async def _start_serving(
     cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard, cluster: PgJournal | None = None,
+    supervisor: Supervisor, board: StatusBoard, cluster: Cluster | None = None,
     journal: JournalStore | None = None,
 ) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
@@ -394,7 +395,9 @@ async def _start_serving(
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
-                                   cluster=cluster, journal=journal, task_status=task_status)
+                                   cluster=cluster.store if cluster is not None else None,
+                                   cluster_watch=cluster.watch if cluster is not None else None,
+                                   journal=journal, task_status=task_status)
         finally:
             ended.set()
 

@@ -4,7 +4,9 @@ The socket (agentd.ctl.server) hands every request here; the answer is the docum
 An answer with ``error`` is a refusal (exit 1); nothing here raises for bad input.
 
 - ``status``: mode, pause / lame duck / drain, the runs in flight, the supervisor's statistics and free
-  capacity, the mode's own snapshot (what ``agent://status`` shows) and the config's reload count.
+  capacity, the mode's own snapshot (what ``agent://status`` shows) and the config's reload count; with
+  ``--cluster`` a ``cluster`` section: this member's slots and the capacity signal its heartbeat last read
+  (agentd.cluster.capacity).
 - ``pause`` / ``resume``: the operator switch (agentd.operator); with ``--state-dir`` the paused state is
   saved, so a restarted daemon starts paused.
 - ``lame-duck`` (``{"on": false}`` ends it).
@@ -58,6 +60,8 @@ class Controls:
     loader: Loader | None = None
     #: The running mode's snapshot (``agent://status``), when it publishes one.
     snapshot: Callable[[], Mapping[str, Any] | None] = lambda: None
+    #: ``--cluster``: the member's slots and last capacity read (None: not a cluster member).
+    cluster: Callable[[], Mapping[str, Any] | None] = lambda: None
     reloads: int = 0
     _reload_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -105,6 +109,7 @@ class Controls:
                          "free_subagents": max(0, caps.max_subagents - live),
                          "accepting": not (stats.draining or self.operator.lame_duck)},
             "daemon": self.snapshot(),
+            "cluster": self.cluster(),
             "config": {"path": self.cfg.config_path, "reloads": self.reloads},
         }
 

@@ -28,6 +28,7 @@ from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
     from agentd.cluster.store import PgJournal
+    from agentd.cluster.watch import DoneWatch
     from agentd.journal.store import JournalStore
     from agentd.supervisor.supervisor import Supervisor
 
@@ -58,6 +59,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
+        max_queued=config.serve_max_queued,
         retention=config.serve_retention,
         cancel_grace=config.cancel_grace,
     )
@@ -144,6 +146,7 @@ async def serve_for_daemon(
     daemon_status: DaemonStatus | None = None,
     cluster: PgJournal | None = None,
     journal: JournalStore | None = None,
+    cluster_watch: DoneWatch | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
@@ -182,7 +185,7 @@ async def serve_for_daemon(
             if cluster is not None:  # --cluster: async spawns are cluster work (agentd.selfmcp.clustered)
                 from agentd.selfmcp.clustered import ClusterBackend
 
-                backend = ClusterBackend(backend, cluster)
+                backend = ClusterBackend(backend, cluster, cluster_watch)
             elif journal is not None:
                 from agentd.selfmcp.journaled import JournaledBackend
 

@@ -188,10 +188,8 @@ async def _start_member(stack: AsyncExitStack, site_parts: dict[str, Any], host:
             "--cluster-capacity", str(capacity), "--intelligence", f"http://127.0.0.1:{model}/v1",
             "--mcp", f"pay=http://127.0.0.1:{pay}/mcp", "--deadline", "120s", "--drain-timeout", "2",
             "--serve-mcp", f"https://{host.addr}:0/mcp", "--serve-cert", str(pki.server.cert),
-            "--serve-key", str(pki.server.key), "--serve-client-ca", str(pki.ca),
-            # A member counts the async cluster spawns it accepted and that have not ended against
-            # --serve-max-spawns (default 4), wherever they run: room for a burst from the parent.
-            "--serve-max-spawns", "100"]
+            "--serve-key", str(pki.server.key), "--serve-client-ca", str(pki.ca)]
+    # A burst of async spawns from the parent is queued (--serve-max-queued, default 1000): the defaults do.
     log_path = site_parts["tmp_path"] / f"member{index}.stderr"
     log = stack.enter_context(open(log_path, "wb"))
     proc = await stack.enter_async_context(host.run(argv, env=TOKEN_ENV, stdout=subprocess.DEVNULL, stderr=log,
