@@ -170,6 +170,9 @@ class RateLimiter:
     limit: int = RATE_LIMIT
     window: float = RATE_WINDOW
     _windows: dict[tuple[str, str, str], _Window] = attrs.field(factory=dict, init=False)
+    #: No window started before this: until it is a ``window`` old, ``due`` need not scan (a line costs the
+    #: same with one subagent or 500, and each has its own windows).
+    _oldest: float = attrs.field(default=float("inf"), init=False)
 
     def admit(self, event: str, agent_path: str, level: str, now: float, scope: str = "") -> bool:
         """Whether this line may be written now; a dropped one is counted for the next summary. ``scope``
@@ -180,6 +183,7 @@ class RateLimiter:
         window = self._windows.get(key)
         if window is None or now - window.start >= self.window:  # (a summary owed was handed out by due)
             window = self._windows[key] = _Window(now)
+            self._oldest = min(self._oldest, now)
         if window.written < self.limit:
             window.written += 1
             return True
@@ -190,12 +194,15 @@ class RateLimiter:
     def due(self, now: float, *, everything: bool = False) -> list[Suppressed]:
         """Summaries of windows that have passed (all of them with ``everything``); each is owed once."""
         owed: list[Suppressed] = []
+        if not everything and now - self._oldest < self.window:
+            return owed
         for key, window in list(self._windows.items()):
             if window.dropped and (everything or now - window.start >= self.window):
                 owed.append(Suppressed(key[0], key[1], key[2], window.dropped, window.errors, self.window))
                 self._windows[key] = _Window(now)
             elif now - window.start >= self.window:
                 del self._windows[key]  # idle: keep the table as small as the set of busy events
+        self._oldest = min((w.start for w in self._windows.values()), default=float("inf"))
         return owed
 
 

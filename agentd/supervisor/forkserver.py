@@ -30,6 +30,7 @@ ladder's ``killpg`` works exactly as for a re-exec.
 from __future__ import annotations
 
 import array
+import collections
 import json
 import os
 import signal
@@ -76,6 +77,14 @@ class ForkedProcess:
         self._exited.set()
 
 
+@attrs.define(eq=False)
+class _Pending:
+    """A request sent to the server whose reply has not been read yet (None once the server is gone)."""
+
+    reply: dict[str, Any] | None = None
+    answered: trio.Event = attrs.field(factory=trio.Event)
+
+
 class ForkServerGone(Exception):
     """The fork server is not running (it died, or never started); callers fall back to re-exec."""
 
@@ -86,9 +95,11 @@ class ForkServer:
     #: The server process when this supervisor started it; None for a forked child's own connection.
     proc: trio.Process | None
     log: EventLog
-    _lock: trio.Lock = attrs.field(factory=trio.Lock)
-    _replies: tuple[trio.MemorySendChannel[dict[str, Any]], trio.MemoryReceiveChannel[dict[str, Any]]] = (
-        attrs.field(factory=lambda: trio.open_memory_channel[dict[str, Any]](16)))
+    #: Requests go out in the order their slots join ``_pending``; the server answers each connection's
+    #: requests in order, so the n-th reply is the n-th slot's. Several spawns are in flight at once: the
+    #: next request need not wait for the previous reply (the fork is the server's, the wait ours).
+    _send_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _pending: collections.deque[_Pending] = attrs.field(factory=collections.deque)
     _children: dict[int, ForkedProcess] = attrs.field(factory=dict)
     _early: dict[int, int] = attrs.field(factory=dict)
     #: Called once the server is gone (its socket closed): the supervisor's ``wait_until`` wakes.
@@ -116,18 +127,27 @@ class ForkServer:
             raise
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        request = json.dumps({"env": dict(env)}).encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
         try:
-            async with self._lock:
-                request = json.dumps({"env": dict(env)}).encode()
-                rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
-                try:
-                    # Shielded (and bounded): abandoning the exchange half-way would leave an untracked
-                    # child and hand its "spawned" reply to the next launch.
-                    with trio.CancelScope(shield=True), trio.fail_after(10):
-                        await self.sock.sendmsg([request], rights)
-                        reply = await self._replies[1].receive()
-                except (OSError, trio.EndOfChannel, trio.TooSlowError) as exc:
-                    raise ForkServerGone(f"fork server unreachable ({type(exc).__name__})") from None
+            try:
+                # Shielded (and bounded): abandoning the exchange half-way would leave an untracked child
+                # (its reply still lands in its own slot, never in another launch's).
+                with trio.CancelScope(shield=True), trio.fail_after(10):
+                    slot = _Pending()
+                    async with self._send_lock:
+                        self._pending.append(slot)
+                        try:
+                            await self.sock.sendmsg([request], rights)
+                        except BaseException:
+                            self._pending.remove(slot)  # never sent: no reply will come for it
+                            raise
+                    await slot.answered.wait()
+            except (OSError, trio.TooSlowError) as exc:
+                raise ForkServerGone(f"fork server unreachable ({type(exc).__name__})") from None
+            reply = slot.reply
+            if reply is None:
+                raise ForkServerGone("fork server unreachable (it closed the connection)")
         except BaseException:
             for fd in ours:
                 os.close(fd)
@@ -167,8 +187,10 @@ class ForkServer:
                             self._early[pid] = code
                         else:
                             child._reaped(code)
-                    else:
-                        await self._replies[0].send(message)
+                    elif self._pending:
+                        slot = self._pending.popleft()
+                        slot.reply = message
+                        slot.answered.set()
             except (OSError, trio.ClosedResourceError):
                 pass
             finally:
@@ -177,7 +199,8 @@ class ForkServer:
                 for child in self._children.values():
                     child._reaped(-signal.SIGKILL)
                 self._children.clear()
-                self._replies[0].close()
+                while self._pending:  # their launches fall back to re-exec
+                    self._pending.popleft().answered.set()
                 self.on_gone()
         if not started:
             raise ForkServerGone("the fork server exited before it was ready")
