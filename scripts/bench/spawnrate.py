@@ -129,7 +129,8 @@ def run_part(tree: str, part: str, n: int, ping_interval: float, idle: float) ->
     env = {**os.environ, "PYTHONPATH": tree}
     done = subprocess.run(
         [sys.executable, __file__, "--one", part, "--n", str(n), "--ping-interval", str(ping_interval),
-         "--idle", str(idle)], env=env, capture_output=True, text=True, timeout=900, check=False)
+         "--idle", str(idle)], env=env, cwd=tree,  # the fork server's ``python -m agentd`` finds the tree's own
+        capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{part} on {tree} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
