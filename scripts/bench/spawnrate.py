@@ -89,6 +89,14 @@ def one(part: str, n: int, ping_interval: float, idle: float) -> dict[str, Any]:
                 out["spawned_s"] = time.perf_counter() - start
                 finals = [await sup.await_(root, v.handle, timeout=120) for v in views]
                 out["ok"] = sum(1 for f in finals if f.status == "completed")
+            else:
+                async def spawn_one() -> None:
+                    views.append(await sup.spawn(root, SpawnRequest(echo, warm=True)))
+
+                async with trio.open_nursery() as nursery:
+                    for _ in range(n):
+                        nursery.start_soon(spawn_one)
+                out["ok"] = sum(1 for v in views if v.status == "awaiting_turn")
             wall = time.perf_counter() - start
             root_cpu, server_cpu = time.process_time() - cpu0, _cpu_ms(server) - server0
             out["wall_s"] = wall
@@ -99,14 +107,6 @@ def one(part: str, n: int, ping_interval: float, idle: float) -> dict[str, Any]:
                 await trio.sleep(0.5)  # the last exits reaped
                 out["child_cpu_ms"] = (_reaped_children_cpu_ms(server) - reaped0) / n
                 return
-            else:
-                async def spawn_one() -> None:
-                    views.append(await sup.spawn(root, SpawnRequest(echo, warm=True)))
-
-                async with trio.open_nursery() as nursery:
-                    for _ in range(n):
-                        nursery.start_soon(spawn_one)
-                out["ok"] = sum(1 for v in views if v.status == "awaiting_turn")
             pids = [sup._nodes[v.handle].pid for v in views]
             out["child_cpu_ms"] = statistics.mean(_cpu_ms(p) for p in pids if p)
             out["child_pss_mib"] = statistics.median(_pss_kib(p) for p in pids[:50] if p) / 1024
