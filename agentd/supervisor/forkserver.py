@@ -45,6 +45,8 @@ import trio
 
 from agentd.events import EventLog
 
+#: How long the server may go without answering any request before a launch gives up on it (re-exec).
+_STALL = 10.0
 #: The largest control message either side sends over the fork server's socket.
 MESSAGE_SIZE = 1 << 16
 #: In a forked child: the descriptor of its own connection to the fork server (its nested supervisor
@@ -100,6 +102,8 @@ class ForkServer:
     #: next request need not wait for the previous reply (the fork is the server's, the wait ours).
     _send_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _pending: collections.deque[_Pending] = attrs.field(factory=collections.deque)
+    #: Replies read so far: a launch waiting behind others times out only if this stops moving.
+    _answers: int = 0
     _children: dict[int, ForkedProcess] = attrs.field(factory=dict)
     _early: dict[int, int] = attrs.field(factory=dict)
     #: Called once the server is gone (its socket closed): the supervisor's ``wait_until`` wakes.
@@ -133,16 +137,25 @@ class ForkServer:
             try:
                 # Shielded (and bounded): abandoning the exchange half-way would leave an untracked child
                 # (its reply still lands in its own slot, never in another launch's).
-                with trio.CancelScope(shield=True), trio.fail_after(10):
+                with trio.CancelScope(shield=True):
                     slot = _Pending()
                     async with self._send_lock:
                         self._pending.append(slot)
                         try:
-                            await self.sock.sendmsg([request], rights)
+                            with trio.fail_after(_STALL):
+                                await self.sock.sendmsg([request], rights)
                         except BaseException:
                             self._pending.remove(slot)  # never sent: no reply will come for it
                             raise
-                    await slot.answered.wait()
+                    # Requests queued ahead of this one are answered first: give up only when the server
+                    # has answered nothing for a whole _STALL (a burst of hundreds waits its turn).
+                    progress = -1
+                    while not slot.answered.is_set():
+                        if self._answers == progress:
+                            raise trio.TooSlowError
+                        progress = self._answers
+                        with trio.move_on_after(_STALL):
+                            await slot.answered.wait()
             except (OSError, trio.TooSlowError) as exc:
                 raise ForkServerGone(f"fork server unreachable ({type(exc).__name__})") from None
             reply = slot.reply
@@ -188,6 +201,7 @@ class ForkServer:
                         else:
                             child._reaped(code)
                     elif self._pending:
+                        self._answers += 1
                         slot = self._pending.popleft()
                         slot.reply = message
                         slot.answered.set()
