@@ -54,11 +54,11 @@ from agentd.telemetry.stream import EventBus, use_bus
 if TYPE_CHECKING:
     from agentd.cluster.join import Cluster
     from agentd.cluster.member import Execute
-    from agentd.cluster.store import PgJournal
     from agentd.cluster.work import WorkItem
     from agentd.ctl.commands import Controls, Loader
     from agentd.journal.store import JournalStore
     from agentd.reactive.modes import FireOnce
+    from agentd.reactive.shared import Shared
     from agentd.transport.serve import ServeConfig
 
 #: How long the last export of spans may take when the daemon ends.
@@ -78,7 +78,7 @@ class ModeRunner(Protocol):
     def __call__(
         self, cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
         supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None,
-        fire_once: FireOnce | None = None,
+        fire_once: FireOnce | None = None, shared: Shared | None = None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -177,9 +177,8 @@ async def _main(
         trio.open_nursery() as daemon,
     ):
         await _start_observing(cfg, log, daemon, env)
-        await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload)
-        served = await _start_serving(cfg, log, daemon, env, supervisor, board,
-                                      cluster.store if cluster is not None else None)
+        await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload, cluster)
+        served = await _start_serving(cfg, log, daemon, env, supervisor, board, cluster, journal)
         if cluster is not None:
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
@@ -193,7 +192,8 @@ async def _main(
                 result = RunResult(run_id=run_id, status=RunStatus.COMPLETED)
             else:
                 result = await runner(cfg, log, daemon, env=env, supervisor=supervisor, board=board,
-                                      journal=journal, fire_once=_fire_once(cfg, cluster))
+                                      journal=journal, fire_once=_fire_once(cfg, cluster),
+                                      shared=_shared(cfg, cluster))
         except BaseException as exc:
             try:
                 reraise_if_not_an_outcome(exc, log, say=False)  # the run itself said it was cancelled
@@ -251,6 +251,18 @@ def _fire_once(cfg: Config, cluster: Cluster | None) -> FireOnce | None:
             return False
 
     return fire_once
+
+
+def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
+    """``--cluster``: subscriptions owned by one member at a time, self-scheduled runs as work items."""
+    if cluster is None:
+        return None
+    from agentd.cluster.subscriptions import Subscriptions, scope_of
+    from agentd.reactive.clustered import ClusterReactive
+
+    subs = Subscriptions(cluster.store, scope_of(cfg.instruction or ""), cluster.queue.member, cluster.queue.capacity)
+    payload = {"output_contract": cfg.output_contract} if cfg.output_contract is not None else {}
+    return ClusterReactive(subs, cluster.log, cluster.ttl, payload)
 
 
 def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None) -> Execute:
@@ -312,7 +324,7 @@ def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
 
 async def _start_controls(
     cfg: Config, log: EventLog, daemon: trio.Nursery, operator: Operator, supervisor: Supervisor,
-    board: StatusBoard, journal: JournalStore | None, reload: Loader | None,
+    board: StatusBoard, journal: JournalStore | None, reload: Loader | None, cluster: Cluster | None = None,
 ) -> None:
     """The operator's controls (agentd.ctl): the paused state an earlier process saved, the control socket
     (``--ctl-socket``, or ``STATE_DIR/ctl.sock``) and SIGHUP as a reload."""
@@ -329,6 +341,9 @@ async def _start_controls(
     await restore_operator(operator, journal, log)
     controls = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
                         snapshot=board.read)
+    if cluster is not None:
+        capacity = cluster.board
+        controls.cluster = lambda: capacity.to_json(trio.current_time())
     daemon.start_soon(_reload_on_sighup, controls)
     path = socket_path(cfg.ctl_socket, cfg.state_dir)
     if path is not None:
@@ -367,7 +382,8 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
 
 async def _start_serving(
     cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None,
-    supervisor: Supervisor, board: StatusBoard, cluster: PgJournal | None = None,
+    supervisor: Supervisor, board: StatusBoard, cluster: Cluster | None = None,
+    journal: JournalStore | None = None,
 ) -> trio.Event | None:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
     if cfg.serve_mcp is None:
@@ -379,7 +395,9 @@ async def _start_serving(
     async def serve(task_status: trio.TaskStatus[object]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
-                                   cluster=cluster, task_status=task_status)
+                                   cluster=cluster.store if cluster is not None else None,
+                                   cluster_watch=cluster.watch if cluster is not None else None,
+                                   journal=journal, task_status=task_status)
         finally:
             ended.set()
 
@@ -390,6 +408,7 @@ async def _start_serving(
 async def _once(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
+    shared: Shared | None = None,
 ) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
 
@@ -416,11 +435,12 @@ async def _once(
 async def _daemon_mode(
     cfg: Config, log: EventLog, daemon: trio.Nursery, *, env: Mapping[str, str] | None,
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
+    shared: Shared | None = None,
 ) -> RunResult:
     from agentd.reactive.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
-                             publish=board.published, journal=journal, fire_once=fire_once)
+                             publish=board.published, journal=journal, fire_once=fire_once, shared=shared)
 
 
 #: ``cfg.mode`` -> its runner.

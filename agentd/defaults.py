@@ -53,6 +53,8 @@ MAX_WAKES_PER_URI_PER_MINUTE: Final = 10
 SERVE_MAX_SPAWNS: Final = 4
 SERVE_MAX_SESSIONS: Final = 64
 SERVE_MAX_WARM: Final = 8
+#: ``--cluster``: served async spawns this member queued (cluster rows) that have not ended yet.
+SERVE_MAX_QUEUED: Final = 1000
 SERVE_MAX_BODY: Final = 8 * 1024 * 1024
 SERVE_KEEPALIVE: Final = 15.0
 SERVE_RETENTION: Final = 600.0

@@ -25,6 +25,7 @@ notifications a second, a bad-bearer flood on the served endpoint), so two limit
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -57,12 +58,14 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # process and configuration
         "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
-        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed", "run.interrupted",
+        "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed",
         # the run journal (--state-dir)
         "journal.opened", "journal.write_failed",
         "cluster.joined", "cluster.claimed", "cluster.finished", "cluster.fenced", "cluster.lease_lost",
         "cluster.unavailable", "cluster.available", "cluster.claim_failed", "cluster.heartbeat_failed",
         "cluster.work_failed", "cluster.cancel",
+        "cluster.subscription_owned", "cluster.subscription_lost", "cluster.subscription_released",
+        "cluster.subscription_fenced",
         # MCP client side
         "mcp.connect", "mcp.connected", "mcp.connect_failed", "mcp.disconnected", "mcp.reconnect",
         "mcp.stale", "mcp.ping_missed", "mcp.catalogue", "mcp.tool_unusable",
@@ -85,11 +88,12 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
         "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.session", "serve.cert_reload",
-        "serve.updated", "serve.connection_error", "serve.jwks",
+        "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
+        "trigger.dropped",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",
         # operator controls (agentd ctl, SIGHUP)
@@ -170,6 +174,10 @@ class RateLimiter:
     limit: int = RATE_LIMIT
     window: float = RATE_WINDOW
     _windows: dict[tuple[str, str, str], _Window] = attrs.field(factory=dict, init=False)
+    #: Every window in the order it started: ``due`` looks only at those that have ended (each once), so a
+    #: line costs the same with one subagent or 500, each with its own windows.
+    _started: collections.deque[tuple[tuple[str, str, str], _Window]] = attrs.field(
+        factory=collections.deque, init=False)
 
     def admit(self, event: str, agent_path: str, level: str, now: float, scope: str = "") -> bool:
         """Whether this line may be written now; a dropped one is counted for the next summary. ``scope``
@@ -180,6 +188,7 @@ class RateLimiter:
         window = self._windows.get(key)
         if window is None or now - window.start >= self.window:  # (a summary owed was handed out by due)
             window = self._windows[key] = _Window(now)
+            self._started.append((key, window))
         if window.written < self.limit:
             window.written += 1
             return True
@@ -190,12 +199,24 @@ class RateLimiter:
     def due(self, now: float, *, everything: bool = False) -> list[Suppressed]:
         """Summaries of windows that have passed (all of them with ``everything``); each is owed once."""
         owed: list[Suppressed] = []
-        for key, window in list(self._windows.items()):
+        if everything:
+            ended = sorted(self._windows.items(), key=lambda item: item[1].start)
+            self._started.clear()
+        else:
+            ended = []
+            while self._started and now - self._started[0][1].start >= self.window:
+                ended.append(self._started.popleft())
+        for key, window in ended:
+            if self._windows.get(key) is not window:
+                continue  # replaced since (by admit): its successor has its own place
             if window.dropped and (everything or now - window.start >= self.window):
                 owed.append(Suppressed(key[0], key[1], key[2], window.dropped, window.errors, self.window))
-                self._windows[key] = _Window(now)
+                window = self._windows[key] = _Window(now)
+                self._started.append((key, window))
             elif now - window.start >= self.window:
                 del self._windows[key]  # idle: keep the table as small as the set of busy events
+            else:
+                self._started.append((key, window))  # flushed early (everything), not ended: still counts
         return owed
 
 

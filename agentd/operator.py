@@ -12,6 +12,10 @@ caller) pays one ``None`` test per step.
   runs keeps running.
 - **cancel**: each run registers its cancel scope while its loop runs (:meth:`Operator.running`); cancelling
   it ends the run ``cancelled`` at once (calls in flight are cancelled; the journal records the end).
+- **reload**: a part that opened connections registers a stager (:meth:`Operator.staging`): it opens what
+  the new config needs beside what runs, and may raise (then every stage is discarded, nothing changed);
+  the parts that only switch a value register an applier (:meth:`Operator.reloadable`). Stages commit
+  first, then the appliers run.
 """
 
 from __future__ import annotations
@@ -20,12 +24,24 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from agentd.drain import DrainLatch
+
+
+class Staged(Protocol):
+    """What a stager opened for a reload: committed (cannot fail) or discarded as a whole."""
+
+    def summary(self) -> dict[str, Any]: ...
+    async def commit(self) -> None: ...
+    def discard(self) -> None: ...
+
+
+#: Opens what a reload needs, ``(old_config, new_config)``; None when nothing of its part changed.
+Stager = Callable[[Any, Any], Awaitable[Staged | None]]
 
 
 @attrs.define(eq=False)
@@ -38,6 +54,8 @@ class RunEntry:
     step: int = 0
     paused: bool = False
     cancel_reason: str | None = None
+    #: Turn boundaries this run has passed (:meth:`Operator.turns_passed` waits on it).
+    turns: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "step": self.step, "paused": self.paused,
@@ -54,10 +72,14 @@ class Operator:
     held: int = 0
     _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _runs: dict[str, RunEntry] = attrs.field(factory=dict, init=False)
+    #: Set (and replaced) whenever a run passes a turn boundary or ends.
+    _turned: trio.Event = attrs.field(factory=trio.Event, init=False)
     #: Called on every switch change (the supervisor follows the lame duck).
     on_change: list[Callable[[Operator], None]] = attrs.field(factory=list, init=False)
     #: What a reload calls, ``(old, new)``, registered by the parts that run (:meth:`reloadable`).
     appliers: list[Callable[[Any, Any], Awaitable[None]]] = attrs.field(factory=list, init=False)
+    #: What a reload stages before any applier runs (:meth:`staging`).
+    stagers: list[Stager] = attrs.field(factory=list, init=False)
 
     # -- switches --------------------------------------------------------------------------------------
 
@@ -93,6 +115,15 @@ class Operator:
         finally:
             self.appliers.remove(apply)
 
+    @contextlib.contextmanager
+    def staging(self, stage: Stager) -> Iterator[None]:
+        """Have a reload call ``stage(old_config, new_config)`` while the block runs."""
+        self.stagers.append(stage)
+        try:
+            yield
+        finally:
+            self.stagers.remove(stage)
+
     # -- runs ------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -106,6 +137,7 @@ class Operator:
         finally:
             if self._runs.get(run_id) is entry:
                 del self._runs[run_id]
+            self._turn()
 
     def runs(self) -> list[RunEntry]:
         return list(self._runs.values())
@@ -121,6 +153,8 @@ class Operator:
     async def turn_boundary(self, entry: RunEntry, drain: DrainLatch) -> None:
         """Wait here while paused (a drain or a resume ends the wait). Unbounded by itself: the run's
         deadline bounds it, and the operator decides when to resume."""
+        entry.turns += 1
+        self._turn()
         if not self.paused or drain.requested:
             return
         entry.paused = True
@@ -129,6 +163,17 @@ class Operator:
                 await self._changed_or(drain)
         finally:
             entry.paused = False
+
+    def _turn(self) -> None:
+        turned, self._turned = self._turned, trio.Event()
+        turned.set()
+
+    async def turns_passed(self) -> None:
+        """Wait until every run in flight now has started its next turn or ended (what a reload swapped out is
+        then no longer used by any turn). Unbounded by itself: the caller bounds it."""
+        waiting = [(entry, entry.turns) for entry in self._runs.values()]
+        while any(entry.turns == turns and self._runs.get(entry.run_id) is entry for entry, turns in waiting):
+            await self._turned.wait()
 
     async def admit(self, accepting: Callable[[], bool], drain: DrainLatch | None = None) -> bool:
         """Before a daemon starts a new run: wait out a lame duck; False once the daemon stopped accepting."""
@@ -170,4 +215,4 @@ def use_operator(operator: Operator) -> Iterator[Operator]:
         _CURRENT.reset(token)
 
 
-__all__ = ["Operator", "RunEntry", "current_operator", "use_operator"]
+__all__ = ["Operator", "RunEntry", "Staged", "Stager", "current_operator", "use_operator"]

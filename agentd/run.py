@@ -21,6 +21,7 @@ Decisions are data: :func:`agentd.errors.flatten` names the one exception a grou
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import traceback
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -31,7 +32,7 @@ import attrs
 import trio
 
 from agentd.client import open_mcp_pool
-from agentd.client.pool import McpPool
+from agentd.client.pool import McpPool, StagedServers
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
@@ -44,7 +45,7 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
-from agentd.operator import current_operator
+from agentd.operator import Operator, current_operator
 from agentd.secrets import SecretResolver
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import agent_span, end_agent_span
@@ -52,6 +53,7 @@ from agentd.transport.egress import EgressPolicy
 
 if TYPE_CHECKING:  # imported where used: a run without A2A peers or a journal loads neither
     from agentd.a2a.client import A2aPeers
+    from agentd.intelligence.swap import Held, SwappableIntelligence
     from agentd.journal.recorder import RunRecorder
     from agentd.journal.store import JournalStore
 
@@ -125,22 +127,99 @@ async def open_run(
     """
     end = trio.current_time() + deadline
     connected = False
+    operator = current_operator()
     try:
         with trio.CancelScope(deadline=end) as opening:
             async with (
-                open_intelligence(list(gateway.endpoints), model=gateway.model, token=gateway.token,
-                                  stream=gateway.stream, log=log, secrets=secrets, egress=egress) as intel,
+                _open_gateway(gateway, log=log, secrets=secrets, egress=egress, swappable=operator is not None
+                              ) as intel,
                 open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id, egress=egress) as pool,
                 _open_peers(a2a_peers, log=log, secrets=secrets, egress=egress) as peers,
             ):
                 opening.deadline = math.inf
                 connected = True
-                yield Opened(intel, pool, peers, end)
+                with _reloadable_connections(intel, pool, log=log, secrets=secrets, egress=egress):
+                    yield Opened(intel, pool, peers, end)
     except BaseException:
         if connected or not opening.cancel_called:
             raise
     if not connected:  # cut short by the deadline (whatever the half-open connections raised meanwhile)
         raise ConnectDeadline(f"the run deadline ({deadline:g} s) passed while connecting")
+
+
+def _open_gateway(gateway: Gateway, *, log: EventLog, secrets: SecretResolver, egress: EgressPolicy | None,
+                  swappable: bool = False) -> contextlib.AbstractAsyncContextManager[Intelligence]:
+    """The intelligence client for ``gateway``; ``swappable`` (under an operator): one a reload may replace."""
+    opener = functools.partial(open_intelligence, list(gateway.endpoints), model=gateway.model, token=gateway.token,
+                               stream=gateway.stream, log=log, secrets=secrets, egress=egress)
+    if not swappable:
+        return opener()
+    from agentd.intelligence.swap import open_swappable
+
+    return open_swappable(opener)
+
+
+@attrs.define(eq=False)
+class _Reopened:
+    """What a reload staged for one open run: new intelligence endpoints and/or MCP servers (agentd.operator)."""
+
+    intel: SwappableIntelligence
+    pool: McpPool
+    operator: Operator
+    endpoints: Held | None = None
+    servers: StagedServers | None = None
+    shown: list[str] = attrs.field(factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.servers is not None:
+            out["mcp"] = self.servers.changes.to_json()
+        if self.endpoints is not None:
+            out["intelligence"] = self.shown
+        return out
+
+    async def commit(self) -> None:
+        if self.endpoints is not None:
+            self.intel.commit(self.endpoints)
+        if self.servers is not None:
+            await self.pool.commit(self.servers, self.operator.turns_passed)
+
+    def discard(self) -> None:
+        if self.endpoints is not None:
+            self.intel.discard(self.endpoints)
+        if self.servers is not None:
+            self.pool.discard(self.servers)
+
+
+def _reloadable_connections(intel: Intelligence, pool: McpPool, *, log: EventLog, secrets: SecretResolver,
+                            egress: EgressPolicy | None) -> contextlib.AbstractContextManager[None]:
+    """Under an operator, a reload reopens this run's intelligence endpoints and MCP servers (agentd.ctl.reload):
+    opened beside the running ones, swapped in at once (the next model call, the next turn's catalogue), the
+    replaced ones closed when their calls in flight finished."""
+    operator = current_operator()
+    if operator is None:
+        return contextlib.nullcontext()
+    from agentd.intelligence.swap import SwappableIntelligence
+
+    if not isinstance(intel, SwappableIntelligence):
+        return contextlib.nullcontext()
+
+    async def stage(old: Config, new: Config) -> _Reopened | None:
+        before, after = Gateway.of(old), Gateway.of(new)
+        staged = _Reopened(intel, pool, operator, shown=after.shown())
+        if attrs.evolve(before, model=after.model) != after:  # the model alone is swapped by an applier
+            staged.endpoints = await intel.stage(functools.partial(
+                open_intelligence, list(after.endpoints), model=after.model, token=after.token, stream=after.stream,
+                log=log, secrets=secrets, egress=egress))
+        if tuple(new.mcp) != tuple(old.mcp):
+            try:
+                staged.servers = await pool.stage(new.mcp)
+            except BaseException:
+                staged.discard()
+                raise
+        return staged if staged.endpoints is not None or staged.servers is not None else None
+
+    return operator.staging(stage)
 
 
 @asynccontextmanager
@@ -309,7 +388,11 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
                     completion_tokens=state.completion_tokens,
                     pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending))
-    log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending))
+    recorder.earlier_children = state.children
+    if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
+        await recorder.lost(state.open_children)
+    log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending),
+             lost_children=list(state.open_children))
     return Journaled(attrs.evolve(request, resume=resume), recorder)
 
 

@@ -15,6 +15,9 @@ import pytest
 
 from tests.peers import launch, proctree
 
+# Orphans of killed daemons reparent to this worker, not to pid 1, so the leak check below still sees them.
+proctree.become_subreaper()
+
 # Pids of session-scoped peers: they may start during any test and are not leaks.
 _LONG_LIVED: set[int] = set()
 
@@ -98,10 +101,10 @@ def everything_server() -> Iterator[launch.PeerProcess]:
 
 @pytest.fixture
 def no_leftover_children() -> Iterator[None]:
-    """Fail the test if it leaves a child process (live or zombie) behind."""
+    """Fail the test if it leaves a child process behind: live, zombie, or orphaned by a parent it killed."""
     before = proctree.descendants()
     yield
-    left = proctree.leftovers(before, ignore=frozenset(_LONG_LIVED))
+    left = proctree.leftovers(before, ignore=frozenset(_LONG_LIVED), reap_adopted=True)
     if left:
         pytest.fail("leftover child processes: " + "; ".join(
             f"pid {p.pid} state {p.state} {p.cmdline[:120]}" for p in left))

@@ -124,7 +124,7 @@ class _Session:
                     test_script=_nested_script if self.payload.test is not None else None,
                     fork_server=self.forks is not None, fork_connection=self.forks,
                 ) as sup:
-                    ctx = ChildContext(self.payload, self.channel, sup)
+                    ctx = ChildContext(self.payload, self.channel, sup, history=list(self.payload.history))
                     await self._turns(ctx)
                 # Leaving the block cancels our own children down their ladders before we exit:
                 # the tree ends deepest first.

@@ -23,7 +23,7 @@ from agentd.client.errors import ResponseStreamBroken
 from agentd.client.liveness import Liveness
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
 from agentd.events import EventLog
-from agentd.mcp import failure_policy, jsonrpc
+from agentd.mcp import failure_policy, input_required, jsonrpc
 from agentd.mcp.client_session import (
     CapabilityMissing,
     ClientSession,
@@ -34,7 +34,6 @@ from agentd.mcp.client_session import (
     ServerRequestAnswered,
     SessionError,
     State,
-    result_type,
 )
 from agentd.mcp.streamable_http import (
     LAST_EVENT_ID,
@@ -197,8 +196,29 @@ class Exchange:
     async def request_once(
         self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        """One request (no 404 recovery). On the modern wire a response stream that breaks before the answer
-        is re-issued once under a new id when the method is side-effect free, else surfaced typed."""
+        """One request (no 404 recovery). On the modern wire an ``input_required`` answer is followed up
+        (agentd.mcp.input_required: each round under a new id, ``requestState`` echoed, capped rounds)."""
+        result = await self._request_reissuing(method, params, headers)
+        if self.session.era is not Era.MODERN:
+            return result
+        rounds = 0
+        while True:
+            try:
+                step = input_required.follow_up(method, params, result, rounds)
+            except ResultTypeError as exc:
+                raise McpProtocolError(f"{method}: {exc}", server=self.name) from None
+            if step is None:
+                return result
+            rounds += 1
+            if step.delay:
+                await trio.sleep(step.delay)
+            result = await self._request_reissuing(method, step.params, headers)
+
+    async def _request_reissuing(
+        self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None
+    ) -> dict[str, Any]:
+        """On the modern wire a response stream that breaks before the answer is re-issued once under a new
+        id when the method is side-effect free, else surfaced typed."""
         try:
             return await self._request_attempt(method, params, headers)
         except StreamBroke as exc:
@@ -244,11 +264,6 @@ class Exchange:
             if not self._inflight:
                 idle, self._idle = self._idle, trio.Event()
                 idle.set()
-        if self.session.era is Era.MODERN:
-            try:
-                result_type(result)
-            except ResultTypeError as exc:
-                raise McpProtocolError(f"{method}: {exc}", server=self.name) from None
         return result
 
     async def _abandon(self, request: jsonrpc.Request, reason: str) -> None:

@@ -4,15 +4,23 @@ A required server that fails its handshake makes :func:`open_mcp_pool` raise :cl
 (the CLI maps it to exit 6); an optional one is logged (``mcp.connect_failed``) and lands in
 ``pool.failed``. Updates from every server flow through one coalescing queue: a URI that changes
 twice before the consumer reads once is delivered once (notify-then-read makes that lossless).
+
+A reload (agentd.ctl) changes the servers of a pool that stays open, in two steps: :meth:`McpPool.stage`
+connects what the new list adds or changes beside the running connections (a required one that fails
+raises, and everything staged is closed again: nothing changed), :meth:`McpPool.commit` swaps them in.
+A replaced or removed connection is retired: the turns in flight and the calls on it finish (bounded by
+:data:`RETIRE_WAIT`), then it closes, shielded and bounded; a replaced server's subscriptions are made again on its new
+connection, a removed server's are dropped.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -41,6 +49,54 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
     from agentd.transport.egress import EgressPolicy
 
 
+#: How long a retired connection stays open at most, for the turns in flight to end and their calls to finish.
+RETIRE_WAIT: Final = 300.0
+#: Waits until the turns in flight when a reload swapped the servers have ended (agentd.operator).
+TurnsPassed = Callable[[], Awaitable[None]]
+
+
+@attrs.frozen
+class ServerChanges:
+    """How a new server list differs from the running one, by name (a changed server is re-handshaked)."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"added": list(self.added), "removed": list(self.removed), "changed": list(self.changed)}
+
+
+def server_changes(running: Sequence[McpServerConfig], new: Sequence[McpServerConfig]) -> ServerChanges:
+    old = {c.name: c for c in running}
+    names = [c.name for c in new]
+    return ServerChanges(
+        added=tuple(n for n in names if n not in old),
+        removed=tuple(n for n in old if n not in names),
+        changed=tuple(c.name for c in new if c.name in old and old[c.name] != c),
+    )
+
+
+@attrs.define(eq=False)
+class StagedServers:
+    """Connections a reload opened beside the running ones (:meth:`McpPool.stage`), not yet in use."""
+
+    declared: list[McpServerConfig]
+    changes: ServerChanges
+    connections: dict[str, ServerConnection] = attrs.field(factory=dict)
+    failed: dict[str, AgentdError] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class _Opening:
+    """How the pool connects a server (kept for the servers a reload adds)."""
+
+    secrets: SecretResolver | None
+    tuning: Tuning | None
+    max_body: int
+    egress: EgressPolicy | None
+
+
 @attrs.define(eq=False)
 class McpPool:
     log: EventLog
@@ -56,6 +112,12 @@ class McpPool:
     _receive: trio.MemoryReceiveChannel[ResourceUpdated] = attrs.field(init=False)
     _pending: dict[tuple[str, str], ResourceUpdated] = attrs.field(factory=dict)
     _pending_event: trio.Event = attrs.field(factory=trio.Event)
+    #: The nursery every connection runs in, each under its own scope (a reload closes one by one).
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _scopes: dict[ServerConnection, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    _opening: _Opening | None = attrs.field(default=None, init=False)
+    #: Removed servers' connections while they retire: the turn in flight may still call them by name.
+    _retiring: dict[str, ServerConnection] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[ResourceUpdated](0)
@@ -77,7 +139,7 @@ class McpPool:
     # -- operations --------------------------------------------------------------------------------------
 
     def _connection(self, server: str) -> ServerConnection:
-        conn = self.connections.get(server)
+        conn = self.connections.get(server) or self._retiring.get(server)
         if conn is None:
             known = ", ".join(self.connections) or "none"
             raise McpError(f"no connected MCP server named {server!r} (connected: {known})", server=server)
@@ -177,16 +239,24 @@ class McpPool:
         secrets: SecretResolver | None,
         tuning: Tuning,
         max_body: int,
+        *,
+        into: StagedServers | None = None,
+        owned: bool = False,
     ) -> None:
+        """Connect one server into the pool (or into ``into``); ``owned``: the connection closes ``client``."""
         import httpx
 
         from agentd.client.connection import ServerConnection
         from agentd.transport.http_client import HttpTransport
 
+        connections, failed = (self.connections, self.failed) if into is None else (into.connections, into.failed)
         try:
             headers = secrets.resolve_headers(config.headers) if secrets is not None else dict(config.headers)
         except AgentdError as exc:
-            self._fail(config, McpConnectError(f"MCP server {config.name!r}: {exc}", server=config.name))
+            failed[config.name] = self._fail(config, McpConnectError(f"MCP server {config.name!r}: {exc}",
+                                                                     server=config.name))
+            if owned:
+                await _close_client(client)
             return
         conn = ServerConnection(
             config,
@@ -201,24 +271,152 @@ class McpPool:
             rng=random.Random(),
             eras=self.eras,
         )
+        self._scopes[conn] = scope = trio.CancelScope()
         try:
-            await nursery.start(conn.serve)
+            await nursery.start(self._serve_one, conn, scope, client if owned else None)
         except McpConnectError as exc:
-            self._fail(config, exc)
+            failed[config.name] = self._fail(config, exc)
             return
-        self.connections[config.name] = conn
+        connections[config.name] = conn
 
-    def _fail(self, config: McpServerConfig, exc: McpConnectError) -> None:
+    async def _serve_one(self, conn: ServerConnection, scope: trio.CancelScope, client: httpx.AsyncClient | None,
+                         *, task_status: trio.TaskStatus[ServerConnection]) -> None:
+        """One connection's life, under its own scope; then the client it owns closes (shielded, bounded)."""
+        try:
+            with scope:
+                await conn.serve(task_status=task_status)
+        finally:
+            self._scopes.pop(conn, None)
+            if client is not None:
+                await _close_client(client)
+
+    def _fail(self, config: McpServerConfig, exc: McpConnectError) -> McpConnectError:
         from agentd.transport.http_client import display_url
 
-        self.failed[config.name] = exc
         self.log.emit(
             "mcp.connect_failed", "error" if config.required else "warn",
             server=config.name, url=display_url(config.url), required=config.required, error=str(exc),
         )  # fmt: skip
+        return exc
 
     def _order(self) -> None:
         self.connections = {c.name: self.connections[c.name] for c in self.declared if c.name in self.connections}
+
+    # -- reloading ---------------------------------------------------------------------------------------
+
+    async def stage(self, servers: Sequence[McpServerConfig]) -> StagedServers:
+        """Connect the servers ``servers`` adds or changes, beside the running connections (nothing else changes).
+
+        Raises:
+            McpConnectError: a required added or changed server failed its handshake (what was staged is
+                closed again; the pool is as it was).
+        """
+        assert self._nursery is not None, "stage() needs an open pool"
+        assert self._opening is not None
+        from agentd.client._streams import Tuning
+        from agentd.transport.http_client import new_client
+        from agentd.transport.tls import verify_for
+
+        opening, nursery = self._opening, self._nursery
+        staged = StagedServers(list(servers), server_changes(self.declared, servers))
+        wanted = set(staged.changes.added + staged.changes.changed)
+        async with trio.open_nursery() as connecting:
+            for config in servers:
+                if config.name not in wanted:
+                    continue
+                if _own_client(config):
+                    client = _client_for(config, None, opening.egress)
+                    if isinstance(client, McpConnectError):
+                        staged.failed[config.name] = self._fail(config, client)
+                        continue
+                else:  # its own client, closed with it: the running servers' shared one may lack its CA
+                    client = new_client(verify=verify_for([config.url]), egress=opening.egress)
+                connecting.start_soon(functools.partial(
+                    self._start_one, nursery, config, client, opening.secrets, opening.tuning or Tuning(), opening.max_body,
+                    into=staged, owned=True))
+        failure = _required_failure(staged.declared, staged.failed)
+        if failure is not None:
+            self.discard(staged)
+            raise failure
+        return staged
+
+    def discard(self, staged: StagedServers) -> None:
+        """Close what :meth:`stage` connected (a reload that does not go ahead)."""
+        for conn in staged.connections.values():
+            self._close(conn)
+        staged.connections.clear()
+
+    async def commit(self, staged: StagedServers, turns_passed: TurnsPassed | None = None) -> list[tuple[str, str]]:
+        """Swap the staged connections in; retire the ones they replace and the removed ones: each closes once
+        ``turns_passed()`` returned (the turns in flight ended; a removed server stays callable by name until
+        then) and no call is in flight on it, within :data:`RETIRE_WAIT`.
+
+        A replaced server's watched URIs are subscribed again on its new connection (with one synthesized
+        update each, so a change during the swap is not lost). Returns the ``(server, uri)`` subscriptions
+        that were dropped: a removed server's, and any its replacement could not take.
+        """
+        changes = staged.changes
+        retired = {name: self.connections.pop(name) for name in changes.removed + changes.changed
+                   if name in self.connections}
+        for name in changes.removed + changes.changed:
+            self.failed.pop(name, None)
+        self.connections.update(staged.connections)
+        self.failed.update(staged.failed)
+        self.declared = list(staged.declared)
+        self._order()
+        dropped: list[tuple[str, str]] = []
+        for name, old in retired.items():
+            new = self.connections.get(name)
+            for uri in list(old.watched):
+                if new is not None and await self._resubscribe(new, uri):
+                    continue
+                dropped.append((name, uri))
+                self.log.warn("mcp.subscribe", server=name, uri=uri, action="dropped",
+                              reason="the server was removed by a reload" if new is None
+                              else "its new connection did not take the subscription")
+            if new is None:
+                self._retiring[name] = old
+            assert self._nursery is not None
+            self._nursery.start_soon(self._retire, old, turns_passed)
+        return dropped
+
+    async def _resubscribe(self, conn: ServerConnection, uri: str) -> bool:
+        try:
+            pushed = await conn.subscribe(uri)
+        except McpError as exc:
+            self.log.warn("mcp.subscribe_degraded", server=conn.name, uri=uri, error=str(exc))
+            return False
+        if pushed:
+            conn.subscriptions.updated(uri, synthesized=True)
+        return pushed
+
+    async def _retire(self, conn: ServerConnection, turns_passed: TurnsPassed | None) -> None:
+        """Let the turns and calls in flight on ``conn`` finish (within :data:`RETIRE_WAIT`), then close it."""
+        with trio.move_on_after(RETIRE_WAIT):
+            if turns_passed is not None:
+                await turns_passed()
+            await conn.exchange.wait_idle()
+        if self._retiring.get(conn.name) is conn:
+            del self._retiring[conn.name]
+        self._close(conn)
+
+    def _close(self, conn: ServerConnection) -> None:
+        scope = self._scopes.get(conn)
+        if scope is not None:
+            scope.cancel()  # the connection's own cleanup (DELETE, client close) is shielded and bounded
+
+
+def _required_failure(declared: Sequence[McpServerConfig], failed: Mapping[str, AgentdError]
+                      ) -> McpConnectError | None:
+    return next((exc for c in declared if c.required and isinstance(exc := failed.get(c.name), McpConnectError)),
+                None)
+
+
+async def _close_client(client: httpx.AsyncClient) -> None:
+    from agentd.client.exchange import CLEANUP_GRACE
+
+    with trio.move_on_after(CLEANUP_GRACE, shield=True):
+        await client.aclose()
 
 
 def _own_client(config: McpServerConfig) -> bool:
@@ -290,6 +488,8 @@ async def open_mcp_pool(
         shared = (await stack.enter_async_context(new_client(verify=verify_for(sharing), egress=egress))
                   if sharing else None)
         async with trio.open_nursery() as nursery:
+            pool._nursery = nursery
+            pool._opening = _Opening(secrets, tuning, max_body, egress)
             nursery.start_soon(pool._forward_updates)
             async with trio.open_nursery() as connecting:
                 for config in declared:
@@ -304,21 +504,13 @@ async def open_mcp_pool(
                     )
             pool._order()
             if raise_required:
-                failure = next(
-                    (
-                        exc
-                        for c in declared
-                        if c.required and isinstance(exc := pool.failed.get(c.name), McpConnectError)
-                    ),
-                    None,
-                )
+                failure = _required_failure(declared, pool.failed)
             if failure is not None:
                 nursery.cancel_scope.cancel()
             else:
-                required = [c.name for c in declared if c.required]
-
-                def connected() -> bool:  # readiness: every required server is connected right now
-                    return all(name in pool.connections and pool.connections[name].connected for name in required)
+                def connected() -> bool:  # readiness: every required server (as declared now) is connected
+                    return all(c.name in pool.connections and pool.connections[c.name].connected
+                               for c in pool.declared if c.required)
 
                 try:
                     with readiness_check(connected):

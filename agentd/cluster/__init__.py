@@ -8,6 +8,8 @@
   appends (a run's commits are refused once its owner lost its lease);
 - :mod:`agentd.cluster.work`: members (register, heartbeat) and work items claimed with
   ``FOR UPDATE SKIP LOCKED`` under leases with fencing tokens.
+- :mod:`agentd.cluster.subscriptions`: subscriptions owned by one member at a time (lease rows, fenced wake
+  records); the owner loop that watches them is agentd.reactive.clustered.
 
 Nothing is imported here: psycopg is loaded only by a daemon started with ``--cluster``.
 """

@@ -26,8 +26,9 @@ from typing import Any
 import trio
 
 from agentd import defaults
+from agentd.cluster.capacity import read_capacity
 from agentd.cluster.store import PgJournal, open_database
-from agentd.cluster.work import Queue, enqueue, view
+from agentd.cluster.work import enqueue, view
 from agentd.config.dsn import connect_args, parse
 from agentd.errors import ConfigError
 from agentd.events import Redactor
@@ -84,7 +85,7 @@ async def _command(options: argparse.Namespace, conninfo: str, password: str | N
     store = PgJournal(await open_database(conninfo, password, where))
     try:
         if options.command == "status":
-            signal = await Queue(store, "", None, 0).capacity_signal(options.lease_ttl)
+            signal = await read_capacity(store, options.lease_ttl)
             return 0, {"database": where, **signal.to_json()}
         if options.command == "submit":
             handle = options.id or new_run_id()

@@ -19,9 +19,11 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from agentd.cluster.capacity import CapacityBoard
 from agentd.cluster.db import Database
 from agentd.cluster.member import Execute, Member
 from agentd.cluster.store import PgJournal, open_database
+from agentd.cluster.watch import DoneWatch
 from agentd.cluster.work import Queue
 from agentd.config.dsn import connect_args, parse
 from agentd.config.model import Config
@@ -41,10 +43,16 @@ class Cluster:
     listen_db: Database
     ttl: float
     log: EventLog
+    #: The served surface's waiters for cluster handles' ends (agentd.selfmcp.clustered).
+    watch: DoneWatch = attrs.field(factory=DoneWatch)
+    #: This member's slots and the last capacity read (``agentd ctl status``).
+    board: CapacityBoard = attrs.field(default=attrs.Factory(lambda self: CapacityBoard(
+        self.queue.member, self.queue.capacity), takes_self=True))
 
     async def serve(self, execute: Execute, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                     ) -> None:
-        member = Member(self.queue, execute, self.log, ttl=self.ttl, listen_db=self.listen_db)
+        member = Member(self.queue, execute, self.log, ttl=self.ttl, listen_db=self.listen_db, watch=self.watch,
+                        board=self.board)
         await member.serve(task_status=task_status)
 
 

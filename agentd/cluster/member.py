@@ -4,10 +4,13 @@ Why one task tree: the member owns three loops in one nursery, each with bounded
 
 - the heartbeat (every ``ttl / 3``) marks the member alive and renews the leases of what it runs; a run
   whose lease was LOST (another member took it after this one was paused or partitioned) is cancelled at
-  once, and its commits would be refused anyway (fencing, agentd.cluster.store.FencedJournal);
-- the listener holds ``LISTEN agentd_work`` on its own connection and worker thread, waking the claimer
-  when work is enqueued (it returns to trio at least every :data:`LISTEN_SLICE` seconds, so cancelling it
-  takes at most that long);
+  once, and its commits would be refused anyway (fencing, agentd.cluster.store.FencedJournal). On the same
+  cadence it reads the capacity signal (agentd.cluster.capacity: one bounded statement) into the member's
+  :class:`~agentd.cluster.capacity.CapacityBoard` and the metrics, so scrapes never touch the database;
+- the listener holds ``LISTEN agentd_work`` and ``LISTEN agentd_done`` on its own connection and worker
+  thread, waking the claimer when work is enqueued and the waiters of an item when it ends
+  (agentd.cluster.watch); it returns to trio at least every :data:`LISTEN_SLICE` seconds, so cancelling it
+  takes at most that long;
 - the claimer claims up to the free capacity (``FOR UPDATE SKIP LOCKED``, agentd.cluster.work), starts each
   item in the member's nursery, and otherwise waits for a wake-up or :data:`POLL_INTERVAL`.
 
@@ -30,13 +33,16 @@ import trio
 
 from agentd import defaults
 from agentd.backoff import exponential
+from agentd.cluster.capacity import CapacityBoard, read_capacity
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
 from agentd.cluster.store import FencedJournal
-from agentd.cluster.work import CANCELLED, WORK_CHANNEL, Queue, WorkItem
+from agentd.cluster.watch import DoneWatch
+from agentd.cluster.work import CANCELLED, DONE_CHANNEL, WORK_CHANNEL, Queue, WorkItem
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.records import RunEnded
+from agentd.telemetry import metrics
 
 #: Longest the claimer waits without a wake-up before looking again (a lost NOTIFY, expired leases).
 POLL_INTERVAL: Final = 1.0
@@ -59,6 +65,10 @@ class Member:
     log: EventLog
     ttl: float = defaults.CLUSTER_LEASE_TTL
     listen_db: Database | None = None
+    #: Waiters for items' ends (the served cluster handles), woken by ``NOTIFY agentd_done``.
+    watch: DoneWatch | None = None
+    #: Where the member publishes its slots and the last capacity read (``agentd ctl status``).
+    board: CapacityBoard | None = None
     _running: dict[str, tuple[WorkItem, trio.CancelScope]] = attrs.field(factory=dict)
     _cancelling: set[str] = attrs.field(factory=set)
     _wake: trio.Event = attrs.field(factory=trio.Event)
@@ -99,9 +109,26 @@ class Member:
             self._down = False
             self.log.info("cluster.available", database=self.queue.db.where)
 
+    def _slots_changed(self) -> None:
+        if self.board is not None:
+            self.board.running = len(self._running)
+
+    async def _read_capacity(self) -> None:
+        """The capacity signal, on the heartbeat's cadence (a failed read keeps the last one: it says its age)."""
+        try:
+            signal = await read_capacity(self.queue.store, self.ttl)
+        except JournalError:
+            return
+        if self.board is not None:
+            self.board.last, self.board.read_at = signal, trio.current_time()
+        metrics.cluster_capacity(max(0, self.queue.capacity - len(self._running)), len(signal.members),
+                                 signal.free_slots, signal.queued, signal.oldest_queued_age)
+
     async def _heartbeat(self) -> None:
         failures = 0
         while True:
+            if not failures:  # after the renewals and their consequences, never ahead of them
+                await self._read_capacity()
             await trio.sleep(self.ttl / 3 if not failures else exponential(failures, RETRY_BASE, RETRY_CAP))
             leases = [item.lease for item, _ in self._running.values()]
             try:
@@ -135,14 +162,19 @@ class Member:
         failures = 0
         while True:
             try:
-                woke = await db.call(_listen_once, "listen")
+                heard = await db.call(_listen_once, "listen")
             except JournalError:
                 failures += 1
                 await trio.sleep(exponential(failures, RETRY_BASE, RETRY_CAP))
                 continue
+            if failures and self.watch is not None:
+                self.watch.recheck()  # listening again: what ended meanwhile was not heard
             failures = 0
-            if woke:
-                self._wake.set()
+            for channel, payload in heard:
+                if channel == WORK_CHANNEL:
+                    self._wake.set()
+                elif self.watch is not None:
+                    self.watch.done(payload)
 
     async def _claim_loop(self, nursery: trio.Nursery) -> None:
         failures = 0
@@ -165,6 +197,7 @@ class Member:
             for item in claimed:
                 scope = trio.CancelScope()
                 self._running[item.work_id] = (item, scope)
+                self._slots_changed()
                 self.log.info("cluster.claimed", work=item.work_id, kind=item.kind, token=item.lease.token,
                               attempt=item.attempt)
                 nursery.start_soon(self._run, item, scope)
@@ -195,6 +228,7 @@ class Member:
             finished = await self._fail(item, journal, error)
         finally:
             self._running.pop(item.work_id, None)
+            self._slots_changed()
             self._cancelling.discard(item.work_id)
             self._wake.set()
             if not finished:
@@ -228,9 +262,17 @@ class Member:
                 await trio.sleep(exponential(attempt, RETRY_BASE, RETRY_CAP))
 
 
-def _listen_once(conn: psycopg.Connection[Any]) -> bool:
-    """On the listener's worker thread: LISTEN (idempotent) and wait at most LISTEN_SLICE for a notification."""
-    conn.execute(f"LISTEN {WORK_CHANNEL}")
-    for _ in conn.notifies(timeout=LISTEN_SLICE, stop_after=1):
-        return True
-    return False
+#: Most notifications one listening call hands back (the rest wait for the next call).
+LISTEN_BATCH: Final = 256
+
+
+def _listen_once(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    """On the listener's worker thread: LISTEN (idempotent) and wait at most LISTEN_SLICE for notifications;
+    ``(channel, payload)`` of those heard (the first one ends the wait; any that came with it are kept)."""
+    conn.execute(f"LISTEN {WORK_CHANNEL}; LISTEN {DONE_CHANNEL}")
+    heard: list[tuple[str, str]] = []
+    for notify in conn.notifies(timeout=LISTEN_SLICE, stop_after=1):
+        heard.append((notify.channel, notify.payload))
+        if len(heard) >= LISTEN_BATCH:
+            break
+    return heard

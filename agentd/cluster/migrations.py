@@ -53,6 +53,19 @@ CREATE TABLE agentd_work (
 );
 CREATE INDEX agentd_work_open ON agentd_work (created_at) WHERE status = 'open';
 """),
+    # Subscriptions owned by one member at a time (agentd.cluster.subscriptions), and who takes part in owning them.
+    (2, """
+CREATE TABLE agentd_subscriptions (
+    sub_id TEXT PRIMARY KEY, scope TEXT NOT NULL, uri TEXT NOT NULL, server TEXT, origin TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, owner TEXT, token BIGINT, expires_at DOUBLE PRECISION, digest TEXT,
+    wakes BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX agentd_subscriptions_scope ON agentd_subscriptions (scope, created_at);
+CREATE TABLE agentd_subscribers (
+    scope TEXT NOT NULL, member_id TEXT NOT NULL, capacity INTEGER NOT NULL, seen_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (scope, member_id)
+);
+"""),
 )
 #: The schema this agentd writes and reads; a database with a larger version is refused.
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]

@@ -63,21 +63,6 @@ class WorkView:
     finished_at: float | None
 
 
-@attrs.frozen
-class Capacity:
-    """The capacity signal for autoscalers: members alive, free slots, queue depth, oldest unclaimed age."""
-
-    members: tuple[Mapping[str, Any], ...]
-    free_slots: int
-    queued: int
-    running: int
-    oldest_queued_age: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"members": list(self.members), "free_slots": self.free_slots, "queued": self.queued,
-                "running": self.running, "oldest_queued_age": self.oldest_queued_age}
-
-
 def enqueue_in(conn: Conn, work_id: str, kind: str, payload: Mapping[str, Any], now: float,
                not_before: float | None = None) -> bool:
     row = conn.execute(
@@ -233,26 +218,3 @@ class Queue:
                 conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, lease.run_id))
 
         await self.db.call(work, "finish")
-
-    async def capacity_signal(self, ttl: float) -> Capacity:
-        def work(conn: Conn) -> Capacity:
-            with conn.transaction():
-                now = self.store.now_in(conn)
-                members = conn.execute(
-                    "SELECT m.member_id, m.address, m.capacity, m.heartbeat_at, "
-                    "(SELECT count(*) FROM agentd_leases l JOIN agentd_work w ON w.work_id = l.run_id "
-                    " WHERE l.owner = m.member_id AND l.expires_at > %(now)s AND w.status = 'open') "
-                    "FROM agentd_members m WHERE m.heartbeat_at > %(alive)s ORDER BY m.member_id",
-                    {"now": now, "alive": now - ttl}).fetchall()
-                queued, oldest = conn.execute(
-                    "SELECT count(*), min(w.created_at) FROM agentd_work w LEFT JOIN agentd_leases l "
-                    "ON l.run_id = w.work_id WHERE w.status = 'open' AND w.not_before <= %(now)s "
-                    "AND (l.run_id IS NULL OR l.expires_at <= %(now)s)", {"now": now}).fetchone() or (0, None)
-            running = sum(int(m[4]) for m in members)
-            return Capacity(
-                tuple({"member": m[0], "address": m[1], "capacity": m[2], "running": int(m[4]),
-                       "heartbeat_age": round(now - m[3], 3)} for m in members),
-                sum(max(0, int(m[2]) - int(m[4])) for m in members), int(queued), running,
-                None if oldest is None else round(now - float(oldest), 3))
-
-        return await self.db.call(work, "status")

@@ -15,7 +15,7 @@ from typing import Any, Final
 import attrs
 
 from agentd import defaults
-from agentd.config.endpoints import check_endpoint, check_server_name
+from agentd.config.endpoints import check_endpoint, check_server_name, merge_declared
 from agentd.config.model import McpServerConfig, TlsConfig
 from agentd.errors import ConfigError
 
@@ -36,20 +36,10 @@ def parse_peer_flag(value: str) -> tuple[str, str]:
 def merge_peers(from_file: Any, flags: Sequence[str], tls_ca: str | None) -> tuple[McpServerConfig, ...]:
     """File entries then ``--a2a-peer`` flags (the same name twice must agree on the URL); ``--tls-ca``
     is every https peer's CA unless its entry names its own."""
-    peers: dict[str, McpServerConfig] = {p.name: p for p in (from_file or ())}
-    seen: set[str] = set()
-    for value in flags:
-        name, url = parse_peer_flag(value)
-        if name in seen:
-            raise ConfigError(f"--a2a-peer: duplicate peer name {name!r}")
-        seen.add(name)
-        if name in peers:
-            if peers[name].url != url:
-                raise ConfigError(f"--a2a-peer {name}={url} conflicts with the config file's a2a_peers entry {name!r}")
-            continue
-        peers[name] = McpServerConfig(name=name, url=url, call_timeout=CALL_TIMEOUT)
+    peers = merge_declared(from_file or (), flags, flag="--a2a-peer", section="a2a_peers", kind="peer", parse=parse_peer_flag,
+                           make=lambda name, url: McpServerConfig(name=name, url=url, call_timeout=CALL_TIMEOUT))
     out = []
-    for peer in peers.values():
+    for peer in peers:
         if tls_ca is not None and peer.url.lower().startswith("https://") and (peer.tls is None or peer.tls.ca is None):
             peer = attrs.evolve(peer, tls=attrs.evolve(peer.tls, ca=tls_ca) if peer.tls else TlsConfig(ca=tls_ca))
         out.append(peer)

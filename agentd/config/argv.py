@@ -102,7 +102,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "join the cluster on this PostgreSQL DSN: shared journal and work queue (no password in it: PGPASSWORD, "
          "~/.pgpass or {{secret:NAME}} in the password position; config cluster.dsn)", _RUN, "DSN"),
     Flag("--cluster-capacity", "cluster_capacity", "int",
-         f"cluster: work items this member runs at once (default {D.CLUSTER_CAPACITY})", _RUN, "N"),
+         f"cluster: work items this member runs at once; 0 queues work but runs none (default {D.CLUSTER_CAPACITY})",
+         _RUN, "N"),
     Flag("--cluster-lease-ttl", "cluster_lease_ttl", "duration",
          f"cluster: lease on claimed work; a dead member's work moves after this (default {_s(D.CLUSTER_LEASE_TTL)})",
          _RUN, "DURATION"),
@@ -211,6 +212,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--serve-max-spawns", "serve_max_spawns", "int", f"concurrent served spawns (default {D.SERVE_MAX_SPAWNS})", _SERVE, "N"),
     Flag("--serve-max-sessions", "serve_max_sessions", "int", f"MCP sessions (default {D.SERVE_MAX_SESSIONS})", _SERVE, "N"),
     Flag("--serve-max-warm", "serve_max_warm", "int", f"warm subagent sessions (default {D.SERVE_MAX_WARM})", _SERVE, "N"),
+    Flag("--serve-max-queued", "serve_max_queued", "int",
+         f"cluster: served async spawns queued here and not ended (default {D.SERVE_MAX_QUEUED})", _SERVE, "N"),
     Flag("--serve-max-body", "serve_max_body", "int", f"request body limit in bytes (default {D.SERVE_MAX_BODY // 1024 // 1024} MiB)", _SERVE,
          "BYTES"),
     Flag("--serve-keepalive", "serve_keepalive", "duration", f"SSE keepalive interval (default {_s(D.SERVE_KEEPALIVE)})", _SERVE,

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final
 
 from agentd.errors import ConfigError
 from agentd.loopback import is_loopback_host as is_loopback_host
 from agentd.tool_separator import SEPARATOR
+
+if TYPE_CHECKING:
+    from agentd.config.model import McpServerConfig
 
 #: The offline deterministic model: accepted wherever an intelligence endpoint is.
 OFFLINE_MODEL: Final = "test"
@@ -88,3 +92,32 @@ def parse_mcp_flag(value: str) -> tuple[str, str]:
     name = name.strip()
     check_server_name(name)
     return name, check_endpoint(url, what=f"--mcp {name}")
+
+
+def merge_declared(
+    from_file: Sequence[McpServerConfig], flags: Sequence[str], *, flag: str, section: str, kind: str,
+    parse: Callable[[str], tuple[str, str]], make: Callable[[str, str], McpServerConfig],
+) -> tuple[McpServerConfig, ...]:
+    """File entries then ``FLAG name=url`` values (``--mcp``, ``--a2a-peer``): one rule for both.
+
+    A name given twice by flags is an error; a flag naming a file entry must agree on its URL, and then the file's
+    entry (headers, TLS, timeouts) is the one kept.
+    """
+    declared: dict[str, McpServerConfig] = {}
+    for entry in from_file:
+        if entry.name in declared:
+            raise ConfigError(f"{section}: duplicate {kind} name {entry.name!r}")
+        declared[entry.name] = entry
+    seen: set[str] = set()
+    for value in flags:
+        name, url = parse(value)
+        if name in seen:
+            raise ConfigError(f"{flag}: duplicate {kind} name {name!r}")
+        seen.add(name)
+        if name in declared:
+            if declared[name].url != url:
+                raise ConfigError(f"{flag} {name}={url} conflicts with the config file's {section} entry {name!r} "
+                                  f"({declared[name].url})")
+            continue
+        declared[name] = make(name, url)
+    return tuple(declared.values())

@@ -18,7 +18,12 @@ import attrs
 from agentd.config.a2a import merge_peers
 from agentd.config.argv import FLAGS_BY_DEST, Command, Flag, parse_flags
 from agentd.config.durations import parse_duration
-from agentd.config.endpoints import check_intelligence_endpoint, parse_mcp_flag, split_endpoints
+from agentd.config.endpoints import (
+    check_intelligence_endpoint,
+    merge_declared,
+    parse_mcp_flag,
+    split_endpoints,
+)
 from agentd.config.env import read_env
 from agentd.config.model import Config, McpServerConfig, TlsConfig, check_era
 from agentd.config.validate import Purpose, validate
@@ -99,7 +104,8 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         merged["instruction"] = _read_instruction(merged["instruction_file"])
 
     merged["mcp"] = _apply_era(_apply_tags(
-        _merge_servers(file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or ()),
+        merge_declared(file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or (), flag="--mcp",
+                       section="mcp_servers", kind="server", parse=parse_mcp_flag, make=lambda name, url: McpServerConfig(name=name, url=url)),
         merged.pop("mcp_tags", ()) or (),
     ), merged.pop("mcp_era", ()) or ())
     if file_layer is not None:
@@ -153,30 +159,6 @@ def _read_instruction(path: str) -> str:
     if not text.strip():
         raise ConfigError(f"--instruction-file {path}: the file is empty")
     return text
-
-
-def _merge_servers(from_file: Sequence[McpServerConfig], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
-    """File entries then ``--mcp`` flags; the same name twice is a conflict unless the URLs agree."""
-    servers: dict[str, McpServerConfig] = {}
-    for server in from_file:
-        if server.name in servers:
-            raise ConfigError(f"mcp_servers: duplicate server name {server.name!r}")
-        servers[server.name] = server
-    seen_flags: set[str] = set()
-    for value in flags:
-        name, url = parse_mcp_flag(value)
-        if name in seen_flags:
-            raise ConfigError(f"--mcp: duplicate server name {name!r}")
-        seen_flags.add(name)
-        if name in servers:
-            if servers[name].url != url:
-                raise ConfigError(
-                    f"--mcp {name}={url} conflicts with the config file's mcp_servers entry {name!r} "
-                    f"({servers[name].url})"
-                )
-            continue  # the same server declared twice: the file's entry carries headers, TLS and timeouts
-        servers[name] = McpServerConfig(name=name, url=url)
-    return tuple(servers.values())
 
 
 def _per_server(

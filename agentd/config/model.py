@@ -185,6 +185,7 @@ class Config:
     serve_max_spawns: int = defaults.SERVE_MAX_SPAWNS
     serve_max_sessions: int = defaults.SERVE_MAX_SESSIONS
     serve_max_warm: int = defaults.SERVE_MAX_WARM
+    serve_max_queued: int = defaults.SERVE_MAX_QUEUED
     serve_max_body: int = defaults.SERVE_MAX_BODY
     serve_keepalive: float = defaults.SERVE_KEEPALIVE
     serve_retention: float = defaults.SERVE_RETENTION

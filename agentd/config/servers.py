@@ -140,3 +140,4 @@ _SECRET_FILE: Final = re.compile(r"(\{\{\s*secret-file\s*:\s*)(.*?)(\s*\}\})")
 def rebase_secret_files(template: str, base_dir: str) -> str:
     """Make ``{{secret-file:rel}}`` references relative to ``base_dir`` (the config file's directory)."""
     return _SECRET_FILE.sub(lambda m: f"{m[1]}{rebase(m[2], base_dir)}{m[3]}" if m[2] else m[0], template)
+

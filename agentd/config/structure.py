@@ -117,6 +117,10 @@ def _format(exc: BaseException, type_: Any) -> str:
         return str(exc)
     if isinstance(exc, KeyError):
         return "required field missing"
+    if isinstance(exc, AttributeError) and re.search(r"has no attribute '(keys|items|get)'", str(exc)):
+        # cattrs read a section's keys from something that is not a mapping (``- foo`` where ``foo:`` was meant)
+        found = re.match(r"'(\w+)' object", str(exc))
+        return f"expected a mapping (key: value lines), got {found[1] if found else 'something else'}"
     if " not in literal " in str(exc):
         allowed = ", ".join(repr(a) for a in typing.get_args(type_))
         return f"expected one of {allowed}, got {str(exc).split(' not in literal ', 1)[0]!r}"

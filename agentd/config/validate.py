@@ -45,6 +45,7 @@ _AT_LEAST_ONE: Final = (
     ("max_steps", "--max-steps"), ("max_tokens", "--max-tokens"),
     ("max_concurrent_wakes", "--max-concurrent-wakes"), ("token_ceiling", "--token-ceiling"),
     ("serve_max_spawns", "--serve-max-spawns"), ("serve_max_sessions", "--serve-max-sessions"),
+    ("serve_max_queued", "--serve-max-queued"),
     ("serve_max_body", "--serve-max-body"), ("serve_max_connections", "--serve-max-connections"),
     ("serve_max_per_client", "--serve-max-per-client"),
     ("spawn_rate", "--spawn-rate"), ("spawn_burst", "--spawn-burst"),
@@ -85,8 +86,8 @@ def _check_cluster(config: Config) -> None:
     if config.state_dir is not None:
         raise ConfigError("--cluster and --state-dir are mutually exclusive (a member journals in the cluster "
                           "database)")
-    if config.cluster_capacity < 1:
-        raise ConfigError(f"--cluster-capacity must be >= 1, not {config.cluster_capacity}")
+    if config.cluster_capacity < 0:
+        raise ConfigError(f"--cluster-capacity must be >= 0, not {config.cluster_capacity}")
     if not config.cluster_lease_ttl >= 1:
         raise ConfigError(f"--cluster-lease-ttl must be at least 1s, not {config.cluster_lease_ttl}")
 

@@ -4,13 +4,17 @@ The socket (agentd.ctl.server) hands every request here; the answer is the docum
 An answer with ``error`` is a refusal (exit 1); nothing here raises for bad input.
 
 - ``status``: mode, pause / lame duck / drain, the runs in flight, the supervisor's statistics and free
-  capacity, the mode's own snapshot (what ``agent://status`` shows) and the config's reload count.
+  capacity, the mode's own snapshot (what ``agent://status`` shows) and the config's reload count; with
+  ``--cluster`` a ``cluster`` section: this member's slots and the capacity signal its heartbeat last read
+  (agentd.cluster.capacity).
 - ``pause`` / ``resume``: the operator switch (agentd.operator); with ``--state-dir`` the paused state is
   saved, so a restarted daemon starts paused.
 - ``lame-duck`` (``{"on": false}`` ends it).
 - ``cancel``: a run by its run id (the daemon's once run or a wake), else a subagent or served run by its
   handle (``0.3``, ``served.2``).
-- ``reload``: re-read the config (agentd.ctl.reload decides what may change), the same as SIGHUP.
+- ``reload``: re-read the config (agentd.ctl.reload decides what may change), the same as SIGHUP. What
+  reopens connections (MCP servers, intelligence endpoints) is staged first; one stage failing (a required
+  server unreachable) discards them all and the running config is kept (outcome ``failed``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from agentd.drain import current_drain
 from agentd.errors import AgentdError
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
-from agentd.operator import Operator
+from agentd.operator import Operator, Staged
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.telemetry.health import current_health
@@ -58,6 +62,8 @@ class Controls:
     loader: Loader | None = None
     #: The running mode's snapshot (``agent://status``), when it publishes one.
     snapshot: Callable[[], Mapping[str, Any] | None] = lambda: None
+    #: ``--cluster``: the member's slots and last capacity read (None: not a cluster member).
+    cluster: Callable[[], Mapping[str, Any] | None] = lambda: None
     reloads: int = 0
     _reload_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -105,6 +111,7 @@ class Controls:
                          "free_subagents": max(0, caps.max_subagents - live),
                          "accepting": not (stats.draining or self.operator.lame_duck)},
             "daemon": self.snapshot(),
+            "cluster": self.cluster(),
             "config": {"path": self.cfg.config_path, "reloads": self.reloads},
         }
 
@@ -145,14 +152,30 @@ class Controls:
                     trigger, "refused", f"only a restart can change {', '.join(plan.refused)}",
                     refused=list(plan.refused))
             old = self.cfg
+            staged: list[Staged] = []
+            try:  # what a reload reopens (MCP servers, intelligence endpoints), beside what runs
+                for stage in list(self.operator.stagers):
+                    if (opened := await stage(old, reread)) is not None:
+                        staged.append(opened)
+            except AgentdError as exc:  # a required server unreachable, say: the running config is kept
+                for opened in staged:
+                    opened.discard()
+                return self._reload_failed(trigger, "failed", str(exc))
+            except BaseException:
+                for opened in staged:
+                    opened.discard()
+                raise
+            for opened in staged:
+                await opened.commit()
             for apply in list(self.operator.appliers):
                 await apply(old, reread)
             self.cfg = reread
             self.reloads += 1
+            summary = {k: v for opened in staged for k, v in opened.summary().items()}
             self.log.warn("ctl.reload", outcome="applied", trigger=trigger, changed=list(plan.changed),
-                          reloads=self.reloads)
+                          reloads=self.reloads, **summary)
             return {"reloaded": True, "changed": list(plan.changed), "reloads": self.reloads,
-                    "ts": round(time.time(), 3)}
+                    "ts": round(time.time(), 3), **summary}
 
     # -- helpers ---------------------------------------------------------------------------------------
 

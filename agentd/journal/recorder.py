@@ -26,9 +26,11 @@ from typing import Any
 import attrs
 
 from agentd.journal.records import (
+    ChildResult,
     ModelReply,
     RunEnded,
     RunStarted,
+    Spawned,
     ToolCallOutcome,
     ToolCallRequested,
     Usage,
@@ -41,6 +43,10 @@ def config_digest(settings: Mapping[str, Any]) -> str:
     """A short, stable digest of a run's settings (``RunStarted.config_digest``); values are never stored."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+#: The result a lost child's ``child.result`` carries.
+LOST_CHILD = "the parent process stopped while this subagent ran; it was not run again"
 
 
 @attrs.frozen
@@ -64,6 +70,10 @@ class Rebuilt:
     prompt_tokens: int
     completion_tokens: int
     pending: tuple[PendingCall, ...]
+    #: Subagents the run spawned whose end is not journaled (their processes did not survive a crash).
+    open_children: tuple[str, ...] = ()
+    #: Every subagent the run spawned, in order.
+    children: tuple[str, ...] = ()
 
 
 def rebuild(journal: RunJournal) -> Rebuilt:
@@ -72,6 +82,8 @@ def rebuild(journal: RunJournal) -> Rebuilt:
     ended: RunEnded | None = None
     messages: list[dict[str, Any]] = []
     requested: dict[str, PendingCall] = {}
+    children: dict[str, None] = {}
+    spawned: list[str] = []
     steps = prompt = completion = 0
     for entry in journal.entries:
         record = entry.record
@@ -91,9 +103,15 @@ def rebuild(journal: RunJournal) -> Rebuilt:
         elif isinstance(record, Usage):
             prompt += record.input_tokens
             completion += record.output_tokens
+        elif isinstance(record, Spawned):
+            children[record.handle] = None
+            spawned.append(record.handle)
+        elif isinstance(record, ChildResult):
+            children.pop(record.handle, None)
         elif isinstance(record, RunEnded):
             ended = record
-    return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()))
+    return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()),
+                   tuple(children), tuple(spawned))
 
 
 @attrs.define(eq=False)
@@ -102,6 +120,12 @@ class RunRecorder:
 
     store: JournalStore
     run_id: str
+    _children_ended: set[str] = attrs.field(factory=set, init=False)
+    #: The handles of the children an earlier process of this run spawned (set when it is resumed).
+    earlier_children: tuple[str, ...] = ()
+
+    def journaled_children(self) -> tuple[str, ...]:
+        return self.earlier_children
 
     async def started(self, record: RunStarted) -> None:
         await self._append([record], durable=True)
@@ -121,6 +145,21 @@ class RunRecorder:
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
         await self._append([ToolCallOutcome(step, call_id, ok, text)])
+
+    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None) -> None:
+        """A subagent the run started (``subagent.spawn``): its handle, instruction and token slice."""
+        await self._append([Spawned(step, handle, instruction, budget)])
+
+    async def child_ended(self, handle: str, status: str, result: Any) -> None:
+        """A subagent's end, committed the first time the run sees it (a later status call adds nothing)."""
+        if handle not in self._children_ended:
+            self._children_ended.add(handle)
+            await self._append([ChildResult(handle, status, result)])
+
+    async def lost(self, handles: Sequence[str]) -> None:
+        """Children a crash left without an end: their processes died with the parent; recorded ``lost``."""
+        self._children_ended.update(handles)
+        await self._append([ChildResult(h, "lost", LOST_CHILD) for h in handles])
 
     async def ended(self, status: str, result: Any, error: str | None) -> None:
         await self._append([RunEnded(status, result, error)], durable=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -23,13 +23,28 @@ from agentd.events import EventLog
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
+@runtime_checkable
+class ChildJournal(Protocol):
+    """Where a run's subagents are journaled (agentd.journal.recorder.RunRecorder, with ``--state-dir``)."""
+
+    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None) -> None: ...
+
+    async def child_ended(self, handle: str, status: str, result: Any) -> None: ...
+
+    def journaled_children(self) -> tuple[str, ...]:
+        """Handles an earlier process of this run spawned (new ones are numbered after them)."""
+        ...
+
+
 @attrs.frozen
 class ControlContext:
-    """What a handler may know about the call: the run, its log (bound to the run) and the step."""
+    """What a handler may know about the call: the run, its log (bound to the run) and the step, and where
+    the run journals its subagents (None: not journaled)."""
 
     run_id: str
     log: EventLog
     step: int
+    journal: ChildJournal | None = None
 
 
 @attrs.frozen

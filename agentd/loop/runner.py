@@ -47,7 +47,7 @@ from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.loop import observe
 from agentd.loop.budgets import BudgetMeter, Limits
 from agentd.loop.catalogue import Catalogue, Entry, build_catalogue
-from agentd.loop.control import ControlContext, ControlToolRegistry
+from agentd.loop.control import ChildJournal, ControlContext, ControlToolRegistry
 from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
@@ -331,7 +331,9 @@ class _Run:
             self.observe(call, observe.rejection(refusal), "rejected", entry, step, started)
             return None
         if entry.control is not None:
-            ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step)
+            ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step,
+                                 journal=self.journal if self.journal is not None and isinstance(self.journal, ChildJournal)
+                                 else None)
             try:
                 outcome = await entry.control.handler(arguments, ctx)
             except AgentdError as exc:

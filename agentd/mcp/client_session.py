@@ -40,6 +40,11 @@ from agentd.mcp.versions import (
 )
 
 
+def no_roots() -> dict[str, Any]:
+    """agentd's answer to ``roots/list``, on the legacy wire and as a modern input response: it exposes none."""
+    return {"roots": []}
+
+
 class State(enum.Enum):
     NEW = "new"
     INITIALIZING = "initializing"
@@ -116,7 +121,8 @@ def is_modern_refusal(error: ErrorResponse) -> bool:
 
 
 def result_type(result: dict[str, Any]) -> str:
-    """Check a modern result's ``resultType``: absent means complete; anything but complete raises."""
+    """Check a modern result's ``resultType``: absent means complete; anything but complete raises (an
+    ``input_required`` answer to a call is followed up by :mod:`agentd.mcp.input_required` instead)."""
     kind = result.get("resultType", "complete")
     if kind == "complete":
         return "complete"
@@ -289,7 +295,7 @@ class ClientSession:
         if request.method == "ping":
             return Response(request.id, {})
         if request.method == "roots/list":
-            return Response(request.id, {"roots": []})
+            return Response(request.id, no_roots())
         return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"method not found: {request.method}")
 
     # -- helpers ---------------------------------------------------------------------------------------

@@ -410,17 +410,16 @@ class ServerCore:
                                data={"supported": list(SUPPORTED_VERSIONS), "requested": header_version})
         if isinstance(parsed, Notification):
             return Reply(HttpReply(202, b"", None))
-        if parsed.method in LEGACY_ONLY:
-            code = jsonrpc.INVALID_PARAMS if parsed.method == "initialize" else jsonrpc.METHOD_NOT_FOUND
-            status = 400 if parsed.method == "initialize" else 404
-            return error_reply(status, code, f"{parsed.method} does not exist in {header_version}", id=rid)
+        if parsed.method in LEGACY_ONLY:  # initialize too: it is served on the legacy wire only
+            return error_reply(404, jsonrpc.METHOD_NOT_FOUND, f"{parsed.method} does not exist in {header_version}",
+                               id=rid)
         if parsed.method == "server/discover":
             return Reply(self.modern_reply(ModernPost(parsed, header_version), Response(parsed.id, self.discover())))
         return ModernPost(parsed, header_version)
 
     def discover(self) -> dict[str, Any]:
         result: dict[str, Any] = {
-            "supportedVersions": list(MODERN_VERSIONS),
+            "supportedVersions": list(SUPPORTED_VERSIONS),
             "capabilities": dict(self.identity.capabilities),
         }
         if self.identity.instructions:

@@ -18,10 +18,12 @@ LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
 LATEST_MODERN: Final = MODERN_VERSIONS[0]
 #: What a server assumes when a legacy request carries no ``MCP-Protocol-Version`` header.
 DEFAULT_HEADERLESS_VERSION: Final = "2025-03-26"
-#: What a server names as supported in ``-32022``: the modern revision first, the handshake one to fall back to.
-SUPPORTED_VERSIONS: Final = (LATEST_MODERN, LATEST_LEGACY)
+#: Every revision a dual-era endpoint accepts, newest first: the modern ones in the ``_meta`` envelope, the
+#: handshake ones through ``initialize``. ``server/discover`` (``supportedVersions``) and ``-32022``
+#: (``data.supported``) both name exactly these, so a refusal never names a version discover does not.
+SUPPORTED_VERSIONS: Final = MODERN_VERSIONS + LEGACY_VERSIONS
 
-#: Methods that exist only on the handshake wire; the modern wire answers them -32601 (initialize: -32602).
+#: Methods that exist only on the handshake wire; the modern wire answers them HTTP 404 with -32601.
 LEGACY_ONLY: Final = frozenset({"initialize", "ping", "resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 #: Methods that exist only on the modern wire.
 MODERN_ONLY: Final = frozenset({"server/discover", "subscriptions/listen"})

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping
 import trio
 
 from agentd.a2a.client import A2aPeers
+from agentd.client.pool import McpPool
 from agentd.config.model import Config
 from agentd.config.validate import split_subscription
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
-from agentd.journal.recorder import RunRecorder
 from agentd.journal.store import JournalStore
 from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlToolRegistry
@@ -34,6 +34,7 @@ from agentd.reactive.continue_route import conversation_sessions
 from agentd.reactive.governor import LifetimeBudget
 from agentd.reactive.modes import DaemonContext, FireOnce, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
+from agentd.reactive.shared import Shared
 from agentd.reactive.watch import Origin as WatchOrigin
 from agentd.run import (
     Gateway,
@@ -151,27 +152,45 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
     return add_controls, usage_for
 
 
-async def _earlier_wakes(journal: JournalStore, base: str, log: EventLog) -> int:
-    """The highest wake number an earlier daemon with this run id journaled; its unfinished wakes end
-    ``interrupted`` (a wake is not resumed yet: its trigger may fire again)."""
+async def _earlier_wakes(journal: JournalStore, base: str, root: Supervisor) -> tuple[int, list[tuple[str, str]]]:
+    """The highest wake number an earlier daemon with this run id journaled, and its unfinished wakes as
+    ``(run id, instruction)``, oldest first: the daemon resumes them (agentd.reactive.runs.DaemonRuns.restore).
+    The wakes share ``root``'s child numbering: new children are numbered after those the unfinished wakes
+    journaled, so a resumed wake's handles never name another wake's child."""
+    from agentd.journal.recorder import rebuild
+
     prefix, highest = f"{base}.", 0
+    unfinished: list[tuple[int, str, str]] = []
     for summary in await journal.list_runs(limit=1 << 30):
         number = summary.run_id.removeprefix(prefix)
         if summary.run_id.startswith(prefix) and number.isdigit():
             highest = max(highest, int(number))
             if summary.ended_at is None:
-                await RunRecorder(journal, summary.run_id).ended(
-                    "interrupted", None, "the daemon stopped during this wake; wakes are not resumed")
-                log.warn("run.interrupted", wake=summary.run_id)
-    return highest
+                prior = await journal.read_run(summary.run_id)
+                state = rebuild(prior) if prior is not None else None
+                if state is not None and state.started is not None:  # no RunStarted: never began
+                    unfinished.append((int(number), summary.run_id, state.started.instruction))
+                    children = [h.removeprefix(root.handle + ".") for h in state.children]
+                    minted = max((int(n) for n in children if n.isdigit()), default=0)
+                    if minted and (ledger := getattr(root.authority, "ledger", None)) is not None:
+                        ledger.mint_after(root.handle, minted)
+    return highest, [(run_id, instruction) for _, run_id, instruction in sorted(unfinished)]
 
 
-async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: Config) -> None:
+async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old: Config, new: Config) -> None:
     """Apply a reload (agentd.ctl.reload's subset): the model from the next model call, the limits for the
-    next runs, ``--subscribe`` re-armed now (new URIs subscribed, dropped ones unsubscribed)."""
+    next runs, ``--subscribe`` re-armed now (new URIs subscribed, dropped ones unsubscribed). The MCP servers
+    and endpoints were swapped before (agentd.run); what a removed server's connection watched is forgotten."""
     ctx.cfg = new
     ctx.runs.limits = limits_of(new)
     intel.model = new.model
+    ctx.server_names = [s.name for s in new.mcp]
+    if ctx.watcher is not None and new.mcp != old.mcp:
+        def subscribed(uri: str) -> bool:
+            return any(uri in conn.watched for conn in pool.connections.values())
+
+        for uri in ctx.watcher.orphans(pool.connections, subscribed):
+            await ctx.watcher.forget(uri, "its MCP server was removed or replaced by a reload")
     if ctx.watcher is None or new.subscribe == old.subscribe:
         return
     names = list(ctx.server_names)
@@ -180,6 +199,9 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: C
     owned = ctx.continue_route.owns if ctx.continue_route is not None else (lambda uri: False)
     before = {uri: server for server, uri in (split_subscription(v, names) for v in old.subscribe)}
     after = {uri: server for server, uri in (split_subscription(v, names) for v in new.subscribe)}
+    if ctx.shared is not None:  # the cluster re-owns: dropped ones are handed back, new ones claimed
+        await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)])
+        return
     for uri in sorted(before.keys() - after.keys()):
         if not owned(uri):
             await ctx.watcher.unwatch(uri, WatchOrigin.CONFIG)
@@ -196,14 +218,15 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, old: Config, new: C
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
                       publish: Publish | None = None, journal: JournalStore | None = None,
-                      fire_once: FireOnce | None = None) -> RunResult:
+                      fire_once: FireOnce | None = None, shared: Shared | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
     ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
     (agentd.drain); ``env`` is where secret references are looked up; ``publish`` shows the daemon's status to
     ``agent://status``. The intelligence and the pool are opened once for the daemon's life (agentd.run).
     ``journal`` (``--state-dir``) journals every wake; wakes left unfinished by an earlier process with the
-    same run id are closed as ``interrupted`` and the numbering continues after them (not resumed yet).
+    same run id are resumed from their last committed step and the numbering continues after them.
+    ``shared`` (``--cluster``) owns the subscriptions and self-scheduled runs with the other members.
     """
     if drain is None:
         drain = _drain_event(daemon, log)
@@ -224,14 +247,16 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 log=daemon_log,
                 budget=LifetimeBudget(cfg.budget_tokens_lifetime),
                 state=journal,
+                shared=shared,
             )
             if journal is not None:
-                runs.runs = await _earlier_wakes(journal, log.run_id, daemon_log)
+                runs.runs, runs.unfinished = await _earlier_wakes(journal, log.run_id, supervisor)
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
                                 server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
-                                publish=publish, fire_once=fire_once)
+                                publish=publish, fire_once=fire_once, shared=shared)
             operator = current_operator()
-            with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel)) if operator is not None
+            with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel, opened.pool))
+                  if operator is not None
                   else contextlib.nullcontext()):
                 result = await run_daemon(ctx)
     except BaseException as exc:

@@ -40,6 +40,7 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
+from agentd.reactive.shared import Shared
 from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
@@ -74,6 +75,9 @@ class DaemonContext:
     #: ``--cluster``: a cron occurrence is handed to the cluster under its key (once per key across the
     #: members, whichever member then runs it) instead of being run here; True when this call created it.
     fire_once: FireOnce | None = None
+    #: ``--cluster``: the cluster owns the subscriptions (each watched by the one member holding its lease) and
+    #: the agent's self-scheduled runs (agentd.reactive.shared).
+    shared: Shared | None = None
 
 
 def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
@@ -122,6 +126,8 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             if ctx.pool is not None:
                 await _start_reactivity(ctx, nursery)
             await _arm(ctx)
+            if ctx.shared is not None and ctx.watcher is not None and ctx.router is not None:
+                await nursery.start(ctx.shared.serve, ctx.watcher, ctx.router.notify)
             await runs.restore(ctx.router.notify if ctx.router is not None else None)
             nursery.start_soon(body)
             task_status.started()
@@ -282,13 +288,19 @@ async def _arm(ctx: DaemonContext) -> None:
         assert ctx.continue_route is not None
         ctx.continue_route.own(uri)
         await ctx.watcher.watch(uri, Origin.CONTINUE, server)
+    declared: list[tuple[str | None, str]] = []
     for value in ctx.cfg.subscribe:
         server, uri = split_subscription(value, names)
         if uri in continued_uris:
             ctx.log.warn("config.warning", uri=uri, reason="--subscribe and --continue name the same URI; "
                          "--continue owns its updates")
             continue
+        if ctx.shared is not None:  # the member holding its lease watches it
+            declared.append((server, uri))
+            continue
         await ctx.watcher.watch(uri, Origin.CONFIG, server)
+    if ctx.shared is not None:
+        await ctx.shared.declare(declared)
 
 
 async def _wake(ctx: DaemonContext, wake: Wake) -> None:
@@ -307,6 +319,8 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
         contents, server = list(read.contents), read.server
     except ResourceNotFound:
         contents, server = None, wake.server
+    if ctx.shared is not None and not await ctx.shared.record(wake.uri, contents):
+        return  # another member owns this subscription now: the wake is its (fenced)
     await runs.seen(wake.uri, contents)
     metrics.woke(wake.updates)
     ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,

@@ -28,10 +28,11 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.operator import current_operator
 from agentd.reactive.governor import LifetimeBudget, RestartGovernor
-from agentd.reactive.selftools import ScheduleRequest, SelfRequests, register_self_tools
+from agentd.reactive.selftools import ScheduleRequest, SelfRequests, SubscriptionRequest, register_self_tools
+from agentd.reactive.shared import Shared
 from agentd.reactive.watch import Origin, Watcher, content_digest
 
-Trigger = Literal["loop", "schedule", "wake", "scheduled", "continue"]
+Trigger = Literal["loop", "schedule", "wake", "scheduled", "continue", "resume"]
 #: Statuses that count as a failure for the restart governor (budget cuts and refusals do not).
 FAILED_STATUSES: Final = frozenset(
     {RunStatus.FAILED, RunStatus.CRASHED, RunStatus.INTELLIGENCE_FAILED, RunStatus.MCP_FAILED}
@@ -51,6 +52,8 @@ class Job:
     uri: str | None = None
     #: Earlier turns (OpenAI chat messages) a ``--continue`` session's run starts from.
     seed: tuple[Mapping[str, Any], ...] = ()
+    #: The run id of a wake an earlier process left unfinished: this run resumes it (``--state-dir``).
+    resume: str | None = None
 
 
 #: Runs one ordinary run: ``(job, run_id, controls, limits) -> RunResult``. The daemon's adapter opens
@@ -84,6 +87,10 @@ class DaemonRuns:
     usage: RunUsage = attrs.field(factory=RunUsage)
     #: The journal's daemon state (``--state-dir``): self subscriptions and schedules survive a restart.
     state: JournalStore | None = None
+    #: Wakes an earlier process left unfinished, ``(run id, instruction)``: resumed by :meth:`restore`.
+    unfinished: list[tuple[str, str]] = attrs.field(factory=list)
+    #: ``--cluster``: the agent's subscriptions and scheduled runs are the cluster's (agentd.reactive.shared).
+    shared: Shared | None = None
     _kept_uris: set[str] = attrs.field(factory=set, init=False)
     _active: int = attrs.field(default=0, init=False)
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -155,8 +162,9 @@ class DaemonRuns:
         if self._out_of_budget():
             return None
         with self._counted():
-            self.runs += 1
-            run_id = f"{self.base_run_id}.{self.runs}"
+            if job.resume is None:
+                self.runs += 1
+            run_id = job.resume or f"{self.base_run_id}.{self.runs}"
             log = self.log.bind(run_id=run_id)
             requests = SelfRequests()
             controls = ControlToolRegistry()
@@ -215,6 +223,9 @@ class DaemonRuns:
     async def apply(self, requests: SelfRequests, log: EventLog) -> None:
         """Apply what the run queued, in order. A failed request is logged; it never fails the daemon."""
         for sub in requests.subscriptions:
+            if self.shared is not None and self.watcher is not None:
+                await self._apply_shared(self.shared, sub, log)
+                continue
             if self.watcher is None:
                 log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
                          reason="no reactive machinery in this mode")
@@ -238,8 +249,26 @@ class DaemonRuns:
                 log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
                          error=type(exc).__name__, reason=str(exc))
         for request in requests.schedules:
+            if self.shared is not None:
+                await self.shared.schedule(request.after_seconds, request.instruction)
+                continue
             self.schedule(request.after_seconds, request.instruction, log,
                           key=await self._keep_schedule(request, log))
+
+    async def _apply_shared(self, shared: Shared, sub: SubscriptionRequest, log: EventLog) -> None:
+        """A subscribe/unsubscribe of the agent as a cluster row: whichever member owns it watches it."""
+        try:
+            if sub.action == "subscribe":
+                await shared.subscribe(sub.uri)
+            elif not await shared.unsubscribe(sub.uri):
+                log.info("mcp.subscribe", uri=sub.uri, action="unsubscribe", origin="self", applied=False,
+                         reason="not subscribed by the agent (operator subscriptions stay)")
+                return
+        except JournalError as exc:
+            log.warn("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=False,
+                     error=type(exc).__name__, reason=str(exc))
+            return
+        log.info("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=True, cluster=True)
 
     # --- durable daemon state (--state-dir) ---
 
@@ -283,9 +312,14 @@ class DaemonRuns:
 
     async def restore(self, notify: Callable[[str, str | None], None] | None) -> None:
         """Re-establish what an earlier process kept: the agent's subscriptions, read after subscribing (a
-        change missed while down is a wake through ``notify``), and its pending self-scheduled runs."""
+        change missed while down is a wake through ``notify``), its pending self-scheduled runs, and the wakes
+        it left unfinished (each resumed from its last committed step under its own run id)."""
         if self.state is None:
             return
+        assert self._nursery is not None, "DaemonRuns.serve must be started first"
+        for run_id, instruction in self.unfinished:
+            self._nursery.start_soon(self.run, Job("resume", instruction, resume=run_id))
+        self.unfinished = []
         try:
             subscriptions = await self.state.get_state(SELF_SUBSCRIPTIONS)
             schedules = await self.state.get_state(SELF_SCHEDULES)

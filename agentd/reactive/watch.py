@@ -30,6 +30,8 @@ from agentd.reactive.selftools import AwaitOutcome
 
 #: Bound on unsubscribe/cleanup work that runs under cancellation (shielded).
 CLEANUP_TIMEOUT = 2.0
+#: The digest of a resource that does not exist (appearing is a change, as disappearing is).
+MISSING = "missing"
 
 
 class Origin(enum.Enum):
@@ -161,25 +163,30 @@ class Watcher:
         watch = self._watches.get(uri)
         return watch is not None and (origin is None or origin in watch.origins)
 
-    async def watch(self, uri: str, origin: Origin, server: str | None = None) -> None:
+    async def watch(self, uri: str, origin: Origin, server: str | None = None, *,
+                    since: str | None = None) -> str | None:
         """Add a reason to watch ``uri``; subscribes (or starts polling) on the first one.
 
         Nothing that changes while the subscribe is in flight is lost: the watch is registered *before*
         ``resources/subscribe`` goes out (an ``updated`` that beats the answer is routed), and for a routed
         watch the resource is read once before and once after it (level, not edge): different contents are
-        one update (at least once: a resource with a ticking field earns one extra wake here)."""
+        one update (at least once: a resource with a ticking field earns one extra wake here).
+
+        ``since`` (a cluster member taking a subscription over) is the digest of the contents the last wake
+        read: the read after subscribing is compared with it instead, so a change made while nobody watched
+        is one update too. Returns the digest read after subscribing (None when not read)."""
         async with self._lock:
             watch = self._watches.get(uri)
             if watch is not None:
                 watch.origins[origin] = watch.origins.get(origin, 0) + 1
-                return
+                return None
             watch = Watch(uri, server, {origin: 1})
             self._watches[uri] = watch
             # An await_resource compares levels itself (its condition) and its waiter is already registered, so
             # only routed watches compare: a resource with a ticking field would otherwise end the await at once.
             compare = origin is not Origin.AWAIT
             try:
-                before = await self._digest(uri, server) if compare else None
+                before = await self._digest(uri, server) if compare and since is None else None
                 pushed = await self.pool.subscribe(uri, server)
                 if not pushed:
                     self._start_polling(watch)
@@ -188,20 +195,24 @@ class Watcher:
                 raise
             self.log.info("trigger.armed", uri=uri, server=server, origin=origin.value,
                           delivery="push" if pushed else "poll")
-            if pushed and before is not None:
+            baseline = since if since is not None and compare else before
+            after = None
+            if pushed and baseline is not None:
                 after = await self._digest(uri, server)
                 # a change that already arrived as an update (pushed while arming) is not synthesized again
-                if after is not None and after != before and watch.dispatched == 0:
+                if after is not None and after != baseline and watch.dispatched == 0:
                     self.log.info("resource.updated", uri=uri, server=server, synthesized=True,
-                                  reason="changed while the subscribe was in flight")
+                                  reason="changed while the subscribe was in flight" if since is None
+                                  else "changed since the last wake")
                     self.dispatch(uri, server)
+            return after
 
     async def _digest(self, uri: str, server: str | None) -> str | None:
         """The content digest of ``uri`` now ("missing" when it does not exist), or None when it cannot be read."""
         try:
             read = await self.pool.read_resource(uri, server)
         except ResourceNotFound:
-            return "missing"
+            return MISSING
         except Exception:  # unreadable now: no comparison (the subscription itself still stands)
             return None
         return content_digest(read.contents)
@@ -225,6 +236,24 @@ class Watcher:
                 await self.pool.unsubscribe(uri, watch.server)
             except Exception as exc:  # the server may be gone; the subscription dies with it
                 self.log.warn("mcp.subscribe", uri=uri, action="unsubscribe", error=type(exc).__name__)
+
+    async def forget(self, uri: str, reason: str) -> None:
+        """Stop watching ``uri`` for every reason at once: its server is gone (a reload removed it). Nothing is
+        unsubscribed (the connection went with the server); routed wakes and ``await_resource`` stop seeing it."""
+        async with self._lock:
+            watch = self._watches.pop(uri, None)
+        if watch is None:
+            return
+        if watch.poll_scope is not None:
+            watch.poll_scope.cancel()
+        self.log.warn("trigger.dropped", uri=uri, server=watch.server, origins=[o.value for o in watch.origins],
+                      reason=reason)
+
+    def orphans(self, servers: Mapping[str, Any], subscribed: Callable[[str], bool]) -> list[str]:
+        """The watched URIs no server holds any longer: named for a server not in ``servers``, or pushed
+        (not polled) with no connection ``subscribed`` to them."""
+        return [w.uri for w in self._watches.values()
+                if (w.server is not None and w.server not in servers) or (not w.polling and not subscribed(w.uri))]
 
     async def unwatch_all(self) -> None:
         """Drain: unsubscribe everything, bounded and shielded (the caller may be cancelled)."""
@@ -256,7 +285,7 @@ class Watcher:
                     read = await self.pool.read_resource(watch.uri, watch.server)
                     digest, server = content_digest(read.contents), read.server
                 except ResourceNotFound:  # gone (or not there yet) is a state too: appearing is a change
-                    digest, server = "missing", watch.server
+                    digest, server = MISSING, watch.server
                 except Exception as exc:  # retried at the next tick; logged once per failure streak
                     if not failing:
                         self.log.warn("reactive.degraded", uri=watch.uri, error=type(exc).__name__)

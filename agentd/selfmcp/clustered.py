@@ -10,11 +10,21 @@ warm) stays on this member's supervisor. The handle's state is read from the sha
 ``subagent.status``, ``resources/read`` and ``resources/subscribe`` of ``agent://subagent/cluster.<id>`` work the
 same on every member (:meth:`ClusterBackend.lookup`, for a handle this member did not spawn; the surface then
 watches it like its own, so its subscribers get the terminal update).
+
+Watching a handle costs one read of the shared journal, then a wait for the item's ``NOTIFY agentd_done``
+(agentd.cluster.watch, heard by the member's listener) with a slow bounded re-read as the fallback
+(:data:`~agentd.cluster.watch.FALLBACK_POLL`), so an end reaches subscribers on every member at once without
+a poll per watched handle on the member's one connection.
+
+Limits: an async spawn here is a queued row, not a run of this member, so it is bounded by
+``--serve-max-queued`` (this member's cluster spawns not yet ended), not by ``--serve-max-spawns`` (what this
+member's supervisor runs for the served surface); what the cluster runs is bounded by ``--cluster-capacity``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final
 
 import attrs
@@ -22,6 +32,7 @@ import trio
 
 from agentd.cluster.errors import ClusterUnavailable
 from agentd.cluster.store import PgJournal
+from agentd.cluster.watch import FALLBACK_POLL, DoneWatch
 from agentd.cluster.work import enqueue, request_cancel, view
 from agentd.ids import new_run_id
 from agentd.journal.errors import JournalError
@@ -30,10 +41,10 @@ from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
 
 #: The prefix of a cluster-wide handle.
 PREFIX: Final = "cluster."
-#: How often a waiting surface looks at the shared journal for a cluster handle's end.
-POLL: Final = 0.5
-#: How long ``subagent.cancel`` of a cluster handle waits for the run's end before answering its state.
+#: How long ``subagent.cancel`` of a cluster handle waits for the run's end before answering its state, and
+#: how often it re-reads meanwhile (the caller is waiting: a lost notification costs at most this).
 CANCEL_WAIT: Final = 10.0
+CANCEL_POLL: Final = 1.0
 
 
 def is_cluster_handle(handle: str) -> bool:
@@ -57,11 +68,17 @@ async def read_view(store: PgJournal, handle: str) -> RunView | None:
 class ClusterBackend:
     local: SelfMcpBackend
     store: PgJournal
+    #: Woken by the member's listener when an item ends (None: no listener; the fallback re-read alone).
+    watch: DoneWatch | None = None
     _views: dict[str, RunView] = attrs.field(factory=dict)
     _enqueued: int = 0
 
+    def queues(self, request: ServedSpawn) -> bool:
+        """Does this spawn become a queued cluster row (``--serve-max-queued``) rather than a local run?"""
+        return request.detached and not request.warm
+
     async def spawn(self, request: ServedSpawn) -> str | Refusal:
-        if not request.detached or request.warm:
+        if not self.queues(request):
             return await self.local.spawn(request)
         handle = PREFIX + new_run_id()
         payload: dict[str, Any] = {"instruction": request.instruction}
@@ -101,6 +118,14 @@ class ClusterBackend:
         if not is_cluster_handle(handle):
             return await self.local.wait(handle)
         while True:
+            seen = await self._until_done(handle, FALLBACK_POLL)
+            if seen is not None:
+                return seen
+
+    async def _until_done(self, handle: str, wait: float) -> RunView | None:
+        """Read the handle's state; not ended: wait (at most ``wait``) for its ``done`` notification. The
+        terminal view, else None (read again)."""
+        with self._watching(handle) as ended:
             try:
                 seen = await read_view(self.store, handle)
             except JournalError:
@@ -109,7 +134,12 @@ class ClusterBackend:
                 self._views[handle] = seen
                 if seen.done:
                     return seen
-            await trio.sleep(POLL)
+            with trio.move_on_after(wait):
+                await ended.wait()
+        return None
+
+    def _watching(self, handle: str) -> AbstractContextManager[trio.Event]:
+        return self.watch.watching(handle) if self.watch is not None else nullcontext(trio.Event())
 
     async def wait_turns(self, handle: str, after: int) -> RunView:
         return await self.local.wait_turns(handle, after)
@@ -124,11 +154,9 @@ class ClusterBackend:
         # The owner cancels at its next heartbeat (a third of the lease TTL): wait for the end, bounded.
         with trio.move_on_after(CANCEL_WAIT):
             while True:
-                seen = await self.lookup(handle)
-                if seen is not None and seen.done:
-                    self._views[handle] = seen
+                seen = await self._until_done(handle, CANCEL_POLL)
+                if seen is not None:
                     return seen
-                await trio.sleep(POLL)
         return self._views.get(handle)
 
     def counts(self) -> Mapping[str, int]:

@@ -28,6 +28,8 @@ from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
     from agentd.cluster.store import PgJournal
+    from agentd.cluster.watch import DoneWatch
+    from agentd.journal.store import JournalStore
     from agentd.supervisor.supervisor import Supervisor
 
 
@@ -57,6 +59,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
+        max_queued=config.serve_max_queued,
         retention=config.serve_retention,
         cancel_grace=config.cancel_grace,
     )
@@ -142,13 +145,16 @@ async def serve_for_daemon(
     supervisor: Supervisor | None = None,
     daemon_status: DaemonStatus | None = None,
     cluster: PgJournal | None = None,
+    journal: JournalStore | None = None,
+    cluster_watch: DoneWatch | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
 
     ``supervisor`` is the daemon's one root supervisor (agentd.daemon.main hands it over), so served
     spawns (Management origin) and the agent's own spawns (Stdio origin) meet the same chokepoint and
-    count against the same caps; without one (a library caller) a root supervisor is opened here.
+    count against the same caps; without one (a library caller) a root supervisor is opened here. With
+    ``journal`` (``--state-dir``) served handles survive a restart (agentd.selfmcp.journaled).
     On drain the listener stops (streams get their final frames), then the supervisor drains its
     runs within ``--drain-timeout`` and cancels the rest down the kill ladder.
     """
@@ -179,7 +185,14 @@ async def serve_for_daemon(
             if cluster is not None:  # --cluster: async spawns are cluster work (agentd.selfmcp.clustered)
                 from agentd.selfmcp.clustered import ClusterBackend
 
-                backend = ClusterBackend(backend, cluster)
+                backend = ClusterBackend(backend, cluster, cluster_watch)
+            elif journal is not None:
+                from agentd.selfmcp.journaled import JournaledBackend
+
+                journaled = JournaledBackend(SupervisorBackend(root), journal, log.bind(comp="serve"),
+                                             retention=cfg.serve_retention)
+                await journaled.restore()
+                backend = journaled
             await serve_self_mcp(cfg, backend, secrets=secrets, shutdown_trigger=drain_then_stop,
                                  log=log, run_id=log.run_id, daemon_status=daemon_status, task_status=task_status)
 

@@ -64,6 +64,9 @@ class SelfMcpLimits:
 
     max_concurrent_spawns: int = defaults.SERVE_MAX_SPAWNS
     max_warm: int = defaults.SERVE_MAX_WARM
+    #: ``--cluster``: async spawns queued as cluster rows (a backend whose ``queues(spawn)`` says so) and not
+    #: ended yet; they are not runs of this member, so ``max_concurrent_spawns`` does not count them.
+    max_queued: int = defaults.SERVE_MAX_QUEUED
     max_subscriptions: int = 64
     retention: float = defaults.SERVE_RETENTION
     #: How long a cancelled request waits for its run's cancel (``--cancel-grace``).
@@ -75,6 +78,10 @@ class ServedRun:
     handle: str
     warm: bool
     started: float
+    #: A cluster row this surface queued (``--serve-max-queued``), or a handle it only watches for a peer
+    #: (another member spawned it): neither is a run of this member's supervisor.
+    queued: bool = False
+    watched: bool = False
     final: RunView | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
 
@@ -127,6 +134,7 @@ class SelfMcpSurface:
         self.runs: dict[str, ServedRun] = {}
         self._reserved = 0
         self._reserved_warm = 0
+        self._reserved_queued = 0
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
         self._refused_by: dict[str, int] = {}
@@ -219,10 +227,12 @@ class SelfMcpSurface:
         return await self._spawn(arguments, ctx)
 
     async def _tool_send(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+        await self._look_up(arguments["handle"])
         return await self._send(arguments["handle"], arguments["message"])
 
     async def _look_up(self, handle: str) -> None:
-        """A handle this surface did not spawn may be known to a shared backend (``--cluster``): track it."""
+        """A handle this surface did not spawn may be known to a shared backend (``--cluster``) or journaled
+        by an earlier process (``--state-dir``, agentd.selfmcp.journaled): track it."""
         lookup = getattr(self.backend, "lookup", None)
         if handle in self.runs or lookup is None:
             return
@@ -235,12 +245,14 @@ class SelfMcpSurface:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._forget_later, run)
             else:
-                self._track(handle, False)
+                warm = found.turns is not None  # a warm session's view counts its turns
+                self._track(handle, warm, watched=not warm)  # watched: another member's (or an earlier process's)
 
     async def _forget_later(self, run: ServedRun) -> None:
         await trio.sleep(self.limits.retention)
         if self.runs.get(run.handle) is run:
             self.runs.pop(run.handle, None)
+            self.backend.forget(run.handle)
 
     async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])
@@ -270,20 +282,38 @@ class SelfMcpSurface:
         return body
 
     def _running(self, warm: bool) -> int:
-        return sum(1 for r in self.runs.values() if r.final is None and r.warm == warm)
+        return sum(1 for r in self.runs.values()
+                   if r.final is None and r.warm == warm and not r.queued and not r.watched)
+
+    def _queued(self) -> int:
+        return sum(1 for r in self.runs.values() if r.final is None and r.queued)
+
+    def _over_limit(self, spawn: ServedSpawn, queued: bool) -> Refusal | None:
+        """The served limit this spawn would pass, as a refusal naming its flag (None: admitted)."""
+        if queued:
+            if self._queued() + self._reserved_queued >= self.limits.max_queued:
+                return Refusal(f"spawn refused: {self.limits.max_queued} cluster spawns queued here have not "
+                               f"ended yet (--serve-max-queued)", cap="serve_max_queued", retryable=True)
+        elif spawn.warm:
+            if self._running(True) + self._reserved_warm >= self.limits.max_warm:
+                return Refusal(f"spawn refused: {self.limits.max_warm} warm sessions already open "
+                               f"(--serve-max-warm)", cap="serve_max_warm", retryable=True)
+        elif self._running(False) + self._reserved >= self.limits.max_concurrent_spawns:
+            return Refusal(f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running "
+                           f"(--serve-max-spawns)", cap="serve_max_spawns", retryable=True)
+        return None
+
+    def _reserve(self, spawn: ServedSpawn, queued: bool, delta: int) -> None:
+        if queued:
+            self._reserved_queued += delta
+        elif spawn.warm:
+            self._reserved_warm += delta
+        else:
+            self._reserved += delta
 
     async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         warm = bool(arguments.get("warm", False))
         detached = bool(arguments.get("async", False))
-        if warm:
-            if self._running(True) + self._reserved_warm >= self.limits.max_warm:
-                return self._refuse(Refusal(
-                    f"spawn refused: {self.limits.max_warm} warm sessions already open (limit)",
-                    cap="serve_max_warm", retryable=True))
-        elif self._running(False) + self._reserved >= self.limits.max_concurrent_spawns:
-            return self._refuse(Refusal(
-                f"spawn refused: {self.limits.max_concurrent_spawns} served spawns already running (limit)",
-                cap="serve_max_spawns", retryable=True))
         scope = arguments.get("tool_scope")
         spawn = ServedSpawn(
             instruction=arguments["instruction"],
@@ -292,21 +322,20 @@ class SelfMcpSurface:
             warm=warm,
             detached=detached,
         )
-        if warm:
-            self._reserved_warm += 1
-        else:
-            self._reserved += 1
+        queues = getattr(self.backend, "queues", None)  # --cluster: an async spawn is a queued row
+        queued = bool(queues(spawn)) if queues is not None else False
+        refusal = self._over_limit(spawn, queued)
+        if refusal is not None:
+            return self._refuse(refusal)
+        self._reserve(spawn, queued, 1)
         try:
             answer = await self.backend.spawn(spawn)
         finally:
-            if warm:
-                self._reserved_warm -= 1
-            else:
-                self._reserved -= 1
+            self._reserve(spawn, queued, -1)
         if isinstance(answer, Refusal):
             self._count_refusal(answer)  # the supervisor logged its own refusal
             return _spawn_refused(answer)
-        run = self._track(answer, warm)
+        run = self._track(answer, warm, queued=queued)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if warm:
             # The backend answers a warm spawn once the first turn (the instruction) has answered or the
@@ -346,8 +375,8 @@ class SelfMcpSurface:
         if refusal.cap in self._refused_by or len(self._refused_by) < 64:  # cap names are a small fixed set
             self._refused_by[refusal.cap] = self._refused_by.get(refusal.cap, 0) + 1
 
-    def _track(self, handle: str, warm: bool) -> ServedRun:
-        run = ServedRun(handle, warm, trio.current_time())
+    def _track(self, handle: str, warm: bool, *, queued: bool = False, watched: bool = False) -> ServedRun:
+        run = ServedRun(handle, warm, trio.current_time(), queued=queued, watched=watched)
         self.runs[handle] = run
         assert self._nursery is not None, "SelfMcpSurface.run must be started first"
         self._nursery.start_soon(self._watch, run)

@@ -180,7 +180,7 @@ class TreeLedger:
         from what the books say was spent."""
         ended: list[str] = []
         for handle in book.open_handles():
-            if handle != ROOT and handle in book.open_handles():
+            if handle != ROOT and handle in book:
                 ended.extend(book.end(handle).ended)
         self._books[tree] = book
         self._tree_tokens[tree] = max(self._tree_tokens.get(tree, 0), book.committed())
@@ -251,7 +251,7 @@ class TreeLedger:
         slice_of = None
         if not served and not tree.startswith("served."):  # a served tree keeps a plain count
             book = self.book(tree)
-            slice_of = self._slice(caller) if self._slice(caller) in book.open_handles() else None
+            slice_of = self._slice(caller) if self._slice(caller) in book else None
         want = 0
         if slice_of is not None:
             left = self.book(tree).available(slice_of)
@@ -282,11 +282,15 @@ class TreeLedger:
             self.book(tree).reserve(handle, want, parent=slice_of)
         return Admission(handle=handle, depth=depth_of(handle), scope=scope, budget=want or None)
 
+    def mint_after(self, parent: str, n: int) -> None:
+        """Mint ``parent``'s next handles after ``parent.n`` (a restarted daemon's journaled served handles)."""
+        self._minted[parent] = max(self._minted.get(parent, 0), n)
+
     def release(self, handle: str) -> None:
         """The subagent ended: it and anything still recorded under it stop counting; its slice (and any
         still open under it) is closed: spent booked to its parent, the rest refunded."""
         book = self._books.get(self.tree_of(handle))
-        if book is not None and handle in book.open_handles():
+        if book is not None and handle in book:
             book.end(handle)
         for h in [h for h in self._live if is_within(h, handle)]:
             del self._live[h]
@@ -312,7 +316,7 @@ class TreeLedger:
             self._tree_tokens.popitem(last=False)
         book = None if key.startswith("served.") else self.book(key)
         overdrawn = False
-        if book is not None and self._slice(who) in book.open_handles():
+        if book is not None and self._slice(who) in book:
             overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn) and who != self.root
         return overdrawn or total > self.caps.token_ceiling
 

@@ -30,6 +30,7 @@ ladder's ``killpg`` works exactly as for a re-exec.
 from __future__ import annotations
 
 import array
+import collections
 import json
 import os
 import signal
@@ -44,6 +45,8 @@ import trio
 
 from agentd.events import EventLog
 
+#: How long the server may go without answering any request before a launch gives up on it (re-exec).
+_STALL = 10.0
 #: The largest control message either side sends over the fork server's socket.
 MESSAGE_SIZE = 1 << 16
 #: In a forked child: the descriptor of its own connection to the fork server (its nested supervisor
@@ -76,6 +79,14 @@ class ForkedProcess:
         self._exited.set()
 
 
+@attrs.define(eq=False)
+class _Pending:
+    """A request sent to the server whose reply has not been read yet (None once the server is gone)."""
+
+    reply: dict[str, Any] | None = None
+    answered: trio.Event = attrs.field(factory=trio.Event)
+
+
 class ForkServerGone(Exception):
     """The fork server is not running (it died, or never started); callers fall back to re-exec."""
 
@@ -86,9 +97,13 @@ class ForkServer:
     #: The server process when this supervisor started it; None for a forked child's own connection.
     proc: trio.Process | None
     log: EventLog
-    _lock: trio.Lock = attrs.field(factory=trio.Lock)
-    _replies: tuple[trio.MemorySendChannel[dict[str, Any]], trio.MemoryReceiveChannel[dict[str, Any]]] = (
-        attrs.field(factory=lambda: trio.open_memory_channel[dict[str, Any]](16)))
+    #: Requests go out in the order their slots join ``_pending``; the server answers each connection's
+    #: requests in order, so the n-th reply is the n-th slot's. Several spawns are in flight at once: the
+    #: next request need not wait for the previous reply (the fork is the server's, the wait ours).
+    _send_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _pending: collections.deque[_Pending] = attrs.field(factory=collections.deque)
+    #: Replies read so far: a launch waiting behind others times out only if this stops moving.
+    _answers: int = 0
     _children: dict[int, ForkedProcess] = attrs.field(factory=dict)
     _early: dict[int, int] = attrs.field(factory=dict)
     #: Called once the server is gone (its socket closed): the supervisor's ``wait_until`` wakes.
@@ -116,18 +131,36 @@ class ForkServer:
             raise
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        request = json.dumps({"env": dict(env)}).encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
         try:
-            async with self._lock:
-                request = json.dumps({"env": dict(env)}).encode()
-                rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
-                try:
-                    # Shielded (and bounded): abandoning the exchange half-way would leave an untracked
-                    # child and hand its "spawned" reply to the next launch.
-                    with trio.CancelScope(shield=True), trio.fail_after(10):
-                        await self.sock.sendmsg([request], rights)
-                        reply = await self._replies[1].receive()
-                except (OSError, trio.EndOfChannel, trio.TooSlowError) as exc:
-                    raise ForkServerGone(f"fork server unreachable ({type(exc).__name__})") from None
+            try:
+                # Shielded (and bounded): abandoning the exchange half-way would leave an untracked child
+                # (its reply still lands in its own slot, never in another launch's).
+                with trio.CancelScope(shield=True):
+                    slot = _Pending()
+                    async with self._send_lock:
+                        self._pending.append(slot)
+                        try:
+                            with trio.fail_after(_STALL):
+                                await self.sock.sendmsg([request], rights)
+                        except BaseException:
+                            self._pending.remove(slot)  # never sent: no reply will come for it
+                            raise
+                    # Requests queued ahead of this one are answered first: give up only when the server
+                    # has answered nothing for a whole _STALL (a burst of hundreds waits its turn).
+                    progress = -1
+                    while not slot.answered.is_set():
+                        if self._answers == progress:
+                            raise trio.TooSlowError
+                        progress = self._answers
+                        with trio.move_on_after(_STALL):
+                            await slot.answered.wait()
+            except (OSError, trio.TooSlowError) as exc:
+                raise ForkServerGone(f"fork server unreachable ({type(exc).__name__})") from None
+            reply = slot.reply
+            if reply is None:
+                raise ForkServerGone("fork server unreachable (it closed the connection)")
         except BaseException:
             for fd in ours:
                 os.close(fd)
@@ -167,8 +200,11 @@ class ForkServer:
                             self._early[pid] = code
                         else:
                             child._reaped(code)
-                    else:
-                        await self._replies[0].send(message)
+                    elif self._pending:
+                        self._answers += 1
+                        slot = self._pending.popleft()
+                        slot.reply = message
+                        slot.answered.set()
             except (OSError, trio.ClosedResourceError):
                 pass
             finally:
@@ -177,7 +213,8 @@ class ForkServer:
                 for child in self._children.values():
                     child._reaped(-signal.SIGKILL)
                 self._children.clear()
-                self._replies[0].close()
+                while self._pending:  # their launches fall back to re-exec
+                    self._pending.popleft().answered.set()
                 self.on_gone()
         if not started:
             raise ForkServerGone("the fork server exited before it was ready")

@@ -55,6 +55,8 @@ class RunPayload:
     telemetry: dict[str, Any] = attrs.field(factory=dict, validator=_dict, repr=False)
     #: Test-only scripted behaviour; set only through a Python-level Supervisor hook, never MCP or argv.
     test: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
+    #: Earlier turns (chat messages) of a warm session re-opened after its parent restarted.
+    history: list[Any] = attrs.field(factory=list, validator=_list)
 
 
 @attrs.frozen

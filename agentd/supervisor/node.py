@@ -106,6 +106,8 @@ class SubagentNode:
     settings: NodeSettings = attrs.field(factory=NodeSettings)
     #: Fork children from this pre-imported server instead of re-executing (None: re-exec).
     fork_server: ForkServer | None = None
+    #: The child's environment (None: :func:`child_environment` of ours, built at launch).
+    env: Mapping[str, str] | None = None
     status: str = "starting"
     pid: int | None = None
     usage_tokens: int = 0
@@ -196,7 +198,7 @@ class SubagentNode:
     # -- the run ----------------------------------------------------------------------------------
 
     async def _launch(self) -> trio.Process | ForkedProcess:
-        env = child_environment(os.environ)
+        env = child_environment(os.environ) if self.env is None else self.env
         if self.fork_server is not None:
             try:
                 return await self.fork_server.launch(env)

@@ -94,6 +94,8 @@ class SpawnRequest:
     context: tuple[Any, ...] = ()
     #: The child's token slice of its tree's ceiling (None: the default share; agentd.supervisor.caps).
     token_budget: int | None = None
+    #: Earlier turns (chat messages) a warm session re-opened after a restart continues from.
+    history: tuple[Any, ...] = ()
 
 
 @attrs.frozen
@@ -150,6 +152,10 @@ class Supervisor:
     _fork_server: ForkServer | None = attrs.field(init=False, default=None)
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
+    #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per child):
+    #: the settings they were derived from, the node settings, the supervision payload, the environment.
+    _per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = attrs.field(
+        init=False, default=None)
     _changed: trio.Event = attrs.field(init=False, factory=trio.Event)
     #: Replaced on every observable change (see :meth:`wait_until`).
     _state_changed: trio.Event = attrs.field(init=False, factory=trio.Event)
@@ -178,10 +184,11 @@ class Supervisor:
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await self.authority.release(admitted.handle)  # admitted, never started: free the slot
             raise
+        _, node_settings, _, env = self._shared()
         node = SubagentNode(
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
-            settings=self.settings.node_settings(), fork_server=fork_server, on_change=self.notify_changed,
+            settings=node_settings, fork_server=fork_server, on_change=self.notify_changed, env=env,
         )
         self._nodes[admitted.handle] = node
         self.notify_changed()
@@ -228,6 +235,12 @@ class Supervisor:
                     self.notify_changed()
             return self._fork_server
 
+    def _shared(self) -> tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]]:
+        if self._per_spawn is None or self._per_spawn[0] is not self.settings:
+            self._per_spawn = (self.settings, self.settings.node_settings(), self.settings.to_payload(),
+                               child_environment(os.environ))
+        return self._per_spawn
+
     def _refused(self, caller: Caller, refusal: Refusal) -> Refusal:
         self.log.info("subagent.refused", caller=caller.handle, origin=caller.origin.value,
                       reason=refusal.message, cap=refusal.cap)
@@ -261,8 +274,9 @@ class Supervisor:
         return RunPayload(
             handle=admitted.handle, depth=admitted.depth, instruction=request.instruction,
             output_contract=request.output_contract, context=list(request.context), warm=request.warm,
+            history=list(request.history),
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
-            supervision=self.settings.to_payload(), telemetry=trace, test=test,
+            supervision=self._shared()[2], telemetry=trace, test=test,
         )
 
     # -- by handle ------------------------------------------------------------------------------

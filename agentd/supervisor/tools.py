@@ -77,18 +77,43 @@ def spawn_request(arguments: Mapping[str, Any]) -> SpawnRequest:
     )
 
 
+async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView | Refusal:
+    """Journal a child's end the first time the run sees it (``--state-dir``); the outcome unchanged."""
+    if ctx.journal is not None and isinstance(outcome, RunView) and outcome.done:
+        await ctx.journal.child_ended(outcome.handle, outcome.status, outcome.result)
+    return outcome
+
+
+def _number_after_journaled(supervisor: Supervisor, caller: Caller, ctx: ControlContext) -> None:
+    """A resumed run's new children are numbered after those an earlier process spawned: a handle in the
+    run's journal (and in the model's conversation) never names two children."""
+    ledger = getattr(supervisor.authority, "ledger", None)
+    if ctx.journal is None or ledger is None:
+        return
+    numbers = [int(n) for parent, _, n in (h.rpartition(".") for h in ctx.journal.journaled_children())
+               if parent == caller.handle and n.isdigit()]
+    if numbers:
+        ledger.mint_after(caller.handle, max(numbers))
+
+
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        return reply(await supervisor.spawn(caller, spawn_request(arguments)))
+        request = spawn_request(arguments)
+        _number_after_journaled(supervisor, caller, ctx)
+        outcome = await supervisor.spawn(caller, request)
+        if ctx.journal is not None and isinstance(outcome, RunView):
+            await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget)
+        return reply(await journaled(ctx, outcome))
 
     async def send(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        return reply(await supervisor.send(caller, str(arguments["handle"]), str(arguments["message"])))
+        outcome = await supervisor.send(caller, str(arguments["handle"]), str(arguments["message"]))
+        return reply(await journaled(ctx, outcome))
 
     async def status(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        return reply(supervisor.status(caller, str(arguments["handle"])))
+        return reply(await journaled(ctx, supervisor.status(caller, str(arguments["handle"]))))
 
     async def await_(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        outcome = await supervisor.await_(caller, str(arguments["handle"]))
+        outcome = await journaled(ctx, await supervisor.await_(caller, str(arguments["handle"])))
         if isinstance(outcome, RunView) and not outcome.done and outcome.status == "running":
             result = reply(outcome)
             note = {"type": "text", "text": f"still running after {supervisor.settings.await_timeout:g} s"}
@@ -97,7 +122,7 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
 
     async def cancel(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         reason = str(arguments.get("reason") or "cancelled by the parent agent")
-        return reply(await supervisor.cancel(caller, str(arguments["handle"]), reason))
+        return reply(await journaled(ctx, await supervisor.cancel(caller, str(arguments["handle"]), reason)))
 
     return [
         ControlTool("subagent.spawn", "Delegate a task to a fresh subagent and get its distilled result "

@@ -75,6 +75,7 @@ class Sink(Protocol):
     def served_request(self, outcome: str) -> None: ...
     def journal_commit(self, seconds: float) -> None: ...
     def journal_queue(self, delta: int) -> None: ...
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None: ...
 
 
 class Metrics:
@@ -121,6 +122,17 @@ class Metrics:
             buckets=JOURNAL_LAG_BUCKETS, registry=registry)
         self.journal_pending = Gauge("agentd_journal_queue", "Journal commits waiting or in progress (--state-dir)",
                                      registry=registry)
+        self.cluster_member_free = Gauge("agentd_cluster_member_free_slots",
+                                         "This member's free slots (--cluster-capacity less what it runs)",
+                                         registry=registry)
+        self.cluster_members = Gauge("agentd_cluster_members", "Live cluster members (heartbeat within the TTL)",
+                                     registry=registry)
+        self.cluster_free = Gauge("agentd_cluster_free_slots", "Free slots over all live members", registry=registry)
+        self.cluster_queued = Gauge("agentd_cluster_queue_depth", "Cluster work items no member has claimed",
+                                    registry=registry)
+        self.cluster_oldest = Gauge("agentd_cluster_oldest_queued_age_seconds",
+                                    "How long the oldest unclaimed cluster work item has waited (0: none)",
+                                    registry=registry)
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -174,6 +186,13 @@ class Metrics:
 
     def journal_queue(self, delta: int) -> None:
         self.journal_pending.inc(delta)
+
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
+        self.cluster_member_free.set(member_free_slots)
+        self.cluster_members.set(members)
+        self.cluster_free.set(free_slots)
+        self.cluster_queued.set(queued)
+        self.cluster_oldest.set(oldest_age)
 
 
 class Deltas:
@@ -238,6 +257,9 @@ class Deltas:
         return None
 
     def journal_queue(self, delta: int) -> None:
+        return None
+
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
         return None
 
 
@@ -403,6 +425,13 @@ def journal_commit(seconds: float) -> None:
 def journal_queue(delta: int) -> None:
     for sink in _sinks:
         sink.journal_queue(delta)
+
+
+def cluster_capacity(member_free_slots: int, members: int, free_slots: int, queued: int,
+                     oldest_queued_age: float | None) -> None:
+    """A cluster member's capacity signal, set on its heartbeat's cadence (gauges: the last read wins)."""
+    for sink in _sinks:
+        sink.cluster_capacity(member_free_slots, members, free_slots, queued, oldest_queued_age or 0.0)
 
 
 # --- a subtree's observations, replayed at the root ------------------------------------------------------

@@ -84,6 +84,11 @@ METRIC_SERVED_SESSIONS: Final = "agentd.served.sessions"
 METRIC_SERVED_REQUESTS: Final = "agentd.served.requests"
 METRIC_JOURNAL_LAG: Final = "agentd.journal.commit.lag"
 METRIC_JOURNAL_QUEUE: Final = "agentd.journal.queue"
+METRIC_CLUSTER_MEMBER_FREE: Final = "agentd.cluster.member.free_slots"
+METRIC_CLUSTER_MEMBERS: Final = "agentd.cluster.members"
+METRIC_CLUSTER_FREE: Final = "agentd.cluster.free_slots"
+METRIC_CLUSTER_QUEUED: Final = "agentd.cluster.queue.depth"
+METRIC_CLUSTER_OLDEST: Final = "agentd.cluster.queue.oldest_age"
 #: ``mcp.client.operation.duration`` bucket boundaries from the MCP semantic conventions (seconds).
 MCP_DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: ``gen_ai.client.operation.duration`` bucket boundaries from the GenAI semantic conventions (seconds).

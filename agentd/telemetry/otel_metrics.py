@@ -74,6 +74,13 @@ class OtelMetrics:
             explicit_bucket_boundaries_advisory=names.JOURNAL_LAG_BUCKETS)
         self.journal_pending = meter.create_up_down_counter(names.METRIC_JOURNAL_QUEUE, "{commit}",
                                                             "Journal commits waiting or in progress")
+        self.cluster_member_free = meter.create_gauge(names.METRIC_CLUSTER_MEMBER_FREE, "{slot}",
+                                                      "This member's free slots")
+        self.cluster_members = meter.create_gauge(names.METRIC_CLUSTER_MEMBERS, "{member}", "Live cluster members")
+        self.cluster_free = meter.create_gauge(names.METRIC_CLUSTER_FREE, "{slot}", "Free slots of all live members")
+        self.cluster_queued = meter.create_gauge(names.METRIC_CLUSTER_QUEUED, "{item}", "Unclaimed cluster work")
+        self.cluster_oldest = meter.create_gauge(names.METRIC_CLUSTER_OLDEST, "s",
+                                                 "Age of the oldest unclaimed cluster work item")
         meter.create_observable_up_down_counter(names.METRIC_PROCESS_MEMORY, [_rss], "By",
                                                 "Resident memory of the process")  # as the convention has it
         self.exported = 0
@@ -130,6 +137,13 @@ class OtelMetrics:
 
     def journal_queue(self, delta: int) -> None:
         self.journal_pending.add(delta)
+
+    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
+        self.cluster_member_free.set(member_free_slots)
+        self.cluster_members.set(members)
+        self.cluster_free.set(free_slots)
+        self.cluster_queued.set(queued)
+        self.cluster_oldest.set(oldest_age)
 
     # -- export --------------------------------------------------------------------------------------
 

@@ -10,6 +10,9 @@ steps to one run, each awaited as the loop would, and measures:
   thread and back, which is what a step costs the event loop (JSON encoding and SQLite run on the worker);
 - wall time per append (median, p99) and steps / records committed per second;
 - the same with ``durable=True`` (``synchronous=FULL``: an fsync of the WAL per step), median wall;
+- the budget books (``--token-ceiling`` with ``--state-dir``): each model reply also saves its run tree's
+  books (one more durable commit); a step with that save against the step alone, measured in the same run
+  (wall and trio-thread CPU, and their ratios);
 - the worst trio scheduling delay seen by a 1 ms ticker task during a run of appends;
 - the floor: trio-thread CPU of a bare ``trio.to_thread.run_sync`` of a no-op under the same limiter.
 """
@@ -24,6 +27,7 @@ import time
 import trio
 from bench_doc import replace_section
 
+from agentd.journal.ledger import Ledger, save_ledger
 from agentd.journal.records import ModelReply, RunStarted, ToolCallOutcome, ToolCallRequested, Usage
 from agentd.journal.sqlite import open_journal
 
@@ -63,6 +67,22 @@ async def bench(steps: int, durable_steps: int, state_dir: str) -> dict[str, flo
             await journal.append("durable", batches[n], durable=True)
             durable.append(time.perf_counter() - t0)
 
+        books = Ledger(100_000)  # a tree with three subagent slices, charged every reply
+        for h in ("0.1", "0.2", "0.3"):
+            books.reserve(h, 10_000)
+        plain, booked, plain_cpu, booked_cpu = [], [], 0.0, 0.0
+        for n in range(durable_steps):  # interleaved, so both see the same disk and load
+            c0, t0 = time.thread_time(), time.perf_counter()
+            await journal.append("plain", batches[n])
+            plain.append(time.perf_counter() - t0)
+            plain_cpu += time.thread_time() - c0
+            c0, t0 = time.thread_time(), time.perf_counter()
+            await journal.append("booked", batches[n])
+            books.charge("0.1", 100)
+            await save_ledger(journal, "booked", books)
+            booked.append(time.perf_counter() - t0)
+            booked_cpu += time.thread_time() - c0
+
         limiter = trio.CapacityLimiter(1)
         cpu0 = time.thread_time()
         for _ in range(steps):
@@ -93,6 +113,10 @@ async def bench(steps: int, durable_steps: int, state_dir: str) -> dict[str, flo
         "records_per_s": 4 * steps / wall,
         "durable_ms": statistics.median(durable) * 1000,
         "worst_lag_ms": worst_lag * 1000,
+        "booked_ms": statistics.median(booked) * 1000,
+        "booked_ratio": statistics.median(booked) / statistics.median(plain),
+        "booked_cpu_ms": booked_cpu / durable_steps * 1000,
+        "booked_cpu_ratio": booked_cpu / plain_cpu if plain_cpu else 0.0,
     }
 
 
@@ -128,6 +152,10 @@ def main() -> None:
             f"| throughput, one run | {best['steps_per_s']:.0f} steps/s ({best['records_per_s']:.0f} records/s) | — |",
             f"| durable step (`synchronous=FULL`, WAL fsync), median | {best['durable_ms']:.2f} ms | — |",
             f"| worst trio scheduling delay during appends (1 ms ticker) | {best['worst_lag_ms']:.2f} ms | — |",
+            f"| step + budget books save (`--token-ceiling`, one more durable commit per reply), median wall; "
+            f"ratio to the step alone | {best['booked_ms']:.2f} ms; **{best['booked_ratio']:.1f}x** | — |",
+            f"| the same, trio-thread CPU per step; ratio | {best['booked_cpu_ms']:.3f} ms; "
+            f"{best['booked_cpu_ratio']:.1f}x | — |",
             "",
             "The journal's own share of the trio thread's work is the difference between the first two rows; "
             "nearly all of a step's cost on the event loop is trio's thread hand-off itself. "

@@ -54,6 +54,20 @@ async def run(url: str, scenario: str) -> int:
             for resource in pool.resources():
                 await pool.read_resource(resource.uri, server="conformance")
             return 0
+        if scenario == "sep-2322-client-request-state":
+            # Every tool at once: each input_required round stays with its own call.
+            failed: list[str] = []
+
+            async def call(name: str) -> None:
+                result = await pool.call_tool("conformance", name, {})
+                print(name, result.content, file=sys.stderr)
+                if result.is_error:
+                    failed.append(name)
+
+            async with trio.open_nursery() as nursery:
+                for name in names:
+                    nursery.start_soon(call, name)
+            return 1 if failed else 0
         if scenario == "tools_call":
             result = await pool.call_tool("conformance", "add_numbers", {"a": 2, "b": 3})
             print(result.content, file=sys.stderr)

@@ -24,12 +24,12 @@ CLIENT = Path(__file__).resolve().parent / "conformance_client.py"
 PASSING = {
     "initialize": 1, "tools_call": 2, "sse-retry": 3, "request-metadata": 5, "http-standard-headers": 7,
     "http-custom-headers": 18, "http-invalid-tool-headers": 12, "json-schema-ref-no-deref": 1,
-    "json-schema-2020-12-preservation": 9,
+    "json-schema-2020-12-preservation": 9, "sep-2322-client-request-state": 5,
 }
 #: Passing, through tests/connections/cc_client.py (agentd's client-credentials auth).
 CLIENT_CREDENTIALS = ("auth/client-credentials-basic", "auth/client-credentials-jwt")
 #: Expected failures (not run here: each authorization scenario waits out its timeout), by reason; docs/mcp-client.md.
-NOT_SERVICED = ("elicitation-sep1034-client-defaults", "sep-2322-client-request-state")
+NOT_SERVICED = ("elicitation-sep1034-client-defaults",)
 SKILLS = ("sep-2640-client-no-prefetch", "sep-2640-client-verify-digest", "sep-2640-client-verify-size",
           "sep-2640-client-verify-frontmatter")
 OAUTH = (

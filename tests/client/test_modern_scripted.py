@@ -53,14 +53,15 @@ def modern_peer(*, listen: Any = None, overrides: dict[str, Any] | None = None, 
 async def test_refused_initialize_then_discover_switches_to_modern() -> None:
     async with trio.open_nursery() as nursery:
         fake = await nursery.start(serve_fake, modern_peer(overrides={
-            "tools/call": {"content": [], "resultType": "input_required", "inputRequests": {}}}))
+            "tools/call": {"content": [], "resultType": "input_required",
+                           "inputRequests": {"q": {"method": "sampling/createMessage", "params": {}}}}}))
         async with open_mcp_pool([server(fake.url)], log=Events().log) as pool:
             conn = pool.connections["s"]
             assert conn.era is Era.MODERN and conn.server_info is not None and conn.server_info.name == "m"
             with trio.fail_after(10), pytest.raises(ResourceNotFound) as info:
                 await pool.read_resource("r://gone", server="s")
             assert info.value.code == -32602 and info.value.uri == "r://gone"
-            with trio.fail_after(10), pytest.raises(McpProtocolError, match="input_required"):
+            with trio.fail_after(10), pytest.raises(McpProtocolError, match="sampling/createMessage"):
                 await pool.call_tool("s", "t", {})
         nursery.cancel_scope.cancel()
     call = next(r for r in fake.requests if r.rpc_method == "tools/call")

@@ -39,7 +39,7 @@ def test_the_flag_the_environment_and_the_file_section(tmp_path):
 @pytest.mark.parametrize(("extra", "message"), [
     (["--cluster", "postgresql://agentd:Secret-123@db/agentd"], "literal password"),
     (["--cluster", "postgresql://agentd@db/agentd", "--state-dir", "/tmp/x"], "mutually exclusive"),
-    (["--cluster", "postgresql://agentd@db/agentd", "--cluster-capacity", "0"], "--cluster-capacity"),
+    (["--cluster", "postgresql://agentd@db/agentd", "--cluster-capacity", "-1"], "--cluster-capacity"),
     (["--cluster", "mysql://db/agentd"], "not a PostgreSQL DSN"),
 ])
 def test_refusals_are_exit_2_and_never_echo_a_password(extra, message):

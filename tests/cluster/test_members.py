@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -252,8 +253,13 @@ async def test_a_served_async_spawn_is_cluster_work_and_its_handle_answers_and_n
                                              ) as r:
                         assert r.status_code == 200
                         events = await read_events(r.aiter_bytes(), SseDecoder(), 1)
+                heard_at = time.time()
                 updated = next(e for e in events if e.data)
                 assert json.loads(updated.data)["params"] == {"uri": uri}
+                # B heard the end through NOTIFY: well within its fallback re-read (5 s), not at the next poll
+                [(finished_at,)] = await store.db.call(lambda c: c.execute(
+                    "SELECT finished_at FROM agentd_work WHERE work_id = %s", (handle,)).fetchall())
+                assert heard_at - finished_at < 2.0, heard_at - finished_at
 
                 async def done_on_b() -> dict[str, Any] | None:
                     got = await b.call("tools/call", {"name": "subagent.status", "arguments": {"handle": handle}})

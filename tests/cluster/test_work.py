@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack
 import pytest
 import trio
 
+from agentd.cluster.capacity import read_capacity
 from agentd.cluster.errors import LeaseLost
 from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, PgJournal, open_database, open_pg_journal
@@ -46,7 +47,7 @@ async def test_claims_spread_within_capacity_and_never_twice(pg_dsn):
         first = got["m0"][0]
         run = await stores[0].read_run(first.work_id)
         assert run is not None and run.entries[0].record == ClaimTaken("m0", first.lease.token, 1)
-        signal = await queues[0].capacity_signal(ttl=30)
+        signal = await read_capacity(stores[0], ttl=30)
         assert signal.queued == 18 and signal.running == 0  # members not registered: running counts members
 
 

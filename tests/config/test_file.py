@@ -73,6 +73,8 @@ def test_unknown_server_key_is_named_with_its_path(tmp_path: Path) -> None:
         ("mcp_servers:\n  - {name: a, url: 'https://a', tls: {ca: x, crt: y}}\n", ["$.mcp_servers[0].tls", "crt"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a', headers: {X-N: 5}}\n", ["$.mcp_servers[0].headers"]),
         ("mcp_servers: {name: a}\n", ["$.mcp_servers", "list"]),
+        ("mcp_servers:\n  - a\n", ["$.mcp_servers[0]", "expected a mapping (key: value lines), got str"]),
+        ("connections:\n  - 1\n", ["$.connections", "expected a mapping (key: value lines), got list"]),
         ("mcp_servers:\n  - {name: a, url: 'http://example.com/'}\n", ["non-loopback host 'example.com'"]),
         ("mcp_servers:\n  - {name: a, url: 'https://a'}\n  - {name: a, url: 'https://b'}\n", ["duplicate", "'a'"]),
         ("- a\n- b\n", ["top level must be a mapping"]),

@@ -19,7 +19,6 @@ Tools: ``search`` and ``read`` (echo their input), ``delete`` (annotated destruc
 from __future__ import annotations
 
 import base64
-import functools
 import itertools
 import json
 import urllib.parse
@@ -29,10 +28,8 @@ from typing import Any
 
 import attrs
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
-from tests.peers.asgi import Receive, Send, lifespan, read_body
+from tests.peers.asgi import Receive, Send, lifespan, read_body, send_json, serve_loopback
 
 TOOLS = [
     {
@@ -108,16 +105,16 @@ class PeerApp:
         path = scope["path"]
         if path.startswith("/.well-known/oauth-protected-resource"):
             self.metadata_requests.append(path)
-            await _json(
+            await send_json(
                 send, 200, {"resource": f"{self.origin}/mcp",
                             "authorization_servers": [self.authorization_server or f"{self.origin}/as"]},
             )
         elif path.startswith("/.well-known/oauth-authorization-server"):
             self.metadata_requests.append(path)
             if path != "/.well-known/oauth-authorization-server/as":
-                await _json(send, 404, {"error": "not_found"})
+                await send_json(send, 404, {"error": "not_found"})
                 return
-            await _json(
+            await send_json(
                 send,
                 200,
                 {
@@ -132,7 +129,7 @@ class PeerApp:
         elif path == "/mcp" or (path == "/moved" and self.redirect):
             await self._mcp(scope, send, headers, body, moved=path == "/moved")
         else:
-            await _json(send, 404, {"error": "not_found"})
+            await send_json(send, 404, {"error": "not_found"})
 
     async def _token(self, send: Send, headers: dict[str, str], body: bytes) -> None:
         form = dict(urllib.parse.parse_qsl(body.decode()))
@@ -159,12 +156,12 @@ class PeerApp:
             except Exception as exc:  # a bad signature is a refusal
                 record["error"] = repr(exc)
         if form.get("grant_type") != "client_credentials" or not ok:
-            await _json(send, 401, {"error": "invalid_client"})
+            await send_json(send, 401, {"error": "invalid_client"})
             return
         token = f"tok-{next(self._tokens)}"
         if self.valid_tokens is not None:
             self.valid_tokens.add(token)
-        await _json(send, 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
+        await send_json(send, 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
 
     async def _mcp(
         self, scope: dict[str, Any], send: Send, headers: dict[str, str], body: bytes, *, moved: bool = False
@@ -188,13 +185,13 @@ class PeerApp:
             and (authorization is None or authorization.removeprefix("Bearer ") not in self.valid_tokens)
         ):
             challenge = f'Bearer resource_metadata="{self.origin}/.well-known/oauth-protected-resource/mcp"'
-            await _json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge.encode())])
+            await send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge.encode())])
             return
         if scope["method"] == "GET":
-            await _json(send, 405, {})
+            await send_json(send, 405, {})
             return
         if scope["method"] == "DELETE":
-            await _json(send, 200, {})
+            await send_json(send, 200, {})
             return
         message = json.loads(body)
         method = message.get("method")
@@ -227,7 +224,7 @@ class PeerApp:
         elif method == "ping":
             result = {}
         else:
-            await _json(
+            await send_json(
                 send,
                 200,
                 {
@@ -238,33 +235,14 @@ class PeerApp:
             )
             return
         extra = [(b"mcp-session-id", b"sess-1")] if method == "initialize" else []
-        await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
+        await send_json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
 
 
-async def _json(send: Send, status: int, doc: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps(doc).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), *(extra or [])],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 @asynccontextmanager
 async def mcp_peer(**knobs: Any) -> AsyncIterator[PeerApp]:
     app = PeerApp(**knobs)
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    config.graceful_timeout = 0.1
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(functools.partial(serve, app, config))  # type: ignore[arg-type]
-        app.origin = (
-            binds[0].rsplit(":", 1)[0].replace("0.0.0.0", "127.0.0.1") + ":" + binds[0].rsplit(":", 1)[1]
-        )
+    async with serve_loopback(app) as origin:
+        app.origin = origin
         yield app
-        nursery.cancel_scope.cancel()

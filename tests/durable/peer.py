@@ -12,7 +12,6 @@ before answering. ``received`` lists every call that arrived, ``executed`` every
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,10 +19,8 @@ from typing import Any
 
 import attrs
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
-from tests.peers.asgi import Receive, Send, lifespan, read_body
+from tests.peers.asgi import Receive, Send, lifespan, read_body, send_json, serve_loopback
 
 _ARGS = {"type": "object", "properties": {"key": {"type": "string"}, "hold": {"type": "string"}},
          "required": ["key"]}
@@ -40,6 +37,10 @@ class CountingPeer:
     origin: str = ""
     received: list[dict[str, Any]] = attrs.field(factory=list)
     executed: list[dict[str, Any]] = attrs.field(factory=list)
+    #: The request headers of every ``initialize`` (one per handshake).
+    handshakes: list[dict[str, str]] = attrs.field(factory=list)
+    #: ``hold: "gate"`` makes a call wait until this is set, then execute and answer.
+    gate: trio.Event = attrs.field(factory=trio.Event)
     _held: set[str] = attrs.field(factory=set)
 
     def count(self, name: str) -> int:
@@ -53,10 +54,10 @@ class CountingPeer:
             return
         body = await read_body(receive)
         if scope["path"] != "/mcp":
-            await _json(send, 404, {"error": "not_found"})
+            await send_json(send, 404, {"error": "not_found"})
             return
         if scope["method"] in ("GET", "DELETE"):
-            await _json(send, 405 if scope["method"] == "GET" else 200, {})
+            await send_json(send, 405 if scope["method"] == "GET" else 200, {})
             return
         message = json.loads(body)
         method = message.get("method")
@@ -65,6 +66,7 @@ class CountingPeer:
             await send({"type": "http.response.body", "body": b""})
             return
         if method == "initialize":
+            self.handshakes.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
             result: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                       "serverInfo": {"name": "counting", "version": "1"}}
         elif method == "tools/list":
@@ -74,11 +76,11 @@ class CountingPeer:
         elif method == "ping":
             result = {}
         else:
-            await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"],
+            await send_json(send, 200, {"jsonrpc": "2.0", "id": message["id"],
                                     "error": {"code": -32601, "message": "no such method"}})
             return
         extra = [(b"mcp-session-id", b"sess-1")] if method == "initialize" else []
-        await _json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
+        await send_json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
 
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
         name, args = params["name"], params.get("arguments") or {}
@@ -88,6 +90,8 @@ class CountingPeer:
         self._held.add(f"{name}:{args.get('key')}")
         if first and args.get("hold") == "before":
             await trio.sleep_forever()
+        if args.get("hold") == "gate":
+            await self.gate.wait()
         self.executed.append(call)
         if first and args.get("hold") == "after":
             await trio.sleep_forever()
@@ -96,23 +100,11 @@ class CountingPeer:
                 "isError": False}
 
 
-async def _json(send: Send, status: int, doc: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), *(extra or [])]})
-    await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
 
 
 @asynccontextmanager
 async def counting_peer() -> AsyncIterator[CountingPeer]:
     app = CountingPeer()
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    config.graceful_timeout = 0.1
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(functools.partial(serve, app, config))  # type: ignore[arg-type]
-        host, port = binds[0].rsplit(":", 1)
-        app.origin = f"{host.replace('0.0.0.0', '127.0.0.1')}:{port}"
+    async with serve_loopback(app) as origin:
+        app.origin = origin
         yield app
-        nursery.cancel_scope.cancel()

@@ -128,7 +128,14 @@ async def test_a_pending_self_schedule_survives_a_crash_and_fires_once(tmp_path)
         def job_a_kept() -> bool:
             return any("job A" in str(v) for v in pending().values())
 
-        await _daemon_until(argv, tmp_path / "2.stderr", lambda: fired() >= 1 and not job_a_kept())
+        def settled() -> bool:  # killed between wakes: an unfinished one would be resumed (a model call again)
+            journal = JournalFile(db_path(str(state)), readonly=True)
+            try:
+                return all(r.status != "running" for r in journal.list_runs(50, None))
+            finally:
+                journal.close()
+
+        await _daemon_until(argv, tmp_path / "2.stderr", lambda: fired() >= 1 and not job_a_kept() and settled())
         assert fired() == 1
         # forgotten once fired: a third start does not fire it again
         await _daemon_until(argv, tmp_path / "3.stderr", lambda: len(

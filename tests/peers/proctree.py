@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -59,17 +61,50 @@ def descendants(root: int | None = None) -> dict[int, ProcInfo]:
     return out
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    Without it, a grandchild whose parent died is reparented to pid 1 and no longer looks like ours, so a leak
+    behind a killed parent (a subagent outliving a SIGKILLed daemon) would pass unseen.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+def _reap_adopted(before: dict[int, ProcInfo], ignore: frozenset[int]) -> None:
+    """Reap zombies that are new children of ours: orphans adopted as a subreaper, which nobody else waits for.
+
+    (A test's own unwaited ``Popen`` is already reported by Python's ResourceWarning, an error here.)
+    """
+    me = os.getpid()
+    for info in descendants().values():
+        if info.ppid == me and info.zombie and info.pid not in before and info.pid not in ignore:
+            try:
+                os.waitpid(info.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
 def leftovers(
-    before: dict[int, ProcInfo], *, grace: float = 2.0, ignore: frozenset[int] = frozenset()
+    before: dict[int, ProcInfo], *, grace: float = 2.0, ignore: frozenset[int] = frozenset(),
+    reap_adopted: bool = False,
 ) -> list[ProcInfo]:
     """Descendants (live or zombie) that did not exist in ``before``, after waiting up to ``grace`` seconds.
 
     ``ignore`` holds pids of long-lived processes (session-scoped peers) that may legitimately start during a
-    test; they and their own descendants are not leftovers. Real wall-clock polling: child exit is real time even
+    test; they and their own descendants are not leftovers. ``reap_adopted`` first reaps exited orphans this
+    process adopted (see :func:`become_subreaper`), so only live ones count. Real wall-clock polling: child exit is real time even
     when the test ran on a mock clock.
     """
     deadline = time.monotonic() + grace
     while True:
+        if reap_adopted:
+            _reap_adopted(before, ignore)
         now = descendants()
         skip = set(ignore)
         for pid in ignore:

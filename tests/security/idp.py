@@ -11,7 +11,6 @@ makes a new signing key (new ``kid``) and drops the old one from the JWKS; ``min
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import time
 import urllib.parse
@@ -21,12 +20,9 @@ from typing import Any
 
 import attrs
 import jwt
-import trio
 from cryptography.hazmat.primitives.asymmetric import ec
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
-from tests.peers.asgi import Receive, Send, lifespan, read_body
+from tests.peers.asgi import Receive, Send, lifespan, read_body, send_json, serve_loopback
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -75,13 +71,13 @@ class Idp:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         path = scope["path"]
         if path == "/.well-known/oauth-authorization-server":
-            await _json(send, 200, {
+            await send_json(send, 200, {
                 "issuer": self.issuer, "token_endpoint": f"{self.origin}/token", "jwks_uri": self.jwks_uri or f"{self.origin}/jwks",
                 "grant_types_supported": ["client_credentials"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic"]})  # fmt: skip
         elif path == "/jwks":
             self.jwks_requests += 1
-            await _json(send, 200, {"keys": [self.jwk()]})
+            await send_json(send, 200, {"keys": [self.jwk()]})
         elif path == "/token" and scope["method"] == "POST":
             form = dict(urllib.parse.parse_qsl(body.decode()))
             self.token_requests.append(form)
@@ -89,30 +85,20 @@ class Idp:
             ident, _, secret = base64.b64decode(auth.removeprefix("Basic ") or "Og==").decode().partition(":")
             if (form.get("grant_type") != "client_credentials" or urllib.parse.unquote(ident) != self.client_id
                     or urllib.parse.unquote(secret) != self.client_secret):
-                await _json(send, 401, {"error": "invalid_client"})
+                await send_json(send, 401, {"error": "invalid_client"})
                 return
             token = self.mint(sub=self.client_id, client_id=self.client_id, aud=form.get("resource"),
                               scope=form.get("scope"))  # fmt: skip
-            await _json(send, 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
+            await send_json(send, 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
         else:
-            await _json(send, 404, {"error": "not_found"})
+            await send_json(send, 404, {"error": "not_found"})
 
 
-async def _json(send: Send, status: int, doc: Any) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
 
 
 @asynccontextmanager
 async def idp(**knobs: Any) -> AsyncIterator[Idp]:
     app = Idp(**knobs)
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    config.graceful_timeout = 0.1
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(functools.partial(serve, app, config))  # type: ignore[arg-type]
-        app.origin = "http://127.0.0.1:" + binds[0].rsplit(":", 1)[1]
+    async with serve_loopback(app) as origin:
+        app.origin = origin
         yield app
-        nursery.cancel_scope.cancel()

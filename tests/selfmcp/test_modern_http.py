@@ -9,7 +9,16 @@ import httpx
 import trio
 
 from agentd.mcp.sse import SseDecoder
-from tests.selfmcp.harness import ACCEPT, MODERN, modern_headers, modern_meta, read_events, rpc, serving
+from tests.selfmcp.harness import (
+    ACCEPT,
+    MODERN,
+    decode_reply,
+    modern_headers,
+    modern_meta,
+    read_events,
+    rpc,
+    serving,
+)
 
 
 def _params(**extra: object) -> dict:
@@ -26,7 +35,7 @@ async def test_discover_and_result_decoration() -> None:
         r = await _post(client, s.url, "server/discover", _params())
         assert r.status_code == 200 and "mcp-session-id" not in r.headers
         result = r.json()["result"]
-        assert result["supportedVersions"] == [MODERN]
+        assert result["supportedVersions"] == [MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
         assert result["capabilities"] == {"tools": {}, "resources": {"subscribe": True}}
         assert result["resultType"] == "complete" and result["ttlMs"] == 0 and result["cacheScope"] == "private"
         assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "agentd"
@@ -55,7 +64,8 @@ async def test_envelope_header_and_version_errors() -> None:
         assert r.status_code == 400
         err = r.json()["error"]
         assert err["code"] == -32022
-        assert err["data"] == {"supported": ["2026-07-28", "2025-11-25"], "requested": "2099-01-01"}
+        assert err["data"] == {"supported": [MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"],
+                               "requested": "2099-01-01"}
 
 
 async def test_legacy_methods_404_get_405_and_notification_202() -> None:
@@ -63,13 +73,44 @@ async def test_legacy_methods_404_get_405_and_notification_202() -> None:
         for method in ("ping", "resources/subscribe", "no/such"):
             r = await _post(client, s.url, method, _params(uri="x"))
             assert r.status_code == 404 and r.json()["error"]["code"] == -32601
-        r = await _post(client, s.url, "initialize", _params())
-        assert r.status_code == 400
         r = await client.get(s.url, headers={"accept": "text/event-stream", "mcp-protocol-version": MODERN})
         assert r.status_code == 405
         r = await client.post(s.url, headers=modern_headers("notifications/cancelled"),
                               json=rpc("notifications/cancelled", _params(), None))
         assert r.status_code == 202
+
+
+async def test_unsupported_version_names_exactly_what_the_endpoint_accepts() -> None:
+    """-32022's ``data.supported`` is discover's ``supportedVersions``, and each named version is really served:
+    the modern one through discover, every handshake one through ``initialize`` on the legacy wire."""
+    async with serving() as s, httpx.AsyncClient() as client:
+        discovered = (await _post(client, s.url, "server/discover", _params())).json()["result"]["supportedVersions"]
+        headers = {**modern_headers("server/discover"), "mcp-protocol-version": "2099-01-01"}
+        meta = {**modern_meta(), "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
+        r = await client.post(s.url, headers=headers, json=rpc("server/discover", {"_meta": meta}, 301))
+        assert r.status_code == 400 and r.json()["id"] == 301
+        assert r.json()["error"]["data"] == {"supported": discovered, "requested": "2099-01-01"}
+        for version in discovered:
+            if version == MODERN:
+                continue
+            init = rpc("initialize", {"protocolVersion": version, "capabilities": {},
+                                      "clientInfo": {"name": "t", "version": "1"}})
+            r = await client.post(s.url, headers=ACCEPT, json=init)
+            assert r.status_code == 200 and decode_reply(r)["result"]["protocolVersion"] == version
+
+
+async def test_initialize_on_the_modern_wire_is_a_removed_method_and_still_served_on_the_legacy_wire() -> None:
+    async with serving() as s, httpx.AsyncClient() as client:
+        for id_, method in enumerate(("initialize", "logging/setLevel", "resources/unsubscribe"), start=500):
+            r = await _post(client, s.url, method, _params(), id=id_)
+            assert r.status_code == 404, (method, r.text)
+            assert r.json()["error"]["code"] == -32601 and r.json()["id"] == id_
+        init = rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                  "clientInfo": {"name": "t", "version": "1"}})
+        for headers in (ACCEPT, {**ACCEPT, "mcp-protocol-version": "2025-11-25"}):
+            r = await client.post(s.url, headers=headers, json=init)
+            assert r.status_code == 200 and r.headers["mcp-session-id"]
+            assert decode_reply(r)["result"]["protocolVersion"] == "2025-11-25"
 
 
 async def test_missing_handle_is_32602_on_modern() -> None:

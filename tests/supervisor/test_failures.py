@@ -67,14 +67,15 @@ async def test_a_child_that_stops_answering_pings_is_stuck(root, events):
 
 
 async def test_a_child_without_progress_is_stuck_but_pongs_keep_an_idle_one_alive(root):
-    fast = LivenessSettings(ping_interval=0.1, pong_timeout=5, progress_timeout=1.5)
-    with trio.fail_after(20):
+    # Real time: the progress timeout is generous enough for a warm child's first answer on a loaded machine.
+    fast = LivenessSettings(ping_interval=0.1, pong_timeout=5, progress_timeout=3)
+    with trio.fail_after(30):
         async with root(liveness=fast) as sup:
             view = await sup.spawn(ROOT, req(["hang"]))
-            assert view.result["error"] == "stuck: no progress for 1.5 s"
-            # An idle warm session is not stalling: it outlives several progress timeouts.
+            assert view.result["error"] == "stuck: no progress for 3 s"
+            # An idle warm session is not stalling: it outlives more than one progress timeout.
             warm = await sup.spawn(ROOT, req(["echo"], warm=True))
-            await trio.sleep(2.5)
+            await trio.sleep(4.5)
             assert sup.status(ROOT, warm.handle).status == "awaiting_turn"
             assert (await sup.send(ROOT, warm.handle, "hi")).result["message"] == "hi"
 

@@ -136,3 +136,61 @@ async def test_a_nested_forked_child_ends_when_its_parent_is_killed(root):
             # The tree's fork server outlives the child: the next spawn is forked as before.
             assert (await sup.spawn(ROOT, req(["result", "again"]))).result == "again"
             assert sup.statistics().fork_server_pid == server
+
+
+
+async def _pipelined_launches(pause: float) -> dict[int, int]:
+    """Three concurrent launches against a stand-in server on a real socket pair, which reads all three
+    requests before answering any, then answers them in order, ``pause`` seconds apart."""
+    import json
+    import socket
+
+    from agentd.events import null_log
+    from agentd.supervisor.forkserver import MESSAGE_SIZE, connect_fork_server
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    peer = trio.socket.from_stdlib_socket(theirs)
+    launched: dict[int, int] = {}
+    async with trio.open_nursery() as nursery:
+        await peer.send(json.dumps({"ready": 1}).encode())
+        server = await connect_fork_server(nursery, ours.detach(), log=null_log())
+
+        async def launch(i: int) -> None:
+            child = await server.launch({"N": str(i)})
+            launched[i] = child.pid
+            for stream in (child.stdin, child.stdout, child.stderr):
+                await stream.aclose()
+
+        try:
+            for i in range(3):
+                nursery.start_soon(launch, i)
+            asked = []
+            for _ in range(3):  # all three arrive although none has been answered yet
+                data, ancdata, _flags, _addr = await peer.recvmsg(MESSAGE_SIZE, socket.CMSG_SPACE(3 * 4))
+                for _level, _type, fds in ancdata:
+                    for fd in memoryview(fds).cast("i"):
+                        os.close(fd)
+                asked.append(int(json.loads(data)["env"]["N"]))
+            for i in asked:
+                await trio.sleep(pause)
+                await peer.send(json.dumps({"spawned": 1000 + i}).encode())
+            while len(launched) < 3:
+                await trio.sleep(0.01)
+        finally:
+            with trio.CancelScope(shield=True):
+                await server.aclose()  # ends its reader (and so the nursery) whatever happened
+    peer.close()
+    return launched
+
+
+async def test_spawn_requests_are_pipelined_and_each_reply_reaches_the_launch_that_asked():
+    # A burst of spawns does not wait for one fork-server round trip per spawn: every request is on the
+    # server's socket before the first reply, and the replies (in request order) go to their own launches.
+    with trio.fail_after(10):
+        assert await _pipelined_launches(0) == {0: 1000, 1: 1001, 2: 1002}
+
+
+async def test_a_launch_queued_behind_others_waits_while_the_server_answers(autojump_clock):
+    # The last of three answered 24 s after its request, but the server answered something every 8 s:
+    # no launch gives up (only a server silent for 10 s is given up on, and its spawns re-exec).
+    assert await _pipelined_launches(8.0) == {0: 1000, 1: 1001, 2: 1002}

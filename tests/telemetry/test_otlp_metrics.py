@@ -137,3 +137,17 @@ async def test_the_final_flush_to_a_collector_that_never_answers_is_bounded(auto
 
 async def _black_hole(stream: trio.SocketStream) -> None:
     await trio.sleep_forever()
+
+
+async def test_the_cluster_capacity_gauges_reach_the_collector_with_their_names_and_units():
+    async with otlp_receiver() as receiver:
+        metrics.enable_otel(OtelSettings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}))
+        metrics.cluster_capacity(1, 3, 2, 7, 4.5)
+        metrics.cluster_capacity(0, 3, 1, 8, None)  # the last read wins; an empty queue's age is 0
+        with trio.fail_after(30):
+            await metrics.flush(10)
+    points = receiver.metric_exports[-1]
+    got = {p.name: (p.value, p.unit) for p in points if p.name.startswith("agentd.cluster.")}
+    assert got == {"agentd.cluster.member.free_slots": (0, "{slot}"), "agentd.cluster.members": (3, "{member}"),
+                   "agentd.cluster.free_slots": (1, "{slot}"), "agentd.cluster.queue.depth": (8, "{item}"),
+                   "agentd.cluster.queue.oldest_age": (0.0, "s")}
