@@ -495,7 +495,7 @@ async def open_mcp_pool(
                 for config in declared:
                     client = _client_for(config, shared, egress)
                     if isinstance(client, McpConnectError):
-                        pool._fail(config, client)
+                        pool.failed[config.name] = pool._fail(config, client)
                         continue
                     if client is not shared:
                         await stack.enter_async_context(client)
