@@ -14,10 +14,11 @@ warning; without a poll interval it is :class:`SubscribeUnsupported` (the daemon
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -30,6 +31,10 @@ from agentd.reactive.selftools import AwaitOutcome
 
 #: Bound on unsubscribe/cleanup work that runs under cancellation (shielded).
 CLEANUP_TIMEOUT = 2.0
+#: Subscribes (or unsubscribes) in flight at once when many URIs are armed or dropped together: each
+#: arm is three round trips (read, subscribe, read), so a thousand URIs one at a time take seconds. Each
+#: one in flight holds an HTTP/1.1 connection, and httpx's pool costs CPU per request in proportion to those.
+ARM_CONCURRENCY = 8
 
 
 class Origin(enum.Enum):
@@ -128,7 +133,8 @@ class Watcher:
     log: EventLog = attrs.field(factory=null_log)
     _watches: dict[str, Watch] = attrs.field(factory=dict, init=False)
     _waiters: dict[str, set[_Waiter]] = attrs.field(factory=dict, init=False)
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    #: One lock per URI being (un)watched, with its user count: different URIs arm concurrently.
+    _locks: dict[str, tuple[trio.Lock, list[int]]] = attrs.field(factory=dict, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -168,7 +174,7 @@ class Watcher:
         ``resources/subscribe`` goes out (an ``updated`` that beats the answer is routed), and for a routed
         watch the resource is read once before and once after it (level, not edge): different contents are
         one update (at least once: a resource with a ticking field earns one extra wake here)."""
-        async with self._lock:
+        async with self._locked(uri):
             watch = self._watches.get(uri)
             if watch is not None:
                 watch.origins[origin] = watch.origins.get(origin, 0) + 1
@@ -208,7 +214,7 @@ class Watcher:
 
     async def unwatch(self, uri: str, origin: Origin) -> None:
         """Drop one reason to watch ``uri``; unsubscribes when none is left."""
-        async with self._lock:
+        async with self._locked(uri):
             watch = self._watches.get(uri)
             if watch is None or origin not in watch.origins:
                 return
@@ -226,13 +232,49 @@ class Watcher:
             except Exception as exc:  # the server may be gone; the subscription dies with it
                 self.log.warn("mcp.subscribe", uri=uri, action="unsubscribe", error=type(exc).__name__)
 
+    @contextlib.asynccontextmanager
+    async def _locked(self, uri: str) -> AsyncIterator[None]:
+        """Serialise (un)watching one URI; other URIs go on concurrently."""
+        entry = self._locks.get(uri)
+        if entry is None:
+            entry = self._locks[uri] = (trio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[uri]
+
+    async def watch_many(self, wanted: Sequence[tuple[str, Origin, str | None]]) -> None:
+        """:meth:`watch` each ``(uri, origin, server)``, ``ARM_CONCURRENCY`` at a time; the first failure
+        cancels the rest and is raised (as an exception group, like any nursery)."""
+        limiter = trio.CapacityLimiter(ARM_CONCURRENCY)
+
+        async def one(uri: str, origin: Origin, server: str | None) -> None:
+            async with limiter:
+                await self.watch(uri, origin, server)
+
+        async with trio.open_nursery() as nursery:
+            for uri, origin, server in wanted:
+                nursery.start_soon(one, uri, origin, server)
+
     async def unwatch_all(self) -> None:
         """Drain: unsubscribe everything, bounded and shielded (the caller may be cancelled)."""
-        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
-            for uri, watch in list(self._watches.items()):
+        limiter = trio.CapacityLimiter(ARM_CONCURRENCY)
+
+        async def drop(uri: str, watch: Watch) -> None:
+            async with limiter:
                 for origin in list(watch.origins):
                     watch.origins[origin] = 1
                     await self.unwatch(uri, origin)
+
+        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for uri, watch in list(self._watches.items()):
+                    nursery.start_soon(drop, uri, watch)
 
     def _start_polling(self, watch: Watch) -> None:
         if not self.poll_interval:

@@ -9,7 +9,7 @@ caps (60 wakes a minute by default) are raised out of the way: this measures the
 For ``--seconds``, updates are sent at a steady ``--rate`` per second (each to a URI chosen uniformly at
 random, at most 32 side-door POSTs in flight); then the daemon is given ``--settle`` seconds to read every
 URI's final state. Reported: updates sent and the rate reached, wakes and wakes/s, the coalescing ratio
-(updates per wake), the update→model latency (from just before an update's side-door POST to the first
+(updates per wake, and per URI read: one wake of a saturated daemon reads several URIs), the update→model latency (from just before an update's side-door POST to the first
 model request that read that update's value or a later one; median and p99), this process's CPU per wake
 (agentd plus the in-process gateway and side-door client; the SDK server is another process), and whether
 every URI's last wake read its final value.
@@ -20,6 +20,7 @@ every URI's last wake read its final value.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import random
@@ -27,6 +28,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,7 @@ class Busy:
     def __init__(self) -> None:
         self.armed = 0
         self.wake_ends = 0
+        self.runs = 0  # model requests (one per wake with this gateway)
         self.reads: dict[str, list[tuple[float, int]]] = {}  # uri -> (perf_counter, value read) per wake
 
     def sink(self, line: dict[str, Any]) -> None:
@@ -66,12 +69,16 @@ class Busy:
     def reply(self, request: RecordedRequest) -> dict[str, Any]:
         now = time.perf_counter()
         users = [m for m in request.messages if m.get("role") == "user"]
-        match = _CONTENT.search(str(users[-1]["content"])) if users else None
-        if match and match.group(2).strip().isdigit():
-            self.reads.setdefault(match.group(1), []).append((now, int(match.group(2).strip())))
+        self.runs += 1
+        for match in _CONTENT.finditer(str(users[-1]["content"]) if users else ""):  # a batched wake reads many
+            if match.group(2).strip().isdigit():
+                self.reads.setdefault(match.group(1), []).append((now, int(match.group(2).strip())))
         return text("ok")
 
     def wakes(self) -> int:
+        return self.runs
+
+    def uri_reads(self) -> int:
         return sum(len(v) for v in self.reads.values())
 
 
@@ -86,6 +93,23 @@ async def _wait(predicate: Any, timeout: float) -> bool:
             await trio.sleep(0.05)
         return True
     return False
+
+
+@contextlib.contextmanager
+def _profiled(prefix: str | None, phase: str) -> Iterator[None]:
+    """cProfile (CPU time) this phase into ``<prefix>.<phase>.prof`` (``--profile``; off by default)."""
+    if not prefix:
+        yield
+        return
+    import cProfile
+
+    profile = cProfile.Profile(time.process_time)  # CPU time: wall time on a loaded machine is noise
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        profile.dump_stats(f"{prefix}.{phase}.prof")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,8 +132,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ):
             nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, supervisor=supervisor, drain=drain))
             arm_start = time.perf_counter()
-            if not await _wait(lambda: busy.armed >= len(uris), 300):
-                raise SystemExit(f"only {busy.armed} of {len(uris)} URIs armed")
+            with _profiled(args.profile, "arm"):
+                if not await _wait(lambda: busy.armed >= len(uris), 300):
+                    raise SystemExit(f"only {busy.armed} of {len(uris)} URIs armed")
             arm_s = time.perf_counter() - arm_start
             await trio.sleep(1.0)
             busy.reads.clear()
@@ -129,11 +154,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             total = int(args.rate * args.seconds)
             cpu_start, wall_start = time.process_time(), trio.current_time()
-            wakes_before = busy.wakes()
-            async with trio.open_nursery() as senders:
-                for i in range(total):
-                    await trio.sleep_until(wall_start + i / args.rate)
-                    senders.start_soon(bump, rng.choice(uris))
+            wakes_before, reads_before = busy.wakes(), busy.uri_reads()
+            with _profiled(args.profile, "steady"):
+                async with trio.open_nursery() as senders:
+                    for i in range(total):
+                        await trio.sleep_until(wall_start + i / args.rate)
+                        senders.start_soon(bump, rng.choice(uris))
             send_s = trio.current_time() - wall_start
 
             def settled() -> bool:
@@ -144,6 +170,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             cpu = time.process_time() - cpu_start
             wall = trio.current_time() - wall_start
             wakes = busy.wakes() - wakes_before
+            uri_reads = busy.uri_reads() - reads_before
             drain.set()
     latencies = []
     for start, uri, value in sent:
@@ -155,7 +182,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "uris": args.uris, "rate": args.rate, "seconds": args.seconds, "arm_s": arm_s,
         "updates": len(sent), "send_s": send_s, "rate_reached": len(sent) / send_s,
         "touched": len(final), "wakes": wakes, "wakes_per_s": wakes / wall, "wall_s": wall,
-        "coalescing": len(sent) / max(wakes, 1),
+        "coalescing": len(sent) / max(wakes, 1), "uri_reads": uri_reads,
+        "per_read": len(sent) / max(uri_reads, 1), "uris_per_wake": uri_reads / max(wakes, 1),
         "latency_median": statistics.median(latencies) if latencies else float("nan"),
         "latency_p99": pct(latencies, 0.99), "latency_max": max(latencies, default=float("nan")),
         "unanswered": len(sent) - len(latencies),
@@ -187,8 +215,9 @@ def render(r: dict[str, Any], command: str) -> str:
         "| measure | value |",
         "|---|---|",
         f"| updates sent (rate reached) | {r['updates']} ({r['rate_reached']:.0f}/s), {r['touched']} URIs touched |",
-        f"| wakes, wakes/s | {r['wakes']}, {r['wakes_per_s']:.1f}/s |",
-        f"| coalescing ratio (updates per wake) | {r['coalescing']:.2f} |",
+        f"| wakes (agent runs), wakes/s | {r['wakes']}, {r['wakes_per_s']:.1f}/s |",
+        f"| URIs read per wake (a saturated daemon batches) | {r['uris_per_wake']:.2f} |",
+        f"| coalescing ratio: updates per wake / per URI read | {r['coalescing']:.2f} / {r['per_read']:.2f} |",
         f"| update→model latency, median / p99 / max (ms) | {r['latency_median']:.1f} / {r['latency_p99']:.1f} / "
         f"{r['latency_max']:.1f} |",
         f"| CPU of this process per wake / per update (ms) | {r['cpu_per_wake']:.2f} / {r['cpu_per_update']:.2f} |",
@@ -209,6 +238,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--profile", metavar="PREFIX", help="cProfile arming and the steady state into PREFIX.*.prof")
     args = parser.parse_args()
     result = trio.run(run, args)
     command = ".venv/bin/python scripts/bench/busy.py" + "".join(

@@ -325,9 +325,17 @@ async def test_failing_wakes_back_off_and_the_breaker_ends_a_reactive_daemon_wit
     uris = [f"u://{i}" for i in range(8)]
     pool, model = MemoryPool(state=dict.fromkeys(uris, "0")), ScriptedModel(script)
     async with running(reactive(pool, model, subscribe=tuple(uris), max_concurrent_wakes=1)) as daemon:
-        for uri in uris:
-            pool.bump(uri, "1")
-        result = await daemon.finished()
+
+        async def keep_changing() -> None:  # a saturated daemon batches waiting URIs: keep them changing
+            for value in range(1, 1000):
+                for uri in uris:
+                    pool.bump(uri, str(value))
+                await trio.sleep(0.1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep_changing)
+            result = await daemon.finished()
+            nursery.cancel_scope.cancel()
     assert result.exit_code is ExitCode.FAILURE and "breaker" in (result.error or "")
     starts = [round(t, 2) for t, _ in model.requests]
     assert starts == [0, 0.5, 1.5, 3.5, 7.5, 15.5]  # one wake at a time, each after the backoff
