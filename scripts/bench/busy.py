@@ -7,7 +7,7 @@ Setup as in ``reactive.py``: the official Python SDK test peer (its own process,
 caps (60 wakes a minute by default) are raised out of the way: this measures the daemon, not its cap.
 
 For ``--seconds``, updates are sent at a steady ``--rate`` per second (each to a URI chosen uniformly at
-random, at most 32 side-door POSTs in flight); then the daemon is given ``--settle`` seconds to read every
+random, at most 8 side-door POSTs in flight); then the daemon is given ``--settle`` seconds to read every
 URI's final state. Reported: updates sent and the rate reached, wakes and wakes/s, the coalescing ratio
 (updates per wake, and per URI read: one wake of a saturated daemon reads several URIs), the update→model latency (from just before an update's side-door POST to the first
 model request that read that update's value or a later one; median and p99), this process's CPU per wake
@@ -49,6 +49,7 @@ from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 
 SECTION = "## Busy reactive daemon"
+SIDE_DOOR = 8  # side-door POSTs in flight (and connections)
 _CONTENT = re.compile(r'<resource uri="([^"]+)"[^>]*>\n(.*?)\n</resource>', re.S)
 
 
@@ -80,6 +81,12 @@ class Busy:
 
     def uri_reads(self) -> int:
         return sum(len(v) for v in self.reads.values())
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -124,24 +131,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         assert cfg.max_concurrent_wakes == defaults.MAX_CONCURRENT_WAKES
         log = EventLog(sink=busy.sink, level="info", run_id="busy")
         drain = trio.Event()
-        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+        # The side door's own client: few connections (httpcore's pool costs CPU per request in proportion to
+        # the connections it keeps, and this process's CPU is what the CPU rows measure).
+        limits = httpx.Limits(max_connections=SIDE_DOOR, max_keepalive_connections=SIDE_DOOR)
         async with (
             httpx.AsyncClient(limits=limits, timeout=30) as side,
             open_root_supervisor(cfg, log=log, env={}, run_id=log.run_id) as supervisor,
             trio.open_nursery() as nursery,
         ):
             nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, supervisor=supervisor, drain=drain))
-            arm_start = time.perf_counter()
+            arm_start, arm_cpu = time.perf_counter(), time.process_time()
             with _profiled(args.profile, "arm"):
                 if not await _wait(lambda: busy.armed >= len(uris), 300):
                     raise SystemExit(f"only {busy.armed} of {len(uris)} URIs armed")
-            arm_s = time.perf_counter() - arm_start
+            arm_s, arm_cpu = time.perf_counter() - arm_start, time.process_time() - arm_cpu
             await trio.sleep(1.0)
             busy.reads.clear()
             bump_url = peer.origin + "/_test/bump"
             sent: list[tuple[float, str, int]] = []  # (perf_counter before the POST, uri, value it made)
             final: dict[str, int] = {}
-            limiter = trio.CapacityLimiter(32)
+            limiter = trio.CapacityLimiter(SIDE_DOOR)
 
             async def bump(uri: str) -> None:
                 async with limiter:
@@ -154,6 +163,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             total = int(args.rate * args.seconds)
             cpu_start, wall_start = time.process_time(), trio.current_time()
+            peer_cpu_start = proc_cpu(peer.pid)
             wakes_before, reads_before = busy.wakes(), busy.uri_reads()
             with _profiled(args.profile, "steady"):
                 async with trio.open_nursery() as senders:
@@ -168,6 +178,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             settled_ok = await _wait(settled, args.settle)
             await trio.sleep(max(0.5, cfg.debounce * 2))  # quiet: a late wake would show up here
             cpu = time.process_time() - cpu_start
+            peer_cpu = proc_cpu(peer.pid) - peer_cpu_start
             wall = trio.current_time() - wall_start
             wakes = busy.wakes() - wakes_before
             uri_reads = busy.uri_reads() - reads_before
@@ -180,6 +191,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     missed = sorted(u for u, v in final.items() if not busy.reads.get(u) or busy.reads[u][-1][1] != v)
     return {
         "uris": args.uris, "rate": args.rate, "seconds": args.seconds, "arm_s": arm_s,
+        "arm_cpu_per_uri": arm_cpu * 1000 / max(len(uris), 1),
         "updates": len(sent), "send_s": send_s, "rate_reached": len(sent) / send_s,
         "touched": len(final), "wakes": wakes, "wakes_per_s": wakes / wall, "wall_s": wall,
         "coalescing": len(sent) / max(wakes, 1), "uri_reads": uri_reads,
@@ -188,6 +200,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency_p99": pct(latencies, 0.99), "latency_max": max(latencies, default=float("nan")),
         "unanswered": len(sent) - len(latencies),
         "cpu_per_wake": cpu * 1000 / max(wakes, 1), "cpu_per_update": cpu * 1000 / max(len(sent), 1),
+        "peer_cpu_per_update": peer_cpu * 1000 / max(len(sent), 1), "cpu_share": cpu / max(wall, 1e-9),
+        "peer_share": peer_cpu / max(wall, 1e-9),
         "settled": settled_ok, "settle": args.settle, "missed": missed,
         "load": os.getloadavg()[0], "cpus": os.cpu_count(),
     }
@@ -214,6 +228,8 @@ def render(r: dict[str, Any], command: str) -> str:
         "",
         "| measure | value |",
         "|---|---|",
+        f"| arming: wall / CPU of this process per URI (ms; read, subscribe, read; 8 URIs at a time) | "
+        f"{r['arm_s'] * 1000 / r['uris']:.1f} / {r['arm_cpu_per_uri']:.2f} |",
         f"| updates sent (rate reached) | {r['updates']} ({r['rate_reached']:.0f}/s), {r['touched']} URIs touched |",
         f"| wakes (agent runs), wakes/s | {r['wakes']}, {r['wakes_per_s']:.1f}/s |",
         f"| URIs read per wake (a saturated daemon batches) | {r['uris_per_wake']:.2f} |",
@@ -221,6 +237,9 @@ def render(r: dict[str, Any], command: str) -> str:
         f"| update→model latency, median / p99 / max (ms) | {r['latency_median']:.1f} / {r['latency_p99']:.1f} / "
         f"{r['latency_max']:.1f} |",
         f"| CPU of this process per wake / per update (ms) | {r['cpu_per_wake']:.2f} / {r['cpu_per_update']:.2f} |",
+        f"| CPU of the SDK server process per update (ms: side-door bump, notification, reads) | "
+        f"{r['peer_cpu_per_update']:.2f} |",
+        f"| cores used over the run: this process / the SDK server | {r['cpu_share']:.2f} / {r['peer_share']:.2f} |",
         f"| updates whose value no wake read (yet) | {r['unanswered']} |",
         f"| every URI's last wake read its final value | {last} |",
         "",
