@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,6 @@ class McpPool:
     _receive: trio.MemoryReceiveChannel[ResourceUpdated] = attrs.field(init=False)
     _pending: dict[tuple[str, str], ResourceUpdated] = attrs.field(factory=dict)
     _pending_event: trio.Event = attrs.field(factory=trio.Event)
-    _consumer: Callable[[ResourceUpdated], None] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[ResourceUpdated](0)
@@ -145,20 +144,7 @@ class McpPool:
         """The one channel of ``ResourceUpdated`` (server, uri): re-read the resource on each."""
         return self._receive
 
-    def deliver(self, consumer: Callable[[ResourceUpdated], None] | None) -> None:
-        """Hand every update straight to ``consumer`` as it arrives instead of through :meth:`updates` (None:
-        back to the channel). ``consumer`` runs in the connection's task, so it must not block: the reactive
-        watcher only routes (a wake's latency budget is milliseconds; the channel costs a scheduling round)."""
-        self._consumer = consumer
-
     def _on_update(self, server: str, uri: str, synthesized: bool) -> None:
-        consumer = self._consumer
-        if consumer is not None:
-            try:
-                consumer(ResourceUpdated(server, uri, synthesized))
-            except Exception as exc:  # a consumer's bug never takes the connection's stream down with it
-                self.log.error("mcp.protocol_error", server=server, what=f"update consumer: {type(exc).__name__}")
-            return
         if not self._pending:
             # The consumer is already waiting (the usual case): hand the update over now instead of a
             # scheduling round later through the forwarder; a wake's latency budget is milliseconds.

@@ -141,21 +141,10 @@ class Watcher:
         """Pump the pool's updates (and own the pollers) until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            deliver = getattr(self.pool, "deliver", None)  # agentd's pool: updates handed over as they arrive
-            if deliver is not None:
-                deliver(self._take)
-                try:
-                    task_status.started()
-                    await trio.sleep_forever()
-                finally:
-                    deliver(None)
             updates = self.pool.updates()
             task_status.started()
             async for update in updates:
                 self.dispatch(update.uri, update.server)
-
-    def _take(self, update: UpdateLike) -> None:
-        self.dispatch(update.uri, update.server)
 
     def dispatch(self, uri: str, server: str | None) -> None:
         """One update of ``uri``: route it if routed, and kick every waiter on it."""
