@@ -45,6 +45,8 @@ DRAIN_TIMEOUT: Final = 25.0
 # --- reactive mode (agentd.reactive.router.Router) ------------------------------------------------------
 DEBOUNCE: Final = 0.25
 MAX_CONCURRENT_WAKES: Final = 4
+#: URIs one wake may cover when wakes queue for the concurrent slots (a saturated daemon batches).
+MAX_URIS_PER_WAKE: Final = 16
 #: Wakes the whole daemon / one URI may start in any 60 s (0 = no limit); more wait, coalesced.
 MAX_WAKES_PER_MINUTE: Final = 60
 MAX_WAKES_PER_URI_PER_MINUTE: Final = 10

@@ -57,6 +57,16 @@ class Catalogue:
     #: Tools a pinned server listed but may not offer: ``{tool: its pinned hash, or None if not pinned}``.
     refused: dict[str, str | None] = attrs.field(factory=dict)
     _listings: int = 0
+    #: The URIs of :attr:`resources`, for the list object they were taken from (a reload replaces the list).
+    _resource_uris: tuple[list[ResourceInfo] | None, frozenset[str]] = (None, frozenset())
+
+    def lists(self, uri: str) -> bool:
+        """Does the current resource listing hold ``uri``? (Asked on every read and subscribe without a named
+        server: a set per listing, not a scan of a listing that may hold thousands.)"""
+        listed, uris = self._resource_uris
+        if listed is not self.resources:
+            listed, uris = self._resource_uris = (self.resources, frozenset(r.uri for r in self.resources))
+        return uri in uris
 
     @property
     def name(self) -> str:

@@ -156,7 +156,7 @@ class McpPool:
     def _owners(self, uri: str, server: str | None) -> list[ServerConnection]:
         if server is not None:
             return [self._connection(server)]
-        listed = [c for c in self.connections.values() if any(r.uri == uri for r in c.resources)]
+        listed = [c for c in self.connections.values() if c.catalogue.lists(uri)]
         return listed + [c for c in self.connections.values() if c not in listed]
 
     async def read_resource(self, uri: str, server: str | None = None) -> ResourceContents:
@@ -178,7 +178,7 @@ class McpPool:
         if server is not None:
             return self._connection(server)
         for conn in self.connections.values():
-            if any(r.uri == uri for r in conn.resources):
+            if conn.catalogue.lists(uri):
                 return conn
         capable = [c for c in self.connections.values() if c.can_subscribe()]
         return capable[0] if capable else next(iter(self.connections.values()), None)

@@ -156,6 +156,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _MODES, "DURATION"),
     Flag("--max-concurrent-wakes", "max_concurrent_wakes", "int", f"reactive: concurrent wakes (default {D.MAX_CONCURRENT_WAKES})",
          _MODES, "N"),
+    Flag("--max-uris-per-wake", "max_uris_per_wake", "int",
+         f"reactive: URIs one wake may read when wakes queue for a slot; 1: never batch (default {D.MAX_URIS_PER_WAKE})",
+         _MODES, "N"),
     Flag("--max-wakes-per-minute", "max_wakes_per_minute", "int",
          f"reactive: wakes the daemon may start in any 60 s; more wait, coalesced (default {D.MAX_WAKES_PER_MINUTE}, "
          "0 = no limit)",

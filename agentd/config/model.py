@@ -128,6 +128,7 @@ class Config:
     poll_interval: float | None = None
     debounce: float = defaults.DEBOUNCE
     max_concurrent_wakes: int = defaults.MAX_CONCURRENT_WAKES
+    max_uris_per_wake: int = defaults.MAX_URIS_PER_WAKE
     max_wakes_per_minute: int = defaults.MAX_WAKES_PER_MINUTE
     max_wakes_per_uri_per_minute: int = defaults.MAX_WAKES_PER_URI_PER_MINUTE
     # per-run budgets

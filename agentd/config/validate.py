@@ -43,7 +43,8 @@ _RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
 #: (field, flag, minimum) for the numbers that must be at least 1 (0 would make the setting useless).
 _AT_LEAST_ONE: Final = (
     ("max_steps", "--max-steps"), ("max_tokens", "--max-tokens"),
-    ("max_concurrent_wakes", "--max-concurrent-wakes"), ("token_ceiling", "--token-ceiling"),
+    ("max_concurrent_wakes", "--max-concurrent-wakes"), ("max_uris_per_wake", "--max-uris-per-wake"),
+    ("token_ceiling", "--token-ceiling"),
     ("serve_max_spawns", "--serve-max-spawns"), ("serve_max_sessions", "--serve-max-sessions"),
     ("serve_max_queued", "--serve-max-queued"),
     ("serve_max_body", "--serve-max-body"), ("serve_max_connections", "--serve-max-connections"),

@@ -42,7 +42,7 @@ from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.shared import Shared
 from agentd.reactive.wake_budget import WakeBudget
-from agentd.reactive.wake_prompt import wake_instruction
+from agentd.reactive.wake_prompt import wake_instruction, wakes_instruction
 from agentd.reactive.watch import Origin, ResourcePool, Watcher
 from agentd.telemetry import metrics
 
@@ -253,6 +253,7 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
     cfg = ctx.cfg
     ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
                         max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
+                        batch=cfg.max_uris_per_wake,
                         bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri),
                         budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
                                           per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
@@ -284,10 +285,11 @@ async def _arm(ctx: DaemonContext) -> None:
         return
     continued = {split_subscription(v, names, flag="--continue") for v in ctx.cfg.continue_uris}
     continued_uris = {uri for _, uri in continued}
+    wanted: dict[str, tuple[str, Origin, str | None]] = {}
     for server, uri in continued:
         assert ctx.continue_route is not None
         ctx.continue_route.own(uri)
-        await ctx.watcher.watch(uri, Origin.CONTINUE, server)
+        wanted.setdefault(uri, (uri, Origin.CONTINUE, server))
     declared: list[tuple[str | None, str]] = []
     for value in ctx.cfg.subscribe:
         server, uri = split_subscription(value, names)
@@ -298,13 +300,16 @@ async def _arm(ctx: DaemonContext) -> None:
         if ctx.shared is not None:  # the member holding its lease watches it
             declared.append((server, uri))
             continue
-        await ctx.watcher.watch(uri, Origin.CONFIG, server)
+        wanted.setdefault(uri, (uri, Origin.CONFIG, server))
+    # Armed concurrently (bounded): each is a read, a subscribe and a read, and a daemon may watch thousands.
+    await ctx.watcher.watch_many(list(wanted.values()))
     if ctx.shared is not None:
         await ctx.shared.declare(declared)
 
 
 async def _wake(ctx: DaemonContext, wake: Wake) -> None:
-    """Notify-then-read: read the resource now, then run the instruction on what it is now."""
+    """Notify-then-read: read the resource now (every resource of a batched wake), then run the instruction
+    on what it is now."""
     assert ctx.pool is not None
     if ctx.continue_route is not None and ctx.continue_route.owns(wake.uri):
         await ctx.continue_route.feed(wake)
@@ -313,24 +318,83 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     await runs.backoff_gate()
     if not runs.accepting:
         return
-    contents: list[Any] | None
-    try:
-        read = await ctx.pool.read_resource(wake.uri, wake.server)
-        contents, server = list(read.contents), read.server
-    except ResourceNotFound:
-        contents, server = None, wake.server
-    if ctx.shared is not None and not await ctx.shared.record(wake.uri, contents):
-        return  # another member owns this subscription now: the wake is its (fenced)
-    await runs.seen(wake.uri, contents)
-    metrics.woke(wake.updates)
-    ctx.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,
-                 wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
+    if wake.also:
+        read = await _read_batch(ctx, wake)
+    else:
+        one = await _read_one(ctx, wake)
+        read = [one] if one is not None else []
+    if not read:
+        return  # another member owns these subscriptions now: the wake is its (fenced)
+    metrics.woke(sum(item.updates for item in wake.items))
     # A resource may hold a credential a server echoed: registered secret values never reach the model.
-    prompt = ctx.log.redactor.scrub(wake_instruction(_instruction(ctx), wake.uri, server, contents))
-    result = await runs.run(Job("wake", prompt, wake.uri))
+    if len(read) == 1:
+        _, server, contents = read[0]
+        prompt = wake_instruction(_instruction(ctx), read[0][0].uri, server, contents)
+    else:
+        prompt = wakes_instruction(_instruction(ctx), [(item.uri, server, contents) for item, server, contents in read])
+    result = await runs.run(Job("wake", ctx.log.redactor.scrub(prompt), read[0][0].uri))
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
                                                  status=result.status.value, error=result.error or "")
+
+
+Read = tuple[Wake, "str | None", "list[Any] | None"]
+#: Reads of one batched wake in flight at once: every read in flight holds its own HTTP/1.1 connection, and
+#: httpx's pool costs CPU per request in proportion to the connections it keeps.
+BATCH_READS = 4
+
+
+async def _limited(limiter: trio.CapacityLimiter, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+    async with limiter:
+        await fn(*args)
+
+
+async def _read_one(ctx: DaemonContext, item: Wake, batch: int = 1) -> Read | None:
+    """Read one URI of a wake (None contents: it no longer exists) and log its ``reactive.wake``; None when
+    another cluster member owns the subscription now (``--cluster``: the wake is recorded fenced, or not run)."""
+    assert ctx.pool is not None
+    contents: list[Any] | None
+    try:
+        read = await ctx.pool.read_resource(item.uri, item.server)
+        contents, server = list(read.contents), read.server
+    except ResourceNotFound:
+        contents, server = None, item.server
+    if ctx.shared is not None and not await ctx.shared.record(item.uri, contents):
+        return None
+    await ctx.runs.seen(item.uri, contents)
+    ctx.log.info("reactive.wake", uri=item.uri, server=server, seq=item.seq, updates=item.updates,
+                 wait_ms=round((trio.current_time() - item.first_update_at) * 1000, 3),
+                 **({"batch": batch} if batch > 1 else {}))
+    return item, server, contents
+
+
+async def _read_batch(ctx: DaemonContext, wake: Wake) -> list[Read]:
+    """Read every URI of a batched wake concurrently. One that cannot be read fails alone (logged, and a
+    failure for the governor); the wake goes on with the rest, and fails only when none could be read.
+    A URI another cluster member owns now is left out (empty: nothing for this member to run)."""
+    items = wake.items
+    done: dict[int, Read] = {}
+    errors: list[Exception] = []
+
+    async def one(index: int, item: Wake) -> None:
+        try:
+            read = await _read_one(ctx, item, len(items))
+        except Exception as exc:
+            errors.append(exc)
+            ctx.log.error("reactive.wake_failed", uri=item.uri, seq=item.seq, error=type(exc).__name__,
+                          message=str(exc))
+            ctx.runs.note_failure(ctx.log)
+        else:
+            if read is not None:
+                done[index] = read
+
+    limiter = trio.CapacityLimiter(BATCH_READS)
+    async with trio.open_nursery() as nursery:
+        for index, item in enumerate(items):
+            nursery.start_soon(_limited, limiter, one, index, item)
+    if not done and errors:
+        raise errors[0]
+    return [done[index] for index in sorted(done)]
 
 
 def _wake_done(ctx: DaemonContext, error: BaseException | None) -> None:

@@ -8,6 +8,14 @@ The pending flag is cleared *before* the wake reads the resource, so an update t
 the read began always earns one more wake: after any burst the last wake reads the final state
 (level, not edge). Different URIs are independent, bounded together by ``max_concurrent`` wakes.
 
+A saturated router batches: with ``batch`` > 1, a wake that gets one of the ``max_concurrent``
+slots takes along up to ``batch - 1`` other URIs that are due and waiting for a slot (oldest first),
+and the daemon reads them all and runs once on all of them. Under light load every URI still wakes
+alone on its leading edge; under a steady stream over many URIs the daemon keeps up by running
+fewer, wider wakes instead of queueing one run per URI behind the slots. A URI taken along is
+running for that wake (never two wakes of one URI at once) and its later updates fold into its
+own pending follow-up as usual.
+
 On top, a :class:`~agentd.reactive.wake_budget.WakeBudget` bounds wakes per URI and per daemon per
 minute: a wake over budget stays pending (updates keep folding into it) and starts when the budget
 allows, so it is delayed and coalesced, never lost.
@@ -19,9 +27,8 @@ restart governor can count failures).
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -29,26 +36,6 @@ import trio
 from agentd import defaults
 from agentd.events import EventLog, null_log
 from agentd.reactive.wake_budget import WakeBudget
-
-
-@contextlib.asynccontextmanager
-async def _wake_slot(limiter: trio.CapacityLimiter | None) -> AsyncIterator[None]:
-    """One of the ``max_concurrent`` wake slots (none for an unbounded URI).
-
-    A free slot is taken without a scheduling round (``async with limiter`` always yields): on the
-    leading edge a wake should reach its read at once, not after every other ready task has run.
-    """
-    if limiter is None:
-        yield
-        return
-    try:
-        limiter.acquire_nowait()
-    except trio.WouldBlock:
-        await limiter.acquire()
-    try:
-        yield
-    finally:
-        limiter.release()
 
 
 @attrs.frozen
@@ -61,6 +48,13 @@ class Wake:
     updates: int
     #: trio time of the earliest update this wake answers (for latency accounting).
     first_update_at: float
+    #: Other URIs this wake covers (a saturated router with ``batch`` > 1), with their own counts.
+    also: tuple[Wake, ...] = ()
+
+    @property
+    def items(self) -> tuple[Wake, ...]:
+        """Every URI this wake reads, this one first."""
+        return (self, *self.also)
 
 
 WakeFn = Callable[[Wake], Awaitable[None]]
@@ -75,6 +69,10 @@ class _Slot:
     updates: int = 0
     first_update_at: float = 0.0
     last_start: float = -math.inf
+    #: While waiting for a wake slot: the scope a batching wake cancels when it takes this URI along.
+    queued: trio.CancelScope | None = None
+    #: Set when this URI was taken along by another wake; fires when that wake ends.
+    riding: trio.Event | None = None
 
 
 @attrs.define(eq=False)
@@ -84,6 +82,8 @@ class RouterStats:
     failed: int = 0
     dropped: int = 0
     throttled: int = 0
+    #: URIs read by a wake started for another URI (``batch`` > 1); ``wakes`` counts runs.
+    batched: int = 0
 
 
 @attrs.define(eq=False)
@@ -100,7 +100,11 @@ class Router:
     stats: RouterStats = attrs.field(factory=RouterStats)
     #: Wakes per URI / per daemon per minute (unbounded unless the daemon passes its configured budget).
     budget: WakeBudget = attrs.field(factory=WakeBudget)
+    #: URIs one wake may cover when wakes queue for slots (1: every wake is one URI).
+    batch: int = 1
     _slots: dict[str, _Slot] = attrs.field(factory=dict, init=False)
+    #: Bounded URIs waiting for a wake slot, oldest first (what a batching wake takes along).
+    _queued: dict[str, _Slot] = attrs.field(factory=dict, init=False)
     _limiter: trio.CapacityLimiter = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
@@ -174,17 +178,34 @@ class Router:
                     with trio.move_on_after(max(decision.wait, 0.0)):
                         await self._closing.wait()  # a drain does not wait out the budget
                     continue
-                async with _wake_slot(self._limiter if self.bounded(uri) else None):
+                limiter = self._limiter if self.bounded(uri) else None
+                if not await self._take_slot(uri, slot, limiter):
+                    riding = slot.riding
+                    assert riding is not None
+                    await riding.wait()  # taken along by another wake: it read this URI; fold in as usual
+                    slot.riding = None
+                    continue
+                try:
                     if not self._wanted(slot):  # closed while waiting for a slot
                         break
                     self._seq += 1
-                    wake = Wake(uri, slot.server, self._seq, slot.updates, slot.first_update_at)
-                    # Cleared before the wake reads, so any later update earns one more wake.
-                    slot.pending, slot.updates, slot.running = False, 0, True
-                    slot.last_start = trio.current_time()
+                    riders = self._take_along(limiter)
+                    now = trio.current_time()
+                    also = tuple(self._start(other, rider, now) for other, rider in riders)
+                    wake = self._start(uri, slot, now, also)
                     self.stats.wakes += 1
-                    await self._one(wake)
-                    slot.running = False
+                    self.stats.batched += len(also)
+                    try:
+                        await self._one(wake)
+                    finally:
+                        slot.running = False
+                        for _, rider in riders:
+                            rider.running = False
+                            if rider.riding is not None:
+                                rider.riding.set()
+                finally:
+                    if limiter is not None:
+                        limiter.release()
         finally:
             slot.running = False
             if self._slots.get(uri) is slot:
@@ -194,6 +215,59 @@ class Router:
 
     def _wanted(self, slot: _Slot) -> bool:
         return slot.pending and not self._closed
+
+    async def _take_slot(self, uri: str, slot: _Slot, limiter: trio.CapacityLimiter | None) -> bool:
+        """One of the ``max_concurrent`` wake slots (none for an unbounded URI); False when another wake
+        took this URI along while it waited (then no slot is held).
+
+        A free slot is taken without a scheduling round (``async with limiter`` always yields): on the
+        leading edge a wake should reach its read at once, not after every other ready task has run.
+        """
+        if limiter is None:
+            return True
+        try:
+            limiter.acquire_nowait()
+            return True
+        except trio.WouldBlock:
+            pass
+        acquired = False
+        with trio.CancelScope() as slot.queued:
+            self._queued[uri] = slot
+            try:
+                await limiter.acquire()
+                acquired = True
+            finally:
+                slot.queued = None
+                if self._queued.get(uri) is slot:
+                    del self._queued[uri]
+        if slot.riding is None:
+            return True
+        if acquired:  # granted a slot just as another wake took it along: that wake reads it
+            limiter.release()
+        return False
+
+    def _take_along(self, limiter: trio.CapacityLimiter | None) -> list[tuple[str, _Slot]]:
+        """Up to ``batch - 1`` due URIs waiting for a slot, oldest first (bounded wakes only)."""
+        riders: list[tuple[str, _Slot]] = []
+        if limiter is None or self.batch <= 1:
+            return riders
+        for uri, slot in list(self._queued.items()):
+            if len(riders) >= self.batch - 1:
+                break
+            if not self._wanted(slot) or slot.running or slot.queued is None:
+                continue
+            del self._queued[uri]
+            slot.riding = trio.Event()
+            slot.queued.cancel()
+            riders.append((uri, slot))
+        return riders
+
+    def _start(self, uri: str, slot: _Slot, now: float, also: tuple[Wake, ...] = ()) -> Wake:
+        wake = Wake(uri, slot.server, self._seq, slot.updates, slot.first_update_at, also)
+        # Cleared before the wake reads, so any later update earns one more wake.
+        slot.pending, slot.updates, slot.running = False, 0, True
+        slot.last_start = now
+        return wake
 
     async def _one(self, wake: Wake) -> None:
         error: BaseException | None = None

@@ -15,6 +15,7 @@ clock; the router decides how to wait.
 from __future__ import annotations
 
 import collections
+import math
 from typing import Final
 
 import attrs
@@ -40,11 +41,15 @@ class WakeBudget:
     window: float = WINDOW
     _all: collections.deque[float] = attrs.field(factory=collections.deque, init=False)
     _by_uri: dict[str, collections.deque[float]] = attrs.field(factory=dict, init=False)
+    _swept: float = attrs.field(default=-math.inf, init=False)
 
     def check(self, uri: str, now: float) -> WakeDecision:
         """May a wake for ``uri`` start at ``now``? An allowed wake is counted against both budgets."""
         self._expire(now)
         starts = self._by_uri.get(uri)
+        horizon = now - self.window
+        while starts and starts[0] <= horizon:
+            starts.popleft()
         if self.per_uri > 0 and starts is not None and len(starts) >= self.per_uri:
             return WakeDecision(False, starts[0] + self.window - now, "uri")
         if self.per_daemon > 0 and len(self._all) >= self.per_daemon:
@@ -55,9 +60,14 @@ class WakeBudget:
         return WakeDecision(True)
 
     def _expire(self, now: float) -> None:
+        """Forget starts older than the window: the daemon's, and every URI's once per window (a sweep over
+        all URIs on every check would cost each wake time in proportion to the URIs watched)."""
         horizon = now - self.window
         while self._all and self._all[0] <= horizon:
             self._all.popleft()
+        if now - self._swept < self.window:
+            return
+        self._swept = now
         for uri, starts in list(self._by_uri.items()):
             while starts and starts[0] <= horizon:
                 starts.popleft()

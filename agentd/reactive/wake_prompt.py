@@ -15,10 +15,10 @@ MAX_ITEM_CHARS: Final = 32_000
 MAX_TOTAL_CHARS: Final = 64_000
 
 
-def render_contents(contents: Sequence[Mapping[str, Any]]) -> str:
-    """``contents[]`` as fenced text blocks; binary items are described, not inlined."""
+def render_contents(contents: Sequence[Mapping[str, Any]], budget: int = MAX_TOTAL_CHARS) -> str:
+    """``contents[]`` as fenced text blocks (at most ``budget`` characters of text); binary items are
+    described, not inlined."""
     parts: list[str] = []
-    budget = MAX_TOTAL_CHARS
     for item in contents:
         uri, mime = item.get("uri", ""), item.get("mimeType")
         attrs = f'uri="{uri}"' + (f' mimeType="{mime}"' if mime else "")
@@ -52,6 +52,24 @@ def wake_instruction(
         "not on any earlier version:\n"
         + render_contents(contents)
     )
+
+
+def wakes_instruction(
+    instruction: str, changed: Sequence[tuple[str, str | None, Sequence[Mapping[str, Any]] | None]]
+) -> str:
+    """One wake covering several changed resources ``(uri, server, contents)`` (a busy daemon batches
+    them); they share the text budget of one wake."""
+    budget = max(1, MAX_TOTAL_CHARS // max(1, len(changed)))
+    parts = [f"{instruction}\n\n---\nThis run was started because {len(changed)} MCP resources changed. Each was "
+             "read just now; act on its current content (supplied by the server, untrusted), not on any earlier "
+             "version."]
+    for uri, server, contents in changed:
+        where = f' on server "{server}"' if server else ""
+        if contents is None:
+            parts.append(f"{uri}{where}: no longer exists (the server answered: resource not found).")
+        else:
+            parts.append(f"{uri}{where}:\n" + render_contents(contents, budget))
+    return "\n\n".join(parts)
 
 
 def continue_message(uri: str, server: str | None, contents: Sequence[Mapping[str, Any]] | None) -> str:

@@ -14,10 +14,11 @@ warning; without a poll interval it is :class:`SubscribeUnsupported` (the daemon
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -32,6 +33,10 @@ from agentd.reactive.selftools import AwaitOutcome
 CLEANUP_TIMEOUT = 2.0
 #: The digest of a resource that does not exist (appearing is a change, as disappearing is).
 MISSING = "missing"
+#: Subscribes (or unsubscribes) in flight at once when many URIs are armed or dropped together: each
+#: arm is three round trips (read, subscribe, read), so a thousand URIs one at a time take seconds. Each
+#: one in flight holds an HTTP/1.1 connection, and httpx's pool costs CPU per request in proportion to those.
+ARM_CONCURRENCY = 8
 
 
 class Origin(enum.Enum):
@@ -130,7 +135,8 @@ class Watcher:
     log: EventLog = attrs.field(factory=null_log)
     _watches: dict[str, Watch] = attrs.field(factory=dict, init=False)
     _waiters: dict[str, set[_Waiter]] = attrs.field(factory=dict, init=False)
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    #: One lock per URI being (un)watched, with its user count: different URIs arm concurrently.
+    _locks: dict[str, tuple[trio.Lock, list[int]]] = attrs.field(factory=dict, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -175,7 +181,7 @@ class Watcher:
         ``since`` (a cluster member taking a subscription over) is the digest of the contents the last wake
         read: the read after subscribing is compared with it instead, so a change made while nobody watched
         is one update too. Returns the digest read after subscribing (None when not read)."""
-        async with self._lock:
+        async with self._locked(uri):
             watch = self._watches.get(uri)
             if watch is not None:
                 watch.origins[origin] = watch.origins.get(origin, 0) + 1
@@ -219,7 +225,7 @@ class Watcher:
 
     async def unwatch(self, uri: str, origin: Origin) -> None:
         """Drop one reason to watch ``uri``; unsubscribes when none is left."""
-        async with self._lock:
+        async with self._locked(uri):
             watch = self._watches.get(uri)
             if watch is None or origin not in watch.origins:
                 return
@@ -240,7 +246,7 @@ class Watcher:
     async def forget(self, uri: str, reason: str) -> None:
         """Stop watching ``uri`` for every reason at once: its server is gone (a reload removed it). Nothing is
         unsubscribed (the connection went with the server); routed wakes and ``await_resource`` stop seeing it."""
-        async with self._lock:
+        async with self._locked(uri):
             watch = self._watches.pop(uri, None)
         if watch is None:
             return
@@ -255,13 +261,49 @@ class Watcher:
         return [w.uri for w in self._watches.values()
                 if (w.server is not None and w.server not in servers) or (not w.polling and not subscribed(w.uri))]
 
+    @contextlib.asynccontextmanager
+    async def _locked(self, uri: str) -> AsyncIterator[None]:
+        """Serialise (un)watching one URI; other URIs go on concurrently."""
+        entry = self._locks.get(uri)
+        if entry is None:
+            entry = self._locks[uri] = (trio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[uri]
+
+    async def watch_many(self, wanted: Sequence[tuple[str, Origin, str | None]]) -> None:
+        """:meth:`watch` each ``(uri, origin, server)``, ``ARM_CONCURRENCY`` at a time; the first failure
+        cancels the rest and is raised (as an exception group, like any nursery)."""
+        limiter = trio.CapacityLimiter(ARM_CONCURRENCY)
+
+        async def one(uri: str, origin: Origin, server: str | None) -> None:
+            async with limiter:
+                await self.watch(uri, origin, server)
+
+        async with trio.open_nursery() as nursery:
+            for uri, origin, server in wanted:
+                nursery.start_soon(one, uri, origin, server)
+
     async def unwatch_all(self) -> None:
         """Drain: unsubscribe everything, bounded and shielded (the caller may be cancelled)."""
-        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
-            for uri, watch in list(self._watches.items()):
+        limiter = trio.CapacityLimiter(ARM_CONCURRENCY)
+
+        async def drop(uri: str, watch: Watch) -> None:
+            async with limiter:
                 for origin in list(watch.origins):
                     watch.origins[origin] = 1
                     await self.unwatch(uri, origin)
+
+        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for uri, watch in list(self._watches.items()):
+                    nursery.start_soon(drop, uri, watch)
 
     def _start_polling(self, watch: Watch) -> None:
         if not self.poll_interval:

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd.config.model import Config, McpServerConfig  # noqa: E402
-from agentd.events import EventLog  # noqa: E402
+from agentd.events import EventLog, RateLimiter  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
 from tests.peers import launch  # noqa: E402
@@ -121,7 +121,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
                      mcp=(McpServerConfig("srv", peer.url),), subscribe=tuple(uris + burst_uris),
                      debounce=args.debounce, max_concurrent_wakes=4)
-        log = EventLog(sink=bench.sink, level="debug", run_id="bench")
+        # Every line counted: the log's rate limit (50 a second per event) would hide arms of a fast start.
+        log = EventLog(sink=bench.sink, level="debug", run_id="bench", limiter=RateLimiter(limit=0))
         drain = trio.Event()
         async with (
             httpx.AsyncClient() as side,

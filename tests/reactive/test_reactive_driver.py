@@ -325,9 +325,17 @@ async def test_failing_wakes_back_off_and_the_breaker_ends_a_reactive_daemon_wit
     uris = [f"u://{i}" for i in range(8)]
     pool, model = MemoryPool(state=dict.fromkeys(uris, "0")), ScriptedModel(script)
     async with running(reactive(pool, model, subscribe=tuple(uris), max_concurrent_wakes=1)) as daemon:
-        for uri in uris:
-            pool.bump(uri, "1")
-        result = await daemon.finished()
+
+        async def keep_changing() -> None:  # a saturated daemon batches waiting URIs: keep them changing
+            for value in range(1, 1000):
+                for uri in uris:
+                    pool.bump(uri, str(value))
+                await trio.sleep(0.1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep_changing)
+            result = await daemon.finished()
+            nursery.cancel_scope.cancel()
     assert result.exit_code is ExitCode.FAILURE and "breaker" in (result.error or "")
     starts = [round(t, 2) for t, _ in model.requests]
     assert starts == [0, 0.5, 1.5, 3.5, 7.5, 15.5]  # one wake at a time, each after the backoff
@@ -345,3 +353,29 @@ async def test_a_busy_continue_session_does_not_hold_fresh_wakes_back(autojump_c
         await trio.sleep(1)
         assert len(model.requests) == 2
         await daemon.drain()
+
+
+async def test_a_saturated_daemon_reads_waiting_uris_in_one_wake(autojump_clock: trio.abc.Clock) -> None:
+    """Every slot busy: the URIs that queued meanwhile are read together and run once, each with its
+    current content (a vanished one says so); each URI's later change still earns it a wake."""
+    uris = [f"u://{i}" for i in range(5)]
+    pool, model = MemoryPool(state={u: f"{u} v0" for u in uris}), ScriptedModel(delay=2.0)
+    async with running(reactive(pool, model, subscribe=tuple(uris), max_concurrent_wakes=1)) as daemon:
+        pool.bump("u://0", "u://0 v1")
+        await trio.sleep(0.5)  # u://0's wake is thinking; the rest queue behind the one slot
+        for uri in uris[1:]:
+            pool.bump(uri, f"{uri} v1")
+        del pool.state["u://4"]
+        await trio.sleep(3)  # the second wake started with all four waiting URIs
+        pool.bump("u://2", "u://2 v2")
+        await trio.sleep(10)
+        await daemon.drain()
+    first, batch, last = wake_prompts(model)
+    assert "u://0 v1" in first and "u://1" not in first
+    assert "4 MCP resources changed" in batch
+    assert all(f"{uri} v1" in batch for uri in uris[1:4])
+    assert "u://4 on server \"mem\": no longer exists" in batch
+    assert "u://2 v2" in last and "u://1" not in last
+    wakes = [(w["uri"], w.get("batch")) for w in daemon.named("reactive.wake")]
+    assert wakes[0] == ("u://0", None) and wakes[-1] == ("u://2", None)
+    assert sorted(wakes[1:-1]) == [(uri, 4) for uri in uris[1:]]

@@ -171,3 +171,37 @@ async def test_close_drops_pending_and_lets_running_finish(autojump_clock: trio.
     await with_router(router, body)
     assert [(u, v) for u, v, _ in res.reads] == [("u", 1)]
     assert router.stats.dropped == 2
+
+
+async def test_a_saturated_router_batches_waiting_uris_into_one_wake(autojump_clock: trio.abc.Clock) -> None:
+    """With ``batch`` > 1, URIs waiting for a slot ride along with the next wake, oldest first, each still
+    running for that wake only (its later updates earn it a wake of its own)."""
+    woken: list[tuple[str, ...]] = []
+    state: dict[str, int] = {}
+    reads: dict[str, list[int]] = {}
+
+    async def wake(w: Wake) -> None:
+        woken.append(tuple(item.uri for item in w.items))
+        for item in w.items:
+            reads.setdefault(item.uri, []).append(state[item.uri])
+        await trio.sleep(1.0)
+
+    router = Router(wake, debounce=0.25, max_concurrent=1, batch=3)
+
+    def bump(uri: str) -> None:
+        state[uri] = state.get(uri, 0) + 1
+        router.notify(uri, "srv")
+
+    async def body() -> None:
+        bump("a")
+        await trio.sleep(0.1)
+        for uri in ("b", "c", "d", "e"):
+            bump(uri)
+            await trio.sleep(0.01)
+        await trio.sleep(1.0)  # a ended; b took c and d along; e waits for the next slot
+        bump("c")  # c is running in b's wake: folds into its own follow-up
+
+    await with_router(router, body)
+    assert woken == [("a",), ("b", "c", "d"), ("e", "c")]
+    assert reads == {"a": [1], "b": [1], "c": [1, 2], "d": [1], "e": [1]}
+    assert router.stats.wakes == 3 and router.stats.batched == 3
