@@ -222,7 +222,8 @@ async def _open_journal(cfg: Config, log: EventLog, env: Mapping[str, str]
                         ) -> AsyncIterator[tuple[JournalStore | None, Cluster | None]]:
     """The run journal: the cluster's shared one with ``--cluster`` (agentd.cluster), else ``--state-dir``'s."""
     if cfg.cluster is None:
-        async with open_state(cfg.state_dir, log=log) as journal:
+        async with open_state(cfg.state_dir, log=log, keep_for=cfg.journal_keep_for,
+                              keep_runs=cfg.journal_keep_runs) as journal:
             yield journal, None
         return
     from agentd.cluster.join import open_cluster  # psycopg: only for a cluster member

@@ -82,6 +82,11 @@ LOG_FORMAT: Final = "auto"
 # --- intelligence ---------------------------------------------------------------------------------------
 MODEL: Final = "default"
 
+# --- the run journal (``--state-dir``, agentd.journal.store.Retention) ---------------------------------------
+#: Finished runs are kept while younger than this (seconds) and among the newest JOURNAL_KEEP_RUNS; 0: no bound.
+JOURNAL_KEEP_FOR: Final = 30 * 86400.0
+JOURNAL_KEEP_RUNS: Final = 1000
+
 # --- cluster (``--cluster``, docs/cluster.md) ------------------------------------------------------------
 #: Work items a member runs at once.
 CLUSTER_CAPACITY: Final = 4

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool, StagedServers
 from agentd.config.model import Config, McpServerConfig
@@ -305,11 +306,13 @@ def ended(log: EventLog, result: RunResult, **fields: Any) -> None:
 
 
 @asynccontextmanager
-async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[JournalStore | None]:
+async def open_state(state_dir: str | None, *, log: EventLog, keep_for: float = defaults.JOURNAL_KEEP_FOR,
+                     keep_runs: int = defaults.JOURNAL_KEEP_RUNS) -> AsyncIterator[JournalStore | None]:
     """The daemon's journal under ``state_dir`` for the block (``None`` and nothing opened without one).
 
     A state directory that cannot be opened is a :class:`ConfigError` (exit 2) before anything runs. On
-    opening, finished runs outside the default :class:`~agentd.journal.store.Retention` are pruned and the
+    opening, finished runs outside the retention (``keep_for`` seconds and ``keep_runs`` runs, 0: no bound;
+    :class:`~agentd.journal.store.Retention`) are pruned and the
     unfinished runs are named in ``journal.opened`` (a run resumes when a run with its id is started again).
     """
     if state_dir is None:
@@ -322,7 +325,7 @@ async def open_state(state_dir: str | None, *, log: EventLog) -> AsyncIterator[J
     opened = False
     try:
         async with open_journal(state_dir) as journal:
-            pruned = await journal.prune(Retention())
+            pruned = await journal.prune(Retention.of(keep_for, keep_runs))
             unfinished = [r.run_id for r in await journal.unfinished_runs()]
             await _drop_finished_budgets(journal, set(unfinished))
             log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)

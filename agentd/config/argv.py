@@ -66,6 +66,8 @@ def flag_named(name: str) -> Flag:
 
 def _s(seconds: float) -> str:
     """A default duration as help text writes it: ``250ms``, ``5s``."""
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g}d"
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
@@ -95,6 +97,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--state-dir", "state_dir", "path",
          "journal every run under this directory and resume an unfinished run with the same --run-id "
          "(default: off, nothing is written)", _RUN, "PATH"),
+    Flag("--journal-keep-for", "journal_keep_for", "duration",
+         f"with --state-dir: keep finished runs this long, 0 for no age bound (default {_s(D.JOURNAL_KEEP_FOR)})",
+         _RUN, "DURATION"),
+    Flag("--journal-keep-runs", "journal_keep_runs", "int",
+         f"with --state-dir: keep this many most recently finished runs, 0 for no bound (default {D.JOURNAL_KEEP_RUNS})",
+         _RUN, "N"),
     Flag("--ctl-socket", "ctl_socket", "path",
          "serve 'agentd ctl' on this Unix socket, mode 0600 (default: STATE_DIR/ctl.sock with --state-dir, "
          "else none)", _RUN, "PATH"),

@@ -9,15 +9,15 @@ import math
 import re
 from typing import Final
 
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION: Final = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>ms|s|m|h)?\s*$", re.ASCII)
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION: Final = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>ms|s|m|h|d)?\s*$", re.ASCII)
 
 
 def parse_duration(value: str | float | int) -> float:
     """Parse a non-negative duration into seconds.
 
     Raises:
-        ValueError: with a message quoting the value, when it is not ``<number>[ms|s|m|h]`` or is negative,
+        ValueError: with a message quoting the value, when it is not ``<number>[ms|s|m|h|d]`` or is negative,
             infinite or not a number.
     """
     if isinstance(value, bool):
@@ -27,7 +27,7 @@ def parse_duration(value: str | float | int) -> float:
     else:
         match = _DURATION.match(value)
         if match is None:
-            raise ValueError(f"not a duration (use <number>[ms|s|m|h]): {value!r}")
+            raise ValueError(f"not a duration (use <number>[ms|s|m|h|d]): {value!r}")
         seconds = float(match["number"]) * _UNITS[match["unit"] or "s"]
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"not a duration (must be finite and >= 0): {value!r}")

@@ -155,6 +155,8 @@ class Config:
     run_id: str = ""
     #: Where the run journal lives (``--state-dir``); ``None``: no journal is opened.
     state_dir: str | None = None
+    journal_keep_for: float = defaults.JOURNAL_KEEP_FOR
+    journal_keep_runs: int = defaults.JOURNAL_KEEP_RUNS
     #: The operator control socket (``--ctl-socket``; agentd.ctl.server.socket_path gives its default).
     ctl_socket: str | None = None
     #: ``--cluster``: the PostgreSQL DSN of the shared journal (secret-free); ``None``: not a member.

@@ -23,13 +23,13 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.journal.records import Record
 
-#: Retention defaults (their one home): finished runs older than this many days are pruned ...
-DEFAULT_KEEP_DAYS: Final = 30.0
-#: ... and beyond this many most recent finished runs.
-DEFAULT_KEEP_RUNS: Final = 1000
+#: Retention defaults (their home is agentd.defaults; ``--journal-keep-for``/``--journal-keep-runs``).
+DEFAULT_KEEP_DAYS: Final = defaults.JOURNAL_KEEP_FOR / 86400
+DEFAULT_KEEP_RUNS: Final = defaults.JOURNAL_KEEP_RUNS
 
 
 @attrs.frozen
@@ -47,6 +47,11 @@ class Retention:
             raise ConfigError(f"journal retention: keep_days must be >= 0, not {self.keep_days}")
         if self.keep_runs is not None and self.keep_runs < 0:
             raise ConfigError(f"journal retention: keep_runs must be >= 0, not {self.keep_runs}")
+
+    @classmethod
+    def of(cls, keep_for: float, keep_runs: int) -> Retention:
+        """From the flags' values (``--journal-keep-for`` seconds, ``--journal-keep-runs``): 0 is no bound."""
+        return cls(keep_days=keep_for / 86400 if keep_for else None, keep_runs=keep_runs or None)
 
 
 @attrs.frozen

@@ -75,3 +75,26 @@ async def test_errors(tmp_path):
     conn.close()
     newer = await trio.to_thread.run_sync(lambda: agentd("list", state_dir=str(tmp_path)))
     assert newer.returncode == 2 and "newer agentd" in newer.stderr and newer.stdout == ""
+
+
+def _once(run_id: str, state_dir: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
+    return subprocess.run([sys.executable, "-m", "agentd", "--instruction", "hi", "--intelligence", "test",
+                           "--state-dir", state_dir, "--run-id", run_id, *extra],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+
+
+def test_retention_flags_prune_finished_runs_when_the_state_dir_opens(tmp_path):
+    state = str(tmp_path)
+    for run_id in ("a", "b"):
+        assert _once(run_id, state).returncode == 0
+    # Opening with --journal-keep-runs 1 keeps only the newest finished run (b); c is then journaled too.
+    assert _once("c", state, "--journal-keep-runs", "1").returncode == 0
+    listed = json.loads(agentd("list", state_dir=state).stdout)
+    assert sorted(r["run_id"] for r in listed["runs"]) == ["b", "c"]
+    # 0 switches the bound off: nothing more is pruned, whatever the count.
+    assert _once("d", state, "--journal-keep-runs", "0", "--journal-keep-for", "0").returncode == 0
+    listed = json.loads(agentd("list", state_dir=state).stdout)
+    assert sorted(r["run_id"] for r in listed["runs"]) == ["b", "c", "d"]
+    bad = _once("e", state, "--journal-keep-for", "soon")
+    assert bad.returncode == 2 and "--journal-keep-for" in bad.stderr
