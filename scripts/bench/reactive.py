@@ -120,7 +120,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with scripted_gateway(default=bench.reply) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
         cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
                      mcp=(McpServerConfig("srv", peer.url),), subscribe=tuple(uris + burst_uris),
-                     debounce=args.debounce, max_concurrent_wakes=4)
+                     debounce=args.debounce, max_concurrent_wakes=4,
+                     # the wake budget (60 a minute by default) would hold sequential wakes back: out of the way
+                     max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9)
         # Every line counted: the log's rate limit (50 a second per event) would hide arms of a fast start.
         log = EventLog(sink=bench.sink, level="debug", run_id="bench", limiter=RateLimiter(limit=0))
         drain = trio.Event()

@@ -115,7 +115,10 @@ async def depth_latency(runs: int, fork: bool) -> dict[str, dict[int, list[float
     out: dict[int, list[float]] = {1: [], 2: [], 3: []}
     cpu: dict[int, list[float]] = {1: [], 2: [], 3: []}
     async with scripted_gateway([], default=answer) as gw:
-        async with open_root_supervisor(big_config(gw.url), log=null_log(), env={}, fork_server=fork) as sup:
+        # Default --max-children: a parent's default token slice is an even share of what it has left among its
+        # free child slots (docs/journal.md), so with the caps raised to 1024 a depth-3 child would get none.
+        depth_config = Config(instruction="root", intelligence=(gw.url,), spawn_rate=10_000, spawn_burst=10_000)
+        async with open_root_supervisor(depth_config, log=null_log(), env={}, fork_server=fork) as sup:
             for run in range(runs + 1):
                 first.clear()
                 replied.clear()
