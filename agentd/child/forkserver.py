@@ -69,6 +69,11 @@ def _preimport() -> None:
         register_subagent_tools(registry, cast(Any, None), Caller(Origin.STDIO, "0"))  # only the schemas
         registry.register(resource_read_tool(cast(Any, None)))
         build_catalogue((), registry)
+        # A run defers compiling a control tool's validator to the tool's first call (a once run that never
+        # spawns skips jsonschema's import); a forked child must not pay it on its first spawn: compile here.
+        from agentd.loop.catalogue import precompile
+
+        precompile(tool.input_schema for tool in registry)
     except Exception:  # a warm-up only
         pass
     try:

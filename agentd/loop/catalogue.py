@@ -243,6 +243,13 @@ _VALIDATORS: dict[str, schemas.Compiled] = {}
 _VALIDATORS_MAX = 4096
 
 
+def precompile(schemas_: Iterable[Mapping[str, Any]]) -> None:
+    """Compile these control-tool schemas' validators now, into the shared cache: the fork server does it once
+    so that no forked child pays jsonschema's import and the compile on its first tool call."""
+    for schema in schemas_:
+        _validator(schema)
+
+
 def _validator(schema: Mapping[str, Any]) -> schemas.Compiled:
     """A compiled validator for ``schema`` (its ``$schema`` dialect, else 2020-12), or why there is none."""
     try:

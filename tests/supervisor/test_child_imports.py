@@ -22,7 +22,7 @@ from agentd.events import EventLog, RateLimiter
 from agentd.supervisor.node import NodeSettings
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, SupervisorSettings, open_supervisor
 from agentd.supervisor.wiring import config_to_wire
-from tests.peers.gateway import scripted_gateway, text
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 
 ROOT = Caller(Origin.STDIO, "0")
 
@@ -66,3 +66,32 @@ async def test_a_real_child_and_its_fork_server_import_no_heavy_module(tmp_path:
     seen |= _imported("\n".join(e.get("line", "") for e in lines if e["event"] == "subagent.stderr"))
     assert {"trio", "httpx", "agentd.client", "agentd.intelligence"} <= seen  # the record is real
     assert _offenders(seen) == []
+
+
+async def test_a_forked_childs_first_spawn_imports_nothing(tmp_path: Path, no_leftover_children) -> None:
+    """A forked child's own spawn (a tool call, checked against its schema) runs on what the fork server has
+    imported and compiled: jsonschema once cost each spawning child 50-90 ms of CPU on its first call."""
+    record = tmp_path / "importtime.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X importtime "$@" 2>>{record}\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    lines: list[dict] = []
+    log = EventLog(sink=lines.append, level="debug", limiter=RateLimiter(limit=0))
+
+    def answer(request: RecordedRequest) -> dict:
+        first_user = next(str(m.get("content")) for m in request.messages if m.get("role") == "user")
+        if "level 1" in first_user and request.last_message.get("role") != "tool":
+            spawn = next(n for n in request.tool_names if n.startswith("subagent") and n.endswith("spawn"))
+            return tool_call(spawn, {"instruction": "level 2"})
+        return text('{"ok": true}')
+
+    async with scripted_gateway([], default=answer) as gw:
+        wire = config_to_wire(Config(instruction="root", intelligence=(gw.url,)))
+        settings = SupervisorSettings(node=NodeSettings(python=str(python)))
+        with trio.fail_after(60):
+            async with open_supervisor(settings=settings, child_config=wire, log=log, fork_server=True) as sup:
+                view = await sup.spawn(ROOT, SpawnRequest("level 1"))
+    assert view.status == "completed", view
+    assert len(gw.requests) == 3, view  # level 1 asks to spawn, level 2 answers, level 1 ends: a real nested spawn
+    lazily = _imported("\n".join(e.get("line", "") for e in lines if e["event"] == "subagent.stderr"))
+    assert sorted(m for m in lazily if m.split(".")[0] in ("jsonschema", "referencing", "rpds")) == []
