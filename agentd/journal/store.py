@@ -23,13 +23,13 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from agentd import defaults
+from agentd.defaults import JOURNAL_KEEP_FOR, JOURNAL_KEEP_RUNS
 from agentd.errors import ConfigError
 from agentd.journal.records import Record
 
 #: Retention defaults (their home is agentd.defaults; ``--journal-keep-for``/``--journal-keep-runs``).
-DEFAULT_KEEP_DAYS: Final = defaults.JOURNAL_KEEP_FOR / 86400
-DEFAULT_KEEP_RUNS: Final = defaults.JOURNAL_KEEP_RUNS
+DEFAULT_KEEP_DAYS: Final = JOURNAL_KEEP_FOR / 86400
+DEFAULT_KEEP_RUNS: Final = JOURNAL_KEEP_RUNS
 
 
 @attrs.frozen

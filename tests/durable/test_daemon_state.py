@@ -6,28 +6,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-import trio
 
 from agentd.journal.sqlite import JournalFile, db_path
 from agentd.reactive.runs import SELF_SUBSCRIPTIONS
+from tests.durable.daemons import daemon_until
 from tests.peers import launch
 from tests.peers.gateway import Rule, scripted_gateway, text, tool_call
 
 pytestmark = pytest.mark.interop
 
-ROOT = str(Path(__file__).resolve().parents[2])
 COUNTER = "test://counter"
 
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
 
 
 def _kept(state: Path) -> dict[str, object]:
@@ -48,19 +41,6 @@ def _restored(stderr: Path) -> dict[str, object] | None:
     return None
 
 
-async def _daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bool]) -> None:
-    with open(stderr, "wb") as err:
-        proc = await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=err, env=_env(),
-                                                cwd=ROOT)
-        try:
-            with trio.fail_after(60):
-                while not ready():
-                    assert proc.poll() is None, stderr.read_text()[-3000:]
-                    await trio.sleep(0.05)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            with trio.fail_after(10):
-                await proc.wait()
 
 
 async def test_a_self_subscription_survives_a_crash_and_a_missed_change_wakes(tmp_path):
@@ -79,15 +59,15 @@ async def test_a_self_subscription_survives_a_crash_and_a_missed_change_wakes(tm
             return any(r.messages and r.messages[-1].get("role") == "user"
                        and COUNTER in str(r.messages[-1].get("content")) for r in gw.requests)
 
-        await _daemon_until(argv, tmp_path / "1.stderr", lambda: COUNTER in _kept(state))
+        await daemon_until(argv, tmp_path / "1.stderr", lambda: COUNTER in _kept(state))
         assert not woke()
         assert await launch.abump(peer.url) == 1  # changed while the daemon is down
 
-        await _daemon_until(argv, tmp_path / "2.stderr", woke)
+        await daemon_until(argv, tmp_path / "2.stderr", woke)
         restored = _restored(tmp_path / "2.stderr")
         assert restored is not None and restored["uri"] == COUNTER and restored["changed"] is True
 
-        await _daemon_until(argv, tmp_path / "3.stderr", lambda: _restored(tmp_path / "3.stderr") is not None)
+        await daemon_until(argv, tmp_path / "3.stderr", lambda: _restored(tmp_path / "3.stderr") is not None)
         restored = _restored(tmp_path / "3.stderr")
         assert restored is not None and restored["changed"] is False  # nothing missed: no wake
 
@@ -122,7 +102,7 @@ async def test_a_pending_self_schedule_survives_a_crash_and_fires_once(tmp_path)
             return sum(1 for r in gw.requests if r.messages and r.messages[-1].get("role") == "user"
                        and "job A" in str(r.messages[-1].get("content")))
 
-        await _daemon_until(argv, tmp_path / "1.stderr", lambda: len(pending()) == 1)
+        await daemon_until(argv, tmp_path / "1.stderr", lambda: len(pending()) == 1)
         assert fired() == 0  # killed before it was due
 
         def job_a_kept() -> bool:
@@ -135,9 +115,9 @@ async def test_a_pending_self_schedule_survives_a_crash_and_fires_once(tmp_path)
             finally:
                 journal.close()
 
-        await _daemon_until(argv, tmp_path / "2.stderr", lambda: fired() >= 1 and not job_a_kept() and settled())
+        await daemon_until(argv, tmp_path / "2.stderr", lambda: fired() >= 1 and not job_a_kept() and settled())
         assert fired() == 1
         # forgotten once fired: a third start does not fire it again
-        await _daemon_until(argv, tmp_path / "3.stderr", lambda: len(
+        await daemon_until(argv, tmp_path / "3.stderr", lambda: len(
             [r for r in gw.requests if "Keep an eye" in str(r.messages[-1].get("content"))]) >= 3)
         assert fired() == 1

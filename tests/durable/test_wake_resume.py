@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +14,15 @@ import pytest
 import trio
 
 from agentd.journal.sqlite import JournalFile, db_path
+from tests.durable.daemons import daemon_until
 from tests.durable.peer import counting_peer
 from tests.integration.agents import text_of
 from tests.peers.gateway import RecordedRequest, Rule, scripted_gateway, text, tool_call
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
-ROOT = str(Path(__file__).resolve().parents[2])
 RUN = "ticker"
 
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
 
 
 def _statuses(state: Path) -> dict[str, str]:
@@ -41,19 +35,6 @@ def _statuses(state: Path) -> dict[str, str]:
         journal.close()
 
 
-async def _daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bool]) -> None:
-    with open(stderr, "wb") as err:
-        proc = await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=err, env=_env(),
-                                                cwd=ROOT)
-        try:
-            with trio.fail_after(60):
-                while not ready():
-                    assert proc.poll() is None, stderr.read_text()[-3000:]
-                    await trio.sleep(0.05)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            with trio.fail_after(10):
-                await proc.wait()
 
 
 async def test_a_wake_in_flight_at_sigkill_is_resumed_and_its_lost_call_is_not_resent(tmp_path):
@@ -64,10 +45,10 @@ async def test_a_wake_in_flight_at_sigkill_is_resumed_and_its_lost_call_is_not_r
         argv = [sys.executable, "-m", "agentd", "--mode", "loop", "--interval", "1h", "--intelligence", gw.url,
                 "--mcp", f"pay={peer.origin}/mcp", "--instruction", "Settle what is due.", "--run-id", RUN,
                 "--state-dir", str(state), "--log-level", "info"]
-        await _daemon_until(argv, tmp_path / "1.stderr", lambda: peer.count("charge") == 1)
+        await daemon_until(argv, tmp_path / "1.stderr", lambda: peer.count("charge") == 1)
         assert _statuses(state) == {f"{RUN}.1": "running"}
 
-        await _daemon_until(argv, tmp_path / "2.stderr", lambda: _statuses(state) == {
+        await daemon_until(argv, tmp_path / "2.stderr", lambda: _statuses(state) == {
             f"{RUN}.1": "completed", f"{RUN}.2": "completed"})
         assert peer.count("charge") == 1  # the lost call was not sent again
         resumed = [r for r in gw.requests if r.messages and r.messages[-1].get("role") == "tool"]
@@ -108,10 +89,10 @@ async def test_a_resumed_wakes_lost_child_handle_is_not_given_to_a_new_wakes_chi
         argv = [sys.executable, "-m", "agentd", "--mode", "loop", "--interval", "1h", "--intelligence", gw.url,
                 "--mcp", f"pay={peer.origin}/mcp", "--instruction", "Delegate what is due.", "--run-id", RUN,
                 "--state-dir", str(state)]
-        await _daemon_until(argv, tmp_path / "1.stderr", lambda: bool(held) and any(
+        await daemon_until(argv, tmp_path / "1.stderr", lambda: bool(held) and any(
             "SLOW-CHILD" in text_of(m.get("content")) for r in gw.requests for m in r.messages
             if m.get("role") == "user"))
-        await _daemon_until(argv, tmp_path / "2.stderr", lambda: _statuses(state) == {
+        await daemon_until(argv, tmp_path / "2.stderr", lambda: _statuses(state) == {
             f"{RUN}.1": "completed", f"{RUN}.2": "completed"})
         del peer
 

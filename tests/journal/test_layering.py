@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentd" / "journal"
-ALLOWED_AGENTD = {"agentd.errors", "agentd.events", "agentd.ids", "agentd.telemetry.metrics"}
+ALLOWED_AGENTD = {"agentd.defaults", "agentd.errors", "agentd.events", "agentd.ids", "agentd.telemetry.metrics"}
 
 
 def test_journal_imports_only_leaves():

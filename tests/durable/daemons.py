@@ -1,0 +1,35 @@
+"""Real agentd daemon processes for the crash tests: started, waited on until a condition holds, SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+#: The repository root (the daemons run from it, importing this checkout's agentd).
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def daemon_env() -> dict[str, str]:
+    """This environment without any AGENTD_/AGENT_ settings of the caller's."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
+
+
+async def daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bool]) -> None:
+    """Run ``argv`` until ``ready()`` (polled; at most 60 s, failing with its stderr if it exits), then SIGKILL."""
+    with open(stderr, "wb") as err:
+        proc = await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=err,
+                                                env=daemon_env(), cwd=ROOT)
+        try:
+            with trio.fail_after(60):
+                while not ready():
+                    assert proc.poll() is None, stderr.read_text()[-3000:]
+                    await trio.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            with trio.fail_after(10):
+                await proc.wait()
