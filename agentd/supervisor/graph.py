@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.loop.control import ControlContext, ControlResult, ControlTool
+from agentd.loop.control import ChildJournal, ControlContext, ControlResult, ControlTool
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
 
@@ -103,8 +103,24 @@ def check_graph(nodes: Sequence[GraphNode]) -> list[str]:
     return order
 
 
-async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[GraphNode]) -> dict[str, Any]:
-    """Run a checked graph; returns ``{id: {status, partial, result}}`` for every node."""
+def number_after_journaled(supervisor: Supervisor, caller: Caller, ctx: ControlContext) -> None:
+    """A resumed run's new children are numbered after those an earlier process spawned: a handle in the
+    run's journal (and in the model's conversation) never names two children."""
+    ledger = getattr(supervisor.authority, "ledger", None)
+    if ctx.journal is None or ledger is None:
+        return
+    numbers = [int(n) for parent, _, n in (h.rpartition(".") for h in ctx.journal.journaled_children())
+               if parent == caller.handle and n.isdigit()]
+    if numbers:
+        ledger.mint_after(caller.handle, max(numbers))
+
+
+async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[GraphNode], *,
+                    journal: ChildJournal | None = None, step: int = 0) -> dict[str, Any]:
+    """Run a checked graph; returns ``{id: {status, partial, result}}`` for every node.
+
+    With ``journal`` (the run's, ``--state-dir``) each node's child is journaled like a ``subagent.spawn``:
+    a ``spawn`` record at ``step`` and its ``child.result`` when it ends."""
     check_graph(nodes)
     outcomes: dict[str, dict[str, Any]] = {}
     finished = {n.id: trio.Event() for n in nodes}
@@ -131,6 +147,10 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
             if isinstance(outcome, Refusal):
                 outcomes[node.id] = {"status": "failed", "partial": False, "result": {"error": outcome.message}}
             else:
+                if journal is not None:
+                    await journal.spawned(step, outcome.handle, node.instruction, None)
+                    if outcome.done:
+                        await journal.child_ended(outcome.handle, outcome.status, outcome.result)
                 outcomes[node.id] = {"handle": outcome.handle, "status": outcome.status,
                                      "partial": outcome.partial, "result": outcome.result}
         finally:
@@ -150,7 +170,8 @@ def graph_tool(supervisor: Supervisor, caller: Caller) -> ControlTool:
     async def handler(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         nodes = [GraphNode.from_json(n) for n in arguments["nodes"]]
         try:
-            results = await run_graph(supervisor, caller, nodes)
+            number_after_journaled(supervisor, caller, ctx)
+            results = await run_graph(supervisor, caller, nodes, journal=ctx.journal, step=ctx.step)
         except GraphError as exc:
             return ControlResult.text(f"graph refused: {exc}", is_error=True)
         structured = {"nodes": results}

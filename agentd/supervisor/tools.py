@@ -15,6 +15,7 @@ from typing import Any
 
 from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
+from agentd.supervisor.graph import graph_tool, number_after_journaled
 from agentd.supervisor.node import RunView
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
 
@@ -84,22 +85,11 @@ async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView 
     return outcome
 
 
-def _number_after_journaled(supervisor: Supervisor, caller: Caller, ctx: ControlContext) -> None:
-    """A resumed run's new children are numbered after those an earlier process spawned: a handle in the
-    run's journal (and in the model's conversation) never names two children."""
-    ledger = getattr(supervisor.authority, "ledger", None)
-    if ctx.journal is None or ledger is None:
-        return
-    numbers = [int(n) for parent, _, n in (h.rpartition(".") for h in ctx.journal.journaled_children())
-               if parent == caller.handle and n.isdigit()]
-    if numbers:
-        ledger.mint_after(caller.handle, max(numbers))
-
 
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         request = spawn_request(arguments)
-        _number_after_journaled(supervisor, caller, ctx)
+        number_after_journaled(supervisor, caller, ctx)
         outcome = await supervisor.spawn(caller, request)
         if ctx.journal is not None and isinstance(outcome, RunView):
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget)
@@ -140,16 +130,12 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
 
 def offered_names() -> list[str]:
     """The names of the tools :func:`register_subagent_tools` offers (``agentd check`` lists them)."""
-    from agentd.supervisor.graph import graph_tool
-
     unbound: Any = None  # the handlers are never called: only the names are read
     return [tool.name for tool in (*subagent_tools(unbound, unbound), graph_tool(unbound, unbound))]
 
 
 def register_subagent_tools(registry: ControlToolRegistry, supervisor: Supervisor, caller: Caller) -> None:
     """Offer the ``subagent.*`` tools and ``graph.run`` to one run."""
-    from agentd.supervisor.graph import graph_tool
-
     for tool in subagent_tools(supervisor, caller):
         registry.register(tool)
     registry.register(graph_tool(supervisor, caller))

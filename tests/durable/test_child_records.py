@@ -93,3 +93,30 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
     assert [(r["kind"], r.get("handle"), r.get("status")) for r in lines if r["kind"] in ("spawn", "child.result")
             ] == [("spawn", "0.1", None), ("child.result", "0.1", "completed"), ("spawn", "0.2", None),
                   ("child.result", "0.2", "lost"), ("spawn", "0.3", None), ("child.result", "0.3", "completed")]
+
+
+async def test_graph_nodes_are_journaled_like_spawns(tmp_path):
+    state = tmp_path / "state"
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        first = text_of(request.messages[0].get("content")) if request.messages else ""
+        first += " ".join(text_of(m.get("content")) for m in request.messages[:2] if m.get("role") == "user")
+        if "NODE" in first:
+            return text("node done")
+        if not any(m.get("role") == "tool" for m in request.messages):
+            return tool_call("graph_run", {"nodes": [{"id": "a", "instruction": "NODE a"},
+                                                     {"id": "b", "instruction": "NODE b", "after": ["a"]}]})
+        return text("graph done")
+
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--instruction", "PARENT: run a graph", "--run-id", RUN,
+                "--state-dir", str(state), "--deadline", "120s"]
+        async with daemon(argv, tmp_path, "graph") as d:
+            code, result = await d.wait(timeout=90)
+    assert code == 0 and result["result"] == "graph done", d.stderr.read_text()[-3000:]
+    records = _records(state)
+    spawns = [r for r in records if r["kind"] == "spawn"]
+    ended = [r for r in records if r["kind"] == "child.result"]
+    assert sorted(r["instruction"] for r in spawns) == ["NODE a", "NODE b"], records
+    assert sorted(r["handle"] for r in ended) == sorted(r["handle"] for r in spawns)
+    assert all(r["status"] == "completed" for r in ended)
