@@ -202,6 +202,10 @@ async def test_a_saturated_router_batches_waiting_uris_into_one_wake(autojump_cl
         bump("c")  # c is running in b's wake: folds into its own follow-up
 
     await with_router(router, body)
-    assert woken == [("a",), ("b", "c", "d"), ("e", "c")]
+    # When b's wake ends, e (queued for the slot) and c (its follow-up now due) are woken together, in an order
+    # trio leaves open: c is either already queued when e takes the slot (e takes it along) or wakes alone after.
+    assert woken[:2] == [("a",), ("b", "c", "d")]
+    assert woken[2:] in ([("e", "c")], [("e",), ("c",)])
     assert reads == {"a": [1], "b": [1], "c": [1, 2], "d": [1], "e": [1]}
-    assert router.stats.wakes == 3 and router.stats.batched == 3
+    assert router.stats.batched == 2 + (len(woken[2]) - 1)
+    assert router.stats.wakes == len(woken)
