@@ -20,12 +20,11 @@ from typing import Any, Final, Protocol
 import attrs
 import trio
 
-from agentd.errors import ResourceNotFound
 from agentd.events import EventLog
 from agentd.reactive.router import Wake
 from agentd.reactive.runs import DaemonRuns, Job
 from agentd.reactive.wake_prompt import continue_message
-from agentd.reactive.watch import ResourcePool
+from agentd.reactive.watch import ResourcePool, read_current
 from agentd.telemetry import metrics
 
 #: Earlier turns a conversation keeps as its seed (user + assistant message each).
@@ -117,12 +116,7 @@ class ContinueRoute:
         self._send.close()
 
     async def _feed_one(self, session: WarmSession, wake: Wake) -> None:
-        contents: list[Any] | None
-        try:
-            read = await self.pool.read_resource(wake.uri, wake.server)
-            contents, server = list(read.contents), read.server
-        except ResourceNotFound:
-            contents, server = None, wake.server
+        contents, server = await read_current(self.pool, wake.uri, wake.server)
         self.fed += 1
         metrics.woke(wake.updates)
         self.log.info("reactive.wake", uri=wake.uri, server=server, seq=wake.seq, updates=wake.updates,

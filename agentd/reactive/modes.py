@@ -34,7 +34,7 @@ import trio
 from agentd.config.cron import CronSchedule
 from agentd.config.model import Config
 from agentd.config.validate import split_subscription
-from agentd.errors import AgentdError, ConfigError, ResourceNotFound, flatten
+from agentd.errors import AgentdError, ConfigError, flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
@@ -43,7 +43,7 @@ from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.shared import Shared
 from agentd.reactive.wake_budget import WakeBudget
 from agentd.reactive.wake_prompt import wake_instruction, wakes_instruction
-from agentd.reactive.watch import Origin, ResourcePool, Watcher
+from agentd.reactive.watch import Origin, ResourcePool, Watcher, read_current
 from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
@@ -353,12 +353,7 @@ async def _read_one(ctx: DaemonContext, item: Wake, batch: int = 1) -> Read | No
     """Read one URI of a wake (None contents: it no longer exists) and log its ``reactive.wake``; None when
     another cluster member owns the subscription now (``--cluster``: the wake is recorded fenced, or not run)."""
     assert ctx.pool is not None
-    contents: list[Any] | None
-    try:
-        read = await ctx.pool.read_resource(item.uri, item.server)
-        contents, server = list(read.contents), read.server
-    except ResourceNotFound:
-        contents, server = None, item.server
+    contents, server = await read_current(ctx.pool, item.uri, item.server)
     if ctx.shared is not None and not await ctx.shared.record(item.uri, contents):
         return None
     await ctx.runs.seen(item.uri, contents)

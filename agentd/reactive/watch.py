@@ -78,6 +78,15 @@ class ResourcePool(Protocol):
     def updates(self) -> trio.MemoryReceiveChannel[Any]: ...
 
 
+async def read_current(pool: ResourcePool, uri: str, server: str | None) -> tuple[list[Any] | None, str | None]:
+    """What a wake reads: ``uri``'s contents now (None while it does not exist) and the server that answered."""
+    try:
+        read = await pool.read_resource(uri, server)
+    except ResourceNotFound:
+        return None, server
+    return list(read.contents), read.server
+
+
 RouteFn = Callable[[str, "str | None"], None]
 
 

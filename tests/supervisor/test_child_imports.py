@@ -40,6 +40,15 @@ def _imported(text_: str) -> set[str]:
     return {m.group(1) for m in _IMPORT.finditer(text_)}
 
 
+def _importtime_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A Python for the children that records its imports (``-X importtime``) into the returned file."""
+    record = tmp_path / "importtime.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X importtime "$@" 2>>{record}\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return record, python
+
+
 def _offenders(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NEVER))
 
@@ -47,10 +56,7 @@ def _offenders(modules: set[str]) -> list[str]:
 @pytest.mark.parametrize("fork_server", [True, False], ids=["forked", "re-exec"])
 async def test_a_real_child_and_its_fork_server_import_no_heavy_module(tmp_path: Path, no_leftover_children,
                                                                        fork_server: bool) -> None:
-    record = tmp_path / "importtime.txt"
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X importtime "$@" 2>>{record}\n')
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    record, python = _importtime_python(tmp_path)
     lines: list[dict] = []
     log = EventLog(sink=lines.append, level="debug", limiter=RateLimiter(limit=0))
     async with scripted_gateway([text('{"ok": true}')]) as gw:
@@ -71,10 +77,7 @@ async def test_a_real_child_and_its_fork_server_import_no_heavy_module(tmp_path:
 async def test_a_forked_childs_first_spawn_imports_nothing(tmp_path: Path, no_leftover_children) -> None:
     """A forked child's own spawn (a tool call, checked against its schema) runs on what the fork server has
     imported and compiled: jsonschema once cost each spawning child 50-90 ms of CPU on its first call."""
-    record = tmp_path / "importtime.txt"
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X importtime "$@" 2>>{record}\n')
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    _, python = _importtime_python(tmp_path)
     lines: list[dict] = []
     log = EventLog(sink=lines.append, level="debug", limiter=RateLimiter(limit=0))
 
