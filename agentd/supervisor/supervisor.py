@@ -79,7 +79,8 @@ class Caller:
     origin: Origin
     handle: str = "0"
     #: The root's run tree this caller's spawns count in (a daemon's wake passes its run id, so the
-    #: token ceiling is per wake); "" is the once-mode run. Ignored below the root.
+    #: token ceiling is per wake); "" is the once-mode run. Ignored below the root. A MANAGEMENT spawn opens
+    #: its own tree unless this names a served tree to continue (a re-opened warm session's ``served.N``).
     tree: str = ""
 
 
