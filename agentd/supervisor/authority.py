@@ -78,7 +78,9 @@ class LocalAuthority:
             metrics.spawn_refused(decision.cap)
         else:
             metrics.subagents_live(self.ledger.live)
-            await self._save(self.ledger.tree_key(decision.handle))
+            key = self.ledger.tree_key(decision.handle)
+            self._loaded.add(key)  # a new served tree has nothing saved to read back
+            await self._save(key)
         self.on_change()
         return decision
 
@@ -87,6 +89,7 @@ class LocalAuthority:
         self.ledger.release(handle)
         metrics.subagents_live(self.ledger.live)
         if is_served_root(handle) and not self.ledger.draining:
+            self._loaded.discard(key)
             await self._drop(key)  # the served tree's run is over: nothing continues it
         else:
             await self._save(key)

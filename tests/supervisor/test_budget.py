@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from agentd import defaults
 from agentd.journal.ledger import NAMESPACE, ROOT, SERVED_NAMESPACE, Ledger
 from agentd.journal.sqlite import open_journal
