@@ -219,8 +219,8 @@ class TreeLedger:
         return self._books.get(tree)
 
     def ceiling_of(self, tree: str) -> int:
-        """Run tree ``tree``'s ceiling: ``token_ceiling``, or a served tree's slice of it."""
-        book = self._books.get(tree) if tree.startswith("served.") else None
+        """Run tree ``tree``'s ceiling: its books' (a served tree's may be a slice of ``token_ceiling``)."""
+        book = self._books.get(tree)
         return self.caps.token_ceiling if book is None else min(book.ceiling, self.caps.token_ceiling)
 
     def _slice(self, handle: str) -> str:
