@@ -19,7 +19,7 @@ from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
 from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
 from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledger, load_ledger, save_ledger
-from agentd.supervisor.caps import Admission, Refusal, TreeLedger, is_served_root
+from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 from agentd.telemetry import metrics
 
@@ -86,11 +86,11 @@ class LocalAuthority:
 
     async def release(self, handle: str) -> None:
         key = self.ledger.tree_key(handle)
-        self.ledger.release(handle)
+        over = self.ledger.release(handle)
         metrics.subagents_live(self.ledger.live)
-        if is_served_root(handle) and not self.ledger.draining:
-            self._loaded.discard(key)
-            await self._drop(key)  # the served tree's run is over: nothing continues it
+        if over is not None:  # a served tree's run is over: nothing continues it
+            self._loaded.discard(over)
+            await self._drop(over)
         else:
             await self._save(key)
         self.on_change()

@@ -341,12 +341,18 @@ class TreeLedger:
         """Mint ``parent``'s next handles after ``parent.n`` (a restarted daemon's journaled served handles)."""
         self._minted[parent] = max(self._minted.get(parent, 0), n)
 
-    def release(self, handle: str) -> None:
+    def release(self, handle: str) -> str | None:
         """The subagent ended: it and anything still recorded under it stop counting; its slice (and any
-        still open under it) is closed: spent booked to its parent, the rest refunded."""
-        book = self._books.get(self.tree_of(handle))
+        still open under it) is closed: spent booked to its parent, the rest refunded. A served tree's root
+        ending ends the tree: its books are forgotten and its name returned (not while draining: a warm
+        session the drain cancelled may be re-opened after a restart, agentd.selfmcp.journaled)."""
+        tree = self.tree_of(handle)
+        book = self._books.get(tree)
         if book is not None and handle in book:
             book.end(handle)
+        over = tree if is_served_root(handle) and not self.draining else None
+        if over is not None:
+            self._books.pop(over, None)  # its count stays (``tree_tokens``), like a wake's
         for h in [h for h in self._live if is_within(h, handle)]:
             del self._live[h]
             parent = parent_of(h)
@@ -357,6 +363,7 @@ class TreeLedger:
                 else:
                     self._children.pop(parent, None)
         self._tree_of.pop(handle, None)  # a root-level subagent ended: its tree's count stays
+        return over
 
     def add_tokens(self, n: int, handle: str | None = None, tree: str = "") -> bool:
         """Count ``n`` more tokens used by ``handle`` (default the root, in run tree ``tree``); True when its

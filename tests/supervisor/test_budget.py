@@ -144,9 +144,22 @@ def test_a_served_tree_adopted_after_a_restart_continues_with_what_is_left() -> 
     assert after.add_tokens(501, reopened.handle) is True  # 3500 + 6000 held + 501 > 10,000
     adopted = after.existing_book("served.1")
     assert adopted is not None and adopted.committed() == adopted.ceiling == 10_000
-    after.release(reopened.handle)
-    exhausted = after.admit("0", None, 0.0, served=True, tree="served.1")
+    exhausted = after.admit("0", None, 0.0, served=True, tree="served.1")  # another re-open: nothing left
     assert isinstance(exhausted, Refusal) and exhausted.cap == "token_ceiling"
+    assert after.release(reopened.handle) == "served.1"  # the session ended: its tree is over
+    assert after.existing_book("served.1") is None and after.tree_tokens("served.1") == 3500 + 501
+
+
+def test_a_served_tree_is_over_when_its_root_ends_but_not_in_a_drain() -> None:
+    led = ledger()
+    served = admitted(led.admit("0", None, 0.0, served=True))
+    child = admitted(led.admit(served.handle, None, 0.0))
+    assert led.release(child.handle) is None  # a subagent of the tree: its slice closed, the tree goes on
+    assert led.existing_book("served.1") is not None
+    assert led.release(served.handle) == "served.1" and led.existing_book("served.1") is None
+    drained = admitted(led.admit("0", None, 0.0, served=True))
+    led.draining = True
+    assert led.release(drained.handle) is None and led.existing_book(drained.handle) is not None
 
 
 # --- the saved books (LocalAuthority with a store) -----------------------------------------------------------
