@@ -79,7 +79,7 @@ async def test_a_continue_turn_in_flight_at_sigkill_resumes_with_the_sessions_ea
         argv = [sys.executable, "-m", "agentd", "--mode", "reactive", "--continue", COUNTER, "--debounce", "50ms",
                 "--intelligence", gw.url, "--mcp", f"srv={peer.url}", "--instruction", INSTRUCTION,
                 "--run-id", RUN, "--state-dir", str(state), "--log-level", "info"]
-        first, second = tmp_path / "1.stderr", tmp_path / "2.stderr"
+        first, second, third_log = (tmp_path / f"{n}.stderr" for n in (1, 2, 3))
         async with daemon(argv, first) as proc:
             await wait_until(proc, first, lambda: '"trigger.armed"' in first.read_text())
             assert await launch.abump(peer.url) == 1
@@ -97,7 +97,13 @@ async def test_a_continue_turn_in_flight_at_sigkill_resumes_with_the_sessions_ea
             assert await launch.abump(peer.url) == 3
             await wait_until(proc, second, lambda: _kinds(state).get(f"{RUN}.3", [])[-1:] == ["run.ended"])
 
-    resumed, third = gw.requests[before:]
+        # Killed between turns: the next daemon's session still holds all three.
+        async with daemon(argv, third_log) as proc:
+            await wait_until(proc, third_log, lambda: '"trigger.armed"' in third_log.read_text())
+            assert await launch.abump(peer.url) == 4
+            await wait_until(proc, third_log, lambda: _kinds(state).get(f"{RUN}.4", [])[-1:] == ["run.ended"])
+
+    resumed, third, fourth = gw.requests[before:]
     first_turn = [("user", "counter=1"), ("assistant", "counter 1 logged")]
     assert _conversation(resumed) == [
         *first_turn, ("user", "counter=2"), ("assistant", "srv__slow"), ("tool", "call_slow")]
@@ -109,3 +115,5 @@ async def test_a_continue_turn_in_flight_at_sigkill_resumes_with_the_sessions_ea
         *first_turn, ("user", "counter=2"), ("assistant", "counter 2 logged after the slow call"),
         ("user", "counter=3")]
     assert '"trigger":"resume"' in second.read_text().replace(" ", "")
+    assert _conversation(fourth) == [*_conversation(third), ("assistant", "counter 3 logged"), ("user", "counter=4")]
+    assert set(_kinds(state)) == {f"{RUN}.{n}" for n in range(1, 5)}  # one run per turn, none run twice
