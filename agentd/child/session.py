@@ -172,7 +172,9 @@ class _Session:
             while (message := await self.channel.receive()) is not None:
                 if isinstance(message, Ping):
                     if not test.get("no_pong"):
-                        await self.channel.send(Pong(seq=message.seq))
+                        pong = Pong(seq=message.seq)
+                        if not self.channel.send_nowait(pong):  # a plain write when it cannot block
+                            await self.channel.send(pong)
                         await self._send_metrics()
                 elif isinstance(message, Cancel):
                     if not test.get("ignore_cancel"):

@@ -2,11 +2,17 @@
 
 The parent uses a child process's stdin/stdout; the child uses its own fds 0/1; tests use memory
 streams. Sends are serialised by a lock because the pinger, the reader (answering admissions) and the
-turn runner all write. A peer that sends garbage, oversized frames, or stops mid-frame makes
+turn runner all write. A small frame (a ping, a pong) can also go out with :meth:`ControlChannel.send_nowait`,
+a plain write with no task switch, when that can neither block nor split a frame. A peer that sends garbage, oversized frames, or stops mid-frame makes
 :meth:`ControlChannel.receive` raise :class:`ChannelBroken` with a reason that is safe to log.
 """
 
 from __future__ import annotations
+
+import errno
+import os
+import select
+import stat
 
 import attrs
 import trio
@@ -33,6 +39,8 @@ class ControlChannel:
     _decoder: FrameDecoder = attrs.field(init=False)
     _send_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _eof: bool = attrs.field(init=False, default=False)
+    #: Whether the send stream is a pipe's FdStream (None: not looked at yet); see :meth:`send_nowait`.
+    _pipe: bool | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._decoder = FrameDecoder(max_frame=self.max_frame)
@@ -42,6 +50,34 @@ class ControlChannel:
         data = encode_frame(to_frame(message), max_frame=self.max_frame)
         async with self._send_lock:
             await self.send_stream.send_all(data)
+
+    def send_nowait(self, message: Message) -> bool:
+        """Send a small message now, without waiting; False when it must go through :meth:`send` instead.
+
+        Only on a pipe (the child process's stdin, the child's own stdout), only while no other send holds
+        the channel, and only for a frame of at most ``PIPE_BUF`` bytes: such a write is atomic, so the frame
+        is written whole or not at all (a full pipe). Saves the lock, the stream's checkpoint and a task
+        switch per ping and pong. Raises like :meth:`send` if the pipe is gone.
+        """
+        if self._pipe is None:
+            self._pipe = _is_pipe(self.send_stream)
+        if not self._pipe or self._send_lock.locked():
+            return False
+        data = encode_frame(to_frame(message), max_frame=self.max_frame)
+        if len(data) > select.PIPE_BUF:
+            return False
+        fd = self.send_stream.fileno()  # type: ignore[attr-defined]
+        if fd < 0:
+            raise trio.ClosedResourceError("the channel is closed")
+        try:
+            os.write(fd, data)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("the channel is closed") from None
+            raise trio.BrokenResourceError from exc
+        return True
 
     async def receive(self) -> Message | None:
         """The next message, or None at a clean end of stream."""
@@ -79,3 +115,14 @@ class ControlChannel:
             await self.send_stream.aclose()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+def _is_pipe(stream: trio.abc.SendStream) -> bool:
+    fd_stream = getattr(trio.lowlevel, "FdStream", None)
+    if fd_stream is None or not isinstance(stream, fd_stream):
+        return False
+    fd = stream.fileno()
+    try:
+        return fd >= 0 and stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False

@@ -113,10 +113,15 @@ def one(part: str, n: int, ping_interval: float, idle: float) -> dict[str, Any]:
             if part != "idle":
                 return
             await trio.sleep(4.0)  # past each session's last working-pace ping
+            nodes = [sup._nodes[v.handle] for v in views]
+            seq0 = [getattr(node, "_ping_seq", None) for node in nodes]
             cpu1 = time.process_time()
             await trio.sleep(idle)
             used = (time.process_time() - cpu1) * 1000
             pings = n * idle / ping_interval
+            if None not in seq0:  # a tree that counts its pings: per ping actually sent
+                pings = sum(getattr(node, "_ping_seq") - s for node, s in zip(nodes, seq0, strict=True))
+                out["pings_per_child_per_interval"] = pings / n / (idle / ping_interval)
             out["root_us_per_ping"] = used * 1000 / pings
             out["root_ms_per_child_min_at_30s"] = used / pings * 2  # two pings a minute at the default
 
