@@ -105,7 +105,7 @@ class ControlChannel:
             else:
                 self._decoder.feed(data)
 
-    async def _receive_some(self) -> bytes:
+    async def _receive_some(self) -> bytes | bytearray:
         """The next bytes from the peer, b"" at the end.
 
         On a descriptor the read is tried first and the reader waits only when nothing is there: a frame that
