@@ -2,9 +2,10 @@
 
 The parent uses a child process's stdin/stdout; the child uses its own fds 0/1; tests use memory
 streams. Sends are serialised by a lock because the pinger, the reader (answering admissions) and the
-turn runner all write. A small frame (a ping, a pong) can also go out with :meth:`ControlChannel.send_nowait`,
-a plain write with no task switch, when that can neither block nor split a frame. A peer that sends garbage, oversized frames, or stops mid-frame makes
-:meth:`ControlChannel.receive` raise :class:`ChannelBroken` with a reason that is safe to log.
+turn runner all write; a small frame (a ping, a pong) can also go out with :meth:`ControlChannel.send_nowait`,
+a plain write with no task switch, when that can neither block nor split a frame. A peer that sends garbage,
+oversized frames, or stops mid-frame makes :meth:`ControlChannel.receive` raise :class:`ChannelBroken` with a
+reason that is safe to log.
 """
 
 from __future__ import annotations

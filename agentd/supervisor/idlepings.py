@@ -45,11 +45,14 @@ class IdlePings:
     _order: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
     _sleep: trio.CancelScope | None = attrs.field(init=False, default=None)
     _task: trio.CancelScope | None = attrs.field(init=False, default=None)
+    _closed: bool = attrs.field(init=False, default=False)
     #: Rounds so far: one task step each, however many sessions it pings.
     rounds: int = attrs.field(init=False, default=0)
 
     def add(self, session: IdleSession, ticket: int, interval: float) -> None:
         """Ping ``session`` every ``interval`` from now while ``ticket`` is its current one."""
+        if self._closed:
+            return
         due = trio.current_time() + interval
         heapq.heappush(self._heap, (due, next(self._order), ticket, interval, session))
         if self._task is None:
@@ -60,9 +63,9 @@ class IdlePings:
 
     def close(self) -> None:
         """Stop the timer for good (its supervisor is ending)."""
-        if self._task is None:
-            self._task = trio.CancelScope()
-        self._task.cancel()
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
         self._heap.clear()
 
     async def _run(self, scope: trio.CancelScope) -> None:

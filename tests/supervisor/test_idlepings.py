@@ -168,3 +168,28 @@ async def test_send_nowait_writes_a_whole_frame_or_nothing():
     assert frames > 100
     a, _ = trio.testing.memory_stream_pair()
     assert not ControlChannel(a, a).send_nowait(Ping(seq=1))  # not a pipe: the caller sends it
+
+
+async def test_a_ping_that_cannot_be_written_at_once_is_sent_by_a_bounded_task(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        pings = IdlePings(nursery)
+        a, b = trio.testing.memory_stream_pair()  # not a pipe: no plain write
+        parent, child = ControlChannel(a, a), ControlChannel(b, b)
+        node = idle_node([], "0.1", parent, pings)
+        seen: list[float] = []
+        nursery.start_soon(node._read, parent, nursery)
+        nursery.start_soon(node._pinger, parent)
+        start = trio.current_time()
+
+        async def child_side() -> None:
+            while (m := await child.receive()) is not None:
+                seen.append(trio.current_time() - start)
+                await child.send(Pong(seq=m.seq))
+
+        nursery.start_soon(child_side)
+        await trio.sleep(95)
+        assert seen == [30, 60, 90] and node._failure is None
+        pings.close()  # the supervisor ends: no more rounds
+        await trio.sleep(60)
+        assert seen == [30, 60, 90]
+        nursery.cancel_scope.cancel()
