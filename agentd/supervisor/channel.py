@@ -18,8 +18,8 @@ import stat
 import attrs
 import trio
 
-from agentd.supervisor.framing import MAX_FRAME, FrameDecoder, FrameError, encode_frame
-from agentd.supervisor.messages import Message, MessageError, from_frame, to_frame
+from agentd.supervisor.framing import MAX_FRAME, FrameDecoder, FrameError, encode_frame, frame_of
+from agentd.supervisor.messages import Message, MessageError, Ping, Pong, from_frame, to_frame
 
 _CHUNK = 65536
 
@@ -66,7 +66,7 @@ class ControlChannel:
             self._pipe = _is_pipe(self.send_stream)
         if not self._pipe or self._send_lock.locked():
             return False
-        data = encode_frame(to_frame(message), max_frame=self.max_frame)
+        data = _seq_frame(message, self.max_frame) or encode_frame(to_frame(message), max_frame=self.max_frame)
         if len(data) > select.PIPE_BUF:
             return False
         assert isinstance(self.send_stream, trio.lowlevel.FdStream)
@@ -160,3 +160,12 @@ def _is_pipe(stream: trio.abc.SendStream) -> bool:
         return fd >= 0 and stat.S_ISFIFO(os.fstat(fd).st_mode)
     except OSError:
         return False
+
+
+def _seq_frame(message: Message, max_frame: int) -> bytes | None:
+    """A ping's or pong's frame from a template (every idle ping: ~1 µs, not ~10 for attrs + json); None for
+    any other message. The bytes are exactly :func:`encode_frame` of :func:`to_frame`."""
+    if (type(message) is Ping or type(message) is Pong) and type(message.seq) is int:
+        body = b'{"jsonrpc":"2.0","method":"%s","params":{"seq":%d}}' % (message.METHOD.encode(), message.seq)
+        return frame_of(body, max_frame=max_frame)
+    return None

@@ -193,3 +193,15 @@ async def test_a_ping_that_cannot_be_written_at_once_is_sent_by_a_bounded_task(a
         await trio.sleep(60)
         assert seen == [30, 60, 90]
         nursery.cancel_scope.cancel()
+
+
+def test_a_ping_or_pong_from_the_template_is_byte_for_byte_the_generic_frame():
+    from agentd.supervisor.channel import _seq_frame
+    from agentd.supervisor.framing import MAX_FRAME, encode_frame
+    from agentd.supervisor.messages import Cancel, to_frame
+
+    for seq in (0, 1, 7, 2**31, 2**70, -3):
+        for message in (Ping(seq=seq), Pong(seq=seq)):
+            assert _seq_frame(message, MAX_FRAME) == encode_frame(to_frame(message))
+    assert _seq_frame(Ping(seq=True), MAX_FRAME) is None  # JSON says true: the generic path
+    assert _seq_frame(Cancel(reason="x"), MAX_FRAME) is None
