@@ -28,6 +28,7 @@ from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
 from agentd.supervisor.forkserver import ForkServer, ForkServerGone, connect_fork_server, start_fork_server
+from agentd.supervisor.idlepings import IdlePings
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
 from agentd.supervisor.messages import RunPayload
@@ -153,6 +154,9 @@ class Supervisor:
     _fork_server: ForkServer | None = attrs.field(init=False, default=None)
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
+    #: One timer pinging every idle warm session (agentd.supervisor.idlepings), not a sleeping task each.
+    _idle_pings: IdlePings = attrs.field(
+        init=False, default=attrs.Factory(lambda self: IdlePings(self.nursery), takes_self=True))
     #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per child):
     #: the settings they were derived from, the node settings, the supervision payload, the environment.
     _per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = attrs.field(
@@ -190,6 +194,7 @@ class Supervisor:
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
             settings=node_settings, fork_server=fork_server, on_change=self.notify_changed, env=env,
+            idle_pings=self._idle_pings,
         )
         self._nodes[admitted.handle] = node
         self.notify_changed()
@@ -511,6 +516,7 @@ async def open_supervisor(
         try:
             yield sup
         finally:
+            sup._idle_pings.close()
             for node in sup.live():
                 node.cancel("parent ended")
             if sup._fork_server is not None:
