@@ -44,18 +44,22 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 # -- servers (run in a child process) ----------------------------------------------------------------------
 
 def _hypercorn_config(port: int) -> Any:
-    from hypercorn.config import Config
+    """The hypercorn config agentd serves with (``agentd.transport.serve.hypercorn_config``): same for every target."""
+    from agentd.events import null_log
+    from agentd.transport.serve import ServeConfig, hypercorn_config
 
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-    config.keep_alive_max_requests = 10**9
-    return config
+    return hypercorn_config(ServeConfig(f"http://127.0.0.1:{port}/mcp"), None, null_log())
+
+
+#: What agentd's ``status`` tool answers in the benchmark (its fields and value types), for the floor to echo.
+_FLOOR_STATUS = {"run_id": "bench", "mode": "loop", "version": "0.1.0", "pid": 0, "uptime_ms": 0,
+                 "spawns": {"spawned": 0, "served_running": 0, "refused": 0}, "refusals": {}}
+_STARTED = time.monotonic()
 
 
 async def floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The floor: parse the body, answer an MCP-shaped result, nothing else."""
+    """The floor: parse the body, answer the same bytes agentd answers (an ``initialize`` gets a session id
+    header, so both servers see the same request bytes too), nothing else: no checks, no routing."""
     if scope["type"] == "lifespan":
         while True:
             message = await receive()
@@ -71,11 +75,15 @@ async def floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     request = json.loads(body)
+    status = dict(_FLOOR_STATUS, pid=os.getpid(), uptime_ms=int((time.monotonic() - _STARTED) * 1000))
+    text = json.dumps(status, separators=(",", ":"))
     out = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": {
-        "content": [{"type": "text", "text": "ok"}], "isError": False}}).encode()
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
-        (b"mcp-session-id", b"floor")]})
+        "content": [{"type": "text", "text": text}], "structuredContent": status, "isError": False}},
+        separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+    if request.get("method") == "initialize":
+        headers.append((b"mcp-session-id", b"0123456789abcdef0123456789abcdef"))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": out})
 
 
@@ -219,6 +227,7 @@ class Conn:
 
 
 async def _client(port: int, gate: Any, latencies: list[float], check: bool) -> None:
+    """One keep-alive connection; the ``check`` client also records the reply's size (head and body)."""
     import trio
 
     conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
@@ -236,6 +245,7 @@ async def _client(port: int, gate: Any, latencies: list[float], check: bool) -> 
         if check:
             assert status == 200, (status, body[:200])
             assert b'"result"' in body, body[:200]
+            gate.reply_bytes = (sum(len(k) + len(v) + 4 for k, v in headers.items()), len(body))
     await conn.stream.aclose()
 
 
@@ -247,6 +257,7 @@ def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
     class Gate:
         ready = 0
         deadline = 0.0
+        reply_bytes = (0, 0)
         go: Any = None
 
     gate = Gate()
@@ -272,6 +283,8 @@ def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
         "calls_per_s": len(latencies) / elapsed,
         "p50_us": latencies[len(latencies) // 2] * 1e6,
         "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        "reply_head_bytes": gate.reply_bytes[0],
+        "reply_body_bytes": gate.reply_bytes[1],
     }
 
 
@@ -465,7 +478,8 @@ def main() -> None:
         med: dict[str, dict[str, float]] = {}
         for clients in ("1", "16", "64"):
             med[clients] = {k: statistics.median(r[clients][k] for r in runs[target])
-                            for k in ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call")}
+                            for k in ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call", "reply_head_bytes",
+                                      "reply_body_bytes")}
         medians[target] = med
         table.append(f"| {target} | {med['1']['p50_us']:.0f} | {med['1']['p99_us']:.0f} | "
                      f"{med['1']['calls_per_s']:.0f} | {med['16']['calls_per_s']:.0f} | "
@@ -473,6 +487,14 @@ def main() -> None:
                      f"{med['1']['cpu_us_per_call']:.0f} / {med['64']['cpu_us_per_call']:.0f} |")
     text = "\n".join(table)
     print(text)
+    if "agentd" in medians and "floor" in medians:
+        a, f = medians["agentd"], medians["floor"]
+        print(f"\nagentd/floor: throughput at 64 {a['64']['calls_per_s'] / f['64']['calls_per_s']:.2f}x "
+              f"(target >= 1.0x), CPU per call at 64 {a['64']['cpu_us_per_call'] / f['64']['cpu_us_per_call']:.2f}x "
+              f"(target <= 1.0x), sequential p50 {a['1']['p50_us'] / f['1']['p50_us']:.2f}x (target <= 1.1x), "
+              f"CPU per sequential call {a['1']['cpu_us_per_call'] / f['1']['cpu_us_per_call']:.2f}x; reply bytes "
+              f"(head, body) agentd {a['1']['reply_head_bytes']:.0f}, {a['1']['reply_body_bytes']:.0f} / floor "
+              f"{f['1']['reply_head_bytes']:.0f}, {f['1']['reply_body_bytes']:.0f}")
     if "agentd" in medians and "floor" in medians and "sdk" in medians:
         a, f, s = medians["agentd"], medians["floor"], medians["sdk"]
         ratio = a["1"]["p50_us"] / f["1"]["p50_us"]
