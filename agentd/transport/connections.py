@@ -20,8 +20,9 @@ The loop also:
 
 Two per-request costs of hypercorn's connection runner are cut (the served path's throughput at many clients is
 bounded by its CPU per request): an HTTP/1.1 response with a ``Content-Length`` leaves in one write (head and
-first body chunk together, no empty write for its end), and the keep-alive idle limit is one task per
-connection whose deadline moves, instead of a task cancelled and started again around every request.
+first body chunk together, no empty write for its end), the keep-alive idle limit is one task per
+connection whose deadline moves, instead of a task cancelled and started again around every request, and
+neither a free write lock nor a read without ``read_timeout`` costs a checkpoint or a cancel scope of its own.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import STREAM_ID, H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.task_group import TaskGroup
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import parse_socket_addr
@@ -286,6 +287,21 @@ class _Connection(TCPServer):
     _idle_again: trio.lowlevel.ParkingLot | None = None
 
     async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            # hypercorn's write, without the lock's extra checkpoint when it is free (the write checkpoints)
+            try:
+                self.send_lock.acquire_nowait()
+            except trio.WouldBlock:
+                await self.send_lock.acquire()
+            try:
+                try:
+                    with trio.CancelScope(shield=True):
+                        await self.stream.send_all(event.data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self.protocol.handle(Closed())
+            finally:
+                self.send_lock.release()
+            return
         if not isinstance(event, Updated):
             await super().protocol_send(event)
             return
@@ -297,6 +313,21 @@ class _Connection(TCPServer):
             self._idle_until = inf
         if self._idle_scope is not None:
             self._idle_scope.deadline = self._idle_until
+
+    async def _read_data(self) -> None:
+        """hypercorn's read loop, without a timeout scope per read when there is no ``read_timeout``."""
+        if self.config.read_timeout is not None:
+            await super()._read_data()
+            return
+        while True:
+            try:
+                data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
 
     async def _idle_watch(self) -> None:
         while True:
