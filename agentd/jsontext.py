@@ -62,7 +62,12 @@ def loads(data: bytes | bytearray | str, policy: Policy) -> Any:
     for the decoder is reported as a ``ValueError`` too, never a ``RecursionError``).
     """
     # Strict: json.loads(bytes) would decode with "surrogatepass", letting raw surrogate bytes through.
-    text = bytes(data).decode(json.detect_encoding(data)) if isinstance(data, bytes | bytearray) else data
+    if isinstance(data, bytes | bytearray):
+        # JSON text opening with ``{``/``[`` then a non-NUL byte is UTF-8 (what json.detect_encoding concludes)
+        utf8_text = data[:1] in (b"{", b"[") and data[1:2] != b"\x00"
+        text = bytes(data).decode("utf-8" if utf8_text else json.detect_encoding(data))
+    else:
+        text = data
     try:
         obj = json.loads(text)
     except RecursionError:
