@@ -313,10 +313,11 @@ def app_only(calls: int = 20000) -> dict[str, float]:
             if sid:
                 headers += [(b"mcp-session-id", sid.encode()), (b"mcp-protocol-version", b"2025-11-25")]
 
-            async def receive() -> dict[str, Any]:
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}, receive
+            # as hypercorn hands a request over: a memory channel holding the body, then its end
+            sender, receiver = trio.open_memory_channel[dict[str, Any]](10)
+            sender.send_nowait({"type": "http.request", "body": body, "more_body": True})
+            sender.send_nowait({"type": "http.request", "body": b"", "more_body": False})
+            return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}, receiver.receive
 
         sid = None
         if session:
@@ -344,7 +345,8 @@ def app_only(calls: int = 20000) -> dict[str, float]:
 
 
 def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
-    """Trio scheduler work per sequential ``tools/call status``: agentd's app vs the floor, same hypercorn.
+    """Trio scheduler work per sequential ``tools/call status``: agentd's server (``serve_mcp``) vs the floor
+    (hypercorn's own ``serve``), same hypercorn config.
 
     Server and client share one ``trio.run`` (the client's own steps are in both counts alike); a
     ``trio.abc.Instrument`` counts tasks spawned, task steps and I/O waits while ``calls`` requests run.
@@ -366,10 +368,17 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
         def before_io_wait(self, timeout: float) -> None:
             self.io_waits += 1
 
-    async def measure(app: Any) -> dict[str, float]:
+    async def measure(app: Any, agentd: bool) -> dict[str, float]:
         port = _free_port()
         async with trio.open_nursery() as nursery:
-            await nursery.start(_serve_started, app, port)
+            if agentd:  # the daemon's serving path: agentd's accept loop around hypercorn's protocols
+                from agentd.transport.serve import ServeConfig, serve_mcp
+
+                await nursery.start(lambda task_status: serve_mcp(
+                    app, ServeConfig(f"http://127.0.0.1:{port}/mcp", max_per_client=1024),
+                    shutdown_trigger=trio.sleep_forever, task_status=task_status))
+            else:
+                await nursery.start(_serve_started, app, port)
             conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
             _, headers, _ = await conn.roundtrip(_request(port, INIT, None))
             session = headers.get("mcp-session-id")
@@ -396,8 +405,8 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
         async with trio.open_nursery() as nursery:
             surface = _agentd_surface()
             await nursery.start(surface.run)
-            out = {"agentd": await measure(McpAsgiApp(surface, AsgiOptions(max_sessions=1024))),
-                   "floor": await measure(floor_app)}
+            out = {"agentd": await measure(McpAsgiApp(surface, AsgiOptions(max_sessions=1024)), True),
+                   "floor": await measure(floor_app, False)}
             nursery.cancel_scope.cancel()
         return out
 
