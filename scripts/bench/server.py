@@ -4,8 +4,9 @@ Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
 
 - ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) as the daemon serves it (``serve_mcp``),
   legacy wire with a session, JSON responses;
-- ``floor``: a bare ASGI app on the same hypercorn trio worker that ``json.loads`` the body and
-  answers an MCP-shaped result (the floor of this stack);
+- ``floor``: a bare ASGI app on hypercorn's own trio worker (``hypercorn.trio.serve``, agentd's hypercorn
+  config) that ``json.loads`` the body and answers the same bytes agentd's ``status`` answers, with no
+  checks and no routing (the floor of this stack);
 - ``sdk``: the official Python SDK (``MCPServer`` with a ``status`` tool), stateful, JSON responses,
   on the same hypercorn trio worker;
 - ``sdk-uvicorn``: the same SDK server on uvicorn (asyncio, h11), the SDK's best measured configuration.
@@ -17,6 +18,7 @@ numbers measure the servers, not httpx. Usage::
     .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3]
     .venv/bin/python scripts/bench/server.py --app-only    # the ASGI app alone, no HTTP
     .venv/bin/python scripts/bench/server.py --sched       # trio scheduler work per sequential call
+    .venv/bin/python scripts/bench/server.py --targets agentd,floor --baseline ../agentd-main  # before/after
 """
 
 from __future__ import annotations
@@ -444,12 +446,15 @@ def _wait_up(port: int) -> None:
     raise RuntimeError(f"server on {port} did not come up")
 
 
-def bench(target: str, seconds: float, pin: bool) -> dict[str, dict[str, float]]:
+def bench(target: str, seconds: float, pin: bool, baseline: Path | None = None) -> dict[str, dict[str, float]]:
+    """One server process under load; ``baseline`` (target ``baseline``) serves agentd from another checkout."""
     port = _free_port()
-    cmd = [sys.executable, __file__, "--serve", target, "--port", str(port)]
+    root, script, serve = (baseline, baseline / "scripts/bench/server.py", "agentd") if target == "baseline" \
+        else (ROOT, Path(__file__), target)
+    cmd = [sys.executable, str(script), "--serve", serve, "--port", str(port)]
     if pin:
         cmd = ["taskset", "-c", "0", *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
     try:
         _wait_up(port)
         run_load(port, 1, 0.5)  # warm up
@@ -474,6 +479,8 @@ def main() -> None:
     parser.add_argument("--targets", default="agentd,floor,sdk,sdk-uvicorn")
     parser.add_argument("--app-only", action="store_true", help="only the in-process ASGI app cost per call")
     parser.add_argument("--sched", action="store_true", help="trio scheduler work per sequential call")
+    parser.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree of main) whose agentd "
+                        "runs as target 'baseline' in the same run: before/after")
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port)
@@ -488,12 +495,13 @@ def main() -> None:
         ["which", "taskset"], capture_output=True).stdout)
     if pin:
         os.sched_setaffinity(0, {1})
-    targets = args.targets.split(",")
+    targets = args.targets.split(",") + (["baseline"] if args.baseline else [])
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     runs: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in targets}
     for rep in range(args.reps):
         order = targets[rep % len(targets):] + targets[: rep % len(targets)]
         for target in order:
-            runs[target].append(bench(target, args.seconds, pin))
+            runs[target].append(bench(target, args.seconds, pin, args.baseline))
     table = ["| server | seq p50 µs | seq p99 µs | seq calls/s | 16 clients calls/s | 64 clients calls/s | 64 p50 ms "
              "| server CPU µs/call (seq / 64) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -511,23 +519,22 @@ def main() -> None:
                      f"{med['1']['cpu_us_per_call']:.0f} / {med['64']['cpu_us_per_call']:.0f} |")
     text = "\n".join(table)
     print(text)
-    if "agentd" in medians and "floor" in medians:
-        a, f = medians["agentd"], medians["floor"]
-        print(f"\nagentd/floor: throughput at 64 {a['64']['calls_per_s'] / f['64']['calls_per_s']:.2f}x "
+    for name in ("agentd", "baseline"):
+        if name not in medians or "floor" not in medians:
+            continue
+        a, f = medians[name], medians["floor"]
+        print(f"{name}/floor: throughput at 64 {a['64']['calls_per_s'] / f['64']['calls_per_s']:.2f}x "
               f"(target >= 1.0x), CPU per call at 64 {a['64']['cpu_us_per_call'] / f['64']['cpu_us_per_call']:.2f}x "
               f"(target <= 1.0x), sequential p50 {a['1']['p50_us'] / f['1']['p50_us']:.2f}x (target <= 1.1x), "
               f"CPU per sequential call {a['1']['cpu_us_per_call'] / f['1']['cpu_us_per_call']:.2f}x; reply bytes "
-              f"(head, body) agentd {a['1']['reply_head_bytes']:.0f}, {a['1']['reply_body_bytes']:.0f} / floor "
+              f"(head, body) {a['1']['reply_head_bytes']:.0f}, {a['1']['reply_body_bytes']:.0f} / floor "
               f"{f['1']['reply_head_bytes']:.0f}, {f['1']['reply_body_bytes']:.0f}")
-    if "agentd" in medians and "floor" in medians and "sdk" in medians:
-        a, f, s = medians["agentd"], medians["floor"], medians["sdk"]
-        ratio = a["1"]["p50_us"] / f["1"]["p50_us"]
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if "agentd" in medians and "sdk" in medians:
+        a, s = medians["agentd"], medians["sdk"]
         tput = a["64"]["calls_per_s"] / s["64"]["calls_per_s"]
-        cpu = a["1"]["cpu_us_per_call"] / f["1"]["cpu_us_per_call"]
         cpu_sdk = s["64"]["cpu_us_per_call"] / a["64"]["cpu_us_per_call"]
-        print(f"\nagentd/floor sequential latency: {ratio:.2f}x (target <= 1.3x); "
-              f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x); "
-              f"CPU per call agentd/floor {cpu:.2f}x, sdk/agentd at 64 {cpu_sdk:.2f}x")
+        print(f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x); CPU per call sdk/agentd at 64 {cpu_sdk:.2f}x")
         if "sdk-uvicorn" in medians:
             best = medians["sdk-uvicorn"]["64"]["calls_per_s"]
             print(f"agentd/sdk-uvicorn throughput at 64: {a['64']['calls_per_s'] / best:.2f}x (target > 1x)")
