@@ -272,8 +272,12 @@ class _Connection(TCPServer):
                                           self.websocket_paths)
                 await self.protocol.initiate()
                 self._idle_until = trio.current_time() + self.config.keep_alive_timeout
+                self._idle_done = trio.CancelScope()
                 task_group.spawn(self._idle_watch)
-                await self._read_data()
+                try:
+                    await self._read_data()
+                finally:
+                    self._idle_done.cancel()  # nothing more to read: no idle limit to keep (busy or not)
         except OSError:
             pass
         finally:
@@ -285,6 +289,7 @@ class _Connection(TCPServer):
     _idle_until: float = inf
     _idle_scope: trio.CancelScope | None = None
     _idle_again: trio.lowlevel.ParkingLot | None = None
+    _idle_done: trio.CancelScope
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
@@ -330,19 +335,20 @@ class _Connection(TCPServer):
         await self.protocol.handle(Closed())
 
     async def _idle_watch(self) -> None:
-        while True:
-            with trio.CancelScope(deadline=self._idle_until) as scope:
-                self._idle_scope = scope
-                await self.context.terminated.wait()
-                while self._idle_until == inf:  # terminated while busy: close once this request is answered
-                    self._idle_again = trio.lowlevel.ParkingLot()
-                    await self._idle_again.park()
-            self._idle_scope = None
-            if not scope.cancelled_caught or self._idle_until != inf:
-                break
-            # the deadline passed just as a request came in: the connection is busy again, keep watching
-        with trio.CancelScope(shield=True):
-            await self._initiate_server_close()
+        with self._idle_done:
+            while True:
+                with trio.CancelScope(deadline=self._idle_until) as scope:
+                    self._idle_scope = scope
+                    await self.context.terminated.wait()
+                    while self._idle_until == inf:  # terminated while busy: close once this request is answered
+                        self._idle_again = trio.lowlevel.ParkingLot()
+                        await self._idle_again.park()
+                self._idle_scope = None
+                if not scope.cancelled_caught or self._idle_until != inf:
+                    break
+                # the deadline passed just as a request came in: the connection is busy again, keep watching
+            with trio.CancelScope(shield=True):
+                await self._initiate_server_close()
 
 
 def _peer_host(stream: trio.abc.Stream) -> str:

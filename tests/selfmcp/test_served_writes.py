@@ -105,7 +105,10 @@ async def _request(stream: trio.SocketStream) -> None:
     await stream.send_all(REQUEST)
     got = b""
     while not got.endswith(b"{}"):
-        got += await stream.receive_some(65536)
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise trio.BrokenResourceError("closed by the server")
+        got += chunk
 
 
 async def test_keep_alive_requests_start_no_idle_timer_task_and_idle_connections_still_close() -> None:
@@ -113,15 +116,49 @@ async def test_keep_alive_requests_start_no_idle_timer_task_and_idle_connections
     async with trio.open_nursery() as nursery:
         serving = await nursery.start(lambda task_status: serve_mcp(_App(), cfg, shutdown_trigger=trio.sleep_forever,
                                                                    task_status=task_status))
-        stream = await trio.open_tcp_stream("127.0.0.1", serving.port)
-        await _request(stream)
-        spawns = _Spawns()
-        trio.lowlevel.add_instrument(spawns)
-        for _ in range(20):
+        async with await trio.open_tcp_stream("127.0.0.1", serving.port) as stream:
             await _request(stream)
-        trio.lowlevel.remove_instrument(spawns)
-        assert spawns.count == 20  # hypercorn's one task per request for the app; no idle timer restarts
-        with trio.fail_after(5):  # idle past the 0.5 s limit: the server closes the connection
-            assert await stream.receive_some(65536) == b""
-        await stream.aclose()
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            for _ in range(20):
+                await _request(stream)
+            trio.lowlevel.remove_instrument(spawns)
+            assert spawns.count == 20  # hypercorn's one task per request for the app; no idle timer restarts
+            with trio.fail_after(5):  # idle past the 0.5 s limit: the server closes the connection
+                assert await stream.receive_some(65536) == b""
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_gone_mid_request_frees_its_connection_slot() -> None:
+    """The idle-limit task must not outlive a connection that closed while busy (its slot would leak)."""
+    answered = trio.Event()
+
+    class Waits(_App):
+        async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                return
+            if scope["path"] == "/slow":
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                return
+            await _sized(scope, receive, send)
+            answered.set()
+
+    cfg = ServeConfig("http://127.0.0.1:0/mcp", header_timeout=30, max_connections=1)
+    async with trio.open_nursery() as nursery:
+        serving = await nursery.start(lambda task_status: serve_mcp(Waits(), cfg, shutdown_trigger=trio.sleep_forever,
+                                                                   task_status=task_status))
+        first = await trio.open_tcp_stream("127.0.0.1", serving.port)
+        await first.send_all(REQUEST.replace(b"/mcp", b"/slow"))
+        await trio.sleep(0.2)
+        await first.aclose()  # gone while its request runs
+        with trio.fail_after(10):  # well inside the 30 s idle limit
+            while not answered.is_set():
+                second = await trio.open_tcp_stream("127.0.0.1", serving.port)
+                try:
+                    await _request(second)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await trio.sleep(0.1)  # still refused: the first connection's slot is not free yet
+                finally:
+                    await second.aclose()
         nursery.cancel_scope.cancel()
