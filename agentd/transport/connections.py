@@ -18,11 +18,12 @@ The loop also:
 - upgrades to WebSocket only on the paths it is told (the daemon's ``/events`` stream); elsewhere the request
   goes to the app as plain HTTP and gets its ordinary answer.
 
-Two per-request costs of hypercorn's connection runner are cut (the served path's throughput at many clients is
+Per-request costs of hypercorn's connection runner are cut (the served path's throughput at many clients is
 bounded by its CPU per request): an HTTP/1.1 response with a ``Content-Length`` leaves in one write (head and
-first body chunk together, no empty write for its end), the keep-alive idle limit is one task per
-connection whose deadline moves, instead of a task cancelled and started again around every request, and
-neither a free write lock nor a read without ``read_timeout`` costs a checkpoint or a cancel scope of its own.
+first body chunk together, no empty write for its end); the keep-alive idle limit is one task per connection
+whose deadline moves, instead of a task cancelled and started again around every request (it ends with the
+connection's reads); and neither a free write lock nor a read without ``read_timeout`` costs a checkpoint or
+a cancel scope of its own.
 """
 
 from __future__ import annotations
