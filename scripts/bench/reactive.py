@@ -24,7 +24,9 @@ flight), then wait until the daemon is quiet; report the wakes and whether the l
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
+import json
 import os
 import re
 import statistics
@@ -49,6 +51,9 @@ from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 
 SECTION = "## Reactive wakes"
+#: After each wake and each floor cycle: let its tail (run end, connection hand-back) finish inside its CPU.
+SETTLE = 0.005
+FLOOR_HEADER = "x-bench-floor"
 _CONTENT = re.compile(r'<resource uri="([^"]+)"[^>]*>\n(.*?)\n</resource>', re.S)
 
 
@@ -60,6 +65,12 @@ class Bench:
         self.wake_ends = 0
         self.armed = 0
         self.changed = trio.Event()
+        #: One wake's request body, re-encoded (agentd's encoding is ``json.dumps`` of it): the bare POST's body.
+        self.body: bytes | None = None
+        #: perf_counter stamps of bare floor POSTs as the gateway's handler sees them.
+        self.floor_arrivals: list[float] = []
+        #: Set by the next wake's ``run.end`` (the measured loop waits on it: no polling in the CPU counted).
+        self.wake_done: trio.Event | None = None
 
     def sink(self, line: dict[str, Any]) -> None:
         now = time.perf_counter()
@@ -71,12 +82,19 @@ class Bench:
         elif event == "run.end" and line.get("trigger") == "wake":
             self.wake_ends += 1
             self.changed.set()
+            if self.wake_done is not None:
+                self.wake_done.set()
         elif event == "trigger.armed":
             self.armed += 1
             self.changed.set()
 
     def reply(self, request: RecordedRequest) -> dict[str, Any]:
         now = time.perf_counter()
+        if request.headers.get(FLOOR_HEADER):
+            self.floor_arrivals.append(now)
+            return text("ok")
+        if self.body is None:
+            self.body = json.dumps(request.body).encode()
         users = [m for m in request.messages if m.get("role") == "user"]
         match = _CONTENT.search(str(users[-1]["content"])) if users else None
         if match:
@@ -93,20 +111,6 @@ class Bench:
                     await self.changed.wait()
 
 
-async def read_floor(url: str, uri: str, reads: int = 200) -> list[float]:
-    """A bare ``resources/read`` through agentd's client on its own connection: the wake's floor."""
-    from agentd.client import open_mcp_pool
-    from agentd.events import null_log
-
-    times: list[float] = []
-    async with open_mcp_pool([McpServerConfig("floor", url)], log=null_log()) as pool:
-        for _ in range(reads):
-            start = time.perf_counter()
-            await pool.read_resource(uri, "floor")
-            times.append((time.perf_counter() - start) * 1000)
-    return times[10:]
-
-
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -117,6 +121,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     uris = [f"test://bench/{i}" for i in range(args.uris)]
     bursts = [int(n) for n in args.bursts.split(",") if n]
     burst_uris = [f"test://burst/{n}" for n in bursts]
+    unwatched = "test://bench/unwatched"
     async with scripted_gateway(default=bench.reply) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
         cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
                      mcp=(McpServerConfig("srv", peer.url),), subscribe=tuple(uris + burst_uris),
@@ -143,29 +148,82 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ends = bench.wake_ends
                 await bump(uri)
                 await bench.until(lambda e=ends: bench.wake_ends > e)
+            assert bench.body is not None
+            body = bench.body
             bench.requests.clear()
             bench.updated.clear()
             bench.woken.clear()
-            floor_ms = await read_floor(peer.url, uris[0])
 
+            # The floor, interleaved with the wakes (same load, same moment): a side-door bump of a URI nobody
+            # subscribed to (the server changes it and tells no one), one bare `resources/read` of a subscribed
+            # URI through agentd's client on its own connection, and one bare httpx POST of the wake's own
+            # request body to the same gateway. What a wake costs beyond that is agentd's.
+            from agentd.client import open_mcp_pool
+            from agentd.events import null_log
+
+            gw_headers = {"content-type": "application/json", "accept": "application/json", FLOOR_HEADER: "1"}
             notify_ms: list[float] = []
             bump_ms: list[float] = []
             read_ms: list[float] = []
             run_ms: list[float] = []
-            cpu_start = time.process_time()
-            for i in range(args.wakes):
-                uri = uris[i % len(uris)]
-                ends, seen = bench.wake_ends, len(bench.requests)
-                start = time.perf_counter()
-                await bump(uri)
-                await bench.until(lambda e=ends, s=seen: bench.wake_ends > e and len(bench.requests) > s)
-                at, got_uri, _ = bench.requests[seen]
-                assert got_uri == uri, (got_uri, uri)
-                bump_ms.append((at - start) * 1000)
-                notify_ms.append((at - bench.updated[uri][-1]) * 1000)
-                read_ms.append((bench.woken[uri][-1] - bench.updated[uri][-1]) * 1000)
-                run_ms.append((at - bench.woken[uri][-1]) * 1000)
-            cpu_per_wake = (time.process_time() - cpu_start) * 1000 / args.wakes
+            floor_ms: list[float] = []
+            post_ms: list[float] = []
+            share_ms: list[float] = []
+            wake_cpu: list[float] = []
+            floor_cpu: list[float] = []
+            profile = cProfile.Profile(time.thread_time) if args.profile else None
+            floor_profile = cProfile.Profile(time.thread_time) if args.profile else None
+            async with (open_mcp_pool([McpServerConfig("floor", peer.url)], log=null_log()) as floor_pool,
+                        httpx.AsyncClient() as bare):
+                for _ in range(10):  # warm the floor's connections too
+                    await floor_pool.read_resource(uris[0], "floor")
+                    (await bare.post(gw.completions_url, content=body, headers=gw_headers)).raise_for_status()
+                for i in range(args.wakes):
+                    uri = uris[i % len(uris)]
+                    ends, seen = bench.wake_ends, len(bench.requests)
+                    cpu0 = time.process_time()
+                    if profile is not None:
+                        profile.enable()
+                    bench.wake_done = done = trio.Event()
+                    start = time.perf_counter()
+                    await bump(uri)
+                    with trio.fail_after(60):
+                        await done.wait()
+                    assert bench.wake_ends > ends
+                    assert len(bench.requests) > seen
+                    await trio.sleep(SETTLE)
+                    if profile is not None:
+                        profile.disable()
+                    wake_cpu.append((time.process_time() - cpu0) * 1000)
+                    at, got_uri, _ = bench.requests[seen]
+                    assert got_uri == uri, (got_uri, uri)
+                    bump_ms.append((at - start) * 1000)
+                    notify_ms.append((at - bench.updated[uri][-1]) * 1000)
+                    read_ms.append((bench.woken[uri][-1] - bench.updated[uri][-1]) * 1000)
+                    run_ms.append((at - bench.woken[uri][-1]) * 1000)
+
+                    cpu0 = time.process_time()
+                    if floor_profile is not None:
+                        floor_profile.enable()
+                    await bump(unwatched)
+                    t0 = time.perf_counter()
+                    await floor_pool.read_resource(uri, "floor")
+                    t1 = time.perf_counter()
+                    arrivals = len(bench.floor_arrivals)
+                    (await bare.post(gw.completions_url, content=body, headers=gw_headers)).raise_for_status()
+                    await trio.sleep(SETTLE)
+                    if floor_profile is not None:
+                        floor_profile.disable()
+                    floor_cpu.append((time.process_time() - cpu0) * 1000)
+                    floor_ms.append((t1 - t0) * 1000)
+                    # to the moment the gateway's handler sees it, as the wake's interval ends
+                    post_ms.append((bench.floor_arrivals[arrivals] - t1) * 1000)
+                    share_ms.append(notify_ms[-1] - floor_ms[-1] - post_ms[-1])
+            if profile is not None and floor_profile is not None:
+                profile.dump_stats(args.profile)
+                floor_profile.dump_stats(args.profile + ".floor")
+            cpu_per_wake = statistics.median(wake_cpu)
+            cpu_floor = statistics.median(floor_cpu)
 
             burst_rows = []
             for n, uri in zip(bursts, burst_uris, strict=True):
@@ -205,6 +263,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "run_p99": pct(run_ms, 0.99),
         "floor_median": statistics.median(floor_ms),
         "floor_p99": pct(floor_ms, 0.99),
+        "post_median": statistics.median(post_ms),
+        "post_p99": pct(post_ms, 0.99),
+        "share_median": statistics.median(share_ms),
+        "share_p99": pct(share_ms, 0.99),
+        "cpu_floor": cpu_floor,
         "bump_p99": pct(bump_ms, 0.99),
         "bursts": burst_rows,
         "cpu_per_wake": cpu_per_wake,
@@ -264,9 +327,14 @@ def main() -> None:
     parser.add_argument("--uris", type=int, default=50)
     parser.add_argument("--bursts", default="10,100,1000")
     parser.add_argument("--debounce", type=float, default=0.25)
+    parser.add_argument("--json", action="store_true", help="print the numbers as one JSON line (for A/B runs)")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the wakes (not the floor) into FILE")
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = parser.parse_args()
     result = trio.run(run, args)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "bursts"}))
+        return
     command = ".venv/bin/python scripts/bench/reactive.py " + " ".join(sys.argv[1:])
     section = render(result, command.strip())
     print(section)
