@@ -26,6 +26,7 @@ notifications a second, a bad-bearer flood on the served endpoint), so two limit
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import sys
@@ -374,10 +375,7 @@ class EventLog:
 
 
 def _first(items: Iterable[Any], count: int) -> Iterator[Any]:
-    for index, item in enumerate(items):
-        if index >= count:
-            return
-        yield item
+    return itertools.islice(items, count)
 
 
 def null_log() -> EventLog:

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
+from agentd import defaults  # noqa: E402
 from agentd.config.model import Config, McpServerConfig  # noqa: E402
 from agentd.events import EventLog, RateLimiter  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
@@ -62,21 +63,30 @@ class Bench:
         self.updated: dict[str, list[float]] = {}
         self.woken: dict[str, list[float]] = {}
         self.requests: list[tuple[float, str, str]] = []  # (perf_counter, uri, content)
+        #: This (trio) thread's CPU clock at each ``mcp.updated`` and at each wake's model request.
+        self.updated_cpu: dict[str, list[float]] = {}
+        self.requests_cpu: list[float] = []
         self.wake_ends = 0
         self.armed = 0
         self.changed = trio.Event()
         #: One wake's request body, re-encoded (agentd's encoding is ``json.dumps`` of it): the bare POST's body.
         self.body: bytes | None = None
         #: perf_counter stamps of bare floor POSTs as the gateway's handler sees them.
-        self.floor_arrivals: list[float] = []
+        self.floor_arrivals: list[tuple[float, float]] = []  # (perf_counter, thread_time)
         #: Set by the next wake's ``run.end`` (the measured loop waits on it: no polling in the CPU counted).
         self.wake_done: trio.Event | None = None
+        #: ``--profile``: exactly the windows the CPU share counts (notify to model request; read; POST).
+        self.profile: cProfile.Profile | None = None
+        self.floor_profile: cProfile.Profile | None = None
 
     def sink(self, line: dict[str, Any]) -> None:
         now = time.perf_counter()
         event = line["event"]
         if event == "mcp.updated":
             self.updated.setdefault(str(line.get("uri")), []).append(now)
+            self.updated_cpu.setdefault(str(line.get("uri")), []).append(time.thread_time())
+            if self.profile is not None:
+                self.profile.enable()
         elif event == "reactive.wake":
             self.woken.setdefault(str(line.get("uri")), []).append(now)
         elif event == "run.end" and line.get("trigger") == "wake":
@@ -89,9 +99,12 @@ class Bench:
             self.changed.set()
 
     def reply(self, request: RecordedRequest) -> dict[str, Any]:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
+        for profile in (self.profile, self.floor_profile):
+            if profile is not None:
+                profile.disable()
         if request.headers.get(FLOOR_HEADER):
-            self.floor_arrivals.append(now)
+            self.floor_arrivals.append((now, cpu))
             return text("ok")
         if self.body is None:
             self.body = json.dumps(request.body).encode()
@@ -99,6 +112,7 @@ class Bench:
         match = _CONTENT.search(str(users[-1]["content"])) if users else None
         if match:
             self.requests.append((now, match.group(1), match.group(2).strip()))
+            self.requests_cpu.append(cpu)
         return text("ok")
 
     async def until(self, predicate: Any, timeout: float = 60.0) -> None:
@@ -129,7 +143,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                      # the wake budget (60 a minute by default) would hold sequential wakes back: out of the way
                      max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9)
         # Every line counted: the log's rate limit (50 a second per event) would hide arms of a fast start.
-        log = EventLog(sink=bench.sink, level="debug", run_id="bench", limiter=RateLimiter(limit=0))
+        # At the daemon's default level (info): every event the bench stamps is an info line.
+        log = EventLog(sink=bench.sink, level=defaults.LOG_LEVEL, run_id="bench", limiter=RateLimiter(limit=0))
         drain = trio.Event()
         async with (
             httpx.AsyncClient() as side,
@@ -151,13 +166,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             assert bench.body is not None
             body = bench.body
             bench.requests.clear()
+            bench.requests_cpu.clear()
             bench.updated.clear()
+            bench.updated_cpu.clear()
             bench.woken.clear()
 
-            # The floor, interleaved with the wakes (same load, same moment): a side-door bump of a URI nobody
-            # subscribed to (the server changes it and tells no one), one bare `resources/read` of a subscribed
-            # URI through agentd's client on its own connection, and one bare httpx POST of the wake's own
-            # request body to the same gateway. What a wake costs beyond that is agentd's.
+            # The floor, interleaved with the wakes (same load, same moment): one bare `resources/read` of the
+            # same URI through agentd's client on its own connection, and one bare httpx POST of the wake's own
+            # request body to the same gateway (to the moment its handler runs, where a wake's interval ends).
+            # What a wake takes beyond those two is agentd's share, in wall time and in CPU time of this trio
+            # thread (the side-door bumps run in a worker thread, so their CPU is not in the thread's clock).
             from agentd.client import open_mcp_pool
             from agentd.events import null_log
 
@@ -169,6 +187,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             floor_ms: list[float] = []
             post_ms: list[float] = []
             share_ms: list[float] = []
+            share_cpu: list[float] = []
             wake_cpu: list[float] = []
             floor_cpu: list[float] = []
             profile = cProfile.Profile(time.thread_time) if args.profile else None
@@ -182,18 +201,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     uri = uris[i % len(uris)]
                     ends, seen = bench.wake_ends, len(bench.requests)
                     cpu0 = time.process_time()
-                    if profile is not None:
-                        profile.enable()
+                    bench.profile = profile
                     bench.wake_done = done = trio.Event()
                     start = time.perf_counter()
-                    await bump(uri)
+                    await launch.abump(peer.origin, uri)
                     with trio.fail_after(60):
                         await done.wait()
                     assert bench.wake_ends > ends
                     assert len(bench.requests) > seen
                     await trio.sleep(SETTLE)
-                    if profile is not None:
-                        profile.disable()
+                    bench.profile = None
                     wake_cpu.append((time.process_time() - cpu0) * 1000)
                     at, got_uri, _ = bench.requests[seen]
                     assert got_uri == uri, (got_uri, uri)
@@ -201,24 +218,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     notify_ms.append((at - bench.updated[uri][-1]) * 1000)
                     read_ms.append((bench.woken[uri][-1] - bench.updated[uri][-1]) * 1000)
                     run_ms.append((at - bench.woken[uri][-1]) * 1000)
+                    wake_thread_cpu = (bench.requests_cpu[seen] - bench.updated_cpu[uri][-1]) * 1000
 
                     cpu0 = time.process_time()
+                    await launch.abump(peer.origin, unwatched)  # the side door's CPU, as a wake has it
                     if floor_profile is not None:
                         floor_profile.enable()
-                    await bump(unwatched)
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     await floor_pool.read_resource(uri, "floor")
-                    t1 = time.perf_counter()
+                    t1, c1 = time.perf_counter(), time.thread_time()
+                    bench.floor_profile = floor_profile  # on until the gateway's handler sees the POST
                     arrivals = len(bench.floor_arrivals)
                     (await bare.post(gw.completions_url, content=body, headers=gw_headers)).raise_for_status()
                     await trio.sleep(SETTLE)
-                    if floor_profile is not None:
-                        floor_profile.disable()
+                    bench.floor_profile = None
                     floor_cpu.append((time.process_time() - cpu0) * 1000)
                     floor_ms.append((t1 - t0) * 1000)
                     # to the moment the gateway's handler sees it, as the wake's interval ends
-                    post_ms.append((bench.floor_arrivals[arrivals] - t1) * 1000)
+                    arrived, arrived_cpu = bench.floor_arrivals[arrivals]
+                    post_ms.append((arrived - t1) * 1000)
                     share_ms.append(notify_ms[-1] - floor_ms[-1] - post_ms[-1])
+                    share_cpu.append(wake_thread_cpu - (c1 - c0) * 1000 - (arrived_cpu - c1) * 1000)
             if profile is not None and floor_profile is not None:
                 profile.dump_stats(args.profile)
                 floor_profile.dump_stats(args.profile + ".floor")
@@ -267,6 +287,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "post_p99": pct(post_ms, 0.99),
         "share_median": statistics.median(share_ms),
         "share_p99": pct(share_ms, 0.99),
+        "share_cpu_median": statistics.median(share_cpu),
         "cpu_floor": cpu_floor,
         "bump_p99": pct(bump_ms, 0.99),
         "bursts": burst_rows,
