@@ -15,10 +15,17 @@ moment the gateway receives the wake's first model request:
 * ``bump→model``: from just before the side-door POST that makes the server change the resource and
   send the notification — adds the side door and the server's notification write.
 
+agentd's share: after each wake, one bare ``resources/read`` of the same URI (agentd's client, its own
+connection) and one bare httpx POST of a wake's own body to the same gateway (until its handler runs) are timed;
+the share is ``notify→model`` minus both, per wake, in wall time and in CPU time of the trio thread (the
+latency part's side-door bumps run in a worker thread, so they are not in that clock). ``--profile FILE``
+profiles exactly those windows (thread CPU clock) and prints where the wakes' extra CPU goes, by part.
+
 Bursts: for N in ``--bursts``, N updates of a fresh URI as fast as the side door takes them (8 in
 flight), then wait until the daemon is quiet; report the wakes and whether the last wake read N.
 
     .venv/bin/python scripts/bench/reactive.py [--wakes 500] [--uris 50] [--bursts 10,100,1000] [--write]
+        [--json] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -147,7 +154,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         log = EventLog(sink=bench.sink, level=defaults.LOG_LEVEL, run_id="bench", limiter=RateLimiter(limit=0))
         drain = trio.Event()
         async with (
-            httpx.AsyncClient() as side,
+            httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=1.0)) as side,
             open_root_supervisor(cfg, log=log, env={}, run_id=log.run_id) as supervisor,
             trio.open_nursery() as nursery,
         ):
@@ -156,6 +163,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             bump_url = peer.origin + "/_test/bump"
 
             async def bump(uri: str) -> None:
+                # Its connections idle through the latency part (those bumps run in a thread): expired after 1 s,
+                # before the server drops them itself (uvicorn: 5 s), so a burst never posts on a dropped one.
                 (await side.post(bump_url, params={"uri": uri})).raise_for_status()
 
             # warm-up: first runs pay lazy imports and connection set-up
