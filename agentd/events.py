@@ -221,15 +221,17 @@ class RateLimiter:
         return owed
 
 
-#: The last whole second formatted, and its text: lines come many a second, and ``strftime`` is most of a stamp.
-_STAMP: list[Any] = [None, ""]
+#: The last whole second formatted, with its text (one tuple: a thread never reads one second's text for another):
+#: lines come many a second, and ``strftime`` is most of a stamp.
+_STAMP: list[tuple[int, str]] = [(-1, "")]
 
 
 def _rfc3339_ms(now: float) -> str:
     seconds = int(now)
-    if _STAMP[0] != seconds:
-        _STAMP[:] = [seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))]
-    return f"{_STAMP[1]}.{int((now - seconds) * 1000):03d}Z"
+    stamp = _STAMP[0]
+    if stamp[0] != seconds:
+        stamp = _STAMP[0] = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{stamp[1]}.{int((now - seconds) * 1000):03d}Z"
 
 
 #: This process's id for every line (looked up once, and again in a forked child).
