@@ -297,7 +297,7 @@ class EventLog:
         now = self.clock()
         for owed in self.limiter.due(now):
             self._summary(owed)
-        scope = ("/".join(str(fields[name]) for name in RATE_KEY_FIELDS if fields.get(name) is not None)
+        scope = ("/".join([str(value) for name in RATE_KEY_FIELDS if (value := fields.get(name)) is not None])
                  if not fields.keys().isdisjoint(RATE_KEY_FIELDS) else "")
         if not self.limiter.admit(event, self.agent_path, level, now, scope[:256]):
             return
@@ -313,8 +313,15 @@ class EventLog:
         ids = telemetry.log_ids()
         if ids is not None:
             line.update(ids)
+        # Most fields are numbers, or short text with no secret registered: kept as they are, without a call.
+        clean, plain = self._clean, not self.redactor._secrets
         for key, value in fields.items():
-            line[key] = self._clean(value, 0)
+            kind = type(value)
+            if (kind is int or kind is float or kind is bool or value is None
+                    or (plain and kind is str and len(value) <= MAX_FIELD_CHARS)):
+                line[key] = value
+            else:
+                line[key] = clean(value, 0)
         self.sink(line)
 
     def flush(self) -> None:

@@ -21,6 +21,9 @@ import attrs
 from agentd.events import EventLog
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+#: Names already checked against ``_NAME``: every run registers the same few tools again (bounded all the same).
+_CHECKED: set[str] = set()
+_CHECKED_MAX = 1024
 
 
 @runtime_checkable
@@ -79,8 +82,12 @@ class ControlTool:
     handler: Handler
 
     def __attrs_post_init__(self) -> None:
+        if self.name in _CHECKED:
+            return
         if not _NAME.match(self.name):
             raise ValueError(f"control tool name {self.name!r} must match {_NAME.pattern}")
+        if len(_CHECKED) < _CHECKED_MAX:
+            _CHECKED.add(self.name)
 
 
 @attrs.define(eq=False)

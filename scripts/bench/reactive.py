@@ -24,8 +24,15 @@ profiles exactly those windows (thread CPU clock) and prints where the wakes' ex
 Bursts: for N in ``--bursts``, N updates of a fresh URI as fast as the side door takes them (8 in
 flight), then wait until the daemon is quiet; report the wakes and whether the last wake read N.
 
+``--peer served``: both ends are agentd. The peer is an agentd process serving its self-MCP
+(``serve_for_daemon`` over a root supervisor, bearer auth, legacy wire), whose subagents are scripted (no
+model, each turn answers at once). Each watched URI is ``agent://subagent/{handle}`` of one warm session; the
+bump is a ``subagent.send`` (in a worker thread), whose turn end notifies the handle's subscribers (a warm
+session's resource updates at every turn, not once). The floors are the same: a bare read of that resource
+through agentd's client and a bare POST to the gateway. No bursts (a handle's reads are views, not counters).
+
     .venv/bin/python scripts/bench/reactive.py [--wakes 500] [--uris 50] [--bursts 10,100,1000] [--write]
-        [--json] [--profile FILE]
+        [--json] [--profile FILE] [--peer sdk|served]
 """
 
 from __future__ import annotations
@@ -39,9 +46,12 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import trio
 
@@ -59,6 +69,7 @@ from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 
 SECTION = "## Reactive wakes"
+SERVED_SECTION = "## Reactive wakes: agentd as the peer"
 #: After each wake and each floor cycle: let its tail (run end, connection hand-back) finish inside its CPU.
 SETTLE = 0.005
 FLOOR_HEADER = "x-bench-floor"
@@ -137,15 +148,117 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+#: ``--peer served``: the serving agentd's bearer (a bench value on loopback, not a secret).
+SERVED_TOKEN = "bench-served-token"
+
+
+class ServedSide:
+    """The bench's side door to the serving agentd: sync MCP calls over one legacy session (worker threads)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = httpx.Client(headers={"authorization": f"Bearer {SERVED_TOKEN}",
+                                            "accept": "application/json, text/event-stream"}, timeout=30)
+        self.session: str | None = None
+        self.ids = 0
+
+    def _post(self, message: dict[str, Any]) -> httpx.Response:
+        headers = {"mcp-session-id": self.session} if self.session else {}
+        response = self.client.post(self.url, json=message, headers=headers)
+        response.raise_for_status()
+        return response
+
+    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if self.session is None:
+            init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
+            self.session = self._post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+                                      ).headers["mcp-session-id"]
+            self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.ids += 1
+        response = self._post({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
+        body = response.text
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            body = next(line[5:] for line in body.splitlines() if line.startswith("data:") and '"id"' in line)
+        answer = json.loads(body)
+        result = answer.get("result")
+        if not isinstance(result, dict) or result.get("isError"):
+            raise RuntimeError(f"{method}: {answer}")
+        return result
+
+    def spawn_warm(self) -> str:
+        result = self.call("tools/call", {"name": "subagent.spawn", "arguments": {"instruction": "0", "warm": True}})
+        return str(result["structuredContent"]["handle"])
+
+    def send(self, uri: str) -> None:
+        handle = uri.removeprefix("agent://subagent/")
+        self.call("tools/call", {"name": "subagent.send", "arguments": {"handle": handle, "message": "next"}})
+
+
+def serve_peer(port: int, warm: int) -> None:
+    """``--serve-peer``: agentd serving its self-MCP on ``port`` with scripted subagents (its own process)."""
+    from agentd.drain import DrainLatch, use_drain
+    from agentd.events import null_log
+    from agentd.selfmcp.serving import serve_for_daemon
+
+    url = f"http://127.0.0.1:{port}/mcp"
+    cfg = Config(instruction="bench peer", intelligence=("http://127.0.0.1:9/v1",), serve_mcp=url,
+                 serve_bearer=SERVED_TOKEN, serve_max_warm=warm, serve_max_spawns=warm, max_children=warm,
+                 max_subagents=max(warm, defaults.MAX_SUBAGENTS), spawn_burst=warm, spawn_rate=10_000)
+
+    async def main() -> None:
+        with use_drain(DrainLatch()):
+            async with open_root_supervisor(cfg, log=null_log(), env={}, test_script=lambda r, h: {"steps": [["echo"]]},
+                                            ) as supervisor, trio.open_nursery() as nursery:
+                await nursery.start(functools.partial(serve_for_daemon, cfg, null_log(), env={}, supervisor=supervisor))
+                print(f"LISTENING {url}", flush=True)  # then serves until killed
+
+    trio.run(main)
+
+
+@asynccontextmanager
+async def the_peer(args: argparse.Namespace, bursts: list[int]) -> AsyncIterator[Peer]:
+    """The watched server: the official SDK server (counters), or an agentd serving warm sessions."""
+    if args.peer == "sdk":
+        async with launch.peer_server(launch.sdk_server_argv()) as peer:
+            yield Peer(peer.url, {}, [f"test://bench/{i}" for i in range(args.uris)],
+                       [f"test://burst/{n}" for n in bursts], "test://bench/unwatched",
+                       functools.partial(launch.abump, peer.origin), peer.origin + "/_test/bump")
+        return
+    argv = [sys.executable, __file__, "--serve-peer", str(launch.free_port()), "--uris", str(args.uris + 1)]
+    async with launch.peer_server(argv) as peer:
+        side = ServedSide(peer.url)
+        try:
+            handles = [await trio.to_thread.run_sync(side.spawn_warm) for _ in range(args.uris + 1)]
+            uris = [f"agent://subagent/{h}" for h in handles]
+
+            async def send(uri: str) -> None:
+                await trio.to_thread.run_sync(side.send, uri)
+
+            yield Peer(peer.url, {"authorization": f"Bearer {SERVED_TOKEN}"}, uris[:-1], [], uris[-1], send, "")
+        finally:
+            side.client.close()
+
+
+@attrs.frozen
+class Peer:
+    url: str
+    headers: dict[str, str]
+    uris: list[str]
+    burst_uris: list[str]
+    unwatched: str
+    #: One update of a URI, in a worker thread (its CPU is not in the trio thread's clock).
+    abump: Callable[[str], Awaitable[object]]
+    #: The side door for bursts (the SDK server's), or "" (none).
+    bump_url: str
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench()
-    uris = [f"test://bench/{i}" for i in range(args.uris)]
-    bursts = [int(n) for n in args.bursts.split(",") if n]
-    burst_uris = [f"test://burst/{n}" for n in bursts]
-    unwatched = "test://bench/unwatched"
-    async with scripted_gateway(default=bench.reply) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
+    bursts = [int(n) for n in args.bursts.split(",") if n] if args.peer == "sdk" else []
+    async with scripted_gateway(default=bench.reply) as gw, the_peer(args, bursts) as peer:
+        uris, burst_uris, unwatched = peer.uris, peer.burst_uris, peer.unwatched
         cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
-                     mcp=(McpServerConfig("srv", peer.url),), subscribe=tuple(uris + burst_uris),
+                     mcp=(McpServerConfig("srv", peer.url, headers=peer.headers),), subscribe=tuple(uris + burst_uris),
                      debounce=args.debounce, max_concurrent_wakes=4,
                      # the wake budget (60 a minute by default) would hold sequential wakes back: out of the way
                      max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9)
@@ -160,11 +273,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ):
             nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, supervisor=supervisor, drain=drain))
             await bench.until(lambda: bench.armed >= len(uris) + len(burst_uris))
-            bump_url = peer.origin + "/_test/bump"
+            bump_url = peer.bump_url
 
             async def bump(uri: str) -> None:
                 # Its connections idle through the latency part (those bumps run in a thread): expired after 1 s,
                 # before the server drops them itself (uvicorn: 5 s), so a burst never posts on a dropped one.
+                if not bump_url:
+                    await peer.abump(uri)
+                    return
                 (await side.post(bump_url, params={"uri": uri})).raise_for_status()
 
             # warm-up: first runs pay lazy imports and connection set-up
@@ -201,7 +317,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             floor_cpu: list[float] = []
             profile = cProfile.Profile(time.thread_time) if args.profile else None
             floor_profile = cProfile.Profile(time.thread_time) if args.profile else None
-            async with (open_mcp_pool([McpServerConfig("floor", peer.url)], log=null_log()) as floor_pool,
+            async with (open_mcp_pool([McpServerConfig("floor", peer.url, headers=peer.headers)], log=null_log()) as floor_pool,
                         httpx.AsyncClient() as bare):
                 for _ in range(10):  # warm the floor's connections too
                     await floor_pool.read_resource(uris[0], "floor")
@@ -213,7 +329,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     bench.profile = profile
                     bench.wake_done = done = trio.Event()
                     start = time.perf_counter()
-                    await launch.abump(peer.origin, uri)
+                    await peer.abump(uri)
                     with trio.fail_after(60):
                         await done.wait()
                     assert bench.wake_ends > ends
@@ -230,7 +346,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     wake_thread_cpu = (bench.requests_cpu[seen] - bench.updated_cpu[uri][-1]) * 1000
 
                     cpu0 = time.process_time()
-                    await launch.abump(peer.origin, unwatched)  # the side door's CPU, as a wake has it
+                    await peer.abump(unwatched)  # the side door's CPU, as a wake has it
                     if floor_profile is not None:
                         floor_profile.enable()
                     t0, c0 = time.perf_counter(), time.thread_time()
@@ -280,6 +396,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                    "last_read": reads[-1] if reads else None, "final_ok": reads[-1] == str(n)})
             drain.set()
     return {
+        "peer": args.peer,
         "wakes": args.wakes,
         "uris": args.uris,
         "debounce": args.debounce,
@@ -386,8 +503,35 @@ Reproduce: `{command}`
 """
 
 
+def render_served(r: dict[str, Any], command: str) -> str:
+    return f"""{SERVED_SECTION}
+
+Both ends agentd (`--peer served`): the watched server is an agentd process serving its self-MCP (bearer auth,
+legacy wire; its subagents scripted, so a turn answers at once), and each of the {r['uris']} watched URIs is
+`agent://subagent/{{handle}}` of one warm session, updated at each turn's end; the update is a `subagent.send`
+from a worker thread. {r['wakes']} sequential wakes, round robin, `--debounce {r['debounce']:g}`; the floors as in
+"Reactive wakes" (a bare read of the same `agent://subagent/{{handle}}` through agentd's client, with the bearer,
+and a bare POST of the wake's body to the same gateway), interleaved.
+
+| interval | median (ms) | p99 (ms) |
+|---|---|---|
+| notify→model | {r['notify_median']:.2f} | {r['notify_p99']:.2f} |
+| of which: notify→read done | {r['read_median']:.2f} | {r['read_p99']:.2f} |
+| of which: read done→model | {r['run_median']:.2f} | {r['run_p99']:.2f} |
+| `subagent.send`→model (plus the send, the scripted turn and the server's notification) | {r['bump_median']:.2f} | {r['bump_p99']:.2f} |
+| floor: one bare `resources/read` of the handle through agentd's client | {r['floor_median']:.2f} | {r['floor_p99']:.2f} |
+| floor: one bare httpx POST of the wake's body to the same gateway | {r['post_median']:.2f} | {r['post_p99']:.2f} |
+| **agentd's share**: notify→model minus both floors, per wake | **{r['share_median']:.2f}** | {r['share_p99']:.2f} |
+| **agentd's CPU share** (trio thread), per wake | **{r['share_cpu_median']:.2f}** | |
+
+Machine: {r['cpus']} CPUs, load average {r["load"]:.2f} at the end of the run.
+
+Reproduce: `{command}`
+"""
+
+
 def write_section(section: str) -> None:
-    replace_section(SECTION, section)
+    replace_section(SERVED_SECTION if section.startswith(SERVED_SECTION) else SECTION, section)
 
 
 def main() -> None:
@@ -399,8 +543,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the numbers as one JSON line (for A/B runs)")
     parser.add_argument("--profile", metavar="FILE", help="cProfile (thread CPU) the windows the CPU share counts "
                         "into FILE (the floor's into FILE.floor) and print where the difference goes")
+    parser.add_argument("--peer", choices=("sdk", "served"), default="sdk", help="the watched server: the official "
+                        "SDK server's counters, or agentd's own served agent://subagent/{handle} of warm sessions")
+    parser.add_argument("--serve-peer", type=int, metavar="PORT", help=argparse.SUPPRESS)  # --peer served's child
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = parser.parse_args()
+    if args.serve_peer is not None:
+        serve_peer(args.serve_peer, args.uris)
+        return
     result = trio.run(run, args)
     if args.profile:
         for part, fraction in breakdown(args.profile):
@@ -409,7 +559,7 @@ def main() -> None:
         print(json.dumps({k: v for k, v in result.items() if k != "bursts"}))
         return
     command = ".venv/bin/python scripts/bench/reactive.py " + " ".join(sys.argv[1:])
-    section = render(result, command.strip())
+    section = (render_served if args.peer == "served" else render)(result, command.strip())
     print(section)
     if args.write:
         write_section(section)

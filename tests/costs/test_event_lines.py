@@ -53,3 +53,18 @@ def test_scalar_and_nested_fields_are_written_as_before() -> None:
     assert isinstance(names, list)
     assert names[0] == "n0"
     assert str(names[-1]).startswith("…[")
+
+
+def test_text_fields_are_scrubbed_and_cut_as_before() -> None:
+    """Short text goes straight into the line only while no secret is registered; a secret is still scrubbed
+    out of every text field once one is, and a long field is still cut."""
+    from agentd.events import MAX_FIELD_CHARS
+
+    lines: list[dict[str, object]] = []
+    log = EventLog(sink=lines.append)
+    log.info("run.start", mode="once", uri="test://token-1234", long="x" * (MAX_FIELD_CHARS + 1))
+    assert lines[-1]["uri"] == "test://token-1234"
+    assert str(lines[-1]["long"]).endswith(f"…[truncated: {MAX_FIELD_CHARS + 1} chars]")
+    log.redactor.add("token-1234")
+    log.info("run.start", mode="once", uri="test://token-1234", reason="bad token-1234")
+    assert (lines[-1]["uri"], lines[-1]["reason"], lines[-1]["mode"]) == ("test://***", "bad ***", "once")
