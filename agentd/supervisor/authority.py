@@ -20,11 +20,11 @@ from agentd.journal.errors import JournalError
 from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
 from agentd.journal.ledger import load_ledger, save_ledger
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
-from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 from agentd.telemetry import metrics
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the wire messages load with a child's channel: a root that spawns nothing never needs them
     from agentd.journal.store import JournalStore
+    from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 
 
 class Authority(Protocol):
@@ -148,6 +148,8 @@ class RemoteAuthority:
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
         budget: int | None = None,
     ) -> Admission | Refusal:
+        from agentd.supervisor.messages import Admit, Admitted
+
         ref = next(self._refs)
         send, receive = trio.open_memory_channel[Admitted](1)
         self._pending[ref] = send
@@ -168,6 +170,8 @@ class RemoteAuthority:
             send.send_nowait(answer)
 
     async def release(self, handle: str) -> None:
+        from agentd.supervisor.messages import Release
+
         try:
             await self.channel.send(Release(handle=handle))
         except (trio.BrokenResourceError, trio.ClosedResourceError):

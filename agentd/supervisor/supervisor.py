@@ -27,24 +27,19 @@ from agentd.events import EventLog, null_log
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
-from agentd.supervisor.forkserver import ForkServer, ForkServerGone, connect_fork_server, start_fork_server
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
-from agentd.supervisor.messages import RunPayload
-from agentd.supervisor.node import (
-    TERMINAL,
-    NodeSettings,
-    RunView,
-    SessionBusy,
-    SubagentNode,
-    child_environment,
-)
-from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
 from agentd.telemetry import metrics
 from agentd.telemetry.names import TRACEPARENT, TRACESTATE
 
 if TYPE_CHECKING:
+    # Imported where used: a run that spawns nothing (a once run's start-up) loads no node, fork server,
+    # wire message or statistics module (tests/cli/test_startup_imports.py).
     from agentd.journal.store import JournalStore
+    from agentd.supervisor.forkserver import ForkServer
+    from agentd.supervisor.messages import RunPayload
+    from agentd.supervisor.node import NodeSettings, RunView, SubagentNode
+    from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
 
 #: Ended subagents whose final view stays readable by handle (oldest forgotten first).
 ENDED_KEPT = 1024
@@ -108,6 +103,8 @@ class SupervisorSettings:
     node: NodeSettings | None = None
 
     def node_settings(self) -> NodeSettings:
+        from agentd.supervisor.node import NodeSettings
+
         base = self.node or NodeSettings()
         return attrs.evolve(base, graces=self.graces, liveness=self.liveness)
 
@@ -184,6 +181,8 @@ class Supervisor:
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await self.authority.release(admitted.handle)  # admitted, never started: free the slot
             raise
+        from agentd.supervisor.node import SubagentNode
+
         _, node_settings, _, env = self._shared()
         node = SubagentNode(
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
@@ -210,6 +209,9 @@ class Supervisor:
         """The fork server, started on first use; None (re-exec) when disabled or it cannot start."""
         if not self.use_fork_server:
             return None
+        from agentd.supervisor.forkserver import ForkServerGone, connect_fork_server, start_fork_server
+        from agentd.supervisor.node import child_environment
+
         async with self._fork_lock:
             if self._fork_server is None or self._fork_server.gone:
                 if self._fork_server is not None:
@@ -237,6 +239,8 @@ class Supervisor:
 
     def _shared(self) -> tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]]:
         if self._per_spawn is None or self._per_spawn[0] is not self.settings:
+            from agentd.supervisor.node import child_environment
+
             self._per_spawn = (self.settings, self.settings.node_settings(), self.settings.to_payload(),
                                child_environment(os.environ))
         return self._per_spawn
@@ -263,6 +267,8 @@ class Supervisor:
         self.notify_changed()
 
     def _payload(self, admitted: Admission, request: SpawnRequest) -> RunPayload:
+        from agentd.supervisor.messages import RunPayload
+
         config = dict(self.child_config)
         servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
         config["mcp_servers"] = servers
@@ -324,6 +330,8 @@ class Supervisor:
         node = self._lookup(caller, handle)
         if isinstance(node, Refusal):
             return node
+        from agentd.supervisor.node import SessionBusy
+
         try:
             await node.send(message)
         except SessionBusy as exc:
@@ -369,6 +377,8 @@ class Supervisor:
 
     def statistics(self) -> SupervisorStatistics:
         """A snapshot of what this supervisor holds now (handles, statuses, pids; nothing secret)."""
+        from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
+
         server = self._fork_server
         ledger = self.authority.ledger if isinstance(self.authority, LocalAuthority) else None
         return SupervisorStatistics(
@@ -460,6 +470,8 @@ def _ladder_bound(settings: SupervisorSettings) -> float:
 
 
 def is_terminal(view: RunView) -> bool:
+    from agentd.supervisor.node import TERMINAL
+
     return view.done or view.status in TERMINAL
 
 

@@ -14,12 +14,13 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
-from agentd.telemetry.report import Recorder
+if TYPE_CHECKING:  # built with the first line published: a daemon that serves nothing never loads it
+    from agentd.telemetry.report import Recorder
 
 EVENTS_PATH: Final = "/events"
 #: Lines a subscriber may have unread before the oldest are dropped.
@@ -60,9 +61,18 @@ class Subscriber:
 
 @attrs.define(eq=False)
 class EventBus:
-    recorder: Recorder = attrs.field(factory=Recorder)
+    _recorder: Recorder | None = attrs.field(default=None, alias="recorder")
     _subscribers: set[Subscriber] = attrs.field(factory=set)
     _sticky: dict[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    @property
+    def recorder(self) -> Recorder:
+        """The run tree the published lines describe (``tree.node`` changes, a new subscriber's snapshot)."""
+        if self._recorder is None:
+            from agentd.telemetry.report import Recorder
+
+            self._recorder = Recorder()
+        return self._recorder
 
     def publish(self, line: Mapping[str, Any]) -> None:
         """The sink side: record the line, hand it (and a node change) to every subscriber."""
