@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import attrs
 import trio
 
 from agentd import telemetry
@@ -81,12 +80,15 @@ class ModeRunner(Protocol):
     ) -> Awaitable[RunResult]: ...
 
 
-@attrs.define(eq=False)
 class StatusBoard:
     """The daemon's window between its mode and its served surface: the mode publishes a snapshot function
-    while it runs (:meth:`published`), ``agent://status`` reads it (:meth:`read`). One per ``main`` call."""
+    while it runs (:meth:`published`), ``agent://status`` reads it (:meth:`read`). One per ``main`` call.
+    (A plain class, like the other holders a once run builds at start-up: agentd/cli.py.)"""
 
-    _snapshot: Callable[[], Mapping[str, Any]] | None = None
+    __slots__ = ("_snapshot",)
+
+    def __init__(self) -> None:
+        self._snapshot: Callable[[], Mapping[str, Any]] | None = None
 
     @contextlib.contextmanager
     def published(self, snapshot: Callable[[], Mapping[str, Any]]) -> Iterator[None]:
@@ -434,10 +436,7 @@ async def _once(
 
     async def on_usage(usage: Usage) -> None:
         # The root's own tokens count against the tree ceiling like every descendant's.
-        from agentd.supervisor.messages import Usage as UsageFrame  # after the first reply: off the start-up
-
-        frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
-        await root.authority.report_usage(root.handle, frame)
+        await root.authority.report_usage(root.handle, usage)
 
     try:
         return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,

@@ -27,14 +27,6 @@ import trio
 
 from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
-from agentd.client.models import (
-    ResourceContents,
-    ResourceInfo,
-    ResourceTemplateInfo,
-    ResourceUpdated,
-    ToolInfo,
-    ToolResult,
-)
 from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
 from agentd.events import EventLog
@@ -46,6 +38,14 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
 
     from agentd.client._streams import Tuning
     from agentd.client.connection import ServerConnection
+    from agentd.client.models import (
+        ResourceContents,
+        ResourceInfo,
+        ResourceTemplateInfo,
+        ResourceUpdated,
+        ToolInfo,
+        ToolResult,
+    )
     from agentd.transport.egress import EgressPolicy
 
 
@@ -120,7 +120,7 @@ class McpPool:
     _retiring: dict[str, ServerConnection] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._send, self._receive = trio.open_memory_channel[ResourceUpdated](0)
+        self._send, self._receive = trio.open_memory_channel["ResourceUpdated"](0)
 
     # -- catalogue ---------------------------------------------------------------------------------------
 
@@ -207,6 +207,8 @@ class McpPool:
         return self._receive
 
     def _on_update(self, server: str, uri: str, synthesized: bool) -> None:
+        from agentd.client.models import ResourceUpdated  # loaded with the first server's connection already
+
         if not self._pending:
             # The consumer is already waiting (the usual case): hand the update over now instead of a
             # scheduling round later through the forwarder; a wake's latency budget is milliseconds.

@@ -27,6 +27,19 @@ if TYPE_CHECKING:  # the wire messages load with a child's channel: a root that 
     from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 
 
+class Tokens(Protocol):
+    """What a usage report carries: a child's ``usage`` frame, or the root's own reply usage as it is."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def completion_tokens(self) -> int: ...
+
+    @property
+    def total(self) -> int: ...
+
+
 class Authority(Protocol):
     """``tree`` names the root's run tree a root-level spawn or the root's own usage belongs to (the
     token ceiling is per run tree; see agentd.supervisor.caps). Only the root's authority uses it."""
@@ -38,7 +51,7 @@ class Authority(Protocol):
 
     async def release(self, handle: str) -> None: ...
 
-    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None: ...
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None: ...
 
     async def report_metrics(self, delta: MetricsDelta) -> None: ...
 
@@ -85,7 +98,7 @@ class LocalAuthority:
         await self._save(key)
         self.on_change()
 
-    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
         past = self.ledger.add_tokens(usage.total, handle, tree)
@@ -177,9 +190,12 @@ class RemoteAuthority:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
+        from agentd.supervisor.messages import Usage
+
         try:
-            await self.channel.send(usage)
+            await self.channel.send(usage if isinstance(usage, Usage) else Usage(usage.prompt_tokens,
+                                                                                 usage.completion_tokens))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
