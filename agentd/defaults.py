@@ -23,6 +23,11 @@ MAX_SUBAGENTS: Final = 64
 SPAWN_RATE: Final = 2
 SPAWN_BURST: Final = 8
 TOKEN_CEILING: Final = 2_000_000
+#: A default token slice (a spawn without ``token_budget``, agentd.supervisor.caps.default_slice) is an even
+#: share of what the parent has left unless that is below enough for a turn: SLICE_MIN tokens, or
+#: 1/SLICE_MIN_PARTS of a smaller ceiling.
+SLICE_MIN: Final = 8192
+SLICE_MIN_PARTS: Final = 64
 
 # --- the kill ladder (agentd.supervisor.ladder.Graces) --------------------------------------------------
 CANCEL_GRACE: Final = 5.0

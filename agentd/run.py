@@ -369,8 +369,11 @@ def settings_of(cfg: Config) -> dict[str, Any]:
 
 
 async def journal_run(journal: JournalStore, request: RunRequest, *, settings: Mapping[str, Any], log: EventLog,
-                      parent: str | None = None) -> Journaled:
+                      parent: str | None = None, seed_runs: tuple[str, ...] | None = None) -> Journaled:
     """Start ``request`` in the journal: a new run gets its ``RunStarted``; an unfinished one is resumed.
+
+    ``seed_runs`` (a ``--continue`` turn) names the runs of the earlier turns its seed is made of: journaled as
+    references instead of a copy of the seed (agentd.reactive.continue_route rebuilds it from them).
 
     Raises:
         ConfigError: the run id names a journaled run with another instruction (exit 2, nothing written).
@@ -382,7 +385,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     prior = await journal.read_run(request.run_id)
     if prior is None or rebuild(prior).started is None:  # new, or only claimed by a cluster member so far
         await recorder.started(RunStarted(config_digest(settings), request.instruction,
-                                          request.output_contract, parent))
+                                          request.output_contract, parent, seed_runs))
         return Journaled(request, recorder)
     state = rebuild(prior)
     if state.started is not None and state.started.instruction != request.instruction:

@@ -6,8 +6,10 @@ that owns it (a pidfd where the kernel has one, ``PR_SET_PDEATHSIG`` in forked c
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+from typing import Any
 
 import trio
 
@@ -28,10 +30,7 @@ def die_with_parent() -> None:
     """
     if os.environ.get("AGENTD_FORKED") == "1":
         try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
     inherited = _inherited_pidfd()
@@ -42,6 +41,15 @@ def die_with_parent() -> None:
     expected = expected_parent()
     if expected is not None and os.getppid() != expected:
         os._exit(1)  # the parent died before we got here
+
+
+@functools.cache
+def libc() -> Any:
+    """The C library through ctypes, loaded once: the fork server loads it (and looks up what children call)
+    before its first fork, so a child does not pay ctypes' load per use."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def expected_parent() -> int | None:

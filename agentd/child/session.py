@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from agentd.child.context import ChildContext, TurnRunner
-from agentd.child.parent import die_with_parent, wait_parent_gone
+from agentd.child.parent import die_with_parent, libc, wait_parent_gone
 from agentd.events import EventLog, stream_sink
 from agentd.supervisor.authority import RemoteAuthority
 from agentd.supervisor.channel import ControlChannel
@@ -62,8 +62,18 @@ def session_main() -> int:
     return trio.run(_child, in_fd, out_fd, int(forks) if forks.isdigit() else None)
 
 
-async def _child(in_fd: int, out_fd: int, forks: int | None) -> int:
-    channel = ControlChannel(trio.lowlevel.FdStream(out_fd), trio.lowlevel.FdStream(in_fd))
+async def _child(in_fd: int, out_fd: int, forks: int | None, runner: TurnRunner | None = None) -> int:
+    """The session on ``in_fd``/``out_fd`` (closed when it returns); ``runner`` overrides the payload's choice
+    (the fork server's rehearsal)."""
+    out_stream, in_stream = trio.lowlevel.FdStream(out_fd), trio.lowlevel.FdStream(in_fd)
+    try:
+        return await _session(ControlChannel(out_stream, in_stream), forks, runner)
+    finally:
+        out_stream.close()
+        in_stream.close()
+
+
+async def _session(channel: ControlChannel, forks: int | None, runner: TurnRunner | None) -> int:
     with trio.move_on_after(_PAYLOAD_WAIT):
         first = await channel.receive()
     if not isinstance(first, Spawn):
@@ -76,7 +86,7 @@ async def _child(in_fd: int, out_fd: int, forks: int | None) -> int:
     if payload.telemetry.get("metrics"):  # the root counts the tree: hand it our observations
         metrics.collect_deltas()
     await channel.send(Ready(pid=os.getpid()))
-    session = _Session(payload, channel, _pick_runner(payload), forks)
+    session = _Session(payload, channel, runner or _pick_runner(payload), forks)
     return await session.run()
 
 
@@ -172,7 +182,9 @@ class _Session:
             while (message := await self.channel.receive()) is not None:
                 if isinstance(message, Ping):
                     if not test.get("no_pong"):
-                        await self.channel.send(Pong(seq=message.seq))
+                        pong = Pong(seq=message.seq)
+                        if not self.channel.send_nowait(pong):  # a plain write when it cannot block
+                            await self.channel.send(pong)
                         await self._send_metrics()
                 elif isinstance(message, Cancel):
                     if not test.get("ignore_cancel"):
@@ -227,9 +239,7 @@ def give_back_freed_memory() -> None:
     after one turn). Costs well under a millisecond.
     """
     try:
-        import ctypes
-
-        ctypes.CDLL(None).malloc_trim(0)
+        libc().malloc_trim(0)
     except (OSError, AttributeError):
         pass
 

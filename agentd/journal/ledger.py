@@ -30,8 +30,11 @@ if TYPE_CHECKING:  # the store and its records stay off the once run's path (the
 
 #: The handle of the run tree's root (the top-level run).
 ROOT: Final = "root"
-#: The journal state namespace the ledgers live in.
+#: The journal state namespace the ledgers live in, by run id.
 NAMESPACE: Final = "budget"
+#: Served run trees' ledgers (``served.N``, agentd.supervisor.caps), by tree: apart from the run ids, whose
+#: finished runs' books are dropped at start-up (agentd.run.open_state).
+SERVED_NAMESPACE: Final = "budget.served"
 
 
 @attrs.frozen
@@ -205,15 +208,22 @@ class Ledger:
         return ledger
 
 
-async def save_ledger(store: JournalStore, tree: str, ledger: Ledger) -> None:
+async def save_ledger(store: JournalStore, tree: str, ledger: Ledger, *, namespace: str = NAMESPACE) -> None:
     """Persist ``ledger`` as the run tree ``tree``'s books (one durable state write)."""
-    await store.put_state(NAMESPACE, {tree: ledger.snapshot()})
+    await store.put_state(namespace, {tree: ledger.snapshot()})
 
 
-async def load_ledger(store: JournalStore, tree: str) -> Ledger | None:
-    data = (await store.get_state(NAMESPACE)).get(tree)
+async def load_ledger(store: JournalStore, tree: str, *, namespace: str = NAMESPACE) -> Ledger | None:
+    data = (await store.get_state(namespace)).get(tree)
     return None if data is None else Ledger.restore(data)
 
 
-async def drop_ledger(store: JournalStore, tree: str) -> None:
-    await store.put_state(NAMESPACE, {tree: None})
+async def drop_ledger(store: JournalStore, tree: str, *, namespace: str = NAMESPACE) -> None:
+    await store.put_state(namespace, {tree: None})
+
+
+async def drop_ledgers_except(store: JournalStore, keep: set[str], *, namespace: str) -> None:
+    """Forget every saved ledger in ``namespace`` but those of the trees in ``keep`` (one state write)."""
+    stale = {tree: None for tree in await store.get_state(namespace) if tree not in keep}
+    if stale:
+        await store.put_state(namespace, stale)

@@ -23,6 +23,11 @@ from agentd.journal.errors import JournalFormatError
 RECORD_VERSION: Final = 1
 
 
+def _run_ids(value: Any) -> tuple[str, ...] | None:
+    """Run ids as a tuple (a decoded record holds a JSON list)."""
+    return None if value is None else tuple(str(v) for v in value)
+
+
 # --- one run ---------------------------------------------------------------------------------------------
 
 
@@ -35,6 +40,9 @@ class RunStarted:
     instruction: str
     contract: Any = None  # the output contract (JSON schema or None)
     parent: str | None = None  # the parent's handle for a subagent's run; None for a root run
+    #: A ``--continue`` session's turn: the run ids of the session's earlier turns it starts from, oldest first
+    #: (references: each turn's message and answer are its own run's records); None for any other run.
+    seed_runs: tuple[str, ...] | None = attrs.field(default=None, converter=_run_ids)
 
 
 @attrs.frozen

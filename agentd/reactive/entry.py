@@ -30,7 +30,7 @@ from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.result import RunResult
 from agentd.loop.runner import RunRequest, UsageHook
 from agentd.operator import current_operator
-from agentd.reactive.continue_route import conversation_sessions
+from agentd.reactive.continue_route import conversation_sessions, restore_session, resume_job
 from agentd.reactive.governor import LifetimeBudget
 from agentd.reactive.modes import DaemonContext, FireOnce, Publish, run_daemon
 from agentd.reactive.runs import DaemonRuns, Job, RunJob
@@ -89,7 +89,8 @@ def loop_run_job(
         run_log = log.bind(run_id=run_id)
         journaled = None
         if journal is not None:
-            journaled = await journal_run(journal, request, settings=settings_of(cfg) if cfg else {}, log=run_log)
+            journaled = await journal_run(journal, request, settings=settings_of(cfg) if cfg else {}, log=run_log,
+                                          seed_runs=job.seed_runs)
             if journaled.recorded is not None:
                 return journaled.recorded
             request = journaled.request
@@ -152,29 +153,31 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
     return add_controls, usage_for
 
 
-async def _earlier_wakes(journal: JournalStore, base: str, root: Supervisor) -> tuple[int, list[tuple[str, str]]]:
-    """The highest wake number an earlier daemon with this run id journaled, and its unfinished wakes as
-    ``(run id, instruction)``, oldest first: the daemon resumes them (agentd.reactive.runs.DaemonRuns.restore).
-    The wakes share ``root``'s child numbering: new children are numbered after those the unfinished wakes
-    journaled, so a resumed wake's handles never name another wake's child."""
+async def _earlier_wakes(journal: JournalStore, base: str, root: Supervisor) -> tuple[int, list[Job], list[str]]:
+    """The highest wake number an earlier daemon with this run id journaled, the jobs resuming its unfinished
+    wakes, oldest first (agentd.reactive.runs.DaemonRuns.restore; a ``--continue`` turn's with its seed), and
+    its wakes' run ids, newest first. The wakes share ``root``'s child numbering: new children are numbered after
+    those the unfinished wakes journaled, so a resumed wake's handles never name another wake's child."""
     from agentd.journal.recorder import rebuild
 
-    prefix, highest = f"{base}.", 0
-    unfinished: list[tuple[int, str, str]] = []
+    prefix, numbered = f"{base}.", []
+    unfinished: list[tuple[int, Job]] = []
     for summary in await journal.list_runs(limit=1 << 30):
         number = summary.run_id.removeprefix(prefix)
         if summary.run_id.startswith(prefix) and number.isdigit():
-            highest = max(highest, int(number))
+            numbered.append((int(number), summary.run_id))
             if summary.ended_at is None:
                 prior = await journal.read_run(summary.run_id)
                 state = rebuild(prior) if prior is not None else None
                 if state is not None and state.started is not None:  # no RunStarted: never began
-                    unfinished.append((int(number), summary.run_id, state.started.instruction))
+                    unfinished.append((int(number), await resume_job(journal, summary.run_id, state)))
                     children = [h.removeprefix(root.handle + ".") for h in state.children]
                     minted = max((int(n) for n in children if n.isdigit()), default=0)
                     if minted and (ledger := getattr(root.authority, "ledger", None)) is not None:
                         ledger.mint_after(root.handle, minted)
-    return highest, [(run_id, instruction) for _, run_id, instruction in sorted(unfinished)]
+    numbered.sort(reverse=True)
+    highest = numbered[0][0] if numbered else 0
+    return highest, [job for _, job in sorted(unfinished, key=lambda u: u[0])], [run_id for _, run_id in numbered]
 
 
 async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old: Config, new: Config) -> None:
@@ -249,10 +252,15 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 state=journal,
                 shared=shared,
             )
+            restored = None
             if journal is not None:
-                runs.runs, runs.unfinished = await _earlier_wakes(journal, log.run_id, supervisor)
-            ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool,
-                                server_names=[s.name for s in cfg.mcp], open_session=conversation_sessions(runs),
+                runs.runs, runs.unfinished, earlier = await _earlier_wakes(journal, log.run_id, supervisor)
+                if cfg.continue_uris:  # the session's turns, and its turn left unfinished, resumed by the session
+                    restored = await restore_session(journal, earlier)
+                    interrupted = restored.interrupted.resume if restored.interrupted is not None else None
+                    runs.unfinished = [job for job in runs.unfinished if job.resume != interrupted]
+            ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool, server_names=[s.name for s in cfg.mcp],
+                                open_session=conversation_sessions(runs, restored),
                                 publish=publish, fire_once=fire_once, shared=shared)
             operator = current_operator()
             with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel, opened.pool))

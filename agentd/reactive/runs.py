@@ -52,6 +52,8 @@ class Job:
     uri: str | None = None
     #: Earlier turns (OpenAI chat messages) a ``--continue`` session's run starts from.
     seed: tuple[Mapping[str, Any], ...] = ()
+    #: A ``--continue`` turn: the run ids of the earlier turns ``seed`` is made of (journaled as references).
+    seed_runs: tuple[str, ...] | None = None
     #: The run id of a wake an earlier process left unfinished: this run resumes it (``--state-dir``).
     resume: str | None = None
 
@@ -87,8 +89,8 @@ class DaemonRuns:
     usage: RunUsage = attrs.field(factory=RunUsage)
     #: The journal's daemon state (``--state-dir``): self subscriptions and schedules survive a restart.
     state: JournalStore | None = None
-    #: Wakes an earlier process left unfinished, ``(run id, instruction)``: resumed by :meth:`restore`.
-    unfinished: list[tuple[str, str]] = attrs.field(factory=list)
+    #: Wakes an earlier process left unfinished (``Job("resume", ...)``, each with its seed): run by :meth:`restore`.
+    unfinished: list[Job] = attrs.field(factory=list)
     #: ``--cluster``: the agent's subscriptions and scheduled runs are the cluster's (agentd.reactive.shared).
     shared: Shared | None = None
     _kept_uris: set[str] = attrs.field(factory=set, init=False)
@@ -317,8 +319,8 @@ class DaemonRuns:
         if self.state is None:
             return
         assert self._nursery is not None, "DaemonRuns.serve must be started first"
-        for run_id, instruction in self.unfinished:
-            self._nursery.start_soon(self.run, Job("resume", instruction, resume=run_id))
+        for job in self.unfinished:
+            self._nursery.start_soon(self.run, job)
         self.unfinished = []
         try:
             subscriptions = await self.state.get_state(SELF_SUBSCRIPTIONS)

@@ -15,7 +15,8 @@ processes died with their parent and a child's steps are not journaled, so:
   what it already did (a charge, a message sent); the peer decides whether to spawn it again. A peer that
   subscribes to it gets the terminal ``notifications/resources/updated`` at once;
 - a warm session comes back idle (``awaiting_turn``) with its history: the next ``subagent.send`` re-opens it
-  (a new child seeded with the history, answering that message), under the same handle.
+  (a new child seeded with the history, answering that message), under the same handle, in the same token
+  budget tree (``served.N``'s saved books, agentd.supervisor.caps): what it spent before the crash stays spent.
 
 New handles are numbered after the journaled ones, so a handle never names two runs.
 """
@@ -33,11 +34,12 @@ import trio
 from agentd import defaults
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
+from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledgers_except
 from agentd.journal.store import JournalStore
 from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
 from agentd.selfmcp.supervised import MANAGEMENT, SupervisorBackend
 from agentd.supervisor.caps import Refusal as SupervisorRefusal
-from agentd.supervisor.supervisor import SpawnRequest, Supervisor
+from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
 
 #: The daemon-state namespace of served handles, by handle.
 NAMESPACE: Final = "serve.handles"
@@ -138,6 +140,11 @@ class JournaledBackend:
         ledger = getattr(self.local.supervisor.authority, "ledger", None)
         if ledger is not None:
             ledger.mint_after("served", highest)
+        try:  # only an idle warm session continues its tree: the other served trees' books are over
+            await drop_ledgers_except(self.store, {h for h, k in self._kept.items() if not k.done},
+                                      namespace=SERVED_NAMESPACE)
+        except JournalError as exc:
+            self.log.warn("journal.write_failed", namespace=SERVED_NAMESPACE, error=str(exc))
 
     async def _save(self, kept: Kept) -> None:
         if kept.done and kept.ended_at is None:
@@ -197,7 +204,8 @@ class JournaledBackend:
 
     async def _reopen(self, kept: Kept, message: str) -> None:
         """A journaled warm session's next message: a new child seeded with its history answers it."""
-        answer = await self.local.supervisor.spawn(MANAGEMENT, SpawnRequest(
+        continued = Caller(MANAGEMENT.origin, MANAGEMENT.handle, tree=kept.handle)  # its earlier budget tree
+        answer = await self.local.supervisor.spawn(continued, SpawnRequest(
             instruction=message, output_contract=kept.output_contract, tool_scope=kept.tool_scope, warm=True,
             history=tuple(kept.history)))
         if isinstance(answer, SupervisorRefusal):

@@ -18,7 +18,7 @@ import trio
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
 from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
-from agentd.journal.ledger import load_ledger, save_ledger
+from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledger, load_ledger, save_ledger
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.telemetry import metrics
 
@@ -64,7 +64,9 @@ class LocalAuthority:
     With ``store`` (``--state-dir``) each run tree's reservation books are saved after every change and
     read back the first time a tree is used, so a restarted process resumes the same books (the subagents
     of the earlier process did not survive: their slices are closed). ``run_id`` names the once run's tree
-    (``tree=""``) in the store; served trees are not saved.
+    (``tree=""``) in the store; a served tree is saved under its ``served.N`` (namespace
+    ``budget.served``), read back when a re-opened session continues it, and forgotten when its root ends
+    (but not in a drain: a warm session the drain ended may come back after the restart).
     """
 
     ledger: TreeLedger
@@ -79,23 +81,31 @@ class LocalAuthority:
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
         budget: int | None = None,
     ) -> Admission | Refusal:
-        key = self.ledger.tree_key(caller, tree)
-        await self._load(key)
+        if not served:
+            await self._load(self.ledger.tree_key(caller, tree))
+        elif tree:  # a re-opened served session continues its earlier tree
+            await self._load(tree)
         decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree,
                                      budget=budget)
         if isinstance(decision, Refusal):
             metrics.spawn_refused(decision.cap)
         else:
             metrics.subagents_live(self.ledger.live)
+            key = self.ledger.tree_key(decision.handle)
+            self._loaded.add(key)  # a new served tree has nothing saved to read back
             await self._save(key)
         self.on_change()
         return decision
 
     async def release(self, handle: str) -> None:
         key = self.ledger.tree_key(handle)
-        self.ledger.release(handle)
+        over = self.ledger.release(handle)
         metrics.subagents_live(self.ledger.live)
-        await self._save(key)
+        if over is not None:  # a served tree's run is over: nothing continues it
+            self._loaded.discard(over)
+            await self._drop(over)
+        else:
+            await self._save(key)
         self.on_change()
 
     async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
@@ -112,21 +122,26 @@ class LocalAuthority:
 
     # -- the saved books (--state-dir) ---------------------------------------------------------------------
 
-    def _stored_as(self, tree: str) -> str | None:
-        if self.store is None or tree.startswith("served."):
+    def _stored_as(self, tree: str) -> tuple[str, str] | None:
+        """Where ``tree``'s books are saved: (namespace, key), or None (no store, or no name)."""
+        if self.store is None:
             return None
-        return tree or self.run_id or None
+        if tree.startswith("served."):
+            return SERVED_NAMESPACE, tree
+        name = tree or self.run_id
+        return (LEDGER_NAMESPACE, name) if name else None
 
     async def _load(self, tree: str) -> None:
-        name = self._stored_as(tree)
-        if name is None or tree in self._loaded:
+        stored = self._stored_as(tree)
+        if stored is None or tree in self._loaded:
             return
         self._loaded.add(tree)
         assert self.store is not None
+        namespace, name = stored
         try:
-            saved = await load_ledger(self.store, name)
+            saved = await load_ledger(self.store, name, namespace=namespace)
         except JournalError as exc:  # unreadable books: start afresh rather than refuse every spawn
-            self.log.warn("journal.write_failed", namespace=LEDGER_NAMESPACE, error=str(exc))
+            self.log.warn("journal.write_failed", namespace=namespace, error=str(exc))
             return
         if saved is not None:
             ended = self.ledger.adopt(tree, saved)
@@ -134,15 +149,27 @@ class LocalAuthority:
                           ceiling=saved.ceiling, ended=ended)
 
     async def _save(self, tree: str) -> None:
-        name = self._stored_as(tree)
+        stored = self._stored_as(tree)
         book = self.ledger.existing_book(tree)
-        if name is None or book is None:
+        if stored is None or book is None:
             return
         assert self.store is not None
+        namespace, name = stored
         try:
-            await save_ledger(self.store, name, book)
+            await save_ledger(self.store, name, book, namespace=namespace)
         except JournalError as exc:
-            self.log.warn("journal.write_failed", namespace=LEDGER_NAMESPACE, error=str(exc))
+            self.log.warn("journal.write_failed", namespace=namespace, error=str(exc))
+
+    async def _drop(self, tree: str) -> None:
+        stored = self._stored_as(tree)
+        if stored is None:
+            return
+        assert self.store is not None
+        namespace, name = stored
+        try:
+            await drop_ledger(self.store, name, namespace=namespace)
+        except JournalError as exc:
+            self.log.warn("journal.write_failed", namespace=namespace, error=str(exc))
 
 
 class _Sender(Protocol):

@@ -17,12 +17,16 @@ admitted into the caller's tree (``tree=``, default ``""``, the once-mode run), 
 (``served.N``) is a tree of its own, and a nested spawn belongs to its top-level ancestor's tree.
 ``tokens_used`` stays the supervisor's total over all trees.
 
-Within a run tree the ceiling is a ledger with reservations (agentd.journal.ledger): each spawn of the
-agent's own tree reserves a slice for the child out of what its parent has left (``budget``, default an
-even share of it among the child slots the parent has free, so a fan-out within ``max_children`` is never
-starved by the slices before it); the child's usage is charged to its slice, a child
-past its slice is reported like a tree past its ceiling (its subtree is cancelled), and what a child
-did not spend is refunded when it is released. Served trees (``served.N``) keep a plain count.
+Within a run tree the ceiling is a ledger with reservations (agentd.journal.ledger): each spawn reserves a
+slice for the child out of what its parent has left (``budget``, default :func:`default_slice`); the
+child's usage is charged to its slice, a child past its slice is reported like a tree past its ceiling (its
+subtree is cancelled), and what a child did not spend is refunded when it is released.
+
+A served spawn (``served.N``) opens a run tree of its own whose books have ``served.N`` as their root: their
+ceiling is the spawn's ``budget`` (at most ``token_ceiling``; default the whole ceiling), its children
+(``served.N.1`` ...) reserve slices from it like the agent's own. A served warm session re-opened after a
+restart is admitted into its earlier tree (``tree="served.N"``): the new handle is that tree's root again, so
+the session's spend across the crash stays within the one ceiling.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ class Admission:
     handle: str
     depth: int
     scope: frozenset[str]
-    #: The token slice reserved for the child (None: a served spawn, counted but not reserved).
+    #: The token slice reserved for the child (a served spawn: its tree's ceiling, or what a re-opened
+    #: session's tree has left).
     budget: int | None = None
 
 
@@ -86,6 +91,29 @@ def top_of(handle: str) -> str:
     """The root-level subagent whose subtree holds ``handle`` (``0.3.1`` -> ``0.3``, ``served.2.1`` ->
     ``served.2``); a root handle is its own."""
     return ".".join(handle.split(".")[:2])
+
+
+def is_served_root(handle: str) -> bool:
+    """``served.N``: the root of a served run tree (its books' ``ROOT``)."""
+    return handle.startswith("served.") and depth_of(handle) == 1
+
+
+def default_slice(left: int, free_slots: int, child_depth: int, max_depth: int, ceiling: int) -> int:
+    """The slice a spawn without ``budget`` reserves, out of the ``left`` tokens its caller has.
+
+    An even share among the caller itself and its ``free_slots`` free child slots, so a fan-out as wide as
+    ``max_children`` is never starved by the slices before it and the caller keeps a share for its own
+    turns. When that share is too thin to run a turn (below ``SLICE_MIN``, or 1/``SLICE_MIN_PARTS`` of a
+    smaller ceiling: a wide ``--max-children``, or deep in the tree), the child instead gets enough for a turn
+    at each level it may still spawn below (``SLICE_MIN`` doubled per level), at most half of ``left``: a
+    deep chain halves per level instead of dividing by ``max_children`` per level.
+    """
+    share = left // (max(0, free_slots) + 1)
+    least = max(1, min(defaults.SLICE_MIN, ceiling // defaults.SLICE_MIN_PARTS))
+    if share >= least:
+        return share
+    levels = min(max(0, max_depth - 1 - child_depth), 32)
+    return min(least << levels, left // 2)
 
 
 def is_within(handle: str, ancestor: str) -> bool:
@@ -163,11 +191,12 @@ class TreeLedger:
     def tree_tokens(self, tree: str = "") -> int:
         return self._tree_tokens.get(tree, 0)
 
-    def book(self, tree: str) -> Ledger:
-        """Run tree ``tree``'s reservation books (opened on first use, with the whole ceiling free)."""
+    def book(self, tree: str, ceiling: int | None = None) -> Ledger:
+        """Run tree ``tree``'s reservation books (opened on first use with ``ceiling``, default the whole
+        token ceiling, free)."""
         book = self._books.get(tree)
         if book is None:
-            book = self._books[tree] = Ledger(self.caps.token_ceiling)
+            book = self._books[tree] = Ledger(self.caps.token_ceiling if ceiling is None else ceiling)
             while len(self._books) > TREES_KEPT:
                 self._books.popitem(last=False)
         else:
@@ -189,16 +218,22 @@ class TreeLedger:
     def existing_book(self, tree: str) -> Ledger | None:
         return self._books.get(tree)
 
+    def ceiling_of(self, tree: str) -> int:
+        """Run tree ``tree``'s ceiling: its books' (a served tree's may be a slice of ``token_ceiling``)."""
+        book = self._books.get(tree)
+        return self.caps.token_ceiling if book is None else min(book.ceiling, self.caps.token_ceiling)
+
     def _slice(self, handle: str) -> str:
-        return ROOT if handle == self.root else handle
+        return ROOT if handle == self.root or is_served_root(handle) else handle
 
     def admit(
         self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False, tree: str = "",
         budget: int | None = None,
     ) -> Admission | Refusal:
         """Decide one spawn by ``caller`` in run tree ``tree`` (the root's run; nested callers use their
-        ancestor's); on success the child is counted live until :meth:`release`. ``budget`` is the token
-        slice asked for (default a share of what the caller has left; ignored for a served spawn)."""
+        ancestor's; a served spawn opens its own, or names a re-opened session's earlier one); on success the
+        child is counted live until :meth:`release`. ``budget`` is the token slice asked for (default
+        :func:`default_slice` of what the caller has left; a served spawn's: its tree's ceiling)."""
         if self.draining:
             return Refusal("spawn refused: draining, no new subagents are accepted", cap="draining")
         caller_scope = self.scope_of(caller)
@@ -228,11 +263,15 @@ class TreeLedger:
         if depth >= self.caps.max_depth:
             return Refusal(f"spawn refused: max_depth={self.caps.max_depth} reached at handle {caller}",
                            cap="max_depth")
-        tree = self.tree_of(caller, tree)
-        used = 0 if served else self.tree_tokens(tree)
-        if used >= self.caps.token_ceiling:
+        parent = "served" if served else caller
+        n = self._minted.get(parent, 0) + 1
+        # A served spawn is a run tree of its own, or continues a re-opened session's earlier one (``tree``).
+        tree = (tree or f"{parent}.{n}") if served else self.tree_of(caller, tree)
+        used = self.tree_tokens(tree)
+        ceiling = self.ceiling_of(tree)
+        if used >= ceiling:
             return Refusal(
-                f"spawn refused: token_ceiling={self.caps.token_ceiling} reached "
+                f"spawn refused: token_ceiling={ceiling} reached "
                 f"(the tree used {used} tokens)",
                 cap="token_ceiling",
             )
@@ -241,26 +280,41 @@ class TreeLedger:
                 f"spawn refused: max_subagents={self.caps.max_subagents} reached at handle {caller}",
                 retryable=True, cap="max_subagents",
             )
-        parent = "served" if served else caller
         children = self._children.get(parent, 0)
         if children >= self.caps.max_children:
             return Refusal(
                 f"spawn refused: max_children={self.caps.max_children} reached at handle {caller}",
                 retryable=True, cap="max_children",
             )
-        slice_of = None
-        if not served and not tree.startswith("served."):  # a served tree keeps a plain count
+        fresh = served and tree not in self._books
+        slice_of: str | None = None
+        if fresh:  # the served tree's root: its slice is the books' ceiling
+            want = self.caps.token_ceiling if budget is None else budget
+            if want <= 0 or want > self.caps.token_ceiling:
+                return Refusal(
+                    f"spawn refused: token_budget={want} does not fit: a served run has at most "
+                    f"token_ceiling={self.caps.token_ceiling} tokens",
+                    cap="token_budget",
+                )
+        elif served:  # a re-opened session: the root of its earlier tree again, with what that has left
+            want = self.book(tree).available(ROOT)
+            if want <= 0:
+                return Refusal(f"spawn refused: token_ceiling={ceiling} reached (the tree holds all of it)",
+                               cap="token_ceiling")
+        else:
             book = self.book(tree)
             slice_of = self._slice(caller) if self._slice(caller) in book else None
-        want = 0
+            want = 0
         if slice_of is not None:
             left = self.book(tree).available(slice_of)
-            free_slots = max(1, self.caps.max_children - children)
-            want = budget if budget is not None else left // free_slots
+            if budget is None:
+                want = default_slice(left, self.caps.max_children - children, depth, self.caps.max_depth, ceiling)
+            else:
+                want = budget
             if want <= 0 or want > left:
                 return Refusal(
                     f"spawn refused: token_budget={want} does not fit: handle {caller} has {max(0, left)} tokens "
-                    f"left of token_ceiling={self.caps.token_ceiling}",
+                    f"left of token_ceiling={ceiling}",
                     cap="token_budget",
                 )
         wait = self._bucket.take(now)
@@ -271,14 +325,15 @@ class TreeLedger:
                 retryable=True,
                 retry_after=wait, cap="spawn_rate",
             )
-        n = self._minted.get(parent, 0) + 1
         self._minted[parent] = n
         handle = f"{parent}.{n}"
         self._live[handle] = scope
         self._children[parent] = children + 1
         if handle == top_of(handle):
-            self._tree_of[handle] = handle if served else tree
-        if slice_of is not None:
+            self._tree_of[handle] = tree
+        if fresh:
+            self.book(tree, ceiling=want)
+        elif slice_of is not None:
             self.book(tree).reserve(handle, want, parent=slice_of)
         return Admission(handle=handle, depth=depth_of(handle), scope=scope, budget=want or None)
 
@@ -286,12 +341,18 @@ class TreeLedger:
         """Mint ``parent``'s next handles after ``parent.n`` (a restarted daemon's journaled served handles)."""
         self._minted[parent] = max(self._minted.get(parent, 0), n)
 
-    def release(self, handle: str) -> None:
+    def release(self, handle: str) -> str | None:
         """The subagent ended: it and anything still recorded under it stop counting; its slice (and any
-        still open under it) is closed: spent booked to its parent, the rest refunded."""
-        book = self._books.get(self.tree_of(handle))
+        still open under it) is closed: spent booked to its parent, the rest refunded. A served tree's root
+        ending ends the tree: its books are forgotten and its name returned (not while draining: a warm
+        session the drain cancelled may be re-opened after a restart, agentd.selfmcp.journaled)."""
+        tree = self.tree_of(handle)
+        book = self._books.get(tree)
         if book is not None and handle in book:
             book.end(handle)
+        over = tree if is_served_root(handle) and not self.draining else None
+        if over is not None:
+            self._books.pop(over, None)  # its count stays (``tree_tokens``), like a wake's
         for h in [h for h in self._live if is_within(h, handle)]:
             del self._live[h]
             parent = parent_of(h)
@@ -302,6 +363,7 @@ class TreeLedger:
                 else:
                     self._children.pop(parent, None)
         self._tree_of.pop(handle, None)  # a root-level subagent ended: its tree's count stays
+        return over
 
     def add_tokens(self, n: int, handle: str | None = None, tree: str = "") -> bool:
         """Count ``n`` more tokens used by ``handle`` (default the root, in run tree ``tree``); True when its
@@ -314,11 +376,11 @@ class TreeLedger:
         self._tree_tokens[key] = total  # most recently used last
         while len(self._tree_tokens) > TREES_KEPT:
             self._tree_tokens.popitem(last=False)
-        book = None if key.startswith("served.") else self.book(key)
+        book = self.book(key)
         overdrawn = False
-        if book is not None and self._slice(who) in book:
+        if self._slice(who) in book:
             overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn) and who != self.root
-        return overdrawn or total > self.caps.token_ceiling
+        return overdrawn or total > self.ceiling_of(key)
 
     def tree_key(self, handle: str, tree: str = "") -> str:
         """The run tree ``handle`` (default the root, in ``tree``) counts in: what :meth:`book` is keyed by."""

@@ -24,7 +24,11 @@ class FrameError(ValueError):
 
 def encode_frame(obj: Mapping[str, Any], *, max_frame: int = MAX_FRAME) -> bytes:
     """One frame for ``obj``; refuses to build a frame the peer would have to reject."""
-    body = json_text.dumps_utf8(obj, separators=(",", ":"))
+    return frame_of(json_text.dumps_utf8(obj, separators=(",", ":")), max_frame=max_frame)
+
+
+def frame_of(body: bytes, *, max_frame: int = MAX_FRAME) -> bytes:
+    """The frame carrying ``body``, a JSON object already encoded (UTF-8)."""
     if len(body) > max_frame:
         raise FrameError(f"frame of {len(body)} bytes exceeds the {max_frame}-byte cap")
     return _HEADER.pack(len(body)) + body

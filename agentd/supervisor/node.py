@@ -24,6 +24,7 @@ from agentd.supervisor.authority import Authority
 from agentd.supervisor.caps import Refusal, is_within
 from agentd.supervisor.channel import ChannelBroken, ControlChannel
 from agentd.supervisor.forkserver import ForkedProcess, ForkServer, ForkServerGone
+from agentd.supervisor.idlepings import IdlePings
 from agentd.supervisor.ladder import Graces, run_ladder
 from agentd.supervisor.liveness import Liveness, LivenessSettings
 from agentd.supervisor.messages import (
@@ -106,6 +107,8 @@ class SubagentNode:
     settings: NodeSettings = attrs.field(factory=NodeSettings)
     #: Fork children from this pre-imported server instead of re-executing (None: re-exec).
     fork_server: ForkServer | None = None
+    #: The supervisor's timer for idle warm sessions (None: this node's pinger pings it while idle too).
+    idle_pings: IdlePings | None = None
     #: The child's environment (None: :func:`child_environment` of ours, built at launch).
     env: Mapping[str, str] | None = None
     status: str = "starting"
@@ -138,6 +141,9 @@ class SubagentNode:
     _liveness: Liveness | None = attrs.field(default=None, init=False)
     #: Set when a warm session's next turn starts: wakes an idle pinger to ping at the working pace.
     _turn_begun: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _ping_seq: int = attrs.field(default=0, init=False)
+    #: This idle period's ticket with :attr:`idle_pings`; bumped when the period ends, which drops the entry.
+    _idle_ticket: int = attrs.field(default=0, init=False)
 
     # -- what callers see -------------------------------------------------------------------------
 
@@ -397,30 +403,71 @@ class SubagentNode:
         live = self._liveness
         assert live is not None
         interval = live.settings.ping_interval
-        seq = 0
         while True:
             if live.working:
                 await trio.sleep(interval)
             else:  # an idle warm session: ping seldom, and at the working pace again once a turn starts
                 begun = self._turn_begun
-                with trio.move_on_after(live.settings.idle_ping_interval):
-                    await begun.wait()
+                if self.idle_pings is not None:  # the supervisor's timer pings it (and judges it) meanwhile
+                    self.idle_pings.add(self, self._idle_ticket, live.settings.idle_ping_interval)
+                    try:
+                        await begun.wait()
+                    finally:
+                        self._idle_ticket += 1
+                else:
+                    with trio.move_on_after(live.settings.idle_ping_interval):
+                        await begun.wait()
                 if begun.is_set():
                     self._turn_begun = trio.Event()
                     continue
-            verdict = live.verdict(trio.current_time())
-            if verdict is not None:
-                self.log.warn("subagent.stuck", handle=self.handle, reason=verdict)
-                self._fail(verdict)
-                self._stop.set()
+            if not self._judge(live, trio.current_time()):
                 return
-            seq += 1
+            self._ping_seq += 1
             live.ping_sent(trio.current_time())
-            with trio.move_on_after(interval):
-                try:
-                    await channel.send(Ping(seq=seq))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
+            if not await self._send_ping(channel, Ping(seq=self._ping_seq), interval):
+                return
+
+    def _judge(self, live: Liveness, now: float) -> bool:
+        """False (and the node stopping) when the verdict says the child is stuck."""
+        verdict = live.verdict(now)
+        if verdict is None:
+            return True
+        self.log.warn("subagent.stuck", handle=self.handle, reason=verdict)
+        self._fail(verdict)
+        self._stop.set()
+        return False
+
+    async def _send_ping(self, channel: ControlChannel, ping: Ping, bound: float) -> bool:
+        """Send a ping, giving up after ``bound`` s (its pong is then missing); False if the pipe is gone."""
+        with trio.move_on_after(bound):
+            try:
+                await channel.send(ping)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+        return True
+
+    def idle_round(self, now: float, ticket: int) -> bool:
+        """One round of :attr:`idle_pings` for this idle session: judge it, then ping it.
+
+        False when it leaves the timer: its idle period is over (the ticket is stale), it is stuck, or
+        its pipe is gone.
+        """
+        live, channel = self._liveness, self._channel
+        if ticket != self._idle_ticket or live is None or channel is None or live.working or self._stop.is_set():
+            return False
+        if not self._judge(live, now):
+            return False
+        self._ping_seq += 1
+        live.ping_sent(now)
+        ping = Ping(seq=self._ping_seq)
+        try:
+            if channel.send_nowait(ping):
+                return True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False  # the reader sees the end
+        assert self.idle_pings is not None
+        self.idle_pings.nursery.start_soon(self._send_ping, channel, ping, live.settings.ping_interval)
+        return True
 
     async def _drain_stderr(self, stream: trio.abc.ReceiveStream) -> None:
         pending = b""

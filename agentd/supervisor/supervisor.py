@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     # wire message or statistics module (tests/cli/test_startup_imports.py).
     from agentd.journal.store import JournalStore
     from agentd.supervisor.forkserver import ForkServer
+    from agentd.supervisor.idlepings import IdlePings
     from agentd.supervisor.messages import RunPayload
     from agentd.supervisor.node import NodeSettings, RunView, SubagentNode
     from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
@@ -74,7 +75,8 @@ class Caller:
     origin: Origin
     handle: str = "0"
     #: The root's run tree this caller's spawns count in (a daemon's wake passes its run id, so the
-    #: token ceiling is per wake); "" is the once-mode run. Ignored below the root.
+    #: token ceiling is per wake); "" is the once-mode run. Ignored below the root. A MANAGEMENT spawn opens
+    #: its own tree unless this names a served tree to continue (a re-opened warm session's ``served.N``).
     tree: str = ""
 
 
@@ -149,6 +151,9 @@ class Supervisor:
     _fork_server: ForkServer | None = attrs.field(init=False, default=None)
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
+    #: One timer pinging every idle warm session (agentd.supervisor.idlepings), not a sleeping task each.
+    #: Built with the first spawn (:meth:`_pings`).
+    _idle_pings: IdlePings | None = attrs.field(init=False, default=None)
     #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per child):
     #: the settings they were derived from, the node settings, the supervision payload, the environment.
     _per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = attrs.field(
@@ -188,6 +193,7 @@ class Supervisor:
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
             settings=node_settings, fork_server=fork_server, on_change=self.notify_changed, env=env,
+            idle_pings=self._pings(),
         )
         self._nodes[admitted.handle] = node
         self.notify_changed()
@@ -204,6 +210,13 @@ class Supervisor:
         if request.warm:
             return await node.wait_turn()
         return node.view()
+
+    def _pings(self) -> IdlePings:
+        if self._idle_pings is None:
+            from agentd.supervisor.idlepings import IdlePings
+
+            self._idle_pings = IdlePings(self.nursery)
+        return self._idle_pings
 
     async def _forks(self) -> ForkServer | None:
         """The fork server, started on first use; None (re-exec) when disabled or it cannot start."""
@@ -522,6 +535,8 @@ async def open_supervisor(
         try:
             yield sup
         finally:
+            if sup._idle_pings is not None:
+                sup._idle_pings.close()
             for node in sup.live():
                 node.cancel("parent ended")
             if sup._fork_server is not None:

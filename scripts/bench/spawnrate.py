@@ -50,6 +50,15 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
+def _minor_faults(pid: int) -> int:
+    """Minor page faults so far (a forked child's are mostly copy-on-write copies of the server's pages)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[7])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _reaped_children_cpu_ms(pid: int) -> float:
     """CPU of the children ``pid`` has reaped (``cutime + cstime``, clock ticks): the fork server reaps them."""
     try:
@@ -109,14 +118,20 @@ def one(part: str, n: int, ping_interval: float, idle: float) -> dict[str, Any]:
                 return
             pids = [sup._nodes[v.handle].pid for v in views]
             out["child_cpu_ms"] = statistics.mean(_cpu_ms(p) for p in pids if p)
+            out["child_minor_faults"] = statistics.median(_minor_faults(p) for p in pids if p)
             out["child_pss_mib"] = statistics.median(_pss_kib(p) for p in pids[:50] if p) / 1024
             if part != "idle":
                 return
             await trio.sleep(4.0)  # past each session's last working-pace ping
+            nodes = [sup._nodes[v.handle] for v in views]
+            seq0 = [getattr(node, "_ping_seq", None) for node in nodes]
             cpu1 = time.process_time()
             await trio.sleep(idle)
             used = (time.process_time() - cpu1) * 1000
             pings = n * idle / ping_interval
+            if None not in seq0:  # a tree that counts its pings: per ping actually sent
+                pings = sum(getattr(node, "_ping_seq") - s for node, s in zip(nodes, seq0, strict=True))
+                out["pings_per_child_per_interval"] = pings / n / (idle / ping_interval)
             out["root_us_per_ping"] = used * 1000 / pings
             out["root_ms_per_child_min_at_30s"] = used / pings * 2  # two pings a minute at the default
 
@@ -168,7 +183,7 @@ def main() -> None:
         medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
         if "before" in medians:
             medians["after/before"] = {key: medians["after"][key] / medians["before"][key]
-                                       for key in medians["after"] if medians["before"][key]}
+                                       for key in medians["after"] if medians["before"].get(key)}
         report[part] = medians
     print(json.dumps(report, indent=1))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -19,17 +20,29 @@ def daemon_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
 
 
-async def daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bool]) -> None:
-    """Run ``argv`` until ``ready()`` (polled; at most 60 s, failing with its stderr if it exits), then SIGKILL."""
+@asynccontextmanager
+async def daemon(argv: Sequence[str], stderr: Path) -> AsyncIterator[trio.Process]:
+    """Run ``argv`` (its stderr to the file ``stderr``) for the block, then SIGKILL it."""
     with open(stderr, "wb") as err:
         proc = await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=err,
                                                 env=daemon_env(), cwd=ROOT)
         try:
-            with trio.fail_after(60):
-                while not ready():
-                    assert proc.poll() is None, stderr.read_text()[-3000:]
-                    await trio.sleep(0.05)
+            yield proc
         finally:
             proc.send_signal(signal.SIGKILL)
             with trio.fail_after(10):
                 await proc.wait()
+
+
+async def wait_until(proc: trio.Process, stderr: Path, ready: Callable[[], bool]) -> None:
+    """Poll ``ready()`` (at most 60 s), failing with ``stderr``'s tail if ``proc`` exits first."""
+    with trio.fail_after(60):
+        while not ready():
+            assert proc.poll() is None, stderr.read_text()[-3000:]
+            await trio.sleep(0.05)
+
+
+async def daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bool]) -> None:
+    """Run ``argv`` until ``ready()`` (polled; at most 60 s, failing with its stderr if it exits), then SIGKILL."""
+    async with daemon(argv, stderr) as proc:
+        await wait_until(proc, stderr, ready)

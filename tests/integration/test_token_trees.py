@@ -119,9 +119,10 @@ def test_a_spawn_reserves_a_slice_the_child_cannot_exceed_and_the_rest_is_refund
 
 
 def test_without_a_token_budget_a_fan_out_within_max_children_gets_even_slices() -> None:
-    led = TreeLedger(Caps(token_ceiling=800, max_children=8, spawn_burst=1000), root_scope=frozenset())
+    led = TreeLedger(Caps(token_ceiling=900, max_children=8, spawn_burst=1000), root_scope=frozenset())
     slices = [led.admit("0", None, 0.0, tree="run-1") for _ in range(8)]
     assert [s.budget for s in slices if isinstance(s, Admission)] == [100] * 8  # no halving down to nothing
+    assert led.existing_book("run-1").available("root") == 100  # and the root keeps a share of its own
     refused = led.admit("0", None, 0.0, tree="run-1")
     assert isinstance(refused, Refusal) and refused.cap == "max_children"
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import trio
@@ -194,3 +198,33 @@ async def test_a_launch_queued_behind_others_waits_while_the_server_answers(auto
     # The last of three answered 24 s after its request, but the server answered something every 8 s:
     # no launch gives up (only a server silent for 10 s is given up on, and its spawns re-exec).
     assert await _pipelined_launches(8.0) == {0: 1000, 1: 1001, 2: 1002}
+
+
+def test_the_fork_server_rehearses_a_child_session_and_leaves_nothing_behind_to_fork():
+    """Before its first fork the server runs whole child sessions on itself, so each forked child starts
+    with the session's code quickened and specialised (no copy-on-write of code objects it runs, no cold
+    bytecode); and leaves no thread, descriptor or signal handler behind that a fork would inherit."""
+    probe = textwrap.dedent("""
+        import dis, json, os, signal, threading
+        from agentd.child import forkserver, session
+
+        def warm(fn):
+            plain = [i.opname for i in dis.get_instructions(fn)]
+            return plain != [i.opname for i in dis.get_instructions(fn, adaptive=True)]
+
+        fns = (session._session, session._Session.run, session._Session._control)
+        before = [warm(fn) for fn in fns]
+        fds = sorted(os.listdir("/proc/self/fd"))
+        forkserver._rehearse()
+        import gc
+        gc.collect()
+        print(json.dumps({"before": before, "after": [warm(fn) for fn in fns],
+                          "threads": threading.active_count(), "fds": sorted(os.listdir("/proc/self/fd")) == fds,
+                          "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+                          "wakeup_fd": signal.set_wakeup_fd(-1)}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTD_PARENT_PID", "AGENTD_FORKED")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env,
+                          check=True)
+    assert json.loads(done.stdout) == {"before": [False] * 3, "after": [True] * 3, "threads": 1, "fds": True,
+                                       "sigterm": True, "wakeup_fd": -1}
