@@ -17,8 +17,6 @@ import trio
 
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
-from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
-from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledger, load_ledger, save_ledger
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.telemetry import metrics
 
@@ -126,6 +124,9 @@ class LocalAuthority:
         """Where ``tree``'s books are saved: (namespace, key), or None (no store, or no name)."""
         if self.store is None:
             return None
+        from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
+        from agentd.journal.ledger import SERVED_NAMESPACE
+
         if tree.startswith("served."):
             return SERVED_NAMESPACE, tree
         name = tree or self.run_id
@@ -138,6 +139,8 @@ class LocalAuthority:
         self._loaded.add(tree)
         assert self.store is not None
         namespace, name = stored
+        from agentd.journal.ledger import load_ledger
+
         try:
             saved = await load_ledger(self.store, name, namespace=namespace)
         except JournalError as exc:  # unreadable books: start afresh rather than refuse every spawn
@@ -155,6 +158,8 @@ class LocalAuthority:
             return
         assert self.store is not None
         namespace, name = stored
+        from agentd.journal.ledger import save_ledger
+
         try:
             await save_ledger(self.store, name, book, namespace=namespace)
         except JournalError as exc:
@@ -166,6 +171,8 @@ class LocalAuthority:
             return
         assert self.store is not None
         namespace, name = stored
+        from agentd.journal.ledger import drop_ledger
+
         try:
             await drop_ledger(self.store, name, namespace=namespace)
         except JournalError as exc:

@@ -81,12 +81,13 @@ COMMANDS: tuple[Command, ...] = (
 
 #: What a once run (no servers, no subagent) has not imported when it sends its first model request: the
 #: supervisor's node, fork server, idle-ping timer, channel, wire messages and statistics load with the first
-#: spawn, the operator's controls with a SIGHUP or a control socket, the report recorder with a served event
-#: stream or ``--report-file``. ``tests/cli/test_startup_imports.py`` checks it.
+#: spawn, the token ledger's books with the first admission or usage report (after the first reply), the
+#: operator's controls with a SIGHUP or a control socket, the report recorder with a served event stream or
+#: ``--report-file``. ``tests/cli/test_startup_imports.py`` checks it.
 NOT_BEFORE_FIRST_REQUEST = (
     "agentd.supervisor.node", "agentd.supervisor.forkserver", "agentd.supervisor.idlepings",
     "agentd.supervisor.channel", "agentd.supervisor.messages", "agentd.supervisor.statistics",
-    "agentd.ctl.commands", "agentd.ctl.reload", "agentd.telemetry.report",
+    "agentd.journal.ledger", "agentd.ctl.commands", "agentd.ctl.reload", "agentd.telemetry.report",
 )
 
 
