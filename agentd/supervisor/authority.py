@@ -12,7 +12,6 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
-import attrs
 import trio
 
 from agentd.events import EventLog, null_log
@@ -54,7 +53,6 @@ class Authority(Protocol):
     async def report_metrics(self, delta: MetricsDelta) -> None: ...
 
 
-@attrs.define(eq=False)
 class LocalAuthority:
     """The root's authority. ``on_ceiling(handle)`` is told which subtree pushed the tree past its ceiling
     (or its child past its slice); ``on_change()`` is called after every admission, release and usage report.
@@ -64,16 +62,22 @@ class LocalAuthority:
     of the earlier process did not survive: their slices are closed). ``run_id`` names the once run's tree
     (``tree=""``) in the store; a served tree is saved under its ``served.N`` (namespace
     ``budget.served``), read back when a re-opened session continues it, and forgotten when its root ends
-    (but not in a drain: a warm session the drain ended may come back after the restart).
+    (but not in a drain: a warm session the drain ended may come back after the restart). (A plain class,
+    like the other holders a once run builds at start-up.)
     """
 
-    ledger: TreeLedger
-    on_ceiling: Callable[[str], None] = lambda handle: None
-    on_change: Callable[[], None] = lambda: None
-    store: JournalStore | None = None
-    run_id: str = ""
-    log: EventLog = attrs.field(factory=null_log)
-    _loaded: set[str] = attrs.field(init=False, factory=set)
+    __slots__ = ("_loaded", "ledger", "log", "on_ceiling", "on_change", "run_id", "store")
+
+    def __init__(self, ledger: TreeLedger, on_ceiling: Callable[[str], None] = lambda handle: None,
+                 on_change: Callable[[], None] = lambda: None, store: JournalStore | None = None,
+                 run_id: str = "", log: EventLog | None = None) -> None:
+        self.ledger = ledger
+        self.on_ceiling = on_ceiling
+        self.on_change = on_change
+        self.store = store
+        self.run_id = run_id
+        self.log = null_log() if log is None else log
+        self._loaded: set[str] = set()
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
@@ -183,13 +187,15 @@ class _Sender(Protocol):
     async def send(self, message: Admit | Release | Usage | MetricsDelta) -> None: ...
 
 
-@attrs.define(eq=False)
 class RemoteAuthority:
     """A nested child's authority: every decision is made by the root, reached through ``channel``."""
 
-    channel: _Sender
-    _refs: itertools.count[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
-    _pending: dict[int, trio.MemorySendChannel[Admitted]] = attrs.field(init=False, factory=dict)
+    __slots__ = ("_pending", "_refs", "channel")
+
+    def __init__(self, channel: _Sender) -> None:
+        self.channel = channel
+        self._refs = itertools.count(1)
+        self._pending: dict[int, trio.MemorySendChannel[Admitted]] = {}
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",

@@ -123,17 +123,17 @@ def is_within(handle: str, ancestor: str) -> bool:
     return handle == ancestor or handle.startswith(ancestor + ".")
 
 
-@attrs.define(eq=False)
 class TokenBucket:
-    """Spawn-rate limiter: ``burst`` tokens, refilled at ``rate`` per second of the given clock."""
+    """Spawn-rate limiter: ``burst`` tokens, refilled at ``rate`` per second of the given clock. (A plain class,
+    like the authorities: the supervisor modules load at a once run's start-up.)"""
 
-    burst: int
-    rate: float
-    _tokens: float = attrs.field(init=False)
-    _stamp: float | None = attrs.field(init=False, default=None)
+    __slots__ = ("_stamp", "_tokens", "burst", "rate")
 
-    def __attrs_post_init__(self) -> None:
-        self._tokens = float(self.burst)
+    def __init__(self, burst: int, rate: float) -> None:
+        self.burst = burst
+        self.rate = rate
+        self._tokens = float(burst)
+        self._stamp: float | None = None
 
     def take(self, now: float) -> float:
         """Take one token: 0.0 on success, else the seconds until one will be available."""
