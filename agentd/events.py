@@ -26,6 +26,7 @@ notifications a second, a bad-bearer flood on the served endpoint), so two limit
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import sys
@@ -224,9 +225,22 @@ class RateLimiter:
         return owed
 
 
+#: The last whole second formatted, with its text (one tuple: a thread never reads one second's text for another):
+#: lines come many a second, and ``strftime`` is most of a stamp.
+_STAMP: list[tuple[int, str]] = [(-1, "")]
+
+
 def _rfc3339_ms(now: float) -> str:
     seconds = int(now)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((now - seconds) * 1000):03d}Z"
+    stamp = _STAMP[0]
+    if stamp[0] != seconds:
+        stamp = _STAMP[0] = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{stamp[1]}.{int((now - seconds) * 1000):03d}Z"
+
+
+#: This process's id for every line (looked up once, and again in a forked child).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 Sink = Callable[[dict[str, Any]], None]
@@ -289,7 +303,8 @@ class EventLog:
         now = self.clock()
         for owed in self.limiter.due(now):
             self._summary(owed)
-        scope = "/".join(str(fields[name]) for name in RATE_KEY_FIELDS if fields.get(name) is not None)
+        scope = ("/".join(str(fields[name]) for name in RATE_KEY_FIELDS if fields.get(name) is not None)
+                 if not fields.keys().isdisjoint(RATE_KEY_FIELDS) else "")
         if not self.limiter.admit(event, self.agent_path, level, now, scope[:256]):
             return
         line: dict[str, Any] = {
@@ -299,7 +314,7 @@ class EventLog:
             "run_id": self.run_id,
             "agent_path": self.agent_path,
             "comp": self.comp,
-            "pid": os.getpid(),
+            "pid": _PID[0],
         }
         ids = telemetry.log_ids()
         if ids is not None:
@@ -317,7 +332,7 @@ class EventLog:
         level = "error" if owed.errors else "warn"
         self.sink({
             "ts": _rfc3339_ms(time.time()), "level": level, "event": "log.suppressed", "run_id": self.run_id,
-            "agent_path": owed.agent_path, "comp": self.comp, "pid": os.getpid(),
+            "agent_path": owed.agent_path, "comp": self.comp, "pid": _PID[0],
             "suppressed_event": owed.event, "suppressed": owed.count, "errors": owed.errors,
             "window_s": owed.window_s, **({"scope": self.redactor.scrub(owed.scope)} if owed.scope else {}),
         })  # fmt: skip
@@ -341,6 +356,9 @@ class EventLog:
         return len(value)
 
     def _clean(self, value: Any, depth: int) -> Any:
+        kind = type(value)
+        if kind is int or kind is float or kind is bool or value is None:  # most fields: no ABC checks
+            return value
         if isinstance(value, str):
             # Scrubbed before the cut, so a secret straddling the cut is not half-logged.
             return truncate(self.redactor.scrub(value))
@@ -365,10 +383,7 @@ class EventLog:
 
 
 def _first(items: Iterable[Any], count: int) -> Iterator[Any]:
-    for index, item in enumerate(items):
-        if index >= count:
-            return
-        yield item
+    return itertools.islice(items, count)
 
 
 def null_log() -> EventLog:

@@ -54,6 +54,20 @@ def dumps_utf8(obj: Any, **kwargs: Any) -> bytes:
     return utf8(json.dumps(obj, ensure_ascii=False, **kwargs))
 
 
+#: ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` built once (json.dumps builds an encoder per call).
+_COMPACT: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def compact(obj: Any) -> str:
+    """``obj`` as compact JSON text (no spaces, non-ASCII kept): what agentd puts on the wire."""
+    return _COMPACT.encode(obj)
+
+
+def compact_utf8(obj: Any) -> bytes:
+    """:func:`compact` as UTF-8 bytes, never raising on a lone surrogate."""
+    return utf8(_COMPACT.encode(obj))
+
+
 def loads(data: bytes | bytearray | str, policy: Policy) -> Any:
     """Decode JSON text and apply ``policy`` to every string in it, keys included.
 
@@ -62,7 +76,12 @@ def loads(data: bytes | bytearray | str, policy: Policy) -> Any:
     for the decoder is reported as a ``ValueError`` too, never a ``RecursionError``).
     """
     # Strict: json.loads(bytes) would decode with "surrogatepass", letting raw surrogate bytes through.
-    text = bytes(data).decode(json.detect_encoding(data)) if isinstance(data, bytes | bytearray) else data
+    if isinstance(data, bytes | bytearray):
+        # JSON text opening with ``{``/``[`` then a non-NUL byte is UTF-8 (what json.detect_encoding concludes)
+        utf8_text = data[:1] in (b"{", b"[") and data[1:2] != b"\x00"
+        text = bytes(data).decode("utf-8" if utf8_text else json.detect_encoding(data))
+    else:
+        text = data
     try:
         obj = json.loads(text)
     except RecursionError:

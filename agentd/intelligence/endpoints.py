@@ -11,6 +11,7 @@ URL as a *base*: ``<base>/chat/completions``, unless it already ends in ``/chat/
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
@@ -58,6 +59,7 @@ def display(url: str) -> str:
     return _display(url)
 
 
+@functools.lru_cache(maxsize=64)  # an endpoint is displayed in every call's events: parsed once
 def _display(url: str) -> str:
     try:
         parts = urlsplit(url)

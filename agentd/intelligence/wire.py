@@ -142,19 +142,25 @@ def _compact(value: Any) -> str:
 #: offered: the loop's catalogue hands out one prepared copy per schema (agentd.loop.catalogue).
 _TOOLS_JSON: dict[tuple[tuple[str, str, int], ...], tuple[tuple[ChatTool, ...], str]] = {}
 _TOOLS_JSON_MAX = 64
+#: The last tuple of tools encoded and its text (held): a catalogue hands out one tuple until it changes.
+_LAST_TOOLS: list[tuple[tuple[ChatTool, ...], str] | None] = [None]
 
 
 def tools_json(tools: Sequence[ChatTool]) -> str:
     """The ``tools`` array of a request as compact JSON, encoded once per distinct catalogue."""
+    last = _LAST_TOOLS[0]
+    if last is not None and last[0] is tools:  # the same catalogue's tuple again (every wake of a daemon)
+        return last[1]
     key = tuple((t.name, t.description, id(t.parameters)) for t in tools)
     cached = _TOOLS_JSON.get(key)
-    if cached is not None:
-        return cached[1]
-    text = _compact([tool_definition(tool) for tool in tools])
-    if len(_TOOLS_JSON) >= _TOOLS_JSON_MAX:
-        _TOOLS_JSON.clear()
-    _TOOLS_JSON[key] = (tuple(tools), text)
-    return text
+    if cached is None:
+        cached = (tuple(tools), _compact([tool_definition(tool) for tool in tools]))
+        if len(_TOOLS_JSON) >= _TOOLS_JSON_MAX:
+            _TOOLS_JSON.clear()
+        _TOOLS_JSON[key] = cached
+    if isinstance(tools, tuple):  # immutable: the same object is the same tools
+        _LAST_TOOLS[0] = (tools, cached[1])
+    return cached[1]
 
 
 def _int(value: Any) -> int:

@@ -87,14 +87,51 @@ def build_catalogue(
 
     A load is a new MCP tool list from the pool (connect, ``list_changed``): a daemon builds a catalogue
     per wake from the same list, and re-logging every description per wake would be noise on its hot path.
+    Everything but the control tools' entries (they hold the run's own tool objects) is built once per
+    distinct tool list and set of control tool names, descriptions and schemas (:data:`_BUILT`).
     """
     control_list = list(controls)
+    key = (tuple(map(id, tools)), tuple((c.name, c.description, id(c.input_schema)) for c in control_list))
+    built = _BUILT.get(key)
+    if built is None:
+        built = _build(tools, control_list)
+        if len(_BUILT) >= _BUILT_MAX:
+            _BUILT.clear()
+        _BUILT[key] = built
+    if log is not None and _first_load(log, tools, built.wires):
+        _audit(log, tools, built)
+    entries = dict(built.entries)
+    for control, wire, prepared in zip(control_list, built.control_wires, built.control_prepared, strict=True):
+        entries[wire] = Entry(wire, None, control.name, prepared.validator, control, prepared.unusable)
+    return Catalogue(entries, built.chat_tools, (tuple(tools), tuple(control_list)))
+
+
+@attrs.frozen
+class _Built:
+    """The run-independent part of a catalogue: the MCP tools' entries, every offered tool's wire form."""
+
+    #: What it was built from (held, so the ids in its :data:`_BUILT` key cannot be reused while it lives).
+    source: tuple[Any, ...]
+    entries: Mapping[str, Entry]
+    wires: tuple[str, ...]  # the MCP tools' wire names, in order
+    prepared: tuple[_Prepared, ...]  # the MCP tools' schemas
+    control_wires: tuple[str, ...]
+    control_prepared: tuple[_Prepared, ...]
+    chat_tools: tuple[ChatTool, ...]
+
+
+#: By the identities of the MCP tools (the pool hands out the same frozen objects until it re-lists) and the
+#: control tools' names, descriptions and schema identities (a run's registry registers the same tools anew).
+_BUILT: dict[tuple[Any, ...], _Built] = {}
+_BUILT_MAX = 64
+
+
+def _build(tools: Sequence[ToolLike], control_list: Sequence[ControlTool]) -> _Built:
     names = _name_map(tuple((t.server, t.name) for t in tools) + tuple((None, c.name) for c in control_list))
     entries: dict[str, Entry] = {}
     chat: list[ChatTool] = []
-    audit = log if log is not None and _first_load(log, tools, names) else None
-    offered: list[dict[str, Any]] = []
-    warn = False
+    wires: list[str] = []
+    prepared_list: list[_Prepared] = []
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
         prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
@@ -103,33 +140,45 @@ def build_catalogue(
         entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator, unusable=prepared.unusable,
                               idempotent=idempotent)
         chat.append(ChatTool(wire, tool.description or "", prepared.schema))
-        if audit is not None:
-            # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
-            # A broken schema does not hide the tool: the server judges the arguments instead.
-            item: dict[str, Any] = {
-                "server": tool.server, "tool": tool.name, "wire_name": wire,
-                "description": audit.content(tool.description or ""), "input_schema": audit.content(prepared.text),
-            }  # fmt: skip
-            if prepared.error:
-                item["schema_error"] = prepared.error
-                warn = True
-            offered.append(item)
-            if prepared.unusable is not None:
-                audit.emit("mcp.tool_unusable", "warn", server=tool.server, tool=tool.name, wire_name=wire,
-                           reason=prepared.unusable)
+        wires.append(wire)
+        prepared_list.append(prepared)
+    control_wires: list[str] = []
+    control_prepared: list[_Prepared] = []
+    for control in control_list:
+        wire = names.to_wire(None, control.name)
+        prepared = _prepared_control(control.input_schema or _EMPTY_OBJECT)
+        chat.append(ChatTool(wire, control.description, prepared.schema))
+        control_wires.append(wire)
+        control_prepared.append(prepared)
+    source = (tuple(tools), tuple(c.input_schema for c in control_list))
+    return _Built(source, entries, tuple(wires), tuple(prepared_list), tuple(control_wires),
+                  tuple(control_prepared), tuple(chat))
+
+
+def _audit(audit: EventLog, tools: Sequence[ToolLike], built: _Built) -> None:
+    """The audit of a catalogue load: ``mcp.tool_unusable`` per unusable tool, then ``mcp.catalogue``."""
+    offered: list[dict[str, Any]] = []
+    warn = False
+    for tool, wire, prepared in zip(tools, built.wires, built.prepared, strict=True):
+        # Untrusted server text: recorded once per catalogue load for operator audit, never acted on.
+        # A broken schema does not hide the tool: the server judges the arguments instead.
+        item: dict[str, Any] = {
+            "server": tool.server, "tool": tool.name, "wire_name": wire,
+            "description": audit.content(tool.description or ""), "input_schema": audit.content(prepared.text),
+        }  # fmt: skip
+        if prepared.error:
+            item["schema_error"] = prepared.error
+            warn = True
+        offered.append(item)
+        if prepared.unusable is not None:
+            audit.emit("mcp.tool_unusable", "warn", server=tool.server, tool=tool.name, wire_name=wire,
+                       reason=prepared.unusable)
     if offered:
         # One event per catalogue load (in parts past MAX_FIELD_ITEMS tools, none cut); warn if a schema is broken.
-        assert audit is not None
         parts = [offered[i:i + MAX_FIELD_ITEMS] for i in range(0, len(offered), MAX_FIELD_ITEMS)]
         for index, part in enumerate(parts):
             extra = {"part": index + 1, "parts": len(parts)} if len(parts) > 1 else {}
             audit.emit("mcp.catalogue", "warn" if warn else "info", offered=part, **extra)
-    for control in control_list:
-        wire = names.to_wire(None, control.name)
-        prepared = _prepared_control(control.input_schema or _EMPTY_OBJECT)
-        entries[wire] = Entry(wire, None, control.name, prepared.validator, control, prepared.unusable)
-        chat.append(ChatTool(wire, control.description, prepared.schema))
-    return Catalogue(entries, tuple(chat), (tuple(tools), tuple(control_list)))
 
 
 #: Per sink (held, so its id cannot be reused): the MCP tool list and wire names last audited there.
@@ -137,14 +186,13 @@ _AUDITED: dict[int, tuple[Any, tuple[Any, ...], tuple[str, ...]]] = {}
 _AUDITED_MAX = 256
 
 
-def _first_load(log: EventLog, tools: Sequence[ToolLike], names: ToolNameMap) -> bool:
+def _first_load(log: EventLog, tools: Sequence[ToolLike], wires: tuple[str, ...]) -> bool:
     """Whether this tool list is new to ``log``'s sink: not equal to the list (and wire names) audited last.
 
     The pool hands out the same frozen tool objects until it re-lists, so the comparison is mostly by
     identity; a re-listed but unchanged catalogue has nothing new to audit.
     """
     key = tuple(tools)
-    wires = tuple(names.to_wire(t.server, t.name) for t in tools)
     seen = _AUDITED.get(id(log.sink))
     if seen is not None and seen[0] is log.sink and seen[1] == key and seen[2] == wires:
         return False

@@ -68,15 +68,32 @@ def system_prompt(
     return "\n\n".join(parts)
 
 
+#: Awareness lists by the identities of the resources shown (held, so an id is not reused while cached) and
+#: the count: the pool hands out the same frozen resource objects until it re-lists, and a daemon's every
+#: wake would format the same lines again.
+_CATALOGUES: dict[tuple[int, ...], tuple[tuple[ResourceLike, ...], str]] = {}
+_CATALOGUES_MAX = 64
+
+
 def resource_catalogue(resources: Sequence[ResourceLike], limit: int = MAX_RESOURCES) -> str:
     """The awareness list: one line per resource, the first ``limit`` only, and says so when cut."""
-    shown = resources[:limit]
+    shown = tuple(resources[:limit])
+    key = (limit, len(resources), *map(id, shown))
+    cached = _CATALOGUES.get(key)
+    if cached is None:
+        if len(_CATALOGUES) >= _CATALOGUES_MAX:
+            _CATALOGUES.clear()
+        cached = _CATALOGUES[key] = (shown, _resource_catalogue(shown, len(resources), limit))
+    return cached[1]
+
+
+def _resource_catalogue(shown: Sequence[ResourceLike], count: int, limit: int) -> str:
     lines = [
         "## Resources (awareness only: bodies are not included; read one on demand with a tool)",
     ]
     lines += [_resource_line(r) for r in shown]
-    if len(resources) > limit:
-        lines.append(f"(showing {limit} of {len(resources)} resources; the rest are omitted from this list)")
+    if count > limit:
+        lines.append(f"(showing {limit} of {count} resources; the rest are omitted from this list)")
     return "\n".join(lines)
 
 

@@ -165,8 +165,8 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 def dumps(message: Message | list[Message]) -> bytes:
     if isinstance(message, list):
-        return text.dumps_utf8([to_dict(m) for m in message], separators=(",", ":"))
-    return text.dumps_utf8(to_dict(message), separators=(",", ":"))
+        return text.compact_utf8([to_dict(m) for m in message])
+    return text.compact_utf8(to_dict(message))
 
 
 def error_for(exc: InvalidMessage) -> ErrorResponse:

@@ -175,7 +175,8 @@ class DaemonRuns:
             left = self.budget.remaining()
             if left is not None:
                 max_tokens = left if max_tokens == 0 else min(max_tokens, left)
-            limits = attrs.evolve(self.limits, max_tokens=max_tokens)
+            limits = self.limits if max_tokens == self.limits.max_tokens else attrs.evolve(self.limits,
+                                                                                            max_tokens=max_tokens)
             log.info("trigger.fired", trigger=job.trigger, uri=job.uri, run=self.runs)
             log.info("run.start", mode="daemon", trigger=job.trigger, uri=job.uri,
                      instruction=log.content(job.instruction), max_tokens=max_tokens)

@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from agentd import defaults
+from agentd import jsontext as json_text
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
@@ -88,7 +89,7 @@ class ServedRun:
 
 def _text_result(structured: Mapping[str, Any], *, is_error: bool = False) -> dict[str, Any]:
     return {
-        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, separators=(",", ":"))}],
+        "content": [{"type": "text", "text": json_text.compact(structured)}],
         "structuredContent": dict(structured),
         "isError": is_error,
     }

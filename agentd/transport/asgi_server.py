@@ -154,8 +154,10 @@ def _headers(scope: Scope) -> dict[str, str]:
     out: dict[str, str] = {}
     for raw_name, raw_value in scope.get("headers", ()):
         name = raw_name.decode("latin-1").lower()
-        value = raw_value.decode("latin-1")
-        out[name] = f"{out[name]}, {value}" if name in out else value
+        if name in out:
+            out[name] = f"{out[name]}, {raw_value.decode('latin-1')}"
+        else:
+            out[name] = raw_value.decode("latin-1")
     return out
 
 
@@ -174,7 +176,7 @@ class McpAsgiApp:
         self.core = core or ServerCore(handler.identity, max_sessions=self.options.max_sessions)
         self.draining = trio.Event()
         self._streams: dict[str, trio.MemorySendChannel[tuple[int, bytes]]] = {}
-        self._notifiers: dict[str, Callable[[str], None]] = {}
+        self._contexts: dict[str, CallContext] = {}
         self._listens = 0
 
     def drain(self) -> None:
@@ -341,10 +343,30 @@ class McpAsgiApp:
     async def _read_body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
         limit = self.options.max_body
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
+        declared = int(length) if length is not None and length.isdigit() else None
+        if declared is not None and declared > limit:
             raise _TooLarge
         chunks: list[bytes] = []
         size = 0
+        # hypercorn's ``receive`` is a memory channel's: what already arrived (a small body comes with its
+        # request) is taken without a timeout scope or a checkpoint; the timed loop waits for the rest.
+        channel = getattr(receive, "__self__", None)
+        if isinstance(channel, trio.MemoryReceiveChannel):
+            try:
+                while True:
+                    message = channel.receive_nowait()
+                    if message["type"] != "http.request":
+                        return b"".join(chunks)
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise _TooLarge
+                    chunks.append(chunk)
+                    # the declared length is all there is (the HTTP layer enforces it): no wait for the end
+                    if not message.get("more_body", False) or size == declared:
+                        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            except trio.WouldBlock:
+                pass
         # A bare CancelScope: fail_after's context-manager wrapper is measurable on the hot path.
         with trio.CancelScope(deadline=trio.current_time() + self.options.body_timeout) as scope:
             while True:
@@ -356,7 +378,7 @@ class McpAsgiApp:
                 if size > limit:
                     raise _TooLarge
                 chunks.append(chunk)
-                if not message.get("more_body", False):
+                if not message.get("more_body", False) or size == declared:
                     break
         if scope.cancelled_caught:
             raise trio.TooSlowError
@@ -364,26 +386,36 @@ class McpAsgiApp:
 
     async def _dispatch(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
         """The handler's answer; a bug in it becomes -32603 for this request instead of a 500 for all."""
+        if not telemetry.enabled():  # no span to open, no trace context to adopt
+            return self._counted(await self._answer(request, ctx), None)
         params = request.params if isinstance(request.params, dict) else None
         meta = params.get("_meta") if params is not None else None
         # The client's trace context in ``_meta`` (the MCP convention) makes this request part of its trace.
         with (telemetry.remote_parent(meta if isinstance(meta, dict) else None),
               mcp_server_span(request.method, params, None) as span):
             span.set_attribute(JSONRPC_REQUEST_ID, str(request.id))
-            try:
-                answer = await self.handler.handle(request, ctx)
-            except Exception as exc:
-                self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
-                answer = ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
-            if isinstance(answer, ErrorResponse):
+            return self._counted(await self._answer(request, ctx), span)
+
+    async def _answer(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
+        try:
+            return await self.handler.handle(request, ctx)
+        except Exception as exc:
+            self.log.error("serve.request", method=request.method, error=exc.__class__.__name__)
+            return ErrorResponse(request.id, jsonrpc.INTERNAL_ERROR, "internal error")
+
+    @staticmethod
+    def _counted(answer: Response | ErrorResponse, span: telemetry.Span | None) -> Response | ErrorResponse:
+        if isinstance(answer, ErrorResponse):
+            if span is not None:
                 telemetry.mark_error(span, str(answer.code))
-                metrics.served_request("error")
-            elif isinstance(answer.result, dict) and answer.result.get("isError") is True:
+            metrics.served_request("error")
+        elif isinstance(answer.result, dict) and answer.result.get("isError") is True:
+            if span is not None:
                 telemetry.mark_error(span, TOOL_ERROR)
-                metrics.served_request(TOOL_ERROR)
-            else:
-                metrics.served_request("ok")
-            return answer
+            metrics.served_request(TOOL_ERROR)
+        else:
+            metrics.served_request("ok")
+        return answer
 
     def _forget_expired(self) -> None:
         for session_id in self.core.take_expired():
@@ -391,9 +423,10 @@ class McpAsgiApp:
 
     # -- legacy ------------------------------------------------------------------------------------------
 
-    def _notifier(self, session: LegacySession) -> Callable[[str], None]:
-        notify = self._notifiers.get(session.id)
-        if notify is None:
+    def _context(self, session: LegacySession) -> CallContext:
+        """The session's call context (and its ``notify``), built once per session."""
+        ctx = self._contexts.get(session.id)
+        if ctx is None:
             def notify(uri: str) -> None:
                 seq, data = self.core.session_event(session, updated_notification(uri))
                 channel = self._streams.get(session.id)
@@ -402,20 +435,20 @@ class McpAsgiApp:
                         channel.send_nowait((seq, data))
                     except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # stays in the replay buffer; a resumed GET gets it
-            self._notifiers[session.id] = notify
-        return notify
+            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify)
+        return ctx
 
     def _end_session(self, session_id: str) -> None:
         metrics.served_session(-1)
         self.log.debug("serve.session", action="deleted")
         self.handler.session_closed(session_id)
-        self._notifiers.pop(session_id, None)
+        self._contexts.pop(session_id, None)
         channel = self._streams.pop(session_id, None)
         if channel is not None:
             channel.close()
 
     async def _legacy_post(self, post: LegacyPost, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
-        ctx = CallContext(Era.LEGACY, post.session.id, self._notifier(post.session))
+        ctx = self._context(post.session)
         pending = [(i, slot) for i, slot in enumerate(post.slots) if isinstance(slot, Request)]
         if (len(pending) == 1 and not post.batch and accepts(headers.get("accept"), EVENT_STREAM)
                 and self.handler.streams(pending[0][1])):

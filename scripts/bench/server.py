@@ -4,8 +4,9 @@ Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
 
 - ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) as the daemon serves it (``serve_mcp``),
   legacy wire with a session, JSON responses;
-- ``floor``: a bare ASGI app on the same hypercorn trio worker that ``json.loads`` the body and
-  answers an MCP-shaped result (the floor of this stack);
+- ``floor``: a bare ASGI app on hypercorn's own trio worker (``hypercorn.trio.serve``, agentd's hypercorn
+  config) that ``json.loads`` the body and answers the same bytes agentd's ``status`` answers, with no
+  checks and no routing (the floor of this stack);
 - ``sdk``: the official Python SDK (``MCPServer`` with a ``status`` tool), stateful, JSON responses,
   on the same hypercorn trio worker;
 - ``sdk-uvicorn``: the same SDK server on uvicorn (asyncio, h11), the SDK's best measured configuration.
@@ -17,6 +18,7 @@ numbers measure the servers, not httpx. Usage::
     .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3]
     .venv/bin/python scripts/bench/server.py --app-only    # the ASGI app alone, no HTTP
     .venv/bin/python scripts/bench/server.py --sched       # trio scheduler work per sequential call
+    .venv/bin/python scripts/bench/server.py --targets agentd,floor --baseline ../agentd-main  # before/after
 """
 
 from __future__ import annotations
@@ -44,18 +46,22 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 # -- servers (run in a child process) ----------------------------------------------------------------------
 
 def _hypercorn_config(port: int) -> Any:
-    from hypercorn.config import Config
+    """The hypercorn config agentd serves with (``agentd.transport.serve.hypercorn_config``): same for every target."""
+    from agentd.events import null_log
+    from agentd.transport.serve import ServeConfig, hypercorn_config
 
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-    config.keep_alive_max_requests = 10**9
-    return config
+    return hypercorn_config(ServeConfig(f"http://127.0.0.1:{port}/mcp"), None, null_log())
+
+
+#: What agentd's ``status`` tool answers in the benchmark (its fields and value types), for the floor to echo.
+_FLOOR_STATUS = {"run_id": "bench", "mode": "loop", "version": "0.1.0", "pid": 0, "uptime_ms": 0,
+                 "spawns": {"spawned": 0, "served_running": 0, "refused": 0}, "refusals": {}}
+_STARTED = time.monotonic()
 
 
 async def floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The floor: parse the body, answer an MCP-shaped result, nothing else."""
+    """The floor: parse the body, answer the same bytes agentd answers (an ``initialize`` gets a session id
+    header, so both servers see the same request bytes too), nothing else: no checks, no routing."""
     if scope["type"] == "lifespan":
         while True:
             message = await receive()
@@ -71,11 +77,15 @@ async def floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     request = json.loads(body)
+    status = dict(_FLOOR_STATUS, pid=os.getpid(), uptime_ms=int((time.monotonic() - _STARTED) * 1000))
+    text = json.dumps(status, separators=(",", ":"))
     out = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": {
-        "content": [{"type": "text", "text": "ok"}], "isError": False}}).encode()
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
-        (b"mcp-session-id", b"floor")]})
+        "content": [{"type": "text", "text": text}], "structuredContent": status, "isError": False}},
+        separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+    if request.get("method") == "initialize":
+        headers.append((b"mcp-session-id", b"0123456789abcdef0123456789abcdef"))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": out})
 
 
@@ -219,6 +229,7 @@ class Conn:
 
 
 async def _client(port: int, gate: Any, latencies: list[float], check: bool) -> None:
+    """One keep-alive connection; the ``check`` client also records the reply's size (head and body)."""
     import trio
 
     conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
@@ -236,6 +247,7 @@ async def _client(port: int, gate: Any, latencies: list[float], check: bool) -> 
         if check:
             assert status == 200, (status, body[:200])
             assert b'"result"' in body, body[:200]
+            gate.reply_bytes = (sum(len(k) + len(v) + 4 for k, v in headers.items()), len(body))
     await conn.stream.aclose()
 
 
@@ -247,6 +259,7 @@ def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
     class Gate:
         ready = 0
         deadline = 0.0
+        reply_bytes = (0, 0)
         go: Any = None
 
     gate = Gate()
@@ -272,6 +285,8 @@ def run_load(port: int, clients: int, seconds: float) -> dict[str, float]:
         "calls_per_s": len(latencies) / elapsed,
         "p50_us": latencies[len(latencies) // 2] * 1e6,
         "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        "reply_head_bytes": gate.reply_bytes[0],
+        "reply_body_bytes": gate.reply_bytes[1],
     }
 
 
@@ -281,57 +296,74 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def app_only(calls: int = 20000) -> dict[str, float]:
-    """µs per ``tools/call status`` inside the ASGI app alone (no HTTP, no sockets): agentd vs the floor app."""
+def app_only(calls: int = 2000, rounds: int = 10) -> dict[str, float]:
+    """CPU µs per ``tools/call status`` inside the ASGI app alone (no HTTP, no sockets): agentd vs the floor app.
+
+    Blocks of ``calls`` alternate between the apps (and an empty app, the harness's own cost, which is
+    subtracted) ``rounds`` times; each figure is the median block's process CPU time per call, so other load
+    on the machine moves it little."""
     import trio
 
     from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
 
-    async def drive(app: Any, session: bool) -> float:
-        sent: list[dict[str, Any]] = []
+    async def empty_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        pass
 
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+    def request(body: bytes, sid: str | None) -> tuple[dict[str, Any], Any]:
+        headers = [(b"host", b"127.0.0.1:1"), (b"content-type", b"application/json"),
+                   (b"accept", b"application/json, text/event-stream"),
+                   (b"content-length", str(len(body)).encode())]
+        if sid:
+            headers += [(b"mcp-session-id", sid.encode()), (b"mcp-protocol-version", b"2025-11-25")]
+        # as hypercorn hands a request over: a memory channel holding the body, then its end
+        sender, receiver = trio.open_memory_channel[dict[str, Any]](10)
+        sender.send_nowait({"type": "http.request", "body": body, "more_body": True})
+        sender.send_nowait({"type": "http.request", "body": b"", "more_body": False})
+        return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}, receiver.receive
 
-        def request(body: bytes, sid: str | None) -> tuple[dict[str, Any], Any]:
-            headers = [(b"host", b"127.0.0.1:1"), (b"content-type", b"application/json"),
-                       (b"accept", b"application/json, text/event-stream"),
-                       (b"content-length", str(len(body)).encode())]
-            if sid:
-                headers += [(b"mcp-session-id", sid.encode()), (b"mcp-protocol-version", b"2025-11-25")]
+    async def send(message: dict[str, Any]) -> None:
+        pass
 
-            async def receive() -> dict[str, Any]:
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}, receive
-
-        sid = None
-        if session:
-            scope, receive = request(json.dumps(INIT).encode(), None)
-            await app(scope, receive, send)
-            sid = dict(sent[0]["headers"])[b"mcp-session-id"].decode()
+    async def block(app: Any, sid: str | None) -> float:
         body = json.dumps(STATUS_CALL).encode()
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(calls):
             scope, receive = request(body, sid)
             await app(scope, receive, send)
-        assert b'"result"' in sent[-1]["body"]
-        return (time.perf_counter() - start) / calls * 1e6
+        return (time.process_time() - start) / calls * 1e6
 
     async def main() -> dict[str, float]:
         async with trio.open_nursery() as nursery:
             surface = _agentd_surface()
             await nursery.start(surface.run)
-            out = {"agentd_app_us": await drive(McpAsgiApp(surface, AsgiOptions()), True),
-                   "floor_app_us": await drive(floor_app, False)}
+            agentd = McpAsgiApp(surface, AsgiOptions())
+            sent: list[dict[str, Any]] = []
+
+            async def keep(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            scope, receive = request(json.dumps(INIT).encode(), None)
+            await agentd(scope, receive, keep)
+            sid = dict(sent[0]["headers"])[b"mcp-session-id"].decode()
+            scope, receive = request(json.dumps(STATUS_CALL).encode(), sid)
+            await agentd(scope, receive, keep)
+            assert b'"result"' in sent[-1]["body"]
+            times: dict[str, list[float]] = {"agentd": [], "floor": [], "harness": []}
+            for _ in range(rounds):
+                times["agentd"].append(await block(agentd, sid))
+                times["floor"].append(await block(floor_app, None))
+                times["harness"].append(await block(empty_app, None))
             nursery.cancel_scope.cancel()
-        return out
+        harness = statistics.median(times["harness"])
+        return {"agentd_app_cpu_us": statistics.median(times["agentd"]) - harness,
+                "floor_app_cpu_us": statistics.median(times["floor"]) - harness, "harness_cpu_us": harness}
 
     return trio.run(main)
 
 
 def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
-    """Trio scheduler work per sequential ``tools/call status``: agentd's app vs the floor, same hypercorn.
+    """Trio scheduler work per sequential ``tools/call status``: agentd's server (``serve_mcp``) vs the floor
+    (hypercorn's own ``serve``), same hypercorn config.
 
     Server and client share one ``trio.run`` (the client's own steps are in both counts alike); a
     ``trio.abc.Instrument`` counts tasks spawned, task steps and I/O waits while ``calls`` requests run.
@@ -353,10 +385,17 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
         def before_io_wait(self, timeout: float) -> None:
             self.io_waits += 1
 
-    async def measure(app: Any) -> dict[str, float]:
+    async def measure(app: Any, agentd: bool) -> dict[str, float]:
         port = _free_port()
         async with trio.open_nursery() as nursery:
-            await nursery.start(_serve_started, app, port)
+            if agentd:  # the daemon's serving path: agentd's accept loop around hypercorn's protocols
+                from agentd.transport.serve import ServeConfig, serve_mcp
+
+                await nursery.start(lambda task_status: serve_mcp(
+                    app, ServeConfig(f"http://127.0.0.1:{port}/mcp", max_per_client=1024),
+                    shutdown_trigger=trio.sleep_forever, task_status=task_status))
+            else:
+                await nursery.start(_serve_started, app, port)
             conn = Conn(await trio.open_tcp_stream("127.0.0.1", port))
             _, headers, _ = await conn.roundtrip(_request(port, INIT, None))
             session = headers.get("mcp-session-id")
@@ -383,8 +422,8 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
         async with trio.open_nursery() as nursery:
             surface = _agentd_surface()
             await nursery.start(surface.run)
-            out = {"agentd": await measure(McpAsgiApp(surface, AsgiOptions(max_sessions=1024))),
-                   "floor": await measure(floor_app)}
+            out = {"agentd": await measure(McpAsgiApp(surface, AsgiOptions(max_sessions=1024)), True),
+                   "floor": await measure(floor_app, False)}
             nursery.cancel_scope.cancel()
         return out
 
@@ -407,12 +446,15 @@ def _wait_up(port: int) -> None:
     raise RuntimeError(f"server on {port} did not come up")
 
 
-def bench(target: str, seconds: float, pin: bool) -> dict[str, dict[str, float]]:
+def bench(target: str, seconds: float, pin: bool, baseline: Path | None = None) -> dict[str, dict[str, float]]:
+    """One server process under load; ``baseline`` (target ``baseline``) serves agentd from another checkout."""
     port = _free_port()
-    cmd = [sys.executable, __file__, "--serve", target, "--port", str(port)]
+    root, script, serve = (baseline, baseline / "scripts/bench/server.py", "agentd") if target == "baseline" \
+        else (ROOT, Path(__file__), target)
+    cmd = [sys.executable, str(script), "--serve", serve, "--port", str(port)]
     if pin:
         cmd = ["taskset", "-c", "0", *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
     try:
         _wait_up(port)
         run_load(port, 1, 0.5)  # warm up
@@ -437,6 +479,8 @@ def main() -> None:
     parser.add_argument("--targets", default="agentd,floor,sdk,sdk-uvicorn")
     parser.add_argument("--app-only", action="store_true", help="only the in-process ASGI app cost per call")
     parser.add_argument("--sched", action="store_true", help="trio scheduler work per sequential call")
+    parser.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree of main) whose agentd "
+                        "runs as target 'baseline' in the same run: before/after")
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port)
@@ -451,12 +495,13 @@ def main() -> None:
         ["which", "taskset"], capture_output=True).stdout)
     if pin:
         os.sched_setaffinity(0, {1})
-    targets = args.targets.split(",")
+    targets = args.targets.split(",") + (["baseline"] if args.baseline else [])
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     runs: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in targets}
     for rep in range(args.reps):
         order = targets[rep % len(targets):] + targets[: rep % len(targets)]
         for target in order:
-            runs[target].append(bench(target, args.seconds, pin))
+            runs[target].append(bench(target, args.seconds, pin, args.baseline))
     table = ["| server | seq p50 µs | seq p99 µs | seq calls/s | 16 clients calls/s | 64 clients calls/s | 64 p50 ms "
              "| server CPU µs/call (seq / 64) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -465,7 +510,8 @@ def main() -> None:
         med: dict[str, dict[str, float]] = {}
         for clients in ("1", "16", "64"):
             med[clients] = {k: statistics.median(r[clients][k] for r in runs[target])
-                            for k in ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call")}
+                            for k in ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call", "reply_head_bytes",
+                                      "reply_body_bytes")}
         medians[target] = med
         table.append(f"| {target} | {med['1']['p50_us']:.0f} | {med['1']['p99_us']:.0f} | "
                      f"{med['1']['calls_per_s']:.0f} | {med['16']['calls_per_s']:.0f} | "
@@ -473,15 +519,22 @@ def main() -> None:
                      f"{med['1']['cpu_us_per_call']:.0f} / {med['64']['cpu_us_per_call']:.0f} |")
     text = "\n".join(table)
     print(text)
-    if "agentd" in medians and "floor" in medians and "sdk" in medians:
-        a, f, s = medians["agentd"], medians["floor"], medians["sdk"]
-        ratio = a["1"]["p50_us"] / f["1"]["p50_us"]
+    for name in ("agentd", "baseline"):
+        if name not in medians or "floor" not in medians:
+            continue
+        a, f = medians[name], medians["floor"]
+        print(f"{name}/floor: throughput at 64 {a['64']['calls_per_s'] / f['64']['calls_per_s']:.2f}x "
+              f"(target >= 1.0x), CPU per call at 64 {a['64']['cpu_us_per_call'] / f['64']['cpu_us_per_call']:.2f}x "
+              f"(target <= 1.0x), sequential p50 {a['1']['p50_us'] / f['1']['p50_us']:.2f}x (target <= 1.1x), "
+              f"CPU per sequential call {a['1']['cpu_us_per_call'] / f['1']['cpu_us_per_call']:.2f}x; reply bytes "
+              f"(head, body) {a['1']['reply_head_bytes']:.0f}, {a['1']['reply_body_bytes']:.0f} / floor "
+              f"{f['1']['reply_head_bytes']:.0f}, {f['1']['reply_body_bytes']:.0f}")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if "agentd" in medians and "sdk" in medians:
+        a, s = medians["agentd"], medians["sdk"]
         tput = a["64"]["calls_per_s"] / s["64"]["calls_per_s"]
-        cpu = a["1"]["cpu_us_per_call"] / f["1"]["cpu_us_per_call"]
         cpu_sdk = s["64"]["cpu_us_per_call"] / a["64"]["cpu_us_per_call"]
-        print(f"\nagentd/floor sequential latency: {ratio:.2f}x (target <= 1.3x); "
-              f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x); "
-              f"CPU per call agentd/floor {cpu:.2f}x, sdk/agentd at 64 {cpu_sdk:.2f}x")
+        print(f"agentd/sdk throughput at 64: {tput:.2f}x (target >= 2x); CPU per call sdk/agentd at 64 {cpu_sdk:.2f}x")
         if "sdk-uvicorn" in medians:
             best = medians["sdk-uvicorn"]["64"]["calls_per_s"]
             print(f"agentd/sdk-uvicorn throughput at 64: {a['64']['calls_per_s'] / best:.2f}x (target > 1x)")

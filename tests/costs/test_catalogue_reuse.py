@@ -84,6 +84,7 @@ def test_a_rebuilt_catalogue_costs_a_fraction_of_a_cold_one() -> None:
     tools = [Tool("srv", f"t{i}", "d", _schema(i)) for i in range(30)]
     catalogue._PREPARED.clear()
     catalogue._VALIDATORS.clear()
+    catalogue._BUILT.clear()
     catalogue._name_map.cache_clear()
     start = time.process_time()
     build_catalogue(tools, [])
@@ -93,5 +94,54 @@ def test_a_rebuilt_catalogue_costs_a_fraction_of_a_cold_one() -> None:
     for _ in range(10):
         build_catalogue(tools, [])
     warm = (time.process_time() - start) / 10
-    assert catalogue._name_map.cache_info().hits == 10
+    assert catalogue._name_map.cache_info().misses == 1  # names, schemas and wire forms: built once
     assert warm < cold / 3, (warm, cold)
+
+
+async def _other(arguments: Any, ctx: ControlContext) -> ControlResult:
+    return ControlResult.text("other")
+
+
+def test_each_run_gets_its_own_control_tools_from_a_shared_catalogue() -> None:
+    """The run-independent part is shared between wakes; a control entry is always this run's own tool object."""
+    tools = [Tool("srv", "t", "d", _schema(0))]
+    schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
+    first = ControlTool("subscribe", "watch a URI", schema, _noop)
+    second = ControlTool("subscribe", "watch a URI", schema, _other)  # the next wake's registry: same tool, anew
+    a = build_catalogue(tools, [first]).resolve("subscribe")
+    b = build_catalogue(tools, [second]).resolve("subscribe")
+    assert a is not None and b is not None
+    assert a.control is first
+    assert b.control is second
+    # A changed control tool (description, schema) is offered as it is now, not as it was cached.
+    changed = ControlTool("subscribe", "watch a URI now", {"type": "object"}, _noop)
+    offered = {t.name: t for t in build_catalogue(tools, [changed]).chat_tools}
+    assert offered["subscribe"].description == "watch a URI now"
+    assert offered["subscribe"].parameters == {"type": "object"}
+
+
+def test_tools_json_follows_the_tools_offered() -> None:
+    """The identity fast path never hands one catalogue's ``tools`` JSON to another."""
+    from agentd.intelligence.wire import ChatTool, tools_json
+
+    one = (ChatTool("a", "first", {"type": "object"}),)
+    two = (ChatTool("b", "second", {"type": "object"}),)
+    assert '"name":"a"' in tools_json(one)
+    assert '"name":"b"' in tools_json(two)
+    assert '"name":"a"' in tools_json(one)
+    assert tools_json(list(two)) == tools_json(two)
+
+
+def test_resource_awareness_follows_a_relisted_pool() -> None:
+    """The awareness list is reused for the same resource objects and rebuilt for a new listing."""
+    from agentd.client.models import ResourceInfo
+    from agentd.loop.prompt import resource_catalogue
+
+    before = [ResourceInfo("srv", "test://a", "old name")]
+    after = [ResourceInfo("srv", "test://a", "new name")]
+    assert "name=old name" in resource_catalogue(before)
+    assert "name=new name" in resource_catalogue(after)
+    assert resource_catalogue(before) == resource_catalogue(list(before))
+    many = [ResourceInfo("srv", f"test://{i}", f"r{i}") for i in range(3)]
+    assert "(showing 2 of 3 resources" in resource_catalogue(many, 2)
+    assert "showing" not in resource_catalogue(many[:2], 2)

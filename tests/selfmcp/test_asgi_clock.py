@@ -198,3 +198,30 @@ async def test_handler_decides_which_requests_stream(autojump_clock: object, era
         if era == "legacy":
             priming = SseDecoder().feed(ex.stream())[0]
             assert priming.data == "" and priming.id is not None
+
+
+async def _channel_exchange(app: McpAsgiApp, messages: list[dict[str, Any]]) -> Exchange:
+    """A POST whose body arrives as hypercorn hands it over: messages already in a memory channel."""
+    body = json.dumps(rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                         "clientInfo": {"name": "t", "version": "0"}}, 0)).encode()
+    ex = Exchange("POST", {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                           "content-length": str(len(body))})
+    sender, receiver = trio.open_memory_channel[dict[str, Any]](10)
+    for message in messages:
+        sender.send_nowait({**message, "body": body} if message.get("body") is None else message)
+    await app(ex.scope, receiver.receive, ex.send)
+    return ex
+
+
+async def test_a_body_complete_at_its_content_length_is_answered_without_waiting_for_its_end(
+        autojump_clock: object) -> None:
+    """hypercorn sends the body, then an empty end-of-body message; the declared length is enough to answer."""
+    async with trio.open_nursery() as nursery:
+        app = await _app(nursery)
+        start = trio.current_time()
+        ex = await _channel_exchange(app, [{"type": "http.request", "body": None, "more_body": True}])
+        assert ex.status() == 200 and trio.current_time() - start < 1
+        # a body short of its Content-Length still waits, and is 408 at the body timeout
+        ex = await _channel_exchange(app, [{"type": "http.request", "body": b"{", "more_body": True}])
+        assert ex.status() == 408 and trio.current_time() - start >= 30
+        nursery.cancel_scope.cancel()
