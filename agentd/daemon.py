@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import attrs
 import trio
 
 from agentd import telemetry
@@ -43,7 +42,6 @@ from agentd.loop.result import RunResult, RunStatus
 from agentd.operator import Operator, use_operator
 from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
 from agentd.secrets import SecretResolver
-from agentd.supervisor.messages import Usage as UsageFrame
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
 from agentd.supervisor.wiring import open_root_supervisor
@@ -82,12 +80,15 @@ class ModeRunner(Protocol):
     ) -> Awaitable[RunResult]: ...
 
 
-@attrs.define(eq=False)
 class StatusBoard:
     """The daemon's window between its mode and its served surface: the mode publishes a snapshot function
-    while it runs (:meth:`published`), ``agent://status`` reads it (:meth:`read`). One per ``main`` call."""
+    while it runs (:meth:`published`), ``agent://status`` reads it (:meth:`read`). One per ``main`` call.
+    (A plain class, like the other holders a once run builds at start-up: agentd/cli.py.)"""
 
-    _snapshot: Callable[[], Mapping[str, Any]] | None = None
+    __slots__ = ("_snapshot",)
+
+    def __init__(self) -> None:
+        self._snapshot: Callable[[], Mapping[str, Any]] | None = None
 
     @contextlib.contextmanager
     def published(self, snapshot: Callable[[], Mapping[str, Any]]) -> Iterator[None]:
@@ -328,8 +329,8 @@ async def _start_controls(
     board: StatusBoard, journal: JournalStore | None, reload: Loader | None, cluster: Cluster | None = None,
 ) -> None:
     """The operator's controls (agentd.ctl): the paused state an earlier process saved, the control socket
-    (``--ctl-socket``, or ``STATE_DIR/ctl.sock``) and SIGHUP as a reload."""
-    from agentd.ctl.commands import Controls, restore_operator
+    (``--ctl-socket``, or ``STATE_DIR/ctl.sock``) and SIGHUP as a reload. Without a journal or a socket (a
+    once run) the controls' module loads only if a SIGHUP comes."""
     from agentd.ctl.server import serve_ctl, socket_path
 
     operator.on_change.append(lambda op: setattr(supervisor, "lame_duck", op.lame_duck))
@@ -339,19 +340,31 @@ async def _start_controls(
             log.dial.level = new.log_level
 
     operator.appliers.append(relevel)
-    await restore_operator(operator, journal, log)
-    controls = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
-                        snapshot=board.read)
-    if cluster is not None:
-        capacity = cluster.board
-        controls.cluster = lambda: capacity.to_json(trio.current_time())
+    if journal is not None:
+        from agentd.ctl.commands import restore_operator
+
+        await restore_operator(operator, journal, log)
+    built: list[Controls] = []
+
+    def controls() -> Controls:
+        if not built:
+            from agentd.ctl.commands import Controls
+
+            made = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
+                            snapshot=board.read)
+            if cluster is not None:
+                capacity = cluster.board
+                made.cluster = lambda: capacity.to_json(trio.current_time())
+            built.append(made)
+        return built[0]
+
     daemon.start_soon(_reload_on_sighup, controls)
     path = socket_path(cfg.ctl_socket, cfg.state_dir)
     if path is not None:
-        await daemon.start(serve_ctl, path, controls.handle, controls.log)
+        await daemon.start(serve_ctl, path, controls().handle, controls().log)
 
 
-async def _reload_on_sighup(controls: Controls) -> None:
+async def _reload_on_sighup(controls: Callable[[], Controls]) -> None:
     """SIGHUP re-reads the config (``ExecReload=kill -HUP $MAINPID``), as ``agentd ctl reload`` does."""
     try:
         receiver = trio.open_signal_receiver(signal.SIGHUP)
@@ -359,8 +372,8 @@ async def _reload_on_sighup(controls: Controls) -> None:
         return
     with receiver as signals:
         async for _ in signals:
-            controls.log.warn("proc.signal", signal="SIGHUP", action="reload")
-            await controls.reload(trigger="SIGHUP")
+            controls().log.warn("proc.signal", signal="SIGHUP", action="reload")
+            await controls().reload(trigger="SIGHUP")
 
 
 def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) -> None:
@@ -423,8 +436,7 @@ async def _once(
 
     async def on_usage(usage: Usage) -> None:
         # The root's own tokens count against the tree ceiling like every descendant's.
-        frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
-        await root.authority.report_usage(root.handle, frame)
+        await root.authority.report_usage(root.handle, usage)
 
     try:
         return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,

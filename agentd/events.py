@@ -159,26 +159,30 @@ class Suppressed:
     window_s: float
 
 
-@attrs.define(eq=False)
 class _Window:
-    start: float
-    written: int = 0
-    dropped: int = 0
-    errors: int = 0
+    __slots__ = ("dropped", "errors", "start", "written")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.written = 0
+        self.dropped = 0
+        self.errors = 0
 
 
-@attrs.define(eq=False)
 class RateLimiter:
     """Per (event name, agent path): at most ``limit`` lines per ``window`` seconds. Pure bookkeeping over the
-    ``now`` the caller passes; shared by a log and everything it binds, like the :class:`Redactor`."""
+    ``now`` the caller passes; shared by a log and everything it binds, like the :class:`Redactor`. (The
+    limiter, its windows and the level dial are plain classes: every process builds them at start-up.)"""
 
-    limit: int = RATE_LIMIT
-    window: float = RATE_WINDOW
-    _windows: dict[tuple[str, str, str], _Window] = attrs.field(factory=dict, init=False)
-    #: Every window in the order it started: ``due`` looks only at those that have ended (each once), so a
-    #: line costs the same with one subagent or 500, each with its own windows.
-    _started: collections.deque[tuple[tuple[str, str, str], _Window]] = attrs.field(
-        factory=collections.deque, init=False)
+    __slots__ = ("_started", "_windows", "limit", "window")
+
+    def __init__(self, limit: int = RATE_LIMIT, window: float = RATE_WINDOW) -> None:
+        self.limit = limit
+        self.window = window
+        self._windows: dict[tuple[str, str, str], _Window] = {}
+        #: Every window in the order it started: ``due`` looks only at those that have ended (each once), so a
+        #: line costs the same with one subagent or 500, each with its own windows.
+        self._started: collections.deque[tuple[tuple[str, str, str], _Window]] = collections.deque()
 
     def admit(self, event: str, agent_path: str, level: str, now: float, scope: str = "") -> bool:
         """Whether this line may be written now; a dropped one is counted for the next summary. ``scope``
@@ -260,11 +264,13 @@ def stream_sink(stream: TextIO) -> Sink:
     return write
 
 
-@attrs.define(eq=False)
 class LevelDial:
     """A level shared by a log and every copy bound from it, so a reload can change it for all of them."""
 
-    level: str
+    __slots__ = ("level",)
+
+    def __init__(self, level: str) -> None:
+        self.level = level
 
 
 @attrs.define(eq=False)

@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-import attrs
 import trio
 
 from agentd.drain import DrainLatch
@@ -44,42 +43,47 @@ class Staged(Protocol):
 Stager = Callable[[Any, Any], Awaitable[Staged | None]]
 
 
-@attrs.define(eq=False)
 class RunEntry:
-    """A run whose loop is running: its scope (to cancel it) and what ``status`` shows of it."""
+    """A run whose loop is running: its scope (to cancel it) and what ``status`` shows of it. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    run_id: str
-    scope: trio.CancelScope
-    started_at: float
-    step: int = 0
-    paused: bool = False
-    cancel_reason: str | None = None
-    #: Turn boundaries this run has passed (:meth:`Operator.turns_passed` waits on it).
-    turns: int = 0
+    __slots__ = ("cancel_reason", "paused", "run_id", "scope", "started_at", "step", "turns")
+
+    def __init__(self, run_id: str, scope: trio.CancelScope, started_at: float) -> None:
+        self.run_id = run_id
+        self.scope = scope
+        self.started_at = started_at
+        self.step = 0
+        self.paused = False
+        self.cancel_reason: str | None = None
+        #: Turn boundaries this run has passed (:meth:`Operator.turns_passed` waits on it).
+        self.turns = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "step": self.step, "paused": self.paused,
                 "running_s": round(time.time() - self.started_at, 3)}
 
 
-@attrs.define(eq=False)
 class Operator:
-    """The switches (see the module docstring). Every change wakes every waiter (:meth:`changed`)."""
+    """The switches (see the module docstring). Every change wakes every waiter (:meth:`changed`).
+    (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    paused: bool = False
-    lame_duck: bool = False
-    #: New runs a lame duck is holding right now (:meth:`admit`).
-    held: int = 0
-    _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _runs: dict[str, RunEntry] = attrs.field(factory=dict, init=False)
-    #: Set (and replaced) whenever a run passes a turn boundary or ends.
-    _turned: trio.Event = attrs.field(factory=trio.Event, init=False)
-    #: Called on every switch change (the supervisor follows the lame duck).
-    on_change: list[Callable[[Operator], None]] = attrs.field(factory=list, init=False)
-    #: What a reload calls, ``(old, new)``, registered by the parts that run (:meth:`reloadable`).
-    appliers: list[Callable[[Any, Any], Awaitable[None]]] = attrs.field(factory=list, init=False)
-    #: What a reload stages before any applier runs (:meth:`staging`).
-    stagers: list[Stager] = attrs.field(factory=list, init=False)
+    __slots__ = ("_changed", "_runs", "_turned", "appliers", "held", "lame_duck", "on_change", "paused", "stagers")
+
+    def __init__(self, paused: bool = False, lame_duck: bool = False, held: int = 0) -> None:
+        self.paused = paused
+        self.lame_duck = lame_duck
+        #: New runs a lame duck is holding right now (:meth:`admit`).
+        self.held = held
+        self._changed = trio.Event()
+        self._runs: dict[str, RunEntry] = {}
+        #: Set (and replaced) whenever a run passes a turn boundary or ends.
+        self._turned = trio.Event()
+        #: Called on every switch change (the supervisor follows the lame duck).
+        self.on_change: list[Callable[[Operator], None]] = []
+        #: What a reload calls, ``(old, new)``, registered by the parts that run (:meth:`reloadable`).
+        self.appliers: list[Callable[[Any, Any], Awaitable[None]]] = []
+        #: What a reload stages before any applier runs (:meth:`staging`).
+        self.stagers: list[Stager] = []
 
     # -- switches --------------------------------------------------------------------------------------
 

@@ -160,16 +160,20 @@ def _open_gateway(gateway: Gateway, *, log: EventLog, secrets: SecretResolver, e
     return open_swappable(opener)
 
 
-@attrs.define(eq=False)
 class _Reopened:
-    """What a reload staged for one open run: new intelligence endpoints and/or MCP servers (agentd.operator)."""
+    """What a reload staged for one open run: new intelligence endpoints and/or MCP servers (agentd.operator).
+    (A plain class: this module loads at a once run's start-up.)"""
 
-    intel: SwappableIntelligence
-    pool: McpPool
-    operator: Operator
-    endpoints: Held | None = None
-    servers: StagedServers | None = None
-    shown: list[str] = attrs.field(factory=list)
+    __slots__ = ("endpoints", "intel", "operator", "pool", "servers", "shown")
+
+    def __init__(self, intel: SwappableIntelligence, pool: McpPool, operator: Operator, *,
+                 shown: list[str] | None = None) -> None:
+        self.intel = intel
+        self.pool = pool
+        self.operator = operator
+        self.endpoints: Held | None = None
+        self.servers: StagedServers | None = None
+        self.shown: list[str] = [] if shown is None else shown
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

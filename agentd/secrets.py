@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING, Final, Protocol
 import attrs
 
 from agentd.errors import ConfigError
+from agentd.patterns import Pattern
 
 if TYPE_CHECKING:
     from agentd.events import Redactor
 
 #: One reference. NAME is an environment variable name; PATH is any path without ``}}``.
 _REF: Final = re.compile(r"\{\{\s*(?P<kind>secret|secret-file)\s*:\s*(?P<arg>.*?)\s*\}\}")
-_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME: Final = Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Anything that looks like it was meant to be a reference but is not well formed.
-_ALMOST_REF: Final = re.compile(r"\{\{|\}\}")
+_ALMOST_REF: Final = Pattern(r"\{\{|\}\}")
 
 
 class SecretError(ConfigError):
@@ -108,11 +109,11 @@ def check_refs_available(template: str, env: Mapping[str, str]) -> None:
 
 # --- inline credentials --------------------------------------------------------------------------------
 
-_AUTH_SCHEME: Final = re.compile(r"^(bearer|basic|token|apikey|api-key|digest)\s+(?P<cred>\S+)$", re.IGNORECASE)
-_KNOWN_PREFIX: Final = re.compile(
+_AUTH_SCHEME: Final = Pattern(r"^(bearer|basic|token|apikey|api-key|digest)\s+(?P<cred>\S+)$", re.IGNORECASE)
+_KNOWN_PREFIX: Final = Pattern(
     r"^(sk-|sk_|pk_live_|rk_live_|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|AIza|eyJ)"
 )
-_TOKENISH: Final = re.compile(r"^[A-Za-z0-9_\-+/=.~:]+$")
+_TOKENISH: Final = Pattern(r"^[A-Za-z0-9_\-+/=.~:]+$")
 
 
 def _entropy_bits_per_char(text: str) -> float:
@@ -129,9 +130,9 @@ def _token_like(text: str) -> bool:
     return classes >= 2 and _entropy_bits_per_char(text) >= 3.0
 
 
-_UUID: Final = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_UUID: Final = Pattern(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 #: Header names whose value is a credential whatever it looks like.
-_CREDENTIAL_NAME: Final = re.compile(
+_CREDENTIAL_NAME: Final = Pattern(
     r"(authorization|authentication|(^|[-_])auth([-_]|$)|token|secret|passw|api[-_]?key|(^|[-_])key$|cookie)",
     re.IGNORECASE,
 )

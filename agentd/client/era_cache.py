@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import urllib.parse
 
-import attrs
-
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -35,11 +33,14 @@ def origin(url: str) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-@attrs.define(eq=False)
 class EraCache:
-    """Origins known to be modern-only (2026-07-28, no ``initialize``), with the version discover chose."""
+    """Origins known to be modern-only (2026-07-28, no ``initialize``), with the version discover chose.
+    (A plain class: the process's cache is built when the pool module loads, at a once run's start-up.)"""
 
-    _modern: dict[str, str] = attrs.field(factory=dict)
+    __slots__ = ("_modern",)
+
+    def __init__(self) -> None:
+        self._modern: dict[str, str] = {}
 
     def modern(self, url: str) -> str | None:
         """The protocol version recorded for ``url``'s origin, or None when nothing is known."""

@@ -27,14 +27,6 @@ import trio
 
 from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
-from agentd.client.models import (
-    ResourceContents,
-    ResourceInfo,
-    ResourceTemplateInfo,
-    ResourceUpdated,
-    ToolInfo,
-    ToolResult,
-)
 from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
 from agentd.events import EventLog
@@ -46,6 +38,14 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
 
     from agentd.client._streams import Tuning
     from agentd.client.connection import ServerConnection
+    from agentd.client.models import (
+        ResourceContents,
+        ResourceInfo,
+        ResourceTemplateInfo,
+        ResourceUpdated,
+        ToolInfo,
+        ToolResult,
+    )
     from agentd.transport.egress import EgressPolicy
 
 
@@ -77,14 +77,17 @@ def server_changes(running: Sequence[McpServerConfig], new: Sequence[McpServerCo
     )
 
 
-@attrs.define(eq=False)
 class StagedServers:
-    """Connections a reload opened beside the running ones (:meth:`McpPool.stage`), not yet in use."""
+    """Connections a reload opened beside the running ones (:meth:`McpPool.stage`), not yet in use.
+    (A plain class, like :class:`McpPool`.)"""
 
-    declared: list[McpServerConfig]
-    changes: ServerChanges
-    connections: dict[str, ServerConnection] = attrs.field(factory=dict)
-    failed: dict[str, AgentdError] = attrs.field(factory=dict)
+    __slots__ = ("changes", "connections", "declared", "failed")
+
+    def __init__(self, declared: list[McpServerConfig], changes: ServerChanges) -> None:
+        self.declared = declared
+        self.changes = changes
+        self.connections: dict[str, ServerConnection] = {}
+        self.failed: dict[str, AgentdError] = {}
 
 
 @attrs.frozen
@@ -97,30 +100,35 @@ class _Opening:
     egress: EgressPolicy | None
 
 
-@attrs.define(eq=False)
 class McpPool:
-    log: EventLog
-    run_id: str
-    #: Connected servers, in declaration order.
-    connections: dict[str, ServerConnection] = attrs.field(factory=dict)
-    #: Servers that failed to connect (optional ones, or every one with ``raise_required=False``).
-    failed: dict[str, AgentdError] = attrs.field(factory=dict)
-    declared: list[McpServerConfig] = attrs.field(factory=list)
-    #: Origins known to be modern-only, shared by every connection of the pool (and, by default, the process).
-    eras: EraCache = attrs.field(factory=process_era_cache)
-    _send: trio.MemorySendChannel[ResourceUpdated] = attrs.field(init=False)
-    _receive: trio.MemoryReceiveChannel[ResourceUpdated] = attrs.field(init=False)
-    _pending: dict[tuple[str, str], ResourceUpdated] = attrs.field(factory=dict)
-    _pending_event: trio.Event = attrs.field(factory=trio.Event)
-    #: The nursery every connection runs in, each under its own scope (a reload closes one by one).
-    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _scopes: dict[ServerConnection, trio.CancelScope] = attrs.field(factory=dict, init=False)
-    _opening: _Opening | None = attrs.field(default=None, init=False)
-    #: Removed servers' connections while they retire: the turn in flight may still call them by name.
-    _retiring: dict[str, ServerConnection] = attrs.field(factory=dict, init=False)
+    """The run's MCP servers behind one interface. (A plain class: this module loads at a once run's start-up,
+    where an attrs class of this size costs a few milliseconds of CPU to build.)"""
 
-    def __attrs_post_init__(self) -> None:
-        self._send, self._receive = trio.open_memory_channel[ResourceUpdated](0)
+    __slots__ = ("_nursery", "_opening", "_pending", "_pending_event", "_receive", "_retiring", "_scopes", "_send",
+                 "connections", "declared", "eras", "failed", "log", "run_id")
+
+    def __init__(self, log: EventLog, run_id: str, declared: list[McpServerConfig] | None = None,
+                 eras: EraCache | None = None) -> None:
+        self.log = log
+        self.run_id = run_id
+        #: Connected servers, in declaration order.
+        self.connections: dict[str, ServerConnection] = {}
+        #: Servers that failed to connect (optional ones, or every one with ``raise_required=False``).
+        self.failed: dict[str, AgentdError] = {}
+        self.declared: list[McpServerConfig] = [] if declared is None else declared
+        #: Origins known to be modern-only, shared by every connection of the pool (and, by default, the process).
+        self.eras = process_era_cache() if eras is None else eras
+        self._send: trio.MemorySendChannel[ResourceUpdated]
+        self._receive: trio.MemoryReceiveChannel[ResourceUpdated]
+        self._send, self._receive = trio.open_memory_channel["ResourceUpdated"](0)
+        self._pending: dict[tuple[str, str], ResourceUpdated] = {}
+        self._pending_event = trio.Event()
+        #: The nursery every connection runs in, each under its own scope (a reload closes one by one).
+        self._nursery: trio.Nursery | None = None
+        self._scopes: dict[ServerConnection, trio.CancelScope] = {}
+        self._opening: _Opening | None = None
+        #: Removed servers' connections while they retire: the turn in flight may still call them by name.
+        self._retiring: dict[str, ServerConnection] = {}
 
     # -- catalogue ---------------------------------------------------------------------------------------
 
@@ -207,6 +215,8 @@ class McpPool:
         return self._receive
 
     def _on_update(self, server: str, uri: str, synthesized: bool) -> None:
+        from agentd.client.models import ResourceUpdated  # loaded with the first server's connection already
+
         if not self._pending:
             # The consumer is already waiting (the usual case): hand the update over now instead of a
             # scheduling round later through the forwarder; a wake's latency budget is milliseconds.

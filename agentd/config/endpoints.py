@@ -7,13 +7,13 @@ trusted configuration: they are never built from model- or server-supplied text.
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from agentd.errors import ConfigError
 from agentd.loopback import is_loopback_host as is_loopback_host
+from agentd.patterns import Pattern
 from agentd.tool_separator import SEPARATOR
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 OFFLINE_MODEL: Final = "test"
 
 #: Server names become tool-name prefixes (``<server>__<tool>``) and handles in logs, so keep them tame.
-_SERVER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SERVER_NAME: Final = Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def check_endpoint(url: str, *, what: str, listen: bool = False) -> str:

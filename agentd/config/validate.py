@@ -21,6 +21,7 @@ from agentd.config.endpoints import (
 )
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
+from agentd.patterns import Pattern
 from agentd.rule_of_two import SERVER_TAGS, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
@@ -37,7 +38,7 @@ def _managed_headers() -> frozenset[str]:
                       *(name.lower() for name in MCP_HEADERS)})
 
 
-_HEADER_NAME: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_NAME: Final = Pattern(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
 
 #: (field, flag, minimum) for the numbers that must be at least 1 (0 would make the setting useless).
@@ -93,7 +94,7 @@ def _check_cluster(config: Config) -> None:
         raise ConfigError(f"--cluster-lease-ttl must be at least 1s, not {config.cluster_lease_ttl}")
 
 
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACEPARENT = Pattern(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 def _check_telemetry(config: Config) -> None:

@@ -181,13 +181,16 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-@attrs.define(eq=False)
 class OfflineIntelligence:
-    """Same interface as the gateway client; answers from the message history alone."""
+    """Same interface as the gateway client; answers from the message history alone.
+    (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    log: EventLog
-    model: str = MODEL_NAME
-    usage: Usage = attrs.field(factory=Usage)
+    __slots__ = ("log", "model", "usage")
+
+    def __init__(self, log: EventLog, model: str = MODEL_NAME) -> None:
+        self.log = log
+        self.model = model
+        self.usage = Usage()
 
     async def complete(self, messages: list[dict[str, Any]], tools: Sequence[ChatTool]) -> ModelReply:
         self.log.info(

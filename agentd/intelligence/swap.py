@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
-import attrs
 import trio
 
 from agentd.intelligence import CALL_TIMEOUT, Intelligence
@@ -27,14 +26,17 @@ RETIRE_WAIT: Final = 2 * CALL_TIMEOUT
 Opener = Callable[[], AbstractAsyncContextManager[Intelligence]]
 
 
-@attrs.define(eq=False)
 class Held:
-    """One opened client: its calls in flight, and the event that tells its holder to close it once idle."""
+    """One opened client: its calls in flight, and the event that tells its holder to close it once idle.
+    (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    intel: Intelligence
-    retired: trio.Event = attrs.field(factory=trio.Event)
-    calls: int = 0
-    _idle: trio.Event = attrs.field(factory=trio.Event)
+    __slots__ = ("_idle", "calls", "intel", "retired")
+
+    def __init__(self, intel: Intelligence) -> None:
+        self.intel = intel
+        self.retired = trio.Event()
+        self.calls = 0
+        self._idle = trio.Event()
 
     def done(self) -> None:
         self.calls -= 1
@@ -47,16 +49,19 @@ class Held:
             await self._idle.wait()
 
 
-@attrs.define(eq=False)
 class SwappableIntelligence:
-    """The :class:`~agentd.intelligence.Intelligence` of a run under an operator: the current client, swappable."""
+    """The :class:`~agentd.intelligence.Intelligence` of a run under an operator: the current client, swappable.
+    (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    _current: Held
-    _nursery: trio.Nursery
-    _held: list[Held] = attrs.field(factory=list)
-    #: Every client this run used, in order (``usage`` counts every reply any of them produced).
-    _used: list[Intelligence] = attrs.field(factory=list)
-    usage: Usage = attrs.field(factory=Usage)
+    __slots__ = ("_current", "_held", "_nursery", "_used", "usage")
+
+    def __init__(self, current: Held, nursery: trio.Nursery, held: list[Held], used: list[Intelligence]) -> None:
+        self._current = current
+        self._nursery = nursery
+        self._held = held
+        #: Every client this run used, in order (``usage`` counts every reply any of them produced).
+        self._used = used
+        self.usage = Usage()
 
     @property
     def model(self) -> str:

@@ -34,13 +34,15 @@ class Limits:
             raise ValueError("max_tokens must be >= 0 and deadline > 0")
 
 
-@attrs.define(eq=False)
 class BudgetMeter:
-    """Counts one run's steps and tokens against its :class:`Limits`."""
+    """Counts one run's steps and tokens against its :class:`Limits`. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    limits: Limits
-    steps: int = 0
-    usage: RunUsage = attrs.field(factory=RunUsage)
+    __slots__ = ("limits", "steps", "usage")
+
+    def __init__(self, limits: Limits, steps: int = 0, usage: RunUsage | None = None) -> None:
+        self.limits = limits
+        self.steps = steps
+        self.usage = RunUsage() if usage is None else usage
 
     def exhausted(self) -> RunStatus | None:
         """The budget that forbids another model call, or ``None`` when the run may continue."""

@@ -16,10 +16,11 @@ from typing import Any
 import attrs
 
 from agentd import jsontext as json_text
+from agentd.patterns import Pattern
 
 MAX_RESULT_CHARS = 8000
 _TRUNCATION_MARK = "…[truncated]"
-_FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)\n?```", re.DOTALL)
+_FENCE = Pattern(r"```(?:json|JSON)?\s*\n(.*?)\n?```", re.DOTALL)
 
 
 @attrs.frozen

@@ -127,34 +127,41 @@ class RunRequest:
     resume: Resume | None = None
 
 
-@attrs.define(eq=False)
 class _Run:
-    """Mutable state of one run; never shared between runs."""
+    """Mutable state of one run; never shared between runs. (A plain class: this module loads at a once run's
+    start-up, where an attrs class of this size costs a few milliseconds of CPU to build.)"""
 
-    request: RunRequest
-    pool: ToolPool
-    intel: Intelligence
-    controls: ControlToolRegistry
-    log: EventLog
-    on_usage: UsageHook | None
-    meter: BudgetMeter
-    messages: list[dict[str, Any]] = attrs.field(factory=list)
-    catalogue: Catalogue | None = None
-    best_text: str | None = None
-    faults_in_a_row: int = 0
-    reprompted: bool = False
-    observation_chars: int = 0
-    elided: int = 0
-    _kept: deque[int] = attrs.field(factory=deque)  # indices of tool messages not yet elided, oldest first
-    observer: ToolObserver | None = None
-    journal: StepJournal | None = None
-    last_ok: bool = False
-    #: How the last tool call ended (``result``, ``tool_error``, ``rejected``, ``fault``): its span's outcome.
-    last_outcome: str = "result"
-    #: Per server, the failures in a row that count toward "down" (agentd.mcp.failure_policy.DOWN_AFTER).
-    failing: dict[str, int] = attrs.field(factory=dict)
-    #: Optional servers marked down in this run: their tools are no longer offered.
-    down: set[str] = attrs.field(factory=set)
+    __slots__ = ("_kept", "best_text", "catalogue", "controls", "down", "elided", "failing", "faults_in_a_row",
+                 "intel", "journal", "last_ok", "last_outcome", "log", "messages", "meter", "observation_chars",
+                 "observer", "on_usage", "pool", "reprompted", "request")
+
+    def __init__(self, request: RunRequest, pool: ToolPool, intel: Intelligence, controls: ControlToolRegistry,
+                 log: EventLog, on_usage: UsageHook | None, meter: BudgetMeter, *,
+                 observer: ToolObserver | None = None, journal: StepJournal | None = None) -> None:
+        self.request = request
+        self.pool = pool
+        self.intel = intel
+        self.controls = controls
+        self.log = log
+        self.on_usage = on_usage
+        self.meter = meter
+        self.messages: list[dict[str, Any]] = []
+        self.catalogue: Catalogue | None = None
+        self.best_text: str | None = None
+        self.faults_in_a_row = 0
+        self.reprompted = False
+        self.observation_chars = 0
+        self.elided = 0
+        self._kept: deque[int] = deque()  # indices of tool messages not yet elided, oldest first
+        self.observer = observer
+        self.journal = journal
+        self.last_ok = False
+        #: How the last tool call ended (``result``, ``tool_error``, ``rejected``, ``fault``): its span's outcome.
+        self.last_outcome = "result"
+        #: Per server, the failures in a row that count toward "down" (agentd.mcp.failure_policy.DOWN_AFTER).
+        self.failing: dict[str, int] = {}
+        #: Optional servers marked down in this run: their tools are no longer offered.
+        self.down: set[str] = set()
 
     # -- catalogue -------------------------------------------------------------------------------
 

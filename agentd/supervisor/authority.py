@@ -12,19 +12,29 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
-import attrs
 import trio
 
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
-from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
-from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledger, load_ledger, save_ledger
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
-from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
 from agentd.telemetry import metrics
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the wire messages load with a child's channel: a root that spawns nothing never needs them
     from agentd.journal.store import JournalStore
+    from agentd.supervisor.messages import Admit, Admitted, MetricsDelta, Release, Usage
+
+
+class Tokens(Protocol):
+    """What a usage report carries: a child's ``usage`` frame, or the root's own reply usage as it is."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def completion_tokens(self) -> int: ...
+
+    @property
+    def total(self) -> int: ...
 
 
 class Authority(Protocol):
@@ -38,12 +48,11 @@ class Authority(Protocol):
 
     async def release(self, handle: str) -> None: ...
 
-    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None: ...
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None: ...
 
     async def report_metrics(self, delta: MetricsDelta) -> None: ...
 
 
-@attrs.define(eq=False)
 class LocalAuthority:
     """The root's authority. ``on_ceiling(handle)`` is told which subtree pushed the tree past its ceiling
     (or its child past its slice); ``on_change()`` is called after every admission, release and usage report.
@@ -53,16 +62,22 @@ class LocalAuthority:
     of the earlier process did not survive: their slices are closed). ``run_id`` names the once run's tree
     (``tree=""``) in the store; a served tree is saved under its ``served.N`` (namespace
     ``budget.served``), read back when a re-opened session continues it, and forgotten when its root ends
-    (but not in a drain: a warm session the drain ended may come back after the restart).
+    (but not in a drain: a warm session the drain ended may come back after the restart). (A plain class,
+    like the other holders a once run builds at start-up.)
     """
 
-    ledger: TreeLedger
-    on_ceiling: Callable[[str], None] = lambda handle: None
-    on_change: Callable[[], None] = lambda: None
-    store: JournalStore | None = None
-    run_id: str = ""
-    log: EventLog = attrs.field(factory=null_log)
-    _loaded: set[str] = attrs.field(init=False, factory=set)
+    __slots__ = ("_loaded", "ledger", "log", "on_ceiling", "on_change", "run_id", "store")
+
+    def __init__(self, ledger: TreeLedger, on_ceiling: Callable[[str], None] = lambda handle: None,
+                 on_change: Callable[[], None] = lambda: None, store: JournalStore | None = None,
+                 run_id: str = "", log: EventLog | None = None) -> None:
+        self.ledger = ledger
+        self.on_ceiling = on_ceiling
+        self.on_change = on_change
+        self.store = store
+        self.run_id = run_id
+        self.log = null_log() if log is None else log
+        self._loaded: set[str] = set()
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
@@ -95,7 +110,7 @@ class LocalAuthority:
             await self._save(key)
         self.on_change()
 
-    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
         past = self.ledger.add_tokens(usage.total, handle, tree)
@@ -113,6 +128,9 @@ class LocalAuthority:
         """Where ``tree``'s books are saved: (namespace, key), or None (no store, or no name)."""
         if self.store is None:
             return None
+        from agentd.journal.ledger import NAMESPACE as LEDGER_NAMESPACE
+        from agentd.journal.ledger import SERVED_NAMESPACE
+
         if tree.startswith("served."):
             return SERVED_NAMESPACE, tree
         name = tree or self.run_id
@@ -125,6 +143,8 @@ class LocalAuthority:
         self._loaded.add(tree)
         assert self.store is not None
         namespace, name = stored
+        from agentd.journal.ledger import load_ledger
+
         try:
             saved = await load_ledger(self.store, name, namespace=namespace)
         except JournalError as exc:  # unreadable books: start afresh rather than refuse every spawn
@@ -142,6 +162,8 @@ class LocalAuthority:
             return
         assert self.store is not None
         namespace, name = stored
+        from agentd.journal.ledger import save_ledger
+
         try:
             await save_ledger(self.store, name, book, namespace=namespace)
         except JournalError as exc:
@@ -153,6 +175,8 @@ class LocalAuthority:
             return
         assert self.store is not None
         namespace, name = stored
+        from agentd.journal.ledger import drop_ledger
+
         try:
             await drop_ledger(self.store, name, namespace=namespace)
         except JournalError as exc:
@@ -163,18 +187,22 @@ class _Sender(Protocol):
     async def send(self, message: Admit | Release | Usage | MetricsDelta) -> None: ...
 
 
-@attrs.define(eq=False)
 class RemoteAuthority:
     """A nested child's authority: every decision is made by the root, reached through ``channel``."""
 
-    channel: _Sender
-    _refs: itertools.count[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
-    _pending: dict[int, trio.MemorySendChannel[Admitted]] = attrs.field(init=False, factory=dict)
+    __slots__ = ("_pending", "_refs", "channel")
+
+    def __init__(self, channel: _Sender) -> None:
+        self.channel = channel
+        self._refs = itertools.count(1)
+        self._pending: dict[int, trio.MemorySendChannel[Admitted]] = {}
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
         budget: int | None = None,
     ) -> Admission | Refusal:
+        from agentd.supervisor.messages import Admit, Admitted
+
         ref = next(self._refs)
         send, receive = trio.open_memory_channel[Admitted](1)
         self._pending[ref] = send
@@ -195,14 +223,19 @@ class RemoteAuthority:
             send.send_nowait(answer)
 
     async def release(self, handle: str) -> None:
+        from agentd.supervisor.messages import Release
+
         try:
             await self.channel.send(Release(handle=handle))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def report_usage(self, handle: str, usage: Usage, *, tree: str = "") -> None:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
+        from agentd.supervisor.messages import Usage
+
         try:
-            await self.channel.send(usage)
+            await self.channel.send(usage if isinstance(usage, Usage) else Usage(usage.prompt_tokens,
+                                                                                 usage.completion_tokens))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 

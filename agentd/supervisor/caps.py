@@ -34,13 +34,15 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from agentd import defaults
-from agentd.journal.ledger import ROOT, Ledger, Overdrawn
 from agentd.rule_of_two import check_trifecta
+
+if TYPE_CHECKING:  # the books load with the first admission or usage report (a once run's first reply)
+    from agentd.journal.ledger import Ledger
 
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
@@ -121,17 +123,17 @@ def is_within(handle: str, ancestor: str) -> bool:
     return handle == ancestor or handle.startswith(ancestor + ".")
 
 
-@attrs.define(eq=False)
 class TokenBucket:
-    """Spawn-rate limiter: ``burst`` tokens, refilled at ``rate`` per second of the given clock."""
+    """Spawn-rate limiter: ``burst`` tokens, refilled at ``rate`` per second of the given clock. (A plain class,
+    like the authorities: the supervisor modules load at a once run's start-up.)"""
 
-    burst: int
-    rate: float
-    _tokens: float = attrs.field(init=False)
-    _stamp: float | None = attrs.field(init=False, default=None)
+    __slots__ = ("_stamp", "_tokens", "burst", "rate")
 
-    def __attrs_post_init__(self) -> None:
-        self._tokens = float(self.burst)
+    def __init__(self, burst: int, rate: float) -> None:
+        self.burst = burst
+        self.rate = rate
+        self._tokens = float(burst)
+        self._stamp: float | None = None
 
     def take(self, now: float) -> float:
         """Take one token: 0.0 on success, else the seconds until one will be available."""
@@ -196,6 +198,8 @@ class TreeLedger:
         token ceiling, free)."""
         book = self._books.get(tree)
         if book is None:
+            from agentd.journal.ledger import Ledger
+
             book = self._books[tree] = Ledger(self.caps.token_ceiling if ceiling is None else ceiling)
             while len(self._books) > TREES_KEPT:
                 self._books.popitem(last=False)
@@ -207,6 +211,8 @@ class TreeLedger:
         """Take over ``tree``'s books as an earlier process saved them: its subagents did not survive, so
         their slices end (spent booked, the rest refunded); returns their handles. The tree's count starts
         from what the books say was spent."""
+        from agentd.journal.ledger import ROOT
+
         ended: list[str] = []
         for handle in book.open_handles():
             if handle != ROOT and handle in book:
@@ -224,6 +230,8 @@ class TreeLedger:
         return self.caps.token_ceiling if book is None else min(book.ceiling, self.caps.token_ceiling)
 
     def _slice(self, handle: str) -> str:
+        from agentd.journal.ledger import ROOT
+
         return ROOT if handle == self.root or is_served_root(handle) else handle
 
     def admit(
@@ -297,6 +305,8 @@ class TreeLedger:
                     cap="token_budget",
                 )
         elif served:  # a re-opened session: the root of its earlier tree again, with what that has left
+            from agentd.journal.ledger import ROOT
+
             want = self.book(tree).available(ROOT)
             if want <= 0:
                 return Refusal(f"spawn refused: token_ceiling={ceiling} reached (the tree holds all of it)",
@@ -379,6 +389,8 @@ class TreeLedger:
         book = self.book(key)
         overdrawn = False
         if self._slice(who) in book:
+            from agentd.journal.ledger import Overdrawn
+
             overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn) and who != self.root
         return overdrawn or total > self.ceiling_of(key)
 

@@ -22,14 +22,20 @@ class LivenessSettings:
     idle_ping_interval: float = defaults.IDLE_PING_INTERVAL
 
 
-@attrs.define(eq=False)
 class Liveness:
-    settings: LivenessSettings
-    last_pong: float
-    last_progress: float
-    working: bool = True
-    #: When the oldest unanswered ping was sent (None: every ping answered).
-    pinged: float | None = None
+    """One child's clocks. (A plain class: the supervisor modules load at a once run's start-up, where an attrs
+    class costs about a millisecond of CPU to build.)"""
+
+    __slots__ = ("last_pong", "last_progress", "pinged", "settings", "working")
+
+    def __init__(self, settings: LivenessSettings, last_pong: float, last_progress: float, working: bool = True,
+                 pinged: float | None = None) -> None:
+        self.settings = settings
+        self.last_pong = last_pong
+        self.last_progress = last_progress
+        self.working = working
+        #: When the oldest unanswered ping was sent (None: every ping answered).
+        self.pinged = pinged
 
     @classmethod
     def starting_at(cls, settings: LivenessSettings, now: float) -> Liveness:

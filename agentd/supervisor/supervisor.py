@@ -27,25 +27,20 @@ from agentd.events import EventLog, null_log
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
-from agentd.supervisor.forkserver import ForkServer, ForkServerGone, connect_fork_server, start_fork_server
-from agentd.supervisor.idlepings import IdlePings
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
-from agentd.supervisor.messages import RunPayload
-from agentd.supervisor.node import (
-    TERMINAL,
-    NodeSettings,
-    RunView,
-    SessionBusy,
-    SubagentNode,
-    child_environment,
-)
-from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
 from agentd.telemetry import metrics
 from agentd.telemetry.names import TRACEPARENT, TRACESTATE
 
 if TYPE_CHECKING:
+    # Imported where used: a run that spawns nothing (a once run's start-up) loads no node, fork server,
+    # wire message or statistics module (tests/cli/test_startup_imports.py).
     from agentd.journal.store import JournalStore
+    from agentd.supervisor.forkserver import ForkServer
+    from agentd.supervisor.idlepings import IdlePings
+    from agentd.supervisor.messages import RunPayload
+    from agentd.supervisor.node import NodeSettings, RunView, SubagentNode
+    from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
 
 #: Ended subagents whose final view stays readable by handle (oldest forgotten first).
 ENDED_KEPT = 1024
@@ -110,6 +105,8 @@ class SupervisorSettings:
     node: NodeSettings | None = None
 
     def node_settings(self) -> NodeSettings:
+        from agentd.supervisor.node import NodeSettings
+
         base = self.node or NodeSettings()
         return attrs.evolve(base, graces=self.graces, liveness=self.liveness)
 
@@ -155,8 +152,8 @@ class Supervisor:
     _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
     #: One timer pinging every idle warm session (agentd.supervisor.idlepings), not a sleeping task each.
-    _idle_pings: IdlePings = attrs.field(
-        init=False, default=attrs.Factory(lambda self: IdlePings(self.nursery), takes_self=True))
+    #: Built with the first spawn (:meth:`_pings`).
+    _idle_pings: IdlePings | None = attrs.field(init=False, default=None)
     #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per child):
     #: the settings they were derived from, the node settings, the supervision payload, the environment.
     _per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = attrs.field(
@@ -189,12 +186,14 @@ class Supervisor:
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await self.authority.release(admitted.handle)  # admitted, never started: free the slot
             raise
+        from agentd.supervisor.node import SubagentNode
+
         _, node_settings, _, env = self._shared()
         node = SubagentNode(
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
             settings=node_settings, fork_server=fork_server, on_change=self.notify_changed, env=env,
-            idle_pings=self._idle_pings,
+            idle_pings=self._pings(),
         )
         self._nodes[admitted.handle] = node
         self.notify_changed()
@@ -212,10 +211,20 @@ class Supervisor:
             return await node.wait_turn()
         return node.view()
 
+    def _pings(self) -> IdlePings:
+        if self._idle_pings is None:
+            from agentd.supervisor.idlepings import IdlePings
+
+            self._idle_pings = IdlePings(self.nursery)
+        return self._idle_pings
+
     async def _forks(self) -> ForkServer | None:
         """The fork server, started on first use; None (re-exec) when disabled or it cannot start."""
         if not self.use_fork_server:
             return None
+        from agentd.supervisor.forkserver import ForkServerGone, connect_fork_server, start_fork_server
+        from agentd.supervisor.node import child_environment
+
         async with self._fork_lock:
             if self._fork_server is None or self._fork_server.gone:
                 if self._fork_server is not None:
@@ -243,6 +252,8 @@ class Supervisor:
 
     def _shared(self) -> tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]]:
         if self._per_spawn is None or self._per_spawn[0] is not self.settings:
+            from agentd.supervisor.node import child_environment
+
             self._per_spawn = (self.settings, self.settings.node_settings(), self.settings.to_payload(),
                                child_environment(os.environ))
         return self._per_spawn
@@ -269,6 +280,8 @@ class Supervisor:
         self.notify_changed()
 
     def _payload(self, admitted: Admission, request: SpawnRequest) -> RunPayload:
+        from agentd.supervisor.messages import RunPayload
+
         config = dict(self.child_config)
         servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
         config["mcp_servers"] = servers
@@ -330,6 +343,8 @@ class Supervisor:
         node = self._lookup(caller, handle)
         if isinstance(node, Refusal):
             return node
+        from agentd.supervisor.node import SessionBusy
+
         try:
             await node.send(message)
         except SessionBusy as exc:
@@ -375,6 +390,8 @@ class Supervisor:
 
     def statistics(self) -> SupervisorStatistics:
         """A snapshot of what this supervisor holds now (handles, statuses, pids; nothing secret)."""
+        from agentd.supervisor.statistics import NodeStatistics, SupervisorStatistics
+
         server = self._fork_server
         ledger = self.authority.ledger if isinstance(self.authority, LocalAuthority) else None
         return SupervisorStatistics(
@@ -466,6 +483,8 @@ def _ladder_bound(settings: SupervisorSettings) -> float:
 
 
 def is_terminal(view: RunView) -> bool:
+    from agentd.supervisor.node import TERMINAL
+
     return view.done or view.status in TERMINAL
 
 
@@ -516,7 +535,8 @@ async def open_supervisor(
         try:
             yield sup
         finally:
-            sup._idle_pings.close()
+            if sup._idle_pings is not None:
+                sup._idle_pings.close()
             for node in sup.live():
                 node.cancel("parent ended")
             if sup._fork_server is not None:

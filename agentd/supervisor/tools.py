@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.graph import graph_tool, number_after_journaled
-from agentd.supervisor.node import RunView
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
+
+if TYPE_CHECKING:  # an outcome is a view or a Refusal: the node module loads with the first spawn
+    from agentd.supervisor.node import RunView
 
 _HANDLE = {"type": "string", "minLength": 1, "description": "A handle returned by subagent.spawn."}
 
@@ -80,7 +82,7 @@ def spawn_request(arguments: Mapping[str, Any]) -> SpawnRequest:
 
 async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView | Refusal:
     """Journal a child's end the first time the run sees it (``--state-dir``); the outcome unchanged."""
-    if ctx.journal is not None and isinstance(outcome, RunView) and outcome.done:
+    if ctx.journal is not None and not isinstance(outcome, Refusal) and outcome.done:
         await ctx.journal.child_ended(outcome.handle, outcome.status, outcome.result)
     return outcome
 
@@ -91,7 +93,7 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
         request = spawn_request(arguments)
         number_after_journaled(supervisor, caller, ctx)
         outcome = await supervisor.spawn(caller, request)
-        if ctx.journal is not None and isinstance(outcome, RunView):
+        if ctx.journal is not None and not isinstance(outcome, Refusal):
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget)
         return reply(await journaled(ctx, outcome))
 
@@ -104,7 +106,7 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
 
     async def await_(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         outcome = await journaled(ctx, await supervisor.await_(caller, str(arguments["handle"])))
-        if isinstance(outcome, RunView) and not outcome.done and outcome.status == "running":
+        if not isinstance(outcome, Refusal) and not outcome.done and outcome.status == "running":
             result = reply(outcome)
             note = {"type": "text", "text": f"still running after {supervisor.settings.await_timeout:g} s"}
             return ControlResult((*result.content, note), structured=result.structured)

@@ -17,10 +17,10 @@ docs/observability.md lists the schema.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from agentd.patterns import Pattern
 from agentd.telemetry.names import (
     GATEWAY_DURATION_BUCKETS,
     JOURNAL_LAG_BUCKETS,
@@ -53,7 +53,7 @@ MAX_OPEN_VALUES: Final = 64
 MAX_PENDING: Final = 4096
 MAX_PER_FRAME: Final = 256
 #: What a run status looks like (agentd.loop.result.RunStatus values: ``completed``, ``exhausted_steps``, …).
-_STATUS: Final = re.compile(r"[a-z][a-z_]{0,31}")
+_STATUS: Final = Pattern(r"[a-z][a-z_]{0,31}")
 #: The depth label of this process's own runs (the root's handle ``0``).
 OWN_DEPTH: Final = "0"
 

@@ -14,12 +14,12 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import trio
 
-from agentd.telemetry.report import Recorder
+if TYPE_CHECKING:  # built with the first line published: a daemon that serves nothing never loads it
+    from agentd.telemetry.report import Recorder
 
 EVENTS_PATH: Final = "/events"
 #: Lines a subscriber may have unread before the oldest are dropped.
@@ -32,11 +32,15 @@ MAX_SUBSCRIBERS: Final = 16
 STICKY: Final = frozenset({"journal.opened"})
 
 
-@attrs.define(eq=False)
 class Subscriber:
-    queue: deque[Mapping[str, Any]] = attrs.field(factory=lambda: deque(maxlen=SUBSCRIBER_BUFFER))
-    dropped: int = 0
-    _ready: trio.Event = attrs.field(factory=trio.Event)
+    """One ``/events`` subscriber's bounded buffer of unread lines."""
+
+    __slots__ = ("_ready", "dropped", "queue")
+
+    def __init__(self) -> None:
+        self.queue: deque[Mapping[str, Any]] = deque(maxlen=SUBSCRIBER_BUFFER)
+        self.dropped = 0
+        self._ready = trio.Event()
 
     def offer(self, line: Mapping[str, Any]) -> None:
         if len(self.queue) == self.queue.maxlen:
@@ -58,11 +62,24 @@ class Subscriber:
         return batch
 
 
-@attrs.define(eq=False)
 class EventBus:
-    recorder: Recorder = attrs.field(factory=Recorder)
-    _subscribers: set[Subscriber] = attrs.field(factory=set)
-    _sticky: dict[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    """The fan-out of the root's event lines to the subscribers. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
+
+    __slots__ = ("_recorder", "_sticky", "_subscribers")
+
+    def __init__(self) -> None:
+        self._recorder: Recorder | None = None
+        self._subscribers: set[Subscriber] = set()
+        self._sticky: dict[str, Mapping[str, Any]] = {}
+
+    @property
+    def recorder(self) -> Recorder:
+        """The run tree the published lines describe (``tree.node`` changes, a new subscriber's snapshot)."""
+        if self._recorder is None:
+            from agentd.telemetry.report import Recorder
+
+            self._recorder = Recorder()
+        return self._recorder
 
     def publish(self, line: Mapping[str, Any]) -> None:
         """The sink side: record the line, hand it (and a node change) to every subscriber."""

@@ -79,6 +79,18 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+#: What a once run (no servers, no subagent) has not imported when it sends its first model request: the
+#: supervisor's node, fork server, idle-ping timer, channel, wire messages and statistics load with the first
+#: spawn, the token ledger's books with the first admission or usage report (after the first reply), the
+#: operator's controls with a SIGHUP or a control socket, the report recorder with a served event stream or
+#: ``--report-file``. ``tests/cli/test_startup_imports.py`` checks it.
+NOT_BEFORE_FIRST_REQUEST = (
+    "agentd.supervisor.node", "agentd.supervisor.forkserver", "agentd.supervisor.idlepings",
+    "agentd.supervisor.channel", "agentd.supervisor.messages", "agentd.supervisor.statistics",
+    "agentd.journal.ledger", "agentd.ctl.commands", "agentd.ctl.reload", "agentd.telemetry.report",
+)
+
+
 def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "AGENTD_", "OTEL_"))}
     env.pop("PYTHONPATH", None)
@@ -117,11 +129,12 @@ def _timed(argv: list[str], runs: int, env: Mapping[str, str], cwd: Path = ROOT)
     return statistics.median(walls) * 1000, statistics.median(cpus) * 1000
 
 
-#: The once run with the offline model's ``complete`` wrapped to print the process CPU time of its first call.
+#: The once run (as ``python -m agentd`` runs it) with the offline model's ``complete`` wrapped to print the
+#: process CPU time of its first call.
 _FIRST_REQUEST = """
 import sys, time
 from agentd.intelligence.offline import OfflineIntelligence
-from agentd.cli import main
+from agentd.cli import console_main
 complete, first = OfflineIntelligence.complete, []
 async def timed(self, *args, **kwargs):
     if not first:
@@ -129,8 +142,29 @@ async def timed(self, *args, **kwargs):
         print(f"FIRST {first[0]:.6f}", file=sys.__stderr__, flush=True)
     return await complete(self, *args, **kwargs)
 OfflineIntelligence.complete = timed
-sys.exit(main(sys.argv[1:]))
+console_main()
 """
+
+
+#: The once run, stopped at its first model request: prints which modules are loaded by then, one a line.
+_MODULES_AT_FIRST_REQUEST = """
+import os, sys
+from agentd.intelligence.offline import OfflineIntelligence
+from agentd.cli import console_main
+async def stop(self, *args, **kwargs):
+    sys.__stdout__.write("\\n".join(sorted(sys.modules)) + "\\n")
+    sys.__stdout__.flush()
+    os._exit(0)
+OfflineIntelligence.complete = stop
+console_main()
+"""
+
+
+def modules_at_first_request(env: Mapping[str, str]) -> set[str]:
+    """The modules a once run has imported when it sends its first model request."""
+    proc = subprocess.run([sys.executable, "-c", _MODULES_AT_FIRST_REQUEST, *_ONCE], env=dict(env), text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, check=True, cwd=ROOT, timeout=120)
+    return set(proc.stdout.split())
 
 
 def first_request_cpu_ms(runs: int, env: Mapping[str, str]) -> float:

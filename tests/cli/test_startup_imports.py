@@ -38,6 +38,12 @@ def test_command_imports_exactly_its_heavy_modules(command: object, tmp_path: Pa
     assert sorted(found) == sorted(command.heavy)  # type: ignore[attr-defined]
 
 
+def test_once_run_loads_no_spawn_or_control_machinery_before_its_first_request() -> None:
+    loaded = startup.modules_at_first_request(startup._env())
+    assert "agentd.intelligence.offline" in loaded  # the probe really stopped at the offline model's request
+    assert sorted(loaded & set(startup.NOT_BEFORE_FIRST_REQUEST)) == []
+
+
 def test_the_checker_sees_a_heavy_import(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "import sqlite3, agentd.config.argv"]
     assert startup.heavy_imports(argv, startup._env()) == {"sqlite3"}
