@@ -273,24 +273,37 @@ class LevelDial:
         self.level = level
 
 
-@attrs.define(eq=False)
 class EventLog:
     """A bound structured logger. :meth:`bind` makes a child sharing the sink and redactor (and the
-    :class:`LevelDial`, when the log has one: then the dial's level wins over ``level``)."""
+    :class:`LevelDial`, when the log has one: then the dial's level wins over ``level``). (A plain class, like
+    the other mutable holders a once run builds at start-up: building an attrs class costs about a
+    millisecond.)"""
 
-    sink: Sink = attrs.field(factory=lambda: stream_sink(sys.stderr))
-    level: str = "info"
-    run_id: str = ""
-    agent_path: str = "0"
-    comp: str = "agent"
-    log_content: bool = False
-    redactor: Redactor = attrs.field(factory=Redactor)
-    limiter: RateLimiter = attrs.field(factory=RateLimiter)
-    clock: Callable[[], float] = time.monotonic
-    dial: LevelDial | None = None
+    __slots__ = ("agent_path", "clock", "comp", "dial", "level", "limiter", "log_content", "redactor", "run_id",
+                 "sink")
+
+    def __init__(self, sink: Sink | None = None, level: str = "info", run_id: str = "", agent_path: str = "0",
+                 comp: str = "agent", log_content: bool = False, redactor: Redactor | None = None,
+                 limiter: RateLimiter | None = None, clock: Callable[[], float] = time.monotonic,
+                 dial: LevelDial | None = None) -> None:
+        self.sink: Sink = stream_sink(sys.stderr) if sink is None else sink
+        self.level = level
+        self.run_id = run_id
+        self.agent_path = agent_path
+        self.comp = comp
+        self.log_content = log_content
+        self.redactor: Redactor = Redactor() if redactor is None else redactor
+        self.limiter: RateLimiter = RateLimiter() if limiter is None else limiter
+        self.clock = clock
+        self.dial = dial
+
+    def __repr__(self) -> str:
+        return (f"EventLog(level={self.level!r}, run_id={self.run_id!r}, agent_path={self.agent_path!r}, "
+                f"comp={self.comp!r})")
 
     def bind(self, **changes: Any) -> EventLog:
-        return attrs.evolve(self, **changes)
+        """A copy with ``changes`` (what ``attrs.evolve`` did: every field passed to ``__init__`` again)."""
+        return type(self)(**{**{name: getattr(self, name) for name in EventLog.__slots__}, **changes})
 
     def enabled(self, level: str) -> bool:
         return LEVELS[level] >= LEVELS[self.level if self.dial is None else self.dial.level]

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-import attrs
-
 from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, Redactor
@@ -79,12 +77,15 @@ class Intelligence(Protocol):
     async def complete(self, messages: list[dict[str, Any]], tools: Sequence[ChatTool]) -> ModelReply: ...
 
 
-@attrs.frozen
 class _Registering:
-    """Whatever resolver the caller passed, every value it yields is also scrubbed from *this* log."""
+    """Whatever resolver the caller passed, every value it yields is also scrubbed from *this* log. (A plain
+    class: an adapter, not a value, built where this module loads at a once run's start-up.)"""
 
-    inner: SecretResolver = attrs.field(repr=False)
-    redactor: Redactor = attrs.field(repr=False)
+    __slots__ = ("inner", "redactor")
+
+    def __init__(self, inner: SecretResolver, redactor: Redactor) -> None:
+        self.inner = inner
+        self.redactor = redactor
 
     def resolve(self, template: str) -> str:
         value = self.inner.resolve(template)

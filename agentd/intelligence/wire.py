@@ -242,26 +242,31 @@ def parse_completion(body: Any) -> ModelReply:
     )
 
 
-@attrs.define
 class _PartialCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = attrs.field(factory=list)
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, id: str = "", name: str = "", arguments: list[str] | None = None) -> None:
+        self.id = id
+        self.name = name
+        self.arguments: list[str] = [] if arguments is None else arguments
 
 
-@attrs.define
 class StreamAssembler:
     """Folds ``chat.completion.chunk`` objects into one :class:`ModelReply`.
 
     Content and tool-call argument fragments are concatenated; tool calls are keyed by their ``index``;
     the usage chunk (``choices: []``, requested with ``stream_options.include_usage``) may come last.
+    (Plain classes, like the other mutable holders a once run builds at start-up.)
     """
 
-    _content: list[str] = attrs.field(factory=list)
-    _calls: dict[int, _PartialCall] = attrs.field(factory=dict)
-    _usage: Usage = Usage()
-    _finish: str | None = None
-    chunks: int = 0
+    __slots__ = ("_calls", "_content", "_finish", "_usage", "chunks")
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._calls: dict[int, _PartialCall] = {}
+        self._usage = Usage()
+        self._finish: str | None = None
+        self.chunks = 0
 
     def feed(self, chunk: Any) -> None:
         if not isinstance(chunk, Mapping):

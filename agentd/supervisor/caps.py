@@ -148,32 +148,34 @@ class TokenBucket:
         return (1.0 - self._tokens) / self.rate
 
 
-@attrs.define(eq=False)
 class TreeLedger:
-    """Who is alive in the tree, with which scope, and how many tokens the tree has used."""
+    """Who is alive in the tree, with which scope, and how many tokens the tree has used. (A plain class, like
+    the token bucket.)"""
 
-    caps: Caps
-    root_scope: frozenset[str]
-    root: str = "0"
-    tokens_used: int = 0
-    draining: bool = False
-    #: Rule-of-Two tags by server (None: untagged). A child's scope that brings all three properties is
-    #: refused, whatever the root was allowed: ``--allow-trifecta`` is never inherited.
-    server_tags: Mapping[str, Sequence[str] | None] = attrs.field(factory=dict)
-    _live: dict[str, frozenset[str]] = attrs.field(init=False, factory=dict)
-    #: Live children per parent handle (what ``max_children`` counts), kept with ``_live``: counting them by
-    #: a scan made each admission O(live subagents), which a tree of hundreds felt.
-    _children: dict[str, int] = attrs.field(init=False, factory=dict)
-    _minted: dict[str, int] = attrs.field(init=False, factory=dict)
-    #: Root-level subagent handle -> its run tree; run tree -> tokens it used (bounded, oldest first out).
-    _tree_of: dict[str, str] = attrs.field(init=False, factory=dict)
-    _tree_tokens: OrderedDict[str, int] = attrs.field(init=False, factory=OrderedDict)
-    #: Run tree -> its reservation books (the agent's own trees; bounded like the counts).
-    _books: OrderedDict[str, Ledger] = attrs.field(init=False, factory=OrderedDict)
-    _bucket: TokenBucket = attrs.field(init=False)
+    __slots__ = ("_books", "_bucket", "_children", "_live", "_minted", "_tree_of", "_tree_tokens", "caps",
+                 "draining", "root", "root_scope", "server_tags", "tokens_used")
 
-    def __attrs_post_init__(self) -> None:
-        self._bucket = TokenBucket(self.caps.spawn_burst, self.caps.spawn_rate)
+    def __init__(self, caps: Caps, root_scope: frozenset[str], root: str = "0", tokens_used: int = 0,
+                 draining: bool = False, server_tags: Mapping[str, Sequence[str] | None] | None = None) -> None:
+        self.caps = caps
+        self.root_scope = root_scope
+        self.root = root
+        self.tokens_used = tokens_used
+        self.draining = draining
+        #: Rule-of-Two tags by server (None: untagged). A child's scope that brings all three properties is
+        #: refused, whatever the root was allowed: ``--allow-trifecta`` is never inherited.
+        self.server_tags: Mapping[str, Sequence[str] | None] = {} if server_tags is None else server_tags
+        self._live: dict[str, frozenset[str]] = {}
+        #: Live children per parent handle (what ``max_children`` counts), kept with ``_live``: counting them
+        #: by a scan made each admission O(live subagents), which a tree of hundreds felt.
+        self._children: dict[str, int] = {}
+        self._minted: dict[str, int] = {}
+        #: Root-level subagent handle -> its run tree; run tree -> tokens it used (bounded, oldest first out).
+        self._tree_of: dict[str, str] = {}
+        self._tree_tokens: OrderedDict[str, int] = OrderedDict()
+        #: Run tree -> its reservation books (the agent's own trees; bounded like the counts).
+        self._books: OrderedDict[str, Ledger] = OrderedDict()
+        self._bucket = TokenBucket(caps.spawn_burst, caps.spawn_rate)
 
     @property
     def live(self) -> frozenset[str]:

@@ -128,39 +128,52 @@ class SupervisorSettings:
 TestScript = Callable[[SpawnRequest, str], "dict[str, Any] | None"]
 
 
-@attrs.define(eq=False)
 class Supervisor:
-    nursery: trio.Nursery
-    authority: Authority
-    handle: str = "0"
-    settings: SupervisorSettings = attrs.field(factory=SupervisorSettings)
-    #: The run configuration children inherit (JSON-able), with ``mcp_servers`` as a list of dicts.
-    child_config: Mapping[str, Any] = attrs.field(factory=dict)
-    #: Secret values by name, available to forward to children whose servers reference them.
-    secrets: Mapping[str, str] = attrs.field(factory=dict, repr=False)
-    telemetry: Mapping[str, Any] = attrs.field(factory=dict)
-    log: EventLog = attrs.field(factory=null_log)
-    test_script: TestScript | None = None
-    draining: bool = False
-    #: The operator's lame duck (agentd.ctl): served spawns are refused; the agent's own runs go on.
-    lame_duck: bool = False
-    use_fork_server: bool = False
-    #: A forked child's own connection to the tree's fork server (a descriptor), used instead of starting a
-    #: server; once it is gone this supervisor re-executes.
-    fork_connection: int | None = None
-    _fork_server: ForkServer | None = attrs.field(init=False, default=None)
-    _fork_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
-    _nodes: dict[str, SubagentNode] = attrs.field(init=False, factory=dict)
-    #: One timer pinging every idle warm session (agentd.supervisor.idlepings), not a sleeping task each.
-    #: Built with the first spawn (:meth:`_pings`).
-    _idle_pings: IdlePings | None = attrs.field(init=False, default=None)
-    #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per child):
-    #: the settings they were derived from, the node settings, the supervision payload, the environment.
-    _per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = attrs.field(
-        init=False, default=None)
-    _changed: trio.Event = attrs.field(init=False, factory=trio.Event)
-    #: Replaced on every observable change (see :meth:`wait_until`).
-    _state_changed: trio.Event = attrs.field(init=False, factory=trio.Event)
+    """The subagent chokepoint of one agent process. (A plain class, like the other mutable holders a once run
+    builds at start-up.)"""
+
+    __slots__ = ("_changed", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_per_spawn",
+                 "_state_changed", "authority", "child_config", "draining", "fork_connection", "handle",
+                 "lame_duck", "log", "nursery", "secrets", "settings", "telemetry", "test_script",
+                 "use_fork_server")
+
+    def __init__(
+        self, nursery: trio.Nursery, authority: Authority, handle: str = "0",
+        settings: SupervisorSettings | None = None, child_config: Mapping[str, Any] | None = None,
+        secrets: Mapping[str, str] | None = None, telemetry: Mapping[str, Any] | None = None,
+        log: EventLog | None = None, test_script: TestScript | None = None, draining: bool = False,
+        lame_duck: bool = False, use_fork_server: bool = False, fork_connection: int | None = None,
+    ) -> None:
+        self.nursery = nursery
+        self.authority = authority
+        self.handle = handle
+        self.settings = SupervisorSettings() if settings is None else settings
+        #: The run configuration children inherit (JSON-able), with ``mcp_servers`` as a list of dicts.
+        self.child_config: Mapping[str, Any] = {} if child_config is None else child_config
+        #: Secret values by name, available to forward to children whose servers reference them.
+        self.secrets: Mapping[str, str] = {} if secrets is None else secrets
+        self.telemetry: Mapping[str, Any] = {} if telemetry is None else telemetry
+        self.log = null_log() if log is None else log
+        self.test_script = test_script
+        self.draining = draining
+        #: The operator's lame duck (agentd.ctl): served spawns are refused; the agent's own runs go on.
+        self.lame_duck = lame_duck
+        self.use_fork_server = use_fork_server
+        #: A forked child's own connection to the tree's fork server (a descriptor), used instead of starting
+        #: a server; once it is gone this supervisor re-executes.
+        self.fork_connection = fork_connection
+        self._fork_server: ForkServer | None = None
+        self._fork_lock = trio.Lock()
+        self._nodes: dict[str, SubagentNode] = {}
+        #: One timer pinging every idle warm session (agentd.supervisor.idlepings), not a sleeping task each.
+        #: Built with the first spawn (:meth:`_pings`).
+        self._idle_pings: IdlePings | None = None
+        #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per
+        #: child): the settings they were derived from, the node settings, the supervision payload, the env.
+        self._per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = None
+        self._changed = trio.Event()
+        #: Replaced on every observable change (see :meth:`wait_until`).
+        self._state_changed = trio.Event()
 
     # -- the chokepoint ---------------------------------------------------------------------------
 
