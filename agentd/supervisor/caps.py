@@ -100,22 +100,25 @@ def is_served_root(handle: str) -> bool:
     return handle.startswith("served.") and depth_of(handle) == 1
 
 
-def default_slice(left: int, free_slots: int, child_depth: int, max_depth: int, ceiling: int) -> int:
+def default_slice(left: int, free_slots: int, child_depth: int, max_depth: int, ceiling: int,
+                  live_children: int = 0) -> int:
     """The slice a spawn without ``budget`` reserves, out of the ``left`` tokens its caller has.
 
     An even share among the caller itself and its ``free_slots`` free child slots, so a fan-out as wide as
     ``max_children`` is never starved by the slices before it and the caller keeps a share for its own
     turns. When that share is too thin to run a turn (below ``SLICE_MIN``, or 1/``SLICE_MIN_PARTS`` of a
-    smaller ceiling: a wide ``--max-children``, or deep in the tree), the child instead gets enough for a turn
-    at each level it may still spawn below (``SLICE_MIN`` doubled per level), at most half of ``left``: a
-    deep chain halves per level instead of dividing by ``max_children`` per level.
+    smaller ceiling: a wide ``--max-children``, or deep in the tree), the child may instead get enough for a
+    turn at each level it may still spawn below (``SLICE_MIN`` doubled per level), but never more than an even
+    share among the caller, its ``live_children`` and the new child: a deep chain keeps a usable slice at
+    every level instead of dividing by ``max_children`` per level, and a fan-out wider than the budget funds
+    gets smaller slices as it grows, never a refusal while tokens are left.
     """
     share = left // (max(0, free_slots) + 1)
     least = max(1, min(defaults.SLICE_MIN, ceiling // defaults.SLICE_MIN_PARTS))
     if share >= least:
         return share
     levels = min(max(0, max_depth - 1 - child_depth), 32)
-    return min(least << levels, left // 2)
+    return max(share, min(least << levels, left // (max(0, live_children) + 2)))
 
 
 def is_within(handle: str, ancestor: str) -> bool:
@@ -320,7 +323,8 @@ class TreeLedger:
         if slice_of is not None:
             left = self.book(tree).available(slice_of)
             if budget is None:
-                want = default_slice(left, self.caps.max_children - children, depth, self.caps.max_depth, ceiling)
+                want = default_slice(left, self.caps.max_children - children, depth, self.caps.max_depth, ceiling,
+                                     children)
             else:
                 want = budget
             if want <= 0 or want > left:

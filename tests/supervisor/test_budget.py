@@ -4,6 +4,7 @@ books with reservations, saved through the state store and adopted after a resta
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from agentd import defaults
@@ -55,6 +56,18 @@ def test_a_deep_tree_under_a_wide_max_children_gets_a_usable_slice_at_depth_3() 
     assert led.add_tokens(3000, handle) is False  # the depth-3 child runs a turn within its slice
 
 
+def test_a_fan_out_wider_than_the_budget_funds_gets_smaller_slices_never_a_refusal() -> None:
+    # --max-children 600: an even share among the free slots (2,000,000 / 601) is below a turn, so each child
+    # gets at most an even share among the parent, its live children and itself; the parent keeps as much.
+    led = ledger(max_children=600, max_subagents=1000)
+    budgets = [admitted(led.admit("0", None, 0.0)).budget or 0 for _ in range(500)]
+    assert budgets[0] == defaults.SLICE_MIN * 4
+    assert all(later <= earlier for earlier, later in itertools.pairwise(budgets))
+    assert budgets[-1] > 0
+    assert led.existing_book("").available(ROOT) >= budgets[-1]  # the parent keeps at least the last share
+    assert sum(budgets) + led.existing_book("").available(ROOT) == CEILING
+
+
 def test_the_default_slice_rule() -> None:
     # an even share among the caller and its free slots while that runs a turn
     assert default_slice(900, 8, 1, 4, 900) == 100
@@ -66,6 +79,9 @@ def test_the_default_slice_rule() -> None:
     # a small ceiling's least usable slice is 1/SLICE_MIN_PARTS of it
     assert default_slice(6400, 7, 1, 4, 6400) == 800
     assert default_slice(1, 8, 1, 4, 1000) == 0  # nothing to share: the spawn is refused
+    # too thin with live siblings: at most an even share among the parent, its live children and the new one
+    assert default_slice(2_000_000, 1000, 1, 4, 2_000_000, live_children=98) == 2_000_000 // 100
+    assert default_slice(2_000_000, 1000, 1, 4, 2_000_000, live_children=10) == 4 * defaults.SLICE_MIN
 
 
 def test_a_default_slice_that_is_nothing_is_refused() -> None:
