@@ -348,40 +348,37 @@ class McpAsgiApp:
             raise _TooLarge
         chunks: list[bytes] = []
         size = 0
+
+        def complete(message: Mapping[str, Any]) -> bool:
+            """Take one ASGI message; True once the body is whole (or the request is over)."""
+            nonlocal size
+            if message["type"] != "http.request":
+                return True
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge
+            chunks.append(chunk)
+            # the declared length is all there is (the HTTP layer enforces it): no wait for the end
+            return not message.get("more_body", False) or size == declared
+
         # hypercorn's ``receive`` is a memory channel's: what already arrived (a small body comes with its
         # request) is taken without a timeout scope or a checkpoint; the timed loop waits for the rest.
         channel = getattr(receive, "__self__", None)
+        done = False
         if isinstance(channel, trio.MemoryReceiveChannel):
             try:
-                while True:
-                    message = channel.receive_nowait()
-                    if message["type"] != "http.request":
-                        return b"".join(chunks)
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > limit:
-                        raise _TooLarge
-                    chunks.append(chunk)
-                    # the declared length is all there is (the HTTP layer enforces it): no wait for the end
-                    if not message.get("more_body", False) or size == declared:
-                        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                while not done:
+                    done = complete(channel.receive_nowait())
             except trio.WouldBlock:
                 pass
-        # A bare CancelScope: fail_after's context-manager wrapper is measurable on the hot path.
-        with trio.CancelScope(deadline=trio.current_time() + self.options.body_timeout) as scope:
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    break
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    raise _TooLarge
-                chunks.append(chunk)
-                if not message.get("more_body", False) or size == declared:
-                    break
-        if scope.cancelled_caught:
-            raise trio.TooSlowError
+        if not done:
+            # A bare CancelScope: fail_after's context-manager wrapper is measurable on the hot path.
+            with trio.CancelScope(deadline=trio.current_time() + self.options.body_timeout) as scope:
+                while not done:
+                    done = complete(await receive())
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _dispatch(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
