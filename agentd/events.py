@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Final, TextIO
 
 import attrs
@@ -138,6 +138,10 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.scrub_value(v) for v in value]
         return value
+
+
+#: A mapping key is cut to this many characters.
+KEY_CHARS: Final = 256
 
 
 def truncate(text: str, limit: int = MAX_FIELD_CHARS) -> str:
@@ -332,13 +336,18 @@ class EventLog:
         ids = telemetry.log_ids()
         if ids is not None:
             line.update(ids)
-        # Most fields are numbers, or short text with no secret registered: kept as they are, without a call.
+        # Most fields are numbers, or short text with no secret registered: kept as they are, without a call; so
+        # are short lists of those (tool names, servers) and flat maps of them (token usage).
         clean, plain = self._clean, not self.redactor._secrets
         for key, value in fields.items():
             kind = type(value)
             if (kind is int or kind is float or kind is bool or value is None
                     or (plain and kind is str and len(value) <= MAX_FIELD_CHARS)):
                 line[key] = value
+            elif plain and (kind is list or kind is tuple) and _flat(value):
+                line[key] = list(value)
+            elif plain and kind is dict and _flat(value.values()) and _short_keys(value):
+                line[key] = dict(value)
             else:
                 line[key] = clean(value, 0)
         self.sink(line)
@@ -387,7 +396,7 @@ class EventLog:
         if isinstance(value, Mapping | list | tuple | set | frozenset) and depth >= MAX_FIELD_DEPTH:
             return f"…[nested deeper than {MAX_FIELD_DEPTH}]"
         if isinstance(value, Mapping):
-            cleaned = {truncate(str(k), 256): self._clean(v, depth + 1)
+            cleaned = {truncate(str(k), KEY_CHARS): self._clean(v, depth + 1)
                        for k, v in _first(value.items(), MAX_FIELD_ITEMS)}  # fmt: skip
             if len(value) > MAX_FIELD_ITEMS:
                 cleaned["…"] = f"[{len(value) - MAX_FIELD_ITEMS} more]"
@@ -400,6 +409,23 @@ class EventLog:
         if isinstance(value, int | float | bool) or value is None:
             return value
         return truncate(self.redactor.scrub(str(value)))
+
+
+def _flat(items: Collection[Any]) -> bool:
+    """At most ``MAX_FIELD_ITEMS`` numbers and short strings: what :meth:`EventLog._clean` keeps as they are when no
+    secret is registered."""
+    if len(items) > MAX_FIELD_ITEMS:
+        return False
+    for item in items:
+        kind = type(item)
+        if not (kind is int or kind is float or kind is bool or item is None
+                or (kind is str and len(item) <= MAX_FIELD_CHARS)):
+            return False
+    return True
+
+
+def _short_keys(mapping: Mapping[Any, Any]) -> bool:
+    return all(type(key) is str and len(key) <= KEY_CHARS for key in mapping)
 
 
 def _first(items: Iterable[Any], count: int) -> Iterator[Any]:

@@ -466,6 +466,12 @@ class Exchange:
                     self.log.warn("mcp.protocol_error", server=self.name, what=f"answering a server request: {exc}")
         elif isinstance(event, NotificationReceived):
             self.on_notification(event.method, event.params)
+            if event.method == "notifications/resources/updated":
+                # What the update started (a wake, handed over at once: agentd.reactive.watch) takes its first
+                # step, up to its own first wait, before this task goes back to reading the stream. Every task
+                # runnable now runs in the next scheduling batch, in either order: so two rounds, not one.
+                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint()
         else:
             self.log.debug("mcp.protocol_error", server=self.name, what="a response for no pending request")
 

@@ -53,6 +53,8 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
 RETIRE_WAIT: Final = 300.0
 #: Waits until the turns in flight when a reload swapped the servers have ended (agentd.operator).
 TurnsPassed = Callable[[], Awaitable[None]]
+#: ``delivery(uri, server)``: one ``resources/updated``, handed over as it arrives (:meth:`McpPool.deliver`).
+Delivery = Callable[[str, str], None]
 
 
 @attrs.frozen
@@ -105,7 +107,7 @@ class McpPool:
     where an attrs class of this size costs a few milliseconds of CPU to build.)"""
 
     __slots__ = ("_nursery", "_opening", "_pending", "_pending_event", "_receive", "_retiring", "_scopes", "_send",
-                 "connections", "declared", "eras", "failed", "log", "run_id")
+                 "_sink", "connections", "declared", "eras", "failed", "log", "run_id")
 
     def __init__(self, log: EventLog, run_id: str, declared: list[McpServerConfig] | None = None,
                  eras: EraCache | None = None) -> None:
@@ -123,6 +125,7 @@ class McpPool:
         self._send, self._receive = trio.open_memory_channel["ResourceUpdated"](0)
         self._pending: dict[tuple[str, str], ResourceUpdated] = {}
         self._pending_event = trio.Event()
+        self._sink: Delivery | None = None
         #: The nursery every connection runs in, each under its own scope (a reload closes one by one).
         self._nursery: trio.Nursery | None = None
         self._scopes: dict[ServerConnection, trio.CancelScope] = {}
@@ -214,9 +217,22 @@ class McpPool:
         """The one channel of ``ResourceUpdated`` (server, uri): re-read the resource on each."""
         return self._receive
 
+    def deliver(self, sink: Delivery | None) -> None:
+        """Hand every update to ``sink(uri, server)`` on the connection's own task as it arrives, instead of
+        through :meth:`updates` (None: back to the channel).
+
+        A wake's latency budget is milliseconds and a channel costs its consumer a scheduling round per
+        update; a consumer that only routes (agentd.reactive.watch.Watcher) takes them directly. ``sink``
+        must return at once and never raise: it runs inside the connection's notification handling.
+        """
+        self._sink = sink
+
     def _on_update(self, server: str, uri: str, synthesized: bool) -> None:
         from agentd.client.models import ResourceUpdated  # loaded with the first server's connection already
 
+        if self._sink is not None:
+            self._sink(uri, server)
+            return
         if not self._pending:
             # The consumer is already waiting (the usual case): hand the update over now instead of a
             # scheduling round later through the forwarder; a wake's latency budget is milliseconds.

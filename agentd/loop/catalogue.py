@@ -39,13 +39,13 @@ class ToolLike(Protocol):
 
 @attrs.frozen
 class Entry:
-    """One offered tool. ``server`` is ``None`` for a control tool (then ``control`` is set)."""
+    """One offered tool. ``server`` is ``None`` for a control tool: its handler is the run's own, found by
+    ``name`` in the run's registry, so one catalogue serves every run that offers the same tools."""
 
     wire_name: str
     server: str | None
     name: str
     validator: Any  # a jsonschema validator instance, or None when the schema is not checked locally
-    control: ControlTool | None = None
     #: Why the tool cannot be called at all (its inputSchema cannot be evaluated), or None.
     unusable: str | None = None
     #: The server's annotations say ``idempotentHint: true``: a call whose outcome was lost may be re-sent.
@@ -73,10 +73,20 @@ class Catalogue:
 
     entries: Mapping[str, Entry]
     chat_tools: tuple[ChatTool, ...]
-    source: tuple[Any, ...]  # what it was built from, to notice a change cheaply
+    #: What it was built from (:func:`catalogue_key`), to notice a change cheaply.
+    key: tuple[Any, ...]
+    #: The tools and control schemas the key's ids name (held, so no id in the key is reused while it lives).
+    source: tuple[Any, ...]
 
     def resolve(self, wire_name: str) -> Entry | None:
         return self.entries.get(wire_name)
+
+
+def catalogue_key(tools: Sequence[ToolLike], controls: Sequence[ControlTool]) -> tuple[Any, ...]:
+    """What a catalogue depends on: the MCP tools' identities (the pool hands out the same frozen objects until
+    it re-lists) and each control tool's name, description and schema identity (a run registers its control
+    tools anew, with module-level schemas)."""
+    return tuple(map(id, tools)), tuple((c.name, c.description, id(c.input_schema)) for c in controls)
 
 
 def build_catalogue(
@@ -87,46 +97,37 @@ def build_catalogue(
 
     A load is a new MCP tool list from the pool (connect, ``list_changed``): a daemon builds a catalogue
     per wake from the same list, and re-logging every description per wake would be noise on its hot path.
-    Everything but the control tools' entries (they hold the run's own tool objects) is built once per
-    distinct tool list and set of control tool names, descriptions and schemas (:data:`_BUILT`).
+    A catalogue holds no run's objects (a control entry names its tool; the loop calls the run's own), so
+    one is built per distinct :func:`catalogue_key` and shared by every run offering the same tools.
     """
     control_list = list(controls)
-    key = (tuple(map(id, tools)), tuple((c.name, c.description, id(c.input_schema)) for c in control_list))
+    key = catalogue_key(tools, control_list)
     built = _BUILT.get(key)
     if built is None:
-        built = _build(tools, control_list)
+        built = _build(tools, control_list, key)
         if len(_BUILT) >= _BUILT_MAX:
             _BUILT.clear()
         _BUILT[key] = built
     if log is not None and _first_load(log, tools, built.wires):
         _audit(log, tools, built)
-    entries = dict(built.entries)
-    for control, wire, prepared in zip(control_list, built.control_wires, built.control_prepared, strict=True):
-        entries[wire] = Entry(wire, None, control.name, prepared.validator, control, prepared.unusable)
-    return Catalogue(entries, built.chat_tools, (tuple(tools), tuple(control_list)))
+    return built.catalogue
 
 
 @attrs.frozen
 class _Built:
-    """The run-independent part of a catalogue: the MCP tools' entries, every offered tool's wire form."""
+    """A catalogue and what its audit needs."""
 
-    #: What it was built from (held, so the ids in its :data:`_BUILT` key cannot be reused while it lives).
-    source: tuple[Any, ...]
-    entries: Mapping[str, Entry]
+    catalogue: Catalogue
     wires: tuple[str, ...]  # the MCP tools' wire names, in order
     prepared: tuple[_Prepared, ...]  # the MCP tools' schemas
-    control_wires: tuple[str, ...]
-    control_prepared: tuple[_Prepared, ...]
-    chat_tools: tuple[ChatTool, ...]
 
 
-#: By the identities of the MCP tools (the pool hands out the same frozen objects until it re-lists) and the
-#: control tools' names, descriptions and schema identities (a run's registry registers the same tools anew).
+#: By :func:`catalogue_key`.
 _BUILT: dict[tuple[Any, ...], _Built] = {}
 _BUILT_MAX = 64
 
 
-def _build(tools: Sequence[ToolLike], control_list: Sequence[ControlTool]) -> _Built:
+def _build(tools: Sequence[ToolLike], control_list: Sequence[ControlTool], key: tuple[Any, ...]) -> _Built:
     names = _name_map(tuple((t.server, t.name) for t in tools) + tuple((None, c.name) for c in control_list))
     entries: dict[str, Entry] = {}
     chat: list[ChatTool] = []
@@ -142,17 +143,13 @@ def _build(tools: Sequence[ToolLike], control_list: Sequence[ControlTool]) -> _B
         chat.append(ChatTool(wire, tool.description or "", prepared.schema))
         wires.append(wire)
         prepared_list.append(prepared)
-    control_wires: list[str] = []
-    control_prepared: list[_Prepared] = []
     for control in control_list:
         wire = names.to_wire(None, control.name)
         prepared = _prepared_control(control.input_schema or _EMPTY_OBJECT)
+        entries[wire] = Entry(wire, None, control.name, prepared.validator, prepared.unusable)
         chat.append(ChatTool(wire, control.description, prepared.schema))
-        control_wires.append(wire)
-        control_prepared.append(prepared)
     source = (tuple(tools), tuple(c.input_schema for c in control_list))
-    return _Built(source, entries, tuple(wires), tuple(prepared_list), tuple(control_wires),
-                  tuple(control_prepared), tuple(chat))
+    return _Built(Catalogue(entries, tuple(chat), key, source), tuple(wires), tuple(prepared_list))
 
 
 def _audit(audit: EventLog, tools: Sequence[ToolLike], built: _Built) -> None:

@@ -46,7 +46,7 @@ from agentd.events import EventLog
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.loop import observe
 from agentd.loop.budgets import BudgetMeter, Limits
-from agentd.loop.catalogue import Catalogue, Entry, build_catalogue
+from agentd.loop.catalogue import Catalogue, Entry, build_catalogue, catalogue_key
 from agentd.loop.control import ChildJournal, ControlContext, ControlToolRegistry
 from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
@@ -169,7 +169,7 @@ class _Run:
         tools, controls = tuple(self.pool.tools()), tuple(self.controls)
         if self.down:
             tools = tuple(t for t in tools if t.server not in self.down)
-        if self.catalogue is None or self.catalogue.source != (tools, controls):
+        if self.catalogue is None or self.catalogue.key != catalogue_key(tools, controls):
             self.catalogue = build_catalogue(tools, controls, log=self.log)
         return self.catalogue
 
@@ -337,12 +337,18 @@ class _Run:
             self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=refusal)
             self.observe(call, observe.rejection(refusal), "rejected", entry, step, started)
             return None
-        if entry.control is not None:
+        control = self.controls.get(entry.name) if entry.server is None else None
+        if entry.server is None and control is None:  # unregistered since this step's catalogue was built
+            reason = f"the control tool {entry.name!r} is no longer offered"
+            self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=reason)
+            self.observe(call, observe.rejection(reason), "rejected", entry, step, started)
+            return None
+        if control is not None:
             ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step,
                                  journal=self.journal if self.journal is not None and isinstance(self.journal, ChildJournal)
                                  else None)
             try:
-                outcome = await entry.control.handler(arguments, ctx)
+                outcome = await control.handler(arguments, ctx)
             except AgentdError as exc:
                 return self.fault(call, entry, str(exc), step, started)
             text = observe.render_content(outcome.content, outcome.structured)

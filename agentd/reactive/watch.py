@@ -152,10 +152,21 @@ class Watcher:
         """Pump the pool's updates (and own the pollers) until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            updates = self.pool.updates()
-            task_status.started()
-            async for update in updates:
-                self.dispatch(update.uri, update.server)
+            deliver = getattr(self.pool, "deliver", None)
+            if deliver is None:  # a pool that only has the channel
+                updates = self.pool.updates()
+                task_status.started()
+                async for update in updates:
+                    self.dispatch(update.uri, update.server)
+                return
+            # Handed over on the connection's task as they arrive: no scheduling round between a notification
+            # and its wake's start (agentd.client.McpPool.deliver); dispatch never blocks.
+            deliver(self.dispatch)
+            try:
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                deliver(None)
 
     def dispatch(self, uri: str, server: str | None) -> None:
         """One update of ``uri``: route it if routed, and kick every waiter on it."""

@@ -14,7 +14,7 @@ import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import httpcore
@@ -26,6 +26,7 @@ from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
+from agentd.transport.corked import cork
 from agentd.transport.egress import EgressPolicy, classify_address
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
@@ -79,6 +80,13 @@ def _describe(exc: httpx.HTTPError) -> str:
     return described
 
 
+def _http_transport(**options: Any) -> httpx.AsyncHTTPTransport:
+    """httpx's transport, each request written in one piece (:mod:`agentd.transport.corked`)."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False, **options)
+    cork(transport._pool)
+    return transport
+
+
 class _Routed(httpx.AsyncBaseTransport):
     """Each request direct or through the proxy :class:`ProxyEnv` names for its URL (loopback: always direct)."""
 
@@ -86,14 +94,12 @@ class _Routed(httpx.AsyncBaseTransport):
         self._proxies = proxies
         self._verify = verify
         self._limits = limits
-        self._direct = httpx.AsyncHTTPTransport(verify=verify, limits=limits, trust_env=False)
+        self._direct = _http_transport(verify=verify, limits=limits)
         # Built now, so a bad proxy setting is a configuration error before any request, not a crash in one.
         self._via: dict[str, httpx.AsyncHTTPTransport] = {}
         for proxy in {p for p in (proxies.https, proxies.http) if p}:
             try:
-                self._via[proxy] = httpx.AsyncHTTPTransport(
-                    verify=verify, limits=limits, trust_env=False, proxy=httpx.Proxy(proxy)
-                )
+                self._via[proxy] = _http_transport(verify=verify, limits=limits, proxy=httpx.Proxy(proxy))
             except (ValueError, ImportError):  # httpx's message may repeat the URL's credentials: not shown
                 raise ConfigError(
                     f"proxy {display_url(proxy)} (HTTPS_PROXY/HTTP_PROXY/ALL_PROXY): agentd supports http:// and "
@@ -188,7 +194,7 @@ def new_client(
     if proxies.active and isinstance(context, ssl.SSLContext):
         inner = _Routed(proxies, context, limits)
     else:
-        inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, trust_env=False)
+        inner = _http_transport(verify=context, limits=limits)
     return httpx.AsyncClient(
         verify=context,
         follow_redirects=False,

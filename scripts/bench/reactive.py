@@ -274,6 +274,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(functools.partial(daemon_mode, cfg, log, nursery, supervisor=supervisor, drain=drain))
             await bench.until(lambda: bench.armed >= len(uris) + len(burst_uris))
             bump_url = peer.bump_url
+            # A daemon's steady state: arming (8 URIs at a time) leaves idle connections that httpx's pool scans on
+            # every request until its 5 s keep-alive expires them; wakes long after the start never meet them.
+            await trio.sleep(args.settle)
 
             async def bump(uri: str) -> None:
                 # Its connections idle through the latency part (those bumps run in a thread): expired after 1 s,
@@ -400,6 +403,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "wakes": args.wakes,
         "uris": args.uris,
         "debounce": args.debounce,
+        "settle": args.settle,
         "notify_median": statistics.median(notify_ms),
         "notify_p99": pct(notify_ms, 0.99),
         "bump_median": statistics.median(bump_ms),
@@ -464,7 +468,8 @@ def render(r: dict[str, Any], command: str) -> str:
 
 Latency from an update to the wake's first model request, over {r['wakes']} sequential wakes (round robin
 over {r['uris']} subscribed URIs, `--debounce {r['debounce']:g}`: each URI is bumped outside its debounce window,
-so its leading edge wakes at once and no debounce delay is in the numbers; official SDK server in its own
+so its leading edge wakes at once and no debounce delay is in the numbers; the first {r['settle']:g} s after
+arming, `--settle`, unmeasured; official SDK server in its own
 process, scripted gateway and agentd in this process, events at the default level). `notify→model` starts when
 agentd's client receives `notifications/resources/updated` and ends when the gateway's handler sees the wake's
 first model request; `bump→model` starts before the side-door POST that makes the server change the resource
@@ -509,7 +514,9 @@ def render_served(r: dict[str, Any], command: str) -> str:
 Both ends agentd (`--peer served`): the watched server is an agentd process serving its self-MCP (bearer auth,
 legacy wire; its subagents scripted, so a turn answers at once), and each of the {r['uris']} watched URIs is
 `agent://subagent/{{handle}}` of one warm session, updated at each turn's end; the update is a `subagent.send`
-from a worker thread. {r['wakes']} sequential wakes, round robin, `--debounce {r['debounce']:g}`; the floors as in
+from a worker thread. {r['wakes']} sequential wakes, round robin, `--debounce {r['debounce']:g}`, starting {r['settle']:g} s after
+the subscriptions were armed (`--settle`: the connections arming opened have expired, as in a daemon that armed
+long ago; each costs every request a scan in httpx's pool while it lasts); the floors as in
 "Reactive wakes" (a bare read of the same `agent://subagent/{{handle}}` through agentd's client, with the bearer,
 and a bare POST of the wake's body to the same gateway), interleaved.
 
@@ -545,6 +552,8 @@ def main() -> None:
                         "into FILE (the floor's into FILE.floor) and print where the difference goes")
     parser.add_argument("--peer", choices=("sdk", "served"), default="sdk", help="the watched server: the official "
                         "SDK server's counters, or agentd's own served agent://subagent/{handle} of warm sessions")
+    parser.add_argument("--settle", type=float, default=6.0, help="seconds between arming and the first wake "
+                        "(default 6: the arming's extra connections have expired, as in a daemon that armed long ago)")
     parser.add_argument("--serve-peer", type=int, metavar="PORT", help=argparse.SUPPRESS)  # --peer served's child
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = parser.parse_args()

@@ -43,7 +43,7 @@ def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     # Control tools are registered afresh per wake (new objects, same module-level schema).
     first = build_catalogue(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
     second = build_catalogue(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
-    assert first is not second
+    assert first is second  # no run's objects in it: one catalogue serves every wake offering the same tools
     for wire, entry in first.entries.items():
         assert second.entries[wire].validator is entry.validator
     assert [t.name for t in first.chat_tools] == [t.name for t in second.chat_tools]
@@ -102,22 +102,41 @@ async def _other(arguments: Any, ctx: ControlContext) -> ControlResult:
     return ControlResult.text("other")
 
 
-def test_each_run_gets_its_own_control_tools_from_a_shared_catalogue() -> None:
-    """The run-independent part is shared between wakes; a control entry is always this run's own tool object."""
+def test_a_shared_catalogue_follows_changed_control_tools() -> None:
+    """A control tool registered anew with the same definition shares the catalogue; a changed one (description,
+    schema) is offered as it is now, not as it was cached."""
     tools = [Tool("srv", "t", "d", _schema(0))]
     schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
     first = ControlTool("subscribe", "watch a URI", schema, _noop)
     second = ControlTool("subscribe", "watch a URI", schema, _other)  # the next wake's registry: same tool, anew
-    a = build_catalogue(tools, [first]).resolve("subscribe")
-    b = build_catalogue(tools, [second]).resolve("subscribe")
-    assert a is not None and b is not None
-    assert a.control is first
-    assert b.control is second
-    # A changed control tool (description, schema) is offered as it is now, not as it was cached.
+    assert build_catalogue(tools, [first]) is build_catalogue(tools, [second])
     changed = ControlTool("subscribe", "watch a URI now", {"type": "object"}, _noop)
     offered = {t.name: t for t in build_catalogue(tools, [changed]).chat_tools}
     assert offered["subscribe"].description == "watch a URI now"
     assert offered["subscribe"].parameters == {"type": "object"}
+
+
+async def test_each_run_calls_its_own_control_tool_through_a_shared_catalogue() -> None:
+    """Two runs offer a same-named control tool with different handlers (a wake's registry is built anew): each
+    run's call reaches its own handler, though both runs were offered one shared catalogue."""
+    from agentd.loop.control import ControlToolRegistry
+    from agentd.loop.runner import RunRequest
+    from agentd.run import run_with
+    from tests.loop.scripted import MemoryPool, ScriptedModel, call, final, tools_reply
+
+    schema = {"type": "object", "properties": {}}
+    answers: list[str] = []
+    for answer in ("from the first run", "from the second run"):
+        async def handler(arguments: Any, ctx: ControlContext, answer: str = answer) -> ControlResult:
+            return ControlResult.text(answer)
+
+        registry = ControlToolRegistry()
+        registry.register(ControlTool("probe", "answers", schema, handler))
+        model = ScriptedModel([tools_reply(call("probe", {})), final("done")])
+        await run_with(RunRequest("go", f"run-{len(answers)}"), pool=MemoryPool(), intel=model,
+                       log=EventLog(sink=lambda line: None), controls=registry)
+        answers.append(next(m["content"] for m in model.requests[1][0] if m["role"] == "tool"))
+    assert answers == ["from the first run", "from the second run"]
 
 
 def test_tools_json_follows_the_tools_offered() -> None:

@@ -68,3 +68,28 @@ def test_text_fields_are_scrubbed_and_cut_as_before() -> None:
     log.redactor.add("token-1234")
     log.info("run.start", mode="once", uri="test://token-1234", reason="bad token-1234")
     assert (lines[-1]["uri"], lines[-1]["reason"], lines[-1]["mode"]) == ("test://***", "bad ***", "once")
+
+
+def test_short_lists_and_flat_maps_are_written_as_the_general_path_writes_them() -> None:
+    """Lists of short text and numbers, and flat maps of them, go straight into the line while no secret is
+    registered: the same values the general path writes (a copy, keys as text), and scrubbed once one is."""
+    from agentd.events import KEY_CHARS, MAX_FIELD_CHARS
+
+    lines: list[dict[str, object]] = []
+    log = EventLog(sink=lines.append)
+    names = ("subagent.spawn", "token-1234", 7)
+    usage = {"prompt_tokens": 3, "note": "token-1234"}
+    odd = {1: "int key", "k" * (KEY_CHARS + 1): "long key"}
+    long_item = ["x" * (MAX_FIELD_CHARS + 1)]
+    log.info("loop.start", control_tools=names, usage=usage, odd=odd, long=long_item)
+    fast = lines[-1]
+    general = {key: log._clean(value, 0) for key, value in
+               {"control_tools": names, "usage": usage, "odd": odd, "long": long_item}.items()}
+    for key, value in general.items():
+        assert fast[key] == value and type(fast[key]) is type(value), key
+    assert fast["usage"] is not usage and fast["control_tools"] == ["subagent.spawn", "token-1234", 7]
+    assert list(fast["odd"]) == ["1", "k" * KEY_CHARS + f"…[truncated: {KEY_CHARS + 1} chars]"]  # type: ignore[call-overload]
+    log.redactor.add("token-1234")
+    log.info("loop.start", control_tools=names, usage=usage)
+    assert lines[-1]["control_tools"] == ["subagent.spawn", "***", 7]
+    assert lines[-1]["usage"] == {"prompt_tokens": 3, "note": "***"}
