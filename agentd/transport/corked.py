@@ -7,13 +7,12 @@ that writes and then reads the response, so the network streams here hold what i
 the first read (or once ``FLUSH_AT`` bytes are held, so a large body is never copied whole): the head and
 a short body leave in one write and one segment.
 
-Installed on the connection pool of each transport agentd builds (:func:`cork`); everything else is the
-backend's own (``connect_tcp``, TLS, ``is_readable`` for the pool's idle checks).
+agentd's network backend wraps every connection it opens in one (agentd.transport.http_client); everything
+else is the wrapped stream's own (TLS, ``is_readable`` for the pool's idle checks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Final
 
 import httpcore
@@ -64,36 +63,3 @@ class CorkedStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
-
-
-class CorkedBackend(httpcore.AsyncNetworkBackend):
-    """The default backend, each stream it opens corked."""
-
-    __slots__ = ("_inner",)
-
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
-        self._inner = inner
-
-    async def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return CorkedStream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        return CorkedStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-def cork(pool: Any) -> None:
-    """Cork every connection ``pool`` (an httpx transport's httpcore pool, direct or through a proxy) opens from
-    now on. httpx builds the pool without a way to pass a backend, so it is set on the pool (httpcore 1.0)."""
-    backend = getattr(pool, "_network_backend", None)
-    if backend is None:
-        raise RuntimeError("httpcore's connection pool has no _network_backend: update agentd.transport.corked")
-    if not isinstance(backend, CorkedBackend):
-        pool._network_backend = CorkedBackend(backend)

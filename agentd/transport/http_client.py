@@ -12,7 +12,7 @@ import ipaddress
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ from agentd.errors import ConfigError, McpProtocolError, McpTransportError
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
-from agentd.transport.corked import cork
+from agentd.transport.corked import CorkedStream
 from agentd.transport.egress import EgressPolicy, classify_address
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
@@ -80,26 +80,32 @@ def _describe(exc: httpx.HTTPError) -> str:
     return described
 
 
-def _http_transport(**options: Any) -> httpx.AsyncHTTPTransport:
-    """httpx's transport, each request written in one piece (:mod:`agentd.transport.corked`)."""
+def _http_transport(policy: EgressPolicy, **options: Any) -> httpx.AsyncHTTPTransport:
+    """httpx's transport on agentd's network backend (:class:`_Backend`). httpx builds its connection pool with no
+    way to pass a backend, so it is set on the pool (httpx 0.28, httpcore 1.0: both pinned for it)."""
     transport = httpx.AsyncHTTPTransport(trust_env=False, **options)
-    cork(transport._pool)
+    pool = transport._pool
+    backend = getattr(pool, "_network_backend", None)
+    if not isinstance(backend, httpcore.AsyncNetworkBackend):
+        raise RuntimeError("httpcore's connection pool no longer has a _network_backend: see agentd.transport.http_client")
+    pool._network_backend = _Backend(backend, policy)
     return transport
 
 
 class _Routed(httpx.AsyncBaseTransport):
     """Each request direct or through the proxy :class:`ProxyEnv` names for its URL (loopback: always direct)."""
 
-    def __init__(self, proxies: ProxyEnv, verify: ssl.SSLContext, limits: httpx.Limits) -> None:
+    def __init__(self, proxies: ProxyEnv, verify: ssl.SSLContext, limits: httpx.Limits, policy: EgressPolicy) -> None:
         self._proxies = proxies
         self._verify = verify
         self._limits = limits
-        self._direct = _http_transport(verify=verify, limits=limits)
+        self._direct = _http_transport(policy, verify=verify, limits=limits)
         # Built now, so a bad proxy setting is a configuration error before any request, not a crash in one.
         self._via: dict[str, httpx.AsyncHTTPTransport] = {}
         for proxy in {p for p in (proxies.https, proxies.http) if p}:
             try:
-                self._via[proxy] = _http_transport(verify=verify, limits=limits, proxy=httpx.Proxy(proxy))
+                self._via[proxy] = _http_transport(policy, verify=verify, limits=limits,
+                                                  proxy=httpx.Proxy(proxy))
             except (ValueError, ImportError):  # httpx's message may repeat the URL's credentials: not shown
                 raise ConfigError(
                     f"proxy {display_url(proxy)} (HTTPS_PROXY/HTTP_PROXY/ALL_PROXY): agentd supports http:// and "
@@ -125,48 +131,56 @@ class MetadataRefused(httpcore.ConnectError):
     worth a retry (the same name resolves to the same place)."""
 
 
-class _MetadataGuard(httpx.AsyncBaseTransport):
-    """Refuse every TCP connection that lands on a link-local/cloud metadata address (unless ``egress.allow``
-    names it), checked on the connected socket itself: a DNS name that resolves there (``metadata.google.internal``,
-    a rebinding record, a typo) is caught the same as an address literal, and before a byte is sent.
+class _Backend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend as agentd uses it: every TCP connection is refused if it lands on a link-local/
+    cloud metadata address (unless ``egress.allow`` names it), and every stream writes a request in one piece
+    (:class:`~agentd.transport.corked.CorkedStream`).
 
-    httpcore reports each new connection to the request's ``trace`` extension; the check closes the stream and
-    raises :class:`MetadataRefused`, which httpx turns into the ordinary :class:`httpx.ConnectError`.
+    The address is checked on the connected socket itself: a DNS name that resolves there
+    (``metadata.google.internal``, a rebinding record, a typo) is caught the same as an address literal, and
+    before a byte is sent. :class:`MetadataRefused` is an httpcore connect error, so callers see the ordinary
+    :class:`httpx.ConnectError` (with it as the cause).
     """
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, policy: EgressPolicy) -> None:
+    __slots__ = ("_inner", "_policy")
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, policy: EgressPolicy) -> None:
         self._inner = inner
         self._policy = policy
 
-    async def _trace(self, event: str, info: dict[str, object]) -> None:
-        if event != "connection.connect_tcp.complete":
-            return
-        stream = info.get("return_value")
-        get_extra_info = getattr(stream, "get_extra_info", None)
-        peer = get_extra_info("server_addr") if get_extra_info is not None else None
-        if not isinstance(peer, tuple) or not peer:
-            return
-        try:
-            address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
-        except ValueError:
-            return
-        if classify_address(address, self._policy, loopback_ok=True) != "metadata":
-            return
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
+    async def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        address = _metadata_address(stream.get_extra_info("server_addr"), self._policy)
+        if address is not None:
             with trio.CancelScope(shield=True):
-                await aclose()
-        raise MetadataRefused(
-            f"refused to connect to {address}: a link-local/cloud metadata address "
-            "(list it in the config file's egress.allow to use it)"
-        )
+                await stream.aclose()
+            raise MetadataRefused(
+                f"refused to connect to {address}: a link-local/cloud metadata address "
+                "(list it in the config file's egress.allow to use it)"
+            )
+        return CorkedStream(stream)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request.extensions = {**request.extensions, "trace": self._trace}
-        return await self._inner.handle_async_request(request)
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        return CorkedStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _metadata_address(peer: object, policy: EgressPolicy) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The connected peer's address when it is a metadata address ``policy`` does not allow, else None."""
+    if not isinstance(peer, tuple) or not peer:
+        return None
+    try:
+        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+    except ValueError:
+        return None
+    return address if classify_address(address, policy, loopback_ok=True) == "metadata" else None
 
 
 def new_client(
@@ -190,18 +204,19 @@ def new_client(
     if limits is None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=32)
     proxies = ProxyEnv.from_environ(os.environ if environ is None else environ)
-    inner: httpx.AsyncBaseTransport
+    policy = EgressPolicy() if egress is None else egress
+    transport: httpx.AsyncBaseTransport
     if proxies.active and isinstance(context, ssl.SSLContext):
-        inner = _Routed(proxies, context, limits)
+        transport = _Routed(proxies, context, limits, policy)
     else:
-        inner = _http_transport(verify=context, limits=limits)
+        transport = _http_transport(policy, verify=context, limits=limits)
     return httpx.AsyncClient(
         verify=context,
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(None),
         limits=limits,
-        transport=_MetadataGuard(inner, EgressPolicy() if egress is None else egress),
+        transport=transport,
     )
 
 
