@@ -73,10 +73,17 @@ async def kept_serving(
     verify: ssl.SSLContext | bool = True,
     headers: dict[str, str] | None = None,
     max_gap: float = 3.0,
+    keepalive_expiry: float = 0.2,
 ) -> AsyncIterator[Probe]:
-    """Yield a :class:`Probe` whose background client is served throughout; assert so at exit."""
+    """Yield a :class:`Probe` whose background client is served throughout; assert so at exit.
+
+    Like any well-behaved client, the probe does not reuse a connection that idled close to the server's idle
+    limit (as short as 0.5 s in some tests): on a loaded machine its loop can stall that long, and a request
+    sent just as the server closes the idle connection fails without the server having done anything wrong.
+    """
     probe = Probe()
-    async with httpx.AsyncClient(verify=verify, timeout=max_gap) as client:
+    limits = httpx.Limits(keepalive_expiry=keepalive_expiry)
+    async with httpx.AsyncClient(verify=verify, timeout=max_gap, limits=limits) as client:
         peer = LegacyPeer(client, url, headers=headers)
         with trio.fail_after(max_gap * 2):
             await peer.initialize()
