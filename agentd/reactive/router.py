@@ -117,11 +117,18 @@ class Router:
         self._idle.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the per-URI tasks; runs until cancelled (drain first with :meth:`close`)."""
+        """Own the per-URI tasks; runs until cancelled (drain first with :meth:`close`).
+
+        Updates arrive on the MCP connections' own tasks (agentd.reactive.watch), which may outlive this one:
+        once it is ending, a late update is counted as dropped instead of meeting a closed nursery.
+        """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
-            await trio.sleep_forever()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
 
     def notify(self, uri: str, server: str | None = None) -> None:
         """An update for ``uri`` arrived. Never blocks; folds into a pending wake when there is one."""

@@ -209,3 +209,34 @@ async def test_a_saturated_router_batches_waiting_uris_into_one_wake(autojump_cl
     assert reads == {"a": [1], "b": [1], "c": [1, 2], "d": [1], "e": [1]}
     assert router.stats.batched == 2 + (len(woken[2]) - 1)
     assert router.stats.wakes == len(woken)
+
+
+async def test_an_update_after_the_router_stopped_is_dropped_not_raised(autojump_clock: trio.abc.Clock) -> None:
+    """Updates arrive on the MCP connections' own tasks, which may outlive the router: one that lands while the
+    router is ending (its nursery waiting for a wake's shielded cleanup), or after, is counted as dropped. It must
+    not raise into the connection's task."""
+
+    async def wake(wake: Wake) -> None:
+        try:
+            await trio.sleep(10.0)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(2.0)  # cleanup the router's nursery waits for as it closes
+
+    router = Router(wake, debounce=0.25)
+    late: list[int] = []
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(router.run)
+            router.notify("a", "srv")
+
+            async def late_update() -> None:
+                await trio.sleep(1.0)  # the router is ending, waiting for the wake's cleanup
+                router.notify("b", "srv")
+                late.append(router.stats.dropped)
+
+            outer.start_soon(late_update)
+            await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+        router.notify("c", "srv")  # after it ended
+    assert late == [1] and router.stats.dropped == 2
