@@ -42,7 +42,7 @@ def test_default_context_is_built_once_and_trusts_the_system_store(fresh_cache: 
     assert tls.default_context() is first
     assert first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname
     assert first.cert_store_stats()["x509_ca"] > 50  # the OS store (certifi's bundle only without one)
-    assert http_client.new_client()._transport._inner._pool._ssl_context is first  # type: ignore[attr-defined]
+    assert http_client.new_client()._transport._pool._ssl_context is first  # type: ignore[attr-defined]
 
 
 def test_plain_context_trusts_nothing_but_still_verifies(fresh_cache: None) -> None:
