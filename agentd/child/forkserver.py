@@ -238,6 +238,7 @@ def serve_forks(sock_fd: int) -> int:
             conn.close()
 
     ready = json.dumps({"ready": os.getpid()}).encode()  # the same greeting for every forked child
+    envs = _Environments()
     root.send(ready)
     while True:
         events = poller.poll(-1 if parent_fd is not None else 1.0)
@@ -278,7 +279,7 @@ def serve_forks(sock_fd: int) -> int:
                     return 0  # the supervisor closed its end: our children follow us via PDEATHSIG
                 drop(asker)  # that child is ending; its own children watch it and end themselves
                 continue
-            forked = _fork_one(data, fds, asker, ready, poller, watched, conns)
+            forked = _fork_one(data, fds, asker, ready, envs, poller, watched, conns)
             if isinstance(forked, str):
                 tell(conn, {"error": forked})
                 continue
@@ -289,18 +290,18 @@ def serve_forks(sock_fd: int) -> int:
                 pass
 
 
-def _fork_one(data: bytes, fds: list[int], asker: int | None, ready: bytes, poller: select.epoll,
-              watched: dict[int, tuple[socket.socket, int | None] | None], conns: dict[int, socket.socket]
-              ) -> int | str:
+def _fork_one(data: bytes, fds: list[int], asker: int | None, ready: bytes, envs: _Environments,
+              poller: select.epoll, watched: dict[int, tuple[socket.socket, int | None] | None],
+              conns: dict[int, socket.socket]) -> int | str:
     """Fork one child for a request: its pid, or why not (the ``error`` reply's text).
 
     Every page this writes between two forks is copied (copy-on-write) while the last child shares it: the
     replies are pre-encoded and the child's descriptors are closed by range, not by walking the server's.
     """
     try:
-        env = json.loads(data)["env"]
-        if len(fds) != 3 or not isinstance(env, dict):
+        if len(fds) != 3:
             raise ValueError("a spawn request carries an env object and three descriptors")
+        change = envs.change(data)
     except (ValueError, KeyError, TypeError) as exc:
         for fd in fds:
             os.close(fd)
@@ -323,7 +324,7 @@ def _fork_one(data: bytes, fds: list[int], asker: int | None, ready: bytes, poll
                 end.close()
         return f"fork failed: {exc.strerror or type(exc).__name__}"
     if pid == 0:
-        _become_child(fds, env, theirs.detach(), asker, asker_fd)
+        _become_child(fds, change, theirs.detach(), asker, asker_fd)
     for fd in (*fds, *([] if asker_fd is None else [asker_fd])):
         os.close(fd)
     theirs.close()
@@ -346,7 +347,34 @@ def _close_all_but(*keep: int) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # one close_range(2) call on Linux >= 5.9
 
 
-def _become_child(fds: list[int], env: dict[str, str], forks_fd: int, asker: int | None,
+#: What a child changes in the server's environment to get the one asked for: the names to remove, the
+#: variables to set.
+EnvChange = tuple[tuple[str, ...], dict[str, str]]
+
+
+class _Environments:
+    """The environment change each request asks for, kept for the last request body seen: a supervisor sends
+    the same environment with every spawn, so a burst decodes it once, and each child applies the few
+    differences from the server's own environment instead of rebuilding ``os.environ`` (~0.3 ms of each
+    child's start, most of it ``os.environ``'s Python layers and the pages they touch)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[bytes, EnvChange] | None = None
+
+    def change(self, data: bytes) -> EnvChange:
+        """The change for a request body; raises ValueError, KeyError or TypeError for a malformed one."""
+        if self._last is not None and self._last[0] == data:
+            return self._last[1]
+        env = json.loads(data)["env"]
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ValueError("a spawn request carries an env object of strings and three descriptors")
+        ours = dict(os.environ)
+        change = (tuple(k for k in ours if k not in env), {k: v for k, v in env.items() if ours.get(k) != v})
+        self._last = (data, change)
+        return change
+
+
+def _become_child(fds: list[int], change: EnvChange, forks_fd: int, asker: int | None,
                   asker_fd: int | None) -> None:
     code = 1
     try:
@@ -356,8 +384,10 @@ def _become_child(fds: list[int], env: dict[str, str], forks_fd: int, asker: int
             os.dup2(fd, target)
         _close_all_but(forks_fd, *(() if asker_fd is None else (asker_fd,)))
         os.setsid()
-        os.environ.clear()
-        os.environ.update(env)
+        drop, put = change  # os.environ becomes exactly the environment asked for
+        for name in drop:
+            del os.environ[name]
+        os.environ.update(put)
         os.environ["AGENTD_FORKED"] = "1"  # the fork server is single-threaded: PDEATHSIG is sound here
         #: This child's own connection to the server: its nested supervisor forks its children there.
         os.environ[FORKS_ENV] = str(forks_fd)

@@ -306,3 +306,33 @@ def test_the_fork_server_backs_its_heap_with_huge_pages_and_keeps_every_byte():
     assert report["same"]
     # Where the kernel can (Linux >= 6.1, THP built in), what was collapsed is mapped huge.
     assert report["collapsed"] == 0 or report["huge_kib"] >= 2048
+
+
+def test_a_forked_childs_environment_is_exactly_the_one_its_supervisor_sent():
+    """The server applies to each child only the differences between its own environment and the one the
+    request carries (decoded once per distinct request): the result is that environment, nothing more."""
+    probe = textwrap.dedent("""
+        import json, os
+        from agentd.child.forkserver import _Environments
+
+        os.environ.update({"KEEP": "same", "STALE": "the server's", "CHANGED": "old"})
+        asked = {"KEEP": "same", "CHANGED": "new", "ADDED": "x", "PATH": os.environ.get("PATH", "")}
+        envs = _Environments()
+        body = json.dumps({"env": asked}).encode()
+        first, again = envs.change(body), envs.change(body)
+        drop, put = first
+        for name in drop:
+            del os.environ[name]
+        os.environ.update(put)
+        errors = []
+        for bad in (b'{"env": {"A": 1}}', b'{"env": []}', b'{"nope": {}}', b"not json"):
+            try:
+                envs.change(bad)
+            except (ValueError, KeyError, TypeError) as exc:
+                errors.append(type(exc).__name__)
+        print(json.dumps({"same": dict(os.environ) == asked, "cached": again is first, "put": sorted(put),
+                          "errors": errors}))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == {"same": True, "cached": True, "put": ["ADDED", "CHANGED"],
+                                       "errors": ["ValueError", "ValueError", "KeyError", "JSONDecodeError"]}
