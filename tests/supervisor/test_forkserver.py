@@ -264,6 +264,8 @@ async def test_a_forked_child_holds_none_of_the_servers_descriptors_however_many
             last_pid = sup._nodes[last.handle].pid
             server_pid = sup.statistics().fork_server_pid
             assert first_pid and last_pid and server_pid
+            for view in (first, last):  # a second turn: each child's own tasks have all started by now
+                await sup.send(ROOT, view.handle, "again")
             servers = set(_descriptors(server_pid))
             mine = _descriptors(last_pid)
             assert len(mine) == len(_descriptors(first_pid))
