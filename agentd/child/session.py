@@ -85,9 +85,7 @@ async def _session(channel: ControlChannel, forks: int | None, runner: TurnRunne
     metrics.disable()  # a forked child starts with nothing of its parent's
     if payload.telemetry.get("metrics"):  # the root counts the tree: hand it our observations
         metrics.collect_deltas()
-    ready = Ready(pid=os.getpid())
-    if not channel.send_nowait(ready):  # a plain write when it cannot block (nothing else runs yet)
-        await channel.send(ready)
+    await channel.send(Ready(pid=os.getpid()))
     session = _Session(payload, channel, runner or _pick_runner(payload), forks)
     return await session.run()
 
@@ -151,8 +149,8 @@ class _Session:
             if result is None:
                 return
             try:
-                # Through the stream's checkpoint: the session's own tasks (the SIGTERM handler, the parent
-                # watch) have all started before the parent sees the first result.
+                # Through the stream's checkpoint (not a plain write): the session's own tasks (SIGTERM
+                # handler, parent watch) have all started before the parent sees the first result.
                 await self.channel.send(result)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
