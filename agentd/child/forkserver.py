@@ -217,6 +217,9 @@ def serve_forks(sock_fd: int) -> int:
         watched[parent_fd] = None
     for fd in watched:
         poller.register(fd, select.EPOLLIN)
+    #: The highest descriptor the server has opened so far: a child closes the server's up to it (a bound, so
+    #: that where ``close_range`` is missing ``os.closerange`` does not walk the whole descriptor limit).
+    top = max(*watched, wake_w, poller.fileno())
     expected = expected_parent()
     #: Each forked child's own connection (it asks for its children there), by the child's pid.
     conns: dict[int, socket.socket] = {}
@@ -279,11 +282,12 @@ def serve_forks(sock_fd: int) -> int:
                     return 0  # the supervisor closed its end: our children follow us via PDEATHSIG
                 drop(asker)  # that child is ending; its own children watch it and end themselves
                 continue
-            forked = _fork_one(data, fds, asker, ready, envs, poller, watched, conns)
+            forked = _fork_one(data, fds, asker, ready, envs, poller, watched, conns, top)
             if isinstance(forked, str):
                 tell(conn, {"error": forked})
                 continue
             asked_by[forked] = conn
+            top = max(top, conns[forked].fileno())
             try:
                 conn.send(b'{"spawned": %d}' % forked)  # what tell() would send, without the encoder
             except OSError:
@@ -292,7 +296,7 @@ def serve_forks(sock_fd: int) -> int:
 
 def _fork_one(data: bytes, fds: list[int], asker: int | None, ready: bytes, envs: _Environments,
               poller: select.epoll, watched: dict[int, tuple[socket.socket, int | None] | None],
-              conns: dict[int, socket.socket]) -> int | str:
+              conns: dict[int, socket.socket], top: int) -> int | str:
     """Fork one child for a request: its pid, or why not (the ``error`` reply's text).
 
     Every page this writes between two forks is copied (copy-on-write) while the last child shares it: the
@@ -324,7 +328,8 @@ def _fork_one(data: bytes, fds: list[int], asker: int | None, ready: bytes, envs
                 end.close()
         return f"fork failed: {exc.strerror or type(exc).__name__}"
     if pid == 0:
-        _become_child(fds, change, theirs.detach(), asker, asker_fd)
+        highest = max(top, *fds, mine.fileno(), theirs.fileno(), asker_fd or 0)
+        _become_child(fds, change, theirs.detach(), asker, asker_fd, highest)
     for fd in (*fds, *([] if asker_fd is None else [asker_fd])):
         os.close(fd)
     theirs.close()
@@ -334,17 +339,18 @@ def _fork_one(data: bytes, fds: list[int], asker: int | None, ready: bytes, envs
     return pid
 
 
-def _close_all_but(*keep: int) -> None:
-    """Close every descriptor above 2 except ``keep``: the server's own (its sockets to the supervisor and to
-    every other forked child, its selector, its wake-up pipe, the parent's pidfd) and the pipe ends just
-    moved to 0-2. A few ``close_range`` calls whatever the number of live children, and no Python object of
-    the server touched (closing each by name cost each child ~1 µs and a copied page per sibling)."""
+def _close_all_but(keep: tuple[int, ...], top: int) -> None:
+    """Close every descriptor from 3 to ``top`` except ``keep``: the server's own (its sockets to the
+    supervisor and to every other forked child, its poller, its wake-up pipe, the parent's pidfd) and the pipe
+    ends just moved to 0-2. A few ``close_range`` calls (Linux >= 5.9) whatever the number of live children,
+    and no Python object of the server touched (closing each by name cost each child ~1 µs and a copied page
+    per sibling)."""
     low = 3
     for fd in sorted(keep):
         if fd >= low:
             os.closerange(low, fd)
             low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # one close_range(2) call on Linux >= 5.9
+    os.closerange(low, top + 1)
 
 
 #: What a child changes in the server's environment to get the one asked for: the names to remove, the
@@ -375,14 +381,14 @@ class _Environments:
 
 
 def _become_child(fds: list[int], change: EnvChange, forks_fd: int, asker: int | None,
-                  asker_fd: int | None) -> None:
+                  asker_fd: int | None, top: int) -> None:
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for target, fd in enumerate(fds):  # the server's own 0-2 are /dev/null: every received end is above 2
             os.dup2(fd, target)
-        _close_all_but(forks_fd, *(() if asker_fd is None else (asker_fd,)))
+        _close_all_but((forks_fd, *(() if asker_fd is None else (asker_fd,))), top)
         os.setsid()
         drop, put = change  # os.environ becomes exactly the environment asked for
         for name in drop:
