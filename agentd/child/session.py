@@ -149,6 +149,8 @@ class _Session:
             if result is None:
                 return
             try:
+                # Through the stream's checkpoint (not a plain write): the session's own tasks (SIGTERM
+                # handler, parent watch) have all started before the parent sees the first result.
                 await self.channel.send(result)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return

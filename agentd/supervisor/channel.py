@@ -50,7 +50,7 @@ class ControlChannel:
 
     async def send(self, message: Message) -> None:
         """Send one message. Raises ``trio.BrokenResourceError``/``ClosedResourceError`` if the pipe is gone."""
-        data = encode_frame(to_frame(message), max_frame=self.max_frame)
+        data = _encode(message, self.max_frame)
         async with self._send_lock:
             await self.send_stream.send_all(data)
 
@@ -66,7 +66,7 @@ class ControlChannel:
             self._pipe = _is_pipe(self.send_stream)
         if not self._pipe or self._send_lock.locked():
             return False
-        data = _seq_frame(message, self.max_frame) or encode_frame(to_frame(message), max_frame=self.max_frame)
+        data = _seq_frame(message, self.max_frame) or _encode(message, self.max_frame)
         if len(data) > select.PIPE_BUF:
             return False
         assert isinstance(self.send_stream, trio.lowlevel.FdStream)
@@ -160,6 +160,13 @@ def _is_pipe(stream: trio.abc.SendStream) -> bool:
         return fd >= 0 and stat.S_ISFIFO(os.fstat(fd).st_mode)
     except OSError:
         return False
+
+
+def _encode(message: Message, max_frame: int) -> bytes:
+    try:
+        return encode_frame(to_frame(message), max_frame=max_frame)
+    except TypeError:  # an attrs value inside a field: converted as attrs.asdict does
+        return encode_frame(to_frame(message, deep=True), max_frame=max_frame)
 
 
 def _seq_frame(message: Message, max_frame: int) -> bytes | None:

@@ -24,7 +24,7 @@ class FrameError(ValueError):
 
 def encode_frame(obj: Mapping[str, Any], *, max_frame: int = MAX_FRAME) -> bytes:
     """One frame for ``obj``; refuses to build a frame the peer would have to reject."""
-    return frame_of(json_text.dumps_utf8(obj, separators=(",", ":")), max_frame=max_frame)
+    return frame_of(json_text.compact_utf8(obj), max_frame=max_frame)  # dumps_utf8's bytes, one encoder
 
 
 def frame_of(body: bytes, *, max_frame: int = MAX_FRAME) -> bytes:

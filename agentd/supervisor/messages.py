@@ -182,9 +182,26 @@ _TYPES: dict[str, type[Any]] = {
 }
 
 
-def to_frame(message: Message) -> dict[str, Any]:
-    params = attrs.asdict(message, recurse=True)
+#: Each message class's field names (and the run payload's), in ``attrs.asdict`` order.
+_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(field.name for field in attrs.fields(cls)) for cls in (*_TYPES.values(), RunPayload)
+}
+
+
+def to_frame(message: Message, *, deep: bool = False) -> dict[str, Any]:
+    """The frame of ``message``. Its fields are taken as they are (the run payload's too), not copied by
+    ``attrs.asdict``: the same JSON for JSON-shaped values, ~5x less work for a spawn's payload. ``deep``
+    converts like ``attrs.asdict`` (an attrs value nested in a field), for a frame that JSON refused."""
+    params = attrs.asdict(message, recurse=True) if deep else _fields_of(message)
     return {"jsonrpc": "2.0", "method": message.METHOD, "params": params}
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    params = {}
+    for name in _FIELDS[type(value)]:
+        field = getattr(value, name)
+        params[name] = _fields_of(field) if type(field) in _FIELDS else field
+    return params
 
 
 def from_frame(frame: dict[str, Any]) -> Message:

@@ -228,3 +228,113 @@ def test_the_fork_server_rehearses_a_child_session_and_leaves_nothing_behind_to_
                           check=True)
     assert json.loads(done.stdout) == {"before": [False] * 3, "after": [True] * 3, "threads": 1, "fds": True,
                                        "sigterm": True, "wakeup_fd": -1}
+
+
+def _descriptors(pid: int) -> list[str]:
+    """What each of ``pid``'s descriptors refers to (``socket:[inode]``, ``pipe:[inode]``, a path...)."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass  # closed meanwhile
+    return found
+
+
+def _caught_signals(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return int(line.split()[1], 16)
+    raise AssertionError("no SigCgt line")
+
+
+async def test_a_forked_child_holds_none_of_the_servers_descriptors_however_many_siblings_it_has(root):
+    # The server holds a socket per live forked child; a new child closes all of them (by range) and keeps
+    # only its pipes, its own connection and what its own loop opened: the tenth child has no more
+    # descriptors than the first, and none of the server's.
+    with trio.fail_after(60):
+        async with root(fork_server=True, max_children=16, max_subagents=16, spawn_burst=16) as sup:
+            first = await sup.spawn(ROOT, req(["echo"], warm=True))
+            first_pid = sup._nodes[first.handle].pid
+            for _ in range(8):
+                assert not isinstance(await sup.spawn(ROOT, req(["echo"], warm=True)), Refusal)
+            last = await sup.spawn(ROOT, req(["echo"], warm=True))
+            assert not isinstance(last, Refusal), last.message
+            last_pid = sup._nodes[last.handle].pid
+            server_pid = sup.statistics().fork_server_pid
+            assert first_pid and last_pid and server_pid
+            for view in (first, last):  # a second turn: each child's own tasks have all started by now
+                await sup.send(ROOT, view.handle, "again")
+            servers = set(_descriptors(server_pid))
+            mine = _descriptors(last_pid)
+            assert len(mine) == len(_descriptors(first_pid))
+            # The child's connection to the server is the other end of a pair: its inode is its own.
+            assert not servers & {d for d in mine if d.startswith(("socket:", "pipe:"))}
+
+
+async def test_a_forked_child_leaves_sigint_at_its_default(root):
+    # No terminal's Ctrl-C reaches a forked child (its own session) and the ladder stops it with SIGTERM and
+    # SIGKILL: its loop installs no SIGINT handler (trio's KeyboardInterrupt machinery skipped at its start),
+    # while it still catches SIGTERM (the ladder's polite rung).
+    with trio.fail_after(40):
+        async with root(fork_server=True) as sup:
+            view = await sup.spawn(ROOT, req(["echo"], warm=True))
+            caught = _caught_signals(sup._nodes[view.handle].pid)
+    assert not caught & (1 << (signal.SIGINT - 1))
+    assert caught & (1 << (signal.SIGTERM - 1))
+
+
+def test_the_fork_server_backs_its_heap_with_huge_pages_and_keeps_every_byte():
+    """``_huge_pages`` collapses the server's anonymous memory into 2 MiB pages where whole aligned ranges
+    allow (fork then copies one page-table entry per 2 MiB instead of 512): the memory reads back the same."""
+    probe = textwrap.dedent("""
+        import hashlib, json
+        from agentd.child import forkserver
+
+        blocks = [bytearray(hashlib.sha256(b"%d" % i).digest() * 32768) for i in range(4)]  # 4 x 1 MiB
+        digest = [hashlib.sha256(b).hexdigest() for b in blocks]
+        collapsed = forkserver._huge_pages()
+        huge = 0
+        with open("/proc/self/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("AnonHugePages:"):
+                    huge = int(line.split()[1])
+        print(json.dumps({"collapsed": collapsed, "huge_kib": huge,
+                          "same": digest == [hashlib.sha256(b).hexdigest() for b in blocks]}))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    report = json.loads(done.stdout)
+    assert report["same"]
+    # Where the kernel can (Linux >= 6.1, THP built in), what was collapsed is mapped huge.
+    assert report["collapsed"] == 0 or report["huge_kib"] >= 2048
+
+
+def test_a_forked_childs_environment_is_exactly_the_one_its_supervisor_sent():
+    """The server applies to each child only the differences between its own environment and the one the
+    request carries (decoded once per distinct request): the result is that environment, nothing more."""
+    probe = textwrap.dedent("""
+        import json, os
+        from agentd.child.forkserver import _Environments
+
+        os.environ.update({"KEEP": "same", "STALE": "the server's", "CHANGED": "old"})
+        asked = {"KEEP": "same", "CHANGED": "new", "ADDED": "x", "PATH": os.environ.get("PATH", "")}
+        envs = _Environments()
+        body = json.dumps({"env": asked}).encode()
+        first, again = envs.change(body), envs.change(body)
+        drop, put = first
+        for name in drop:
+            del os.environ[name]
+        os.environ.update(put)
+        errors = []
+        for bad in (b'{"env": {"A": 1}}', b'{"env": []}', b'{"nope": {}}', b"not json"):
+            try:
+                envs.change(bad)
+            except (ValueError, KeyError, TypeError) as exc:
+                errors.append(type(exc).__name__)
+        print(json.dumps({"same": dict(os.environ) == asked, "cached": again is first, "put": sorted(put),
+                          "errors": errors}))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == {"same": True, "cached": True, "put": ["ADDED", "CHANGED"],
+                                       "errors": ["ValueError", "ValueError", "KeyError", "JSONDecodeError"]}

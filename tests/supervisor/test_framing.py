@@ -1,6 +1,7 @@
 import json
 import struct
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -81,6 +82,35 @@ def test_messages_roundtrip():
                     Result(status="completed", result={"a": [1]}), Admit(ref=1, caller="0.1", tool_scope=None),
                     MetricsDelta(depth=2, observations=[["step", 10, 5], ["tool", "fs", "result"]])]:
         assert from_frame(json.loads(json.dumps(to_frame(message)))) == message
+
+
+@given(json_values, json_values)
+def test_a_frame_is_the_same_json_as_attrs_asdict_makes(config, result):
+    # to_frame takes fields as they are (no deep copy): byte for byte what attrs.asdict + json gave.
+    payload = RunPayload(handle="0.1", depth=1, instruction="i", context=[result], config={"x": config},
+                         supervision={"graces": {"cancel": 1.5}}, test={"steps": [["echo"]]})
+    for message in [Spawn(payload), Result(status="completed", result=result), Usage(prompt_tokens=2)]:
+        assert encode_frame(to_frame(message)) == encode_frame(to_frame(message, deep=True))
+        assert encode_frame(to_frame(message, deep=True)) == encode_frame(
+            {"jsonrpc": "2.0", "method": message.METHOD, "params": attrs.asdict(message)})
+
+
+async def test_a_result_json_cannot_take_as_it_is_goes_out_as_attrs_asdict_converts_it():
+    # An attrs value inside a turn's result: JSON refuses it, so the channel falls back to the deep
+    # conversion instead of failing the send.
+    import trio
+
+    from agentd.supervisor.channel import ControlChannel
+
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    sender, receiver = ControlChannel(send, trio.testing.MemoryReceiveStream()), ControlChannel(
+        trio.testing.MemorySendStream(), receive)
+    message = Result(status="completed", result={"tags": ["b"], "usage": Usage(prompt_tokens=1)})
+    await sender.send(message)
+    await send.aclose()
+    got = await receiver.receive()
+    assert got == Result(status="completed", result={"tags": ["b"], "usage": {"prompt_tokens": 1,
+                                                                               "completion_tokens": 0}})
 
 
 def test_payload_repr_hides_secrets():
