@@ -26,7 +26,8 @@ from agentd.supervisor.forkserver import FORKS_ENV, MESSAGE_SIZE
 #: Everything a child's turn may touch, including what the daemon imports lazily per run: each import
 #: here is time no forked child pays again.
 PREIMPORT = (
-    "agentd.run", "agentd.client", "agentd.intelligence", "agentd.secrets", "agentd.transport.http_client",
+    "agentd.run", "agentd.client", "agentd.intelligence", "agentd.intelligence.failover",
+    "agentd.intelligence.gateway", "agentd.backoff", "agentd.secrets", "agentd.transport.http_client",
     "agentd.transport.tls",
     "agentd.child.session", "agentd.child.turn", "agentd.child.scripted",
     "agentd.supervisor.graph", "agentd.supervisor.supervisor", "agentd.supervisor.tools",

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import trio
@@ -338,3 +339,32 @@ def test_a_forked_childs_environment_is_exactly_the_one_its_supervisor_sent():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(done.stdout) == {"same": True, "cached": True, "put": ["ADDED", "CHANGED"],
                                        "errors": ["ValueError", "ValueError", "KeyError", "JSONDecodeError"]}
+
+
+def test_a_real_turn_imports_nothing_of_agentd_or_httpx_after_the_fork_servers_preimports():
+    """Whatever a real child's turn imports on its way to its first model request is imported once by the fork
+    server, not by every forked child (the model client's modules alone were ~20 ms of each child's CPU)."""
+    probe = textwrap.dedent("""
+        import json, sys, trio
+        from agentd.child import forkserver
+        forkserver._preimport()
+        from tests.peers.gateway import scripted_gateway, text
+
+        async def main():
+            async with scripted_gateway(default=text("done")) as gw:
+                from agentd.config.model import Config
+                from agentd.events import null_log
+                from agentd.run import run_config
+                before = set(sys.modules)
+                result = await run_config(Config(instruction="hi", intelligence=(gw.url,)), run_id="r",
+                                          log=null_log())
+                new = sorted(m for m in set(sys.modules) - before
+                             if m.split(".")[0] in ("agentd", "httpx", "httpcore", "h11", "trio", "attr", "cattrs"))
+                print(json.dumps({"status": result.status.value, "imported": new}))
+
+        trio.run(main)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTD_PARENT_PID", "AGENTD_FORKED")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env,
+                          check=True, cwd=Path(__file__).resolve().parents[2])
+    assert json.loads(done.stdout) == {"status": "completed", "imported": []}
