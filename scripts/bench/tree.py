@@ -324,8 +324,8 @@ def report(depth: dict[str, dict[str, dict[int, list[float]]]], wide: dict[str, 
         f"Command: `.venv/bin/python scripts/bench/tree.py --runs {args.runs} --hubs {args.hubs} --leaves "
         f"{args.leaves} --rate-children {args.rate_children} --idle {args.idle:g} --write` (2-core VM, "
         f"{time.strftime('%Y-%m-%d')}, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f} at the "
-        "end). **To be re-measured on a quiet machine**: other sessions loaded it, so wall times are upper bounds; "
-        "the CPU and memory rows depend little on load.",
+        "end; a load above 2 means other work shared the machine and the wall times are upper bounds). The CPU and "
+        "memory rows depend little on load.",
         "",
         "Spawn → first model request at each depth, real-loop children, ms (median of "
         f"{args.runs}; depth d counts from the gateway's spawn reply to depth d-1):",
