@@ -369,7 +369,12 @@ class TreeLedger:
         over = tree if is_served_root(handle) and not self.draining else None
         if over is not None:
             self._books.pop(over, None)  # its count stays (``tree_tokens``), like a wake's
-        for h in [h for h in self._live if is_within(h, handle)]:
+        # Children end before their parents (the nursery tree), so an ending subagent has none live, and a wide
+        # tree's hundreds of endings each cost O(1); a subtree still recorded under it is swept as one.
+        under = [handle] if self._children.get(handle, 0) == 0 else [h for h in self._live if is_within(h, handle)]
+        for h in under:
+            if h not in self._live:
+                continue
             del self._live[h]
             parent = parent_of(h)
             if parent is not None:
