@@ -324,12 +324,12 @@ async def open_state(state_dir: str | None, *, log: EventLog, keep_for: float = 
         return
     from agentd.journal.errors import JournalError
     from agentd.journal.sqlite import open_journal  # sqlite3: only for a daemon with a state directory
-    from agentd.journal.store import Retention
+    from agentd.journal.store import KEPT_RUNS, Retention
 
     opened = False
     try:
         async with open_journal(state_dir) as journal:
-            pruned = await journal.prune(Retention.of(keep_for, keep_runs))
+            pruned = await journal.prune(Retention.of(keep_for, keep_runs, await journal.get_state(KEPT_RUNS)))
             unfinished = [r.run_id for r in await journal.unfinished_runs()]
             await _drop_finished_budgets(journal, set(unfinished))
             log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)

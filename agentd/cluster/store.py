@@ -201,6 +201,7 @@ class PgJournal:
                     doomed.update(r[0] for r in conn.execute(
                         "SELECT run_id FROM agentd_runs WHERE ended_at IS NOT NULL "
                         "ORDER BY ended_at DESC, run_id DESC OFFSET %s", (retention.keep_runs,)))
+                doomed -= retention.keep
                 if doomed:
                     ids = sorted(doomed)
                     conn.execute("DELETE FROM agentd_entries WHERE run_id = ANY(%s)", (ids,))

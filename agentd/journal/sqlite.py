@@ -251,6 +251,7 @@ class JournalFile:
                 doomed.update(r[0] for r in self.conn.execute(
                     "SELECT run_id FROM runs WHERE ended_at IS NOT NULL ORDER BY ended_at DESC, run_id DESC "
                     "LIMIT -1 OFFSET ?", (retention.keep_runs,)))  # fmt: skip
+            doomed -= retention.keep
             for run_id in doomed:
                 self.conn.execute("DELETE FROM entries WHERE run_id = ?", (run_id,))
                 self.conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))

@@ -32,15 +32,22 @@ DEFAULT_KEEP_DAYS: Final = JOURNAL_KEEP_FOR / 86400
 DEFAULT_KEEP_RUNS: Final = JOURNAL_KEEP_RUNS
 
 
+#: The state namespace naming finished runs a live part still reads (a ``--continue`` session's turns: each turn
+#: refers to the earlier ones): each key holds a list of run ids, and retention never removes those runs.
+KEPT_RUNS: Final = "journal.kept_runs"
+
+
 @attrs.frozen
 class Retention:
-    """Which finished runs to keep: those younger than ``keep_days`` AND among the ``keep_runs`` newest.
+    """Which finished runs to keep: those younger than ``keep_days`` AND among the ``keep_runs`` newest, and
+    always those in ``keep`` (named under :data:`KEPT_RUNS`).
 
     ``None`` disables that bound. Unfinished runs are always kept.
     """
 
     keep_days: float | None = DEFAULT_KEEP_DAYS
     keep_runs: int | None = DEFAULT_KEEP_RUNS
+    keep: frozenset[str] = frozenset()
 
     def __attrs_post_init__(self) -> None:
         if self.keep_days is not None and self.keep_days < 0:
@@ -49,9 +56,12 @@ class Retention:
             raise ConfigError(f"journal retention: keep_runs must be >= 0, not {self.keep_runs}")
 
     @classmethod
-    def of(cls, keep_for: float, keep_runs: int) -> Retention:
-        """From the flags' values (``--journal-keep-for`` seconds, ``--journal-keep-runs``): 0 is no bound."""
-        return cls(keep_days=keep_for / 86400 if keep_for else None, keep_runs=keep_runs or None)
+    def of(cls, keep_for: float, keep_runs: int, kept: Mapping[str, Any] | None = None) -> Retention:
+        """From the flags' values (``--journal-keep-for`` seconds, ``--journal-keep-runs``): 0 is no bound; and the
+        :data:`KEPT_RUNS` state (anything but lists of run ids in it is ignored)."""
+        keep = frozenset(run_id for ids in (kept or {}).values() if isinstance(ids, list)
+                         for run_id in ids if isinstance(run_id, str))
+        return cls(keep_days=keep_for / 86400 if keep_for else None, keep_runs=keep_runs or None, keep=keep)
 
 
 @attrs.frozen

@@ -107,6 +107,8 @@ class ConversationSession:
         if result is not None:
             self.history.append(Turn(result.run_id, job.instruction, answer_of(result.result)))
             del self.history[: max(0, len(self.history) - MAX_SEED_TURNS)]
+            # Journal retention must not remove a turn the next one is seeded from (a restart restores them).
+            await self.runs.keep_runs("continue", [turn.run_id for turn in self.history])
         return result
 
 

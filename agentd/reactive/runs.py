@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, Literal
 
@@ -22,7 +22,7 @@ import trio
 
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
-from agentd.journal.store import JournalStore
+from agentd.journal.store import KEPT_RUNS, JournalStore
 from agentd.loop.budgets import Limits
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
@@ -274,6 +274,11 @@ class DaemonRuns:
         log.info("mcp.subscribe", uri=sub.uri, action=sub.action, origin="self", applied=True, cluster=True)
 
     # --- durable daemon state (--state-dir) ---
+
+    async def keep_runs(self, key: str, run_ids: Sequence[str]) -> None:
+        """Retention keeps these finished runs, under ``key``, until this is called again for ``key`` (a
+        ``--continue`` session's turns: each later turn refers to them). Nothing without ``--state-dir``."""
+        await self._put(KEPT_RUNS, {key: list(run_ids)}, self.log)
 
     async def _put(self, namespace: str, changes: Mapping[str, Any], log: EventLog) -> bool:
         if self.state is None:

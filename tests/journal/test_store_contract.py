@@ -91,6 +91,24 @@ async def test_prune_by_age_and_count_keeps_unfinished(open_store):
         assert await journal.prune(Retention(keep_days=None, keep_runs=None)) == 0
 
 
+async def test_prune_never_removes_the_runs_the_kept_runs_state_names(open_store):
+    """A ``--continue`` session's earlier turns are named under ``journal.kept_runs``: retention keeps them, however
+    old, and anything but lists of run ids in that state is ignored."""
+    from agentd.journal.store import KEPT_RUNS
+
+    clock = WallClock()
+    async with open_store(clock) as journal:
+        for i in range(5):
+            await journal.append(f"r{i}", [RunStarted("d", "x"), RunEnded("completed")])
+            clock.now += 86400.0
+        await journal.put_state(KEPT_RUNS, {"continue": ["r0", "r2"], "odd": "r1", "odder": [3, None]})
+        retention = Retention.of(0, 1, await journal.get_state(KEPT_RUNS))
+        assert retention.keep == frozenset({"r0", "r2"})
+        assert await journal.prune(retention) == 2  # r1, r3: r4 is the newest, r0 and r2 are kept
+        assert {s.run_id for s in await journal.list_runs()} == {"r0", "r2", "r4"}
+        assert await journal.prune(Retention(keep_days=None, keep_runs=0)) == 3  # named nowhere now: removed
+
+
 async def test_leases_claim_renew_release(open_store):
     clock = WallClock()
     async with open_store(clock) as journal:

@@ -57,3 +57,30 @@ async def test_the_history_keeps_the_last_turns_and_a_turn_without_an_end_answer
         [drained] = await turns_of(journal, ["d.2", "d.gone"])  # a run retention removed is left out
         assert drained == Turn("d.2", "m2", "said m2")
         assert (await restore_session(journal, [])).turns == ()
+
+
+async def test_retention_keeps_the_turns_a_continue_session_is_seeded_from(tmp_path) -> None:
+    """A session's turns are named in the journal's kept-runs state as it goes, so the daemon's retention (here
+    one run) never removes a turn the next one is seeded from: a restart still restores the whole history."""
+    from agentd.events import null_log
+    from agentd.loop.budgets import Limits
+    from agentd.loop.result import RunResult, RunStatus
+    from agentd.reactive.continue_route import ConversationSession
+    from agentd.reactive.runs import DaemonRuns
+    from agentd.run import open_state
+
+    async with open_journal(str(tmp_path)) as journal:
+        async def run_job(job: Any, run_id: str, controls: Any, limits: Any) -> RunResult:
+            await _turn(journal, run_id, job.instruction, seed_runs=job.seed_runs, answer=f"answer {run_id}")
+            return RunResult(run_id=run_id, status=RunStatus.COMPLETED, result=f"answer {run_id}")
+
+        session = ConversationSession(DaemonRuns(run_job, "d", Limits(), state=journal), "I")
+        for message in ("m1", "m2", "m3"):
+            await session.send(message, uri="r://x")
+        await _turn(journal, "d.4", "a fresh wake", seed_runs=None, answer="w")  # newer than every turn
+    async with open_state(str(tmp_path), log=null_log(), keep_for=0, keep_runs=1) as state:
+        assert state is not None
+        assert {s.run_id for s in await state.list_runs()} == {"d.1", "d.2", "d.3", "d.4"}
+        restored = await restore_session(state, ["d.4", "d.3", "d.2", "d.1"])
+        assert [t.run_id for t in restored.turns] == ["d.1", "d.2", "d.3"]
+        assert restored.turns[0].answer == "answer d.1"
