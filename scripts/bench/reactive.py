@@ -334,19 +334,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     start = time.perf_counter()
                     await peer.abump(uri)
                     with trio.fail_after(60):
-                        await done.wait()
+                        while True:
+                            await done.wait()
+                            # This URI's wake. Rarely, another URI's follow-up (an update that landed as its
+                            # wake read) ends first: it is not this wake, so wait on.
+                            mine = next((n for n in range(seen, len(bench.requests))
+                                         if bench.requests[n][1] == uri), None)
+                            if mine is not None:
+                                break
+                            bench.wake_done = done = trio.Event()
                     assert bench.wake_ends > ends
-                    assert len(bench.requests) > seen
                     await trio.sleep(SETTLE)
                     bench.profile = None
                     wake_cpu.append((time.process_time() - cpu0) * 1000)
-                    at, got_uri, _ = bench.requests[seen]
-                    assert got_uri == uri, (got_uri, uri)
+                    at, _, _ = bench.requests[mine]
                     bump_ms.append((at - start) * 1000)
                     notify_ms.append((at - bench.updated[uri][-1]) * 1000)
                     read_ms.append((bench.woken[uri][-1] - bench.updated[uri][-1]) * 1000)
                     run_ms.append((at - bench.woken[uri][-1]) * 1000)
-                    wake_thread_cpu = (bench.requests_cpu[seen] - bench.updated_cpu[uri][-1]) * 1000
+                    wake_thread_cpu = (bench.requests_cpu[mine] - bench.updated_cpu[uri][-1]) * 1000
 
                     cpu0 = time.process_time()
                     await peer.abump(unwatched)  # the side door's CPU, as a wake has it
