@@ -147,6 +147,11 @@ class Tracing:
                     except httpx.HTTPError:
                         self.failed += len(batch)
                         continue
+                    except BaseException:
+                        # Cut off (the exporter cancelled at the end of the run, a flush out of time): the batch
+                        # goes back first in line, for the final flush, not lost with the task that popped it.
+                        self.queue.spans.extendleft(reversed(batch))
+                        raise
                     if response.status_code // 100 == 2:
                         self.exported += len(batch)
                     else:

@@ -89,3 +89,30 @@ async def test_arguments_reach_a_span_only_with_log_content(log_content: bool):
         assert agent.attributes["gen_ai.input.messages"] == "INSTRUCTION-5d1c"
     else:
         assert not any(b"ARG-7f3e" in body or b"INSTRUCTION-5d1c" in body for body in receiver.bodies)
+
+
+async def test_a_batch_whose_export_is_cut_off_goes_out_with_the_next_flush(monkeypatch: pytest.MonkeyPatch):
+    """The exporter pops a batch, then posts it: a post cut off (the run ending under the periodic exporter, a
+    flush out of time) puts the batch back first in line for the final flush instead of losing it."""
+    from tests.telemetry.otlp import Receiver
+
+    answer = Receiver.__call__
+    exports: list[int] = []
+
+    async def first_export_hangs(self: Receiver, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/v1/traces":
+            exports.append(1)
+            if len(exports) == 1:
+                await trio.sleep_forever()
+        await answer(self, scope, receive, send)
+
+    monkeypatch.setattr(Receiver, "__call__", first_export_hangs)
+    async with otlp_receiver() as receiver, scripted_gateway([text("done")]) as gw:
+        telemetry.enable(OtelSettings(traces_endpoint=receiver.url + "/v1/traces"))
+        result = await run_config(Config(instruction="hi", intelligence=(gw.url,)), run_id="r", log=null_log())
+        assert result.status.value == "completed"
+        await telemetry.flush(0.5)  # the receiver holds this export: the flush gives up
+        assert exports == [1] and receiver.spans == []
+        await telemetry.flush(5)
+    assert len(exports) == 2
+    assert {"invoke_agent", "chat"} <= {s.name.split()[0] for s in receiver.spans}
