@@ -34,7 +34,9 @@ def lowest_free(fds: list[int]) -> int:
 
 async def test_served_spawns_release_their_descriptors_and_emfile_is_a_clean_refusal() -> None:
     async with scripted_gateway(default=lambda request: text("done")) as gw:
-        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url]
+        # Nine spawns in a few seconds: above the default spawn-rate burst (8, refilled at 2/s), which a fast
+        # machine reaches before the bucket refills. The rate limit is not what this test is about.
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url, "--spawn-burst", "32"]
         async with agentd_worker(argv) as worker:
             server = McpServerConfig(name="worker", url=worker.url)
             log = EventLog(sink=lambda line: None)
