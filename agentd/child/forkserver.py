@@ -32,8 +32,8 @@ PREIMPORT = (
     "agentd.child.session", "agentd.child.turn", "agentd.child.scripted",
     "agentd.supervisor.graph", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
     "agentd.supervisor.wiring",
-    # Imported lazily by httpx/httpcore on a client's first request (~15 ms of CPU in every child otherwise).
-    "httpcore", "httpcore._backends.auto", "httpcore._backends.trio", "encodings.idna",
+    # httpcore (its trio backend is the one agentd passes its pools) and what httpx imports on a first request.
+    "httpcore", "encodings.idna",
 )
 
 

@@ -28,6 +28,7 @@ from agentd.mcp.sse import SseDecoder, SseError
 from agentd.mcp.streamable_http import Body, classify
 from agentd.transport.corked import CorkedStream
 from agentd.transport.egress import EgressPolicy, classify_address
+from agentd.transport.pool_transport import PoolTransport
 from agentd.transport.proxy import ProxyEnv
 from agentd.transport.tls import client_context, default_context
 from agentd.transport.tls_errors import verify_hint
@@ -80,16 +81,26 @@ def _describe(exc: httpx.HTTPError) -> str:
     return described
 
 
-def _http_transport(policy: EgressPolicy, **options: Any) -> httpx.AsyncHTTPTransport:
-    """httpx's transport on agentd's network backend (:class:`_Backend`). httpx builds its connection pool with no
-    way to pass a backend, so it is set on the pool (httpx 0.28, httpcore 1.0: both pinned for it)."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False, **options)
-    pool = transport._pool
-    backend = getattr(pool, "_network_backend", None)
-    if not isinstance(backend, httpcore.AsyncNetworkBackend):
-        raise RuntimeError("httpcore's connection pool no longer has a _network_backend: see agentd.transport.http_client")
-    pool._network_backend = _Backend(backend, policy)
-    return transport
+def _http_transport(policy: EgressPolicy, verify: ssl.SSLContext, limits: httpx.Limits,
+                    proxy: str | None = None) -> PoolTransport:
+    """An httpcore pool (through ``proxy`` when one is named) on agentd's network backend (:class:`_Backend`),
+    behind httpx's transport interface."""
+    backend = _Backend(httpcore.TrioBackend(), policy)
+    sizes: dict[str, Any] = {
+        "ssl_context": verify, "max_connections": limits.max_connections,
+        "max_keepalive_connections": limits.max_keepalive_connections, "keepalive_expiry": limits.keepalive_expiry,
+        "http1": True, "http2": False, "network_backend": backend,
+    }
+    if proxy is None:
+        return PoolTransport(httpcore.AsyncConnectionPool(**sizes))
+    via = httpx.Proxy(proxy)
+    if via.url.scheme not in ("http", "https"):
+        raise ValueError(via.url.scheme)
+    return PoolTransport(httpcore.AsyncHTTPProxy(
+        proxy_url=httpcore.URL(scheme=via.url.raw_scheme, host=via.url.raw_host, port=via.url.port,
+                               target=via.url.raw_path),
+        proxy_auth=via.raw_auth, proxy_headers=via.headers.raw, **sizes,
+    ))
 
 
 class _Routed(httpx.AsyncBaseTransport):
@@ -99,20 +110,19 @@ class _Routed(httpx.AsyncBaseTransport):
         self._proxies = proxies
         self._verify = verify
         self._limits = limits
-        self._direct = _http_transport(policy, verify=verify, limits=limits)
+        self._direct = _http_transport(policy, verify, limits)
         # Built now, so a bad proxy setting is a configuration error before any request, not a crash in one.
-        self._via: dict[str, httpx.AsyncHTTPTransport] = {}
+        self._via: dict[str, PoolTransport] = {}
         for proxy in {p for p in (proxies.https, proxies.http) if p}:
             try:
-                self._via[proxy] = _http_transport(policy, verify=verify, limits=limits,
-                                                  proxy=httpx.Proxy(proxy))
-            except (ValueError, ImportError):  # httpx's message may repeat the URL's credentials: not shown
+                self._via[proxy] = _http_transport(policy, verify, limits, proxy)
+            except (ValueError, httpx.InvalidURL):  # httpx's message may repeat the URL's credentials: not shown
                 raise ConfigError(
                     f"proxy {display_url(proxy)} (HTTPS_PROXY/HTTP_PROXY/ALL_PROXY): agentd supports http:// and "
                     "https:// proxies"
                 ) from None
 
-    def _transport(self, url: str) -> httpx.AsyncHTTPTransport:
+    def _transport(self, url: str) -> PoolTransport:
         proxy = self._proxies.proxy_for(url)
         return self._direct if proxy is None else self._via[proxy]
 
@@ -200,16 +210,16 @@ def new_client(
     Every connection is refused if it lands on a link-local/cloud metadata address that ``egress`` (the
     config file's ``egress.allow``; default: nothing allowed) does not name, whatever the URL's host said.
     """
-    context = default_context() if verify is True else verify
+    context = default_context() if verify is True else verify if verify is not False else _unverified()
     if limits is None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=32)
     proxies = ProxyEnv.from_environ(os.environ if environ is None else environ)
     policy = EgressPolicy() if egress is None else egress
     transport: httpx.AsyncBaseTransport
-    if proxies.active and isinstance(context, ssl.SSLContext):
+    if proxies.active:
         transport = _Routed(proxies, context, limits, policy)
     else:
-        transport = _http_transport(policy, verify=context, limits=limits)
+        transport = _http_transport(policy, context, limits)
     return httpx.AsyncClient(
         verify=context,
         follow_redirects=False,
@@ -218,6 +228,13 @@ def new_client(
         limits=limits,
         transport=transport,
     )
+
+
+def _unverified() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
