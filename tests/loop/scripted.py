@@ -59,7 +59,7 @@ def text_result(text: str, *, is_error: bool = False) -> ToolResult:
 
 @attrs.define(eq=False)
 class MemoryPool:
-    """A pool of in-memory servers: ``handlers[(server, tool)]``; records every call with its run id."""
+    """A pool of in-memory servers: ``handlers[(server, tool)]``; records every call with its run id and key."""
 
     handlers: dict[tuple[str, str], Handler] = attrs.field(factory=dict)
     schemas: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
@@ -67,6 +67,8 @@ class MemoryPool:
     bodies: dict[tuple[str, str], str] = attrs.field(factory=dict)
     instruction_texts: dict[str, str] = attrs.field(factory=dict)
     calls: list[tuple[str, str, dict[str, Any], str]] = attrs.field(factory=list)
+    #: The idempotency key of each call in ``calls``, in the same order.
+    keys: list[str] = attrs.field(factory=list)
     reads: list[tuple[str, str | None]] = attrs.field(factory=list)
     servers: tuple[str, ...] = ("s",)
 
@@ -87,8 +89,10 @@ class MemoryPool:
     def instructions(self) -> dict[str, str]:
         return dict(self.instruction_texts)
 
-    async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str) -> ToolResult:
+    async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str,
+                        idempotency_key: str) -> ToolResult:
         self.calls.append((server, tool, dict(arguments), run_id))
+        self.keys.append(idempotency_key)
         return await self.handlers[(server, tool)](arguments)
 
     async def read_resource(self, uri: str, server: str | None = None) -> ResourceContents:
