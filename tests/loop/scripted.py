@@ -66,6 +66,7 @@ class MemoryPool:
     resource_list: list[ResourceInfo] = attrs.field(factory=list)
     bodies: dict[tuple[str, str], str] = attrs.field(factory=dict)
     instruction_texts: dict[str, str] = attrs.field(factory=dict)
+    annotations: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
     calls: list[tuple[str, str, dict[str, Any], str]] = attrs.field(factory=list)
     #: The idempotency key of each call in ``calls``, in the same order.
     keys: list[str] = attrs.field(factory=list)
@@ -76,12 +77,16 @@ class MemoryPool:
     def connections(self) -> dict[str, Any]:
         return {name: object() for name in self.servers}
 
-    def add(self, server: str, tool: str, handler: Handler, schema: dict[str, Any] | None = None) -> None:
+    def add(self, server: str, tool: str, handler: Handler, schema: dict[str, Any] | None = None,
+            annotations: dict[str, Any] | None = None) -> None:
         self.handlers[(server, tool)] = handler
         self.schemas[(server, tool)] = schema or {"type": "object", "properties": {}}
+        if annotations is not None:
+            self.annotations[(server, tool)] = annotations
 
     def tools(self) -> list[ToolInfo]:
-        return [ToolInfo(s, t, f"tool {t}", self.schemas[(s, t)]) for (s, t) in self.handlers]
+        return [ToolInfo(s, t, f"tool {t}", self.schemas[(s, t)], annotations=self.annotations.get((s, t)))
+                for (s, t) in self.handlers]
 
     def resources(self) -> list[ResourceInfo]:
         return list(self.resource_list)
