@@ -1,7 +1,8 @@
 """The ``_meta`` keys MCP reserves, and the 2026-07-28 request envelope built from them.
 
 One definition for both roles: the client writes the envelope into every modern request and reads
-``serverInfo`` and ``subscriptionId`` back; the server checks the envelope and writes those keys.
+``serverInfo`` and ``subscriptionId`` back; the server checks the envelope and writes those keys. The keys agentd
+adds to every ``tools/call`` (the run id, the call's idempotency key) are written here too (:func:`tool_call_params`).
 """
 
 from __future__ import annotations
