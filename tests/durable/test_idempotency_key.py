@@ -1,16 +1,20 @@
 """Every ``tools/call`` carries an idempotency key in ``_meta`` (docs/mcp-client.md, "Idempotency keys"): present
 on every call, distinct for every other call (in one run, in a later run under the same ``--run-id``, in another
-manifest step), the same on every re-send of one call: after the server forgot the session, and after a SIGKILL
-and a restart from the journal. ``params.idempotencyKey`` only for a server that declares the field.
+manifest step, in the turns of one warm subagent), the same on every re-send of one call: after the server forgot
+the session, and after a SIGKILL and a restart from the journal. ``params.idempotencyKey`` only for a server that
+declares the field.
 
-Real parts: agentd (in process, and as a process for the crash), the counting MCP peer over HTTP (it records
-each call's ``_meta``), the scripted gateway."""
+Real parts: agentd (in process, and as a process for the crash and the subagents), the counting MCP peer over
+HTTP (it records each call's ``_meta``), the scripted gateway."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import agentd
@@ -18,7 +22,8 @@ from agentd.events import EventLog
 from tests.connections.helpers import connection, run
 from tests.durable.peer import CountingPeer, counting_peer
 from tests.durable.test_crash_resume import RUN, _argv, _kinds, _rules, _run, _start_and_kill
-from tests.peers.gateway import scripted_gateway, text, tool_call, tool_calls
+from tests.integration.agents import text_of
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call, tool_calls
 
 KEY = "io.modelcontextprotocol/idempotency-key"
 RUN_ID = "io.modelcontextprotocol/run-id"
@@ -99,3 +104,32 @@ async def test_an_idempotent_call_resent_after_a_sigkill_carries_the_key_it_was_
     first, again = _keys(peer)
     assert first == again and [call["field"] for call in peer.received] == [first, again]
     assert all(call["meta"][RUN_ID] == RUN for call in peer.received)
+
+
+@pytest.mark.usefixtures("no_leftover_children")
+async def test_a_warm_subagents_turns_and_its_parent_name_the_same_call_apart(tmp_path: Path) -> None:
+    # The child's turns run under one run id (RUN/<handle>): each turn's keys are still its own.
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        said = " ".join(text_of(m.get("content")) for m in request.messages if m.get("role") == "user")
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in said:
+            return text("looked") if last.get("role") == "tool" else tool_call("pay__lookup", {"key": "a"})
+        observed = [m for m in request.messages if m.get("role") == "tool"]
+        if not observed:
+            return tool_call("pay__lookup", {"key": "a"})
+        if len(observed) == 1:
+            return tool_call("subagent_spawn", {"instruction": "CHILD: look a up", "warm": True})
+        if len(observed) == 2:
+            handle = json.loads(text_of(observed[-1].get("content")))["handle"]
+            return tool_call("subagent_send", {"handle": handle, "message": "CHILD: and again"})
+        return text("done")
+
+    async with counting_peer() as peer, scripted_gateway(default=reply) as gw:
+        argv = [sys.executable, "-m", "agentd", "--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp",
+                "--instruction", "PARENT: look, then delegate", "--run-id", "warm-1", "--deadline", "120s"]
+        code, result, stderr = await _run(argv)
+    assert code == 0 and result["result"] == "done", stderr[-3000:]
+    keys = _keys(peer)
+    run_ids = [call["meta"][RUN_ID] for call in peer.received]
+    assert run_ids[0] == "warm-1" and run_ids[1] == run_ids[2] != "warm-1" and run_ids[1].startswith("warm-1/")
+    assert len(keys) == 3 and len(set(keys)) == 3
