@@ -385,7 +385,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     prior = await journal.read_run(request.run_id)
     if prior is None or rebuild(prior).started is None:  # new, or only claimed by a cluster member so far
         await recorder.started(RunStarted(config_digest(settings), request.instruction,
-                                          request.output_contract, parent, seed_runs))
+                                          request.output_contract, parent, seed_runs, request.key_nonce))
         return Journaled(request, recorder)
     state = rebuild(prior)
     if state.started is not None and state.started.instruction != request.instruction:
@@ -403,7 +403,9 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
         await recorder.lost(state.open_children)
     log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending),
              lost_children=list(state.open_children))
-    return Journaled(attrs.evolve(request, resume=resume), recorder)
+    # The calls are named as the first process named them (an older journal has no nonce: keys without one).
+    nonce = state.started.key_nonce if state.started is not None else None
+    return Journaled(attrs.evolve(request, resume=resume, key_nonce=nonce or ""), recorder)
 
 
 async def journal_end(journaled: Journaled | None, result: RunResult) -> None:

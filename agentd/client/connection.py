@@ -294,13 +294,16 @@ class ServerConnection:
 
     # -- operations --------------------------------------------------------------------------------------
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str) -> ToolResult:
+    async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str, idempotency_key: str) -> ToolResult:
+        """Call ``tool``. ``idempotency_key`` names this logical call: every send of it (the re-sends below, a
+        resumed run's re-send) carries the same key (agentd.ids.call_key)."""
         if self.config.tools is not None and tool not in self.config.tools:
             raise McpError(f"tools/call {tool}: not in the host's allowlist for {self.name!r}", server=self.name)
         if tool in self.catalogue.refused:
             raise McpError(f"tools/call {tool}: refused, its listed definition does not match the pin for "
                            f"{self.name!r} (see mcp.tool_pin_mismatch)", server=self.name)
-        params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": {mcp_meta.RUN_ID: run_id}}
+        params = mcp_meta.tool_call_params(tool, arguments, run_id=run_id, key=idempotency_key,
+                                           standard_field=self.session.tools_idempotency())
         exchange = self.exchange
         try:
             with trio.fail_after(self.config.call_timeout):

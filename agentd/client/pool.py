@@ -30,6 +30,7 @@ from agentd.client.era_cache import EraCache, process_era_cache
 from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
 from agentd.events import EventLog
+from agentd.ids import new_call_key
 from agentd.secrets import SecretResolver
 from agentd.telemetry.health import readiness_check
 
@@ -157,11 +158,16 @@ class McpPool:
         return conn
 
     async def call_tool(
-        self, server: str, tool: str, arguments: Mapping[str, Any] | None = None, *, run_id: str | None = None
+        self, server: str, tool: str, arguments: Mapping[str, Any] | None = None, *, run_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ToolResult:
-        """Call a tool. ``isError`` comes back as a result; JSON-RPC errors raise McpRpcError."""
+        """Call a tool. ``isError`` comes back as a result; JSON-RPC errors raise McpRpcError.
+
+        ``idempotency_key`` names the logical call (the loop derives it: agentd.ids.call_key); without one the
+        call gets a fresh key of its own."""
         return await self._connection(server).call_tool(
-            tool, dict(arguments or {}), run_id=run_id if run_id is not None else self.run_id
+            tool, dict(arguments or {}), run_id=run_id if run_id is not None else self.run_id,
+            idempotency_key=idempotency_key if idempotency_key is not None else new_call_key(),
         )
 
     def _owners(self, uri: str, server: str | None) -> list[ServerConnection]:

@@ -43,6 +43,9 @@ class RunStarted:
     #: A ``--continue`` session's turn: the run ids of the session's earlier turns it starts from, oldest first
     #: (references: each turn's message and answer are its own run's records); None for any other run.
     seed_runs: tuple[str, ...] | None = attrs.field(default=None, converter=_run_ids)
+    #: The random part of the run's tool-call idempotency keys (agentd.ids.call_key), so a resumed run re-sends a
+    #: call under the key it was first sent with; None in a journal written before agentd sent keys.
+    key_nonce: str | None = None
 
 
 @attrs.frozen

@@ -43,6 +43,7 @@ from agentd import telemetry
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
+from agentd.ids import call_key, new_key_nonce
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.loop import observe
 from agentd.loop.budgets import BudgetMeter, Limits
@@ -125,6 +126,9 @@ class RunRequest:
     seed: tuple[Mapping[str, Any], ...] = ()
     #: A recovered run's committed conversation (agentd.run rebuilds it from the journal).
     resume: Resume | None = None
+    #: The random part of this run's tool-call idempotency keys (agentd.ids.call_key): fresh for every request,
+    #: the journaled one for a resumed run (agentd.run.journal_run).
+    key_nonce: str = attrs.field(factory=new_key_nonce)
 
 
 class _Run:
@@ -214,8 +218,8 @@ class _Run:
                 self.observer.requested(step, call)
         if not reply.tool_calls:
             return self.final(reply)
-        for call in reply.tool_calls:
-            ended = await self.run_call(call, catalogue, step)
+        for index, call in enumerate(reply.tool_calls):
+            ended = await self.run_call(call, catalogue, step, index)
             if self.journal is not None:
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
@@ -226,10 +230,11 @@ class _Run:
         """Settle the calls whose outcome was lost, then end the run if its last reply was final."""
         catalogue = self.current_catalogue()
         step = self.meter.steps
-        for call in resume.pending:
+        order = _call_order(resume.messages, resume.pending)
+        for call, index in zip(resume.pending, order, strict=True):
             entry = catalogue.resolve(call.name)
             if entry is not None and entry.idempotent:
-                ended = await self.run_call(call, catalogue, step)
+                ended = await self.run_call(call, catalogue, step, index)
             else:
                 self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
                              step, time.perf_counter())
@@ -305,17 +310,19 @@ class _Run:
 
     # -- one tool call ---------------------------------------------------------------------------
 
-    async def run_call(self, call: ToolCall, catalogue: Catalogue, step: int) -> RunResult | None:
+    async def run_call(self, call: ToolCall, catalogue: Catalogue, step: int, index: int) -> RunResult | None:
+        """Make the ``index``-th call (the model's order) of ``step``: its position names it (its idempotency
+        key, agentd.ids.call_key), so a resumed run re-sends it under the same key."""
         entry = catalogue.resolve(call.name)
         with tool_span(entry.name if entry else call.name, call.id, server=entry.server if entry else None,
                        arguments=call.arguments) as span:
-            ended = await self._run_call(call, catalogue, step, entry)
+            ended = await self._run_call(call, catalogue, step, entry, index)
             if self.last_outcome != "result":
                 telemetry.mark_error(span, self.last_outcome)
             return ended
 
     async def _run_call(
-        self, call: ToolCall, catalogue: Catalogue, step: int, entry: Entry | None
+        self, call: ToolCall, catalogue: Catalogue, step: int, entry: Entry | None, index: int
     ) -> RunResult | None:
         started = time.perf_counter()
         self.log.info(
@@ -367,8 +374,10 @@ class _Run:
             return None
         assert entry.server is not None
         try:
+            request = self.request
             result = await self.pool.call_tool(
-                entry.server, entry.name, arguments, run_id=self.request.run_id
+                entry.server, entry.name, arguments, run_id=request.run_id,
+                idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
             )
         except McpError as exc:
             return self.server_failed(call, entry, exc, step, started)
@@ -496,6 +505,27 @@ def _assistant_message(reply: ModelReply) -> dict[str, Any]:
             for c in reply.tool_calls
         ]
     return message
+
+
+def _call_order(messages: Sequence[Mapping[str, Any]], pending: Sequence[ToolCall]) -> list[int]:
+    """Each pending call's place (0-based) among its step's tool calls, as the journaled assistant message lists
+    them: the index it was first sent under. A call the message does not list (it always does) gets a place past
+    the end, still distinct."""
+    listed: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            listed = [str(c.get("id")) for c in message["tool_calls"] if isinstance(c, Mapping)]
+            break
+    taken: set[int] = set()
+    order: list[int] = []
+    spare = len(listed)
+    for call in pending:
+        place = next((i for i, cid in enumerate(listed) if cid == call.id and i not in taken), None)
+        if place is None:
+            place, spare = spare, spare + 1
+        taken.add(place)
+        order.append(place)
+    return order
 
 
 def _check_call(

@@ -269,6 +269,13 @@ class ClientSession:
     def resources_list_changed(self) -> bool:
         return self._capability("resources", "listChanged")
 
+    def tools_idempotency(self) -> bool:
+        """The server declares the proposed standard idempotency field (``capabilities.tools.idempotency``,
+        SEP-3182: ``true`` or an object); agentd then sends ``params.idempotencyKey`` beside its ``_meta`` key."""
+        section = self.capabilities.get("tools")
+        return isinstance(section, dict) and (section.get("idempotency") is True
+                                              or isinstance(section.get("idempotency"), dict))
+
     def has(self, group: str) -> bool:
         return isinstance(self.capabilities.get(group), dict)
 

@@ -1,7 +1,8 @@
 """The ``_meta`` keys MCP reserves, and the 2026-07-28 request envelope built from them.
 
 One definition for both roles: the client writes the envelope into every modern request and reads
-``serverInfo`` and ``subscriptionId`` back; the server checks the envelope and writes those keys.
+``serverInfo`` and ``subscriptionId`` back; the server checks the envelope and writes those keys. The keys agentd
+adds to every ``tools/call`` (the run id, the call's idempotency key) are written here too (:func:`tool_call_params`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,21 @@ SERVER_INFO: Final = META_PREFIX + "serverInfo"
 SUBSCRIPTION_ID: Final = META_PREFIX + "subscriptionId"
 #: The run id key the design document names (a reserved prefix; see docs/mcp-client.md).
 RUN_ID: Final = META_PREFIX + "run-id"
+#: The key naming one logical ``tools/call``, the same on every re-send of it (docs/mcp-client.md).
+IDEMPOTENCY_KEY: Final = META_PREFIX + "idempotency-key"
+#: The params field of the proposed standard (SEP-3182, not merged): sent too when the server declares
+#: ``capabilities.tools.idempotency``.
+IDEMPOTENCY_FIELD: Final = "idempotencyKey"
+
+
+def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, key: str,
+                     standard_field: bool) -> dict[str, Any]:
+    """A ``tools/call``'s params: the run id and the call's idempotency key in ``_meta``; the key in the proposed
+    standard field as well when the server declared it (``standard_field``)."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments, "_meta": {RUN_ID: run_id, IDEMPOTENCY_KEY: key}}
+    if standard_field:
+        params[IDEMPOTENCY_FIELD] = key
+    return params
 
 
 def with_envelope(params: dict[str, Any], version: str, client_info: Mapping[str, Any]) -> dict[str, Any]:

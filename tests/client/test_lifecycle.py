@@ -23,7 +23,8 @@ async def test_handshake_is_exactly_the_specified_exchange() -> None:
     async with trio.open_nursery() as nursery:
         fake = await nursery.start(serve_fake, mcp_answer)
         async with open_mcp_pool([server(fake.url)], log=Events().log, run_id="run-7") as pool:
-            await pool.call_tool("s", "t", {"a": 1})
+            await pool.call_tool("s", "t", {"a": 1}, idempotency_key="run-7/n/1.0")
+            await pool.call_tool("s", "t", {"a": 1})  # no key given: a fresh one of its own
         nursery.cancel_scope.cancel()
     init, initialized = fake.requests[0], fake.requests[1]
     assert init.json == {
@@ -37,9 +38,12 @@ async def test_handshake_is_exactly_the_specified_exchange() -> None:
     assert initialized.json == {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert initialized.headers["mcp-session-id"] == "s-1"
     assert initialized.headers["mcp-protocol-version"] == "2025-11-25"
-    call = next(r for r in fake.requests if r.rpc_method == "tools/call")
+    call, unkeyed = (r for r in fake.requests if r.rpc_method == "tools/call")
     assert call.json["params"] == {"name": "t", "arguments": {"a": 1},
-                                   "_meta": {"io.modelcontextprotocol/run-id": "run-7"}}
+                                   "_meta": {"io.modelcontextprotocol/run-id": "run-7",
+                                             "io.modelcontextprotocol/idempotency-key": "run-7/n/1.0"}}
+    fresh = unkeyed.json["params"]["_meta"]["io.modelcontextprotocol/idempotency-key"]
+    assert isinstance(fresh, str) and fresh and fresh != "run-7/n/1.0" and "idempotencyKey" not in unkeyed.json["params"]
     assert call.headers["mcp-session-id"] == "s-1"
     # Orderly close: DELETE with the session id.
     assert fake.requests[-1].method == "DELETE" and fake.requests[-1].headers["mcp-session-id"] == "s-1"

@@ -7,7 +7,12 @@ Real HTTP on 127.0.0.1 (hypercorn's trio worker). Two tools, both taking ``{"key
 
 ``hold`` makes the FIRST call with a given key hang forever (so a test can SIGKILL agentd while it waits):
 ``before`` hangs before executing (the call is received, nothing happens), ``after`` executes, then hangs
-before answering. ``received`` lists every call that arrived, ``executed`` every call that took effect.
+before answering. ``received`` lists every call that arrived, ``executed`` every call that took effect; each
+entry also holds the call's ``_meta`` (``meta``) and its ``params.idempotencyKey`` (``field``, None when absent).
+
+Options: ``idempotency`` declares ``capabilities.tools.idempotency`` (the proposed standard field);
+``forget_first_call`` answers the first ``tools/call`` with 404 (the session is forgotten: the client
+re-initializes and sends the call again), after recording it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ TOOLS = [
 @attrs.define(eq=False)
 class CountingPeer:
     origin: str = ""
+    idempotency: bool = False
+    forget_first_call: bool = False
     received: list[dict[str, Any]] = attrs.field(factory=list)
     executed: list[dict[str, Any]] = attrs.field(factory=list)
     #: The request headers of every ``initialize`` (one per handshake).
@@ -67,11 +74,16 @@ class CountingPeer:
             return
         if method == "initialize":
             self.handshakes.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
-            result: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            tools: dict[str, Any] = {"idempotency": {}} if self.idempotency else {}
+            result: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {"tools": tools},
                                       "serverInfo": {"name": "counting", "version": "1"}}
         elif method == "tools/list":
             result = {"tools": TOOLS}
         elif method == "tools/call":
+            if self.forget_first_call and not self.received:
+                self._record(message["params"])
+                await send_json(send, 404, {"error": "session not found"})
+                return
             result = await self._call(message["params"])
         elif method == "ping":
             result = {}
@@ -82,10 +94,16 @@ class CountingPeer:
         extra = [(b"mcp-session-id", b"sess-1")] if method == "initialize" else []
         await send_json(send, 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
 
+    def _record(self, params: dict[str, Any]) -> dict[str, Any]:
+        args = params.get("arguments") or {}
+        call = {"name": params["name"], "key": args.get("key"), "meta": params.get("_meta"),
+                "field": params.get("idempotencyKey")}
+        self.received.append(call)
+        return call
+
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
         name, args = params["name"], params.get("arguments") or {}
-        call = {"name": name, "key": args.get("key")}
-        self.received.append(call)
+        call = self._record(params)
         first = f"{name}:{args.get('key')}" not in self._held
         self._held.add(f"{name}:{args.get('key')}")
         if first and args.get("hold") == "before":
@@ -103,8 +121,8 @@ class CountingPeer:
 
 
 @asynccontextmanager
-async def counting_peer() -> AsyncIterator[CountingPeer]:
-    app = CountingPeer()
+async def counting_peer(**options: Any) -> AsyncIterator[CountingPeer]:
+    app = CountingPeer(**options)
     async with serve_loopback(app) as origin:
         app.origin = origin
         yield app

@@ -59,14 +59,17 @@ def text_result(text: str, *, is_error: bool = False) -> ToolResult:
 
 @attrs.define(eq=False)
 class MemoryPool:
-    """A pool of in-memory servers: ``handlers[(server, tool)]``; records every call with its run id."""
+    """A pool of in-memory servers: ``handlers[(server, tool)]``; records every call with its run id and key."""
 
     handlers: dict[tuple[str, str], Handler] = attrs.field(factory=dict)
     schemas: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
     resource_list: list[ResourceInfo] = attrs.field(factory=list)
     bodies: dict[tuple[str, str], str] = attrs.field(factory=dict)
     instruction_texts: dict[str, str] = attrs.field(factory=dict)
+    annotations: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
     calls: list[tuple[str, str, dict[str, Any], str]] = attrs.field(factory=list)
+    #: The idempotency key of each call in ``calls``, in the same order.
+    keys: list[str] = attrs.field(factory=list)
     reads: list[tuple[str, str | None]] = attrs.field(factory=list)
     servers: tuple[str, ...] = ("s",)
 
@@ -74,12 +77,16 @@ class MemoryPool:
     def connections(self) -> dict[str, Any]:
         return {name: object() for name in self.servers}
 
-    def add(self, server: str, tool: str, handler: Handler, schema: dict[str, Any] | None = None) -> None:
+    def add(self, server: str, tool: str, handler: Handler, schema: dict[str, Any] | None = None,
+            annotations: dict[str, Any] | None = None) -> None:
         self.handlers[(server, tool)] = handler
         self.schemas[(server, tool)] = schema or {"type": "object", "properties": {}}
+        if annotations is not None:
+            self.annotations[(server, tool)] = annotations
 
     def tools(self) -> list[ToolInfo]:
-        return [ToolInfo(s, t, f"tool {t}", self.schemas[(s, t)]) for (s, t) in self.handlers]
+        return [ToolInfo(s, t, f"tool {t}", self.schemas[(s, t)], annotations=self.annotations.get((s, t)))
+                for (s, t) in self.handlers]
 
     def resources(self) -> list[ResourceInfo]:
         return list(self.resource_list)
@@ -87,8 +94,10 @@ class MemoryPool:
     def instructions(self) -> dict[str, str]:
         return dict(self.instruction_texts)
 
-    async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str) -> ToolResult:
+    async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str,
+                        idempotency_key: str) -> ToolResult:
         self.calls.append((server, tool, dict(arguments), run_id))
+        self.keys.append(idempotency_key)
         return await self.handlers[(server, tool)](arguments)
 
     async def read_resource(self, uri: str, server: str | None = None) -> ResourceContents:

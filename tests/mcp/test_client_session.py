@@ -349,3 +349,28 @@ def test_x_mcp_header_rules() -> None:
     ):
         assert invalid_header_annotation(bad) is not None
     assert encode_header_value("=?base64?abc?=").startswith("=?base64?") and encode_header_value(" x").startswith("=?")
+
+
+KEY = "io.modelcontextprotocol/idempotency-key"
+
+
+@pytest.mark.parametrize(("tools", "declared"), [
+    (None, False), ({}, False), ({"idempotency": {}}, True), ({"idempotency": True}, True),
+    ({"idempotency": False}, False), ({"idempotency": "yes"}, False), ({"listChanged": True}, False),
+])
+def test_the_standard_idempotency_field_is_sent_only_when_declared(tools: Any, declared: bool) -> None:
+    from agentd.mcp.meta import tool_call_params
+
+    for session in (ready({"tools": tools} if tools is not None else {}),
+                    modern({"tools": tools} if tools is not None else {})):
+        assert session.tools_idempotency() is declared
+        params = tool_call_params("t", {"a": 1}, run_id="r", key="r/n/1.0",
+                                  standard_field=session.tools_idempotency())
+        request = session.request("tools/call", params)
+        assert request.params is not None
+        assert request.params["_meta"]["io.modelcontextprotocol/run-id"] == "r"
+        assert request.params["_meta"][KEY] == "r/n/1.0"  # kept beside the modern envelope
+        if session.era is Era.MODERN:
+            assert request.params["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+        assert request.params.get("idempotencyKey") == ("r/n/1.0" if declared else None)
+        assert ("idempotencyKey" in request.params) is declared

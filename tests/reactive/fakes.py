@@ -49,7 +49,8 @@ class MemoryPool:
     def instructions(self) -> dict[str, str]:
         return {}
 
-    async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str) -> Any:
+    async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str,
+                        idempotency_key: str) -> Any:
         raise AssertionError("no tools here")
 
     async def read_resource(self, uri: str, server: str | None = None) -> ResourceContents:
