@@ -314,7 +314,7 @@ class Subcommand(NamedTuple):
     The usage in ``agentd --help``, the did-you-mean for a mistyped command and the completion scripts
     (:mod:`agentd.config.completion`) all read :data:`SUBCOMMANDS`, so none can forget a command.
     ``check``, ``run`` and ``transcript`` take their flags from :data:`FLAGS`; the others list their own
-    (``tests/cli/test_cli_help.py`` checks each list against that command's ``--help``).
+    (``tests/cli/test_completion.py`` checks each list against that command's ``--help``).
     """
 
     name: str

@@ -36,7 +36,7 @@ def starter_text() -> str:
 #   agentd --config {FILE_NAME} --validate-config     # check it: prints the effective configuration
 #   agentd --config {FILE_NAME}                       # run it: one JSON result on stdout
 # Every key is also a flag (max_steps: --max-steps) and an environment variable (AGENTD_MAX_STEPS);
-# precedence: this file < environment < flags. All keys: docs/config.md and docs/cli.md ("Flags").
+# Precedence: this file < environment < flags. All keys: docs/config.md and docs/cli.md ("Flags").
 # Relative paths in this file are relative to the file's directory.
 
 # What the agent should do (or instruction_file: PATH; '-' reads stdin).
@@ -108,7 +108,7 @@ def _write(path: str, text: str, *, replace: bool) -> None:
             os.chmod(temporary, 0o644)
             os.replace(temporary, path)
         except BaseException:
-            with_suppressed_unlink(temporary)
+            _unlink_quietly(temporary)
             raise
     except FileExistsError:
         raise ConfigError(f"agentd init: {path} exists; nothing was written (--force replaces it)")
@@ -116,7 +116,7 @@ def _write(path: str, text: str, *, replace: bool) -> None:
         raise ConfigError(f"agentd init: cannot write {path} ({exc.strerror or exc})")
 
 
-def with_suppressed_unlink(path: str) -> None:
+def _unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:
