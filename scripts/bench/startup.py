@@ -255,6 +255,10 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
         f"{os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')}; load average at start "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores). CPU is user + system time of the process, the "
         "figure other load disturbs least; wall times on a shared machine move with the load.",
+        *([f"The machine was loaded when this was measured (load average {os.getloadavg()[0]:.1f} on "
+           f"{os.cpu_count()} cores, other work running): wall times are far above an idle machine's; the "
+           "CPU column and the ratios are the figures to compare. To be re-measured quiet."]
+          if os.getloadavg()[0] > (os.cpu_count() or 1) else []),
         "",
         "| command | median wall (ms) | median CPU (ms) | CPU minus `python -c pass` (ms) | heavy modules imported |",
         "|---|---|---|---|---|",
