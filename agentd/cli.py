@@ -155,6 +155,10 @@ class ResultPromise:
         }
 
 
+#: The commands whose parsers live with them (their flags are listed in agentd.config.argv's SUBCOMMANDS).
+_OWN_PARSERS = frozenset({"journal", "ctl", "cluster", "report", "top", "trace"})
+
+
 def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
     """Run the command line and return the exit code (never raises, except SystemExit from --help)."""
     env = dict(os.environ) if env is None else env
@@ -164,6 +168,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
     promise = ResultPromise()
     human = _stderr_human(argv, env)
     try:
+        if argv and argv[0] in _OWN_PARSERS:
+            from agentd.config.argv import check_subcommand_flags
+
+            check_subcommand_flags(argv[0], argv[1:])  # did-you-mean, before the command's modules load
         if argv and argv[0] == "check":
             return _check(argv[1:], env, promise)
         if argv and argv[0] in ("run", "transcript"):
@@ -188,8 +196,7 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         if argv and argv[0] == "cluster":
             from agentd.config.extras import require
 
-            if "--help" not in argv and "-h" not in argv:
-                require("cluster", "agentd cluster")  # psycopg: only for this command
+            require("cluster", "agentd cluster")  # psycopg: only for this command (its --help imports it too)
             from agentd.cluster.cli import cluster_main
             from agentd.config.argv import flag_named
 

@@ -432,23 +432,41 @@ def subcommand_parser(name: str, description: str, *, epilog: str | None = None)
 def parse_subcommand(parser: argparse.ArgumentParser, name: str, args: Sequence[str]) -> argparse.Namespace:
     """``parser.parse_args(args)``, but an unknown flag is named with the closest of the command's own flags
     (:data:`SUBCOMMANDS`), and an unexpected word is counted, not shown."""
+    namespace, extras = parser.parse_known_args(list(args))
+    if extras:
+        raise _unknown(name, [item for item in extras if item.startswith("-")],
+                       sum(1 for item in extras if not item.startswith("-")))
+    return namespace
+
+
+def check_subcommand_flags(name: str, args: Sequence[str]) -> None:
+    """Before a command with its own parser (``journal``, ``ctl``, ...) is imported: a ``--flag`` it does not
+    take is exit 2 with the closest one it does (its own parser would say only "unrecognized")."""
+    entry = next(command for command in SUBCOMMANDS if command.name == name)
+    known = {flag.partition("=")[0] for flag in entry.flags} | {"--help"}
+    unknown = []
+    for item in args:
+        if item == "--":
+            break
+        if item.startswith("--") and item.split("=", 1)[0] not in known:
+            unknown.append(item)
+    if unknown:
+        raise _unknown(name, unknown, 0)
+
+
+def _unknown(name: str, flags: Sequence[str], others: int) -> ConfigError:
     import difflib
 
-    namespace, extras = parser.parse_known_args(list(args))
-    if not extras:
-        return namespace
     entry = next(command for command in SUBCOMMANDS if command.name == name)
     known = [flag.partition("=")[0] for flag in entry.flags] + ["--help"]
     parts = []
-    for item in extras:
-        if item.startswith("-"):
-            flag = item.split("=", 1)[0]
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
-            parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
-    others = sum(1 for item in extras if not item.startswith("-"))
+    for item in flags:
+        flag = item.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
+        parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
     if others:
         parts.append(f"{others} unexpected argument{'s' if others > 1 else ''} (values not shown)")
-    raise ConfigError("; ".join(parts) + f" (see agentd {name} --help)")
+    return ConfigError("; ".join(parts) + f" (see agentd {name} --help)")
 
 
 @functools.cache

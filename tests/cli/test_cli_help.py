@@ -43,6 +43,12 @@ def test_every_command_of_the_table_is_dispatched() -> None:
     (["check", "--jsn"], "unknown flag --jsn (did you mean --json?)"),
     (["init", "--forse"], "unknown flag --forse (did you mean --force?)"),
     (["completion", "bash", "--hepl"], "unknown flag --hepl (did you mean --help?)"),
+    (["journal", "list", "--state-dri", "x"], "unknown flag --state-dri (did you mean --state-dir?)"),
+    (["ctl", "status", "--sockett=x"], "unknown flag --sockett (did you mean --socket?)"),
+    (["cluster", "status", "--clutser", "x"], "unknown flag --clutser (did you mean --cluster?)"),
+    (["top", "https://127.0.0.1:9/mcp", "--tls-cert", "x"], "unknown flag --tls-cert (did you mean --tls-ca?)"),
+    (["trace", "x", "--al"], "unknown flag --al (did you mean --all?)"),
+    (["report", "x", "--jsno"], "unknown flag --jsno (did you mean --json?)"),
 ])
 def test_a_mistyped_command_or_flag_says_what_was_meant(argv: list[str], hint: str, tmp_path: Path) -> None:
     out = run_agentd(argv, cwd=str(tmp_path))
