@@ -93,3 +93,10 @@ def test_a_person_at_a_terminal_reads_one_plain_line() -> None:
     assert proc.returncode == 2 and proc.stdout == b""
     text = screen.decode()
     assert "did you mean check?" in text and "{" not in text
+
+
+def test_the_docs_synopsis_names_every_command() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    synopsis = doc.split("```")[1]
+    for command in SUBCOMMANDS:
+        assert f"\nagentd {command.name} " in synopsis, command.name
