@@ -431,6 +431,10 @@ def _control_tools(config: Config) -> list[str]:
 
 def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
     """``agentd run`` / ``agentd transcript`` belong to agentd.connections (host config, manifests)."""
+    from agentd.config.argv import parse_flags
+
+    # a mistyped flag is told before agentd.connections (trio, httpx, the run machinery) loads
+    parse_flags(args, command="run" if command == "run" else "transcript")
     from agentd.connections.cli import run_manifest, transcript_main
 
     if command == "run":

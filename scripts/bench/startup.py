@@ -64,6 +64,8 @@ COMMANDS: tuple[Command, ...] = (
     # A mistyped command or flag: the flag table finds the closest name; attr only for the JSON error line.
     Command("agentd chek (mistyped command)", ("chek",), frozenset({"attr"})),
     Command("agentd --max-step 3 (mistyped flag)", ("--max-step", "3"), frozenset({"attr"})),
+    Command("agentd run MANIFEST --modle m (mistyped flag)", ("run", "{tmp}/agent.yaml", "--modle", "m"),
+            frozenset({"attr"})),
     Command("agentd --validate-config", (*_ONCE, "--validate-config"), frozenset({"agentd.config.load", "attr"})),
     Command("agentd --validate-config --config FILE", (*_ONCE, "--validate-config", "--config", "{tmp}/agentd.yaml"),
             frozenset({"agentd.config.load", "attr", "cattrs", "yaml"})),

@@ -41,6 +41,8 @@ def test_every_command_of_the_table_is_dispatched() -> None:
     (["--max-step", "3"], "unknown flag --max-step (did you mean --max-steps?)"),
     (["--instruction", "hi", "--intelligense", "test"], "unknown flag --intelligense (did you mean --intelligence?)"),
     (["check", "--jsn"], "unknown flag --jsn (did you mean --json?)"),
+    (["run", "agent.yaml", "--modle", "m"], "unknown flag --modle (did you mean --model?)"),
+    (["transcript", "list", "--dbb", "x"], "unknown flag --dbb (did you mean --db?)"),
     (["init", "--forse"], "unknown flag --forse (did you mean --force?)"),
     (["completion", "bash", "--hepl"], "unknown flag --hepl (did you mean --help?)"),
     (["journal", "list", "--state-dri", "x"], "unknown flag --state-dri (did you mean --state-dir?)"),
