@@ -1,7 +1,8 @@
 """The flag table: every command-line flag agentd has, its type, default source, env and file names.
 
 One table drives argparse (``--help``), the environment layer (``AGENTD_<FLAG>``/``AGENT_<FLAG>``), the
-config-file keys and docs/cli.md, so the four can never disagree. Default values live in
+config-file keys, docs/cli.md and the shell completion scripts, so they can never disagree; beside it,
+:data:`SUBCOMMANDS` lists the commands (the usage, did-you-mean and completion read it). Default values live in
 :mod:`agentd.defaults` (the help text quotes them from there).
 
 A :class:`Flag` is a ``NamedTuple``, not an attrs class: still a frozen value, but this module is all that
@@ -311,10 +312,11 @@ FLAGS_BY_FILE_KEY: Final = {flag.file_key: flag for flag in FLAGS if flag.file}
 class Subcommand(NamedTuple):
     """One ``agentd COMMAND``: how the usage synopsis writes it, and what shell completion offers after it.
 
-    The usage in ``agentd --help``, the did-you-mean for a mistyped command and the completion scripts
-    (:mod:`agentd.config.completion`) all read :data:`SUBCOMMANDS`, so none can forget a command.
+    The usage in ``agentd --help``, the did-you-mean for a mistyped command or flag and the completion
+    scripts (:mod:`agentd.config.completion`) all read :data:`SUBCOMMANDS`, so none can forget a command.
     ``check``, ``run`` and ``transcript`` take their flags from :data:`FLAGS`; the others list their own
-    (``tests/cli/test_completion.py`` checks each list against that command's ``--help``).
+    (``tests/cli/test_completion.py`` checks each list against that command's ``--help``: a flag missing
+    here would be refused as mistyped).
     """
 
     name: str
