@@ -102,3 +102,46 @@ def test_the_docs_synopsis_names_every_command() -> None:
     synopsis = doc.split("```")[1]
     for command in SUBCOMMANDS:
         assert f"\nagentd {command.name} " in synopsis, command.name
+
+
+#: ``python -c PROBE OUT ARGS...``: the command line, and at its exit the modules loaded written to OUT (a name
+#: agentd blocks, ``httpx._main`` set to None, is not a module).
+PROBE = """
+import atexit, sys
+out = sys.argv[1]
+sys.argv = ["agentd", *sys.argv[2:]]
+def dump():
+    with open(out, "w") as f:
+        f.write("\\n".join(sorted(name for name, module in sys.modules.items() if module is not None)))
+atexit.register(dump)
+from agentd.cli import console_main
+console_main()
+"""
+#: What running needs and helping must not load.
+RUN_MACHINERY = ("trio", "httpx", "httpcore", "hypercorn", "jsonschema", "yaml", "cattrs", "rich",
+                 "agentd.config.load", "agentd.daemon", "agentd.loop", "agentd.client", "agentd.connections",
+                 "agentd.supervisor", "agentd.journal", "agentd.cluster", "agentd.terminal.live")
+
+
+def _loaded(argv: list[str], tmp_path: Path) -> set[str]:
+    out = tmp_path / "modules"
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(out), *argv], env=clean_env(), cwd=ROOT,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode in (0, 2), proc.stderr
+    return set(out.read_text().split())
+
+
+def test_the_probe_sees_a_run_load_its_machinery(tmp_path: Path) -> None:
+    loaded = _loaded(["--instruction", "hi", "--intelligence", "test"], tmp_path)
+    assert {"trio", "agentd.daemon", "agentd.config.load"} <= loaded
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["completion", "bash"], ["completion", "fish"], ["chek"],
+                                  ["--max-step", "3"], ["check", "--jsn"], ["run", "a.yaml", "--modle", "m"],
+                                  ["journal", "list", "--stat", "x"], ["init", "--help"]],
+                         ids=" ".join)
+def test_helping_loads_no_run_machinery(argv: list[str], tmp_path: Path) -> None:
+    loaded = _loaded(argv, tmp_path)
+    assert "agentd.config.argv" in loaded  # the probe saw the command line run
+    assert sorted(name for name in loaded if name.split(".")[0] in RUN_MACHINERY or
+                  any(name == m or name.startswith(m + ".") for m in RUN_MACHINERY)) == []
