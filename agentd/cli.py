@@ -12,6 +12,11 @@
     agentd report FILE              a --report-file as tables for a person (stdout is text, not JSON)
     agentd top URL                  a serving daemon's live run tree in the terminal (stdout is the screen)
     agentd trace FILE               a saved event log told for a person (agentd.terminal)
+    agentd init [DIR]               write a starter DIR/agentd.yaml (agentd.config.starter)
+    agentd completion SHELL         a bash, zsh or fish completion script (agentd.config.completion)
+
+Any other first word is a mistyped command: exit 2, with the command it is closest to (agentd.config.argv's
+:data:`SUBCOMMANDS` lists them all, for ``--help``, did-you-mean and completion alike).
 
 stdout carries exactly one JSON document (``--output human``: the same document drawn for a person);
 stderr carries JSON event lines, or at a terminal the live view of agentd.terminal (``--log-format``). Which
@@ -150,6 +155,10 @@ class ResultPromise:
         }
 
 
+#: The commands whose parsers live with them (their flags are listed in agentd.config.argv's SUBCOMMANDS).
+_OWN_PARSERS = frozenset({"journal", "ctl", "cluster", "report", "top", "trace"})
+
+
 def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
     """Run the command line and return the exit code (never raises, except SystemExit from --help)."""
     env = dict(os.environ) if env is None else env
@@ -159,6 +168,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
     promise = ResultPromise()
     human = _stderr_human(argv, env)
     try:
+        if argv and argv[0] in _OWN_PARSERS:
+            from agentd.config.argv import check_subcommand_flags
+
+            check_subcommand_flags(argv[0], argv[1:])  # did-you-mean, before the command's modules load
         if argv and argv[0] == "check":
             return _check(argv[1:], env, promise)
         if argv and argv[0] in ("run", "transcript"):
@@ -181,7 +194,10 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             return ctl_main(argv[1:], env, socket_envs=flag_named("--ctl-socket").env_names,
                             state_dir_envs=flag_named("--state-dir").env_names)
         if argv and argv[0] == "cluster":
-            from agentd.cluster.cli import cluster_main  # psycopg: only for this command
+            from agentd.config.extras import require
+
+            require("cluster", "agentd cluster")  # psycopg: only for this command (its --help imports it too)
+            from agentd.cluster.cli import cluster_main
             from agentd.config.argv import flag_named
 
             return cluster_main(argv[1:], env, dsn_envs=flag_named("--cluster").env_names)
@@ -189,6 +205,16 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.terminal.trace import trace_main
 
             return trace_main(argv[1:], env)
+        if argv and argv[0] == "completion":
+            return _completion(argv[1:])
+        if argv and argv[0] == "init":
+            from agentd.config.starter import init_main
+
+            return init_main(argv[1:])
+        if argv and not argv[0].startswith("-"):
+            from agentd.config.argv import unknown_command
+
+            raise unknown_command(argv[0])
         return _run(argv, env, promise)
     except SystemExit:
         raise
@@ -244,6 +270,9 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
 
         print(f"agentd {__version__}")
         return 0
+    from agentd.config.argv import parse_flags
+
+    parse_flags(argv)  # an unknown or mistyped flag is told before the run machinery loads
     with _loading():
         from agentd.config.load import load_config
 
@@ -318,6 +347,9 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
 
         build_parser("agentd check", command="check").print_help()
         return 0
+    from agentd.config.argv import parse_flags
+
+    parse_flags(argv, command="check")  # a mistyped flag is told before the run machinery loads
     from agentd.config.load import load_config
 
     config = load_config(argv, env, purpose="check")
@@ -346,6 +378,24 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     else:
         promise.write(doc)
     return int(code)
+
+
+def _completion(args: list[str]) -> int:
+    """``agentd completion bash|zsh|fish``: the shell's completion script on stdout (text, not JSON)."""
+    from agentd.config.argv import parse_subcommand, subcommand_parser
+    from agentd.config.completion import SHELLS, script
+
+    parser = subcommand_parser("completion", "Print a shell completion script (bash, zsh or fish).",
+                               epilog='bash: eval "$(agentd completion bash)" in ~/.bashrc; zsh: the same in '
+                                      "~/.zshrc after compinit; fish: agentd completion fish | source")
+    parser.add_argument("shell", choices=SHELLS, help="the shell to complete for")
+    options = parse_subcommand(parser, "completion", args)
+    try:
+        sys.stdout.write(script(options.shell))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return 0
 
 
 def _report(args: list[str]) -> int:
@@ -381,6 +431,10 @@ def _control_tools(config: Config) -> list[str]:
 
 def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
     """``agentd run`` / ``agentd transcript`` belong to agentd.connections (host config, manifests)."""
+    from agentd.config.argv import parse_flags
+
+    # a mistyped flag is told before agentd.connections (trio, httpx, the run machinery) loads
+    parse_flags(args, command="run" if command == "run" else "transcript")
     from agentd.connections.cli import run_manifest, transcript_main
 
     if command == "run":

@@ -1,7 +1,8 @@
 """The flag table: every command-line flag agentd has, its type, default source, env and file names.
 
 One table drives argparse (``--help``), the environment layer (``AGENTD_<FLAG>``/``AGENT_<FLAG>``), the
-config-file keys and docs/cli.md, so the four can never disagree. Default values live in
+config-file keys, docs/cli.md and the shell completion scripts, so they can never disagree; beside it,
+:data:`SUBCOMMANDS` lists the commands (the usage, did-you-mean and completion read it). Default values live in
 :mod:`agentd.defaults` (the help text quotes them from there).
 
 A :class:`Flag` is a ``NamedTuple``, not an attrs class: still a frozen value, but this module is all that
@@ -308,14 +309,65 @@ _DESCRIPTIONS: Final[dict[Command, str]] = {
 }
 FLAGS_BY_FILE_KEY: Final = {flag.file_key: flag for flag in FLAGS if flag.file}
 
-USAGE: Final = """agentd [run flags]                 run (--mode once by default) and print one JSON result
-       agentd check --mcp NAME=URL ...    connect, list tools/resources, print a report
-       agentd run MANIFEST.yaml ...       run an agent manifest against a host config
-       agentd transcript ...              show durable run transcripts
-       agentd journal list|show|export    read the durable run journal
-       agentd ctl status|pause|resume|... a running daemon's operator controls
-       agentd trace FILE                  render a saved JSON-lines event log for a person
-       agentd --version | --help"""
+class Subcommand(NamedTuple):
+    """One ``agentd COMMAND``: how the usage synopsis writes it, and what shell completion offers after it.
+
+    The usage in ``agentd --help``, the did-you-mean for a mistyped command or flag and the completion
+    scripts (:mod:`agentd.config.completion`) all read :data:`SUBCOMMANDS`, so none can forget a command.
+    ``check``, ``run`` and ``transcript`` take their flags from :data:`FLAGS`; the others list their own
+    (``tests/cli/test_completion.py`` checks each list against that command's ``--help``: a flag missing
+    here would be refused as mistyped).
+    """
+
+    name: str
+    #: The synopsis after ``agentd ``, and the one-line summary beside it.
+    synopsis: str
+    summary: str
+    #: The words its first argument takes (``journal list|show|export``), for completion.
+    words: tuple[str, ...] = ()
+    #: Its own flags as ``--flag`` or ``--flag=METAVAR`` (PATH, FILE, DIR: a file name), for completion;
+    #: commands of the flag table take theirs from :data:`FLAGS`.
+    flags: tuple[str, ...] = ()
+    #: Its first argument is a ``file`` or a ``dir`` (completion offers their names), else ``""``.
+    takes: Literal["", "file", "dir"] = ""
+
+
+SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
+    Subcommand("check", "check --mcp NAME=URL ...", "connect, list tools/resources, print a report"),
+    Subcommand("run", "run MANIFEST.yaml ...", "run an agent manifest against a host config", takes="file"),
+    Subcommand("transcript", "transcript show|list ...", "show durable run transcripts", words=("show", "list")),
+    Subcommand("journal", "journal list|show|export", "read the durable run journal",
+               words=("list", "show", "export"), flags=("--state-dir=PATH", "--limit=N", "--status=STATUS")),
+    Subcommand("ctl", "ctl status|pause|resume|...", "a running daemon's operator controls",
+               words=("status", "pause", "resume", "lame-duck", "cancel", "reload"),
+               flags=("--socket=PATH", "--state-dir=PATH", "--off", "--reason=TEXT", "--timeout=SECONDS")),
+    Subcommand("cluster", "cluster migrate|status|submit|show", "the cluster database (the [cluster] extra)",
+               words=("migrate", "status", "submit", "show"),
+               flags=("--cluster=DSN", "--instruction=TEXT", "--output-contract=TEXT", "--id=ID",
+                      "--lease-ttl=SECONDS")),
+    Subcommand("report", "report FILE [--json]", "a --report-file as tables for a person", flags=("--json",),
+               takes="file"),
+    Subcommand("top", "top URL [--tls-ca PATH]", "a serving daemon's live run tree, in the terminal",
+               flags=("--bearer=REF", "--tls-ca=PATH")),
+    Subcommand("trace", "trace FILE [--all]", "render a saved JSON-lines event log for a person", flags=("--all",),
+               takes="file"),
+    Subcommand("init", "init [DIR] [--force]", "write a commented starter DIR/agentd.yaml", flags=("--force",),
+               takes="dir"),
+    Subcommand("completion", "completion bash|zsh|fish", "print a shell completion script",
+               words=("bash", "zsh", "fish")),
+)
+SUBCOMMAND_NAMES: Final = tuple(command.name for command in SUBCOMMANDS)
+
+
+def _usage() -> str:
+    width = max(len(command.synopsis) for command in SUBCOMMANDS) + 2
+    lines = [f"agentd {'[run flags]':<{width}} run (--mode once by default) and print one JSON result"]
+    lines += [f"       agentd {command.synopsis:<{width}} {command.summary}" for command in SUBCOMMANDS]
+    lines.append("       agentd --version | --help")
+    return "\n".join(lines)
+
+
+USAGE: Final = _usage()
 
 #: What bare ``agentd`` (nothing to do) prints on stderr before exiting 2.
 SHORT_USAGE: Final = f"""usage: {USAGE}
@@ -374,6 +426,51 @@ def build_parser(prog: str = "agentd", *, description: str | None = None,
     return parser
 
 
+def subcommand_parser(name: str, description: str, *, epilog: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of a small ``agentd NAME`` command: its errors are one exit-2 line too."""
+    return _Parser(prog=f"agentd {name}", description=description, epilog=epilog, allow_abbrev=False)
+
+
+def parse_subcommand(parser: argparse.ArgumentParser, name: str, args: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(args)``, but an unknown flag is named with the closest of the command's own flags
+    (:data:`SUBCOMMANDS`), and an unexpected word is counted, not shown."""
+    namespace, extras = parser.parse_known_args(list(args))
+    if extras:
+        raise _unknown(name, [item for item in extras if item.startswith("-")],
+                       sum(1 for item in extras if not item.startswith("-")))
+    return namespace
+
+
+def check_subcommand_flags(name: str, args: Sequence[str]) -> None:
+    """Before a command with its own parser (``journal``, ``ctl``, ...) is imported: a ``--flag`` it does not
+    take is exit 2 with the closest one it does (its own parser would say only "unrecognized")."""
+    entry = next(command for command in SUBCOMMANDS if command.name == name)
+    known = {flag.partition("=")[0] for flag in entry.flags} | {"--help"}
+    unknown = []
+    for item in args:
+        if item == "--":
+            break
+        if item.startswith("--") and item.split("=", 1)[0] not in known:
+            unknown.append(item)
+    if unknown:
+        raise _unknown(name, unknown, 0)
+
+
+def _unknown(name: str, flags: Sequence[str], others: int) -> ConfigError:
+    import difflib
+
+    entry = next(command for command in SUBCOMMANDS if command.name == name)
+    known = [flag.partition("=")[0] for flag in entry.flags] + ["--help"]
+    parts = []
+    for item in flags:
+        flag = item.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
+        parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+    if others:
+        parts.append(f"{others} unexpected argument{'s' if others > 1 else ''} (values not shown)")
+    return ConfigError("; ".join(parts) + f" (see agentd {name} --help)")
+
+
 @functools.cache
 def _cached_parser(command: Command) -> argparse.ArgumentParser:
     # Building 50 arguments costs ~2 ms; parse_args does not mutate the parser, so one per command is enough.
@@ -394,6 +491,19 @@ def suggest(name: str, command: Command = "agentd") -> str | None:
         known += ["--version", "--help"]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
     return close[0] if close else None
+
+
+def unknown_command(word: str) -> ConfigError:
+    """The error for ``agentd WORD`` where WORD is no command (bare ``agentd`` takes no positional). The
+    word is named only when it is close to a command: an unrelated word may be a value typed in the wrong
+    place (a token), and error lines never carry values."""
+    import difflib
+
+    close = difflib.get_close_matches(word, SUBCOMMAND_NAMES, n=1, cutoff=0.6)
+    if close:
+        return ConfigError(f"unknown command {word!r} (did you mean {close[0]}?) (see agentd --help)")
+    return ConfigError(f"unexpected argument (value not shown): the commands are {', '.join(SUBCOMMAND_NAMES)} "
+                       "(see agentd --help)")
 
 
 def parse_flags(argv: Sequence[str], *, command: Command = "agentd") -> dict[str, Any]:

@@ -19,6 +19,7 @@ from agentd.config.endpoints import (
     check_server_name,
     is_loopback_host,
 )
+from agentd.config.extras import require
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
 from agentd.patterns import Pattern
@@ -75,7 +76,7 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_modes(config)
     _check_numbers(config)
     _check_serve(config, env)
-    _check_telemetry(config)
+    _check_telemetry(config, env)
     _check_cluster(config)
 
 
@@ -88,6 +89,7 @@ def _check_cluster(config: Config) -> None:
     if config.state_dir is not None:
         raise ConfigError("--cluster and --state-dir are mutually exclusive (a member journals in the cluster "
                           "database)")
+    require("cluster", "--cluster")
     if config.cluster_capacity < 0:
         raise ConfigError(f"--cluster-capacity must be >= 0, not {config.cluster_capacity}")
     if not config.cluster_lease_ttl >= 1:
@@ -97,7 +99,12 @@ def _check_cluster(config: Config) -> None:
 _TRACEPARENT = Pattern(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
-def _check_telemetry(config: Config) -> None:
+def _check_telemetry(config: Config, env: Mapping[str, str]) -> None:
+    if config.otel:
+        from agentd.telemetry.settings import sdk_disabled
+
+        if not sdk_disabled(env):  # OTEL_SDK_DISABLED=true: nothing of OpenTelemetry is imported
+            require("otel", "--otel")
     if config.traceparent is not None:
         value = config.traceparent.strip()
         if not _TRACEPARENT.match(value) or value.split("-")[1] == "0" * 32 or value.split("-")[2] == "0" * 16:

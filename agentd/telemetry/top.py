@@ -5,7 +5,9 @@ replaced by ``/events``), keeps every ``tree.node`` it is sent and the last few 
 most ten times a second. Keys: ``j``/``k`` or the arrows move, space or enter collapses/expands the selected
 node, ``q`` quits. A lost connection is retried with exponential backoff (the one formula in agentd.backoff)
 until ``q``. The bearer token, when the daemon wants one, is given as a reference (``--bearer
-'{{secret:NAME}}'``), never as a literal.
+'{{secret:NAME}}'``), never as a literal. A daemon whose certificate a private CA signed is reached with
+``--tls-ca PATH`` (that CA is then the only one trusted); without it the system's trust store decides, and
+an untrusted certificate is named on the status line (the connection is retried, as any other failure).
 
 This command is for a person: its stdout is the screen, not a JSON document.
 """
@@ -16,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import ssl
 import sys
 import termios
 import tty
@@ -142,14 +145,18 @@ def _raw_terminal(stream: TextIO) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def _follow(url: str, headers: list[tuple[bytes, bytes]], view: View) -> None:
+async def _follow(url: str, headers: list[tuple[bytes, bytes]], view: View,
+                  tls: ssl.SSLContext | None = None) -> None:
     """Receive messages into ``view``, reconnecting with backoff, until cancelled."""
     from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 
     attempt = 0
     while True:
         try:
-            async with open_websocket_url(url, extra_headers=headers, connect_timeout=CONNECT_TIMEOUT,
+            if url.startswith("wss:"):
+                await _tls_probe(url, tls)
+            async with open_websocket_url(url, ssl_context=tls, extra_headers=headers,
+                                          connect_timeout=CONNECT_TIMEOUT,
                                           disconnect_timeout=CONNECT_TIMEOUT) as ws:
                 view.status, view.dirty, attempt = "connected", True, 0
                 while True:
@@ -159,12 +166,38 @@ async def _follow(url: str, headers: list[tuple[bytes, bytes]], view: View) -> N
                         continue
                     if isinstance(message, dict):
                         view.take(message)
-        except (OSError, HandshakeError, ConnectionClosed, trio.BrokenResourceError) as exc:
+        except (OSError, HandshakeError, ConnectionClosed, trio.BrokenResourceError, trio.TooSlowError) as exc:
             attempt += 1
             delay = exponential(attempt, RECONNECT_BASE, RECONNECT_CAP)
-            view.status = f"disconnected ({type(exc).__name__}); retrying in {delay:.1f}s"
+            view.status = f"disconnected ({_why(exc)}); retrying in {delay:.1f}s"
             view.dirty = True
             await trio.sleep(delay)
+
+
+async def _tls_probe(url: str, tls: ssl.SSLContext | None) -> None:
+    """A TLS handshake with the daemon, bounded, before the WebSocket's: trio-websocket turns a refused
+    certificate into a bare timeout, and a person must see that the certificate is the problem."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    with trio.fail_after(CONNECT_TIMEOUT):
+        stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=tls or ssl.create_default_context())
+        try:
+            await stream.do_handshake()
+        finally:
+            await trio.aclose_forcefully(stream)
+
+
+def _why(exc: BaseException) -> str:
+    """What a failed connection says on the status line: an untrusted certificate is named as such (the
+    TLS error arrives as the cause of trio's ``BrokenResourceError``)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return "certificate not trusted: --tls-ca names the daemon's CA"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS: {cause.reason or type(cause).__name__}"
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
 
 
 async def _keys(view: View, done: trio.CancelScope) -> None:
@@ -187,11 +220,11 @@ async def _draw(view: View, out: TextIO) -> None:
         await trio.sleep(REDRAW_INTERVAL)
 
 
-async def run_top(url: str, headers: list[tuple[bytes, bytes]]) -> int:
+async def run_top(url: str, headers: list[tuple[bytes, bytes]], tls: ssl.SSLContext | None = None) -> int:
     view = View()
     with _raw_terminal(sys.stdin):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_follow, url, headers, view)
+            nursery.start_soon(_follow, url, headers, view, tls)
             nursery.start_soon(_draw, view, sys.stdout)
             nursery.start_soon(_keys, view, nursery.cancel_scope)
     sys.stdout.write("\r\n")
@@ -205,9 +238,18 @@ def top_main(args: Sequence[str], env: dict[str, str]) -> int:
     parser = argparse.ArgumentParser(prog="agentd top", description="Draw a serving daemon's live run tree.")
     parser.add_argument("url", help="the daemon's serve URL (http(s)://HOST:PORT/mcp) or its ws(s)://.../events")
     parser.add_argument("--bearer", help="the serve bearer token as '{{secret:NAME}}' or '{{secret-file:PATH}}'")
+    parser.add_argument("--tls-ca", metavar="PATH",
+                        help="trust this CA bundle (PEM) for a wss:// or https:// daemon instead of the system's")
     options = parser.parse_args(list(args))
     try:
         url = events_url(options.url)
+        tls = None
+        if options.tls_ca is not None:
+            try:
+                tls = ssl.create_default_context(cafile=options.tls_ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"--tls-ca {options.tls_ca}: cannot load "
+                                 f"({getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or exc})")
         headers: list[tuple[bytes, bytes]] = []
         if options.bearer:
             token = SecretResolver(env).resolve(options.bearer)
@@ -217,4 +259,4 @@ def top_main(args: Sequence[str], env: dict[str, str]) -> int:
     except (ValueError, AgentdError) as exc:
         sys.stderr.write(json.dumps({"event": "config.invalid", "level": "error", "error": str(exc)}) + "\n")
         return 2
-    return trio.run(run_top, url, headers)
+    return trio.run(run_top, url, headers, tls)

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("agentd --version", ("--version",), frozenset()),
     Command("agentd --help", ("--help",), frozenset()),
     Command("agentd check --help", ("check", "--help"), frozenset()),
+    Command("agentd completion bash", ("completion", "bash"), frozenset()),
+    Command("agentd init --help", ("init", "--help"), frozenset()),
+    # A mistyped command or flag: the flag table finds the closest name; attr only for the JSON error line.
+    Command("agentd chek (mistyped command)", ("chek",), frozenset({"attr"})),
+    Command("agentd --max-step 3 (mistyped flag)", ("--max-step", "3"), frozenset({"attr"})),
+    Command("agentd run MANIFEST --modle m (mistyped flag)", ("run", "{tmp}/agent.yaml", "--modle", "m"),
+            frozenset({"attr"})),
     Command("agentd --validate-config", (*_ONCE, "--validate-config"), frozenset({"agentd.config.load", "attr"})),
     Command("agentd --validate-config --config FILE", (*_ONCE, "--validate-config", "--config", "{tmp}/agentd.yaml"),
             frozenset({"agentd.config.load", "attr", "cattrs", "yaml"})),
@@ -77,6 +84,15 @@ COMMANDS: tuple[Command, ...] = (
     Command("subagent dispatch (AGENT_SUBAGENT=1, EOF)", (), frozenset({"trio", "attr", "agentd.journal"}),
             {"AGENT_SUBAGENT": "1"}),
 )
+
+
+#: The commands a person types to be helped, which must answer without the run machinery: their CPU is held
+#: to :data:`LIGHT_BOUND` times that of ``python -c "import trio"`` (reported, never asserted: the table above
+#: pins what they import).
+LIGHT: Final = ("agentd --help", "agentd completion bash", "agentd chek (mistyped command)",
+                "agentd --max-step 3 (mistyped flag)")
+LIGHT_BOUND: Final = 1.2
+TRIO_ROW: Final = "python -c 'import trio'"
 
 
 #: What a once run (no servers, no subagent) has not imported when it sends its first model request: the
@@ -209,6 +225,9 @@ def measure(runs: int) -> tuple[list[Row], float]:
         # The floor of any run: the interpreter, trio and attrs (which trio imports too), nothing of agentd.
         wall, cpu = _timed([sys.executable, "-c", "import trio, attrs"], runs, _env())
         rows.append(Row("python -c 'import trio, attrs' (a run's floor)", wall, cpu, {"trio", "attr"}))
+        # The yardstick of the commands that must answer at once (LIGHT): at most LIGHT_BOUND times this.
+        wall, cpu = _timed([sys.executable, "-c", "import trio"], runs, _env())
+        rows.append(Row(TRIO_ROW, wall, cpu, {"trio", "attr"}))
         for command in COMMANDS:
             argv, env = argv_of(command, tmp), _env(command.env)
             wall, cpu = _timed(argv, runs, env)
@@ -238,6 +257,10 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
         f"{os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')}; load average at start "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores). CPU is user + system time of the process, the "
         "figure other load disturbs least; wall times on a shared machine move with the load.",
+        *([f"The machine was loaded when this was measured (load average {os.getloadavg()[0]:.1f} on "
+           f"{os.cpu_count()} cores, other work running): wall times are far above an idle machine's; the "
+           "CPU column and the ratios are the figures to compare. To be re-measured quiet."]
+          if os.getloadavg()[0] > (os.cpu_count() or 1) else []),
         "",
         "| command | median wall (ms) | median CPU (ms) | CPU minus `python -c pass` (ms) | heavy modules imported |",
         "|---|---|---|---|---|",
@@ -247,6 +270,15 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
         lines.append(f"| `{row.name}` | {row.wall_ms:.0f} | {row.cpu_ms:.0f} | {row.cpu_ms - floor:.0f} | "
                      f"{', '.join(sorted(row.heavy)) or '—'} |")
     once = next(row for row in rows if "(once run)" in row.name)
+    trio_cpu = next(row.cpu_ms for row in rows if row.name == TRIO_ROW)
+    light = [row for row in rows if row.name in LIGHT]
+    worst = max(light, key=lambda row: row.cpu_ms)
+    lines += [
+        "",
+        f"Help, completion and did-you-mean (`{'`, `'.join(row.name for row in light)}`) against "
+        f"`{TRIO_ROW}` ({trio_cpu:.0f} ms): at most **{worst.cpu_ms / trio_cpu:.2f}×** (`{worst.name}`; "
+        f"target: at most {LIGHT_BOUND}×).",
+    ]
     lines += [
         "",
         f"The once run (`--instruction hi --intelligence test`, no servers): **{first_ms:.0f} ms** of CPU up to its "
