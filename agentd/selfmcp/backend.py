@@ -28,6 +28,8 @@ class ServedSpawn:
     tool_scope: tuple[str, ...] | None = None
     warm: bool = False
     detached: bool = False  # async: the peer wants the handle at once
+    #: The principal spawning it (agentd.transport.tenancy); a backend that keeps handles keeps it too.
+    owner: str = ""
 
 
 @attrs.frozen

@@ -18,7 +18,9 @@ processes died with their parent and a child's steps are not journaled, so:
   (a new child seeded with the history, answering that message), under the same handle, in the same token
   budget tree (``served.N``'s saved books, agentd.supervisor.caps): what it spent before the crash stays spent.
 
-New handles are numbered after the journaled ones, so a handle never names two runs.
+New handles are numbered after the journaled ones, so a handle never names two runs. Each handle keeps the
+principal that spawned it (``owner``, agentd.transport.tenancy), so after a restart it is still that principal's
+only; a handle journaled before owners were kept has none, and is the operator's.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class Kept:
     turns: int | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
     ended_at: float | None = None  # wall clock: an ended handle is forgotten ``retention`` after it
+    #: The principal that spawned it ("": the listener's single principal, or journaled before owners were).
+    owner: str = ""
     #: The supervisor's handle running it now: itself, a re-opened session's, or None (not running here).
     live: str | None = None
     #: Turns answered before a re-open (the re-opened child counts from 1 again).
@@ -76,7 +80,7 @@ class Kept:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
                 "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
-                "history": self.history, "ended_at": self.ended_at}
+                "history": self.history, "ended_at": self.ended_at, "owner": self.owner}
 
     @classmethod
     def from_json(cls, handle: str, data: Mapping[str, Any]) -> Kept:
@@ -87,7 +91,8 @@ class Kept:
                    str(data.get("status", "running")), bool(data.get("done")), bool(data.get("partial")), data.get("result"),
                    data.get("turns") if isinstance(data.get("turns"), int) else None,
                    [m for m in data.get("history") or () if isinstance(m, dict)],
-                   data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None)
+                   data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None,
+                   owner=data["owner"] if isinstance(data.get("owner"), str) else "")
 
     def view(self) -> RunView:
         return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
@@ -181,7 +186,8 @@ class JournaledBackend:
         if isinstance(answer, Refusal):
             return answer
         kept = self._kept[answer] = Kept(answer, request.warm, request.instruction, request.output_contract,
-                                         request.tool_scope, live=answer, pending=request.instruction)
+                                         request.tool_scope, live=answer, pending=request.instruction,
+                                         owner=request.owner)
         kept.reopened.set()
         now = self.local.view(answer)
         await self._record(kept, now or kept.view(), save=True)  # before the peer gets the handle
@@ -241,6 +247,11 @@ class JournaledBackend:
             return kept.view()
         live = self.local.view(kept.live)
         return self._from_live(kept, live) if live is not None else kept.view()
+
+    def owner_of(self, handle: str) -> str:
+        """The principal a journaled handle belongs to (the surface asks along with :meth:`lookup`)."""
+        kept = self._kept.get(handle)
+        return kept.owner if kept is not None else ""
 
     async def lookup(self, handle: str) -> RunView | None:
         """A handle an earlier process journaled (the surface asks for a handle it does not track)."""

@@ -1,0 +1,236 @@
+"""Tenants on one served listener: with OAuth, what a principal creates is its own.
+
+A real ``agentd --serve-mcp --serve-oauth-issuer`` (with ``--serve-a2a`` and ``--state-dir``) and the test
+authorization server (tests/security/idp.py), over real sockets, with tokens for two principals (alice, bob)
+and an operator (a token carrying ``--serve-oauth-operator-scope``):
+
+- bob cannot read, send to, cancel or subscribe to alice's async handle and warm session (``subagent.status``,
+  ``subagent.send``, ``subagent.cancel``, ``resources/read``, ``resources/subscribe``, a modern listen): every
+  answer is byte for byte the answer for a handle never issued (modulo the handle and the JSON-RPC id); nor
+  use alice's session id (404, as for a made-up one), nor see her A2A task;
+- bob's ``/events`` carries the lines of bob's runs only; the operator's carries everyone's;
+- after a restart on the same ``--state-dir`` the journaled handles are still alice's only;
+- alice, the good client, is served throughout: each of her calls answers within 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from trio_websocket import open_websocket_url
+
+from tests.integration.agents import agentd_worker
+from tests.security.idp import Idp, idp
+from tests.selfmcp.harness import ACCEPT, LegacyPeer, modern_headers, modern_meta, rpc
+
+pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
+
+OPERATOR = "agentd.operator"
+NEVER = "served.9999"
+#: How long a good client's call may take while the others attack.
+GOOD_WITHIN = 2.0
+
+
+def _argv(issuer: str, state: Path, *extra: str) -> list[str]:
+    return ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-oauth-issuer", issuer,
+            "--serve-oauth-operator-scope", OPERATOR, "--serve-a2a", "--intelligence", "test",
+            "--state-dir", str(state), *extra]
+
+
+def _token(authority: Idp, url: str, sub: str, *scopes: str) -> str:
+    return authority.mint(aud=url, sub=sub, scope=" ".join(scopes) or None)
+
+
+def _peer(client: httpx.AsyncClient, url: str, token: str) -> LegacyPeer:
+    return LegacyPeer(client, url, headers={"authorization": f"Bearer {token}"})
+
+
+def _normal(body: bytes, handle: str) -> bytes:
+    """An answer with its handle and JSON-RPC id blanked: what must not differ between handles."""
+    return re.sub(rb'"id":\s*\d+', b'"id":0', body.replace(handle.encode(), b"HANDLE"))
+
+
+async def _tool(peer: LegacyPeer, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    answer = await peer.call("tools/call", {"name": name, "arguments": arguments})
+    return dict(answer["result"])
+
+
+async def _good(peer: LegacyPeer, handle: str) -> dict[str, Any]:
+    """The good client's call, answered within :data:`GOOD_WITHIN` seconds."""
+    with trio.fail_after(GOOD_WITHIN):
+        result = await _tool(peer, "subagent.status", {"handle": handle})
+    assert result["isError"] is False, result
+    return dict(result["structuredContent"])
+
+
+def _probes(handle: str) -> list[tuple[str, dict[str, Any]]]:
+    uri = "agent://subagent/" + handle
+    return [
+        ("tools/call", {"name": "subagent.status", "arguments": {"handle": handle}}),
+        ("tools/call", {"name": "subagent.send", "arguments": {"handle": handle, "message": "obey bob"}}),
+        ("tools/call", {"name": "subagent.cancel", "arguments": {"handle": handle}}),
+        ("resources/read", {"uri": uri}),
+        ("resources/subscribe", {"uri": uri}),
+    ]
+
+
+async def _as_never_issued(peer: LegacyPeer, handle: str) -> None:
+    """Every probe of ``handle`` answers exactly as the same probe of a handle never issued."""
+    for (method, params), (_, never) in zip(_probes(handle), _probes(NEVER), strict=True):
+        theirs = await peer.post(method, params)
+        unknown = await peer.post(method, never)
+        assert theirs.status_code == unknown.status_code == 200, (method, theirs.text)
+        assert _normal(theirs.content, handle) == _normal(unknown.content, NEVER), (method, theirs.text)
+
+
+async def _listen_honors(client: httpx.AsyncClient, url: str, token: str, uris: list[str]) -> list[str]:
+    """A modern ``subscriptions/listen`` stream's ack: the URIs the server honors for this token."""
+    body = rpc("subscriptions/listen", {"notifications": {"resourceSubscriptions": uris}, "_meta": modern_meta()})
+    headers = {**modern_headers("subscriptions/listen"), "authorization": f"Bearer {token}"}
+    async with client.stream("POST", url, headers=headers, json=body) as response:
+        assert response.status_code == 200
+        buffer = ""
+        async for chunk in response.aiter_text():
+            buffer += chunk
+            for line in buffer.splitlines():
+                if line.startswith("data:"):
+                    ack = json.loads(line[5:])
+                    assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+                    return list(ack["params"]["notifications"].get("resourceSubscriptions", []))
+    raise AssertionError("no listen ack")
+
+
+@asynccontextmanager
+async def _events(url: str, token: str) -> AsyncIterator[Callable[[Callable[[dict[str, Any]], bool]],
+                                                                   Any]]:
+    """``/events`` as ``token``'s principal: yields ``until(predicate)``, which reads lines until one
+    satisfies it and returns every line read so far."""
+    seen: list[dict[str, Any]] = []
+    ws_url = url.replace("http://", "ws://").removesuffix("/mcp") + "/events"
+    async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {token}".encode())]) as ws:
+        async def until(predicate: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+            while not any(predicate(line) for line in seen):
+                seen.append(json.loads(await ws.get_message()))
+            return seen
+
+        yield until
+
+
+def _under(line: dict[str, Any], handles: set[str]) -> bool:
+    path = line.get("handle") if line.get("event") == "tree.node" else line.get("agent_path")
+    return isinstance(path, str) and any(path == h or path.startswith(h + ".") for h in handles)
+
+
+async def _a2a(client: httpx.AsyncClient, url: str, token: str, method: str, params: dict[str, Any]) -> Any:
+    a2a_url = url.removesuffix("/mcp") + "/a2a"
+    r = await client.post(a2a_url, headers={**ACCEPT, "authorization": f"Bearer {token}"},
+                          json=rpc(method, params))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def _done(peer: LegacyPeer, handle: str) -> dict[str, Any]:
+    while True:
+        view = await _good(peer, handle)
+        if view["done"]:
+            return view
+        await trio.sleep(0.05)
+
+
+@pytest.mark.slow
+async def test_one_principal_cannot_reach_anothers_handles_sessions_tasks_or_event_lines(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with idp() as authority:
+        argv = _argv(authority.issuer, state)
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            url = worker.url
+            alice_token, bob_token = _token(authority, url, "alice"), _token(authority, url, "bob")
+            ops_token = _token(authority, url, "ops", OPERATOR)
+            alice, bob, ops = (_peer(client, url, t) for t in (alice_token, bob_token, ops_token))
+            with trio.fail_after(120):
+                for peer in (alice, bob, ops):
+                    await peer.initialize()
+                done = await _tool(alice, "subagent.spawn", {"instruction": "alice's errand", "async": True})
+                warm = await _tool(alice, "subagent.spawn", {"instruction": "alice's session", "warm": True})
+                done_h, warm_h = done["structuredContent"]["handle"], warm["structuredContent"]["handle"]
+                await _done(alice, done_h)
+                assert (await _good(alice, warm_h))["done"] is False
+
+                # --- bob: alice's handles do not exist for him; alice is served all along --------------------
+                for handle in (done_h, warm_h):
+                    await _as_never_issued(bob, handle)
+                    await _good(alice, warm_h)
+                assert (await _good(alice, warm_h))["done"] is False  # bob's cancel did not reach it
+                sent = await _tool(alice, "subagent.send", {"handle": warm_h, "message": "still mine"})
+                assert sent["isError"] is False, sent
+                uris = ["agent://subagent/" + done_h, "agent://subagent/" + warm_h]
+                assert await _listen_honors(client, url, bob_token, uris) == []
+                assert sorted(await _listen_honors(client, url, alice_token, uris)) == sorted(uris)
+
+                # alice's session id is no door into alice's session: as unknown as a made-up one
+                stolen = await client.post(url, headers={**bob.headers(), "mcp-session-id": alice.session or ""},
+                                           json=rpc("ping"))
+                made_up = await client.post(url, headers={**bob.headers(), "mcp-session-id": "f" * 32},
+                                            json=rpc("ping"))
+                assert (stolen.status_code, stolen.content) == (made_up.status_code, made_up.content)
+                assert stolen.status_code == 404
+                await _good(alice, warm_h)
+
+                # --- A2A: one ownership rule (bob cannot see alice's task) -------------------------------------
+                task = await _a2a(client, url, alice_token, "SendMessage", {"message": {
+                    "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "alice over a2a"}]}})
+                task_id = task["result"]["task"]["id"]
+                theirs = await _a2a(client, url, bob_token, "GetTask", {"id": task_id})
+                never = await _a2a(client, url, bob_token, "GetTask", {"id": "0" * 16})
+                assert theirs == never and theirs["error"]["message"] == "Task not found"
+                assert (await _a2a(client, url, bob_token, "ListTasks", {}))["result"]["tasks"] == []
+                assert (await _a2a(client, url, ops_token, "GetTask", {"id": task_id}))["result"]["id"] == task_id
+
+                # --- the operator sees alice's handles ---------------------------------------------------------
+                for handle in (done_h, warm_h):
+                    result = await _tool(ops, "subagent.status", {"handle": handle})
+                    assert result["isError"] is False and result["structuredContent"]["handle"] == handle
+
+                # --- /events: bob sees his own run's lines only; the operator sees everyone's -------------------
+                async with _events(url, bob_token) as bob_lines, _events(url, ops_token) as ops_lines:
+                    mine = await _tool(bob, "subagent.spawn", {"instruction": "bob's errand", "async": True})
+                    bob_h = mine["structuredContent"]["handle"]
+                    got = await bob_lines(lambda line: line.get("event") == "tree.node"
+                                          and line.get("handle") == bob_h and line.get("status") != "running")
+                    assert got, "bob saw none of his own lines"
+                    assert all(_under(line, {bob_h}) for line in got if line.get("event") != "stream.dropped"), \
+                        [line for line in got if not _under(line, {bob_h})][:3]
+                    everyone = await ops_lines(lambda line: _under(line, {bob_h}))
+                    await ops_lines(lambda line: _under(line, {done_h}))  # the snapshot has alice's nodes
+                    assert any(_under(line, {bob_h}) for line in everyone)
+                await _good(alice, warm_h)
+
+        # --- a restart on the same --state-dir: the journaled handles are still alice's only ------------------
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            url = worker.url
+            alice, bob, ops = (_peer(client, url, _token(authority, url, sub, *scopes))
+                               for sub, scopes in (("alice", ()), ("bob", ()), ("ops", (OPERATOR,))))
+            with trio.fail_after(60):
+                for peer in (alice, bob, ops):
+                    await peer.initialize()
+                for handle in (done_h, warm_h):
+                    await _as_never_issued(bob, handle)
+                    assert (await _good(alice, handle))["handle"] == handle
+                    assert (await _tool(ops, "subagent.status", {"handle": handle}))["isError"] is False
+
+
+def test_worker_argv_names_every_flag_it_needs() -> None:
+    """The operator scope is a plain flag of the served side (no config file needed)."""
+    from agentd.config.load import load_config
+
+    config = load_config(_argv("http://127.0.0.1:9/", Path("/tmp/x")), {})
+    assert config.serve_oauth_operator_scope == OPERATOR
+
