@@ -280,7 +280,7 @@ class ServerCore:
         if not isinstance(requested, str):
             return Reply(HttpReply(400, _error_body(jsonrpc.INVALID_PARAMS, "initialize needs a protocolVersion",
                                                    request.id)))
-        if owner and self.owned(owner) >= self.max_per_owner:
+        if owner and self.owned(owner) >= self.max_per_owner and not self._evict_own(owner, now):
             return error_reply(503, jsonrpc.INTERNAL_ERROR,
                                f"session limit reached for this client ({self.max_per_owner}); "
                                "end a session with DELETE", id=request.id, headers=(("retry-after", "5"),))
@@ -305,6 +305,18 @@ class ServerCore:
     def owned(self, owner: str) -> int:
         """Sessions ``owner`` holds now."""
         return sum(1 for s in self.sessions.values() if s.owner == owner)
+
+    def _evict_own(self, owner: str, now: float) -> bool:
+        """An owner at its cap: its own idlest session (no open stream, idle ``evict_after``) makes room."""
+        idle = [s for s in self.sessions.values() if s.owner == owner and not s.stream_open]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda s: s.last_seen)
+        if now - oldest.last_seen < self.evict_after:
+            return False
+        del self.sessions[oldest.id]
+        self.expired.append(oldest.id)
+        return True
 
     def _make_room(self, now: float) -> None:
         if len(self.sessions) < self.max_sessions:

@@ -234,3 +234,53 @@ def test_worker_argv_names_every_flag_it_needs() -> None:
     config = load_config(_argv("http://127.0.0.1:9/", Path("/tmp/x")), {})
     assert config.serve_oauth_operator_scope == OPERATOR
 
+
+
+@pytest.mark.slow
+async def test_a_principal_keeping_sessions_alive_leaves_the_others_their_share(tmp_path: Path) -> None:
+    """``--serve-max-sessions 8``: one principal holds at most 2 sessions and 2 listen streams, however busy it
+    keeps them; the other principals' legacy clients still get sessions and are served."""
+    async with idp() as authority:
+        argv = _argv(authority.issuer, tmp_path / "state", "--serve-max-sessions", "8")
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            url = worker.url
+            mallory_token = _token(authority, url, "mallory")
+            with trio.fail_after(60):
+                held: list[LegacyPeer] = []
+                while True:
+                    peer = _peer(client, url, mallory_token)
+                    r = await client.post(url, headers={**ACCEPT, **peer.extra}, json=rpc("initialize", {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "m", "version": "0"}}, 0))
+                    if r.status_code == 503:
+                        assert "for this client (2)" in r.text and r.headers["retry-after"] == "5"
+                        break
+                    assert r.status_code == 200 and len(held) < 8, r.text
+                    peer.session = r.headers["mcp-session-id"]
+                    held.append(peer)
+                assert len(held) == 2
+                body = rpc("subscriptions/listen", {"notifications": {"resourceSubscriptions": []},
+                                                    "_meta": modern_meta()})
+                headers = {**modern_headers("subscriptions/listen"), "authorization": f"Bearer {mallory_token}"}
+                async with trio.open_nursery() as streams:
+                    async def listen_forever(task_status: trio.TaskStatus[None]) -> None:
+                        async with client.stream("POST", url, headers=headers, json=body) as response:
+                            assert response.status_code == 200
+                            task_status.started()
+                            async for _ in response.aiter_bytes():
+                                pass
+
+                    for _ in range(2):
+                        await streams.start(listen_forever)
+                    third = await client.post(url, headers=headers, json=body)
+                    assert third.status_code == 503
+                    assert "listen stream limit reached for this client (2)" in third.text
+                    for round_ in range(3):  # mallory keeps hers alive; alice, bob and carol are served
+                        for peer in held:
+                            assert (await peer.call("ping"))["result"] == {}
+                        good = _peer(client, url, _token(authority, url, ("alice", "bob", "carol")[round_]))
+                        with trio.fail_after(GOOD_WITHIN):
+                            await good.initialize()
+                            status = await _tool(good, "status", {})
+                        assert status["isError"] is False
+                    streams.cancel_scope.cancel()
