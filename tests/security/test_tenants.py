@@ -284,3 +284,16 @@ async def test_a_principal_keeping_sessions_alive_leaves_the_others_their_share(
                             status = await _tool(good, "status", {})
                         assert status["isError"] is False
                     streams.cancel_scope.cancel()
+
+
+def test_a_handle_journaled_before_owners_were_kept_is_the_operators() -> None:
+    """Backward compatible: an older journal's entry has no ``owner`` and reads as the listener's single
+    principal (an operator's only, with OAuth on); a new entry keeps its owner through a round trip."""
+    from agentd.selfmcp.journaled import Kept
+    from agentd.transport.tenancy import LOCAL, LOCAL_KEY, Principal
+
+    old = Kept.from_json("served.1", {"warm": False, "instruction": "x", "status": "completed", "done": True})
+    assert old.owner == LOCAL_KEY and LOCAL.owns(old.owner)
+    assert not Principal("oauth https://as.example sub bob").owns(old.owner)
+    kept = Kept("served.2", True, "y", owner="oauth https://as.example sub alice")
+    assert Kept.from_json("served.2", json.loads(json.dumps(kept.to_json()))).owner == kept.owner
