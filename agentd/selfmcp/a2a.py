@@ -276,13 +276,15 @@ class A2aService:
         task.update("working")
         try:
             if context.handle is None:
-                answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(instruction=text, warm=True))
+                claims = self.owners.claims(context.owner)  # owned from its admission on, first lines included
+                answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(instruction=text, warm=True,
+                                                                              on_admitted=claims))
                 if isinstance(answer, Refusal):
+                    claims.release()
                     task.update("rejected", reason=answer.message)
                     self.contexts.pop(context.id, None)
                     return
                 context.handle = answer.handle
-                self.owners.claim(answer.handle, context.owner)
             else:
                 sent = await self.supervisor.send(MANAGEMENT, context.handle, text, wait=False)
                 if isinstance(sent, Refusal):

@@ -42,6 +42,7 @@ from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
 from agentd.selfmcp.supervised import MANAGEMENT, SupervisorBackend
 from agentd.supervisor.caps import Refusal as SupervisorRefusal
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
+from agentd.transport.tenancy import Owners
 
 #: The daemon-state namespace of served handles, by handle.
 NAMESPACE: Final = "serve.handles"
@@ -111,6 +112,9 @@ class JournaledBackend:
     log: EventLog
     #: How long an ended handle still answers (``--serve-retention``): older ones are dropped at a restart.
     retention: float = defaults.SERVE_RETENTION
+    #: The served handles' owners (the surface shares it): a re-opened session's new child is its owner's too,
+    #: so the owner's ``/events`` carries its lines.
+    owners: Owners = attrs.field(factory=Owners)
     _kept: dict[str, Kept] = attrs.field(factory=dict)
 
     @property
@@ -211,10 +215,12 @@ class JournaledBackend:
     async def _reopen(self, kept: Kept, message: str) -> None:
         """A journaled warm session's next message: a new child seeded with its history answers it."""
         continued = Caller(MANAGEMENT.origin, MANAGEMENT.handle, tree=kept.handle)  # its earlier budget tree
+        claims = self.owners.claims(kept.owner)  # the new child's lines are the session owner's from the first
         answer = await self.local.supervisor.spawn(continued, SpawnRequest(
             instruction=message, output_contract=kept.output_contract, tool_scope=kept.tool_scope, warm=True,
-            history=tuple(kept.history)))
+            history=tuple(kept.history), on_admitted=claims))
         if isinstance(answer, SupervisorRefusal):
+            claims.release()
             kept.status, kept.done, kept.result, kept.pending = "failed", True, answer.message, None
         else:
             kept.live, kept.offset = answer.handle, kept.turns or 0
@@ -231,6 +237,8 @@ class JournaledBackend:
             self.local.forget(handle)
             return
         self.local.forget(kept.live or handle)
+        if kept.live is not None and kept.live != handle:
+            self.owners.forget(kept.live)
         self.local.supervisor.nursery.start_soon(self._drop, handle)
 
     async def _drop(self, handle: str) -> None:

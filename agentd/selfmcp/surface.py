@@ -130,8 +130,10 @@ class SelfMcpSurface:
         owners: Owners | None = None,
     ) -> None:
         self.backend = backend
-        #: Who owns each tracked handle: shared with the A2A endpoint and ``/events`` (one ownership rule).
-        self.owners = owners if owners is not None else Owners()
+        #: Who owns each tracked handle: shared with the A2A endpoint and ``/events`` (one ownership rule), and
+        #: with a backend that keeps one (a journaled session re-opened under a new child's handle).
+        shared = getattr(backend, "owners", None)
+        self.owners: Owners = owners if owners is not None else shared if isinstance(shared, Owners) else Owners()
         self.info = info
         self.limits = limits or SelfMcpLimits()
         self.log = log or null_log()
@@ -335,6 +337,8 @@ class SelfMcpSurface:
     async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         warm = bool(arguments.get("warm", False))
         detached = bool(arguments.get("async", False))
+        owner = ctx.principal.key
+        admitted = self.owners.claims(owner)  # owned from its admission on: its first lines are its owner's
         scope = arguments.get("tool_scope")
         spawn = ServedSpawn(
             instruction=arguments["instruction"],
@@ -343,6 +347,7 @@ class SelfMcpSurface:
             warm=warm,
             detached=detached,
             owner=ctx.principal.key,
+            on_admitted=admitted,
         )
         queues = getattr(self.backend, "queues", None)  # --cluster: an async spawn is a queued row
         queued = bool(queues(spawn)) if queues is not None else False
@@ -355,9 +360,10 @@ class SelfMcpSurface:
         finally:
             self._reserve(spawn, queued, -1)
         if isinstance(answer, Refusal):
+            admitted.release()  # admitted, then refused (no process): nothing of it is served
             self._count_refusal(answer)  # the supervisor logged its own refusal
             return _spawn_refused(answer)
-        run = self._track(answer, warm, queued=queued, owner=ctx.principal.key)
+        run = self._track(answer, warm, queued=queued, owner=owner)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if warm:
             # The backend answers a warm spawn once the first turn (the instruction) has answered or the

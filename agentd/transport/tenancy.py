@@ -79,6 +79,11 @@ class Owners:
     def forget(self, handle: str) -> None:
         self._owner.pop(handle, None)
 
+    def claims(self, owner: str) -> Claims:
+        """A recorder of the handles one spawn is admitted under (the supervisor's ``on_admitted``): each is
+        ``owner``'s from the moment it is minted, before the child logs its first line."""
+        return Claims(self, owner)
+
     def owner_of(self, handle: str) -> str | None:
         return self._owner.get(handle)
 
@@ -103,4 +108,23 @@ class Owners:
         return False
 
 
-__all__ = ["LOCAL", "LOCAL_KEY", "Owners", "Principal", "oauth_principal"]
+class Claims:
+    """The handles one spawn was admitted under, claimed for ``owner`` as they are minted."""
+
+    __slots__ = ("handles", "owner", "owners")
+
+    def __init__(self, owners: Owners, owner: str) -> None:
+        self.owners, self.owner = owners, owner
+        self.handles: list[str] = []
+
+    def __call__(self, handle: str) -> None:
+        self.handles.append(handle)
+        self.owners.claim(handle, self.owner)
+
+    def release(self) -> None:
+        """The spawn was refused after its admission (no process): its handles are nobody's."""
+        for handle in self.handles:
+            self.owners.forget(handle)
+
+
+__all__ = ["LOCAL", "LOCAL_KEY", "Claims", "Owners", "Principal", "oauth_principal"]

@@ -16,7 +16,9 @@ and an operator (a token carrying ``--serve-oauth-operator-scope``):
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -212,6 +214,9 @@ async def test_one_principal_cannot_reach_anothers_handles_sessions_tasks_or_eve
                     await ops_lines(lambda line: _under(line, {done_h}))  # the snapshot has alice's nodes
                     assert any(_under(line, {bob_h}) for line in everyone)
                 await _good(alice, warm_h)
+                listed = await bob.post("resources/list")
+                assert done_h not in listed.text and warm_h not in listed.text
+            os.kill(worker.pid, signal.SIGKILL)  # a crash: alice's warm session comes back idle
 
         # --- a restart on the same --state-dir: the journaled handles are still alice's only ------------------
         async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
@@ -225,6 +230,19 @@ async def test_one_principal_cannot_reach_anothers_handles_sessions_tasks_or_eve
                     await _as_never_issued(bob, handle)
                     assert (await _good(alice, handle))["handle"] == handle
                     assert (await _tool(ops, "subagent.status", {"handle": handle}))["isError"] is False
+                assert (await _good(alice, warm_h))["status"] == "awaiting_turn"
+                # alice's session re-opens under a new child: its lines are still alice's, not bob's
+                alice_token, bob_token = (_token(authority, url, sub) for sub in ("alice", "bob"))
+                async with _events(url, alice_token) as alice_lines, _events(url, bob_token) as bob_lines:
+                    sent = await _tool(alice, "subagent.send", {"handle": warm_h, "message": "after the crash"})
+                    assert sent["isError"] is False, sent
+                    reopened = await worker.wait_event(lambda e: e.get("event") == "serve.restored"
+                                                       and e.get("status") == "reopened")
+                    live = str(reopened["live"])
+                    await alice_lines(lambda line: _under(line, {live}))
+                    await _tool(bob, "subagent.spawn", {"instruction": "bob again", "async": True})
+                    got = await bob_lines(lambda line: line.get("event") == "tree.node")
+                    assert not any(_under(line, {live, warm_h, done_h}) for line in got), got
 
 
 def test_worker_argv_names_every_flag_it_needs() -> None:
