@@ -315,3 +315,24 @@ def test_a_handle_journaled_before_owners_were_kept_is_the_operators() -> None:
     assert not Principal("oauth https://as.example sub bob").owns(old.owner)
     kept = Kept("served.2", True, "y", owner="oauth https://as.example sub alice")
     assert Kept.from_json("served.2", json.loads(json.dumps(kept.to_json()))).owner == kept.owner
+
+
+async def test_a_single_principal_listener_is_one_party() -> None:
+    """The documented decision: every holder of the one ``--serve-bearer`` is the same principal (as every
+    certificate of the one client CA is): a handle spawned by one client answers to another, and sessions are
+    not counted per client (only the total applies)."""
+    from tests.selfmcp.harness import serving
+
+    token = "one-bearer-for-everyone-1234"
+    async with serving(bearer=token) as s, httpx.AsyncClient(timeout=10) as client:
+        first, second = _peer(client, s.url, token), _peer(client, s.url, token)
+        await first.initialize()
+        await second.initialize()
+        spawned = await _tool(first, "subagent.spawn", {"instruction": "sleep=30", "async": True})
+        handle = spawned["structuredContent"]["handle"]
+        seen = await _tool(second, "subagent.status", {"handle": handle})
+        assert seen["isError"] is False and seen["structuredContent"]["handle"] == handle
+        for _ in range(s.app.core.max_per_owner + 1):  # past a principal's share: still admitted
+            await _peer(client, s.url, token).initialize()
+        cancelled = await _tool(second, "subagent.cancel", {"handle": handle})
+        assert cancelled["isError"] is False
