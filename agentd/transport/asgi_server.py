@@ -53,7 +53,7 @@ from agentd.telemetry import metrics
 from agentd.telemetry.health import PROBES, probe
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_server_span
-from agentd.telemetry.stream import EVENTS_PATH, Subscriber, current_bus
+from agentd.telemetry.stream import EVENTS_PATH, MAX_SUBSCRIBERS, Subscriber, current_bus
 from agentd.transport.resource_server import Rejected, ResourceServer, bearer_token
 from agentd.transport.tenancy import LOCAL, Owners, Principal, oauth_principal
 
@@ -64,6 +64,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_BODY: Final = defaults.SERVE_MAX_BODY
 LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 KEEPALIVE: Final = encode_comment("keepalive")
+#: ``/events`` subscribers one OAuth principal may hold at once (a quarter of the daemon's).
+EVENTS_PER_PRINCIPAL: Final = max(1, MAX_SUBSCRIBERS // defaults.SERVE_SESSIONS_PER_OWNER_DIVISOR)
 _T = TypeVar("_T")
 
 
@@ -186,6 +188,7 @@ class McpAsgiApp:
         self._contexts: dict[str, CallContext] = {}
         self._listens = 0
         self._listens_by: dict[str, int] = {}
+        self._events_by: dict[str, int] = {}
 
     def drain(self) -> None:
         self.draining.set()
@@ -338,7 +341,8 @@ class McpAsgiApp:
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/events``: the daemon's event lines and ``tree.node`` changes as WebSocket text frames (JSON), with
         the endpoint's authentication; refused (HTTP 403 before the handshake) without it, or when the daemon
-        has no stream or enough subscribers."""
+        has no stream or enough subscribers (one OAuth principal: a quarter of them). A principal sees the lines
+        of its own runs only (agentd.transport.tenancy)."""
         bus = current_bus()
         headers = _headers(scope)
         principal: HttpReply | Principal = LOCAL
@@ -346,6 +350,10 @@ class McpAsgiApp:
         if not refused:
             principal = await self.authenticate(headers)
         refused = refused or isinstance(principal, HttpReply) or bus is None or bus.full or self.draining.is_set()
+        key = principal.key if isinstance(principal, Principal) else LOCAL.key
+        mine = self._events_by.get(key, 0)
+        if isinstance(principal, Principal) and principal.bounded and mine >= EVENTS_PER_PRINCIPAL:
+            refused = True  # one principal cannot take every /events slot
         message = await receive()
         if message.get("type") != "websocket.connect" or refused or bus is None or isinstance(principal, HttpReply):
             await send({"type": "websocket.close", "code": 1008})
@@ -356,11 +364,19 @@ class McpAsgiApp:
         def accepts(line: Mapping[str, Any]) -> bool:  # a principal sees the lines of its own runs only
             return owners.sees_line(who, line)
 
-        with bus.subscribe(None if principal.operator else accepts) as subscriber:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_websocket_close, receive, nursery.cancel_scope)
-                nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
-                nursery.start_soon(_pump_events, subscriber, send)
+        self._events_by[key] = mine + 1
+        try:
+            with bus.subscribe(None if principal.operator else accepts) as subscriber:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_on_websocket_close, receive, nursery.cancel_scope)
+                    nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
+                    nursery.start_soon(_pump_events, subscriber, send)
+        finally:
+            left = self._events_by.get(key, 1) - 1
+            if left:
+                self._events_by[key] = left
+            else:
+                self._events_by.pop(key, None)
         with trio.move_on_after(1.0, shield=True):
             try:
                 await send({"type": "websocket.close", "code": 1001 if self.draining.is_set() else 1000})

@@ -126,6 +126,17 @@ async def _events(url: str, token: str) -> AsyncIterator[Callable[[Callable[[dic
         yield until
 
 
+async def _upgrade(url: str, token: str) -> bytes:
+    """The first bytes of the answer to a raw WebSocket upgrade for ``/events`` with ``token``."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    sock = await trio.open_tcp_stream("127.0.0.1", port)
+    async with sock:
+        await sock.send_all(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                            + f"Authorization: Bearer {token}\r\n\r\n".encode())
+        return await sock.receive_some(65536)
+
+
 def _under(line: dict[str, Any], handles: set[str]) -> bool:
     path = line.get("handle") if line.get("event") == "tree.node" else line.get("agent_path")
     return isinstance(path, str) and any(path == h or path.startswith(h + ".") for h in handles)
@@ -256,8 +267,9 @@ def test_worker_argv_names_every_flag_it_needs() -> None:
 
 @pytest.mark.slow
 async def test_a_principal_keeping_sessions_alive_leaves_the_others_their_share(tmp_path: Path) -> None:
-    """``--serve-max-sessions 8``: one principal holds at most 2 sessions and 2 listen streams, however busy it
-    keeps them; the other principals' legacy clients still get sessions and are served."""
+    """``--serve-max-sessions 8``: one principal holds at most 2 sessions and 2 listen streams (and 4 of the 16
+    ``/events`` subscribers), however busy it keeps them; the other principals' legacy clients still get
+    sessions and are served."""
     async with idp() as authority:
         argv = _argv(authority.issuer, tmp_path / "state", "--serve-max-sessions", "8")
         async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
@@ -293,14 +305,22 @@ async def test_a_principal_keeping_sessions_alive_leaves_the_others_their_share(
                     third = await client.post(url, headers=headers, json=body)
                     assert third.status_code == 503
                     assert "listen stream limit reached for this client (2)" in third.text
-                    for round_ in range(3):  # mallory keeps hers alive; alice, bob and carol are served
-                        for peer in held:
-                            assert (await peer.call("ping"))["result"] == {}
-                        good = _peer(client, url, _token(authority, url, ("alice", "bob", "carol")[round_]))
-                        with trio.fail_after(GOOD_WITHIN):
-                            await good.initialize()
-                            status = await _tool(good, "status", {})
-                        assert status["isError"] is False
+                    # /events: a quarter of the daemon's 16 subscriber slots, the fifth is refused
+                    async with _events(url, mallory_token), _events(url, mallory_token), \
+                            _events(url, mallory_token), _events(url, mallory_token):
+                        fifth = await _upgrade(url, mallory_token)
+                        assert fifth.startswith(b"HTTP/1.1 403"), fifth
+                        for round_ in range(3):  # mallory keeps hers alive; alice, bob and carol are served
+                            for peer in held:
+                                assert (await peer.call("ping"))["result"] == {}
+                            name = ("alice", "bob", "carol")[round_]
+                            good = _peer(client, url, _token(authority, url, name))
+                            with trio.fail_after(GOOD_WITHIN):
+                                await good.initialize()
+                                status = await _tool(good, "status", {})
+                                accepted = await _upgrade(url, _token(authority, url, name))
+                            assert accepted.startswith(b"HTTP/1.1 101"), accepted
+                            assert status["isError"] is False
                     streams.cancel_scope.cancel()
 
 
