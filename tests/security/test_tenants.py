@@ -93,6 +93,21 @@ async def _as_never_issued(peer: LegacyPeer, handle: str) -> None:
         assert _normal(theirs.content, handle) == _normal(unknown.content, NEVER), (method, theirs.text)
 
 
+async def _modern_as_never_issued(client: httpx.AsyncClient, url: str, token: str, handle: str) -> None:
+    """The same on the modern wire (no session): each probe of ``handle`` answers as for a never-issued one."""
+    for (method, params), (_, never) in zip(_probes(handle), _probes(NEVER), strict=True):
+        if method == "resources/subscribe":
+            continue  # the modern wire subscribes through subscriptions/listen (checked on its own)
+        answers = []
+        for probe in (params, never):
+            headers = {**modern_headers(method, probe.get("name") or probe.get("uri")),
+                       "authorization": f"Bearer {token}"}
+            answers.append(await client.post(url, headers=headers, json=rpc(method, {**probe, "_meta": modern_meta()})))
+        theirs, unknown = answers
+        assert theirs.status_code == unknown.status_code == 200, (method, theirs.text)
+        assert _normal(theirs.content, handle) == _normal(unknown.content, NEVER), (method, theirs.text)
+
+
 async def _listen_honors(client: httpx.AsyncClient, url: str, token: str, uris: list[str]) -> list[str]:
     """A modern ``subscriptions/listen`` stream's ack: the URIs the server honors for this token."""
     body = rpc("subscriptions/listen", {"notifications": {"resourceSubscriptions": uris}, "_meta": modern_meta()})
@@ -180,6 +195,7 @@ async def test_one_principal_cannot_reach_anothers_handles_sessions_tasks_or_eve
                 # --- bob: alice's handles do not exist for him; alice is served all along --------------------
                 for handle in (done_h, warm_h):
                     await _as_never_issued(bob, handle)
+                    await _modern_as_never_issued(client, url, bob_token, handle)
                     await _good(alice, warm_h)
                 assert (await _good(alice, warm_h))["done"] is False  # bob's cancel did not reach it
                 sent = await _tool(alice, "subagent.send", {"handle": warm_h, "message": "still mine"})
