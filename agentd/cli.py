@@ -252,9 +252,10 @@ def _subagent() -> int:
 
 def _audit_trifecta(config: Any, log: Any) -> None:
     """``--allow-trifecta`` is audited: which servers bring each property, and whether it was needed."""
-    from agentd.rule_of_two import check_trifecta
+    from agentd.rule_of_two import catalogue_tags, check_trifecta
 
-    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    verdict = check_trifecta(catalogue_tags(((s.name, s.tags) for s in config.mcp),
+                                            ((p.name, p.tags) for p in config.a2a_peers)))
     log.warn("security.trifecta_allowed", needed=verdict.complete,
              **{tag: list(names) for tag, names in verdict.sources.items()})
 

@@ -59,6 +59,9 @@ MAX_WAKES_PER_URI_PER_MINUTE: Final = 10
 # --- the served self-MCP (agentd.selfmcp.surface.SelfMcpLimits, agentd.transport.asgi_server) -----------
 SERVE_MAX_SPAWNS: Final = 4
 SERVE_MAX_SESSIONS: Final = 64
+#: One OAuth principal holds at most ``--serve-max-sessions`` divided by this of the sessions (and of the
+#: listen streams) at once, so one client keeping sessions alive cannot lock the others out.
+SERVE_SESSIONS_PER_OWNER_DIVISOR: Final = 4
 SERVE_MAX_WARM: Final = 8
 #: ``--cluster``: served async spawns this member queued (cluster rows) that have not ended yet.
 SERVE_MAX_QUEUED: Final = 1000

@@ -16,4 +16,5 @@ def load_peers(raw: Any, base_dir: str) -> tuple[McpServerConfig, ...]:
     """The ``a2a_peers:`` section: a list of entries shaped like ``mcp_servers`` entries (A2A's call timeout)."""
     if raw is None:
         return ()
-    return load_servers(raw, base_dir, section="a2a_peers", kind="peer", call_timeout=CALL_TIMEOUT, tags=False)
+    return load_servers(raw, base_dir, section="a2a_peers", kind="peer", call_timeout=CALL_TIMEOUT, tags=False,
+                        taggable=True)

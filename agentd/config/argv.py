@@ -138,6 +138,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--mcp-tags", "mcp_tags", "list",
          "Rule of Two: tag a declared server (repeatable; tags untrusted_input, sensitive_data, external_comms; "
          "untagged = untrusted_input)", _MCP, "NAME=TAG[,TAG]", env=False, file=False),
+    Flag("--a2a-peer-tags", "a2a_peer_tags", "list",
+         "Rule of Two: tag a declared A2A peer (repeatable; untagged = untrusted_input,external_comms)", _MCP,
+         "NAME=TAG[,TAG]", env=False, file=False),
     Flag("--mcp-era", "mcp_era", "list",
          "protocol era of a declared server (repeatable; auto: initialize first, server/discover if refused; "
          "legacy or modern: that era only)", _MCP, "NAME=ERA", env=False, file=False),
@@ -221,6 +224,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "the audience (resource URL) tokens must name (default: the served URL)", _SERVE, "URL"),
     Flag("--serve-oauth-scope", "serve_oauth_scope", "list",
          "a scope every access token must carry (repeatable; missing: 403)", _SERVE, "SCOPE"),
+    Flag("--serve-oauth-operator-scope", "serve_oauth_operator_scope", "str",
+         "a token with this scope sees every client's handles, tasks and /events lines", _SERVE, "SCOPE"),
     Flag("--serve-max-spawns", "serve_max_spawns", "int", f"concurrent served spawns (default {D.SERVE_MAX_SPAWNS})", _SERVE, "N"),
     Flag("--serve-max-sessions", "serve_max_sessions", "int", f"MCP sessions (default {D.SERVE_MAX_SESSIONS})", _SERVE, "N"),
     Flag("--serve-max-warm", "serve_max_warm", "int", f"warm subagent sessions (default {D.SERVE_MAX_WARM})", _SERVE, "N"),

@@ -115,9 +115,10 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     if merged.get("tls_ca") is not None:
         merged["mcp"] = tuple(_with_default_ca(server, merged["tls_ca"]) for server in merged["mcp"])
     # A2A peers: the file's a2a_peers section, then --a2a-peer flags (agentd/config/a2a.py).
-    merged["a2a_peers"] = merge_peers(
+    merged["a2a_peers"] = _per_server(merge_peers(
         file_layer.a2a_peers if file_layer else (), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
-    )
+    ), merged.pop("a2a_peer_tags", ()) or (), flag="--a2a-peer-tags", expected="tag,tag", field="tags", parse=_tags,
+        kind="A2A peer (declare it with --a2a-peer or a2a_peers)")
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)
@@ -163,7 +164,7 @@ def _read_instruction(path: str) -> str:
 
 def _per_server(
     servers: tuple[McpServerConfig, ...], flags: Sequence[str], *, flag: str, expected: str, field: str,
-    parse: Callable[[str, str], Any],
+    parse: Callable[[str, str], Any], kind: str = "MCP server (declare it with --mcp or mcp_servers)",
 ) -> tuple[McpServerConfig, ...]:
     """``FLAG name=value`` (once per server) replaces that server's ``field`` (from its config-file entry, if any)."""
     values: dict[str, Any] = {}
@@ -174,7 +175,7 @@ def _per_server(
         if not sep:
             raise ConfigError(f"{flag}: missing '=' in {item!r} (expected name={expected})")
         if name not in names:
-            raise ConfigError(f"{flag} {name}: no such MCP server (declare it with --mcp or mcp_servers)")
+            raise ConfigError(f"{flag} {name}: no such {kind}")
         if name in values:
             raise ConfigError(f"{flag}: {name!r} given twice")
         values[name] = parse(text, name)
@@ -183,8 +184,11 @@ def _per_server(
 
 def _apply_tags(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
     """``--mcp-tags name=tag,tag`` replaces that server's tags."""
-    return _per_server(servers, flags, flag="--mcp-tags", expected="tag,tag", field="tags",
-                       parse=lambda text, _name: tuple(item.strip() for item in text.split(",") if item.strip()))
+    return _per_server(servers, flags, flag="--mcp-tags", expected="tag,tag", field="tags", parse=_tags)
+
+
+def _tags(text: str, _name: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def _apply_era(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:

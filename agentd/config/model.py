@@ -185,6 +185,9 @@ class Config:
     serve_oauth_issuer: str | None = None
     serve_oauth_audience: str | None = None
     serve_oauth_scope: tuple[str, ...] = ()
+    #: A scope that makes a token's holder an operator: it sees every principal's served handles, tasks and
+    #: ``/events`` lines (agentd.transport.tenancy). None: no token is an operator.
+    serve_oauth_operator_scope: str | None = None
     serve_max_spawns: int = defaults.SERVE_MAX_SPAWNS
     serve_max_sessions: int = defaults.SERVE_MAX_SESSIONS
     serve_max_warm: int = defaults.SERVE_MAX_WARM

@@ -60,9 +60,11 @@ class _ServerEntry:
 
 
 def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind: str = "server",
-                 call_timeout: float = defaults.CALL_TIMEOUT, tags: bool = True) -> tuple[McpServerConfig, ...]:
+                 call_timeout: float = defaults.CALL_TIMEOUT, tags: bool = True,
+                 taggable: bool = False) -> tuple[McpServerConfig, ...]:
     """A list of server entries (``mcp_servers``, or another section of the same shape such as ``a2a_peers``
-    with its own ``call_timeout`` default); a ConfigError names ``$.<section>[i]...``."""
+    with its own ``call_timeout`` default); a ConfigError names ``$.<section>[i]...``. ``tags=False`` refuses
+    the MCP-only keys (``tags``, ``pin``, ``era``), except ``tags`` when ``taggable`` (A2A peers)."""
     if not isinstance(raw, list):
         raise ConfigError(f"expected a list of {kind}s @ $.{section}, got {type(raw).__name__}")
     from agentd.config.validate import check_server
@@ -73,8 +75,8 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
         if isinstance(item, dict) and "call_timeout" not in item:
             item = {**item, "call_timeout": call_timeout}
         entry = structure(item, _ServerEntry, path=what)
-        if entry.tags is not None and not tags:
-            raise ConfigError(f"unknown key 'tags' @ {what} (tags are for MCP servers)")
+        if entry.tags is not None and not (tags or taggable):
+            raise ConfigError(f"unknown key 'tags' @ {what} (tags are for MCP servers and A2A peers)")
         if (entry.pin is not None or entry.pin_file is not None) and not tags:
             raise ConfigError(f"unknown key 'pin' @ {what} (catalogue pins are for MCP servers)")
         if entry.era != defaults.MCP_ERA and not tags:

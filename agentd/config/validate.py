@@ -23,7 +23,7 @@ from agentd.config.extras import require
 from agentd.config.model import Config, McpServerConfig
 from agentd.errors import ConfigError
 from agentd.patterns import Pattern
-from agentd.rule_of_two import SERVER_TAGS, check_trifecta
+from agentd.rule_of_two import SERVER_TAGS, catalogue_tags, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 Purpose = Literal["run", "check"]
@@ -155,11 +155,14 @@ def _check_run(config: Config, env: Mapping[str, str]) -> None:
 
 def _check_trifecta(config: Config) -> None:
     """The Rule of Two at start-up (docs/security.md): refused unless --allow-trifecta."""
-    verdict = check_trifecta({server.name: server.tags for server in config.mcp})
+    verdict = check_trifecta(catalogue_tags(((s.name, s.tags) for s in config.mcp),
+                                            ((p.name, p.tags) for p in config.a2a_peers)))
     if verdict.complete and not config.allow_trifecta:
+        what = "the MCP servers and A2A peers" if config.a2a_peers else "the MCP servers"
+        flags = "--mcp-tags, --a2a-peer-tags" if config.a2a_peers else "--mcp-tags"
         raise ConfigError(
-            "the MCP servers together bring untrusted input, sensitive data and external communication "
-            f"(Rule of Two; {verdict.describe()}); narrow the servers, fix their tags (--mcp-tags), "
+            f"{what} together bring untrusted input, sensitive data and external communication "
+            f"(Rule of Two; {verdict.describe()}); narrow the servers, fix their tags ({flags}), "
             "or pass --allow-trifecta"
         )
 
@@ -284,7 +287,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
                                 ("--serve-bearer", config.serve_bearer),
                                 ("--serve-oauth-issuer", config.serve_oauth_issuer),
                                 ("--serve-oauth-audience", config.serve_oauth_audience),
-                                ("--serve-oauth-scope", config.serve_oauth_scope or None)) if v is not None]
+                                ("--serve-oauth-scope", config.serve_oauth_scope or None),
+                                ("--serve-oauth-operator-scope", config.serve_oauth_operator_scope)) if v is not None]
         if config.serve_a2a:
             given.append("--serve-a2a")
         if given:
@@ -315,7 +319,8 @@ def _check_serve_oauth(config: Config) -> None:
     issuer = config.serve_oauth_issuer
     if issuer is None:
         for flag, value in (("--serve-oauth-audience", config.serve_oauth_audience),
-                            ("--serve-oauth-scope", config.serve_oauth_scope or None)):
+                            ("--serve-oauth-scope", config.serve_oauth_scope or None),
+                            ("--serve-oauth-operator-scope", config.serve_oauth_operator_scope)):
             if value is not None:
                 raise ConfigError(f"{flag} needs --serve-oauth-issuer")
         return
@@ -342,9 +347,12 @@ def _check_serve_oauth(config: Config) -> None:
                 or '"' in audience:
             raise ConfigError(f"--serve-oauth-audience {audience!r}: expected an http(s) URL without query "
                               "or fragment")
-    for scope in config.serve_oauth_scope:
+    named = [("--serve-oauth-scope", scope) for scope in config.serve_oauth_scope]
+    if config.serve_oauth_operator_scope is not None:
+        named.append(("--serve-oauth-operator-scope", config.serve_oauth_operator_scope))
+    for flag, scope in named:
         if not scope or any(c in scope for c in ' "\\') or not scope.isprintable() or not scope.isascii():
-            raise ConfigError(f"--serve-oauth-scope {scope!r}: a scope is one printable ASCII word "
+            raise ConfigError(f"{flag} {scope!r}: a scope is one printable ASCII word "
                               "(no spaces, quotes or backslashes)")
 
 

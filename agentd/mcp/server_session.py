@@ -81,6 +81,9 @@ class HttpRequest:
     method: str
     headers: Mapping[str, str]  # lower-case names
     body: bytes = b""
+    #: Who sends it (agentd.transport.tenancy: a principal's key; "" is a single-principal listener's one
+    #: principal). A legacy session belongs to the owner that opened it and is unknown to any other.
+    owner: str = ""
 
 
 @attrs.frozen
@@ -99,6 +102,7 @@ class LegacySession:
     version: str
     last_seen: float
     initialized: bool = False
+    owner: str = ""
     stream_open: bool = False
     seq: int = 0
     delivered: int = 0
@@ -154,6 +158,12 @@ SESSION_EVICT_AFTER: Final = 30.0
 MAX_BATCH: Final = 128
 
 
+def per_owner_sessions(max_sessions: int) -> int:
+    """Sessions one owner may hold of ``max_sessions``: a quarter, so a client that keeps its sessions alive
+    (pings count as use) leaves three quarters to everyone else."""
+    return max(1, max_sessions // defaults.SERVE_SESSIONS_PER_OWNER_DIVISOR)
+
+
 class SessionLimit(Exception):
     """No room for another session even after expiring idle ones."""
 
@@ -175,6 +185,7 @@ class ServerCore:
         identity: ServerIdentity,
         *,
         max_sessions: int = defaults.SERVE_MAX_SESSIONS,
+        max_per_owner: int | None = None,
         session_idle: float = SESSION_IDLE,
         evict_after: float = SESSION_EVICT_AFTER,
         retry_ms: int = 2000,
@@ -182,6 +193,9 @@ class ServerCore:
     ) -> None:
         self.identity = identity
         self.max_sessions = max_sessions
+        #: Sessions one owner (not "") may hold at once, so one client cannot take every session
+        #: (default: :func:`per_owner_sessions` of ``max_sessions``).
+        self.max_per_owner = per_owner_sessions(max_sessions) if max_per_owner is None else max_per_owner
         self.session_idle = session_idle
         self.evict_after = evict_after
         self.retry_ms = retry_ms
@@ -210,7 +224,7 @@ class ServerCore:
         if sid is None:
             return error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID")
         session = self.sessions.get(sid)
-        if session is None:
+        if session is None or session.owner != req.owner:  # another owner's session is as unknown as none
             return error_reply(404, jsonrpc.INVALID_REQUEST, "Session not found")
         session.last_seen = now
         return session
@@ -235,7 +249,7 @@ class ServerCore:
             if isinstance(parsed, list):
                 return error_reply(400, jsonrpc.INVALID_REQUEST, "initialize must not be part of a batch")
             assert isinstance(parsed, Request)
-            return self._initialize(parsed, now)
+            return self._initialize(parsed, now, req.owner)
         found = self._session_for(req, version, now)
         if isinstance(found, Reply):
             return found
@@ -260,12 +274,16 @@ class ServerCore:
             return Response(message.id, {})
         return message
 
-    def _initialize(self, request: Request, now: float) -> Routed:
+    def _initialize(self, request: Request, now: float, owner: str = "") -> Routed:
         params = request.params or {}
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
             return Reply(HttpReply(400, _error_body(jsonrpc.INVALID_PARAMS, "initialize needs a protocolVersion",
                                                    request.id)))
+        if owner and self.owned(owner) >= self.max_per_owner and not self._evict_own(owner, now):
+            return error_reply(503, jsonrpc.INTERNAL_ERROR,
+                               f"session limit reached for this client ({self.max_per_owner}); "
+                               "end a session with DELETE", id=request.id, headers=(("retry-after", "5"),))
         try:
             self._make_room(now)
         except SessionLimit:
@@ -273,7 +291,7 @@ class ServerCore:
                                f"session limit reached ({self.max_sessions}); end a session with DELETE",
                                id=request.id, headers=(("retry-after", "5"),))
         version = server_pick_legacy(requested)
-        session = LegacySession(self._new_id(), version, now)
+        session = LegacySession(self._new_id(), version, now, owner=owner)
         self.sessions[session.id] = session
         result: dict[str, Any] = {
             "protocolVersion": version,
@@ -283,6 +301,22 @@ class ServerCore:
         if self.identity.instructions:
             result["instructions"] = self.identity.instructions
         return LegacyPost(session, (Response(request.id, result),), False, True)
+
+    def owned(self, owner: str) -> int:
+        """Sessions ``owner`` holds now."""
+        return sum(1 for s in self.sessions.values() if s.owner == owner)
+
+    def _evict_own(self, owner: str, now: float) -> bool:
+        """An owner at its cap: its own idlest session (no open stream, idle ``evict_after``) makes room."""
+        idle = [s for s in self.sessions.values() if s.owner == owner and not s.stream_open]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda s: s.last_seen)
+        if now - oldest.last_seen < self.evict_after:
+            return False
+        del self.sessions[oldest.id]
+        self.expired.append(oldest.id)
+        return True
 
     def _make_room(self, now: float) -> None:
         if len(self.sessions) < self.max_sessions:
@@ -343,8 +377,10 @@ class ServerCore:
         sid = req.headers.get(_SESSION_ID)
         if sid is None:
             return error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID")
-        if self.sessions.pop(sid, None) is None:
+        session = self.sessions.get(sid)
+        if session is None or session.owner != req.owner:
             return error_reply(404, jsonrpc.INVALID_REQUEST, "Session not found")
+        del self.sessions[sid]
         return Reply(HttpReply(200, b"", None))
 
     # -- legacy replies and the GET stream ---------------------------------------------------------------

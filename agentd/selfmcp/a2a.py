@@ -15,16 +15,16 @@ Mapping (docs/a2a.md):
 - Bounds: concurrent turns count against ``--serve-max-spawns`` with the self-MCP's; open contexts are at
   most ``--serve-max-warm`` (the least recently used idle one is closed to make room); finished tasks are
   kept ``--serve-retention``.
-- Tasks and contexts belong to the caller that created them (:func:`caller_of`: the OAuth subject, else
-  the credential's digest): another caller's task is "not found", and ``ListTasks`` pages through the
-  caller's own tasks only.
+- Tasks and contexts belong to the principal that created them (agentd.transport.tenancy, the one ownership
+  rule the self-MCP uses too: the OAuth issuer and subject, else the listener's single principal): another
+  principal's task is "not found", ``ListTasks`` pages through the caller's own tasks only (an operator's:
+  everyone's), and a context's session lines on ``/events`` are its owner's.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
-import hashlib
 import json
 import math
 import secrets as _random
@@ -45,6 +45,7 @@ from agentd.selfmcp.backend import RunView
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, Supervisor, is_terminal
 from agentd.transport.asgi_server import McpAsgiApp, Receive, Scope, Send
+from agentd.transport.tenancy import LOCAL, Owners, Principal
 
 RPC_PATH: Final = "/a2a"
 CARD_PATHS: Final = frozenset({a2a.CARD_PATH, RPC_PATH + a2a.CARD_PATH})
@@ -72,7 +73,7 @@ class ServedLimits:
 class ServedTask:
     id: str
     context_id: str
-    #: Who created it (:func:`caller_of`); only they see it.
+    #: The principal that created it (agentd.transport.tenancy); only it (and an operator) sees it.
     owner: str = ""
     state: str = "submitted"
     result: Any = None
@@ -149,8 +150,10 @@ class A2aService:
     """The A2A methods over the daemon's supervisor. ``run`` owns the turn tasks (start it in a nursery)."""
 
     def __init__(self, supervisor: Supervisor, *, limits: ServedLimits | None = None, log: EventLog | None = None,
-                 busy: Any = None) -> None:  # fmt: skip
+                 busy: Any = None, owners: Owners | None = None) -> None:  # fmt: skip
         self.supervisor = supervisor
+        #: The served handles' owners, shared with the self-MCP (a context's session is its owner's).
+        self.owners = owners if owners is not None else Owners()
         self.limits = limits or ServedLimits()
         self.log = log or null_log()
         #: A callable giving how many served MCP spawns are running (they share --serve-max-spawns).
@@ -171,16 +174,16 @@ class A2aService:
 
     # -- methods ---------------------------------------------------------------------------------------
 
-    def task(self, params: Mapping[str, Any], owner: str = "") -> ServedTask:
+    def task(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> ServedTask:
         task_id = params.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise RpcError(jsonrpc.INVALID_PARAMS, "id must be a non-empty string")
         task = self.tasks.get(task_id)
-        if task is None or task.owner != owner:  # another caller's task is as unknown as a missing one
+        if task is None or not principal.owns(task.owner):  # another's task is as unknown as a missing one
             raise RpcError(a2a.TASK_NOT_FOUND, "Task not found")
         return task
 
-    def list(self, params: Mapping[str, Any], owner: str = "") -> dict[str, Any]:
+    def list(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> dict[str, Any]:
         """``ListTasks``: the caller's tasks, newest first, filtered and paged (an opaque token, the last seq)."""
         size = params.get("pageSize") or LIST_PAGE_DEFAULT
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= LIST_PAGE_MAX:
@@ -204,7 +207,7 @@ class A2aService:
             except ValueError:
                 raise RpcError(jsonrpc.INVALID_PARAMS, "pageToken is not one this server gave") from None
         matching = sorted(
-            (t for t in self.tasks.values() if t.owner == owner and (context_id is None or t.context_id == context_id)
+            (t for t in self.tasks.values() if principal.owns(t.owner) and (context_id is None or t.context_id == context_id)
              and (state is None or t.state == state) and (after is None or t.updated > after)),
             key=lambda t: t.seq, reverse=True,
         )  # fmt: skip
@@ -219,8 +222,9 @@ class A2aService:
         self._seq += 1
         return ServedTask(_random.token_hex(8), context_id, owner, seq=self._seq)
 
-    async def send(self, params: Mapping[str, Any], owner: str = "") -> ServedTask:
+    async def send(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> ServedTask:
         """Start a turn (a new context spawns a warm session); returns the task as submitted."""
+        owner = principal.key
         message = params.get("message")
         if not isinstance(message, Mapping):
             raise RpcError(jsonrpc.INVALID_PARAMS, "message must be an object")
@@ -265,14 +269,18 @@ class A2aService:
         self.contexts.pop(context.id, None)
         if context.handle is not None and self._nursery is not None:
             handle = context.handle
+            self.owners.forget(handle)
             self._nursery.start_soon(self.supervisor.cancel, MANAGEMENT, handle, reason)
 
     async def _turn(self, context: Context, task: ServedTask, text: str) -> None:
         task.update("working")
         try:
             if context.handle is None:
-                answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(instruction=text, warm=True))
+                claims = self.owners.claims(context.owner)  # owned from its admission on, first lines included
+                answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(instruction=text, warm=True,
+                                                                              on_admitted=claims))
                 if isinstance(answer, Refusal):
+                    claims.release()
                     task.update("rejected", reason=answer.message)
                     self.contexts.pop(context.id, None)
                     return
@@ -294,6 +302,7 @@ class A2aService:
             task.update(state, result=view.result, reason=reason)
             if is_terminal(view):
                 self.contexts.pop(context.id, None)
+                self.owners.forget(context.handle)
         finally:
             context.busy = False
             context.last_used = trio.current_time()
@@ -310,14 +319,15 @@ class A2aService:
         await trio.sleep(self.limits.retention)
         self.tasks.pop(task_id, None)
 
-    async def cancel(self, params: Mapping[str, Any], owner: str = "") -> ServedTask:
-        task = self.task(params, owner)
+    async def cancel(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> ServedTask:
+        task = self.task(params, principal)
         if task.terminal:
             raise RpcError(a2a.TASK_NOT_CANCELABLE, f"Task is {task.state} and cannot be canceled")
         context = self.contexts.pop(task.context_id, None)
         task.update("canceled", reason="cancelled by the client")
         self.log.info("a2a.served", method="CancelTask", task_id=task.id, context_id=task.context_id)
         if context is not None and context.handle is not None:
+            self.owners.forget(context.handle)
             with trio.move_on_after(30):
                 await self.supervisor.cancel(MANAGEMENT, context.handle, "cancelled by an A2A client")
         return task
@@ -416,12 +426,10 @@ class A2aMount:
 
         headers = _headers(scope)
         refusal = self._gatekeeper._gate(scope, headers)
-        if refusal is None:
-            refusal = await self._gatekeeper.authorize(headers)
-        if refusal is not None:
-            await _send_reply(send, refusal)
+        principal = await self._gatekeeper.authenticate(headers) if refusal is None else refusal
+        if not isinstance(principal, Principal):
+            await _send_reply(send, principal)
             return
-        owner = await self._caller(headers)
         if path.rstrip("/") in CARD_PATHS:
             if scope["method"] != "GET":
                 await _reply(send, 405, b"method not allowed", "text/plain")
@@ -444,22 +452,9 @@ class A2aMount:
         except trio.TooSlowError:
             await _reply(send, 408, _error(None, jsonrpc.INVALID_REQUEST, "request body too slow"))
             return
-        await self._rpc(body, send, owner)
+        await self._rpc(body, send, principal)
 
-    async def _caller(self, headers: Mapping[str, str]) -> str:
-        """Who is calling, as an opaque key: the OAuth token's subject, else a digest of the credential shown
-        (so every holder of the one static bearer is one caller), else "" (an unauthenticated listener)."""
-        from agentd.transport.resource_server import Accepted
-
-        authorization = headers.get("authorization", "")
-        oauth = self.mcp.options.oauth
-        if oauth is not None and authorization and not self._gatekeeper._bearer_ok(headers):
-            verdict = await oauth.check(authorization)  # already accepted by authorize(); keys are cached
-            if isinstance(verdict, Accepted) and verdict.subject:
-                return "sub:" + verdict.subject
-        return "cred:" + hashlib.sha256(authorization.encode()).hexdigest()[:32] if authorization else ""
-
-    async def _rpc(self, body: bytes, send: Send, owner: str = "") -> None:
+    async def _rpc(self, body: bytes, send: Send, principal: Principal = LOCAL) -> None:
         try:
             message = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -481,22 +476,22 @@ class A2aMount:
             return
         try:
             if method == "SendMessage":
-                task = await self.service.send(params, owner)
+                task = await self.service.send(params, principal)
                 configuration = params.get("configuration") or {}
                 if not (isinstance(configuration, dict) and configuration.get("returnImmediately")):
                     await self.service.wait(task)
                 await _reply(send, 200, _ok(request_id, {"task": task.to_json()}))
             elif method == "GetTask":
-                await _reply(send, 200, _ok(request_id, self.service.task(params, owner).to_json()))
+                await _reply(send, 200, _ok(request_id, self.service.task(params, principal).to_json()))
             elif method == "ListTasks":
-                await _reply(send, 200, _ok(request_id, self.service.list(params, owner)))
+                await _reply(send, 200, _ok(request_id, self.service.list(params, principal)))
             elif method == "CancelTask":
-                await _reply(send, 200, _ok(request_id, (await self.service.cancel(params, owner)).to_json()))
+                await _reply(send, 200, _ok(request_id, (await self.service.cancel(params, principal)).to_json()))
             elif method in ("SendStreamingMessage", "SubscribeToTask"):
                 if method == "SendStreamingMessage":
-                    task, first = await self.service.send(params, owner), True
+                    task, first = await self.service.send(params, principal), True
                 else:
-                    task, first = self.service.task(params, owner), False
+                    task, first = self.service.task(params, principal), False
                     if task.terminal:
                         raise RpcError(a2a.UNSUPPORTED_OPERATION, f"Task is {task.state}; nothing to subscribe to")
                 await self._stream(send, request_id, self.service.events(task, first=first))

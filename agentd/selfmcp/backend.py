@@ -7,7 +7,7 @@ Tests use a backend that runs real trio tasks (tests/selfmcp/backend.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import attrs
@@ -28,6 +28,10 @@ class ServedSpawn:
     tool_scope: tuple[str, ...] | None = None
     warm: bool = False
     detached: bool = False  # async: the peer wants the handle at once
+    #: The principal spawning it (agentd.transport.tenancy); a backend that keeps handles keeps it too.
+    owner: str = ""
+    #: Told the handle as soon as the supervisor mints it (before the child logs a line).
+    on_admitted: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -16,6 +16,10 @@ Watching a handle costs one read of the shared journal, then a wait for the item
 (:data:`~agentd.cluster.watch.FALLBACK_POLL`), so an end reaches subscribers on every member at once without
 a poll per watched handle on the member's one connection.
 
+Ownership (agentd.transport.tenancy): the spawning principal goes into the row's payload (``principal``), so
+every member answers a cluster handle to its owner only (and to an operator); a row without one (enqueued
+before owners were kept, or by an operator) is the operator's.
+
 Limits: an async spawn here is a queued row, not a run of this member, so it is bounded by
 ``--serve-max-queued`` (this member's cluster spawns not yet ended), not by ``--serve-max-spawns`` (what this
 member's supervisor runs for the served surface); what the cluster runs is bounded by ``--cluster-capacity``.
@@ -23,6 +27,7 @@ member's supervisor runs for the served surface); what the cluster runs is bound
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final
@@ -51,6 +56,17 @@ def is_cluster_handle(handle: str) -> bool:
     return handle.startswith(PREFIX)
 
 
+async def read_principal(store: PgJournal, handle: str) -> str:
+    """The principal that spawned a cluster handle, from its row's payload ("" when none is recorded)."""
+    row = await store.db.call(lambda conn: conn.execute(
+        "SELECT payload FROM agentd_work WHERE work_id = %s", (handle,)).fetchone(), "read")
+    if row is None:
+        return ""
+    payload = json.loads(row[0]) if isinstance(row[0], str | bytes) else row[0]
+    principal = payload.get("principal") if isinstance(payload, Mapping) else None
+    return principal if isinstance(principal, str) else ""
+
+
 async def read_view(store: PgJournal, handle: str) -> RunView | None:
     """A cluster handle's state from the shared journal: running until its run's ``run.ended``."""
     seen = await view(store, handle)
@@ -71,6 +87,8 @@ class ClusterBackend:
     #: Woken by the member's listener when an item ends (None: no listener; the fallback re-read alone).
     watch: DoneWatch | None = None
     _views: dict[str, RunView] = attrs.field(factory=dict)
+    #: Cluster handle -> the principal that spawned it (from the row's payload).
+    _owners: dict[str, str] = attrs.field(factory=dict)
     _enqueued: int = 0
 
     def queues(self, request: ServedSpawn) -> bool:
@@ -84,6 +102,8 @@ class ClusterBackend:
         payload: dict[str, Any] = {"instruction": request.instruction}
         if request.output_contract is not None:
             payload["output_contract"] = request.output_contract
+        if request.owner:
+            payload["principal"] = request.owner
         try:
             await enqueue(self.store, handle, "spawn", payload)
         except JournalError as exc:
@@ -91,6 +111,7 @@ class ClusterBackend:
                            retryable=isinstance(exc, ClusterUnavailable), retry_after=1.0)
         self._enqueued += 1
         self._views[handle] = RunView(handle, "running", False)
+        self._owners[handle] = request.owner
         return handle
 
     async def send(self, handle: str, message: str) -> Refusal | None:
@@ -99,6 +120,7 @@ class ClusterBackend:
     def forget(self, handle: str) -> None:
         if is_cluster_handle(handle):
             self._views.pop(handle, None)
+            self._owners.pop(handle, None)
         else:
             self.local.forget(handle)
 
@@ -110,9 +132,16 @@ class ClusterBackend:
         if not is_cluster_handle(handle):
             return None
         try:
-            return await read_view(self.store, handle)
+            found = await read_view(self.store, handle)
+            if found is not None:
+                self._owners[handle] = await read_principal(self.store, handle)
+            return found
         except JournalError:
             return None
+
+    def owner_of(self, handle: str) -> str:
+        """The principal a cluster handle belongs to (known once spawned here or looked up)."""
+        return self._owners.get(handle, "")
 
     async def wait(self, handle: str) -> RunView:
         if not is_cluster_handle(handle):

@@ -18,7 +18,9 @@ processes died with their parent and a child's steps are not journaled, so:
   (a new child seeded with the history, answering that message), under the same handle, in the same token
   budget tree (``served.N``'s saved books, agentd.supervisor.caps): what it spent before the crash stays spent.
 
-New handles are numbered after the journaled ones, so a handle never names two runs.
+New handles are numbered after the journaled ones, so a handle never names two runs. Each handle keeps the
+principal that spawned it (``owner``, agentd.transport.tenancy), so after a restart it is still that principal's
+only; a handle journaled before owners were kept has none, and is the operator's.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
 from agentd.selfmcp.supervised import MANAGEMENT, SupervisorBackend
 from agentd.supervisor.caps import Refusal as SupervisorRefusal
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
+from agentd.transport.tenancy import Owners
 
 #: The daemon-state namespace of served handles, by handle.
 NAMESPACE: Final = "serve.handles"
@@ -65,6 +68,8 @@ class Kept:
     turns: int | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
     ended_at: float | None = None  # wall clock: an ended handle is forgotten ``retention`` after it
+    #: The principal that spawned it ("": the listener's single principal, or journaled before owners were).
+    owner: str = ""
     #: The supervisor's handle running it now: itself, a re-opened session's, or None (not running here).
     live: str | None = None
     #: Turns answered before a re-open (the re-opened child counts from 1 again).
@@ -76,7 +81,7 @@ class Kept:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
                 "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
-                "history": self.history, "ended_at": self.ended_at}
+                "history": self.history, "ended_at": self.ended_at, "owner": self.owner}
 
     @classmethod
     def from_json(cls, handle: str, data: Mapping[str, Any]) -> Kept:
@@ -87,7 +92,8 @@ class Kept:
                    str(data.get("status", "running")), bool(data.get("done")), bool(data.get("partial")), data.get("result"),
                    data.get("turns") if isinstance(data.get("turns"), int) else None,
                    [m for m in data.get("history") or () if isinstance(m, dict)],
-                   data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None)
+                   data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None,
+                   owner=data["owner"] if isinstance(data.get("owner"), str) else "")
 
     def view(self) -> RunView:
         return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
@@ -106,6 +112,9 @@ class JournaledBackend:
     log: EventLog
     #: How long an ended handle still answers (``--serve-retention``): older ones are dropped at a restart.
     retention: float = defaults.SERVE_RETENTION
+    #: The served handles' owners (the surface shares it): a re-opened session's new child is its owner's too,
+    #: so the owner's ``/events`` carries its lines.
+    owners: Owners = attrs.field(factory=Owners)
     _kept: dict[str, Kept] = attrs.field(factory=dict)
 
     @property
@@ -181,7 +190,8 @@ class JournaledBackend:
         if isinstance(answer, Refusal):
             return answer
         kept = self._kept[answer] = Kept(answer, request.warm, request.instruction, request.output_contract,
-                                         request.tool_scope, live=answer, pending=request.instruction)
+                                         request.tool_scope, live=answer, pending=request.instruction,
+                                         owner=request.owner)
         kept.reopened.set()
         now = self.local.view(answer)
         await self._record(kept, now or kept.view(), save=True)  # before the peer gets the handle
@@ -205,10 +215,12 @@ class JournaledBackend:
     async def _reopen(self, kept: Kept, message: str) -> None:
         """A journaled warm session's next message: a new child seeded with its history answers it."""
         continued = Caller(MANAGEMENT.origin, MANAGEMENT.handle, tree=kept.handle)  # its earlier budget tree
+        claims = self.owners.claims(kept.owner)  # the new child's lines are the session owner's from the first
         answer = await self.local.supervisor.spawn(continued, SpawnRequest(
             instruction=message, output_contract=kept.output_contract, tool_scope=kept.tool_scope, warm=True,
-            history=tuple(kept.history)))
+            history=tuple(kept.history), on_admitted=claims))
         if isinstance(answer, SupervisorRefusal):
+            claims.release()
             kept.status, kept.done, kept.result, kept.pending = "failed", True, answer.message, None
         else:
             kept.live, kept.offset = answer.handle, kept.turns or 0
@@ -225,6 +237,8 @@ class JournaledBackend:
             self.local.forget(handle)
             return
         self.local.forget(kept.live or handle)
+        if kept.live is not None and kept.live != handle:
+            self.owners.forget(kept.live)
         self.local.supervisor.nursery.start_soon(self._drop, handle)
 
     async def _drop(self, handle: str) -> None:
@@ -241,6 +255,11 @@ class JournaledBackend:
             return kept.view()
         live = self.local.view(kept.live)
         return self._from_live(kept, live) if live is not None else kept.view()
+
+    def owner_of(self, handle: str) -> str:
+        """The principal a journaled handle belongs to (the surface asks along with :meth:`lookup`)."""
+        kept = self._kept.get(handle)
+        return kept.owner if kept is not None else ""
 
     async def lookup(self, handle: str) -> RunView | None:
         """A handle an earlier process journaled (the surface asks for a handle it does not track)."""

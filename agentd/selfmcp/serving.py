@@ -68,6 +68,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
         info = attrs.evolve(info, daemon_status=daemon_status)
     surface = SelfMcpSurface(backend, info, limits=limits, log=log)
     options = AsgiOptions(
+        operator_scope=config.serve_oauth_operator_scope,
         paths=cfg.paths,
         bearer=cfg.bearer,
         allowed_hosts=LOOPBACK_HOSTS if cfg.loopback else None,
@@ -76,7 +77,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
         max_sessions=config.serve_max_sessions,
         oauth=ResourceServer(cfg.oauth, egress=config.egress.policy(), log=log) if cfg.oauth is not None else None,
     )
-    return surface, McpAsgiApp(surface, options, log=log)
+    return surface, McpAsgiApp(surface, options, log=log, owners=surface.owners)
 
 
 def served_url(cfg: ServeConfig, serving: Serving) -> str:
@@ -111,7 +112,7 @@ async def serve_self_mcp(
             service = A2aService(
                 supervisor, log=log,
                 limits=ServedLimits(config.serve_max_spawns, config.serve_max_warm, config.serve_retention),
-                busy=lambda: sum(1 for r in surface.runs.values() if r.final is None),
+                busy=lambda: sum(1 for r in surface.runs.values() if r.final is None), owners=surface.owners,
             )  # fmt: skip
             await nursery.start(service.run)
             served = A2aMount(app, service, scheme="https" if cfg.tls else "http", instruction=config.instruction,

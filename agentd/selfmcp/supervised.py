@@ -34,6 +34,7 @@ class SupervisorBackend:
             tool_scope=request.tool_scope,
             async_=not request.warm,
             warm=request.warm,
+            on_admitted=request.on_admitted,
         ))
         if isinstance(answer, SupervisorRefusal):
             self._refused += 1

@@ -31,6 +31,7 @@ from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
 from agentd.transport.asgi_server import CallContext, ListenTicket
+from agentd.transport.tenancy import LOCAL, LOCAL_KEY, Owners, Principal
 
 STATUS_URI: Final = "agent://status"
 SUBAGENT_PREFIX: Final = "agent://subagent/"
@@ -83,6 +84,8 @@ class ServedRun:
     #: (another member spawned it): neither is a run of this member's supervisor.
     queued: bool = False
     watched: bool = False
+    #: The principal that spawned it (agentd.transport.tenancy); only it (and an operator) sees the handle.
+    owner: str = LOCAL_KEY
     final: RunView | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
 
@@ -124,8 +127,13 @@ class SelfMcpSurface:
         *,
         limits: SelfMcpLimits | None = None,
         log: EventLog | None = None,
+        owners: Owners | None = None,
     ) -> None:
         self.backend = backend
+        #: Who owns each tracked handle: shared with the A2A endpoint and ``/events`` (one ownership rule), and
+        #: with a backend that keeps one (a journaled session re-opened under a new child's handle).
+        shared = getattr(backend, "owners", None)
+        self.owners: Owners = owners if owners is not None else shared if isinstance(shared, Owners) else Owners()
         self.info = info
         self.limits = limits or SelfMcpLimits()
         self.log = log or null_log()
@@ -179,7 +187,7 @@ class SelfMcpSurface:
             uri = params.get("uri")
             if isinstance(uri, str) and uri.startswith(SUBAGENT_PREFIX):
                 await self._look_up(uri[len(SUBAGENT_PREFIX):])
-            return self._read(request, params)
+            return self._read(request, params, ctx.principal)
         if method == "resources/subscribe" and ctx.session_id is not None:
             uri = params.get("uri")
             if isinstance(uri, str) and uri.startswith(SUBAGENT_PREFIX):
@@ -229,7 +237,7 @@ class SelfMcpSurface:
 
     async def _tool_send(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])
-        return await self._send(arguments["handle"], arguments["message"])
+        return await self._send(arguments["handle"], arguments["message"], ctx.principal)
 
     async def _look_up(self, handle: str) -> None:
         """A handle this surface did not spawn may be known to a shared backend (``--cluster``) or journaled
@@ -239,30 +247,44 @@ class SelfMcpSurface:
             return
         found = await lookup(handle)
         if found is not None and handle not in self.runs:
-            run = ServedRun(handle, False, trio.current_time(), final=found if found.done else None)
+            owner_of = getattr(self.backend, "owner_of", None)  # journaled with the handle; else the operator's
+            owner = owner_of(handle) if owner_of is not None else LOCAL_KEY
+            run = ServedRun(handle, False, trio.current_time(), owner=owner, final=found if found.done else None)
             if found.done:
                 run.finished.set()
                 self.runs[handle] = run
+                self.owners.claim(handle, owner)
                 assert self._nursery is not None
                 self._nursery.start_soon(self._forget_later, run)
             else:
                 warm = found.turns is not None  # a warm session's view counts its turns
-                self._track(handle, warm, watched=not warm)  # watched: another member's (or an earlier process's)
+                # watched: another member's (or an earlier process's)
+                self._track(handle, warm, watched=not warm, owner=owner)
 
     async def _forget_later(self, run: ServedRun) -> None:
         await trio.sleep(self.limits.retention)
         if self.runs.get(run.handle) is run:
-            self.runs.pop(run.handle, None)
-            self.backend.forget(run.handle)
+            self._drop(run)
+
+    def _drop(self, run: ServedRun) -> None:
+        self.runs.pop(run.handle, None)
+        self.owners.forget(run.handle)
+        self.backend.forget(run.handle)
+
+    def _mine(self, handle: str, principal: Principal) -> ServedRun | None:
+        """The tracked run behind ``handle`` if ``principal`` may see it; another principal's run is None,
+        exactly as a handle never issued."""
+        run = self.runs.get(handle)
+        return run if run is not None and principal.owns(run.owner) else None
 
     async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])
-        view = self.view(arguments["handle"])
+        view = self.view(arguments["handle"]) if self._mine(arguments["handle"], ctx.principal) else None
         return _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
 
     async def _tool_cancel(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])
-        return await self._cancel(arguments["handle"])
+        return await self._cancel(arguments["handle"], ctx.principal)
 
     def status(self) -> dict[str, Any]:
         counts = dict(self.backend.counts())
@@ -315,6 +337,8 @@ class SelfMcpSurface:
     async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         warm = bool(arguments.get("warm", False))
         detached = bool(arguments.get("async", False))
+        owner = ctx.principal.key
+        admitted = self.owners.claims(owner)  # owned from its admission on: its first lines are its owner's
         scope = arguments.get("tool_scope")
         spawn = ServedSpawn(
             instruction=arguments["instruction"],
@@ -322,6 +346,8 @@ class SelfMcpSurface:
             tool_scope=tuple(scope) if scope is not None else None,
             warm=warm,
             detached=detached,
+            owner=ctx.principal.key,
+            on_admitted=admitted,
         )
         queues = getattr(self.backend, "queues", None)  # --cluster: an async spawn is a queued row
         queued = bool(queues(spawn)) if queues is not None else False
@@ -334,9 +360,10 @@ class SelfMcpSurface:
         finally:
             self._reserve(spawn, queued, -1)
         if isinstance(answer, Refusal):
+            admitted.release()  # admitted, then refused (no process): nothing of it is served
             self._count_refusal(answer)  # the supervisor logged its own refusal
             return _spawn_refused(answer)
-        run = self._track(answer, warm, queued=queued)
+        run = self._track(answer, warm, queued=queued, owner=owner)
         self.log.info("serve.request", tool="subagent.spawn", handle=answer, warm=warm, detached=detached)
         if warm:
             # The backend answers a warm spawn once the first turn (the instruction) has answered or the
@@ -376,9 +403,11 @@ class SelfMcpSurface:
         if refusal.cap in self._refused_by or len(self._refused_by) < 64:  # cap names are a small fixed set
             self._refused_by[refusal.cap] = self._refused_by.get(refusal.cap, 0) + 1
 
-    def _track(self, handle: str, warm: bool, *, queued: bool = False, watched: bool = False) -> ServedRun:
-        run = ServedRun(handle, warm, trio.current_time(), queued=queued, watched=watched)
+    def _track(self, handle: str, warm: bool, *, queued: bool = False, watched: bool = False,
+               owner: str = LOCAL_KEY) -> ServedRun:
+        run = ServedRun(handle, warm, trio.current_time(), queued=queued, watched=watched, owner=owner)
         self.runs[handle] = run
+        self.owners.claim(handle, owner)
         assert self._nursery is not None, "SelfMcpSurface.run must be started first"
         self._nursery.start_soon(self._watch, run)
         return run
@@ -394,8 +423,7 @@ class SelfMcpSurface:
         if fired:
             self.log.info("serve.updated", uri=SUBAGENT_PREFIX + run.handle, peers=fired)
         await trio.sleep(self.limits.retention)
-        self.runs.pop(run.handle, None)
-        self.backend.forget(run.handle)  # the supervisor keeps the ended node's view until told
+        self._drop(run)  # the supervisor keeps the ended node's view until told
 
     async def _watch_turns(self, run: ServedRun) -> None:
         """A warm session: each turn that answers notifies the handle's subscribers (kept, not consumed)."""
@@ -411,8 +439,8 @@ class SelfMcpSurface:
             if fired:
                 self.log.info("serve.updated", uri=uri, peers=fired, turn=seen)
 
-    async def _send(self, handle: str, message: str) -> dict[str, Any]:
-        run = self.runs.get(handle)
+    async def _send(self, handle: str, message: str, principal: Principal = LOCAL) -> dict[str, Any]:
+        run = self._mine(handle, principal)
         if run is None:
             return _refused(f"unknown handle {handle!r}")
         if not run.warm or run.final is not None:
@@ -422,8 +450,8 @@ class SelfMcpSurface:
             return _refused(answer.reason)
         return _text_result({"handle": handle, "accepted": True})
 
-    async def _cancel(self, handle: str) -> dict[str, Any]:
-        run = self.runs.get(handle)
+    async def _cancel(self, handle: str, principal: Principal = LOCAL) -> dict[str, Any]:
+        run = self._mine(handle, principal)
         if run is None:
             return _refused(f"unknown handle {handle!r}")
         if run.final is None:
@@ -463,13 +491,14 @@ class SelfMcpSurface:
                 body["result"] = live.result
         return body
 
-    def _read(self, request: Request, params: Mapping[str, Any]) -> Response | ErrorResponse:
+    def _read(self, request: Request, params: Mapping[str, Any], principal: Principal = LOCAL,
+              ) -> Response | ErrorResponse:
         uri = params.get("uri")
         if not isinstance(uri, str):
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "uri must be a string")
         if uri == STATUS_URI:
             body: dict[str, Any] | None = self.status()
-        elif uri.startswith(SUBAGENT_PREFIX):
+        elif uri.startswith(SUBAGENT_PREFIX) and self._mine(uri[len(SUBAGENT_PREFIX):], principal) is not None:
             body = self.view(uri[len(SUBAGENT_PREFIX):])
         else:
             body = None
@@ -478,16 +507,16 @@ class SelfMcpSurface:
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         return Response(request.id, {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]})
 
-    def _subscribable(self, uri: str) -> ServedRun | None:
+    def _subscribable(self, uri: str, principal: Principal) -> ServedRun | None:
         if not uri.startswith(SUBAGENT_PREFIX):
             return None
-        return self.runs.get(uri[len(SUBAGENT_PREFIX):])
+        return self._mine(uri[len(SUBAGENT_PREFIX):], principal)
 
     def _subscribe(self, request: Request, params: Mapping[str, Any], ctx: CallContext) -> Response | ErrorResponse:
         uri = params.get("uri")
         if not isinstance(uri, str):
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "uri must be a string")
-        run = self._subscribable(uri)
+        run = self._subscribable(uri, ctx.principal)
         if run is None:
             if uri == STATUS_URI:
                 return Response(request.id, {})  # stable: accepted, and it never changes
@@ -503,11 +532,12 @@ class SelfMcpSurface:
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": uri})
         return Response(request.id, {})
 
-    def listen(self, uris: list[str], sink: Sink) -> ListenTicket:
-        """Register a modern listen stream; already-terminal URIs come back to be sent after the ack."""
+    def listen(self, uris: list[str], sink: Sink, principal: Principal = LOCAL) -> ListenTicket:
+        """Register a modern listen stream; already-terminal URIs come back to be sent after the ack (only
+        ``principal``'s own handles are honored)."""
         ticket = ListenTicket(honored=[], fire_now=[])
         for uri in dict.fromkeys(uris):
-            run = self._subscribable(uri)
+            run = self._subscribable(uri, principal)
             if run is None or len(ticket.honored) >= self.limits.max_subscriptions:
                 continue
             ticket.honored.append(uri)

@@ -263,8 +263,8 @@ class TreeLedger:
                     + ", ".join(extra),
                     cap="tool_scope",
                 )
-        # The Rule of Two judges the MCP servers in the scope (server_tags has one entry per MCP server; A2A
-        # peers may be in a scope too, as at the root, where they are not tagged).
+        # The Rule of Two judges the MCP servers and A2A peers in the scope (server_tags has one entry for each,
+        # an untagged peer already counted as untrusted input and external communication).
         trifecta = check_trifecta({name: self.server_tags[name] for name in scope if name in self.server_tags})
         if trifecta.complete:
             return Refusal(

@@ -93,6 +93,9 @@ class SpawnRequest:
     token_budget: int | None = None
     #: Earlier turns (chat messages) a warm session re-opened after a restart continues from.
     history: tuple[Any, ...] = ()
+    #: Told the minted handle once the spawn is admitted, before the child starts: the served side records
+    #: who owns it before any line of it is logged (agentd.transport.tenancy).
+    on_admitted: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -195,6 +198,8 @@ class Supervisor:
         )
         if isinstance(admitted, Refusal):
             return self._refused(caller, admitted)
+        if request.on_admitted is not None:
+            request.on_admitted(admitted.handle)
         try:
             fork_server = await self._forks()
         except BaseException:

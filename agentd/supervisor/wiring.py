@@ -23,6 +23,7 @@ import trio
 
 from agentd import telemetry
 from agentd.events import EventLog
+from agentd.rule_of_two import catalogue_tags
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
@@ -131,8 +132,10 @@ async def open_root_supervisor(
         log.redactor.add(value)  # whatever a child reports back is scrubbed like our own lines
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
-        # A tool scope names MCP servers and A2A peers alike; the Rule of Two judges the MCP servers' tags.
-        servers=frozenset(s.name for s in (*cfg.mcp, *cfg.a2a_peers)), server_tags={s.name: s.tags for s in cfg.mcp},
+        # A tool scope names MCP servers and A2A peers alike; the Rule of Two judges both (an untagged peer
+        # brings untrusted input and external communication, agentd.rule_of_two.peer_tags).
+        servers=frozenset(s.name for s in (*cfg.mcp, *cfg.a2a_peers)),
+        server_tags=catalogue_tags(((s.name, s.tags) for s in cfg.mcp), ((p.name, p.tags) for p in cfg.a2a_peers)),
         settings=settings_from_config(cfg), child_config=ChildConfig(cfg),
         secrets=secrets, log=log.bind(comp="supervisor"),
         telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,

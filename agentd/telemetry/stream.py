@@ -11,7 +11,7 @@ newest nodes, then the live lines.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
@@ -35,14 +35,18 @@ STICKY: Final = frozenset({"journal.opened"})
 class Subscriber:
     """One ``/events`` subscriber's bounded buffer of unread lines."""
 
-    __slots__ = ("_ready", "dropped", "queue")
+    __slots__ = ("_ready", "accepts", "dropped", "queue")
 
-    def __init__(self) -> None:
+    def __init__(self, accepts: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         self.queue: deque[Mapping[str, Any]] = deque(maxlen=SUBSCRIBER_BUFFER)
         self.dropped = 0
         self._ready = trio.Event()
+        #: Which lines this subscriber may see (a served principal: its own runs'); None: every line.
+        self.accepts = accepts
 
     def offer(self, line: Mapping[str, Any]) -> None:
+        if self.accepts is not None and not self.accepts(line):
+            return
         if len(self.queue) == self.queue.maxlen:
             self.dropped += 1
         self.queue.append(line)
@@ -97,8 +101,10 @@ class EventBus:
         return len(self._subscribers) >= MAX_SUBSCRIBERS
 
     @contextmanager
-    def subscribe(self) -> Iterator[Subscriber]:
-        subscriber = Subscriber()
+    def subscribe(self, accepts: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[Subscriber]:
+        """A new subscriber; with ``accepts`` it is offered only the lines (sticky and snapshot included)
+        that ``accepts`` lets through, decided as each line is published."""
+        subscriber = Subscriber(accepts)
         for line in self._sticky.values():
             subscriber.offer(line)
         for node in self.recorder.nodes(SNAPSHOT_NODES):

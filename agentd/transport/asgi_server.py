@@ -53,8 +53,9 @@ from agentd.telemetry import metrics
 from agentd.telemetry.health import PROBES, probe
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_server_span
-from agentd.telemetry.stream import EVENTS_PATH, Subscriber, current_bus
-from agentd.transport.resource_server import Rejected, ResourceServer
+from agentd.telemetry.stream import EVENTS_PATH, MAX_SUBSCRIBERS, Subscriber, current_bus
+from agentd.transport.resource_server import Rejected, ResourceServer, bearer_token
+from agentd.transport.tenancy import LOCAL, Owners, Principal, oauth_principal
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -63,6 +64,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_BODY: Final = defaults.SERVE_MAX_BODY
 LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 KEEPALIVE: Final = encode_comment("keepalive")
+#: ``/events`` subscribers one OAuth principal may hold at once (a quarter of the daemon's).
+EVENTS_PER_PRINCIPAL: Final = max(1, MAX_SUBSCRIBERS // defaults.SERVE_SESSIONS_PER_OWNER_DIVISOR)
 _T = TypeVar("_T")
 
 
@@ -76,6 +79,8 @@ class CallContext:
     notify: Callable[[str], None] | None = None
     #: Modern wire: a closed response stream cancels the request (and what it started).
     cancel_on_disconnect: bool = False
+    #: Who is calling (agentd.transport.tenancy): what it creates is its own, and it sees only that.
+    principal: Principal = LOCAL
 
 
 @attrs.define(eq=False)
@@ -95,7 +100,7 @@ class McpHandler(Protocol):
         """Whether to answer ``request`` as SSE (when the peer accepts it) so keepalives flow while it runs."""
         ...
 
-    def listen(self, uris: list[str], sink: Callable[[str], None]) -> ListenTicket: ...
+    def listen(self, uris: list[str], sink: Callable[[str], None], principal: Principal = LOCAL) -> ListenTicket: ...
 
     def unlisten(self, ticket: ListenTicket) -> None: ...
 
@@ -114,6 +119,8 @@ class AsgiOptions:
     max_sessions: int = defaults.SERVE_MAX_SESSIONS
     #: OAuth access tokens (``--serve-oauth-issuer``); None: no tokens accepted beyond ``bearer``.
     oauth: ResourceServer | None = attrs.field(default=None, eq=False, repr=False)
+    #: ``--serve-oauth-operator-scope``: a token carrying it is an operator (sees every principal's state).
+    operator_scope: str | None = None
 
 
 def _hostname(value: str) -> str:
@@ -169,15 +176,19 @@ class McpAsgiApp:
     """The ASGI callable. ``drain()`` ends open streams gracefully (final listen frames, then close)."""
 
     def __init__(self, handler: McpHandler, options: AsgiOptions | None = None, *, log: EventLog | None = None,
-                 core: ServerCore | None = None) -> None:
+                 core: ServerCore | None = None, owners: Owners | None = None) -> None:
         self.handler = handler
         self.options = options or AsgiOptions()
         self.log = log or null_log()
         self.core = core or ServerCore(handler.identity, max_sessions=self.options.max_sessions)
+        #: The served handles' owners (shared with the handler), for ``/events``.
+        self.owners = owners if owners is not None else Owners()
         self.draining = trio.Event()
         self._streams: dict[str, trio.MemorySendChannel[tuple[int, bytes]]] = {}
         self._contexts: dict[str, CallContext] = {}
         self._listens = 0
+        self._listens_by: dict[str, int] = {}
+        self._events_by: dict[str, int] = {}
 
     def drain(self) -> None:
         self.draining.set()
@@ -211,11 +222,15 @@ class McpAsgiApp:
             return
         headers = _headers(scope)
         refusal = self._gate(scope, headers)
+        principal: HttpReply | Principal = LOCAL
         if refusal is None and self.options.oauth is not None:
-            refusal = await self.authorize(headers)
+            principal = await self.authenticate(headers)
+        if isinstance(principal, HttpReply):
+            refusal = principal
         if refusal is not None:
             await _send_reply(send, refusal)
             return
+        assert isinstance(principal, Principal)
         body = b""
         if scope["method"] == "POST":
             try:
@@ -232,7 +247,7 @@ class McpAsgiApp:
                 self.log.info("serve.refused", reason="body_timeout")
                 await _send_reply(send, error_reply(408, jsonrpc.INVALID_REQUEST, "request body too slow").http)
                 return
-        routed = self.core.route(HttpRequest(scope["method"], headers, body), trio.current_time())
+        routed = self.core.route(HttpRequest(scope["method"], headers, body, principal.key), trio.current_time())
         if self.core.expired:
             self._forget_expired()
         if isinstance(routed, Reply):
@@ -244,11 +259,11 @@ class McpAsgiApp:
                 metrics.served_session(+1)
                 self.log.debug("serve.session", action="created", version=routed.session.version,
                                sessions=len(self.core.sessions))
-            await self._legacy_post(routed, headers, receive, send)
+            await self._legacy_post(routed, headers, receive, send, principal)
         elif isinstance(routed, LegacyStream):
             await self._legacy_stream(routed, receive, send)
         else:
-            await self._modern_post(routed, headers, receive, send)
+            await self._modern_post(routed, headers, receive, send, principal)
 
     def _gate(self, scope: Scope, headers: Mapping[str, str]) -> HttpReply | None:
         path = scope.get("path", "")
@@ -300,12 +315,20 @@ class McpAsgiApp:
     async def authorize(self, headers: Mapping[str, str]) -> HttpReply | None:
         """With OAuth on, what ``_gate`` leaves to be awaited: the static bearer or a valid access token.
         Whoever calls ``_gate`` calls this after it (the A2A mount too)."""
+        verdict = await self.authenticate(headers)
+        return verdict if isinstance(verdict, HttpReply) else None
+
+    async def authenticate(self, headers: Mapping[str, str]) -> HttpReply | Principal:
+        """:meth:`authorize`, and who passed it (agentd.transport.tenancy): an accepted token's principal;
+        without OAuth, or with the static bearer beside it, the listener's single principal."""
         oauth = self.options.oauth
         if oauth is None or self._bearer_ok(headers):
-            return None
-        verdict = await oauth.check(headers.get("authorization"))
+            return LOCAL
+        authorization = headers.get("authorization")
+        verdict = await oauth.check(authorization)
         if not isinstance(verdict, Rejected):
-            return None
+            return oauth_principal(oauth.settings.issuer, verdict.subject, verdict.client_id, verdict.scopes,
+                                   bearer_token(authorization) or "", self.options.operator_scope)
         metrics.served_request("refused")
         self.log.info("serve.refused", reason=verdict.reason, status=verdict.status)
         if verdict.status == 503:
@@ -318,22 +341,42 @@ class McpAsgiApp:
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/events``: the daemon's event lines and ``tree.node`` changes as WebSocket text frames (JSON), with
         the endpoint's authentication; refused (HTTP 403 before the handshake) without it, or when the daemon
-        has no stream or enough subscribers."""
+        has no stream or enough subscribers (one OAuth principal: a quarter of them). A principal sees the lines
+        of its own runs only (agentd.transport.tenancy)."""
         bus = current_bus()
         headers = _headers(scope)
-        refused = (scope.get("path") != EVENTS_PATH or self._trust(headers) is not None
-                   or await self.authorize(headers) is not None or bus is None or bus.full
-                   or self.draining.is_set())
+        principal: HttpReply | Principal = LOCAL
+        refused = scope.get("path") != EVENTS_PATH or self._trust(headers) is not None
+        if not refused:
+            principal = await self.authenticate(headers)
+        refused = refused or isinstance(principal, HttpReply) or bus is None or bus.full or self.draining.is_set()
+        key = principal.key if isinstance(principal, Principal) else LOCAL.key
+        mine = self._events_by.get(key, 0)
+        if isinstance(principal, Principal) and principal.bounded and mine >= EVENTS_PER_PRINCIPAL:
+            refused = True  # one principal cannot take every /events slot
         message = await receive()
-        if message.get("type") != "websocket.connect" or refused or bus is None:
+        if message.get("type") != "websocket.connect" or refused or bus is None or isinstance(principal, HttpReply):
             await send({"type": "websocket.close", "code": 1008})
             return
         await send({"type": "websocket.accept"})
-        with bus.subscribe() as subscriber:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_websocket_close, receive, nursery.cancel_scope)
-                nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
-                nursery.start_soon(_pump_events, subscriber, send)
+        owners, who = self.owners, principal
+
+        def accepts(line: Mapping[str, Any]) -> bool:  # a principal sees the lines of its own runs only
+            return owners.sees_line(who, line)
+
+        self._events_by[key] = mine + 1
+        try:
+            with bus.subscribe(None if principal.operator else accepts) as subscriber:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_on_websocket_close, receive, nursery.cancel_scope)
+                    nursery.start_soon(_cancel_on_event, self.draining, nursery.cancel_scope)
+                    nursery.start_soon(_pump_events, subscriber, send)
+        finally:
+            left = self._events_by.get(key, 1) - 1
+            if left:
+                self._events_by[key] = left
+            else:
+                self._events_by.pop(key, None)
         with trio.move_on_after(1.0, shield=True):
             try:
                 await send({"type": "websocket.close", "code": 1001 if self.draining.is_set() else 1000})
@@ -420,9 +463,12 @@ class McpAsgiApp:
 
     # -- legacy ------------------------------------------------------------------------------------------
 
-    def _context(self, session: LegacySession) -> CallContext:
-        """The session's call context (and its ``notify``), built once per session."""
+    def _context(self, session: LegacySession, principal: Principal) -> CallContext:
+        """The session's call context (and its ``notify``), built once per session; ``principal`` is this
+        request's (the session's owner, with this token's scopes)."""
         ctx = self._contexts.get(session.id)
+        if ctx is not None and ctx.principal != principal:
+            return attrs.evolve(ctx, principal=principal)
         if ctx is None:
             def notify(uri: str) -> None:
                 seq, data = self.core.session_event(session, updated_notification(uri))
@@ -432,7 +478,7 @@ class McpAsgiApp:
                         channel.send_nowait((seq, data))
                     except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # stays in the replay buffer; a resumed GET gets it
-            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify)
+            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify, principal=principal)
         return ctx
 
     def _end_session(self, session_id: str) -> None:
@@ -444,8 +490,9 @@ class McpAsgiApp:
         if channel is not None:
             channel.close()
 
-    async def _legacy_post(self, post: LegacyPost, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
-        ctx = self._context(post.session)
+    async def _legacy_post(self, post: LegacyPost, headers: Mapping[str, str], receive: Receive, send: Send,
+                           principal: Principal = LOCAL) -> None:
+        ctx = self._context(post.session, principal)
         pending = [(i, slot) for i, slot in enumerate(post.slots) if isinstance(slot, Request)]
         if (len(pending) == 1 and not post.batch and accepts(headers.get("accept"), EVENT_STREAM)
                 and self.handler.streams(pending[0][1])):
@@ -499,12 +546,13 @@ class McpAsgiApp:
 
     # -- modern ------------------------------------------------------------------------------------------
 
-    async def _modern_post(self, post: ModernPost, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+    async def _modern_post(self, post: ModernPost, headers: Mapping[str, str], receive: Receive, send: Send,
+                           principal: Principal = LOCAL) -> None:
         request = post.request
         if request.method == "subscriptions/listen":
-            await self._listen(request, headers, receive, send)
+            await self._listen(request, headers, receive, send, principal)
             return
-        ctx = CallContext(Era.MODERN, cancel_on_disconnect=True)
+        ctx = CallContext(Era.MODERN, cancel_on_disconnect=True, principal=principal)
         if "accept" in headers and accepts(headers["accept"], EVENT_STREAM) and self.handler.streams(request):
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
@@ -526,7 +574,8 @@ class McpAsgiApp:
         if answers:
             await _send_reply(send, self.core.modern_reply(post, answers[0]))
 
-    async def _listen(self, request: Request, headers: Mapping[str, str], receive: Receive, send: Send) -> None:
+    async def _listen(self, request: Request, headers: Mapping[str, str], receive: Receive, send: Send,
+                      principal: Principal = LOCAL) -> None:
         if "accept" in headers and not accepts(headers["accept"], EVENT_STREAM):
             await _send_reply(send, error_reply(406, jsonrpc.INVALID_REQUEST,
                                                 "subscriptions/listen answers as text/event-stream", id=request.id).http)
@@ -543,6 +592,15 @@ class McpAsgiApp:
                                                 f"listen stream limit reached ({self.options.max_sessions})",
                                                 id=request.id, headers=(("retry-after", "5"),)).http)
             return
+        mine = self._listens_by.get(principal.key, 0)
+        if principal.bounded and mine >= self.core.max_per_owner:  # one principal cannot take every stream
+            metrics.served_request("refused")
+            self.log.info("serve.refused", reason="listen_limit", status=503, limit=self.core.max_per_owner)
+            await _send_reply(send, error_reply(503, jsonrpc.INTERNAL_ERROR,
+                                                f"listen stream limit reached for this client "
+                                                f"({self.core.max_per_owner})",
+                                                id=request.id, headers=(("retry-after", "5"),)).http)
+            return
         sender, receiver = trio.open_memory_channel[str](256)
 
         def sink(uri: str) -> None:
@@ -551,12 +609,18 @@ class McpAsgiApp:
             except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-        ticket = self.handler.listen(wanted, sink)
+        ticket = self.handler.listen(wanted, sink, principal)
         core = self.core
         self._listens += 1
+        self._listens_by[principal.key] = mine + 1
 
         def closed() -> None:
             self._listens -= 1
+            left = self._listens_by.get(principal.key, 1) - 1
+            if left:
+                self._listens_by[principal.key] = left
+            else:
+                self._listens_by.pop(principal.key, None)
             self.handler.unlisten(ticket)
 
         async with self._sse(send, receive, closed=closed) as sse:

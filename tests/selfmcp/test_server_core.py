@@ -70,6 +70,41 @@ def test_a_full_table_gives_the_idlest_session_s_place_to_a_new_client() -> None
     assert core.take_expired() == ["1"]
 
 
+def test_one_owner_holds_at_most_its_share_and_only_its_own_sessions() -> None:
+    """A principal keeping its sessions alive (pings are use) cannot take the whole table; another owner's
+    session id is as unknown as a made-up one."""
+    ids = iter(range(100))
+    core = ServerCore(IDENTITY, max_sessions=8, evict_after=30, new_session_id=lambda: str(next(ids)))
+    assert core.max_per_owner == 2
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "x"}}).encode()
+    ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode()
+
+    def initialize(owner: str, now: float) -> LegacyPost | Reply:
+        routed = core.route(HttpRequest("POST", ACCEPT, init, owner), now)
+        assert isinstance(routed, LegacyPost | Reply)
+        return routed
+
+    assert all(isinstance(initialize("mallory", 0), LegacyPost) for _ in range(2))
+    capped = initialize("mallory", 1)
+    assert isinstance(capped, Reply) and capped.http.status == 503
+    assert b"for this client (2)" in capped.http.body
+    for now in (20, 40):  # kept alive: never idle long enough to be evicted; alice still gets her share
+        for sid in ("0", "1"):
+            assert isinstance(core.route(HttpRequest("POST", {**ACCEPT, "mcp-session-id": sid}, ping, "mallory"),
+                                         now), LegacyPost)
+        assert isinstance(initialize("alice", now), LegacyPost)
+    assert isinstance(initialize("", 61), LegacyPost)  # the listener's single principal is not counted
+    stolen = core.route(HttpRequest("POST", {**ACCEPT, "mcp-session-id": "0"}, ping, "alice"), 62)
+    made_up = core.route(HttpRequest("POST", {**ACCEPT, "mcp-session-id": "nope"}, ping, "alice"), 62)
+    assert isinstance(stolen, Reply) and isinstance(made_up, Reply)
+    assert stolen.http == made_up.http and stolen.http.status == 404
+    gone = core.route(HttpRequest("DELETE", {**ACCEPT, "mcp-session-id": "0"}, b"", "alice"), 62)
+    assert isinstance(gone, Reply) and gone.http.status == 404 and "0" in core.sessions
+    # at its cap, an owner's own idle session makes room for its new one (a client that forgot DELETE)
+    assert isinstance(initialize("mallory", 100), LegacyPost)
+    assert core.owned("mallory") == 2
+
+
 def test_batches_are_capped_with_a_json_rpc_error() -> None:
     core = ServerCore(IDENTITY, new_session_id=lambda: "s")
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}})
