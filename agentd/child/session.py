@@ -133,6 +133,7 @@ class _Session:
                     secrets=self.payload.secrets,
                     test_script=_nested_script if self.payload.test is not None else None,
                     fork_server=self.forks is not None, fork_connection=self.forks,
+                    journal_dir=str(self.payload.journal["state_dir"]) if self.payload.journal else None,
                 ) as sup:
                     ctx = ChildContext(self.payload, self.channel, sup, history=list(self.payload.history))
                     await self._turns(ctx)

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from agentd import telemetry as tracing
 from agentd.child.context import ChildContext
-from agentd.supervisor.messages import Result
+from agentd.supervisor.messages import Result, RunPayload
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
 
 #: How long a child may spend exporting its spans at the end of a turn (the parent waits for the result).
 TURN_FLUSH_TIMEOUT = 3.0
@@ -62,13 +67,15 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
 
     try:
         with tracing.remote_parent(telemetry):
-            result = await run_config(
-                cfg, run_id=f"{log.run_id}/{payload.handle}" if log.run_id else payload.handle, log=log,
-                env=payload.secrets, instruction=message, output_contract=payload.output_contract,
-                servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                                               deadline=cfg.deadline),
-                controls=registry, on_usage=on_usage, seed=seed,
-            )
+            async with _journal(payload) as journal:
+                result = await run_config(
+                    cfg, run_id=_run_id(payload, log.run_id), log=log,
+                    env=payload.secrets, instruction=message, output_contract=payload.output_contract,
+                    servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
+                                                   deadline=cfg.deadline),
+                    controls=registry, on_usage=on_usage, seed=seed, journal=journal,
+                    parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
+                )
     finally:
         with trio.CancelScope(shield=True):
             await tracing.flush(TURN_FLUSH_TIMEOUT)
@@ -77,3 +84,31 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     # A child that answered with JSON hands its parent the value, not a string holding it.
     return Result(status=str(result.status.value), partial=bool(result.partial),
                   result=structured_answer(result.result))
+
+
+def _run_id(payload: RunPayload, tree: str) -> str:
+    """The run id of this turn: the one the parent derived for the child's journal, else the tree's run and
+    the handle (a warm session's turns, an unjournaled tree)."""
+    if payload.journal is not None and isinstance(payload.journal.get("run_id"), str):
+        return str(payload.journal["run_id"])
+    return f"{tree}/{payload.handle}" if tree else payload.handle
+
+
+@asynccontextmanager
+async def _journal(payload: RunPayload) -> AsyncIterator[JournalStore | None]:
+    """The tree's journal, when the parent asked this child to journal its run (docs/durability.md): the same
+    SQLite file as the root's, its own connection (WAL: writers of several processes take turns, each waits
+    up to the busy timeout). Imported only then: an unjournaled child never loads sqlite3."""
+    where = payload.journal
+    if where is None or not isinstance(where.get("state_dir"), str) or not isinstance(where.get("run_id"), str):
+        yield None
+        return
+    from agentd.errors import ConfigError
+    from agentd.journal.errors import JournalError
+    from agentd.journal.sqlite import open_journal
+
+    try:
+        async with open_journal(where["state_dir"]) as journal:
+            yield journal
+    except JournalError as exc:  # raised while opening (after it, a write failure ends the run failed)
+        raise ConfigError(f"the tree's journal: {exc}") from None

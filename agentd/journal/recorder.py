@@ -146,9 +146,11 @@ class RunRecorder:
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
         await self._append([ToolCallOutcome(step, call_id, ok, text)])
 
-    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None) -> None:
-        """A subagent the run started (``subagent.spawn``): its handle, instruction and token slice."""
-        await self._append([Spawned(step, handle, instruction, budget)])
+    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
+                      run: str | None = None) -> None:
+        """A subagent the run started (``subagent.spawn``): its handle, instruction, token slice and the run id
+        it journals its own steps under."""
+        await self._append([Spawned(step, handle, instruction, budget, run)])
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None:
         """A subagent's end, committed the first time the run sees it (a later status call adds nothing)."""

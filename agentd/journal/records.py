@@ -77,6 +77,7 @@ class Spawned:
     handle: str
     instruction: str
     budget: int | None = None  # the token slice reserved for the child
+    run: str | None = None  # the run id the child journals its own steps under (None: not journaled)
 
 
 @attrs.frozen

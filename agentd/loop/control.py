@@ -30,7 +30,8 @@ _CHECKED_MAX = 1024
 class ChildJournal(Protocol):
     """Where a run's subagents are journaled (agentd.journal.recorder.RunRecorder, with ``--state-dir``)."""
 
-    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None) -> None: ...
+    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
+                      run: str | None = None) -> None: ...
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None: ...
 
@@ -48,6 +49,8 @@ class ControlContext:
     log: EventLog
     step: int
     journal: ChildJournal | None = None
+    #: The model's id of this call (with ``run_id`` and ``step``, what names a journaled child's own run).
+    call_id: str = ""
 
 
 @attrs.frozen
@@ -80,6 +83,10 @@ class ControlTool:
     description: str
     input_schema: Mapping[str, Any]
     handler: Handler
+    #: Whether a call with these arguments whose outcome a crash lost is *resumed* by making it again, not
+    #: repeated (a synchronous ``subagent.spawn``: its child journals its own run under a name derived from the
+    #: call, so the second call continues or replays that run). Asked only of a journaled run; None: never.
+    resumes: Callable[[Mapping[str, Any]], bool] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.name in _CHECKED:

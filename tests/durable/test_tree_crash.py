@@ -1,0 +1,142 @@
+"""The whole tree is durable: a subagent journals its own steps in the tree's journal, and after a SIGKILL of the
+root, of the child, or of both at once, the same tool call is never made twice (counted at a real MCP server).
+
+A synchronous ``subagent.spawn`` in flight at the crash is made again by the resumed parent: its child runs under
+the same journaled run id (``PARENT/STEP.CALL``), so it resumes from its last committed step (a non-idempotent
+call it had in flight is reported to its model as unknown) and its result reaches the resumed parent. Each
+scenario runs several times (``AGENTD_CRASH_REPEAT``, default 3) with fresh run ids, to catch a race between the
+kill and the commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from agentd.journal.sqlite import JournalFile, db_path
+from tests.ctl.daemon import Daemon, daemon, kill
+from tests.durable.peer import CountingPeer, counting_peer
+from tests.integration.agents import text_of
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
+
+REPEAT = int(os.environ.get("AGENTD_CRASH_REPEAT", "3"))
+UNKNOWN = "may or may not have run"
+
+
+def _runs(state: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every journaled run's records, by run id."""
+    journal = JournalFile(db_path(str(state)), readonly=True)
+    try:
+        runs = {s.run_id: journal.read_raw(s.run_id)[1] for s in journal.list_runs(1000, None)}
+    finally:
+        journal.close()
+    return {run: [{"kind": kind, **json.loads(body)} for _, _, kind, body in rows] for run, rows in runs.items()}
+
+
+def _said(request: RecordedRequest) -> str:
+    return " ".join(text_of(m.get("content")) for m in request.messages[:2] if m.get("role") in ("system", "user"))
+
+
+def _reply(hold: str, gate: trio.Event) -> Any:
+    """The parent spawns one synchronous child; the child charges once (``hold``: the first charge hangs before
+    or after it takes effect; ``reply``: the charge answers, the child's next model reply waits for ``gate``) and
+    reports what it saw; the parent answers with the child's report."""
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in _said(request):
+            if last.get("role") == "tool":
+                seen = text_of(last.get("content"))
+                return text(f"child saw: {seen}", **({"wait": gate} if hold == "reply" else {}))
+            return tool_call("pay__charge", {"key": "order-1", **({"hold": hold} if hold != "reply" else {})})
+        if last.get("role") == "tool":
+            return text(f"parent got: {text_of(last.get('content'))}")
+        return tool_call("subagent_spawn", {"instruction": "CHILD: charge order 1"})
+
+    return reply
+
+
+def _child_pid(d: Daemon) -> int | None:
+    pids = [e.get("child_pid") for e in d.events("subagent.spawn")]
+    return pids[-1] if pids and isinstance(pids[-1], int) else None
+
+
+async def _crash_and_resume(tmp: Path, peer: CountingPeer, gw_url: str, run: str, *, hold: str, target: str,
+                            gate: trio.Event) -> tuple[int, dict[str, Any], Daemon]:
+    state = tmp / "state"
+    argv = ["--intelligence", gw_url, "--mcp", f"pay={peer.origin}/mcp", "--instruction", "PARENT: delegate",
+            "--run-id", run, "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "1"]
+    async with daemon(argv, tmp, f"{run}-first") as d:
+        if hold == "reply":  # the charge answered; the child's reply after it is held
+            await d.until(lambda: peer.count("charge") == 1 and len(_runs(state).get(f"{run}/1.call_1", [])) >= 5)
+        else:
+            await d.until(lambda: len(peer.received) == 1)
+        child = _child_pid(d)
+        assert child is not None, d.stderr.read_text()[-3000:]
+        if target in ("root", "tree"):
+            kill(d)
+        if target in ("child", "tree"):
+            with contextlib.suppress(ProcessLookupError):  # "tree": it may already be gone with its parent
+                os.kill(child, signal.SIGKILL)
+        if target == "child":  # the parent goes on: its spawn answers that the child failed
+            gate.set()
+            code, result = await d.wait(timeout=90)
+            return code, result, d
+        await d.wait()
+    gate.set()
+    async with daemon(argv, tmp, f"{run}-second") as again:
+        code, result = await again.wait(timeout=90)
+    return code, result, again
+
+
+@pytest.mark.parametrize("hold", ["before", "after", "reply"])
+@pytest.mark.parametrize("target", ["root", "tree"])
+async def test_a_sync_child_resumes_from_its_journal_after_the_tree_is_killed(tmp_path, hold, target):
+    for attempt in range(REPEAT):
+        tmp = tmp_path / str(attempt)
+        tmp.mkdir()
+        gate = trio.Event()
+        async with counting_peer() as peer, scripted_gateway(default=_reply(hold, gate)) as gw:
+            run = f"tree-{attempt}"
+            code, result, d = await _crash_and_resume(tmp, peer, gw.url, run, hold=hold, target=target, gate=gate)
+            stderr = d.stderr.read_text()
+            assert code == 0, stderr[-3000:]
+            assert len(peer.received) == 1 and peer.count("charge") == (0 if hold == "before" else 1), peer.received
+            answer = str(result["result"])
+            assert answer.startswith("parent got:") and "child saw:" in answer, answer
+            if hold == "reply":  # committed before the crash: replayed to the resumed child, not asked again
+                assert "execution #1" in answer and UNKNOWN not in answer, answer
+            else:
+                assert UNKNOWN in answer, answer
+            del gw
+        runs = _runs(tmp / "state")
+        child = runs[f"{run}/1.call_1"]
+        assert child[0]["kind"] == "run.started" and child[0]["parent"] == "0", child[0]
+        assert child[-1]["kind"] == "run.ended" and child[-1]["status"] == "completed", child[-1]
+        assert [r["name"] for r in child if r["kind"] == "tool.requested"] == ["pay__charge"]
+        spawns = [r for r in runs[run] if r["kind"] == "spawn"]
+        assert [s["run"] for s in spawns] == [f"{run}/1.call_1"], spawns
+
+
+@pytest.mark.parametrize("hold", ["before", "after"])
+async def test_a_killed_child_fails_its_spawn_and_its_call_is_not_made_again(tmp_path, hold):
+    for attempt in range(REPEAT):
+        tmp = tmp_path / str(attempt)
+        tmp.mkdir()
+        gate = trio.Event()
+        async with counting_peer() as peer, scripted_gateway(default=_reply(hold, gate)) as gw:
+            code, result, d = await _crash_and_resume(tmp, peer, gw.url, f"kid-{attempt}", hold=hold,
+                                                      target="child", gate=gate)
+            assert code == 0, d.stderr.read_text()[-3000:]
+            assert "parent got:" in str(result["result"]) and "child saw" not in str(result["result"])
+            assert len(peer.received) == 1, peer.received
+            del gw
