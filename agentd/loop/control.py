@@ -31,12 +31,17 @@ class ChildJournal(Protocol):
     """Where a run's subagents are journaled (agentd.journal.recorder.RunRecorder, with ``--state-dir``)."""
 
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
-                      run: str | None = None) -> None: ...
+                      run: str | None = None, warm: bool = False) -> None: ...
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None: ...
 
     def journaled_children(self) -> tuple[str, ...]:
         """Handles an earlier process of this run spawned (new ones are numbered after them)."""
+        ...
+
+    def earlier_end(self, handle: str) -> tuple[str, str] | None:
+        """Status and result of a child an earlier process of this run left running (``lost``, a warm session
+        ``interrupted``), or None."""
         ...
 
 

@@ -27,13 +27,15 @@ class SupervisorBackend:
     _spawned: int = 0
     _refused: int = 0
 
-    async def spawn(self, request: ServedSpawn) -> str | Refusal:
+    async def spawn(self, request: ServedSpawn, *, journal_run: str | None = None) -> str | Refusal:
+        """``journal_run``: the run id the child journals its own steps under (agentd.selfmcp.journaled)."""
         answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(
             instruction=request.instruction,
             output_contract=request.output_contract,
             tool_scope=request.tool_scope,
             async_=not request.warm,
             warm=request.warm,
+            journal_run=journal_run,
         ))
         if isinstance(answer, SupervisorRefusal):
             self._refused += 1

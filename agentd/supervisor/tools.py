@@ -95,6 +95,17 @@ async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView 
     return outcome
 
 
+def answer(ctx: ControlContext, handle: str, outcome: RunView | Refusal) -> ControlResult:
+    """:func:`reply`, except that a handle an earlier process of this (resumed) run left running answers how it
+    ended for the run (``lost``; a warm session ``interrupted``, with the reason) instead of being unknown."""
+    ended = ctx.journal.earlier_end(handle) if ctx.journal is not None and isinstance(outcome, Refusal) else None
+    if ended is None:
+        return reply(outcome)
+    structured = {"handle": handle, "status": ended[0], "done": True, "partial": False, "result": ended[1]}
+    return ControlResult(({"type": "text", "text": json.dumps(structured, ensure_ascii=False)},),
+                         structured=structured)
+
+
 
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
@@ -103,18 +114,23 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
         outcome = await supervisor.spawn(caller, request)
         if ctx.journal is not None and not isinstance(outcome, Refusal):
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget,
-                                      request.journal_run)
+                                      request.journal_run, request.warm)
         return reply(await journaled(ctx, outcome))
 
     async def send(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        outcome = await supervisor.send(caller, str(arguments["handle"]), str(arguments["message"]))
-        return reply(await journaled(ctx, outcome))
+        handle = str(arguments["handle"])
+        outcome = await supervisor.send(caller, handle, str(arguments["message"]))
+        return answer(ctx, handle, await journaled(ctx, outcome))
 
     async def status(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        return reply(await journaled(ctx, supervisor.status(caller, str(arguments["handle"]))))
+        handle = str(arguments["handle"])
+        return answer(ctx, handle, await journaled(ctx, supervisor.status(caller, handle)))
 
     async def await_(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        outcome = await journaled(ctx, await supervisor.await_(caller, str(arguments["handle"])))
+        handle = str(arguments["handle"])
+        outcome = await journaled(ctx, await supervisor.await_(caller, handle))
+        if isinstance(outcome, Refusal):
+            return answer(ctx, handle, outcome)
         if not isinstance(outcome, Refusal) and not outcome.done and outcome.status == "running":
             result = reply(outcome)
             note = {"type": "text", "text": f"still running after {supervisor.settings.await_timeout:g} s"}
@@ -123,7 +139,8 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
 
     async def cancel(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         reason = str(arguments.get("reason") or "cancelled by the parent agent")
-        return reply(await journaled(ctx, await supervisor.cancel(caller, str(arguments["handle"]), reason)))
+        handle = str(arguments["handle"])
+        return answer(ctx, handle, await journaled(ctx, await supervisor.cancel(caller, handle, reason)))
 
     return [
         ControlTool("subagent.spawn", "Delegate a task to a fresh subagent and get its distilled result "

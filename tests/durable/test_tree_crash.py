@@ -140,3 +140,37 @@ async def test_a_killed_child_fails_its_spawn_and_its_call_is_not_made_again(tmp
             assert "parent got:" in str(result["result"]) and "child saw" not in str(result["result"])
             assert len(peer.received) == 1, peer.received
             del gw
+
+
+async def test_a_warm_child_of_a_resumed_run_answers_interrupted_with_the_reason(tmp_path):
+    state, hold, held = tmp_path / "state", trio.Event(), []
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        last = request.messages[-1] if request.messages else {}
+        if "WARM-KID" in _said(request):
+            return text("kid noted")
+        observed = sum(1 for m in request.messages if m.get("role") == "tool")
+        if observed == 0:
+            return tool_call("subagent_spawn", {"instruction": "WARM-KID: note 7", "warm": True})
+        if observed == 1 and not held:
+            held.append(True)
+            return text("never", wait=hold)  # the parent's next reply hangs: killed here
+        if observed == 1:  # resumed: the model talks to its session again
+            return tool_call("subagent_send", {"handle": "0.1", "message": "which number?"})
+        return text(f"parent saw: {text_of(last.get('content'))}")
+
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--instruction", "PARENT: keep a session", "--run-id", "warm-1",
+                "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "1"]
+        async with daemon(argv, tmp_path, "first") as d:
+            await d.until(lambda: bool(held))
+            kill(d)
+            await d.wait()
+        async with daemon(argv, tmp_path, "second") as d:
+            code, result = await d.wait(timeout=90)
+    assert code == 0, d.stderr.read_text()[-3000:]
+    seen = json.loads(str(result["result"]).removeprefix("parent saw: "))
+    assert seen["handle"] == "0.1" and seen["status"] == "interrupted" and seen["done"] is True, seen
+    assert "cannot be resumed" in seen["result"], seen
+    ends = [r for r in _runs(state)["warm-1"] if r["kind"] == "child.result"]
+    assert [(r["handle"], r["status"]) for r in ends] == [("0.1", "interrupted")], ends
