@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from agentd import telemetry as tracing
-from agentd.child.context import ChildContext
+from agentd.child.context import KEEPS_RUN_OPEN, ChildContext
 from agentd.supervisor.messages import Result, RunPayload
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     from agentd.loop.budgets import Limits
     from agentd.loop.control import ControlToolRegistry
     from agentd.loop.distill import structured_answer
-    from agentd.run import run_config
+    from agentd.run import is_cancellation, run_config
     from agentd.supervisor.supervisor import Caller, Origin
     from agentd.supervisor.tools import register_subagent_tools
     from agentd.supervisor.wiring import config_from_wire
@@ -68,14 +68,22 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     try:
         with tracing.remote_parent(telemetry):
             async with _journal(payload) as journal:
-                result = await run_config(
-                    cfg, run_id=_run_id(payload, log.run_id), log=log,
-                    env=payload.secrets, instruction=message, output_contract=payload.output_contract,
-                    servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                                                   deadline=cfg.deadline),
-                    controls=registry, on_usage=on_usage, seed=seed, journal=journal,
-                    parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
-                )
+                run_id = _run_id(payload, log.run_id)
+                try:
+                    result = await run_config(
+                        cfg, run_id=run_id, log=log,
+                        env=payload.secrets, instruction=message, output_contract=payload.output_contract,
+                        servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
+                                                       deadline=cfg.deadline),
+                        controls=registry, on_usage=on_usage, seed=seed, journal=journal,
+                        parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
+                    )
+                except BaseException as exc:
+                    reason = ctx.cancelled
+                    if journal is not None and reason is not None and reason not in KEEPS_RUN_OPEN \
+                            and is_cancellation(exc):
+                        await _journal_cancelled(journal, run_id, reason)
+                    raise
     finally:
         with trio.CancelScope(shield=True):
             await tracing.flush(TURN_FLUSH_TIMEOUT)
@@ -84,6 +92,21 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     # A child that answered with JSON hands its parent the value, not a string holding it.
     return Result(status=str(result.status.value), partial=bool(result.partial),
                   result=structured_answer(result.result))
+
+
+async def _journal_cancelled(journal: JournalStore, run_id: str, reason: str) -> None:
+    """End a journaled run that was cancelled for good (not resumed later): ``run.ended`` with ``cancelled``,
+    shielded and bounded (the turn is being cancelled)."""
+    from agentd.journal.errors import JournalError
+    from agentd.journal.recorder import RunRecorder, rebuild
+
+    with trio.CancelScope(shield=True), trio.move_on_after(TURN_FLUSH_TIMEOUT):
+        try:
+            prior = await journal.read_run(run_id)
+            if prior is not None and rebuild(prior).ended is None:
+                await RunRecorder(journal, run_id).ended("cancelled", {"cancelled": reason}, reason)
+        except JournalError:
+            pass  # left unfinished: a resumed parent's spawn would continue it
 
 
 def _run_id(payload: RunPayload, tree: str) -> str:

@@ -174,3 +174,30 @@ async def test_a_warm_child_of_a_resumed_run_answers_interrupted_with_the_reason
     assert "cannot be resumed" in seen["result"], seen
     ends = [r for r in _runs(state)["warm-1"] if r["kind"] == "child.result"]
     assert [(r["handle"], r["status"]) for r in ends] == [("0.1", "interrupted")], ends
+
+
+async def test_a_child_cancelled_by_its_parent_ends_its_journaled_run(tmp_path):
+    """A ``subagent.cancel`` is the child run's end (``run.ended`` ``cancelled``), not an interruption to resume
+    later: nothing is left unfinished in the journal for it."""
+    state, never, asked = tmp_path / "state", trio.Event(), trio.Event()
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        if "CHILD" in _said(request):
+            asked.set()
+            return text("never", wait=never)  # runs until cancelled
+        observed = sum(1 for m in request.messages if m.get("role") == "tool")
+        if observed == 0:
+            return tool_call("subagent_spawn", {"instruction": "CHILD: wait", "async": True})
+        if observed == 1:  # once the child is running its turn
+            return tool_call("subagent_cancel", {"handle": "0.1", "reason": "not needed"}, wait=asked)
+        return text("cancelled it")
+
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--instruction", "PARENT: start and stop", "--run-id", "cancel-1",
+                "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "5"]
+        async with daemon(argv, tmp_path, "cancel") as d:
+            code, result = await d.wait(timeout=90)
+    assert code == 0 and result["result"] == "cancelled it", d.stderr.read_text()[-3000:]
+    child = _runs(state)["cancel-1/1.call_1"]
+    assert child[-1]["kind"] == "run.ended" and child[-1]["status"] == "cancelled", child[-1]
+    assert child[-1]["error"] == "not needed", child[-1]
