@@ -130,8 +130,12 @@ async def _journal(payload: RunPayload) -> AsyncIterator[JournalStore | None]:
     from agentd.journal.errors import JournalError
     from agentd.journal.sqlite import open_journal
 
+    opened = False
     try:
         async with open_journal(where["state_dir"]) as journal:
+            opened = True
             yield journal
-    except JournalError as exc:  # raised while opening (after it, a write failure ends the run failed)
+    except JournalError as exc:
+        if opened:  # a write failure of the run: its own outcome
+            raise
         raise ConfigError(f"the tree's journal: {exc}") from None
