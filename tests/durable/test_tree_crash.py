@@ -201,3 +201,40 @@ async def test_a_child_cancelled_by_its_parent_ends_its_journaled_run(tmp_path):
     child = _runs(state)["cancel-1/1.call_1"]
     assert child[-1]["kind"] == "run.ended" and child[-1]["status"] == "cancelled", child[-1]
     assert child[-1]["error"] == "not needed", child[-1]
+
+
+async def test_a_graph_in_flight_resumes_its_unfinished_nodes_and_replays_its_finished_ones(tmp_path):
+    state = tmp_path / "state"
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        said, last = _said(request), (request.messages[-1] if request.messages else {})
+        if "NODE-A" in said:
+            return text("a done")
+        if "NODE-B" in said:
+            if last.get("role") == "tool":
+                return text(f"b saw: {text_of(last.get('content'))}")
+            return tool_call("pay__charge", {"key": "order-b", "hold": "after"})  # executes, then hangs
+        if last.get("role") == "tool":
+            return text(f"graph: {text_of(last.get('content'))}")
+        return tool_call("graph_run", {"nodes": [{"id": "a", "instruction": "NODE-A: quick"},
+                                                 {"id": "b", "instruction": "NODE-B: charge"}]})
+
+    async with counting_peer() as peer, scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--instruction", "PARENT: graph",
+                "--run-id", "graph-1", "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "1"]
+        async with daemon(argv, tmp_path, "first") as d:
+            await d.until(lambda: peer.count("charge") == 1
+                          and (_runs(state).get("graph-1/1.call_1/a") or [{}])[-1].get("kind") == "run.ended")
+            kill(d)
+            await d.wait()
+        before = sum(1 for r in gw.requests if "NODE-A" in _said(r))
+        async with daemon(argv, tmp_path, "second") as d:
+            code, result = await d.wait(timeout=90)
+        assert code == 0, d.stderr.read_text()[-3000:]
+        again = sum(1 for r in gw.requests if "NODE-A" in _said(r))
+        assert again == before  # node a's run had ended: replayed, its model not asked again
+        del gw
+    nodes = json.loads(str(result["result"]).removeprefix("graph: "))["nodes"]
+    assert nodes["a"]["status"] == "completed" and nodes["a"]["result"] == "a done", nodes
+    assert nodes["b"]["status"] == "completed" and UNKNOWN in nodes["b"]["result"], nodes
+    assert len(peer.received) == 1  # b's charge in flight was not made again
