@@ -329,7 +329,8 @@ async def open_state(state_dir: str | None, *, log: EventLog, keep_for: float = 
     opened = False
     try:
         async with open_journal(state_dir) as journal:
-            pruned = await journal.prune(Retention.of(keep_for, keep_runs, await journal.get_state(KEPT_RUNS)))
+            retention = Retention.of(keep_for, keep_runs, await journal.get_state(KEPT_RUNS))
+            pruned = await journal.prune(attrs.evolve(retention, keep=retention.keep | await _children_kept(journal)))
             unfinished = [r.run_id for r in await journal.unfinished_runs()]
             await _drop_finished_budgets(journal, set(unfinished))
             log.info("journal.opened", path=journal.path, pruned=pruned, unfinished=unfinished)
@@ -340,6 +341,24 @@ async def open_state(state_dir: str | None, *, log: EventLog, keep_for: float = 
             raise
         # Before anything ran: an unusable state directory is a configuration problem (exit 2).
         raise ConfigError(f"--state-dir: {exc}") from None
+
+
+async def _children_kept(journal: JournalStore) -> frozenset[str]:
+    """The runs of the subagents of unfinished runs (``PARENT/...``, at any depth), finished or not: a resumed
+    parent's spawn made again resumes or replays its child's run, so retention must not remove it first."""
+    unfinished = {r.run_id for r in await journal.unfinished_runs()}
+    if not unfinished:
+        return frozenset()
+
+    def under(run_id: str) -> bool:
+        cut = run_id.find("/")
+        while cut > 0:
+            if run_id[:cut] in unfinished:
+                return True
+            cut = run_id.find("/", cut + 1)
+        return False
+
+    return frozenset(r.run_id for r in await journal.list_runs(limit=1 << 30) if under(r.run_id))
 
 
 async def _drop_finished_budgets(journal: JournalStore, unfinished: set[str]) -> None:
@@ -400,7 +419,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
                     pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending))
     recorder.earlier_children = state.children
     if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
-        await recorder.lost(state.open_children)
+        await recorder.lost(state.open_children, state.warm_children)
     log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending),
              lost_children=list(state.open_children))
     # The calls are named as the first process named them (an older journal has no nonce: keys without one).

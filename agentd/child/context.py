@@ -22,6 +22,8 @@ class ChildContext:
     channel: ControlChannel
     supervisor: Any = None  # agentd.supervisor.supervisor.Supervisor, typed loosely to keep imports lazy
     history: list[dict[str, Any]] = attrs.field(factory=list)
+    #: Why the session was cancelled (set by the session as it cancels the turn), or None.
+    cancelled: str | None = None
 
     async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
         await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
@@ -29,6 +31,12 @@ class ChildContext:
     async def progress(self, note: str = "") -> None:
         await self.channel.send(Progress(note=note))
 
+
+#: Cancellations after which a journaled child's run stays unfinished, to be resumed: the tree is stopping
+#: (the parent died, drained or ended with the child running, a kill-ladder rung), not ending this work.
+#: Any other reason (a ``subagent.cancel``, the token ceiling) is the run's end: it is journaled ``cancelled``.
+KEEPS_RUN_OPEN = frozenset({"the parent is gone", "the parent closed the channel", "terminated", "parent ended",
+                            "draining"})
 
 #: A turn: given the context and this turn's message, return the turn's Result.
 TurnRunner = Callable[[ChildContext, str], Awaitable[Result]]

@@ -32,6 +32,8 @@ PREIMPORT = (
     "agentd.child.session", "agentd.child.turn", "agentd.child.scripted",
     "agentd.supervisor.graph", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
     "agentd.supervisor.wiring",
+    # A child of a tree with a state directory journals its own run (sqlite3 and the recorder, ~6 ms of CPU).
+    "agentd.journal.sqlite", "agentd.journal.recorder",
     # httpcore (its trio backend is the one agentd passes its pools) and what httpx imports on a first request.
     "httpcore", "encodings.idna",
 )

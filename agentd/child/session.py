@@ -114,6 +114,7 @@ class _Session:
     _cancelled: str | None = None
     _session_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _authority: RemoteAuthority | None = None
+    _ctx: ChildContext | None = None
 
     async def run(self) -> int:
         from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
@@ -133,8 +134,10 @@ class _Session:
                     secrets=self.payload.secrets,
                     test_script=_nested_script if self.payload.test is not None else None,
                     fork_server=self.forks is not None, fork_connection=self.forks,
+                    journal_dir=str(self.payload.journal["state_dir"]) if self.payload.journal else None,
                 ) as sup:
-                    ctx = ChildContext(self.payload, self.channel, sup, history=list(self.payload.history))
+                    ctx = self._ctx = ChildContext(self.payload, self.channel, sup,
+                                                   history=list(self.payload.history), cancelled=self._cancelled)
                     await self._turns(ctx)
                 # Leaving the block cancels our own children down their ladders before we exit:
                 # the tree ends deepest first.
@@ -214,6 +217,8 @@ class _Session:
 
     def _cancel(self, reason: str) -> None:
         self._cancelled = reason
+        if self._ctx is not None and self._ctx.cancelled is None:
+            self._ctx.cancelled = reason
         self._inbox[0].close()
         if self._turn_scope is not None:
             self._turn_scope.cancel()

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from agentd import telemetry as tracing
-from agentd.child.context import ChildContext
-from agentd.supervisor.messages import Result
+from agentd.child.context import KEEPS_RUN_OPEN, ChildContext
+from agentd.supervisor.messages import Result, RunPayload
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
 
 #: How long a child may spend exporting its spans at the end of a turn (the parent waits for the result).
 TURN_FLUSH_TIMEOUT = 3.0
@@ -27,7 +32,7 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     from agentd.loop.budgets import Limits
     from agentd.loop.control import ControlToolRegistry
     from agentd.loop.distill import structured_answer
-    from agentd.run import run_config
+    from agentd.run import is_cancellation, run_config
     from agentd.supervisor.supervisor import Caller, Origin
     from agentd.supervisor.tools import register_subagent_tools
     from agentd.supervisor.wiring import config_from_wire
@@ -62,13 +67,23 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
 
     try:
         with tracing.remote_parent(telemetry):
-            result = await run_config(
-                cfg, run_id=f"{log.run_id}/{payload.handle}" if log.run_id else payload.handle, log=log,
-                env=payload.secrets, instruction=message, output_contract=payload.output_contract,
-                servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                                               deadline=cfg.deadline),
-                controls=registry, on_usage=on_usage, seed=seed,
-            )
+            async with _journal(payload) as journal:
+                run_id = _run_id(payload, log.run_id)
+                try:
+                    result = await run_config(
+                        cfg, run_id=run_id, log=log,
+                        env=payload.secrets, instruction=message, output_contract=payload.output_contract,
+                        servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
+                                                       deadline=cfg.deadline),
+                        controls=registry, on_usage=on_usage, seed=seed, journal=journal,
+                        parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
+                    )
+                except BaseException as exc:
+                    reason = ctx.cancelled
+                    if journal is not None and reason is not None and reason not in KEEPS_RUN_OPEN \
+                            and is_cancellation(exc):
+                        await _journal_cancelled(journal, run_id, reason)
+                    raise
     finally:
         with trio.CancelScope(shield=True):
             await tracing.flush(TURN_FLUSH_TIMEOUT)
@@ -77,3 +92,50 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     # A child that answered with JSON hands its parent the value, not a string holding it.
     return Result(status=str(result.status.value), partial=bool(result.partial),
                   result=structured_answer(result.result))
+
+
+async def _journal_cancelled(journal: JournalStore, run_id: str, reason: str) -> None:
+    """End a journaled run that was cancelled for good (not resumed later): ``run.ended`` with ``cancelled``,
+    shielded and bounded (the turn is being cancelled)."""
+    from agentd.journal.errors import JournalError
+    from agentd.journal.recorder import RunRecorder, rebuild
+
+    with trio.CancelScope(shield=True), trio.move_on_after(TURN_FLUSH_TIMEOUT):
+        try:
+            prior = await journal.read_run(run_id)
+            if prior is not None and rebuild(prior).ended is None:
+                await RunRecorder(journal, run_id).ended("cancelled", {"cancelled": reason}, reason)
+        except JournalError:
+            pass  # left unfinished: a resumed parent's spawn would continue it
+
+
+def _run_id(payload: RunPayload, tree: str) -> str:
+    """The run id of this turn: the one the parent derived for the child's journal, else the tree's run and
+    the handle (a warm session's turns, an unjournaled tree)."""
+    if payload.journal is not None and isinstance(payload.journal.get("run_id"), str):
+        return str(payload.journal["run_id"])
+    return f"{tree}/{payload.handle}" if tree else payload.handle
+
+
+@asynccontextmanager
+async def _journal(payload: RunPayload) -> AsyncIterator[JournalStore | None]:
+    """The tree's journal, when the parent asked this child to journal its run (docs/durability.md): the same
+    SQLite file as the root's, its own connection (WAL: writers of several processes take turns, each waits
+    up to the busy timeout). Imported only then: an unjournaled child never loads sqlite3."""
+    where = payload.journal
+    if where is None or not isinstance(where.get("state_dir"), str) or not isinstance(where.get("run_id"), str):
+        yield None
+        return
+    from agentd.errors import ConfigError
+    from agentd.journal.errors import JournalError
+    from agentd.journal.sqlite import open_journal
+
+    opened = False
+    try:
+        async with open_journal(where["state_dir"]) as journal:
+            opened = True
+            yield journal
+    except JournalError as exc:
+        if opened:  # a write failure of the run: its own outcome
+            raise
+        raise ConfigError(f"the tree's journal: {exc}") from None

@@ -47,6 +47,10 @@ def config_digest(settings: Mapping[str, Any]) -> str:
 
 #: The result a lost child's ``child.result`` carries.
 LOST_CHILD = "the parent process stopped while this subagent ran; it was not run again"
+#: The status and result of a warm session a resumed parent cannot re-open.
+INTERRUPTED = "interrupted"
+INTERRUPTED_CHILD = ("the parent process stopped while this warm session was open; its conversation cannot be "
+                     "resumed: spawn a new session if it is still needed")
 
 
 @attrs.frozen
@@ -74,6 +78,8 @@ class Rebuilt:
     open_children: tuple[str, ...] = ()
     #: Every subagent the run spawned, in order.
     children: tuple[str, ...] = ()
+    #: The warm sessions among them.
+    warm_children: frozenset[str] = frozenset()
 
 
 def rebuild(journal: RunJournal) -> Rebuilt:
@@ -84,6 +90,7 @@ def rebuild(journal: RunJournal) -> Rebuilt:
     requested: dict[str, PendingCall] = {}
     children: dict[str, None] = {}
     spawned: list[str] = []
+    warm: set[str] = set()
     steps = prompt = completion = 0
     for entry in journal.entries:
         record = entry.record
@@ -106,12 +113,14 @@ def rebuild(journal: RunJournal) -> Rebuilt:
         elif isinstance(record, Spawned):
             children[record.handle] = None
             spawned.append(record.handle)
+            if record.warm:
+                warm.add(record.handle)
         elif isinstance(record, ChildResult):
             children.pop(record.handle, None)
         elif isinstance(record, RunEnded):
             ended = record
     return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()),
-                   tuple(children), tuple(spawned))
+                   tuple(children), tuple(spawned), frozenset(warm))
 
 
 @attrs.define(eq=False)
@@ -123,9 +132,16 @@ class RunRecorder:
     _children_ended: set[str] = attrs.field(factory=set, init=False)
     #: The handles of the children an earlier process of this run spawned (set when it is resumed).
     earlier_children: tuple[str, ...] = ()
+    #: How each child an earlier process left running ended for this run (:meth:`lost`): status and result.
+    _earlier_ends: dict[str, tuple[str, str]] = attrs.field(factory=dict, init=False)
 
     def journaled_children(self) -> tuple[str, ...]:
         return self.earlier_children
+
+    def earlier_end(self, handle: str) -> tuple[str, str] | None:
+        """The status and result of ``handle`` if an earlier process of this run left it running (it died with
+        that process): what a ``subagent.*`` call on it answers, instead of an unknown handle."""
+        return self._earlier_ends.get(handle)
 
     async def started(self, record: RunStarted) -> None:
         await self._append([record], durable=True)
@@ -146,9 +162,11 @@ class RunRecorder:
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
         await self._append([ToolCallOutcome(step, call_id, ok, text)])
 
-    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None) -> None:
-        """A subagent the run started (``subagent.spawn``): its handle, instruction and token slice."""
-        await self._append([Spawned(step, handle, instruction, budget)])
+    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
+                      run: str | None = None, warm: bool = False) -> None:
+        """A subagent the run started (``subagent.spawn``): its handle, instruction, token slice, the run id
+        it journals its own steps under, and whether it is a warm session."""
+        await self._append([Spawned(step, handle, instruction, budget, run, warm)])
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None:
         """A subagent's end, committed the first time the run sees it (a later status call adds nothing)."""
@@ -156,10 +174,13 @@ class RunRecorder:
             self._children_ended.add(handle)
             await self._append([ChildResult(handle, status, result)])
 
-    async def lost(self, handles: Sequence[str]) -> None:
-        """Children a crash left without an end: their processes died with the parent; recorded ``lost``."""
+    async def lost(self, handles: Sequence[str], warm: frozenset[str] = frozenset()) -> None:
+        """Children a crash left without an end: their processes died with the parent; recorded ``lost`` (a warm
+        session among ``warm``: ``interrupted``, its conversation cannot be re-opened)."""
         self._children_ended.update(handles)
-        await self._append([ChildResult(h, "lost", LOST_CHILD) for h in handles])
+        for h in handles:
+            self._earlier_ends[h] = (INTERRUPTED, INTERRUPTED_CHILD) if h in warm else ("lost", LOST_CHILD)
+        await self._append([ChildResult(h, *self._earlier_ends[h]) for h in handles])
 
     async def ended(self, status: str, result: Any, error: str | None) -> None:
         await self._append([RunEnded(status, result, error)], durable=True)
@@ -172,4 +193,5 @@ class RunRecorder:
             journal_queue(-1)
 
 
-__all__ = ["PendingCall", "Rebuilt", "RunRecorder", "config_digest", "rebuild"]
+__all__ = ["INTERRUPTED", "INTERRUPTED_CHILD", "LOST_CHILD", "PendingCall", "Rebuilt", "RunRecorder", "config_digest",
+           "rebuild"]

@@ -80,6 +80,8 @@ class Spawned:
     handle: str
     instruction: str
     budget: int | None = None  # the token slice reserved for the child
+    run: str | None = None  # the run id the child journals its own steps under (None: not journaled)
+    warm: bool = False  # a warm session (a resumed parent cannot re-open it: it ends ``interrupted``)
 
 
 @attrs.frozen

@@ -30,12 +30,18 @@ _CHECKED_MAX = 1024
 class ChildJournal(Protocol):
     """Where a run's subagents are journaled (agentd.journal.recorder.RunRecorder, with ``--state-dir``)."""
 
-    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None) -> None: ...
+    async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
+                      run: str | None = None, warm: bool = False) -> None: ...
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None: ...
 
     def journaled_children(self) -> tuple[str, ...]:
         """Handles an earlier process of this run spawned (new ones are numbered after them)."""
+        ...
+
+    def earlier_end(self, handle: str) -> tuple[str, str] | None:
+        """Status and result of a child an earlier process of this run left running (``lost``, a warm session
+        ``interrupted``), or None."""
         ...
 
 
@@ -48,6 +54,8 @@ class ControlContext:
     log: EventLog
     step: int
     journal: ChildJournal | None = None
+    #: The model's id of this call (with ``run_id`` and ``step``, what names a journaled child's own run).
+    call_id: str = ""
 
 
 @attrs.frozen
@@ -80,6 +88,10 @@ class ControlTool:
     description: str
     input_schema: Mapping[str, Any]
     handler: Handler
+    #: Whether a call with these arguments whose outcome a crash lost is *resumed* by making it again, not
+    #: repeated (a synchronous ``subagent.spawn``: its child journals its own run under a name derived from the
+    #: call, so the second call continues or replays that run). Asked only of a journaled run; None: never.
+    resumes: Callable[[Mapping[str, Any]], bool] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.name in _CHECKED:

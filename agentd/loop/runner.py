@@ -233,7 +233,7 @@ class _Run:
         order = _call_order(resume.messages, resume.pending)
         for call, index in zip(resume.pending, order, strict=True):
             entry = catalogue.resolve(call.name)
-            if entry is not None and entry.idempotent:
+            if entry is not None and (entry.idempotent or self.resumes(entry, call)):
                 ended = await self.run_call(call, catalogue, step, index)
             else:
                 self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
@@ -247,6 +247,17 @@ class _Run:
         if last.get("role") == "assistant" and not last.get("tool_calls"):
             return self.final(ModelReply(last.get("content"), finish_reason="stop"))
         return None
+
+    def resumes(self, entry: Entry, call: ToolCall) -> bool:
+        """A lost control call that continues its journaled work when made again (a synchronous spawn)."""
+        control = self.controls.get(entry.name) if entry.server is None else None
+        if control is None or control.resumes is None or self.journal is None:
+            return False
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return False
+        return isinstance(arguments, dict) and control.resumes(arguments)
 
     def restore(self, resume: Resume) -> None:
         """Take a recovered conversation, its step count and its usage (before :meth:`recover`)."""
@@ -351,7 +362,7 @@ class _Run:
             self.observe(call, observe.rejection(reason), "rejected", entry, step, started)
             return None
         if control is not None:
-            ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step,
+            ctx = ControlContext(run_id=self.request.run_id, log=self.log, step=step, call_id=call.id,
                                  journal=self.journal if self.journal is not None and isinstance(self.journal, ChildJournal)
                                  else None)
             try:

@@ -9,14 +9,19 @@ until the surface's retention forgets it.
 
 After a restart (:meth:`JournaledBackend.restore`), ``subagent.status`` and ``resources/read`` of a journaled
 handle answer again (:meth:`lookup`, which the surface asks for a handle it does not know). The subagent
-processes died with their parent and a child's steps are not journaled, so:
+processes died with their parent, but an async run's child journals its own steps in the tree's journal under
+the run id kept with its handle (``Kept.run``), so:
 
-- a run that was in flight ends ``lost`` (``done: true``): running it again from its instruction could repeat
-  what it already did (a charge, a message sent); the peer decides whether to spawn it again. A peer that
-  subscribes to it gets the terminal ``notifications/resources/updated`` at once;
+- an async run that was in flight is *resumed* at start-up: a new child runs under the same journaled run id,
+  continues from its last committed step (a non-idempotent call it had in flight is reported to its model as
+  unknown, never sent again) or, if it had ended, answers its recorded result, and the handle answers
+  ``subagent.status``/``await`` with that result when it ends; in the same token budget tree. Only a run with no
+  journaled run id (kept by an older agentd) or one whose re-spawn is refused ends ``lost``;
 - a warm session comes back idle (``awaiting_turn``) with its history: the next ``subagent.send`` re-opens it
   (a new child seeded with the history, answering that message), under the same handle, in the same token
   budget tree (``served.N``'s saved books, agentd.supervisor.caps): what it spent before the crash stays spent.
+  A turn that was in flight is not answered: the session says so in its ``result``. A warm session whose first
+  turn never answered has nothing to continue from: it ends ``interrupted`` with the reason.
 
 New handles are numbered after the journaled ones, so a handle never names two runs. Each handle keeps the
 principal that spawned it (``owner``, agentd.transport.tenancy), so after a restart it is still that principal's
@@ -35,6 +40,7 @@ import trio
 
 from agentd import defaults
 from agentd.events import EventLog
+from agentd.ids import new_run_id
 from agentd.journal.errors import JournalError
 from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledgers_except
 from agentd.journal.store import JournalStore
@@ -50,6 +56,13 @@ NAMESPACE: Final = "serve.handles"
 LOST: Final = "lost"
 LOST_REASON: Final = ("the daemon restarted while this run was in flight; its outcome is unknown and it was not "
                       "run again")
+#: What a warm session that cannot continue ends as, and why.
+INTERRUPTED: Final = "interrupted"
+INTERRUPTED_REASON: Final = ("the daemon restarted before this session answered its first message: there is no "
+                             "conversation to continue; spawn it again")
+#: A re-opened warm session's ``result`` when its turn in flight at the restart was not answered.
+UNANSWERED: Final = ("the daemon restarted while this session answered {message!r}; that turn was lost: send it "
+                     "again")
 
 
 @attrs.define(eq=False)
@@ -76,12 +89,15 @@ class Kept:
     offset: int = 0
     pending: str | None = None  # a message sent, its turn not answered yet
     reopened: trio.Event = attrs.field(factory=trio.Event)
+    #: The run id an async run's child journals its steps under (resumed from it after a restart).
+    run: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
                 "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
-                "history": self.history, "ended_at": self.ended_at, "owner": self.owner}
+                "history": self.history, "ended_at": self.ended_at, "owner": self.owner, "run": self.run,
+                "pending": self.pending}
 
     @classmethod
     def from_json(cls, handle: str, data: Mapping[str, Any]) -> Kept:
@@ -93,7 +109,9 @@ class Kept:
                    data.get("turns") if isinstance(data.get("turns"), int) else None,
                    [m for m in data.get("history") or () if isinstance(m, dict)],
                    data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None,
-                   owner=data["owner"] if isinstance(data.get("owner"), str) else "")
+                   owner=data["owner"] if isinstance(data.get("owner"), str) else "",
+                   pending=data.get("pending") if isinstance(data.get("pending"), str) else None,
+                   run=data.get("run") if isinstance(data.get("run"), str) else None)
 
     def view(self) -> RunView:
         return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
@@ -123,13 +141,14 @@ class JournaledBackend:
         return self.local.supervisor
 
     async def restore(self) -> None:
-        """Read the handles an earlier process kept: runs in flight end ``lost``, warm sessions wait idle."""
+        """Read the handles an earlier process kept: async runs in flight resume from their journaled runs (or end
+        ``lost`` without one), warm sessions wait idle (or end ``interrupted`` with nothing to continue)."""
         try:
             saved = await self.store.get_state(NAMESPACE)
         except JournalError as exc:
             self.log.warn("journal.write_failed", namespace=NAMESPACE, error=str(exc))
             return
-        highest, now = 0, time.time()
+        highest, now, resumed = 0, time.time(), []
         for handle, data in saved.items():
             number = handle.removeprefix("served.")
             highest = max(highest, int(number) if number.isdigit() else 0)
@@ -142,6 +161,14 @@ class JournaledBackend:
                 continue
             if kept.warm and kept.history:
                 kept.status = "awaiting_turn"
+                if kept.pending is not None:  # its turn in flight is not answered: say so, not silently idle
+                    kept.result, kept.pending = UNANSWERED.format(message=kept.pending[:200]), None
+            elif kept.warm:
+                kept.status, kept.done, kept.result, kept.ended_at = INTERRUPTED, True, INTERRUPTED_REASON, now
+                kept.pending = None
+            elif kept.run is not None:
+                resumed.append(kept)
+                continue
             else:
                 kept.status, kept.done, kept.result, kept.ended_at = LOST, True, LOST_REASON, now
             self.log.info("serve.restored", handle=handle, status=kept.status, turns=kept.turns)
@@ -149,11 +176,35 @@ class JournaledBackend:
         ledger = getattr(self.local.supervisor.authority, "ledger", None)
         if ledger is not None:
             ledger.mint_after("served", highest)
+        for kept in resumed:  # after the numbering: the new children's handles never name a journaled one
+            await self._resume(kept, now)
         try:  # only an idle warm session continues its tree: the other served trees' books are over
             await drop_ledgers_except(self.store, {h for h, k in self._kept.items() if not k.done},
                                       namespace=SERVED_NAMESPACE)
         except JournalError as exc:
             self.log.warn("journal.write_failed", namespace=SERVED_NAMESPACE, error=str(exc))
+
+    async def _resume(self, kept: Kept, now: float) -> None:
+        """An async run an earlier process left in flight: a new child resumes its journaled run (or replays its
+        recorded end), in the same token budget tree; its end is kept when it comes."""
+        continued = Caller(MANAGEMENT.origin, MANAGEMENT.handle, tree=kept.handle)
+        answer = await self.local.supervisor.spawn(continued, SpawnRequest(
+            instruction=kept.instruction, output_contract=kept.output_contract, tool_scope=kept.tool_scope,
+            async_=True, journal_run=kept.run))
+        if isinstance(answer, SupervisorRefusal):
+            kept.status, kept.done, kept.result, kept.ended_at = LOST, True, f"{LOST_REASON} ({answer.message})", now
+            self.log.info("serve.restored", handle=kept.handle, status=kept.status, run=kept.run)
+            await self._save(kept)
+        else:
+            kept.live, kept.status = answer.handle, "running"
+            self.log.info("serve.restored", handle=kept.handle, status="resumed", live=answer.handle, run=kept.run)
+            self.local.supervisor.nursery.start_soon(self._settle, kept)
+        kept.reopened.set()
+
+    async def _settle(self, kept: Kept) -> None:
+        """Keep a resumed run's end when it comes (whether or not a peer is watching the handle)."""
+        if kept.live is not None:
+            await self._record(kept, self._from_live(kept, await self.local.wait(kept.live)))
 
     async def _save(self, kept: Kept) -> None:
         if kept.done and kept.ended_at is None:
@@ -186,12 +237,14 @@ class JournaledBackend:
     # -- SelfMcpBackend -------------------------------------------------------------------------------------
 
     async def spawn(self, request: ServedSpawn) -> str | Refusal:
-        answer = await self.local.spawn(request)
+        # An async run's child journals its own steps (a warm session is a conversation: it is re-opened instead).
+        run = None if request.warm or self.local.supervisor.journal_dir is None else f"served/{new_run_id()}"
+        answer = await self.local.spawn(request, journal_run=run)
         if isinstance(answer, Refusal):
             return answer
         kept = self._kept[answer] = Kept(answer, request.warm, request.instruction, request.output_contract,
                                          request.tool_scope, live=answer, pending=request.instruction,
-                                         owner=request.owner)
+                                         owner=request.owner, run=run)
         kept.reopened.set()
         now = self.local.view(answer)
         await self._record(kept, now or kept.view(), save=True)  # before the peer gets the handle
@@ -205,11 +258,13 @@ class JournaledBackend:
             if kept.pending is not None:
                 return Refusal(f"{handle} is re-opening: its last message has not been answered yet")
             kept.pending, kept.status = message, "running"
+            await self._save(kept)  # a restart before the answer says the turn was lost (never silently idle)
             self.local.supervisor.nursery.start_soon(self._reopen, kept, message)
             return None
         answer = await self.local.send(kept.live or handle, message)
         if answer is None:
             kept.pending = message
+            await self._save(kept)
         return answer
 
     async def _reopen(self, kept: Kept, message: str) -> None:

@@ -27,7 +27,8 @@ class SupervisorBackend:
     _spawned: int = 0
     _refused: int = 0
 
-    async def spawn(self, request: ServedSpawn) -> str | Refusal:
+    async def spawn(self, request: ServedSpawn, *, journal_run: str | None = None) -> str | Refusal:
+        """``journal_run``: the run id the child journals its own steps under (agentd.selfmcp.journaled)."""
         answer = await self.supervisor.spawn(MANAGEMENT, SpawnRequest(
             instruction=request.instruction,
             output_contract=request.output_contract,
@@ -35,6 +36,7 @@ class SupervisorBackend:
             async_=not request.warm,
             warm=request.warm,
             on_admitted=request.on_admitted,
+            journal_run=journal_run,
         ))
         if isinstance(answer, SupervisorRefusal):
             self._refused += 1

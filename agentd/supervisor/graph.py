@@ -115,12 +115,21 @@ def number_after_journaled(supervisor: Supervisor, caller: Caller, ctx: ControlC
         ledger.mint_after(caller.handle, max(numbers))
 
 
+def child_run(ctx: ControlContext) -> str | None:
+    """The run id a child started by this call journals its own steps under: the parent's run, the step and the
+    model's call id (``RUN/STEP.CALL``). The call's request is committed before the call is made, so the same call
+    made again after a crash names the same run, which the child then resumes, or replays once it ended
+    (docs/durability.md). None when the parent's run is not journaled."""
+    return f"{ctx.run_id}/{ctx.step}.{ctx.call_id}" if ctx.journal is not None and ctx.call_id else None
+
+
 async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[GraphNode], *,
-                    journal: ChildJournal | None = None, step: int = 0) -> dict[str, Any]:
+                    journal: ChildJournal | None = None, step: int = 0, run: str | None = None) -> dict[str, Any]:
     """Run a checked graph; returns ``{id: {status, partial, result}}`` for every node.
 
     With ``journal`` (the run's, ``--state-dir``) each node's child is journaled like a ``subagent.spawn``:
-    a ``spawn`` record at ``step`` and its ``child.result`` when it ends."""
+    a ``spawn`` record at ``step`` and its ``child.result`` when it ends; with ``run`` (:func:`child_run`), each
+    node's child journals its own run as ``RUN/NODE``."""
     check_graph(nodes)
     outcomes: dict[str, dict[str, Any]] = {}
     finished = {n.id: trio.Event() for n in nodes}
@@ -137,7 +146,8 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
                 return
             context = tuple({"id": d, "result": outcomes[d]["result"]} for d in node.after)
             request = SpawnRequest(instruction=node.instruction, output_contract=node.output_contract,
-                                   tool_scope=node.tool_scope, context=context)
+                                   tool_scope=node.tool_scope, context=context,
+                                   journal_run=f"{run}/{node.id}" if run is not None else None)
             while True:
                 outcome = await supervisor.spawn(caller, request)
                 if not (isinstance(outcome, Refusal) and outcome.retryable):
@@ -148,7 +158,7 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
                 outcomes[node.id] = {"status": "failed", "partial": False, "result": {"error": outcome.message}}
             else:
                 if journal is not None:
-                    await journal.spawned(step, outcome.handle, node.instruction, None)
+                    await journal.spawned(step, outcome.handle, node.instruction, None, request.journal_run)
                     if outcome.done:
                         await journal.child_ended(outcome.handle, outcome.status, outcome.result)
                 outcomes[node.id] = {"handle": outcome.handle, "status": outcome.status,
@@ -171,7 +181,8 @@ def graph_tool(supervisor: Supervisor, caller: Caller) -> ControlTool:
         nodes = [GraphNode.from_json(n) for n in arguments["nodes"]]
         try:
             number_after_journaled(supervisor, caller, ctx)
-            results = await run_graph(supervisor, caller, nodes, journal=ctx.journal, step=ctx.step)
+            results = await run_graph(supervisor, caller, nodes, journal=ctx.journal, step=ctx.step,
+                                      run=child_run(ctx))
         except GraphError as exc:
             return ControlResult.text(f"graph refused: {exc}", is_error=True)
         structured = {"nodes": results}
@@ -183,4 +194,5 @@ def graph_tool(supervisor: Supervisor, caller: Caller) -> ControlTool:
         "Run subagents as a dependency graph: each node starts when the nodes in its 'after' list have "
         "completed and receives their results; returns every node's {status, partial, result}.",
         GRAPH_SCHEMA, handler,
+        resumes=lambda _arguments: True,  # each node's child resumes (or replays) its own journaled run
     )

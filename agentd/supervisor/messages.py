@@ -57,6 +57,9 @@ class RunPayload:
     test: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
     #: Earlier turns (chat messages) of a warm session re-opened after its parent restarted.
     history: list[Any] = attrs.field(factory=list, validator=_list)
+    #: Where the child journals its own run: ``{"state_dir": ..., "run_id": ...}`` (the tree's state directory
+    #: and the run id its parent derived); None: not journaled.
+    journal: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
 
 
 @attrs.frozen

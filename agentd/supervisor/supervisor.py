@@ -96,6 +96,10 @@ class SpawnRequest:
     #: Told the minted handle once the spawn is admitted, before the child starts: the served side records
     #: who owns it before any line of it is logged (agentd.transport.tenancy).
     on_admitted: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
+    #: The run id the child journals its own run under (docs/durability.md), derived by the spawner from its
+    #: own run so that a spawn made again after a crash names the same run and resumes it; None: the child
+    #: is not journaled (no journal, a warm session).
+    journal_run: str | None = None
 
 
 @attrs.frozen
@@ -137,8 +141,8 @@ class Supervisor:
 
     __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_per_spawn",
                  "_state_changed", "authority", "child_config", "draining", "fork_connection", "handle",
-                 "lame_duck", "log", "nursery", "secrets", "settings", "telemetry", "test_script",
-                 "use_fork_server")
+                 "journal_dir", "lame_duck", "log", "nursery", "secrets", "settings", "telemetry",
+                 "test_script", "use_fork_server")
 
     def __init__(
         self, nursery: trio.Nursery, authority: Authority, handle: str = "0",
@@ -146,8 +150,12 @@ class Supervisor:
         secrets: Mapping[str, str] | None = None, telemetry: Mapping[str, Any] | None = None,
         log: EventLog | None = None, test_script: TestScript | None = None, draining: bool = False,
         lame_duck: bool = False, use_fork_server: bool = False, fork_connection: int | None = None,
+        journal_dir: str | None = None,
     ) -> None:
         self.nursery = nursery
+        #: The tree's state directory (``--state-dir``): a child whose request names a ``journal_run`` journals
+        #: its own steps there. None: children are not journaled.
+        self.journal_dir = journal_dir
         self.authority = authority
         self.handle = handle
         self.settings = SupervisorSettings() if settings is None else settings
@@ -321,6 +329,8 @@ class Supervisor:
             history=list(request.history),
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
             supervision=self._shared()[2], telemetry=trace, test=test,
+            journal={"state_dir": self.journal_dir, "run_id": request.journal_run}
+            if request.journal_run is not None and self.journal_dir is not None and not request.warm else None,
         )
 
     # -- by handle ------------------------------------------------------------------------------
@@ -531,6 +541,7 @@ async def open_supervisor(
     fork_connection: int | None = None,
     ledger_store: JournalStore | None = None,
     run_id: str = "",
+    journal_dir: str | None = None,
 ) -> AsyncIterator[Supervisor]:
     """A supervisor whose async/warm subagents live no longer than this block.
 
@@ -555,7 +566,7 @@ async def open_supervisor(
             child_config={} if child_config is None else child_config,  # a ChildConfig is not read before a spawn
             secrets=secrets or {}, telemetry=telemetry or {},
             log=log or null_log(), test_script=test_script, use_fork_server=fork_server,
-            fork_connection=fork_connection,
+            fork_connection=fork_connection, journal_dir=journal_dir,
         )
         sup_ref.append(sup)
         try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
-from agentd.supervisor.graph import graph_tool, number_after_journaled
+from agentd.supervisor.graph import child_run, graph_tool, number_after_journaled
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
 
 if TYPE_CHECKING:  # an outcome is a view or a Refusal: the node module loads with the first spawn
@@ -68,16 +68,24 @@ def reply(outcome: RunView | Refusal) -> ControlResult:
     )
 
 
-def spawn_request(arguments: Mapping[str, Any]) -> SpawnRequest:
+def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None) -> SpawnRequest:
     scope = arguments.get("tool_scope")
+    warm = bool(arguments.get("warm", False))
     return SpawnRequest(
         instruction=str(arguments["instruction"]),
         output_contract=arguments.get("output_contract"),
         tool_scope=None if scope is None else tuple(str(s) for s in scope),
         async_=bool(arguments.get("async", False)),
-        warm=bool(arguments.get("warm", False)),
+        warm=warm,
         token_budget=int(arguments["token_budget"]) if arguments.get("token_budget") is not None else None,
+        journal_run=None if warm else journal_run,
     )
+
+
+def resumes(arguments: Mapping[str, Any]) -> bool:
+    """A synchronous spawn lost in a crash is made again: its child resumes its journaled run (or replays its
+    result). An async or warm one is not: its handle was the answer, and that is what was lost."""
+    return not arguments.get("async") and not arguments.get("warm")
 
 
 async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView | Refusal:
@@ -87,25 +95,42 @@ async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView 
     return outcome
 
 
+def answer(ctx: ControlContext, handle: str, outcome: RunView | Refusal) -> ControlResult:
+    """:func:`reply`, except that a handle an earlier process of this (resumed) run left running answers how it
+    ended for the run (``lost``; a warm session ``interrupted``, with the reason) instead of being unknown."""
+    ended = ctx.journal.earlier_end(handle) if ctx.journal is not None and isinstance(outcome, Refusal) else None
+    if ended is None:
+        return reply(outcome)
+    structured = {"handle": handle, "status": ended[0], "done": True, "partial": False, "result": ended[1]}
+    return ControlResult(({"type": "text", "text": json.dumps(structured, ensure_ascii=False)},),
+                         structured=structured)
+
+
 
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        request = spawn_request(arguments)
+        request = spawn_request(arguments, child_run(ctx))
         number_after_journaled(supervisor, caller, ctx)
         outcome = await supervisor.spawn(caller, request)
         if ctx.journal is not None and not isinstance(outcome, Refusal):
-            await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget)
+            await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget,
+                                      request.journal_run, request.warm)
         return reply(await journaled(ctx, outcome))
 
     async def send(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        outcome = await supervisor.send(caller, str(arguments["handle"]), str(arguments["message"]))
-        return reply(await journaled(ctx, outcome))
+        handle = str(arguments["handle"])
+        outcome = await supervisor.send(caller, handle, str(arguments["message"]))
+        return answer(ctx, handle, await journaled(ctx, outcome))
 
     async def status(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        return reply(await journaled(ctx, supervisor.status(caller, str(arguments["handle"]))))
+        handle = str(arguments["handle"])
+        return answer(ctx, handle, await journaled(ctx, supervisor.status(caller, handle)))
 
     async def await_(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        outcome = await journaled(ctx, await supervisor.await_(caller, str(arguments["handle"])))
+        handle = str(arguments["handle"])
+        outcome = await journaled(ctx, await supervisor.await_(caller, handle))
+        if isinstance(outcome, Refusal):
+            return answer(ctx, handle, outcome)
         if not isinstance(outcome, Refusal) and not outcome.done and outcome.status == "running":
             result = reply(outcome)
             note = {"type": "text", "text": f"still running after {supervisor.settings.await_timeout:g} s"}
@@ -114,12 +139,13 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
 
     async def cancel(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         reason = str(arguments.get("reason") or "cancelled by the parent agent")
-        return reply(await journaled(ctx, await supervisor.cancel(caller, str(arguments["handle"]), reason)))
+        handle = str(arguments["handle"])
+        return answer(ctx, handle, await journaled(ctx, await supervisor.cancel(caller, handle, reason)))
 
     return [
         ControlTool("subagent.spawn", "Delegate a task to a fresh subagent and get its distilled result "
                     "(or, with async, a handle at once; with warm, a session for subagent.send).",
-                    SPAWN_SCHEMA, spawn),
+                    SPAWN_SCHEMA, spawn, resumes=resumes),
         ControlTool("subagent.send", "Send the next message to a warm subagent session; returns its answer.",
                     SEND_SCHEMA, send),
         ControlTool("subagent.status", "Read a subagent's status (and its result once done).",

@@ -142,6 +142,8 @@ async def open_root_supervisor(
                    **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {}),
                    **({"metrics": True} if metrics.enabled() else {})},
         fork_server=fork_server, test_script=test_script, ledger_store=ledger_store, run_id=run_id or cfg.run_id,
+        # Children journal their own runs beside the root's (one SQLite file; not in a cluster's shared journal).
+        journal_dir=cfg.state_dir if cfg.cluster is None else None,
     ) as sup:
 
         async def stop_accepting() -> None:

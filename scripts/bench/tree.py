@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench/tree.py [--runs 5] [--hubs 20] [--leaves 24] [--rate-children 500]
                                            [--idle 30] [--write]
+    .venv/bin/python scripts/bench/tree.py --parts journal [--runs 5] [--fanout 50] [--baseline DIR] [--write]
 
 Three parts, every child a real process (``python -m agentd`` forked from the tree's fork server unless
 said otherwise); the model is the scripted gateway from tests/peers on 127.0.0.1, in this process:
@@ -20,6 +21,14 @@ said otherwise); the model is the scripted gateway from tests/peers on 127.0.0.1
    seconds (liveness pings, one ping each per 3.3 s).
 
 With ``--write`` the results replace the "Subagent trees" section of docs/benchmarks.md.
+
+4. **Journaled children** (``--parts journal``, its own section "Journaled children"). A real root
+   (``python -m agentd``, once mode) runs one ``graph.run`` of ``--fanout`` independent nodes; every node's
+   child takes two model steps (a ``subagent.status`` call, then its answer). Wall time of the fan-out (the
+   gateway's clock: from the root's graph call to the root's request with the graph's result), with
+   ``--state-dir`` (every child journals its own run in the tree's SQLite file) and without, interleaved,
+   ``--runs`` each; with ``--baseline DIR`` (a checkout of an earlier agentd, whose children did not journal)
+   also that checkout with ``--state-dir``. The ratio of the medians is the cost of journaling a child's steps.
 """
 
 from __future__ import annotations
@@ -309,6 +318,81 @@ async def spawn_rate(count: int, idle: float) -> dict[str, Any]:
 # -- report --------------------------------------------------------------------------------------------
 
 
+# -- 4. journaled children ------------------------------------------------------------------------------
+
+
+async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[str, list[float]]:
+    """Per mode (``journaled``, ``plain``, with a ``baseline`` checkout ``baseline``): the fan-out's wall time
+    in ms, ``runs`` each, interleaved."""
+    import tempfile
+
+    marks: dict[str, float] = {}
+
+    def answer(request: RecordedRequest) -> dict[str, Any]:
+        first = _first_user(request)
+        observed = sum(1 for m in request.messages if m.get("role") == "tool")
+        if first.startswith("LEAF"):
+            if observed == 0:
+                return tool_call(_tool(request, "status"), {"handle": "0.999"})
+            return text("leaf done")
+        if observed == 0:
+            marks["start"] = time.perf_counter()
+            return tool_call("graph_run", {"nodes": [{"id": f"n{i}", "instruction": f"LEAF {i}"}
+                                                     for i in range(fanout)]})
+        marks["end"] = time.perf_counter()
+        return text("root done")
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
+    modes = ("journaled", "plain", *(("baseline",) if baseline else ()))
+    out: dict[str, list[float]] = {mode: [] for mode in modes}
+    async with scripted_gateway(default=answer) as gw:
+        for run in range(runs):
+            for mode in modes if run % 2 == 0 else tuple(reversed(modes)):
+                with tempfile.TemporaryDirectory() as state:
+                    argv = [sys.executable, "-m", "agentd", "--intelligence", gw.url, "--instruction", "ROOT fan out",
+                            "--max-children", str(fanout + 8), "--max-subagents", str(fanout + 8),
+                            "--spawn-rate", "10000", "--spawn-burst", "10000", "--deadline", "300s",
+                            "--run-id", f"fanout-{run}",
+                            *(["--state-dir", state] if mode != "plain" else [])]
+                    marks.clear()
+                    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
+                                                  env={**env, "PYTHONPATH": baseline} if mode == "baseline" and baseline
+                                                  else env, cwd=baseline if mode == "baseline" else str(ROOT_DIR),
+                                                  check=False)
+                    if done.returncode != 0 or "end" not in marks:
+                        raise RuntimeError(f"{mode} run failed: {done.stderr.decode()[-2000:]}")
+                    out[mode].append((marks["end"] - marks["start"]) * 1000)
+                    print(mode, f"{out[mode][-1]:.0f} ms", flush=True)
+    return out
+
+
+def journal_report(result: dict[str, list[float]], args: argparse.Namespace) -> str:
+    journaled, plain = statistics.median(result["journaled"]), statistics.median(result["plain"])
+    base = statistics.median(result["baseline"]) if result.get("baseline") else None
+    loaded = os.getloadavg()[0]
+    return "\n".join([
+        "## Journaled children",
+        "",
+        f"`scripts/bench/tree.py --parts journal --runs {args.runs} --fanout {args.fanout}"
+        f"{' --baseline DIR' if args.baseline else ''}`: a real root runs one "
+        f"`graph.run` of {args.fanout} independent nodes, each a forked real-loop child taking two model steps "
+        "(a control-tool call, then its answer) against the scripted gateway; wall time of the fan-out, with "
+        "`--state-dir` (each child journals its own run in the tree's SQLite file: `run.started` and `run.ended` "
+        "with an fsync, one commit per reply and per outcome) and without, interleaved. "
+        f"Load average at the end: {loaded:.1f} on {os.cpu_count()} cores"
+        + (" (a loaded machine: the absolute times are inflated; the ratio is the figure)." if loaded > 1 else "."),
+        "",
+        "| fan-out | no `--state-dir` (median, ms) | `--state-dir`, root journaled only (before; median, ms) "
+        "| `--state-dir`, every child journaled (median, ms) | ratio to before (target ≤ 1.2) | ratio to none | runs |",
+        "|---|---|---|---|---|---|---|",
+        f"| {args.fanout} | {plain:.0f} | {f'{base:.0f}' if base else '—'} | {journaled:.0f} "
+        f"| {f'{journaled / base:.2f}' if base else '—'} | {journaled / plain:.2f} | {args.runs} |",
+        "",
+        "Each run, ms: " + "; ".join(f"{mode} " + ", ".join(f"{v:.0f}" for v in values)
+                                   for mode, values in result.items()) + ".",
+    ])
+
+
 def med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.0f} (min {min(xs):.0f}, max {max(xs):.0f})"
 
@@ -388,9 +472,19 @@ def main() -> None:
     parser.add_argument("--rate-children", type=int, default=500)
     parser.add_argument("--idle", type=float, default=60.0)
     parser.add_argument("--parts", default="depth,wide,rate")
+    parser.add_argument("--fanout", type=int, default=50)
+    parser.add_argument("--baseline", default=None, help="a checkout of an earlier agentd (--parts journal)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
+    if "journal" in parts:
+        section = journal_report(trio.run(journal_fanout, args.fanout, args.runs, args.baseline), args)
+        print(section)
+        if args.write:
+            replace_section("## Journaled children", section)
+        parts.discard("journal")
+        if not parts:
+            return
 
     async def all_parts() -> tuple[Any, Any, Any]:
         depth = ({mode: await depth_latency(args.runs, fork=mode == "forked") for mode in ("forked", "re-exec")}

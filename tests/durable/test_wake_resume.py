@@ -30,7 +30,7 @@ def _statuses(state: Path) -> dict[str, str]:
         return {}
     journal = JournalFile(db_path(str(state)), readonly=True)
     try:
-        return {s.run_id: s.status for s in journal.list_runs(50, None)}
+        return {s.run_id: s.status for s in journal.list_runs(50, None) if "/" not in s.run_id}  # not children
     finally:
         journal.close()
 
