@@ -321,9 +321,11 @@ class ServerConnection:
             params = mcp_tasks.augment(params, round(defaults.TASK_TTL * 1000))
         try:
             with trio.fail_after(self.config.call_timeout):
+                wait = TaskWait(self.exchange, self.log, self.name, tool)
+                task: mcp_tasks.Task | None = None
                 if resume_task is not None:
-                    task: mcp_tasks.Task | None = mcp_tasks.Task(resume_task, "working")
                     self.log.info("mcp.task_resumed", server=self.name, tool=tool, task_id=resume_task)
+                    result = await wait.resume(resume_task)
                 else:
                     result = await self._send_call(tool, arguments, params)
                     try:
@@ -334,8 +336,7 @@ class ServerConnection:
                         raise McpProtocolError(f"tools/call {tool}: a task-augmented call was not answered with a task",
                                                server=self.name)
                 if task is not None:
-                    wait = TaskWait(self.exchange, self.log, self.name, tool)
-                    if on_task is not None and resume_task is None:
+                    if on_task is not None:
                         await on_task(task.task_id)
                     result = await wait.run(task)
         except trio.TooSlowError:

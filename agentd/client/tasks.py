@@ -25,7 +25,7 @@ from agentd import defaults, telemetry
 from agentd.client.exchange import CLEANUP_GRACE, Exchange, SessionGone
 from agentd.errors import McpError, McpProtocolError, McpRpcError
 from agentd.events import EventLog
-from agentd.mcp import tasks
+from agentd.mcp import jsonrpc, tasks
 from agentd.mcp.client_session import ResultTypeError
 from agentd.mcp.versions import Era
 
@@ -62,6 +62,20 @@ class TaskWait:
         finally:
             if not self._ended:
                 await self._cancel(task.task_id)
+
+    async def resume(self, task_id: str) -> dict[str, Any]:
+        """The result of a task an earlier process of the run started (its id journaled): polled at once; a
+        task the server no longer knows fails the call (the tool is not called again)."""
+        telemetry.current_span().set_attribute("mcp.task.id", task_id)
+        try:
+            task = await self._get(task_id)
+        except McpRpcError as exc:
+            if exc.code != jsonrpc.INVALID_PARAMS:
+                raise
+            raise McpError(f"tools/call {self.tool}: the task {task_id!r} it started before agentd restarted is "
+                           f"unknown to the server ({exc.rpc_message}); the tool was not called again",
+                           server=self.server) from None
+        return await self.run(task)
 
     async def _wait(self, task: tasks.Task) -> dict[str, Any]:
         self._note(task)
