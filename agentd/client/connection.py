@@ -332,13 +332,9 @@ class ServerConnection:
                         task = mcp_tasks.created(result, self.era or Era.LEGACY)
                     except ResultTypeError as exc:
                         raise McpProtocolError(f"tools/call {tool}: {exc}", server=self.name) from None
-                    if task is None and mode is mcp_tasks.CallMode.TASK:
-                        raise McpProtocolError(f"tools/call {tool}: a task-augmented call was not answered with a task",
-                                               server=self.name)
+                    # (a server that answered a task-augmented call plainly after all: that answer is the result)
                 if task is not None:
-                    if on_task is not None:
-                        await on_task(task.task_id)
-                    result = await wait.run(task)
+                    result = await wait.run(task, on_started=on_task)
         except trio.TooSlowError:
             raise McpTransportError(
                 f"tools/call {tool}: no answer within {self.config.call_timeout:g} s", server=self.name, timed_out=True

@@ -53,11 +53,14 @@ class TaskWait:
     def era(self) -> Era:
         return self.exchange.session.era or Era.LEGACY
 
-    async def run(self, task: tasks.Task) -> dict[str, Any]:
+    async def run(self, task: tasks.Task, *, on_started: TaskStarted | None = None) -> dict[str, Any]:
         """The result of the call ``task`` stands for (a CallToolResult dict). Raises McpError when the task
-        failed or the server broke the protocol; cancels the task on the server when abandoned."""
+        failed or the server broke the protocol; cancels the task on the server when abandoned (also when
+        ``on_started``, told the task's id first, fails)."""
         telemetry.current_span().set_attribute("mcp.task.id", task.task_id)
         try:
+            if on_started is not None:
+                await on_started(task.task_id)
             return await self._wait(task)
         finally:
             if not self._ended:
@@ -69,6 +72,9 @@ class TaskWait:
         telemetry.current_span().set_attribute("mcp.task.id", task_id)
         try:
             task = await self._get(task_id)
+        except trio.Cancelled:
+            await self._cancel(task_id)
+            raise
         except McpRpcError as exc:
             if exc.code != jsonrpc.INVALID_PARAMS:
                 raise

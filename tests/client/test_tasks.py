@@ -59,8 +59,9 @@ class LegacyTaskPeer:
                 await resp.json(error(req, -32601, "research requires task augmentation"))
             else:
                 await resp.json(result(req, {"task": self.task("working", "Gathering sources...")}))
+        elif method == "tasks/get" and params_of(req) != {"taskId": "task-1"}:
+            await resp.json(error(req, -32602, "Failed to retrieve task: Task not found"))
         elif method == "tasks/get":
-            assert params_of(req) == {"taskId": "task-1"}
             self.gets.append(trio.current_time())
             done = len(self.gets) > self.polls
             await resp.json(result(req, self.task("completed" if done else "working",
@@ -148,6 +149,22 @@ async def test_a_required_tool_is_not_offered_when_the_server_cannot_run_tasks()
         nursery.cancel_scope.cancel()
     assert "tools/call" not in fake.methods()
     assert [e["tool"] for e in events.named("mcp.tool_unusable")] == ["research"]
+
+
+async def test_a_resumed_call_polls_its_task_and_never_calls_the_tool(autojump_clock: trio.abc.Clock) -> None:
+    peer = LegacyTaskPeer(polls=1, interval_ms=1000)
+    events = Events()
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, peer)
+        async with open_mcp_pool([server(fake.url)], log=events.log) as pool:
+            with trio.fail_after(60):
+                got = await pool.call_tool("s", "research", {}, resume_task="task-1")
+                with pytest.raises(McpError, match=r"unknown to the server.*not called again"):
+                    await pool.call_tool("s", "research", {}, resume_task="task-expired")
+        nursery.cancel_scope.cancel()
+    assert got.content == [{"type": "text", "text": "the report"}]
+    assert "tools/call" not in fake.methods() and not peer.cancelled
+    assert [e["task_id"] for e in events.named("mcp.task_resumed")] == ["task-1", "task-expired"]
 
 
 # -- the 2026-07-28 wire (the tasks extension, SEP-2663) ---------------------------------------------------
