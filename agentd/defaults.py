@@ -74,6 +74,13 @@ SERVE_MAX_PER_CLIENT: Final = 64
 # --- one MCP connection (agentd.config.model.McpServerConfig, host ``connections:`` entries) ------------
 CONNECT_TIMEOUT: Final = 10.0
 CALL_TIMEOUT: Final = 60.0
+#: A task-run tool call (agentd.mcp.tasks): the ``ttl`` agentd asks a 2025-11-25 server to keep the task for (long
+#: enough for a crashed run to resume polling it), and the ``tasks/get`` interval: the server's, kept within
+#: [TASK_POLL_MIN, TASK_POLL_MAX], TASK_POLL_DEFAULT when it names none.
+TASK_TTL: Final = 3600.0
+TASK_POLL_DEFAULT: Final = 1.0
+TASK_POLL_MIN: Final = 0.05
+TASK_POLL_MAX: Final = 30.0
 #: Which protocol era a connection speaks first (``era:``, ``--mcp-era``): ``auto`` probes with ``initialize``.
 MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.

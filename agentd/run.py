@@ -416,7 +416,8 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
                                                       state.ended.error))
     resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
                     completion_tokens=state.completion_tokens,
-                    pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending))
+                    pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending),
+                    tasks={p.call_id: p.task_id for p in state.pending if p.task_id is not None})
     recorder.earlier_children = state.children
     if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
         await recorder.lost(state.open_children, state.warm_children)

@@ -18,7 +18,7 @@ from agentd.client.models import ResourceInfo, ResourceTemplateInfo, ToolInfo
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError
 from agentd.events import MAX_FIELD_ITEMS, EventLog
-from agentd.mcp import schemas, types
+from agentd.mcp import schemas, tasks, types
 from agentd.mcp.streamable_http import invalid_header_annotation
 from agentd.mcp.tool_hash import tool_hash
 from agentd.mcp.versions import Era
@@ -56,6 +56,9 @@ class Catalogue:
     hashes: dict[str, str] = attrs.field(factory=dict)
     #: Tools a pinned server listed but may not offer: ``{tool: its pinned hash, or None if not pinned}``.
     refused: dict[str, str | None] = attrs.field(factory=dict)
+    #: Tools listed that cannot be called at all here, with why (a ``required`` task tool on a server that
+    #: cannot run tool calls as tasks): not offered.
+    unusable: dict[str, str] = attrs.field(factory=dict)
     _listings: int = 0
     #: The URIs of :attr:`resources`, for the list object they were taken from (a reload replaces the list).
     _resource_uris: tuple[list[ResourceInfo] | None, frozenset[str]] = (None, frozenset())
@@ -130,13 +133,21 @@ class Catalogue:
             tools = kept
         allowed = self.config.tools
         listed = [
-            ToolInfo(self.name, t.name, t.description, t.input_schema, t.output_schema, t.annotations, t.title)
+            ToolInfo(self.name, t.name, t.description, t.input_schema, t.output_schema, t.annotations, t.title,
+                     tasks.task_support(t.extra.get("execution")))
             for t in tools
             if allowed is None or t.name in allowed  # a host allowlist: the rest never reach the catalogue
         ]
         hashes = {t.name: info_hash(t) for t in listed}
         refused = self._pin_check(hashes)
-        self.tools = [t for t in listed if t.name not in refused]
+        session = self.exchange.session
+        unusable = {t.name: tasks.unusable_reason() for t in listed
+                    if tasks.call_mode(session.era, t.task_support, session.capabilities) is tasks.CallMode.UNUSABLE}
+        for name, reason in unusable.items():
+            if name not in self.unusable:
+                self.log.warn("mcp.tool_unusable", server=self.name, tool=name, reason=reason)
+        self.unusable = unusable
+        self.tools = [t for t in listed if t.name not in refused and t.name not in unusable]
         self._audit(listed, hashes, refused)
         self.hashes, self.refused = hashes, refused
         self._validators = {}

@@ -16,6 +16,7 @@ from agentd.client.pool import open_mcp_pool
 from agentd.config.model import McpServerConfig
 from agentd.errors import ExitCode
 from agentd.events import EventLog, Redactor
+from agentd.mcp import tasks as mcp_tasks
 from agentd.mcp import types
 from agentd.secrets import SecretResolver
 from agentd.transport.http_client import display_url
@@ -38,9 +39,13 @@ def _describe(conn: ServerConnection) -> dict[str, Any]:
                 "inputSchema": t.input_schema,
                 "outputSchema": t.output_schema,
                 "annotations": t.annotations,
+                # How agentd calls it: "task" for a tool the server runs only as a task (agentd.mcp.tasks).
+                "calledAs": mcp_tasks.call_mode(conn.era, t.task_support, conn.capabilities).value,
             }
             for t in conn.tools
         ],
+        # Listed, but agentd cannot call them here (not offered), with why.
+        "unusableTools": [{"name": name, "reason": reason} for name, reason in conn.catalogue.unusable.items()],
         # A pinned server's tools that do not match the pin: not offered; their hash is the listed one.
         "refusedTools": [
             {"name": name, "hash": conn.catalogue.hashes.get(name), "pinned": pinned}

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import trio
 
+from agentd import defaults
 from agentd._version import __version__
 from agentd.client._streams import PushStreams, Tuning, backoff_delay
 from agentd.client.catalogue import Catalogue
@@ -41,12 +42,14 @@ from agentd.client.handshake import Handshake, close_session, connect_error, han
 from agentd.client.liveness import Liveness
 from agentd.client.models import ResourceContents, ResourceInfo, ResourceTemplateInfo, ToolInfo, ToolResult
 from agentd.client.subscriptions import Subscriptions, UpdateSink
+from agentd.client.tasks import TaskStarted, TaskWait
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpConnectError, McpError, McpProtocolError, McpRpcError, McpTransportError
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc, types
 from agentd.mcp import meta as mcp_meta
-from agentd.mcp.client_session import ClientSession
+from agentd.mcp import tasks as mcp_tasks
+from agentd.mcp.client_session import ClientSession, ResultTypeError
 from agentd.mcp.streamable_http import param_headers
 from agentd.mcp.versions import Era
 from agentd.transport.http_client import HttpTransport
@@ -294,30 +297,44 @@ class ServerConnection:
 
     # -- operations --------------------------------------------------------------------------------------
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str, idempotency_key: str) -> ToolResult:
+    async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str, idempotency_key: str,
+                        resume_task: str | None = None, on_task: TaskStarted | None = None) -> ToolResult:
         """Call ``tool``. ``idempotency_key`` names this logical call: every send of it (the re-sends below, a
-        resumed run's re-send) carries the same key (agentd.ids.call_key)."""
+        resumed run's re-send) carries the same key (agentd.ids.call_key).
+
+        A call the server runs as a task (agentd.mcp.tasks) is waited for here (agentd.client.tasks), within the
+        same call timeout: ``on_task`` hears the task's id once it exists; ``resume_task`` (a journaled id) polls
+        that task instead of calling the tool again."""
         if self.config.tools is not None and tool not in self.config.tools:
             raise McpError(f"tools/call {tool}: not in the host's allowlist for {self.name!r}", server=self.name)
         if tool in self.catalogue.refused:
             raise McpError(f"tools/call {tool}: refused, its listed definition does not match the pin for "
                            f"{self.name!r} (see mcp.tool_pin_mismatch)", server=self.name)
+        info = self.catalogue.tool(tool)
+        mode = mcp_tasks.call_mode(self.era, info.task_support if info is not None else "forbidden",
+                                   self.capabilities)
+        if resume_task is None and (mode is mcp_tasks.CallMode.UNUSABLE or tool in self.catalogue.unusable):
+            raise McpError(f"tools/call {tool}: cannot be called: {mcp_tasks.unusable_reason()}", server=self.name)
         params = mcp_meta.tool_call_params(tool, arguments, run_id=run_id, key=idempotency_key,
                                            standard_field=self.session.tools_idempotency())
-        exchange = self.exchange
+        if mode is mcp_tasks.CallMode.TASK:
+            params = mcp_tasks.augment(params, round(defaults.TASK_TTL * 1000))
         try:
             with trio.fail_after(self.config.call_timeout):
-                try:
-                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments),
-                                                    idempotent=self._idempotent(tool))
-                except McpRpcError as exc:
-                    if self.era is not Era.MODERN or exc.code != jsonrpc.HEADER_MISMATCH:
-                        raise
-                    # -32020: our Mcp-Param-* headers disagree with the server's current schema. Re-list the
-                    # tools and retry once (2026-07-28).
-                    await self.catalogue.load_tools()
-                    result = await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments),
-                                                    idempotent=self._idempotent(tool))
+                wait = TaskWait(self.exchange, self.log, self.name, tool)
+                task: mcp_tasks.Task | None = None
+                if resume_task is not None:
+                    self.log.info("mcp.task_resumed", server=self.name, tool=tool, task_id=resume_task)
+                    result = await wait.resume(resume_task)
+                else:
+                    result = await self._send_call(tool, arguments, params)
+                    try:
+                        task = mcp_tasks.created(result, self.era or Era.LEGACY)
+                    except ResultTypeError as exc:
+                        raise McpProtocolError(f"tools/call {tool}: {exc}", server=self.name) from None
+                    # (a server that answered a task-augmented call plainly after all: that answer is the result)
+                if task is not None:
+                    result = await wait.run(task, on_started=on_task)
         except trio.TooSlowError:
             raise McpTransportError(
                 f"tools/call {tool}: no answer within {self.config.call_timeout:g} s", server=self.name, timed_out=True
@@ -329,6 +346,20 @@ class ServerConnection:
         if not parsed.is_error:
             self.catalogue.check_structured(tool, parsed.structured_content)
         return ToolResult(parsed.content, parsed.is_error, parsed.structured_content)
+
+    async def _send_call(self, tool: str, arguments: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        exchange = self.exchange
+        try:
+            return await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments),
+                                          idempotent=self._idempotent(tool))
+        except McpRpcError as exc:
+            if self.era is not Era.MODERN or exc.code != jsonrpc.HEADER_MISMATCH:
+                raise
+            # -32020: our Mcp-Param-* headers disagree with the server's current schema. Re-list the
+            # tools and retry once (2026-07-28).
+            await self.catalogue.load_tools()
+            return await exchange.request("tools/call", params, headers=self._param_headers(tool, arguments),
+                                          idempotent=self._idempotent(tool))
 
     def _idempotent(self, tool: str) -> bool:
         """The tool's ``idempotentHint`` (server text, but only ever used to allow a re-send of a call that

@@ -18,6 +18,8 @@ class ToolInfo:
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
     title: str | None = None
+    #: ``execution.taskSupport``: ``required`` tools are called as tasks (agentd.mcp.tasks).
+    task_support: str = "forbidden"
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ import trio
 
 from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
+from agentd.client.tasks import TaskStarted
 from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
 from agentd.events import EventLog
@@ -159,15 +160,18 @@ class McpPool:
 
     async def call_tool(
         self, server: str, tool: str, arguments: Mapping[str, Any] | None = None, *, run_id: str | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, resume_task: str | None = None, on_task: TaskStarted | None = None,
     ) -> ToolResult:
         """Call a tool. ``isError`` comes back as a result; JSON-RPC errors raise McpRpcError.
 
         ``idempotency_key`` names the logical call (the loop derives it: agentd.ids.call_key); without one the
-        call gets a fresh key of its own."""
+        call gets a fresh key of its own. A call the server runs as a task reports the task's id to ``on_task``;
+        ``resume_task`` polls a task such a call started before instead of calling the tool
+        (ServerConnection.call_tool)."""
         return await self._connection(server).call_tool(
             tool, dict(arguments or {}), run_id=run_id if run_id is not None else self.run_id,
             idempotency_key=idempotency_key if idempotency_key is not None else new_call_key(),
+            resume_task=resume_task, on_task=on_task,
         )
 
     def _owners(self, uri: str, server: str | None) -> list[ServerConnection]:

@@ -24,6 +24,7 @@ import trio
 
 from agentd.client.models import ToolInfo, ToolResult
 from agentd.client.pool import McpPool
+from agentd.client.tasks import TaskStarted
 from agentd.connections.plan import Plan
 from agentd.connections.runtime import (
     AgentTool,
@@ -157,7 +158,8 @@ class StepPool:
         return {k: v for k, v in self.pool.instructions().items() if k in self.connections}
 
     async def call_tool(
-        self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str, idempotency_key: str
+        self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str, idempotency_key: str,
+        resume_task: str | None = None, on_task: TaskStarted | None = None,
     ) -> ToolResult:
         if (server, tool) not in self.allowed:  # the catalogue only offers allowed tools; belt and braces
             raise McpError(f"tool {server}{SEPARATOR}{tool} is not offered in this step", server=server)
@@ -172,7 +174,8 @@ class StepPool:
             if call is not None:
                 self.activity.mark(call.id, "denied")
             return ToolResult([{"type": "text", "text": denial}], True)
-        return await self.pool.call_tool(server, tool, arguments, run_id=run_id, idempotency_key=idempotency_key)
+        return await self.pool.call_tool(server, tool, arguments, run_id=run_id, idempotency_key=idempotency_key,
+                                         resume_task=resume_task, on_task=on_task)
 
     async def read_resource(self, uri: str, server: str | None = None) -> Any:
         raise McpError("resources are not offered to manifest steps")

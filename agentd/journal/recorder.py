@@ -8,11 +8,13 @@ messages, as the loop holds them). The loop calls the recorder through its narro
 
 - ``replied(step, message, ...)``: one batch per step, committed *before* any of the step's tool calls is
   sent (write-ahead): the assistant message, one ``ToolCallRequested`` per call, the step's usage;
-- ``observed(step, call_id, ok, text)``: one call's observation, committed as soon as the loop made it.
+- ``observed(step, call_id, ok, text)``: one call's observation, committed as soon as the loop made it;
+- ``task_started(step, call_id, task_id)``: a call the server runs as a task, once the task exists.
 
 So after a crash every tool call the journal knows of is in one of two states: its outcome committed (its
 observation is replayed, the call is never re-sent) or *pending* (requested, no outcome: it may or may not
-have reached the server). :func:`rebuild` reports the pending calls; the loop decides what to do with them.
+have reached the server). :func:`rebuild` reports the pending calls (with the task a call started, if any: the
+loop polls that task again instead of calling the tool); the loop decides what to do with them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from agentd.journal.records import (
     Spawned,
     ToolCallOutcome,
     ToolCallRequested,
+    ToolTaskStarted,
     Usage,
 )
 from agentd.journal.store import JournalStore, RunJournal
@@ -61,6 +64,8 @@ class PendingCall:
     call_id: str
     name: str
     arguments: str
+    #: The task the call started on its server (``tool.task``), if it became one.
+    task_id: str | None = None
 
 
 @attrs.frozen
@@ -104,6 +109,10 @@ def rebuild(journal: RunJournal) -> Rebuilt:
         elif isinstance(record, ToolCallRequested):
             arguments = record.arguments if isinstance(record.arguments, str) else json.dumps(record.arguments)
             requested[record.call_id] = PendingCall(record.step, record.call_id, record.name, arguments)
+        elif isinstance(record, ToolTaskStarted):
+            call = requested.get(record.call_id)
+            if call is not None:
+                requested[record.call_id] = attrs.evolve(call, task_id=record.task_id)
         elif isinstance(record, ToolCallOutcome):
             requested.pop(record.call_id, None)
             messages.append({"role": "tool", "tool_call_id": record.call_id, "content": str(record.result)})
@@ -161,6 +170,10 @@ class RunRecorder:
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
         await self._append([ToolCallOutcome(step, call_id, ok, text)])
+
+    async def task_started(self, step: int, call_id: str, task_id: str) -> None:
+        """A call became a task on its server: committed (durably) before agentd polls it."""
+        await self._append([ToolTaskStarted(step, call_id, task_id)], durable=True)
 
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
                       run: str | None = None, warm: bool = False) -> None:

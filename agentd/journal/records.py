@@ -74,6 +74,17 @@ class ToolCallOutcome:
 
 
 @attrs.frozen
+class ToolTaskStarted:
+    """A tool call the server runs as a task (agentd.mcp.tasks): its task id, committed before the first poll,
+    so a resumed run polls that task instead of calling the tool again."""
+
+    KIND: ClassVar[str] = "tool.task"
+    step: int
+    call_id: str
+    task_id: str
+
+
+@attrs.frozen
 class Spawned:
     KIND: ClassVar[str] = "spawn"
     step: int
@@ -187,8 +198,8 @@ class BudgetRefunded:
 
 
 Record = (
-    RunStarted | ModelReply | ToolCallRequested | ToolCallOutcome | Spawned | ChildResult | Usage | RunEnded
-    | ClaimTaken
+    RunStarted | ModelReply | ToolCallRequested | ToolCallOutcome | ToolTaskStarted | Spawned | ChildResult | Usage
+    | RunEnded | ClaimTaken
     | SubscriptionAdded | SubscriptionRemoved | ScheduleAdded | ScheduleFired | HandleState
     | BudgetReserved | BudgetCharged | BudgetRefunded
 )  # fmt: skip
@@ -196,7 +207,8 @@ Record = (
 KINDS: Final[Mapping[str, type[Any]]] = {
     cls.KIND: cls
     for cls in (
-        RunStarted, ModelReply, ToolCallRequested, ToolCallOutcome, Spawned, ChildResult, Usage, RunEnded,
+        RunStarted, ModelReply, ToolCallRequested, ToolCallOutcome, ToolTaskStarted, Spawned, ChildResult, Usage,
+        RunEnded,
         ClaimTaken, SubscriptionAdded, SubscriptionRemoved, ScheduleAdded, ScheduleFired, HandleState,
         BudgetReserved, BudgetCharged, BudgetRefunded,
     )

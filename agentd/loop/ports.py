@@ -6,7 +6,7 @@ testable against any implementation and does not care how either is opened.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentd.intelligence import Intelligence as Intelligence
@@ -32,6 +32,7 @@ class ToolPool(Protocol):
     def resources(self) -> Sequence[ResourceLike]: ...
     def instructions(self) -> Mapping[str, str]: ...
     async def call_tool(
-        self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str, idempotency_key: str
+        self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str, idempotency_key: str,
+        resume_task: str | None = None, on_task: Callable[[str], Awaitable[None]] | None = None,
     ) -> ToolResultLike: ...
     async def read_resource(self, uri: str, server: str | None = None) -> Any: ...

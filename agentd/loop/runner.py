@@ -101,6 +101,8 @@ class StepJournal(Protocol):
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None: ...
 
+    async def task_started(self, step: int, call_id: str, task_id: str) -> None: ...
+
 
 @attrs.frozen
 class Resume:
@@ -112,6 +114,8 @@ class Resume:
     completion_tokens: int = 0
     #: The last step's tool calls with no committed observation, in the model's order.
     pending: tuple[ToolCall, ...] = ()
+    #: Of those, the ones the server runs as tasks: call id → task id (polled again, never re-called).
+    tasks: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -137,7 +141,7 @@ class _Run:
 
     __slots__ = ("_kept", "best_text", "catalogue", "controls", "down", "elided", "failing", "faults_in_a_row",
                  "intel", "journal", "last_ok", "last_outcome", "log", "messages", "meter", "observation_chars",
-                 "observer", "on_usage", "pool", "reprompted", "request")
+                 "observer", "on_usage", "pool", "reprompted", "request", "resume_tasks")
 
     def __init__(self, request: RunRequest, pool: ToolPool, intel: Intelligence, controls: ControlToolRegistry,
                  log: EventLog, on_usage: UsageHook | None, meter: BudgetMeter, *,
@@ -166,6 +170,8 @@ class _Run:
         self.failing: dict[str, int] = {}
         #: Optional servers marked down in this run: their tools are no longer offered.
         self.down: set[str] = set()
+        #: A resumed run's calls whose server runs them as tasks (call id → task id): polled, not called again.
+        self.resume_tasks: dict[str, str] = dict(request.resume.tasks) if request.resume is not None else {}
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -233,7 +239,7 @@ class _Run:
         order = _call_order(resume.messages, resume.pending)
         for call, index in zip(resume.pending, order, strict=True):
             entry = catalogue.resolve(call.name)
-            if entry is not None and (entry.idempotent or self.resumes(entry, call)):
+            if entry is not None and (entry.idempotent or call.id in self.resume_tasks or self.resumes(entry, call)):
                 ended = await self.run_call(call, catalogue, step, index)
             else:
                 self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
@@ -389,6 +395,7 @@ class _Run:
             result = await self.pool.call_tool(
                 entry.server, entry.name, arguments, run_id=request.run_id,
                 idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
+                resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_journal(step, call.id),
             )
         except McpError as exc:
             return self.server_failed(call, entry, exc, step, started)
@@ -405,6 +412,17 @@ class _Run:
             is_error=result.is_error,
         )
         return None
+
+    def _task_journal(self, step: int, call_id: str) -> Callable[[str], Awaitable[None]] | None:
+        """What commits a call's task id (``tool.task``) before it is polled, when the run is journaled."""
+        journal = self.journal
+        if journal is None:
+            return None
+
+        async def started(task_id: str) -> None:
+            await journal.task_started(step, call_id, task_id)
+
+        return started
 
     def fit_history(self) -> None:
         """Elide the oldest observations (never the newest) while they exceed the history bound."""

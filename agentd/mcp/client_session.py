@@ -8,7 +8,8 @@ the refusal came from a handshake-less 2026-07-28 server; then :meth:`adopt_mode
 ``server/discover`` result instead. Either way the session is ``READY`` and its era is fixed.
 
 :meth:`request` allocates ids, records the pending method and applies the era's rules: the legacy wire
-refuses modern-only methods; the modern wire wraps every request in the ``_meta`` envelope and refuses
+refuses modern-only methods; the modern wire wraps every request in the ``_meta`` envelope (its client
+capabilities: the tasks extension on ``tools/call`` and ``tasks/*``, agentd.mcp.meta) and refuses
 ``ping``, ``resources/subscribe`` and friends. Subscribing without the advertised capability raises
 :class:`CapabilityMissing`, so the caller degrades instead of sending it.
 
@@ -230,7 +231,7 @@ class ClientSession:
             raise CapabilityMissing("the server did not advertise resources.subscribe")
         if self.era is Era.MODERN:
             assert self.protocol_version is not None
-            params = self._envelope(dict(params or {}), self.protocol_version)
+            params = self._envelope(dict(params or {}), self.protocol_version, method)
         return self._new_request(method, params)
 
     def notification(self, method: str, params: dict[str, Any] | None = None) -> Notification:
@@ -320,5 +321,5 @@ class ClientSession:
         """``clientInfo`` as agentd sends it: name and version, no title."""
         return {"name": self.client_info.name, "version": self.client_info.version}
 
-    def _envelope(self, params: dict[str, Any], version: str) -> dict[str, Any]:
-        return meta.with_envelope(params, version, self._wire_info())
+    def _envelope(self, params: dict[str, Any], version: str, method: str | None = None) -> dict[str, Any]:
+        return meta.with_envelope(params, version, self._wire_info(), method)

@@ -34,7 +34,7 @@ DOWN_AFTER: Final = 3
 #: Requests without side effects: safe to send again after a transport failure.
 SAFE_METHODS: Final = frozenset({
     "tools/list", "resources/list", "resources/read", "resources/templates/list", "prompts/list", "ping",
-    "server/discover", "resources/subscribe", "resources/unsubscribe",
+    "server/discover", "resources/subscribe", "resources/unsubscribe", "tasks/get", "tasks/result",
 })
 
 #: JSON-RPC codes with a meaning of their own here.

@@ -47,6 +47,8 @@ def follow_up(method: str, params: Mapping[str, Any] | None, result: Mapping[str
     """None when ``result`` is final; the next round when the server asked for input (``rounds`` follow-ups
     were sent already). Raises :class:`ResultTypeError` when agentd cannot act on the result."""
     kind = result.get("resultType", "complete")
+    if kind == "task" and method == "tools/call":
+        return None  # a task handle (the tasks extension): agentd.client.tasks polls it
     if kind != "input_required":
         result_type(dict(result))  # complete, or an unknown kind (raises)
         return None

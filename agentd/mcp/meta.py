@@ -23,6 +23,9 @@ IDEMPOTENCY_KEY: Final = META_PREFIX + "idempotency-key"
 #: The params field of the proposed standard (SEP-3182, not merged): sent too when the server declares
 #: ``capabilities.tools.idempotency``.
 IDEMPOTENCY_FIELD: Final = "idempotencyKey"
+#: The tasks extension (SEP-2663), declared in the client capabilities of the requests in :data:`TASK_METHODS`.
+TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
+TASK_METHODS: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel"})
 
 
 def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, key: str,
@@ -35,11 +38,18 @@ def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, ke
     return params
 
 
-def with_envelope(params: dict[str, Any], version: str, client_info: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with the modern envelope merged into its ``_meta`` (agentd declares no capabilities)."""
+def client_capabilities(method: str | None) -> dict[str, Any]:
+    """agentd's per-request client capabilities on the 2026-07-28 wire: the tasks extension on ``tools/call``
+    and ``tasks/*`` (agentd.mcp.tasks), nothing else."""
+    return {"extensions": {TASKS_EXTENSION: {}}} if method in TASK_METHODS else {}
+
+
+def with_envelope(params: dict[str, Any], version: str, client_info: Mapping[str, Any],
+                  method: str | None = None) -> dict[str, Any]:
+    """``params`` with the modern envelope merged into its ``_meta`` (capabilities: :func:`client_capabilities`)."""
     meta = dict(params.get("_meta") or {})
     meta[PROTOCOL_VERSION] = version
-    meta[CLIENT_CAPABILITIES] = {}
+    meta[CLIENT_CAPABILITIES] = client_capabilities(method)
     meta[CLIENT_INFO] = dict(client_info)
     params["_meta"] = meta
     return params

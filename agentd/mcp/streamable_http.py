@@ -35,14 +35,16 @@ LAST_EVENT_ID: Final = "Last-Event-ID"
 MCP_HEADERS: Final = (SESSION_ID, PROTOCOL_VERSION, METHOD, NAME, LAST_EVENT_ID)
 
 #: Methods whose ``Mcp-Name`` header carries a parameter (2026-07-28, SEP-2243).
-NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+                     # the tasks extension (SEP-2663) routes by task: Mcp-Name is the taskId
+                     "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 
 #: 2026-07-28 has no resumability: a request whose response stream breaks before its answer is re-issued
 #: under a new id. Only requests without side effects may be: discovery, the lists, reads and listen.
 #: ``tools/call`` is deliberately absent (a tool may not be idempotent; it may already have run).
 REISSUE_SAFE: Final = frozenset({
     "server/discover", "tools/list", "resources/list", "resources/templates/list", "prompts/list",
-    "resources/read", "subscriptions/listen",
+    "resources/read", "subscriptions/listen", "tasks/get",
 })
 
 

@@ -56,6 +56,6 @@ async def test_a_request_after_close_began_is_refused_without_sending(autojump_c
             conn = pool.connections["s"]
         assert not conn.connected
         with pytest.raises(McpTransportError):
-            await conn.call_tool("t", {}, run_id="r")
+            await conn.call_tool("t", {}, run_id="r", idempotency_key="r/k/1.0")
         peers.cancel_scope.cancel()
     assert "tools/call" not in fake.methods()

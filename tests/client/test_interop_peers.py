@@ -86,3 +86,26 @@ async def test_kill_and_restart_resubscribes_and_synthesizes_one_update() -> Non
                 assert (update.uri, update.synthesized) == ("test://counter", False)
     assert len([e for e in events.named("mcp.updated") if e["synthesized"]]) == 1
     assert any(e.get("resubscribe") for e in events.named("mcp.subscribe"))
+
+
+async def test_everything_server_task_tool_end_to_end(everything_server: launch.PeerProcess) -> None:
+    """``simulate-research-query`` declares ``taskSupport: required``: agentd calls it as a 2025-11-25 task,
+    polls ``tasks/get`` at the server's interval, fetches ``tasks/result``, and ``agentd check`` lists it as
+    called as a task."""
+    from agentd.client.check import run_check
+
+    events = Events()
+    async with open_mcp_pool([server(everything_server.url, "ev")], log=events.log) as pool:
+        assert pool.connections["ev"].catalogue.tool("simulate-research-query") is not None
+        with trio.fail_after(30):
+            report = await pool.call_tool("ev", "simulate-research-query", {"topic": "tides"})
+    assert not report.is_error and "Research Report: tides" in report.content[0]["text"]
+    task_events = events.named("mcp.task")
+    assert task_events[0]["status"] == "working" and task_events[-1]["status"] == "completed"
+    assert any("Analyzing content" in (e["message"] or "") for e in task_events)
+    with trio.fail_after(30):
+        doc, code = await run_check([server(everything_server.url, "ev")], log=Events().log, secrets=None)
+    assert code == 0
+    tools = {t["name"]: t for t in doc["servers"][0]["tools"]}
+    assert tools["simulate-research-query"]["calledAs"] == "task" and tools["echo"]["calledAs"] == "plain"
+    assert doc["servers"][0]["unusableTools"] == []

@@ -10,6 +10,7 @@ import trio
 
 from agentd.client import open_mcp_pool
 from agentd.errors import McpConnectError, McpProtocolError, McpTransportError, ResourceNotFound
+from agentd.mcp.meta import client_capabilities
 from agentd.mcp.sse import encode_event
 from agentd.mcp.versions import Era
 from tests.client.fakeserver import INIT_RESULT, Req, Resp, error, mcp_answer, result, serve_fake
@@ -32,7 +33,8 @@ def modern_peer(*, listen: Any = None, overrides: dict[str, Any] | None = None, 
             return
         meta = (req.json.get("params") or {}).get("_meta") or {}
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
-        assert meta["io.modelcontextprotocol/clientCapabilities"] == {}
+        # agentd declares the tasks extension on tools/call and tasks/* only (agentd.mcp.tasks)
+        assert meta["io.modelcontextprotocol/clientCapabilities"] == client_capabilities(method)
         assert req.headers["mcp-protocol-version"] == "2026-07-28" and req.headers["mcp-method"] == method
         assert "mcp-session-id" not in req.headers
         if method == "server/discover":

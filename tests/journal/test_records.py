@@ -14,6 +14,7 @@ SAMPLES = [
     r.ModelReply(0, {"role": "assistant", "content": "hi"}),
     r.ToolCallRequested(0, "c1", "a__b", {"q": "é"}),
     r.ToolCallOutcome(0, "c1", False, "boom"),
+    r.ToolTaskStarted(0, "c1", "task-9"),
     r.Spawned(1, "h-2", "sub", budget=500),
     r.ChildResult("h-2", "completed", {"x": 1}, tokens=120),
     r.Usage(1, 10, 2),

@@ -95,7 +95,7 @@ class MemoryPool:
         return dict(self.instruction_texts)
 
     async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str,
-                        idempotency_key: str) -> ToolResult:
+                        idempotency_key: str, resume_task: str | None = None, on_task: Any = None) -> ToolResult:
         self.calls.append((server, tool, dict(arguments), run_id))
         self.keys.append(idempotency_key)
         return await self.handlers[(server, tool)](arguments)

@@ -186,6 +186,20 @@ async def test_server_everything(everything_server: launch.PeerProcess) -> None:
         assert "Output contract" in system
 
 
+async def test_server_everything_task_tool(everything_server: launch.PeerProcess) -> None:
+    """A tool the server runs only as a task is offered, called as a task, and its final result is the model's
+    observation like any tool result; its statuses go to the event log."""
+    script = [tool_call("everything__simulate-research-query", {"topic": "tides"}), text("researched")]
+    async with scripted_gateway(script) as gw:
+        result, lines = await _main(_cfg("--intelligence", gw.url, "--mcp", f"everything={everything_server.url}"))
+        assert (result.status.value, result.result) == ("completed", "researched")
+        assert "everything__simulate-research-query" in gw.requests[0].tool_names
+        (report,) = _tool_contents(gw.requests[1].messages)
+        assert "Research Report: tides" in report
+        statuses = [line["status"] for line in lines if line["event"] == "mcp.task"]
+        assert statuses[0] == "working" and statuses[-1] == "completed"
+
+
 async def test_root_run_spawns_a_subagent_through_the_control_seam(peer: launch.PeerProcess) -> None:
     child_rule = ({"last_role": "user", "last_contains": "child task"}, text('{"child": "done"}'))
     script = [tool_call("subagent_spawn", {"instruction": "child task", "output_contract": "a JSON object"}),

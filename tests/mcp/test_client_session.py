@@ -186,9 +186,12 @@ def test_modern_session_wraps_every_request_in_the_envelope() -> None:
     assert request.params["_meta"] == {
         "x/run": "r",
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
+        # the tasks extension (SEP-2663), declared per request on tools/call and tasks/* only
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
         "io.modelcontextprotocol/clientInfo": {"name": "agentd", "version": "9.9.9"},
     }
+    listing = session.request("tools/list", {})
+    assert listing.params is not None and listing.params["_meta"]["io.modelcontextprotocol/clientCapabilities"] == {}
     for method in ("ping", "resources/subscribe", "initialize"):
         with pytest.raises(SessionError):
             session.request(method, {})

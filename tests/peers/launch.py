@@ -265,10 +265,10 @@ def legacy_sdk_server_argv(
     return argv
 
 
-def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0) -> list[str]:
-    """argv of the 2026-07-28-only raw ASGI peer."""
+def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0, tasks: bool = False) -> list[str]:
+    """argv of the 2026-07-28-only raw ASGI peer (``tasks``: it speaks the tasks extension)."""
     return [sys.executable, str(SERVERS / "modern_only_server.py"), "--port", str(port), "--tools", str(tools),
-            "--page-size", str(page_size)]
+            "--page-size", str(page_size), *(["--tasks"] if tasks else [])]
 
 
 def everything_server_dir() -> Path:
@@ -413,6 +413,11 @@ def describe(url: str, name: str, description: str) -> str:
 def cancelled(url: str) -> list[dict[str, Any]]:
     """The cancellations a test peer recorded: ``[{requestId, reason, via}]``."""
     return list(_side_door(url, "/_test/cancelled", method="GET"))
+
+
+def tasks_state(url: str) -> dict[str, Any]:
+    """The modern peer's tasks (``--tasks``): ``tasks`` by id (as tasks/get shows them), ``updates``, ``cancelled``."""
+    return dict(_side_door(url, "/_test/tasks", method="GET"))
 
 
 def stats(url: str) -> dict[str, Any]:

@@ -50,7 +50,7 @@ class MemoryPool:
         return {}
 
     async def call_tool(self, server: str, tool: str, arguments: Mapping[str, Any], *, run_id: str,
-                        idempotency_key: str) -> Any:
+                        idempotency_key: str, resume_task: str | None = None, on_task: Any = None) -> Any:
         raise AssertionError("no tools here")
 
     async def read_resource(self, uri: str, server: str | None = None) -> ResourceContents:

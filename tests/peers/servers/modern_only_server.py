@@ -16,6 +16,16 @@ response that carries a progress notification and then breaks: ``abort`` resets 
 
 Test-only tool ``break_stream`` and resource ``test://broken``: their response stream always breaks (abort)
 before the answer; every ``break_stream`` call that reached the server is counted (``stats.broken_calls``).
+
+With ``--tasks`` the peer speaks the tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663, as written for
+2026-07-28): it declares the extension in ``server/discover`` and lists ``research`` (``topic``, ``seconds``,
+``ask``), which it always runs as a task: ``resultType: "task"`` to a call declaring the extension in its
+per-request client capabilities, -32021 naming the extension to one that does not. ``tasks/get`` reports
+``working`` (a percentage as ``statusMessage``) until ``seconds`` passed since the call, then ``completed`` with
+the result inline; with ``ask`` the task goes ``input_required`` half way (one elicitation, key ``confirm``) until
+a ``tasks/update`` answers it. ``tasks/cancel`` marks the task ``cancelled``. ``tasks/*`` requests must declare
+the extension (else -32021) and carry ``Mcp-Name: <taskId>`` (else -32020); an unknown task is -32602.
+``GET /_test/tasks`` shows every task, the ``tasks/update`` answers and the cancelled ids.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import base64
 import functools
 import json
 import sys
+import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -39,6 +50,8 @@ META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 SERVER_INFO = {"name": "agentd-modern-test-peer", "version": "1.0.0"}
 CAPABILITIES = {"tools": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True}}
+TASKS_EXT = "io.modelcontextprotocol/tasks"
+TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION = -32020, -32021, -32022
@@ -68,8 +81,13 @@ def _decode_header_value(value: str) -> str:
 
 
 class ModernPeer:
-    def __init__(self, *, filler_tools: int, page_size: int, keepalive: float) -> None:
+    def __init__(self, *, filler_tools: int, page_size: int, keepalive: float, tasks: bool = False,
+                 poll_ms: int = 200) -> None:
         self.page_size = page_size
+        self.with_tasks, self.poll_ms = tasks, poll_ms
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.task_updates: list[dict[str, Any]] = []
+        self.tasks_cancelled: list[str] = []
         self.keepalive = keepalive
         self.counters: dict[str, int] = {"test://counter": 0}
         self.cancelled: list[dict[str, Any]] = []
@@ -92,6 +110,11 @@ class ModernPeer:
             {"name": "break_stream", "description": "Test-only: the response stream always breaks before the answer.",
              "inputSchema": _schema({}, [])},
         ]
+        if tasks:
+            self.tools.append({
+                "name": "research", "description": "A long job, always run as a task (the tasks extension).",
+                "inputSchema": _schema({"topic": {"type": "string"}, "seconds": {"type": "number"},
+                                        "ask": {"type": "boolean"}}, ["topic"])})
         self.tools += [{"name": f"filler_{i:04d}", "description": f"Filler tool {i}.", "inputSchema": _schema({}, [])}
                        for i in range(filler_tools)]
         self.resources = [
@@ -170,6 +193,11 @@ class ModernPeer:
                     return
                 await self.listen(rid, params, receive, send)
                 return
+            if rpc_method in TASK_METHODS and self.with_tasks:
+                result = self.task_method(rpc_method, params)
+                result.setdefault("resultType", "complete")
+                await _json(send, 200, {"jsonrpc": "2.0", "id": rid, "result": result})
+                return
             handler = {
                 "server/discover": self.discover,
                 "tools/list": self.tools_list,
@@ -201,8 +229,9 @@ class ModernPeer:
             raise RpcError(400, HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta")
         if headers.get("mcp-method") != method:
             raise RpcError(400, HEADER_MISMATCH, "Mcp-Method header does not match the body")
-        if method in ("tools/call", "resources/read", "prompts/get"):
-            expected = params.get("uri") if method == "resources/read" else params.get("name")
+        if method in ("tools/call", "resources/read", "prompts/get", *TASK_METHODS):
+            expected = params.get("uri") if method == "resources/read" else params.get(
+                "taskId" if method in TASK_METHODS else "name")
             name = headers.get("mcp-name")
             if name is None or _decode_header_value(name) != expected:
                 raise RpcError(400, HEADER_MISMATCH, "Mcp-Name header does not match the body")
@@ -213,7 +242,8 @@ class ModernPeer:
     # -- methods ---------------------------------------------------------------------------------------------------
 
     async def discover(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"supportedVersions": [VERSION], "capabilities": CAPABILITIES, "serverInfo": SERVER_INFO,
+        capabilities = {**CAPABILITIES, "extensions": {TASKS_EXT: {}}} if self.with_tasks else CAPABILITIES
+        return {"supportedVersions": [VERSION], "capabilities": capabilities, "serverInfo": SERVER_INFO,
                 "instructions": "Modern-only test peer.", "ttlMs": 0, "cacheScope": "private"}
 
     def _page(self, items: list[dict[str, Any]], params: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
@@ -247,6 +277,8 @@ class ModernPeer:
             seconds = float(args.get("seconds", 1.0))
             await trio.sleep(seconds)
             return {"content": [{"type": "text", "text": f"slept {seconds}"}], "isError": False}
+        if name == "research" and self.with_tasks:
+            return self.create_task(params, args)
         if name == "bump":
             uri = str(args.get("uri") or "test://counter")
             value = self.bump(uri)
@@ -272,6 +304,65 @@ class ModernPeer:
         else:
             raise RpcError(200, INVALID_PARAMS, "Resource not found", {"uri": uri})
         return {"contents": contents, "ttlMs": 0, "cacheScope": "private"}
+
+    # -- the tasks extension ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _require_extension(params: dict[str, Any]) -> None:
+        caps = params["_meta"][META_CAPS]
+        extensions = caps.get("extensions") if isinstance(caps, dict) else None
+        if not isinstance(extensions, dict) or not isinstance(extensions.get(TASKS_EXT), dict):
+            raise RpcError(200, MISSING_CAPABILITY, "Missing required client capability",
+                           {"requiredCapabilities": {"extensions": {TASKS_EXT: {}}}})
+
+    def create_task(self, params: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+        self._require_extension(params)
+        task_id = f"task-{uuid.uuid4()}"
+        self.tasks[task_id] = {"topic": str(args.get("topic", "")), "seconds": float(args.get("seconds", 1.0)),
+                               "ask": bool(args.get("ask", False)), "answer": None, "cancelled": False,
+                               "started": trio.current_time()}
+        return {"resultType": "task", **self._task_view(task_id)}
+
+    def _task_view(self, task_id: str) -> dict[str, Any]:
+        task = self.tasks[task_id]
+        view: dict[str, Any] = {"taskId": task_id, "createdAt": "2026-12-06T00:00:00Z",
+                                "lastUpdatedAt": "2026-12-06T00:00:00Z", "ttlMs": 600_000,
+                                "pollIntervalMs": self.poll_ms}
+        elapsed = trio.current_time() - task["started"]
+        if task["cancelled"]:
+            view["status"] = "cancelled"
+        elif task["ask"] and task["answer"] is None and elapsed >= task["seconds"] / 2:
+            view["status"], view["statusMessage"] = "input_required", "waiting for confirmation"
+            view["inputRequests"] = {"confirm": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": f"Research {task['topic']!r}?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}}
+        elif elapsed >= task["seconds"] and (not task["ask"] or task["answer"] is not None):
+            view["status"] = "completed"
+            text = f"researched {task['topic']}" + (f" (answer: {json.dumps(task['answer'])})" if task["ask"] else "")
+            view["result"] = {"content": [{"type": "text", "text": text}], "isError": False}
+        else:
+            view["status"] = "working"
+            view["statusMessage"] = f"{min(99, int(100 * elapsed / max(task['seconds'], 0.001)))}%"
+        return view
+
+    def task_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._require_extension(params)
+        task_id = params.get("taskId")
+        if not isinstance(task_id, str) or task_id not in self.tasks:
+            raise RpcError(200, INVALID_PARAMS, "Failed to retrieve task: Task not found")
+        task = self.tasks[task_id]
+        if method == "tasks/get":
+            return self._task_view(task_id)
+        if method == "tasks/update":
+            responses = params.get("inputResponses")
+            self.task_updates.append({"taskId": task_id, "inputResponses": responses})
+            if isinstance(responses, dict) and "confirm" in responses and task["answer"] is None:
+                task["answer"] = responses["confirm"]
+            return {}
+        if not task["cancelled"]:
+            task["cancelled"] = True
+            self.tasks_cancelled.append(task_id)
+        return {}
 
     def _take_break(self, method: str, params: dict[str, Any]) -> str | None:
         """How this request's response stream must break, if it must."""
@@ -392,6 +483,9 @@ class ModernPeer:
         elif path == "/_test/break_next" and method == "POST":
             self.breaks[query["rpc"]] = (int(query.get("count", "1")), query.get("how", "abort"))
             await _json(send, 200, {"rpc": query["rpc"]})
+        elif path == "/_test/tasks":
+            await _json(send, 200, {"tasks": {task_id: self._task_view(task_id) for task_id in self.tasks},
+                                    "updates": self.task_updates, "cancelled": self.tasks_cancelled})
         elif path == "/_test/stats":
             await _json(send, 200, {"listens": len(self.listens), "requests": self.requests,
                                     "request_ids": self.request_ids, "broken_calls": self.broken_calls})
@@ -478,7 +572,8 @@ async def _plain(send: Any, status: int, body: bytes, extra: list[tuple[bytes, b
 
 
 async def main(args: argparse.Namespace) -> None:
-    app = ModernPeer(filler_tools=args.tools, page_size=args.page_size, keepalive=args.keepalive)
+    app = ModernPeer(filler_tools=args.tools, page_size=args.page_size, keepalive=args.keepalive, tasks=args.tasks,
+                     poll_ms=args.poll_ms)
     config = Config()
     config.bind = [f"{args.host}:{args.port}"]
     config.loglevel = "WARNING"
@@ -497,6 +592,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tools", type=int, default=0)
     p.add_argument("--page-size", type=int, default=0)
     p.add_argument("--keepalive", type=float, default=15.0, help="seconds between ': ping' comments on listens")
+    p.add_argument("--tasks", action="store_true", help="speak the tasks extension; list the task tool research")
+    p.add_argument("--poll-ms", type=int, default=200, help="the pollIntervalMs the tasks suggest")
     return p.parse_args(argv)
 
 
