@@ -88,8 +88,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.exit", "subagent.stuck", "subagent.cancel", "subagent.sigterm", "subagent.sigkill",
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
-        "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.session", "serve.cert_reload",
-        "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
+        "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.evicted", "serve.session",
+        "serve.cert_reload", "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
