@@ -168,7 +168,8 @@ def _check_distinct_names(config: Config) -> None:
 
 
 def _check_operator_egress(config: Config) -> None:
-    """Operator endpoints are trusted, except that a metadata address needs an explicit egress.allow."""
+    """Operator endpoints are trusted, except that a metadata, private or other non-public address (not
+    loopback) needs an explicit egress.allow."""
     from agentd.transport.egress import operator_refusal
 
     policy = config.egress.policy()
@@ -176,11 +177,17 @@ def _check_operator_egress(config: Config) -> None:
     endpoints += [("--intelligence", url) for url in config.intelligence if url != OFFLINE_MODEL]
     for what, url in endpoints:
         refused = operator_refusal(url, policy)
-        if refused is not None:
+        if refused is None:
+            continue
+        if refused.reason == "metadata":
             raise ConfigError(
                 f"{what}: {refused.origin} is a link-local/cloud metadata address; "
                 "list it in the config file's egress.allow to use it"
             )
+        raise ConfigError(
+            f"{what}: {refused.origin} is a {refused.reason} (not public) address; egress there is opt-in: name it "
+            "in the config file's egress: {allow: [CIDR]} (for example egress: {allow: [10.0.0.0/8]})"
+        )
 
 
 def _check_modes(config: Config) -> None:
