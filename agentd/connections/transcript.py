@@ -33,6 +33,7 @@ import trio
 
 from agentd.errors import ConfigError
 from agentd.events import EventLog
+from agentd.telemetry.private_files import prepare_database
 
 REDACTED: Final = "[redacted]"
 #: Bound on draining the queue when the run is cancelled.
@@ -92,6 +93,7 @@ class _Db:
 
     def __init__(self, path: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
