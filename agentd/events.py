@@ -258,7 +258,7 @@ def stream_sink(stream: TextIO) -> Sink:
     """
 
     def write(line: dict[str, Any]) -> None:
-        text = json_text.scrub(json.dumps(line, ensure_ascii=False, default=str)) + "\n"
+        text = json_text.escape_controls(json_text.scrub(json.dumps(line, ensure_ascii=False, default=str))) + "\n"
         try:
             stream.write(text)
             stream.flush()
