@@ -73,6 +73,8 @@ SERVE_MAX_PER_CLIENT: Final = 64
 CONFIG_MAX_BYTES: Final = 4 * 1024 * 1024
 #: Most nodes a YAML file may stand for once its aliases are expanded (a "billion laughs" file is a few lines).
 CONFIG_MAX_NODES: Final = 200_000
+#: Largest ``{{secret-file:PATH}}`` agentd reads (a credential, a key: never megabytes).
+SECRET_FILE_MAX_BYTES: Final = 64 * 1024
 #: How long a reload may take to read and check the config (off the event loop) before it fails.
 RELOAD_READ_TIMEOUT: Final = 10.0
 

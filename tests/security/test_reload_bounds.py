@@ -104,3 +104,22 @@ async def test_reload_of_a_fifo_or_an_alias_bomb_fails_at_once_while_the_daemon_
         path.write_text("model: m2\n")
         code, doc = await ctl("reload", "--socket", sock)
         assert code == 0 and doc["reloaded"] is True and doc["changed"] == ["model"], doc
+
+
+async def test_a_secret_file_that_is_a_fifo_or_huge_is_refused_at_once(tmp_path: Path) -> None:
+    """``{{secret-file:PATH}}`` is resolved on the event loop (at connect time, on reload): a FIFO there froze
+    the daemon until someone wrote to it. Now a secret file must be a regular file of at most 64 KiB."""
+    from agentd.secrets import SecretError, SecretResolver
+
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    with trio.fail_after(5), pytest.raises(SecretError, match="not a regular file"):
+        await trio.to_thread.run_sync(SecretResolver(env={}).resolve, f"{{{{secret-file:{fifo}}}}}",
+                                      abandon_on_cancel=True)
+    huge = tmp_path / "huge"
+    huge.write_text("x" * (defaults.SECRET_FILE_MAX_BYTES + 1))
+    with pytest.raises(SecretError, match="larger than"):
+        SecretResolver(env={}).resolve(f"{{{{secret-file:{huge}}}}}")
+    normal = tmp_path / "normal"
+    normal.write_text("s3cret-value\n")
+    assert SecretResolver(env={}).resolve(f"Bearer {{{{secret-file:{normal}}}}}") == "Bearer s3cret-value"
