@@ -174,6 +174,7 @@ def _check_operator_egress(config: Config) -> None:
 
     policy = config.egress.policy()
     endpoints = [(f"mcp server {s.name!r}", s.url) for s in config.mcp]
+    endpoints += [(f"a2a peer {p.name!r}", p.url) for p in config.a2a_peers]
     endpoints += [("--intelligence", url) for url in config.intelligence if url != OFFLINE_MODEL]
     for what, url in endpoints:
         refused = operator_refusal(url, policy)

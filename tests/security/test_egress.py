@@ -474,3 +474,11 @@ def test_loopback_stays_allowed_and_plain_http_to_a_private_host_stays_refused(t
     config.write_text("egress:\n  allow: [10.0.0.0/8]\n")
     plain = _agentd(tmp_path, "--config", str(config), "--mcp", "internal=http://10.1.2.3/mcp")
     assert plain.returncode == 2 and "non-loopback" in plain.stderr, plain.stderr
+
+
+def test_an_a2a_peer_on_a_private_address_is_held_to_the_same_rule(tmp_path):
+    done = _agentd(tmp_path, "--a2a-peer", "helper=https://192.168.7.7/a2a")
+    assert done.returncode == 2 and "a2a peer 'helper'" in done.stderr and "egress: {allow: [CIDR]}" in done.stderr
+    config = tmp_path / "agentd.yaml"
+    config.write_text("egress:\n  allow: [192.168.0.0/16]\n")
+    assert _agentd(tmp_path, "--config", str(config), "--a2a-peer", "helper=https://192.168.7.7/a2a").returncode == 0
