@@ -69,6 +69,8 @@ async def _scenario(url: str, port: int, body: bytes, opened: list[trio.SocketSt
         opened.append(sock)
         if kept_alive:
             await _get_404(sock, port)
+        elif not idle:  # the oldest idle one is trickling its headers (slowloris): not a request in flight yet
+            await sock.send_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Slow: " % port)
         idle.append(sock)
     assert len(idle) + 1 == CAP
     # a new client from 127.0.0.1: its connection at the cap closes the oldest idle one (whose address also
