@@ -482,3 +482,16 @@ def test_an_a2a_peer_on_a_private_address_is_held_to_the_same_rule(tmp_path):
     config = tmp_path / "agentd.yaml"
     config.write_text("egress:\n  allow: [192.168.0.0/16]\n")
     assert _agentd(tmp_path, "--config", str(config), "--a2a-peer", "helper=https://192.168.7.7/a2a").returncode == 0
+
+
+def test_a_host_file_connection_on_a_private_address_is_held_to_the_same_rule(tmp_path):
+    from agentd.config.host import load_host
+    from agentd.errors import ConfigError
+    from tests.connections.helpers import write
+
+    entry = connection("https://10.1.2.3/mcp", tools=["search"], readTools=["search"])
+    host = {"version": "1.0", "connections": {"docs": entry}}
+    with pytest.raises(ConfigError, match=r"connection 'docs': https://10\.1\.2\.3 is a private .*egress: \{allow"):
+        load_host(str(write(tmp_path, "host.yaml", host)), {})
+    allowed = load_host(str(write(tmp_path, "host.yaml", {**host, "egress": {"allow": ["10.0.0.0/8"]}})), {})
+    assert allowed.connections["docs"].url == "https://10.1.2.3/mcp"
