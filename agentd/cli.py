@@ -417,7 +417,9 @@ def _report(args: list[str]) -> int:
     if options.json:
         _print_json({"trees": docs})
     else:
-        sys.stdout.write(render(docs))
+        from agentd.terminal.visible import visible
+
+        sys.stdout.write(visible(render(docs)))  # names and reasons in the file are shown, never obeyed
         sys.stdout.flush()
     return 0
 
@@ -497,7 +499,7 @@ def _cancelled_doc(config: Config, spent: tuple[int, int, int] | None = None) ->
 def _print_json(doc: Any, out: Any = None) -> None:
     out = sys.stdout if out is None else out
     try:
-        out.write(json_text.scrub(json.dumps(doc, ensure_ascii=False, default=str)) + "\n")
+        out.write(json_text.escape_controls(json_text.scrub(json.dumps(doc, ensure_ascii=False, default=str))) + "\n")
         out.flush()
     except BrokenPipeError:
         pass

@@ -71,6 +71,16 @@ SERVE_RETENTION: Final = 600.0
 SERVE_MAX_CONNECTIONS: Final = 256
 SERVE_MAX_PER_CLIENT: Final = 64
 
+# --- reading config files (agentd.config.yaml_file; ``agentd ctl reload``) --------------------------------
+#: Largest YAML file agentd reads (config, host config, manifest, pin file).
+CONFIG_MAX_BYTES: Final = 4 * 1024 * 1024
+#: Most nodes a YAML file may stand for once its aliases are expanded (a "billion laughs" file is a few lines).
+CONFIG_MAX_NODES: Final = 200_000
+#: Largest ``{{secret-file:PATH}}`` agentd reads (a credential, a key: never megabytes).
+SECRET_FILE_MAX_BYTES: Final = 64 * 1024
+#: How long a reload may take to read and check the config (off the event loop) before it fails.
+RELOAD_READ_TIMEOUT: Final = 10.0
+
 # --- one MCP connection (agentd.config.model.McpServerConfig, host ``connections:`` entries) ------------
 CONNECT_TIMEOUT: Final = 10.0
 CALL_TIMEOUT: Final = 60.0
@@ -85,6 +95,10 @@ TASK_POLL_MAX: Final = 30.0
 MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.
 A2A_CALL_TIMEOUT: Final = 600.0
+
+#: A peer-supplied URL's name resolved to several vetted addresses: how long each gets to accept a TCP
+#: connection before the next is tried (agentd.transport.egress.vet pins the first that does).
+EGRESS_PROBE_TIMEOUT: Final = 2.0
 
 #: Largest response body (or one SSE event) agentd's HTTP client reads from a peer (agentd.transport.http_client).
 MAX_BODY: Final = 16 * 1024 * 1024

@@ -89,8 +89,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.exit", "subagent.stuck", "subagent.cancel", "subagent.sigterm", "subagent.sigkill",
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
-        "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.session", "serve.cert_reload",
-        "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
+        "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.evicted", "serve.session",
+        "serve.cert_reload", "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
@@ -259,7 +259,7 @@ def stream_sink(stream: TextIO) -> Sink:
     """
 
     def write(line: dict[str, Any]) -> None:
-        text = json_text.scrub(json.dumps(line, ensure_ascii=False, default=str)) + "\n"
+        text = json_text.escape_controls(json_text.scrub(json.dumps(line, ensure_ascii=False, default=str))) + "\n"
         try:
             stream.write(text)
             stream.flush()

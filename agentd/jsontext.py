@@ -41,6 +41,18 @@ def scrub(text: str) -> str:
     return _LONE.sub(REPLACEMENT, text) if _LONE.search(text) else text
 
 
+#: DEL and the C1 controls: JSON allows them raw in a string, and ``ensure_ascii=False`` leaves them raw, but on
+#: a terminal U+009B is a CSI, as good as ESC ``[``.
+_RAW_CONTROLS: Final = re.compile("[\x7f-\x9f]")
+
+
+def escape_controls(json_text: str) -> str:
+    """JSON text with DEL and every C1 control as a ``\\u00NN`` escape (the same JSON value): for JSON that a
+    terminal may show (the result document on stdout, event lines on stderr). C0 controls are escaped by
+    :func:`json.dumps` already. Outside strings JSON has no such characters, so the text stays valid."""
+    return _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m[0]):04x}", json_text) if _RAW_CONTROLS.search(json_text) else json_text
+
+
 def utf8(text: str) -> bytes:
     """``text`` as UTF-8; a lone surrogate becomes U+FFFD instead of raising."""
     try:

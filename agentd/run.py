@@ -328,7 +328,7 @@ async def open_state(state_dir: str | None, *, log: EventLog, keep_for: float = 
 
     opened = False
     try:
-        async with open_journal(state_dir) as journal:
+        async with open_journal(state_dir, redactor=log.redactor) as journal:
             retention = Retention.of(keep_for, keep_runs, await journal.get_state(KEPT_RUNS))
             pruned = await journal.prune(attrs.evolve(retention, keep=retention.keep | await _children_kept(journal)))
             unfinished = [r.run_id for r in await journal.unfinished_runs()]
@@ -407,7 +407,9 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
                                           request.output_contract, parent, seed_runs, request.key_nonce))
         return Journaled(request, recorder)
     state = rebuild(prior)
-    if state.started is not None and state.started.instruction != request.instruction:
+    # the journal holds the instruction with known secret values redacted (agentd.journal.records.redacted)
+    if state.started is not None and state.started.instruction not in (
+            request.instruction, log.redactor.scrub(request.instruction)):
         raise ConfigError(f"--run-id {request.run_id!r} names a journaled run with another instruction; "
                           "use another --run-id (or the same instruction to resume it)")
     if state.ended is not None:

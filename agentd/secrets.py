@@ -11,15 +11,18 @@ command line) is refused at start-up: see :func:`looks_like_inline_credential`.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
+import stat
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 
+from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.patterns import Pattern
 
@@ -31,6 +34,19 @@ _REF: Final = re.compile(r"\{\{\s*(?P<kind>secret|secret-file)\s*:\s*(?P<arg>.*?
 _ENV_NAME: Final = Pattern(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Anything that looks like it was meant to be a reference but is not well formed.
 _ALMOST_REF: Final = Pattern(r"\{\{|\}\}")
+
+
+def _read_secret_file(path: str) -> str:
+    """A secret file's text: a regular file (opened without blocking, so a FIFO is refused instead of waited on:
+    references are resolved on the event loop), at most :data:`~agentd.defaults.SECRET_FILE_MAX_BYTES`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = file.read(defaults.SECRET_FILE_MAX_BYTES + 1)
+    if len(data) > defaults.SECRET_FILE_MAX_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {defaults.SECRET_FILE_MAX_BYTES} bytes")
+    return data.decode("utf-8")
 
 
 class SecretError(ConfigError):
@@ -205,8 +221,7 @@ class SecretResolver:
                 raise SecretError(f"secret {{{{secret:{arg}}}}} is not set (environment variable {arg} is missing)")
         else:
             try:
-                with open(arg, encoding="utf-8") as file:
-                    value = file.read()
+                value = _read_secret_file(arg)
             except (OSError, UnicodeDecodeError) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
                 raise SecretError(f"secret file {{{{secret-file:{arg}}}}} cannot be read: {reason}") from None

@@ -21,6 +21,7 @@ from agentd.child.context import KEEPS_RUN_OPEN, ChildContext
 from agentd.supervisor.messages import Result, RunPayload
 
 if TYPE_CHECKING:
+    from agentd.events import Redactor
     from agentd.journal.store import JournalStore
 
 #: How long a child may spend exporting its spans at the end of a turn (the parent waits for the result).
@@ -67,7 +68,7 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
 
     try:
         with tracing.remote_parent(telemetry):
-            async with _journal(payload) as journal:
+            async with _journal(payload, log.redactor) as journal:
                 run_id = _run_id(payload, log.run_id)
                 try:
                     result = await run_config(
@@ -118,10 +119,11 @@ def _run_id(payload: RunPayload, tree: str) -> str:
 
 
 @asynccontextmanager
-async def _journal(payload: RunPayload) -> AsyncIterator[JournalStore | None]:
+async def _journal(payload: RunPayload, redactor: Redactor) -> AsyncIterator[JournalStore | None]:
     """The tree's journal, when the parent asked this child to journal its run (docs/durability.md): the same
     SQLite file as the root's, its own connection (WAL: writers of several processes take turns, each waits
-    up to the busy timeout). Imported only then: an unjournaled child never loads sqlite3."""
+    up to the busy timeout), with the run's known secret values redacted from what it writes, as the root's.
+    Imported only then: an unjournaled child never loads sqlite3."""
     where = payload.journal
     if where is None or not isinstance(where.get("state_dir"), str) or not isinstance(where.get("run_id"), str):
         yield None
@@ -132,7 +134,7 @@ async def _journal(payload: RunPayload) -> AsyncIterator[JournalStore | None]:
 
     opened = False
     try:
-        async with open_journal(where["state_dir"]) as journal:
+        async with open_journal(where["state_dir"], redactor=redactor) as journal:
             opened = True
             yield journal
     except JournalError as exc:

@@ -65,7 +65,7 @@ async def open_cluster(cfg: Config, log: EventLog, env: Mapping[str, str], *, ad
     conninfo, password = connect_args(dsn, SecretResolver(env=env, redactor=log.redactor), env, log.redactor)
     db = await open_database(conninfo, password, str(dsn), migrate=migrate)
     listen_db = Database(conninfo, password, str(dsn), application="agentd-listen")
-    store = PgJournal(db)
+    store = PgJournal(db, redactor=log.redactor)
     try:
         queue = Queue(store, member_id(), address, cfg.cluster_capacity)
         yield Cluster(store, queue, listen_db, cfg.cluster_lease_ttl, log)

@@ -33,7 +33,8 @@ from agentd.backoff import exponential
 from agentd.cluster import migrations
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
-from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode
+from agentd.events import Redactor
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
 
 if TYPE_CHECKING:
@@ -119,6 +120,8 @@ class PgJournal:
     #: Record timestamps; lease times use the database's clock unless ``lease_clock`` is set (tests).
     clock: Callable[[], float] = time.time
     lease_clock: Callable[[], float] | None = None
+    #: Known secret values (the log's): scrubbed out of every record and state value before it is written.
+    redactor: Redactor | None = None
 
     @property
     def path(self) -> str:
@@ -132,7 +135,7 @@ class PgJournal:
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
         if not records:
             raise ValueError("append needs at least one record")
-        batch, now = tuple(records), self.clock()
+        batch, now = tuple(redacted(r, self.redactor) for r in records), self.clock()
         durable = durable or any(isinstance(r, RunEnded) for r in batch)
 
         def work(conn: Conn) -> int:
@@ -146,7 +149,7 @@ class PgJournal:
         """:meth:`append` to ``lease.run_id`` only while ``lease`` holds; else LeaseLost and nothing written."""
         if not records:
             raise ValueError("append needs at least one record")
-        batch, now = tuple(records), self.clock()
+        batch, now = tuple(redacted(r, self.redactor) for r in records), self.clock()
         durable = durable or any(isinstance(r, RunEnded) for r in batch)
 
         def work(conn: Conn) -> int:
@@ -218,7 +221,8 @@ class PgJournal:
         return {key: json.loads(value) for key, value in rows}
 
     async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
-        encoded = {k: None if v is None else json.dumps(v, separators=(",", ":")) for k, v in changes.items()}
+        scrub = self.redactor.scrub_value if self.redactor is not None else (lambda value: value)
+        encoded = {k: None if v is None else json.dumps(scrub(v), separators=(",", ":")) for k, v in changes.items()}
         now = self.clock()
 
         def work(conn: Conn) -> None:

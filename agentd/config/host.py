@@ -45,6 +45,7 @@ from agentd.config.egress import load_egress
 from agentd.config.model import EgressConfig, EraChoice, McpServerConfig, TlsConfig, check_era
 from agentd.config.servers import load_pins, load_servers
 from agentd.config.structure import EnvRef, FieldError, converter, register_aliases, str_or_env, structure
+from agentd.config.validate import check_operator_egress
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
 from agentd.secrets import check_refs_available
@@ -258,6 +259,9 @@ def load_host(path: str | None, env: Mapping[str, str], *, mcp_flags: Sequence[M
                 for template in server.headers.values():
                     _refs_present(template, env, where)
                 connections[server.name] = connection_from_server(server, source)
+        policy = egress.policy()
+        for name, connection in connections.items():  # operator endpoints: private addresses are opt-in
+            check_operator_egress(f"connection {name!r}", connection.url, policy)
     except ConfigError as exc:
         raise ConfigError(f"{prefix}{exc}") from None
     transcript_path = parsed.transcript.path

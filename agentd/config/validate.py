@@ -10,7 +10,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from agentd.config.endpoints import (
     OFFLINE_MODEL,
@@ -25,6 +25,9 @@ from agentd.errors import ConfigError
 from agentd.patterns import Pattern
 from agentd.rule_of_two import SERVER_TAGS, catalogue_tags, check_trifecta
 from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
+
+if TYPE_CHECKING:
+    from agentd.transport.egress import EgressPolicy
 
 Purpose = Literal["run", "check"]
 
@@ -178,19 +181,32 @@ def _check_distinct_names(config: Config) -> None:
 
 
 def _check_operator_egress(config: Config) -> None:
-    """Operator endpoints are trusted, except that a metadata address needs an explicit egress.allow."""
-    from agentd.transport.egress import operator_refusal
-
+    """Operator endpoints are trusted, except that a metadata, private or other non-public address (not
+    loopback) needs an explicit egress.allow."""
     policy = config.egress.policy()
     endpoints = [(f"mcp server {s.name!r}", s.url) for s in config.mcp]
+    endpoints += [(f"a2a peer {p.name!r}", p.url) for p in config.a2a_peers]
     endpoints += [("--intelligence", url) for url in config.intelligence if url != OFFLINE_MODEL]
     for what, url in endpoints:
-        refused = operator_refusal(url, policy)
-        if refused is not None:
-            raise ConfigError(
-                f"{what}: {refused.origin} is a link-local/cloud metadata address; "
-                "list it in the config file's egress.allow to use it"
-            )
+        check_operator_egress(what, url, policy)
+
+
+def check_operator_egress(what: str, url: str, policy: EgressPolicy) -> None:
+    """Raise the start-up error for an operator endpoint ``url`` written as an address egress refuses."""
+    from agentd.transport.egress import operator_refusal
+
+    refused = operator_refusal(url, policy)
+    if refused is None:
+        return
+    if refused.reason == "metadata":
+        raise ConfigError(
+            f"{what}: {refused.origin} is a link-local/cloud metadata address; "
+            "list it in the config file's egress.allow to use it"
+        )
+    raise ConfigError(
+        f"{what}: {refused.origin} is a {refused.reason} (not public) address; egress there is opt-in: name it "
+        "in the config file's egress: {allow: [CIDR]} (for example egress: {allow: [10.0.0.0/8]})"
+    )
 
 
 def _check_modes(config: Config) -> None:

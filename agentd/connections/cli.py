@@ -49,6 +49,7 @@ from agentd.connections.transcript import (
 from agentd.errors import AgentdError, ConfigError, McpConnectError, flatten
 from agentd.events import EventLog, stream_sink
 from agentd.ids import new_run_id
+from agentd.jsontext import escape_controls
 from agentd.loop.result import RunResult, RunStatus
 from agentd.run import (
     Gateway,
@@ -78,7 +79,7 @@ def _write_result(promise: ResultPromise | None, doc: Any, out: TextIO) -> None:
     if promise is not None:
         promise.write(doc, out)
         return
-    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.write(escape_controls(json.dumps(doc, ensure_ascii=False, default=str)) + "\n")
     out.flush()
 
 
@@ -388,7 +389,7 @@ def transcript_main(args: Sequence[str], env: Mapping[str, str] | None = None) -
     if doc is None:
         print(json.dumps({"error": f"no transcript for run {run_id!r}"}))
         return 1
-    print(json.dumps(doc, ensure_ascii=False, default=str))
+    print(escape_controls(json.dumps(doc, ensure_ascii=False, default=str)))
     return 0
 
 

@@ -33,6 +33,7 @@ import trio
 
 from agentd.errors import ConfigError
 from agentd.events import EventLog
+from agentd.telemetry.private_files import prepare_database
 
 REDACTED: Final = "[redacted]"
 #: Bound on draining the queue when the run is cancelled.
@@ -91,7 +92,8 @@ class _Db:
     """The connection, touched only from the limiter's single worker thread."""
 
     def __init__(self, path: str) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)  # as the journal's
+        prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from agentd.ctl.server import MAX_REQUEST, socket_path
 from agentd.errors import ConfigError
+from agentd.jsontext import escape_controls
 
 #: How long ``agentd ctl`` waits for the daemon's answer by default (a cancel waits for the kill ladder).
 DEFAULT_TIMEOUT: Final = 30.0
@@ -75,7 +76,7 @@ def ctl_main(args: Sequence[str], env: Mapping[str, str], *, socket_envs: Sequen
         hint = f" or set {socket_envs[0]}" if socket_envs else ""
         raise ConfigError(f"agentd ctl: no control socket (pass --socket or --state-dir{hint})")
     answer, code = ask(path, request, timeout=options.timeout)
-    print(json.dumps(answer, ensure_ascii=False, default=str))
+    print(escape_controls(json.dumps(answer, ensure_ascii=False, default=str)))
     return code
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.config.model import Config
 from agentd.ctl.reload import plan_reload
 from agentd.drain import current_drain
@@ -140,8 +141,15 @@ class Controls:
             if self.loader is None:
                 return self._reload_failed(trigger, "invalid", "this daemon was not started from the command "
                                                                "line: there is no config to re-read")
+            loader = self.loader
             try:
-                reread = self.loader()
+                # off the event loop and bounded: the file is the operator's, but a FIFO or a huge file must not
+                # stop the daemon (agentd.config.yaml_file bounds the read and the parse; this bounds the wait)
+                with trio.fail_after(defaults.RELOAD_READ_TIMEOUT):
+                    reread = await trio.to_thread.run_sync(loader, abandon_on_cancel=True)
+            except trio.TooSlowError:
+                return self._reload_failed(trigger, "invalid", "reading the config took longer than "
+                                                               f"{defaults.RELOAD_READ_TIMEOUT:g} s")
             except AgentdError as exc:  # validation (the Rule of Two included): nothing changes
                 return self._reload_failed(trigger, "invalid", str(exc))
             except OSError as exc:

@@ -27,6 +27,7 @@ import attrs
 from agentd.errors import ConfigError
 from agentd.journal.sqlite import SCHEMA_VERSION, JournalFile, db_path
 from agentd.journal.store import RunSummary
+from agentd.jsontext import escape_controls
 
 #: The ``format`` of an ``agentd journal export`` document.
 EXPORT_FORMAT: Final = "agentd.journal.run"
@@ -95,4 +96,4 @@ def _no_journal(command: str, run_id: str | None, path: str) -> int:
 
 
 def _print(doc: Any) -> None:
-    print(json.dumps(doc, ensure_ascii=False, default=str))
+    print(escape_controls(json.dumps(doc, ensure_ascii=False, default=str)))

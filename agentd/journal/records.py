@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Final
 
 import attrs
 
+from agentd.events import Redactor
 from agentd.journal.errors import JournalFormatError
 
 #: The version every encoded record carries as ``v``. A reader refuses anything newer.
@@ -213,6 +214,22 @@ KINDS: Final[Mapping[str, type[Any]]] = {
         BudgetReserved, BudgetCharged, BudgetRefunded,
     )
 }  # fmt: skip
+
+
+def redacted(record: Record, redactor: Redactor | None) -> Record:
+    """``record`` with every known secret value (``redactor``'s) in its fields replaced by ``***``: a secret an
+    instruction, a model reply or a tool result quotes is never journaled (a replay sees ``***``)."""
+    if redactor is None:
+        return record
+    changes = {}
+    for field in attrs.fields(type(record)):
+        value = getattr(record, field.name)
+        clean = redactor.scrub_value(value)
+        if isinstance(value, tuple):
+            clean = tuple(clean)
+        if clean != value:
+            changes[field.alias or field.name] = clean
+    return attrs.evolve(record, **changes) if changes else record
 
 
 def encode(record: Record) -> dict[str, Any]:

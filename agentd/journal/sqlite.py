@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import attrs
 import trio
 
+from agentd.events import Redactor
 from agentd.journal.errors import JournalError, JournalSchemaError
-from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
+from agentd.telemetry.private_files import prepare_database
 
 if TYPE_CHECKING:
     from agentd.journal.store import JournalStore
@@ -93,6 +95,7 @@ class JournalFile:
                                             isolation_level=None, timeout=BUSY_TIMEOUT)  # fmt: skip
             else:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+                prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
                 self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                             timeout=BUSY_TIMEOUT)  # fmt: skip
         except (OSError, sqlite3.Error) as exc:
@@ -300,6 +303,8 @@ class SqliteJournal:
     _limiter: trio.CapacityLimiter
     _leases: dict[str, Lease] = attrs.field(factory=dict)
     _token: int = 0
+    #: Known secret values (the log's): scrubbed out of every record and state value before it is written.
+    redactor: Redactor | None = None
 
     @property
     def path(self) -> str:
@@ -311,7 +316,7 @@ class SqliteJournal:
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
         if not records:
             raise ValueError("append needs at least one record")
-        batch = tuple(records)
+        batch = tuple(redacted(r, self.redactor) for r in records)
         return await self._call(lambda: self._file.append(run_id, batch, durable))
 
     async def read_run(self, run_id: str) -> RunJournal | None:
@@ -327,7 +332,8 @@ class SqliteJournal:
         return await self._call(lambda: self._file.get_state(namespace))
 
     async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
-        snapshot = dict(changes)
+        scrub = self.redactor.scrub_value if self.redactor is not None else None
+        snapshot = {k: v if scrub is None or v is None else scrub(v) for k, v in changes.items()}
         await self._call(lambda: self._file.put_state(namespace, snapshot))
 
     async def prune(self, retention: Retention, *, now: float | None = None) -> int:
@@ -360,12 +366,14 @@ class SqliteJournal:
 
 
 @asynccontextmanager
-async def open_journal(state_dir: str, *, clock: Callable[[], float] = time.time) -> AsyncIterator[SqliteJournal]:
-    """Open (creating) ``<state_dir>/journal.sqlite3``; closed, shielded and bounded, on exit."""
+async def open_journal(state_dir: str, *, clock: Callable[[], float] = time.time,
+                       redactor: Redactor | None = None) -> AsyncIterator[SqliteJournal]:
+    """Open (creating) ``<state_dir>/journal.sqlite3``; closed, shielded and bounded, on exit. ``redactor``'s
+    secret values are never written."""
     limiter = trio.CapacityLimiter(1)
     path = db_path(state_dir)
     file = await trio.to_thread.run_sync(lambda: JournalFile(path, clock=clock), limiter=limiter)
-    journal = SqliteJournal(file, limiter)
+    journal = SqliteJournal(file, limiter, redactor=redactor)
     try:
         yield journal
     finally:

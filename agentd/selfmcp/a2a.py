@@ -422,7 +422,13 @@ class A2aMount:
         if path.rstrip("/") not in CARD_PATHS | {RPC_PATH}:
             await self.mcp(scope, receive, send)
             return
-        from agentd.transport.asgi_server import _discard_body, _headers, _send_reply, _TooLarge
+        from agentd.transport.asgi_server import (
+            _discard_body,
+            _headers,
+            _send_reply,
+            _TooLarge,
+            parse_authority,
+        )
 
         headers = _headers(scope)
         refusal = self._gatekeeper._gate(scope, headers)
@@ -434,7 +440,9 @@ class A2aMount:
             if scope["method"] != "GET":
                 await _reply(send, 405, b"method not allowed", "text/plain")
                 return
-            base = f"{self.scheme}://{headers.get('host', 'localhost')}"
+            # the gate let only a well-formed Host through; the card names it as parsed, never as sent
+            authority = parse_authority(headers.get("host", ""))
+            base = f"{self.scheme}://{authority if authority is not None else 'localhost'}"
             card = agent_card(base_url=base, instruction=self.instruction, servers=self.servers)
             await _reply(send, 200, json.dumps(card, ensure_ascii=False).encode())
             return

@@ -24,6 +24,7 @@ import trio
 
 from agentd.drain import current_drain
 from agentd.operator import current_operator
+from agentd.telemetry.private_files import open_private
 
 #: How often the heartbeat stamps the tick, and how often the health file is rewritten (seconds).
 TICK_INTERVAL: Final = 0.25
@@ -100,7 +101,7 @@ class Health:
 
 def _write(path: str, doc: dict[str, Any]) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as file:
+    with open_private(tmp) as file:
         file.write(json.dumps(doc) + "\n")
     os.replace(tmp, path)
 

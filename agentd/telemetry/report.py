@@ -20,6 +20,8 @@ from typing import Any, Final
 
 import attrs
 
+from agentd.telemetry.private_files import open_private
+
 #: Bounds: a daemon that runs for weeks keeps at most this many trees (oldest dropped, counted).
 MAX_TREES: Final = 1000
 #: Relayed lines nest one ``subagent.stderr`` per level; deeper ones are not unwrapped.
@@ -220,7 +222,7 @@ class Recorder:
     def write(self, path: str) -> None:
         """Write every tree, one JSON document per line (atomically: a temporary file, then a rename)."""
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as file:
+        with open_private(tmp) as file:
             for doc in self.documents():
                 file.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
         os.replace(tmp, path)

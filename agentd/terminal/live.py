@@ -20,6 +20,7 @@ from rich.text import Text
 
 from agentd.terminal.mode import is_terminal
 from agentd.terminal.story import Line, Tone, depth_of, describe, expand, indent, signal_text
+from agentd.terminal.visible import visible_line
 
 STYLES: dict[Tone, str] = {
     "plain": "", "dim": "dim", "step": "bold cyan", "tool": "magenta", "ok": "green", "warn": "yellow",
@@ -102,4 +103,5 @@ class HumanView:
 
     def _status(self) -> Text:
         tokens = self.tokens + self.child_tokens
-        return Text(f"⏵ step {self.step} · {tokens} tokens · {self._elapsed()} · {self.doing}", style="dim")
+        return Text(f"⏵ step {self.step} · {tokens} tokens · {self._elapsed()} · {visible_line(self.doing)}",
+                    style="dim")

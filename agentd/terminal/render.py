@@ -1,7 +1,8 @@
 """Documents drawn for a person: ``agentd check``'s report as a table and a run's result (``--output human``).
 
 Each takes the very document the JSON output would print (already scrubbed of secret values), so a person
-and a script are told the same thing.
+and a script are told the same thing. Every string from the document is drawn as plain text (never rich markup)
+through :func:`~agentd.terminal.visible.visible`: what a server sent is shown, never obeyed by the terminal.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from agentd.terminal.live import console_for
+from agentd.terminal.visible import visible, visible_line
+
+
+def _plain(value: Any, style: str = "") -> Text:
+    """``value`` as one line of plain text (no markup), its control characters shown."""
+    return Text(visible_line(str(value)), style=style)
 
 
 def check_table(doc: Mapping[str, Any], out: TextIO, *, color: bool, control_tools: Sequence[str] = ()) -> None:
@@ -27,17 +34,17 @@ def check_table(doc: Mapping[str, Any], out: TextIO, *, color: bool, control_too
         resources = len(server.get("resources") or []) + len(server.get("resourceTemplates") or [])
         refused = [t.get("name", "?") for t in server.get("refusedTools") or []]
         if server.get("connected") and refused:
-            problems = Text("refused (pin mismatch): " + ", ".join(refused), style="bold yellow")
+            problems = _plain("refused (pin mismatch): " + ", ".join(map(str, refused)), "bold yellow")
             era = str(server.get("era") or "?") + (f" ({server['protocolVersion']})" if server.get("protocolVersion") else "")
         elif server.get("connected"):
             problems = Text("—", style="dim")
             era = str(server.get("era") or "?") + (f" ({server['protocolVersion']})" if server.get("protocolVersion") else "")
         else:
             required = "required; " if server.get("required") else ""
-            problems = Text(f"{required}not connected: {server.get('error')}", style="bold red")
+            problems = _plain(f"{required}not connected: {server.get('error')}", "bold red")
             era = "—"
-        table.add_row(str(server.get("name")), str(server.get("endpoint")), era,
-                      ", ".join(tools) if tools else "none", str(resources), problems)
+        table.add_row(_plain(server.get("name")), _plain(server.get("endpoint")), _plain(era),
+                      _plain(", ".join(map(str, tools)) if tools else "none"), _plain(resources), problems)
     console.print(table)
     if control_tools:
         console.print(Text("built in (a run also offers): " + ", ".join(control_tools), style="dim"))
@@ -51,17 +58,17 @@ def result_text(doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
     status = str(doc.get("status"))
     good = status == "completed"
     usage = doc.get("usage") or {}
-    head = Text(f"{status}", style="bold green" if good else "bold red")
+    head = _plain(status, "bold green" if good else "bold red")
     steps = doc.get("steps")
-    head.append(f" · {steps} step{'' if steps == 1 else 's'} · {usage.get('total_tokens')} tokens"
-                f" · run {doc.get('run_id')}",
+    head.append(visible_line(f" · {steps} step{'' if steps == 1 else 's'} · {usage.get('total_tokens')} tokens"
+                             f" · run {doc.get('run_id')}"),
                 style="dim")
     if doc.get("partial"):
         head.append(" · partial", style="yellow")
     console.print(head)
     if doc.get("error"):
-        console.print(Text(f"error: {doc['error']}", style="bold red"))
+        console.print(_plain(f"error: {doc['error']}", "bold red"))
     result = doc.get("result")
     if result is not None:
-        console.print(result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False),
-                      markup=False, highlight=False)
+        text = result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False)
+        console.print(Text(visible(text)), markup=False, highlight=False)

@@ -16,6 +16,8 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from agentd.terminal.visible import visible_line
+
 Tone = Literal["plain", "dim", "step", "tool", "ok", "warn", "error"]
 
 #: Events that tell the story of a run; the rest are shown only when they are warnings or errors (or with
@@ -102,7 +104,16 @@ def signal_text(e: Mapping[str, Any], drain_timeout: float | None = None) -> str
 
 def describe(e: Mapping[str, Any], *, everything: bool = False,
              drain_timeout: float | None = None) -> Line | None:
-    """The line for one (already expanded) event, or None when it is not part of the story."""
+    """The line for one (already expanded) event, or None when it is not part of the story. Its text and
+    timestamp are :func:`~agentd.terminal.visible.visible_line`: whatever a server, peer, model or child put in
+    the event is drawn, never obeyed by the terminal, and stays on one line."""
+    line = _describe(e, everything=everything, drain_timeout=drain_timeout)
+    if line is None:
+        return None
+    return Line(line.depth, line.tone, visible_line(line.text), visible_line(line.ts))
+
+
+def _describe(e: Mapping[str, Any], *, everything: bool, drain_timeout: float | None) -> Line | None:
     name = str(e.get("event"))
     depth = depth_of(e.get("agent_path"))
     ts = str(e.get("ts") or "")
@@ -198,5 +209,6 @@ def indent(line: Line) -> str:
 
 
 def error_text(message: str) -> str:
-    """A process-ending error for a person (one line; the message already names no secret value)."""
-    return f"agentd: error: {message}"
+    """A process-ending error for a person (one line; the message already names no secret value; its control
+    characters shown, not obeyed)."""
+    return f"agentd: error: {visible_line(message)}"

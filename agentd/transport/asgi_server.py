@@ -19,11 +19,12 @@ ends too is the handler's call (:attr:`CallContext.cancel_on_disconnect`: modern
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TypeVar
-from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -123,15 +124,54 @@ class AsgiOptions:
     operator_scope: str | None = None
 
 
-def _hostname(value: str) -> str:
-    """The host part of a Host header or an Origin, lower case, brackets removed."""
-    if "://" in value:
-        host = urlsplit(value).hostname or ""
-    elif value.startswith("["):
-        host = value[1 : value.find("]")] if "]" in value else value
-    else:
-        host = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-    return host.strip().lower().rstrip(".")
+#: A Host header: a DNS name, an IPv4 address or a bracketed IPv6 address, then an optional port (RFC 9110
+#: 7.2; no userinfo, path or anything else). An Origin is ``http``/``https`` ``://`` and the same (RFC 6454).
+_REG_NAME: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*\.?")
+_AUTHORITY: Final = re.compile(r"(?P<host>\[[0-9a-f:.]+\]|[a-z0-9._-]+)(?::(?P<port>[0-9]{1,5}))?")
+
+
+@attrs.frozen
+class Authority:
+    """A strictly parsed Host header or Origin: the host (lower case, brackets and a trailing dot removed) and
+    the port, if one was given."""
+
+    host: str
+    port: int | None = None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port is None else f"{host}:{self.port}"
+
+
+def parse_authority(value: str) -> Authority | None:
+    """``host[:port]`` of a Host header, strictly: anything else (userinfo ``a@b``, a path, a backslash,
+    whitespace, an empty or out-of-range port) is None, never a guess at which part is the host."""
+    match = _AUTHORITY.fullmatch(value.lower())
+    if match is None:
+        return None
+    host, port = match["host"], match["port"]
+    if host.startswith("["):
+        try:
+            host = str(ipaddress.IPv6Address(host[1:-1]))
+        except ValueError:
+            return None
+    elif _REG_NAME.fullmatch(host) is None or len(host) > 253:
+        return None
+    number = None
+    if port is not None:
+        number = int(port)
+        if not 0 < number < 65536:
+            return None
+    return Authority(host.rstrip("."), number)
+
+
+def parse_origin(value: str) -> Authority | None:
+    """The authority of an ``Origin`` header (``http``/``https`` scheme, nothing after the authority), else None
+    (``null`` and anything malformed included)."""
+    scheme, sep, rest = value.lower().partition("://")
+    if not sep or scheme not in ("http", "https"):
+        return None
+    return parse_authority(rest)
 
 
 #: How much of an oversized body is read and thrown away before the 413, so the connection closes with
@@ -281,15 +321,17 @@ class McpAsgiApp:
     def _trust(self, headers: Mapping[str, str]) -> HttpReply | None:
         """Host/Origin (DNS rebinding) and the bearer token: the same for the MCP endpoint and ``/events``."""
         allowed = self.options.allowed_hosts
-        host = _hostname(headers.get("host", ""))
-        if allowed is not None and host not in allowed:
+        authority = parse_authority(headers.get("host", ""))
+        host = authority.host if authority is not None else None
+        if host is None or (allowed is not None and host not in allowed):
             metrics.served_request("refused")
             self.log.info("serve.refused", reason="host", status=403)
             return error_reply(403, jsonrpc.INVALID_REQUEST, "Forbidden: Host not allowed").http
         origin = headers.get("origin")
         if origin is not None:
-            origin_host = _hostname(origin)
-            ok = origin_host in allowed if allowed is not None else origin_host == host
+            parsed = parse_origin(origin)
+            origin_host = parsed.host if parsed is not None else None
+            ok = origin_host is not None and (origin_host in allowed if allowed is not None else origin_host == host)
             if not ok:
                 metrics.served_request("refused")
                 self.log.info("serve.refused", reason="origin", status=403)

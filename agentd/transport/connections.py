@@ -8,7 +8,12 @@ connection is closed, and serving goes on.
 
 The loop also:
 
-- caps open connections, in total and per client address (refusals are ``serve.refused`` events, rate-limited);
+- caps open connections, in total and per client (an IPv4 address, an IPv6 /64); at the total cap a new
+  connection is still admitted and the *oldest idle* connection is closed instead, whatever its client (idle: it
+  has sent nothing yet, or it is a keep-alive connection between requests; a connection with a request in flight
+  is never cut), so idle connections from a handful of addresses cannot keep new clients out; with no idle
+  connection to close, and at the per-client cap, the new connection is refused (``serve.refused`` events,
+  rate-limited);
 - survives accept errors such as ``EMFILE`` (an event, a short pause, no traceback);
 - serves HTTP/2 only when enabled: otherwise TLS offers only ``http/1.1`` and a cleartext ``h2c`` Upgrade is
   ignored (answered in HTTP/1.1) and an ``h2c`` preface gets ``505`` and a close;
@@ -29,6 +34,7 @@ a cancel scope of its own.
 from __future__ import annotations
 
 import errno
+import ipaddress
 from collections.abc import Callable
 from math import inf
 from typing import Any, Final
@@ -248,6 +254,31 @@ class _Connection(TCPServer):
 
     http2: bool = False
     websocket_paths: frozenset[str] = frozenset()
+    #: When the connection last became idle (admitted, or its last request answered); see :meth:`idle`.
+    idle_since: float = -inf
+    #: Closed to make room for a new connection (it no longer counts against the total cap).
+    evicted: bool = False
+    #: The scope :meth:`Connections.handle` runs this connection in.
+    scope: trio.CancelScope | None = None
+    _reading: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing read yet (TLS handshake included), or a keep-alive connection between requests."""
+        return not self._reading or self._idle_until != inf
+
+    def evict(self) -> None:
+        """Close this idle connection now. Before its reads start it is cancelled outright (no request can be in
+        flight); after, its idle deadline moves to now, and the idle watch closes it unless a request has just
+        come in (then the connection is busy and stays: the watch keeps watching, as at any idle deadline)."""
+        self.evicted = True
+        if not self._reading:
+            if self.scope is not None:
+                self.scope.cancel()
+            return
+        self._idle_until = trio.current_time()
+        if self._idle_scope is not None:
+            self._idle_scope.deadline = self._idle_until
 
     async def run(self) -> None:
         stream: Any = self.stream
@@ -275,6 +306,7 @@ class _Connection(TCPServer):
                 self._idle_until = trio.current_time() + self.config.keep_alive_timeout
                 self._idle_done = trio.CancelScope()
                 task_group.spawn(self._idle_watch)
+                self._reading = True
                 try:
                     await self._read_data()
                 finally:
@@ -312,11 +344,13 @@ class _Connection(TCPServer):
             await super().protocol_send(event)
             return
         if event.idle:
-            self._idle_until = trio.current_time() + self.config.keep_alive_timeout
+            self.idle_since = trio.current_time()
+            self._idle_until = self.idle_since + self.config.keep_alive_timeout
             if self._idle_again is not None:
                 self._idle_again.unpark_all()
         else:
             self._idle_until = inf
+            self.evicted = False  # a request came in just as it was chosen: it stays, and counts again
         if self._idle_scope is not None:
             self._idle_scope.deadline = self._idle_until
 
@@ -361,6 +395,20 @@ def _peer_host(stream: trio.abc.Stream) -> str:
     return str(peer[0]) if isinstance(peer, tuple) else str(peer)
 
 
+def client_key(host: str) -> str:
+    """What the per-client cap counts by: an IPv4 address (a v4-mapped IPv6 one as the IPv4 it carries), or an
+    IPv6 address's /64 (one host is commonly handed a whole /64, so exact IPv6 addresses would not bound it)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 @attrs.define(eq=False)
 class Connections:
     """Admits, runs and contains every connection of one server."""
@@ -373,6 +421,7 @@ class Connections:
     open: int = 0
     per_client: dict[str, int] = attrs.field(factory=dict)
     _throttles: dict[str, Throttle] = attrs.field(factory=dict)
+    _admitted: set[_Connection] = attrs.field(factory=set)
 
     def _event(self, kind: str, emit: Callable[..., None], name: str, **fields: Any) -> None:
         held = self._throttles.setdefault(kind, Throttle()).allow(trio.current_time())
@@ -396,28 +445,39 @@ class Connections:
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         """One connection: admitted under the caps, run, and whatever it raises stays here."""
-        host = _peer_host(stream)
+        host = client_key(_peer_host(stream))
         try:
-            if self.open >= self.limits.max_connections:
-                self._event("cap", self.log.info, "serve.refused", reason="connection_limit",
-                            limit=self.limits.max_connections)
-                return
             if self.per_client.get(host, 0) >= self.limits.max_per_client:
                 self._event("cap_client", self.log.info, "serve.refused", reason="client_connection_limit",
                             limit=self.limits.max_per_client)
                 return
+            at_cap = self.open >= self.limits.max_connections
+            if at_cap and self.open - sum(c.evicted for c in self._admitted) >= self.limits.max_connections:
+                oldest = min((c for c in self._admitted if c.idle and not c.evicted),
+                             key=lambda c: c.idle_since, default=None)
+                if oldest is None:  # every connection has a request in flight: none is cut
+                    self._event("cap", self.log.info, "serve.refused", reason="connection_limit",
+                                limit=self.limits.max_connections)
+                    return
+                oldest.evict()
+                self._event("evict", self.log.info, "serve.evicted", reason="connection_limit",
+                            limit=self.limits.max_connections)
             self.open += 1
             self.per_client[host] = self.per_client.get(host, 0) + 1
+            connection = _Connection(self.app, self.config, self.context, ConnectionState({}), stream)  # type: ignore[arg-type]
+            connection.http2 = self.limits.http2
+            connection.websocket_paths = self.limits.websocket_paths
+            connection.idle_since = trio.current_time()
+            self._admitted.add(connection)
             try:
-                connection = _Connection(self.app, self.config, self.context, ConnectionState({}), stream)  # type: ignore[arg-type]
-                connection.http2 = self.limits.http2
-                connection.websocket_paths = self.limits.websocket_paths
-                await connection.run()
+                with trio.CancelScope() as connection.scope:
+                    await connection.run()
             except* Exception as group:
                 first = group.exceptions[0]
                 # the class name only: a message may quote the peer's bytes (headers, tokens)
                 self._event("error", self.log.warn, "serve.connection_error", error=type(first).__name__)
             finally:
+                self._admitted.discard(connection)
                 self.open -= 1
                 left = self.per_client[host] - 1
                 if left:

@@ -18,15 +18,22 @@ connect to) or a :class:`Refused` (with a stable reason) out. The rules:
   ``egress.allow`` entry inside the loopback range names it;
 * private and other non-global ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...) only when
   ``egress.allow`` contains them; multicast never;
-* v4-mapped (``::ffff:a.b.c.d``) and NAT64 (``64:ff9b::a.b.c.d``) addresses are judged as the IPv4
-  address they carry;
+* IPv6 addresses that carry an IPv4 address are judged as that IPv4 address, before any connection:
+  v4-mapped (``::ffff:a.b.c.d``), IPv4-compatible (``::a.b.c.d``, the deprecated ``::/96``, which Linux
+  still routes to the IPv4 address), IPv4-translated (``::ffff:0:a.b.c.d``), NAT64 (``64:ff9b::/96`` and
+  the local-use ``64:ff9b:1::/48``) and 6to4 (``2002:a.b.c.d::/48``, whose relay reaches the IPv4 address);
+  Teredo (``2001::/32``) is never global and so needs ``egress.allow`` like any private range;
 * every address the name resolves to must pass (a name that resolves to a public and a metadata address
-  is refused), and the connection is *pinned* to the first: :func:`vet` resolves once and :func:`pin`
+  is refused), and the connection is *pinned* to one of them: :func:`vet` resolves once, pins the first
+  address that accepts a TCP connection (in the resolver's order: ``localhost`` answers ``::1`` first, and a
+  server listening on ``127.0.0.1`` only is still reached), and :func:`pin`
   rewrites the request to that address while TLS (SNI and certificate check) and ``Host`` keep the name,
   so a second DNS answer cannot move the connection after the check (DNS rebinding).
 
-:func:`operator_refusal` is the one rule that also applies to operator endpoints: a metadata address
-literal is refused at start-up unless ``egress.allow`` names it.
+:func:`operator_refusal` is the rule for operator endpoints (``--mcp``, ``--intelligence``): their host may be
+loopback, but a metadata address, or a private or other non-global one (10/8, 172.16/12, 192.168/16,
+fc00::/7, ...), is refused at start-up unless ``egress.allow`` names it; the same rule holds at connect time
+for names that resolve there (:mod:`agentd.transport.http_client` checks the connected socket).
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final, Literal
 
 import attrs
+
+from agentd import defaults
 
 if TYPE_CHECKING:
     import httpx
@@ -62,11 +71,21 @@ LOOPBACK_NETWORKS: Final[tuple[IPNetwork, ...]] = (
     ipaddress.ip_network("0.0.0.0/8"),  # "this host": connecting to 0.0.0.0 reaches the local machine
     ipaddress.ip_network("::/128"),
 )
-_NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+#: IPv6 ranges whose low 32 bits are an IPv4 address the packet is delivered to (the v4-mapped range has its own
+#: property on the address). ``::/96`` includes ``::`` and ``::1``: those two are IPv6's own and stay as they are.
+_CARRY_LOW_32: Final[tuple[ipaddress.IPv6Network, ...]] = (
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible (deprecated; still routed to the IPv4 address)
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),  # IPv4-translated (SIIT)
+    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64, well-known prefix
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # NAT64, local-use prefix (RFC 8215): the IPv4 is in the low bits
+)
+_SIX_TO_FOUR: Final = ipaddress.IPv6Network("2002::/16")
 _FORBIDDEN_CHARACTERS: Final = frozenset("\\ ") | frozenset(chr(c) for c in (*range(0x20), 0x7F))
 
 #: A resolver: (host, port) -> the addresses it resolves to, in preference order.
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+#: A probe: (address, port) -> whether a TCP connection to it is accepted (bounded by its caller).
+Probe = Callable[[str, int], Awaitable[bool]]
 
 
 @attrs.frozen
@@ -108,6 +127,8 @@ class Allowed:
     host: str
     address: str
     port: int
+    #: Every vetted address, in the resolver's order (``address`` is one of them).
+    addresses: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -160,12 +181,18 @@ def parse_url(url: str) -> httpx.URL | Refused:
 
 
 def unwrap(address: IPAddress) -> IPAddress:
-    """The IPv4 address a v4-mapped or NAT64 IPv6 address carries; others unchanged."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address in _NAT64:
-            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    """The IPv4 address an IPv6 address carries and is delivered to (v4-mapped, IPv4-compatible,
+    IPv4-translated, NAT64, 6to4); others (``::1`` and ``::`` included) unchanged."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if int(address) <= 1:  # ``::`` and ``::1``: IPv6's unspecified and loopback addresses
+        return address
+    if any(address in network for network in _CARRY_LOW_32):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address
 
 
@@ -204,12 +231,13 @@ def decide(
         if reason is not None:
             return Refused(origin, reason, f"{parsed.host} is {address}" if literal is None else "")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return Allowed(url, parsed.host, candidates[0].split("%", 1)[0], port)
+    vetted = tuple(dict.fromkeys(c.split("%", 1)[0] for c in candidates))
+    return Allowed(url, parsed.host, vetted[0], port, vetted)
 
 
 def operator_refusal(url: str, policy: EgressPolicy) -> Refused | None:
-    """For an operator endpoint whose host is an address literal: metadata ranges are refused unless
-    allowed. Loopback and private addresses are the operator's choice."""
+    """For an operator endpoint whose host is an address literal: metadata, private and other non-global
+    ranges (and multicast) are refused unless ``egress.allow`` names them; loopback is the operator's choice."""
     try:
         host = urllib.parse.urlsplit(url).hostname or ""
     except ValueError:
@@ -218,9 +246,7 @@ def operator_refusal(url: str, policy: EgressPolicy) -> Refused | None:
     if literal is None:
         return None
     reason = classify_address(literal, policy, loopback_ok=True)
-    if reason == "metadata":
-        return Refused(origin_of(url), "metadata")
-    return None
+    return None if reason is None else Refused(origin_of(url), reason)
 
 
 def _ip_literal(host: str) -> IPAddress | None:
@@ -246,10 +272,27 @@ async def system_resolver(host: str, port: int) -> Sequence[str]:
     return seen
 
 
+async def tcp_probe(address: str, port: int) -> bool:
+    """A TCP connection to ``address`` is accepted within :data:`defaults.EGRESS_PROBE_TIMEOUT` (then closed)."""
+    import trio
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with trio.move_on_after(defaults.EGRESS_PROBE_TIMEOUT):
+        with trio.socket.socket(family, socket.SOCK_STREAM) as sock:
+            try:
+                await sock.connect((address, port))
+            except OSError:
+                return False
+            return True
+    return False
+
+
 async def vet(
-    url: str, policy: EgressPolicy, *, operator_loopback: bool, resolver: Resolver = system_resolver
+    url: str, policy: EgressPolicy, *, operator_loopback: bool, resolver: Resolver = system_resolver,
+    probe: Probe = tcp_probe,
 ) -> Allowed | Refused:
-    """Resolve ``url``'s host once and decide; an :class:`Allowed` carries the address to pin."""
+    """Resolve ``url``'s host once and decide; an :class:`Allowed` carries the address to pin: of several
+    vetted addresses, the first that accepts a connection (``probe``), else the first."""
     parsed = parse_url(url)
     if isinstance(parsed, Refused):
         return parsed
@@ -257,7 +300,12 @@ async def vet(
     if _ip_literal(parsed.host) is None:
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         addresses = await resolver(parsed.host, port)
-    return decide(url, addresses, policy, operator_loopback=operator_loopback)
+    verdict = decide(url, addresses, policy, operator_loopback=operator_loopback)
+    if isinstance(verdict, Allowed) and len(verdict.addresses) > 1:
+        for address in verdict.addresses:
+            if await probe(address, verdict.port):
+                return attrs.evolve(verdict, address=address)
+    return verdict
 
 
 def pin(request: httpx.Request, allowed: Allowed) -> httpx.Request:
@@ -277,6 +325,7 @@ __all__ = (
     "METADATA_NETWORKS",
     "Allowed",
     "EgressPolicy",
+    "Probe",
     "Refused",
     "Resolver",
     "classify_address",
@@ -286,6 +335,7 @@ __all__ = (
     "parse_url",
     "pin",
     "system_resolver",
+    "tcp_probe",
     "unwrap",
     "vet",
 )

@@ -85,7 +85,7 @@ def _http_transport(policy: EgressPolicy, verify: ssl.SSLContext, limits: httpx.
                     proxy: str | None = None) -> PoolTransport:
     """An httpcore pool (through ``proxy`` when one is named) on agentd's network backend (:class:`_Backend`),
     behind httpx's transport interface."""
-    backend = _Backend(httpcore.TrioBackend(), policy)
+    backend = _Backend(httpcore.TrioBackend(), policy, proxied=proxy is not None)
     sizes: dict[str, Any] = {
         "ssl_context": verify, "max_connections": limits.max_connections,
         "max_keepalive_connections": limits.max_keepalive_connections, "keepalive_expiry": limits.keepalive_expiry,
@@ -135,7 +135,8 @@ class _Routed(httpx.AsyncBaseTransport):
 
 
 class MetadataRefused(httpcore.ConnectError):
-    """A connection landed on a link-local/cloud metadata address that ``egress.allow`` does not name.
+    """A connection landed on an address the egress rule refuses: a link-local/cloud metadata address, or (a
+    direct connection, not one to a proxy) a private or other non-global one, that ``egress.allow`` does not name.
 
     Raised inside httpcore, so callers see an :class:`httpx.ConnectError` whose cause is this; it is never
     worth a retry (the same name resolves to the same place)."""
@@ -143,34 +144,34 @@ class MetadataRefused(httpcore.ConnectError):
 
 class _Backend(httpcore.AsyncNetworkBackend):
     """httpcore's network backend as agentd uses it: every TCP connection is refused if it lands on a link-local/
-    cloud metadata address (unless ``egress.allow`` names it), and every stream writes a request in one piece
+    cloud metadata address, or on a private or other non-global address (loopback is allowed), unless
+    ``egress.allow`` names it; and every stream writes a request in one piece
     (:class:`~agentd.transport.corked.CorkedStream`).
 
     The address is checked on the connected socket itself: a DNS name that resolves there
     (``metadata.google.internal``, a rebinding record, a typo) is caught the same as an address literal, and
     before a byte is sent. :class:`MetadataRefused` is an httpcore connect error, so callers see the ordinary
-    :class:`httpx.ConnectError` (with it as the cause).
+    :class:`httpx.ConnectError` (with it as the cause). A proxy's own address is the operator's setting
+    (``HTTPS_PROXY``): a ``proxied`` backend holds it to the metadata rule only.
     """
 
-    __slots__ = ("_inner", "_policy")
+    __slots__ = ("_inner", "_policy", "_proxied")
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, policy: EgressPolicy) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, policy: EgressPolicy, *, proxied: bool = False) -> None:
         self._inner = inner
         self._policy = policy
+        self._proxied = proxied
 
     async def connect_tcp(
         self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        address = _metadata_address(stream.get_extra_info("server_addr"), self._policy)
-        if address is not None:
+        refusal = refused_peer(stream.get_extra_info("server_addr"), self._policy, proxied=self._proxied)
+        if refusal is not None:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-            raise MetadataRefused(
-                f"refused to connect to {address}: a link-local/cloud metadata address "
-                "(list it in the config file's egress.allow to use it)"
-            )
+            raise MetadataRefused(refusal)
         return CorkedStream(stream)
 
     async def connect_unix_socket(
@@ -182,15 +183,22 @@ class _Backend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-def _metadata_address(peer: object, policy: EgressPolicy) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The connected peer's address when it is a metadata address ``policy`` does not allow, else None."""
+def refused_peer(peer: object, policy: EgressPolicy, *, proxied: bool = False) -> str | None:
+    """Why a connection to ``peer`` (a socket address) is refused, as a message; None when it may go on."""
     if not isinstance(peer, tuple) or not peer:
         return None
     try:
         address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
     except ValueError:
         return None
-    return address if classify_address(address, policy, loopback_ok=True) == "metadata" else None
+    reason = classify_address(address, policy, loopback_ok=True)
+    if reason == "metadata":
+        return (f"refused to connect to {address}: a link-local/cloud metadata address "
+                "(list it in the config file's egress.allow to use it)")
+    if reason is not None and not proxied:
+        return (f"refused to connect to {address}: a private or non-public address (egress there is opt-in: "
+                "name it in the config file's egress: {allow: [CIDR]})")
+    return None
 
 
 def new_client(
@@ -207,8 +215,9 @@ def new_client(
     (from ``environ``, default ``os.environ``) when the client is built; loopback is never proxied
     (:mod:`agentd.transport.proxy`). httpx's own ``trust_env`` stays off (no ``.netrc``).
 
-    Every connection is refused if it lands on a link-local/cloud metadata address that ``egress`` (the
-    config file's ``egress.allow``; default: nothing allowed) does not name, whatever the URL's host said.
+    Every connection is refused if it lands on a link-local/cloud metadata address, or a private or other
+    non-global one (loopback is allowed), that ``egress`` (the config file's ``egress.allow``; default: nothing
+    allowed) does not name, whatever the URL's host said.
     """
     context = default_context() if verify is True else verify if verify is not False else _unverified()
     if limits is None:

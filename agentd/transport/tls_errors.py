@@ -79,14 +79,16 @@ def _verdict(error: BaseException | None, *, sent_cert: bool) -> str:
 
 
 def _metadata(tcp: trio.SocketStream) -> bool:
-    """Did the connection land on a link-local/cloud metadata address (agentd.transport.egress)?"""
+    """Did the connection land where egress is refused by default (agentd.transport.egress): a link-local/cloud
+    metadata address, or a private or other non-public one? (The probe does not know ``egress.allow``: a server
+    there that it allows gets no probe, only the plain connection error.)"""
     from agentd.transport.egress import EgressPolicy, classify_address
 
     try:
         address = ipaddress.ip_address(str(tcp.socket.getpeername()[0]).split("%", 1)[0])
     except (OSError, ValueError, IndexError):
         return True  # unknown: do not probe
-    return classify_address(address, EgressPolicy(), loopback_ok=True) == "metadata"
+    return classify_address(address, EgressPolicy(), loopback_ok=True) is not None
 
 
 async def probe_client_refusal(host: str, port: int, context: ssl.SSLContext, *, sent_cert: bool,
@@ -100,7 +102,7 @@ async def probe_client_refusal(host: str, port: int, context: ssl.SSLContext, *,
             tcp = await trio.open_tcp_stream(host, port)
         except OSError:
             return None
-        if _metadata(tcp):  # the egress rule holds for the probe too: not a byte to a metadata address
+        if _metadata(tcp):  # the egress rule holds for the probe too: not a byte where it refuses
             with trio.move_on_after(0.5, shield=True):
                 await tcp.aclose()
             return None

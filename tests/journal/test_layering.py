@@ -1,5 +1,6 @@
 """agentd.journal sits below the run composition: it imports only leaves of agentd, checked on the AST
-(the metrics facade is one: its commit lag and queue are recorded where the commits happen)."""
+(the metrics facade is one: its commit lag and queue are recorded where the commits happen; so is the 0600
+file helper that creates the journal's files)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentd" / "journal"
-ALLOWED_AGENTD = {"agentd.defaults", "agentd.errors", "agentd.events", "agentd.ids", "agentd.telemetry.metrics"}
+ALLOWED_AGENTD = {"agentd.defaults", "agentd.errors", "agentd.events", "agentd.ids", "agentd.telemetry.metrics",
+                  "agentd.telemetry.private_files", "agentd.jsontext"}
 
 
 def test_journal_imports_only_leaves():

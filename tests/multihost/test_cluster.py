@@ -237,7 +237,8 @@ async def site(tmp_path: Path, model: Model, *, members: int, ttl: float, capaci
 def _parent_config(s: Site) -> Path:
     config = s.tmp_path / "parent.yaml"
     tls = f"{{ca: {s.pki.ca}, cert: {s.pki.client.cert}, key: {s.pki.client.key}}}"
-    config.write_text("mcp_servers:\n" + "".join(
+    # the members serve on the test network's private addresses: egress there is opt-in
+    config.write_text(f"{netns.EGRESS_ALLOW}\nmcp_servers:\n" + "".join(
         f"  - name: w{i}\n    url: {m.url}\n    call_timeout: 30s\n    tls: {tls}\n" for i, m in enumerate(s.members)))
     return config
 

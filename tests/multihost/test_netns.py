@@ -133,7 +133,8 @@ def tool_texts(request: RecordedRequest) -> list[str]:
 
 def parent_config(tmp_path: Path, pki: Pki, url: str) -> Path:
     config = tmp_path / "parent.yaml"
-    config.write_text(
+    config.write_text(  # the worker serves on the test network's private address: egress there is opt-in
+        f"{netns.EGRESS_ALLOW}\n"
         "mcp_servers:\n"
         f"  - name: reviewer\n    url: {url}\n    call_timeout: {CALL_TIMEOUT:g}s\n"
         f"    tls: {{ca: {pki.ca}, cert: {pki.client.cert}, key: {pki.client.key}}}\n"

@@ -52,6 +52,11 @@ _NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-")
 _NETNS_DIR = "/run/netns"
 _CLONE_NEWNET = 0x40000000
 _IP_TIMEOUT = 10.0
+#: Test networks live in this private range (:func:`_subnet`).
+RANGE = "10.64.0.0/10"
+#: The config-file section an agentd that connects to a host on a test network needs: private addresses are
+#: refused to operator endpoints unless ``egress.allow`` names them (docs/security.md).
+EGRESS_ALLOW = f"egress:\n  allow: [{RANGE}]"
 _counter = itertools.count()
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -24,6 +27,7 @@ from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.selfmcp.certs import _write_cert, _write_key, make_ca
 
 NONE = EgressPolicy()
+REPO = Path(__file__).resolve().parents[2]
 
 
 def verdict(url: str, addresses: tuple[str, ...] = (), policy: EgressPolicy = NONE, *, loopback: bool = False):
@@ -38,6 +42,12 @@ def verdict(url: str, addresses: tuple[str, ...] = (), policy: EgressPolicy = NO
     "http://[::ffff:169.254.169.254]/latest/meta-data/",
     "http://[::ffff:a9fe:a9fe]/",
     "http://[64:ff9b::a9fe:a9fe]/",
+    # every IPv6 form that carries (and is delivered to) an IPv4 address is judged as that address
+    "http://[::a9fe:a9fe]/",  # IPv4-compatible ::/96 (deprecated, still routed to 169.254.169.254)
+    "http://[::169.254.169.254]/",
+    "http://[::ffff:0:a9fe:a9fe]/",  # IPv4-translated
+    "http://[64:ff9b:1::a9fe:a9fe]/",  # NAT64, local-use prefix
+    "http://[2002:a9fe:a9fe::1]/",  # 6to4
     "http://[fe80::1]/",
     "http://[fd00:ec2::254]/",
 ])
@@ -109,12 +119,20 @@ def test_unresolvable_and_multicast():
     assert verdict("https://[ff02::1]/").reason == "multicast"
 
 
-def test_operator_endpoints_refuse_only_metadata_literals():
-    assert operator_refusal("http://169.254.169.254/mcp", NONE) is not None
-    assert operator_refusal("http://[::ffff:169.254.169.254]/mcp", NONE) is not None
+def test_operator_endpoints_refuse_metadata_and_private_literals_but_not_loopback():
+    assert operator_refusal("http://169.254.169.254/mcp", NONE).reason == "metadata"
+    assert operator_refusal("http://[::ffff:169.254.169.254]/mcp", NONE).reason == "metadata"
+    assert operator_refusal("http://[::a9fe:a9fe]/mcp", NONE).reason == "metadata"
     assert operator_refusal("http://169.254.169.254/mcp", EgressPolicy.from_cidrs(["169.254.169.254"])) is None
-    for url in ("http://127.0.0.1:8/mcp", "https://10.0.0.5/mcp", "https://mcp.example/mcp"):
-        assert operator_refusal(url, NONE) is None
+    for url in ("https://10.0.0.5/mcp", "https://172.16.3.4/mcp", "https://192.168.1.1/mcp", "https://[fd12::1]/mcp",
+                "https://[::ffff:10.0.0.5]/mcp", "https://[::a00:5]/mcp", "https://[2002:a00:5::1]/mcp"):
+        refused = operator_refusal(url, NONE)
+        assert refused is not None and refused.reason == "private", url
+        assert operator_refusal(url, EgressPolicy.from_cidrs(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                              "fc00::/7"])) is None, url
+    for url in ("http://127.0.0.1:8/mcp", "http://[::1]:8/mcp", "http://localhost:8/mcp", "https://mcp.example/mcp",
+                "https://93.184.216.34/mcp"):
+        assert operator_refusal(url, NONE) is None, url
 
 
 def test_bad_cidr_is_named():
@@ -353,6 +371,13 @@ async def test_discovery_refuses_loopback_when_the_operator_endpoint_is_not_loop
 def test_ipv6_helpers_unwrap():
     from agentd.transport.egress import unwrap
 
+    for carried, ipv4 in [("::a9fe:a9fe", "169.254.169.254"), ("::ffff:0:a00:1", "10.0.0.1"),
+                          ("64:ff9b:1::a00:1", "10.0.0.1"), ("2002:a00:1::5", "10.0.0.1"),
+                          ("::7f00:1", "127.0.0.1")]:
+        assert unwrap(ipaddress.ip_address(carried)) == ipaddress.ip_address(ipv4), carried
+    for own in ("::1", "::", "2001:db8::1"):  # IPv6's own loopback and unspecified addresses stay what they are
+        assert unwrap(ipaddress.ip_address(own)) == ipaddress.ip_address(own)
+
     assert unwrap(ipaddress.ip_address("::ffff:10.0.0.1")) == ipaddress.ip_address("10.0.0.1")
 
 
@@ -379,3 +404,94 @@ async def test_the_operator_endpoints_own_origin_is_configuration_not_peer_input
     pinned = await allowed._guarded("https://idp.corp/as", "x", lambda u: httpx.Request("GET", u))
     assert pinned.url.host == "10.0.0.6" and pinned.headers["host"] == "idp.corp"
     assert pinned.extensions["sni_hostname"] == "idp.corp"
+
+
+# --- a name with several vetted addresses is pinned to one that answers --------------------------------------
+
+
+async def test_localhost_is_pinned_to_the_address_that_answers_not_only_the_first():
+    """``localhost`` resolves to ``::1`` first on most systems; an issuer listening on 127.0.0.1 only was
+    unreachable because the pin took the first address. Now the first vetted address that accepts a TCP
+    connection is pinned (still one lookup, still every address vetted)."""
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    lookups: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        lookups.append(host)
+        return ["::1", "127.0.0.1"]
+
+    with listener:
+        allowed = await vet(f"http://localhost:{port}/as", NONE, operator_loopback=True, resolver=resolver)
+    assert not isinstance(allowed, Refused)
+    assert (allowed.address, allowed.addresses) == ("127.0.0.1", ("::1", "127.0.0.1"))
+    assert lookups == ["localhost"]
+    # nothing answers: the first vetted address, as before (the request then fails as a connection error)
+    nobody = await vet(f"http://localhost:{port}/as", NONE, operator_loopback=True, resolver=resolver)
+    assert not isinstance(nobody, Refused) and nobody.address == "::1"
+    # every address is still vetted before any probe: one hostile answer refuses the name
+    async def mixed(host: str, port: int) -> list[str]:
+        return ["127.0.0.1", "169.254.169.254"]
+
+    probed: list[str] = []
+
+    async def probe(address: str, port: int) -> bool:
+        probed.append(address)
+        return True
+
+    refused = await vet("http://localhost:9/as", NONE, operator_loopback=True, resolver=mixed, probe=probe)
+    assert isinstance(refused, Refused) and refused.reason == "metadata" and probed == []
+
+
+# --- operator endpoints on private addresses: refused at start-up unless egress.allow names them -------------
+
+
+def _agentd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentd", "--intelligence", "test", "--instruction", "hi",
+                           "--validate-config", *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+@pytest.mark.parametrize("url", ["https://10.1.2.3/mcp", "https://172.20.0.1:8443/mcp", "https://192.168.0.10/mcp",
+                                 "https://[fd00:1::5]/mcp", "https://[::ffff:10.1.2.3]/mcp"])
+def test_an_mcp_server_on_a_private_address_exits_2_naming_the_egress_opt_in(tmp_path, url):
+    done = _agentd(tmp_path, "--mcp", f"internal={url}")
+    assert done.returncode == 2, done.stderr
+    [invalid] = [json.loads(line) for line in done.stderr.splitlines() if '"config.invalid"' in line]
+    assert "private" in invalid["error"] and "egress: {allow: [CIDR]}" in invalid["error"]
+    assert "egress" in done.stderr and "egress: {allow: [CIDR]}" in done.stderr
+    config = tmp_path / "agentd.yaml"
+    config.write_text("egress:\n  allow: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 'fc00::/7']\n")
+    allowed = _agentd(tmp_path, "--config", str(config), "--mcp", f"internal={url}")
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_loopback_stays_allowed_and_plain_http_to_a_private_host_stays_refused(tmp_path):
+    assert _agentd(tmp_path, "--mcp", "local=http://127.0.0.1:9/mcp").returncode == 0
+    assert _agentd(tmp_path, "--mcp", "local=http://localhost:9/mcp").returncode == 0
+    config = tmp_path / "agentd.yaml"
+    config.write_text("egress:\n  allow: [10.0.0.0/8]\n")
+    plain = _agentd(tmp_path, "--config", str(config), "--mcp", "internal=http://10.1.2.3/mcp")
+    assert plain.returncode == 2 and "non-loopback" in plain.stderr, plain.stderr
+
+
+def test_an_a2a_peer_on_a_private_address_is_held_to_the_same_rule(tmp_path):
+    done = _agentd(tmp_path, "--a2a-peer", "helper=https://192.168.7.7/a2a")
+    assert done.returncode == 2 and "a2a peer 'helper'" in done.stderr and "egress: {allow: [CIDR]}" in done.stderr
+    config = tmp_path / "agentd.yaml"
+    config.write_text("egress:\n  allow: [192.168.0.0/16]\n")
+    assert _agentd(tmp_path, "--config", str(config), "--a2a-peer", "helper=https://192.168.7.7/a2a").returncode == 0
+
+
+def test_a_host_file_connection_on_a_private_address_is_held_to_the_same_rule(tmp_path):
+    from agentd.config.host import load_host
+    from agentd.errors import ConfigError
+    from tests.connections.helpers import write
+
+    entry = connection("https://10.1.2.3/mcp", tools=["search"], readTools=["search"])
+    host = {"version": "1.0", "connections": {"docs": entry}}
+    with pytest.raises(ConfigError, match=r"connection 'docs': https://10\.1\.2\.3 is a private .*egress: \{allow"):
+        load_host(str(write(tmp_path, "host.yaml", host)), {})
+    allowed = load_host(str(write(tmp_path, "host.yaml", {**host, "egress": {"allow": ["10.0.0.0/8"]}})), {})
+    assert allowed.connections["docs"].url == "https://10.1.2.3/mcp"
