@@ -12,11 +12,13 @@ committed returns its outcome, else, the writer being idle again, commits the ne
 batch has its own outcome (the store decides which failures are per batch, such as a lost lease, and
 which fail the whole transaction).
 
-Cancellation: a waiter cancelled before its batch was taken withdraws it (nothing written, as a call that
-never reached the worker thread). Once a group is taken its commit runs shielded to the end (bounded by
-the store's own timeouts: a call on the worker thread cannot be abandoned anyway), so the batches of
-other runs in it are never lost with the task that carried them; a cancelled caller whose batch was
-committed sees the cancellation, as it would have after an ungrouped commit.
+Cancellation: a caller cancelled before its batch was taken withdraws it (nothing written, as a call that
+never reached the worker thread). A store's flush is cancellable only before its transaction reached the
+worker thread (``trio.to_thread.run_sync`` waits for its limiter cancellably, then runs the call to its end
+and returns), so a leader cancelled while the group waits for the thread puts the other callers' batches
+back in line, first, and withdraws its own; a group that reached the thread is committed and settled
+whatever happens to the task that carried it, and a cancelled caller whose batch was committed gets its
+outcome (as after an ungrouped commit that had started).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ class Pending(Generic[B, R]):
 
 
 #: Commits one group, in order, settling every Pending of it (a failure of the whole transaction settles each
-#: with that error); called with the writer held, never concurrently with itself.
+#: with that error); called with the writer held, never concurrently with itself. It may raise trio.Cancelled
+#: only before anything of the group reached the store (then it settles nothing).
 Flush = Callable[[Sequence[Pending[B, R]]], Awaitable[None]]
 
 
@@ -64,6 +67,7 @@ class GroupCommit(Generic[B, R]):
     _queue: list[Pending[B, R]] = attrs.field(factory=list)
     _busy: bool = False
     _idle: trio.Event = attrs.field(factory=trio.Event)
+    _waiting: int = 0
     #: Groups committed and batches in them (the bench's and the tests' view of how much was grouped).
     groups: int = 0
     batches: int = 0
@@ -72,16 +76,20 @@ class GroupCommit(Generic[B, R]):
         """Commit ``batch`` (with whatever else is queued); its outcome, or its error raised."""
         pending: Pending[B, R] = Pending(batch)
         self._queue.append(pending)
-        while not pending.done:
-            if not self._busy:
-                await self._lead()
-                continue
-            try:
-                await self._idle.wait()
-            except BaseException:
-                if not pending.taken:  # withdrawn: never reached the writer
-                    self._queue.remove(pending)
-                raise
+        try:
+            while not pending.done:
+                if not self._busy:
+                    await self._lead()
+                    continue
+                self._waiting += 1
+                try:
+                    await self._idle.wait()
+                finally:
+                    self._waiting -= 1
+        except BaseException:
+            if not pending.taken:  # withdrawn: never reached the store
+                self._queue.remove(pending)
+            raise
         return pending.outcome()
 
     async def _lead(self) -> None:
@@ -90,24 +98,28 @@ class GroupCommit(Generic[B, R]):
             pending.taken = True
         self._busy = True
         try:
-            with trio.CancelScope(shield=True):
-                try:
-                    await self.flush(group)
-                except BaseException as exc:  # the flush failed as a whole: every batch in it did
-                    for pending in group:
-                        if not pending.done:
-                            pending.settle(error=exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                for pending in group:
-                    if not pending.done:  # a flush that forgot one: never leave a waiter hanging
-                        pending.settle(error=RuntimeError("group commit: batch not settled"))
-            self.groups += 1
-            self.batches += len(group)
+            await self.flush(group)
+        except trio.Cancelled:
+            for pending in group:  # nothing reached the store: back in line, ahead of what came since
+                pending.taken = False
+            self._queue[:0] = group
+            raise
+        except BaseException as exc:  # the flush failed as a whole: every batch in it did
+            for pending in group:
+                if not pending.done:
+                    pending.settle(error=exc)
+            if not isinstance(exc, Exception):
+                raise
         finally:
             self._busy = False
-            self._idle.set()
-            self._idle = trio.Event()
+            if self._waiting:
+                self._idle.set()
+                self._idle = trio.Event()
+        for pending in group:
+            if not pending.done:  # a flush that forgot one: never leave a caller waiting
+                pending.settle(error=RuntimeError("group commit: batch not settled"))
+        self.groups += 1
+        self.batches += len(group)
 
 
 __all__ = ["Flush", "GroupCommit", "Pending"]

@@ -17,13 +17,15 @@ class HeldFlush:
     """Commits each group when the test lets it: the groups it saw, in order."""
 
     def __init__(self) -> None:
-        self.groups: list[list[str]] = []
-        self.gate = trio.Event()
+        self.seen: list[list[str]] = []  # each group the flush was handed
+        self.groups: list[list[str]] = []  # each group it committed
+        self.permits = trio.Semaphore(0)  # one commit per permit the test gives
         self.fail: Exception | None = None
 
     async def __call__(self, group: Sequence[Pending[str, int]]) -> None:
+        self.seen.append([p.batch for p in group])
+        await self.permits.acquire()  # as a store waits for its worker thread: cancellable, nothing written yet
         self.groups.append([p.batch for p in group])
-        await self.gate.wait()
         if self.fail is not None:
             raise self.fail
         for n, pending in enumerate(group):
@@ -48,14 +50,17 @@ async def test_batches_queued_during_a_commit_share_the_next_one_each_with_its_o
         for batch in ("b", "bad", "c"):
             nursery.start_soon(submit, batch)
             await trio.testing.wait_all_tasks_blocked()  # queued in this order
-        assert flush.groups == [["a"]]  # the others wait for the commit in progress
-        flush.gate.set()
+        assert flush.seen == [["a"]]  # the others wait for the commit in progress
+        flush.permits.release()
+        flush.permits.release()
     assert flush.groups == [["a"], ["b", "bad", "c"]]
     assert results == {"a": 100, "b": 200, "bad": "bad refused", "c": 202}
     assert (writer.groups, writer.batches) == (2, 4)
 
 
-async def test_a_caller_cancelled_while_queued_withdraws_its_batch_and_a_cancelled_leader_still_commits_its_group():
+async def test_cancelled_callers_withdraw_their_batches_and_the_others_are_committed_in_order():
+    """A caller cancelled while queued, and a leader cancelled while its group waits for the store, leave nothing
+    of theirs; the batches of the others the leader had taken go back in line, ahead of later ones."""
     flush = HeldFlush()
     writer: GroupCommit[str, int] = GroupCommit(flush)
     queued, leader = trio.CancelScope(), trio.CancelScope()
@@ -66,24 +71,29 @@ async def test_a_caller_cancelled_while_queued_withdraws_its_batch_and_a_cancell
             results[batch] = await writer.submit(batch)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(submit, "lead", leader)
+        nursery.start_soon(submit, "first")
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(submit, "withdrawn", queued)
+        for batch, scope in (("withdrawn", queued), ("lead", leader), ("kept", None)):
+            nursery.start_soon(submit, batch, scope)
+            await trio.testing.wait_all_tasks_blocked()
+        queued.cancel()
+        flush.permits.release()  # "first" commits; then "lead" leads the next group with "kept" in it
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(submit, "kept")
+        nursery.start_soon(submit, "later")
         await trio.testing.wait_all_tasks_blocked()
-        queued.cancel()  # never reached the writer: nothing of it is committed
-        leader.cancel()  # its commit is under way: it finishes, and the next group is committed by a waiter
+        leader.cancel()  # while its group waits for the store
         await trio.testing.wait_all_tasks_blocked()
-        flush.gate.set()
-    assert flush.groups == [["lead"], ["kept"]]
-    assert results == {"lead": 100, "kept": 200}  # the cancelled leader's commit went through
+        flush.permits.release()
+    assert flush.seen[:2] == [["first"], ["lead", "kept"]]
+    assert flush.groups == [["first"], ["kept", "later"]]
+    assert results == {"first": 100, "kept": 200, "later": 201}
 
 
 async def test_a_flush_that_fails_as_a_whole_fails_every_batch_in_it():
     flush = HeldFlush()
     flush.fail = JournalError("disk full")
-    flush.gate.set()
+    flush.permits.release()
+    flush.permits.release()
     writer: GroupCommit[str, int] = GroupCommit(flush)
     with pytest.raises(JournalError, match="disk full"):
         await writer.submit("x")
