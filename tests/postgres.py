@@ -58,6 +58,8 @@ class PgServer:
     listen: tuple[str, ...] = ("127.0.0.1",)
     #: Subnets (CIDR) besides loopback whose hosts may log in with the password.
     allow: tuple[str, ...] = ()
+    #: Server settings ``name=value`` over the defaults below (the benches' ``fsync=on``, say).
+    settings: tuple[str, ...] = ()
 
     @property
     def data(self) -> str:
@@ -84,7 +86,8 @@ class PgServer:
 
     def start(self) -> None:
         options = (f"-c port={self.port} -c listen_addresses={','.join(self.listen)} -c unix_socket_directories={self.root} "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+                   + "".join(f" -c {setting}" for setting in self.settings))
         done = self._run(os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-o", options, "-w", "-t", "60",
                          "-l", os.path.join(self.root, "log"), "start")
         if done.returncode != 0:
@@ -120,7 +123,8 @@ class PgServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_server(listen: tuple[str, ...] = ("127.0.0.1",), allow: tuple[str, ...] = ()) -> PgServer:
+def start_server(listen: tuple[str, ...] = ("127.0.0.1",), allow: tuple[str, ...] = (),
+                 settings: tuple[str, ...] = ()) -> PgServer:
     """A fresh server on ``listen`` (raises RuntimeError when no PostgreSQL is installed or it does not start)."""
     path = bindir()
     if path is None:
@@ -133,7 +137,7 @@ def start_server(listen: tuple[str, ...] = ("127.0.0.1",), allow: tuple[str, ...
         os.chmod(root, 0o700)
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    server = PgServer(path, root, launch.free_port(), as_user, listen, allow)
+    server = PgServer(path, root, launch.free_port(), as_user, listen, allow, settings)
     try:
         server.init()
         server.start()

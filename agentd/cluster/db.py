@@ -6,6 +6,12 @@ connection, and a slow or unreachable database delays only the task awaiting it,
 Every wait is bounded on the database side: ``connect_timeout``, a ``statement_timeout`` and TCP
 keepalives, so a thread call always returns.
 
+The session runs with ``synchronous_commit = on`` (a connection option, which outranks the server's
+``postgresql.conf``/``ALTER SYSTEM``, the database's and the role's defaults): a commit of agentd returns once
+the server has the transaction in its WAL, so a crash of the server loses nothing agentd was told was
+committed. The one exception is a journal batch nothing acts on (agentd.cluster.store), which asks for
+``off`` itself.
+
 A connection that broke (the server restarted, the network dropped) raises
 :class:`~agentd.cluster.errors.ClusterUnavailable` once and is opened again by the next call: the caller
 decides whether to retry (agentd.backoff) or give up. Messages name the host, never the password.
@@ -57,7 +63,7 @@ class Database:
         try:
             return psycopg.connect(
                 self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name=self._application,
-                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c synchronous_commit=on "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT * 1000}", keepalives=1, keepalives_idle=10,
                 keepalives_interval=5, keepalives_count=3, tcp_user_timeout=TCP_USER_TIMEOUT_MS, **extra,
             )

@@ -25,4 +25,12 @@ class ClusterSchemaError(ConfigError):
 
 
 class LeaseLost(JournalError):
-    """This member's lease on a run was lost: the commit was refused (fencing)."""
+    """This member's lease on a run was lost: the commit was refused (fencing).
+
+    ``work`` is the run (work item) id, ``token`` the lease that was lost, ``new_owner`` and ``new_token`` who
+    holds the run now (``None``: nobody, the lease was released or the run is not leased)."""
+
+    def __init__(self, message: str, *, work: str | None = None, token: int | None = None,
+                 new_owner: str | None = None, new_token: int | None = None) -> None:
+        super().__init__(message)
+        self.work, self.token, self.new_owner, self.new_token = work, token, new_owner, new_token

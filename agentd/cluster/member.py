@@ -39,6 +39,7 @@ from agentd.cluster.errors import ClusterUnavailable, LeaseLost
 from agentd.cluster.store import FencedJournal
 from agentd.cluster.watch import DoneWatch
 from agentd.cluster.work import CANCELLED, DONE_CHANNEL, WORK_CHANNEL, Queue, WorkItem
+from agentd.errors import flatten, leaves
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.records import RunEnded
@@ -218,14 +219,20 @@ class Member:
                 await journal.append(item.work_id, [CANCELLED])
                 await self._finish(item)
                 finished = True
-        except LeaseLost as exc:
-            self.log.warn("cluster.fenced", work=item.work_id, token=item.lease.token, error=str(exc))
-        except JournalError as exc:
-            self.log.error("cluster.work_failed", work=item.work_id, error=str(exc))
         except Exception as exc:  # a bad item (its payload, its run id) never takes the member down
-            error = f"{type(exc).__name__}: {exc}"[:500]
-            self.log.error("cluster.work_failed", work=item.work_id, error=error)
-            finished = await self._fail(item, journal, error)
+            # Whatever escapes the run comes wrapped in its nurseries' exception groups: a lost lease anywhere
+            # in it is fencing (the item goes on with its new owner), not a failure of the item.
+            lost = next((e for e in leaves(exc) if isinstance(e, LeaseLost)), None)
+            found = flatten(exc)
+            if lost is not None:
+                self.log.warn("cluster.fenced", work=item.work_id, token=item.lease.token, owner=lost.new_owner,
+                              new_token=lost.new_token, error=str(lost))
+            elif isinstance(found, JournalError):
+                self.log.error("cluster.work_failed", work=item.work_id, error=str(found))
+            else:
+                error = f"{type(found).__name__}: {found}"[:500]
+                self.log.error("cluster.work_failed", work=item.work_id, error=error)
+                finished = await self._fail(item, journal, error)
         finally:
             self._running.pop(item.work_id, None)
             self._slots_changed()

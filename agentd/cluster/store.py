@@ -4,10 +4,18 @@ shared by every member of a cluster, plus fencing.
 Why the same interface: the run composition (agentd.run) journals and resumes runs through the Protocol only,
 so a run recovered on another member is the durable-runs recovery path unchanged (docs/durability.md).
 
-Durability: every method is one transaction. A step's batch commits with ``synchronous_commit = off`` (it
-survives agentd being killed: the server has it; a crash of the database server itself may lose the last
-few, as SQLite's NORMAL may on power loss); ``RunEnded``, ``durable=True`` and daemon state commit with
-``synchronous_commit = on`` (flushed to the server's WAL before the commit returns).
+Durability: every method is one transaction, and agentd's session runs with ``synchronous_commit = on``
+(agentd.cluster.db), whatever the server's, the database's or the role's default. A run's records that agentd
+acts on (a step that asks for tool calls, a call's outcome, a spawn, ``RunEnded``: ``durable=True``, see
+agentd.journal.recorder) are flushed to the server's WAL before the commit returns, so a crash of the
+database server itself (not only of agentd) keeps them; only a batch nothing acts on (a final answer, which
+``run.ended`` follows) commits with ``synchronous_commit = off``.
+
+Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`: the batches of every run that
+arrive while a transaction is on the worker thread are committed together in the next one (one WAL flush
+for all of them), each fenced on its own lease, each with its own outcome (a lost lease refuses that batch
+alone). A transaction the server aborts as a deadlock (a claim racing the lease checks of a group) is tried
+again, :data:`DEADLOCK_RETRIES` times.
 
 Leases and fencing: :meth:`PgJournal.claim` takes a run for an owner until ``expires_at`` (the database's
 clock, so members' clocks do not matter) with a token from one sequence, so tokens only grow across the
@@ -23,7 +31,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import psycopg
@@ -34,6 +42,7 @@ from agentd.cluster import migrations
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
 from agentd.events import Redactor
+from agentd.journal.group import GroupCommit, Pending
 from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
 
@@ -90,13 +99,15 @@ def _sync(conn: Conn, durable: bool) -> None:
 
 def check_fence(conn: Conn, lease: Lease) -> None:
     """Inside an open transaction: the lease row still carries ``lease.token``, locked against a re-claim
-    until the transaction ends; else :class:`LeaseLost`."""
+    until the transaction ends; else :class:`LeaseLost` (naming the new owner, if any)."""
     row = conn.execute("SELECT owner, token FROM agentd_leases WHERE run_id = %s FOR SHARE",
                        (lease.run_id,)).fetchone()
     if row is None or int(row[1]) != lease.token:
+        owner, token = (None, None) if row is None else (str(row[0]), int(row[1]))
         raise LeaseLost(f"run {lease.run_id!r}: lease {lease.token} of {lease.owner!r} was lost "
-                        f"({'released' if row is None else f'now held by {row[0]!r} with token {row[1]}'}); "
-                        "nothing was committed")
+                        f"({'released' if row is None else f'now held by {owner!r} with token {token}'}); "
+                        "nothing was committed", work=lease.run_id, token=lease.token, new_owner=owner,
+                        new_token=token)
 
 
 def claim_in(conn: Conn, run_id: str, owner: str, ttl: float, now: float) -> Lease | None:
@@ -112,6 +123,41 @@ def claim_in(conn: Conn, run_id: str, owner: str, ttl: float, now: float) -> Lea
     return None if row is None else Lease(run_id, owner, int(row[0]), float(row[1]))
 
 
+#: Times a group commit the server aborted as a deadlock is tried again before it fails as a journal error.
+DEADLOCK_RETRIES: Final = 3
+
+
+@attrs.frozen
+class _Batch:
+    """One append waiting for its group: a claimed run's batch carries the lease it is fenced by."""
+
+    run_id: str
+    records: tuple[Record, ...]
+    durable: bool
+    now: float
+    lease: Lease | None
+
+
+def _commit_group(conn: Conn, group: Sequence[Pending[_Batch, int]]
+                  ) -> list[tuple[Pending[_Batch, int], int | None, LeaseLost | None]]:
+    """On the worker thread: every batch of ``group`` in one transaction, synchronous if any is durable. A
+    batch whose lease was lost writes nothing (its fence check is its first statement) and gets its
+    LeaseLost; the others commit."""
+    out: list[tuple[Pending[_Batch, int], int | None, LeaseLost | None]] = []
+    with conn.transaction():
+        _sync(conn, any(p.batch.durable for p in group))
+        for pending in group:
+            batch = pending.batch
+            if batch.lease is not None:
+                try:
+                    check_fence(conn, batch.lease)
+                except LeaseLost as exc:
+                    out.append((pending, None, exc))
+                    continue
+            out.append((pending, append_in(conn, batch.run_id, batch.records, batch.now), None))
+    return out
+
+
 @attrs.define(eq=False)
 class PgJournal:
     """:class:`~agentd.journal.store.JournalStore` on a PostgreSQL database. Use :func:`open_pg_journal`."""
@@ -122,6 +168,12 @@ class PgJournal:
     lease_clock: Callable[[], float] | None = None
     #: Known secret values (the log's): scrubbed out of every record and state value before it is written.
     redactor: Redactor | None = None
+    #: Every append goes through it (group commit, agentd.journal.group).
+    writer: GroupCommit[_Batch, int] = attrs.field(init=False)
+
+    @writer.default
+    def _writer(self) -> GroupCommit[_Batch, int]:
+        return GroupCommit(self._flush)
 
     @property
     def path(self) -> str:
@@ -133,32 +185,33 @@ class PgJournal:
     # --- runs ---
 
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
-        if not records:
-            raise ValueError("append needs at least one record")
-        batch, now = tuple(redacted(r, self.redactor) for r in records), self.clock()
-        durable = durable or any(isinstance(r, RunEnded) for r in batch)
-
-        def work(conn: Conn) -> int:
-            with conn.transaction():
-                _sync(conn, durable)
-                return append_in(conn, run_id, batch, now)
-
-        return await self.db.call(work, "append")
+        return await self._submit(run_id, records, durable, None)
 
     async def append_fenced(self, lease: Lease, records: Sequence[Record], *, durable: bool = False) -> int:
         """:meth:`append` to ``lease.run_id`` only while ``lease`` holds; else LeaseLost and nothing written."""
+        return await self._submit(lease.run_id, records, durable, lease)
+
+    async def _submit(self, run_id: str, records: Sequence[Record], durable: bool, lease: Lease | None) -> int:
         if not records:
             raise ValueError("append needs at least one record")
-        batch, now = tuple(redacted(r, self.redactor) for r in records), self.clock()
+        batch = tuple(redacted(r, self.redactor) for r in records)
         durable = durable or any(isinstance(r, RunEnded) for r in batch)
+        return await self.writer.submit(_Batch(run_id, batch, durable, self.clock(), lease))
 
-        def work(conn: Conn) -> int:
-            with conn.transaction():
-                _sync(conn, durable)
-                check_fence(conn, lease)
-                return append_in(conn, lease.run_id, batch, now)
+    async def _flush(self, group: Sequence[Pending[_Batch, int]]) -> None:
+        """One transaction for the whole group (see the module docstring); each batch settled on its own."""
 
-        return await self.db.call(work, "append")
+        def work(conn: Conn) -> list[tuple[Pending[_Batch, int], int | None, LeaseLost | None]]:
+            for attempt in range(DEADLOCK_RETRIES + 1):
+                try:
+                    return _commit_group(conn, group)
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == DEADLOCK_RETRIES:
+                        raise
+            raise AssertionError("unreachable")
+
+        for pending, last, lost in await self.db.call(work, "append"):
+            pending.settle(last, lost)
 
     async def read_run(self, run_id: str) -> RunJournal | None:
         def work(conn: Conn) -> tuple[Any, list[Any]]:

@@ -11,6 +11,11 @@ messages, as the loop holds them). The loop calls the recorder through its narro
 - ``observed(step, call_id, ok, text)``: one call's observation, committed as soon as the loop made it;
 - ``task_started(step, call_id, task_id)``: a call the server runs as a task, once the task exists.
 
+Both are durable (``durable=True``): committed so that a crash of the store itself (PostgreSQL's server, the
+OS under SQLite) keeps them, before the loop acts on them; so are spawns and children's ends. Only a reply
+that asks for no tool call (a final answer, which ``run.ended`` follows) is committed without waiting for
+the flush. A store groups the durable commits of concurrent runs (agentd.journal.group).
+
 So after a crash every tool call the journal knows of is in one of two states: its outcome committed (its
 observation is replayed, the call is never re-sent) or *pending* (requested, no outcome: it may or may not
 have reached the server). :func:`rebuild` reports the pending calls (with the task a call started, if any: the
@@ -165,7 +170,7 @@ class RunRecorder:
             records.append(ToolCallRequested(step, str(call.get("id")), str(function.get("name")),
                                              function.get("arguments")))
         records.append(Usage(step, prompt_tokens, completion_tokens))
-        await self._append(records)
+        await self._append(records, durable=bool(calls))
         journal_commit(time.perf_counter() - ended)
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
@@ -198,7 +203,7 @@ class RunRecorder:
     async def ended(self, status: str, result: Any, error: str | None) -> None:
         await self._append([RunEnded(status, result, error)], durable=True)
 
-    async def _append(self, records: Sequence[Any], *, durable: bool = False) -> None:
+    async def _append(self, records: Sequence[Any], *, durable: bool = True) -> None:
         journal_queue(+1)  # waiting for the store or being committed
         try:
             await self.store.append(self.run_id, records, durable=durable)

@@ -5,12 +5,17 @@ every database call runs in ``trio.to_thread.run_sync`` under a ``CapacityLimite
 at a time touches the connection, and a slow disk delays only the run that awaits its commit, never the
 trio loop. Records are JSON-encoded on the worker thread too, so the trio thread pays only the hand-off.
 
-Durability: WAL mode with ``synchronous=NORMAL``. Each :meth:`SqliteJournal.append` is one transaction
-(one step's records), so a batch is in the journal entirely or not at all, and a committed batch survives
-the process being killed (SIGKILL, OOM): it is in the WAL. A power loss may lose the last NORMAL commits
-but never corrupts the file. A commit that must survive power loss runs with ``synchronous=FULL`` (an
-fsync of the WAL, which also secures every earlier commit): a batch holding ``RunEnded``, an append with
-``durable=True``, and every :meth:`SqliteJournal.put_state`.
+Durability: WAL mode. Each :meth:`SqliteJournal.append` batch (one step's records) is in the journal entirely
+or not at all, and every committed batch survives the process being killed (SIGKILL, OOM): it is in the WAL,
+in the kernel's page cache. What must also survive a power loss or an OS crash is committed with
+``synchronous=FULL`` (an fsync of the WAL before the commit returns, which also secures every earlier
+commit): every batch agentd acts on (``durable=True``: a step that asks for tool calls, a call's outcome, a
+spawn, a child's end; see agentd.journal.recorder), a batch holding ``RunEnded``, and every
+:meth:`SqliteJournal.put_state`. Only what nothing acts on (a final answer, which ``run.ended`` follows at
+once; pruning) commits with ``synchronous=NORMAL`` and may be lost to a power loss, never corrupting the file.
+
+Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`, so the batches of concurrent
+runs that queue while one transaction is on the worker thread share the next transaction and its one fsync.
 
 Schema: a ``meta`` table holds ``schema_version``. A file with a newer version, or a database that is not a
 journal, is refused with :class:`~agentd.journal.errors.JournalSchemaError` before anything is written.
@@ -34,6 +39,7 @@ import trio
 
 from agentd.events import Redactor
 from agentd.journal.errors import JournalError, JournalSchemaError
+from agentd.journal.group import GroupCommit, Pending
 from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
 from agentd.telemetry.private_files import prepare_database
@@ -164,35 +170,65 @@ class JournalFile:
     # --- runs ---
 
     def append(self, run_id: str, records: Sequence[Record], durable: bool) -> int:
-        ended = next((r for r in records if isinstance(r, RunEnded)), None)
-        bodies = [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str))
-                  for r in records]  # fmt: skip
+        [(last, error)] = self.append_group([(run_id, records, durable)])
+        if error is not None:
+            raise error
+        assert last is not None
+        return last
 
-        def work() -> int:
+    def append_group(self, batches: Sequence[tuple[str, Sequence[Record], bool]]
+                     ) -> list[tuple[int | None, Exception | None]]:
+        """Every batch ``(run_id, records, durable)`` in one transaction (fsync'd if any is durable or holds a
+        ``RunEnded``); each batch's last sequence number, or the error of a batch that could not be encoded
+        (it alone is left out). A failing transaction raises JournalError: none of them was committed."""
+        out: list[tuple[int | None, Exception | None]] = []
+        encoded: list[tuple[int, str, Sequence[Record], list[tuple[str, str]]]] = []
+        durable = False
+        for i, (run_id, records, wants) in enumerate(batches):
+            try:
+                bodies = [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str))
+                          for r in records]  # fmt: skip
+            except (TypeError, ValueError) as exc:
+                out.append((None, JournalError(f"journal {self.path}: append failed (a record cannot be "
+                                               f"encoded: {type(exc).__name__})")))
+                continue
+            out.append((None, None))
+            encoded.append((i, run_id, records, bodies))
+            durable = durable or wants or any(isinstance(r, RunEnded) for r in records)
+
+        def work() -> None:
             now = self.clock()
-            row = self.conn.execute("SELECT next_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                started = next((r for r in records if isinstance(r, RunStarted)), None)
-                parent = started.parent if started is not None else None
-                self.conn.execute(
-                    "INSERT INTO runs (run_id, status, started_at, parent, next_seq) VALUES (?, 'running', ?, ?, 0)",
-                    (run_id, now, parent),
-                )
-                first = 0
-            else:
-                first = int(row[0])
-            self.conn.executemany(
-                "INSERT INTO entries (run_id, seq, ts, kind, body) VALUES (?, ?, ?, ?, ?)",
-                [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)],
-            )
-            if ended is not None:
-                self.conn.execute("UPDATE runs SET next_seq = ?, status = ?, ended_at = ? WHERE run_id = ?",
-                                  (first + len(bodies), ended.status, now, run_id))  # fmt: skip
-            else:
-                self.conn.execute("UPDATE runs SET next_seq = ? WHERE run_id = ?", (first + len(bodies), run_id))
-            return first + len(bodies) - 1
+            for i, run_id, records, bodies in encoded:
+                out[i] = (self._append_in(run_id, records, bodies, now), None)
 
-        return self._transaction(work, durable=durable or ended is not None, what="append")
+        if encoded:
+            self._transaction(work, durable=durable, what="append")
+        return out
+
+    def _append_in(self, run_id: str, records: Sequence[Record], bodies: Sequence[tuple[str, str]], now: float
+                   ) -> int:
+        ended = next((r for r in records if isinstance(r, RunEnded)), None)
+        row = self.conn.execute("SELECT next_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            started = next((r for r in records if isinstance(r, RunStarted)), None)
+            parent = started.parent if started is not None else None
+            self.conn.execute(
+                "INSERT INTO runs (run_id, status, started_at, parent, next_seq) VALUES (?, 'running', ?, ?, 0)",
+                (run_id, now, parent),
+            )
+            first = 0
+        else:
+            first = int(row[0])
+        self.conn.executemany(
+            "INSERT INTO entries (run_id, seq, ts, kind, body) VALUES (?, ?, ?, ?, ?)",
+            [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)],
+        )
+        if ended is not None:
+            self.conn.execute("UPDATE runs SET next_seq = ?, status = ?, ended_at = ? WHERE run_id = ?",
+                              (first + len(bodies), ended.status, now, run_id))  # fmt: skip
+        else:
+            self.conn.execute("UPDATE runs SET next_seq = ? WHERE run_id = ?", (first + len(bodies), run_id))
+        return first + len(bodies) - 1
 
     def read_run(self, run_id: str) -> RunJournal | None:
         summary, rows = self.read_raw(run_id)
@@ -305,6 +341,12 @@ class SqliteJournal:
     _token: int = 0
     #: Known secret values (the log's): scrubbed out of every record and state value before it is written.
     redactor: Redactor | None = None
+    #: Every append goes through it (group commit, agentd.journal.group).
+    writer: GroupCommit[tuple[str, Sequence[Record], bool], int] = attrs.field(init=False)
+
+    @writer.default
+    def _writer(self) -> GroupCommit[tuple[str, Sequence[Record], bool], int]:
+        return GroupCommit(self._flush)
 
     @property
     def path(self) -> str:
@@ -316,8 +358,13 @@ class SqliteJournal:
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
         if not records:
             raise ValueError("append needs at least one record")
-        batch = tuple(redacted(r, self.redactor) for r in records)
-        return await self._call(lambda: self._file.append(run_id, batch, durable))
+        return await self.writer.submit((run_id, tuple(redacted(r, self.redactor) for r in records), durable))
+
+    async def _flush(self, group: Sequence[Pending[tuple[str, Sequence[Record], bool], int]]) -> None:
+        batches = [p.batch for p in group]
+        for pending, (last, error) in zip(group, await self._call(lambda: self._file.append_group(batches)),
+                                          strict=True):
+            pending.settle(last, error)
 
     async def read_run(self, run_id: str) -> RunJournal | None:
         return await self._call(lambda: self._file.read_run(run_id))

@@ -105,7 +105,10 @@ class JournalStore(Protocol):
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
         """Commit ``records`` to ``run_id`` in one transaction; return the last record's sequence number.
 
-        ``durable`` forces the commit to survive power loss; a batch holding a ``RunEnded`` always does.
+        ``durable`` makes the commit survive a crash of the store itself (power loss under SQLite, a crash of
+        the PostgreSQL server) before this returns; a batch holding a ``RunEnded`` always does. The recorder
+        sets it for every batch agentd acts on (agentd.journal.recorder). Concurrent appends may share one
+        transaction (agentd.journal.group); each batch is still wholly in the journal or not at all.
         """
         ...
 

@@ -22,6 +22,15 @@ members share this process's CPU: a floor on what separate hosts reach):
 
 Ratios measured in one run (PG ÷ SQLite; 3 members ÷ 1) are the stable figures; absolute numbers move with
 the machine's load.
+
+``--durability`` measures instead, on a server with ``fsync=on`` (so a synchronous commit waits for the disk):
+
+- a claimed run's step committed as agentd commits it now (fenced, ``durable=True``: ``synchronous_commit=on``,
+  batches of concurrent runs grouped, agentd.journal.group) against the way it was committed before
+  (fenced, ``synchronous_commit=off``, one transaction per step), with 1 and ``--concurrent`` runs appending
+  at once: CPU per step of the trio thread and of the process, wall per step, and the ratios now ÷ before
+  (medians over ``--rounds`` interleaved rounds; scripts/bench/journal.py ``compare``);
+- claims per second with 1 and 2 members (as above, every claim and finish a synchronous commit).
 """
 
 from __future__ import annotations
@@ -42,10 +51,10 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench_doc import replace_section
-from journal import step
+from journal import compare, durability_lines, step
 
 from agentd.cluster.member import Member
-from agentd.cluster.store import FencedJournal, open_database, open_pg_journal
+from agentd.cluster.store import FencedJournal, append_in, check_fence, open_database, open_pg_journal
 from agentd.cluster.work import Queue, WorkItem, enqueue
 from agentd.events import EventLog
 from agentd.journal.records import RunStarted
@@ -201,6 +210,85 @@ async def per_step(dsn: str, steps: int) -> dict[str, float]:
     return result
 
 
+async def durability(dsn: str, runs: int, steps: int, rounds: int) -> dict[str, float]:
+    """PostgreSQL: fenced, durable and grouped (agentd now) against fenced with ``synchronous_commit=off``, one
+    transaction per step (before)."""
+    async with open_pg_journal(dsn, PASSWORD) as old, open_pg_journal(dsn, PASSWORD) as pg:
+        leases = {}
+
+        async def lease(store, run_id: str):
+            if run_id not in leases:
+                leases[run_id] = await store.claim(run_id, "bench", ttl=3600)
+            return leases[run_id]
+
+        def ungrouped(sync: str):
+            async def append(run_id: str, batch: list) -> None:
+                held, now = await lease(old, run_id), time.time()
+
+                def work(conn) -> int:
+                    with conn.transaction():
+                        conn.execute(f"SET LOCAL synchronous_commit = {sync}")
+                        check_fence(conn, held)
+                        return append_in(conn, run_id, batch, now)
+
+                await old.db.call(work, "append")
+
+            return append
+
+        async def now(run_id: str, batch: list) -> None:
+            await FencedJournal(pg, await lease(pg, run_id)).append(run_id, batch, durable=True)
+
+        out = await compare({"before": ungrouped("off"), "synced": ungrouped("on"), "now": now}, runs, steps, rounds)
+        out["groups_per_step"] = pg.writer.groups / pg.writer.batches
+    return out
+
+
+async def durability_bench(dsn_of, steps: int, concurrent: int, rounds: int, items: int
+                           ) -> tuple[dict[int, dict[str, float]], dict[int, float]]:
+    steps_out = {runs: await durability(dsn_of(), runs, steps // runs, rounds) for runs in (1, concurrent)}
+    claims = {n: await throughput(dsn_of(), n, items) for n in (1, 2)}
+    return steps_out, claims
+
+
+DURABILITY = "## Cluster durability (PostgreSQL)"
+
+
+def durable_main(args: argparse.Namespace) -> None:
+    server = start_server(settings=("fsync=on",))
+    try:
+        steps, claims = trio.run(durability_bench, lambda: server.dsn(server.new_database()), args.steps,
+                                 args.concurrent, args.rounds, args.items)
+    finally:
+        server.close()
+    for runs, r in steps.items():
+        print(runs, {k: round(v, 4) for k, v in r.items()})
+    print("claims/s", {n: round(v) for n, v in claims.items()})
+    if not args.write:
+        return
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    lines = [
+        DURABILITY, "",
+        f"Command: `.venv/bin/python scripts/bench/cluster.py --durability --steps {args.steps} --concurrent "
+        f"{args.concurrent} --rounds {args.rounds} --items {args.items} --write` (2-core VM, "
+        f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load} at the end; medians of "
+        f"{args.rounds} interleaved rounds, ratios from the same run). A throwaway PostgreSQL on loopback with "
+        f"`fsync=on`; {args.steps} steps in all (4 records each), spread over the runs, each run fenced on its "
+        "own lease.", "",
+        *durability_lines(steps, "PostgreSQL", "fenced, `synchronous_commit=off`, one transaction per step, as "
+                          "before this change", "the same with `synchronous_commit=on`, not grouped: what "
+                          "durability alone costs", "fenced, `durable=True` as the recorder commits a step that "
+                          "asks for tool calls: `synchronous_commit=on`, batches of concurrent runs grouped"),
+        "Target: CPU per step now ÷ before ≤ 1.2×.", "",
+        "| members (one process, capacity 4 each, no-op runs) | claims/s |",
+        "|---|---|",
+        *[f"| {n} | {v:.0f} |" for n, v in claims.items()],
+        "",
+        "Target: ≥ 250 claims/s with 2 members on 2 cores.", "",
+    ]  # fmt: skip
+    replace_section(DURABILITY, "\n".join(lines))
+
+
 async def bench(dsn_of, items: int, steps: int, samples: int, failovers: int, ttl: float) -> dict[str, float]:
     out: dict[str, float] = {}
     for n in (1, 2, 3):
@@ -226,9 +314,16 @@ def main() -> None:
     parser.add_argument("--ttl", type=float, default=2.0, help="lease TTL of the failover members, seconds")
     parser.add_argument("--member", metavar="DSN", help=argparse.SUPPRESS)  # the failover's victim process
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    parser.add_argument("--durability", action="store_true",
+                        help="only the durability comparison and claims/s (their own section in docs/benchmarks.md)")
+    parser.add_argument("--concurrent", type=int, default=8, help="runs appending at once (--durability)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--durability)")
     args = parser.parse_args()
     if args.member:
         trio.run(serve_victim, args.member, args.ttl)
+        return
+    if args.durability:
+        durable_main(args)
         return
     server = start_server()
     try:

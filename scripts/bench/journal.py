@@ -14,7 +14,13 @@ steps to one run, each awaited as the loop would, and measures:
   books (one more durable commit); a step with that save against the step alone, measured in the same run
   (wall and trio-thread CPU, and their ratios);
 - the worst trio scheduling delay seen by a 1 ms ticker task during a run of appends;
-- the floor: trio-thread CPU of a bare ``trio.to_thread.run_sync`` of a no-op under the same limiter.
+- the floor: trio-thread CPU of a bare ``trio.to_thread.run_sync`` of a no-op under the same limiter;
+- durability (``--durability``): a step committed as agentd commits it now (``durable=True``:
+  ``synchronous=FULL``, an fsync of the WAL, through the group commit) against the way it was committed before
+  (``synchronous=NORMAL``, one transaction per step on the worker thread, no grouping), with 1 and
+  ``--concurrent`` runs appending at once; CPU per step of the trio thread and of the whole process (the
+  worker thread's encoding and SQLite included), wall per step, and the ratios new ÷ before: medians over
+  ``--rounds`` interleaved rounds.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from bench_doc import replace_section
 
 from agentd.journal.ledger import Ledger, save_ledger
 from agentd.journal.records import ModelReply, RunStarted, ToolCallOutcome, ToolCallRequested, Usage
-from agentd.journal.sqlite import open_journal
+from agentd.journal.sqlite import JournalFile, db_path, open_journal
 
 SECTION = "## Run journal"
 
@@ -120,13 +126,97 @@ async def bench(steps: int, durable_steps: int, state_dir: str) -> dict[str, flo
     }
 
 
+async def timed_steps(append, runs: int, steps: int) -> tuple[float, float, float]:
+    """``runs`` tasks each appending ``steps`` steps to a run of its own, at once: per step, trio-thread CPU,
+    process CPU and wall (ms)."""
+    batches = [step(n) for n in range(steps)]
+    tag = timed_steps.calls = getattr(timed_steps, "calls", 0) + 1
+
+    async def one(run: int) -> None:
+        for batch in batches:
+            await append(f"d{tag}-{run}", batch)
+
+    cpu0, proc0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for run in range(runs):
+            nursery.start_soon(one, run)
+    n = runs * steps
+    return ((time.thread_time() - cpu0) / n * 1000, (time.process_time() - proc0) / n * 1000,
+            (time.perf_counter() - wall0) / n * 1000)
+
+
+async def compare(variants: dict, runs: int, steps: int, rounds: int) -> dict[str, float]:
+    """Medians over ``rounds`` interleaved rounds (the order turns round each time) of each of ``variants``
+    (name: append), and the ratios of the medians ``now`` ÷ ``before`` and ``now`` ÷ ``synced``."""
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            got[name].append(await timed_steps(variants[name], runs, steps))
+    out: dict[str, float] = {}
+    for name, rows in got.items():
+        for i, measure in enumerate(("loop_cpu_ms", "cpu_ms", "wall_ms")):
+            out[f"{name}_{measure}"] = statistics.median(row[i] for row in rows)
+    for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
+        for base in ("before", "synced"):
+            if base in variants:
+                out[f"ratio_{base}_{measure}"] = out[f"now_{measure}"] / out[f"{base}_{measure}"]
+    return out
+
+
+async def durability(state_dir: str, runs: int, steps: int, rounds: int) -> dict[str, float]:
+    """SQLite: durable + grouped (agentd now) against NORMAL, one transaction per step (before)."""
+    limiter = trio.CapacityLimiter(1)
+    file = await trio.to_thread.run_sync(lambda: JournalFile(db_path(state_dir + "/before")), limiter=limiter)
+
+    async def before(run_id: str, batch: list) -> None:
+        await trio.to_thread.run_sync(lambda: file.append(run_id, batch, False), limiter=limiter)
+
+    async def synced(run_id: str, batch: list) -> None:
+        await trio.to_thread.run_sync(lambda: file.append(run_id, batch, True), limiter=limiter)
+
+    try:
+        async with open_journal(state_dir + "/now") as journal:
+
+            async def now(run_id: str, batch: list) -> None:
+                await journal.append(run_id, batch, durable=True)
+
+            out = await compare({"before": before, "synced": synced, "now": now}, runs, steps, rounds)
+            out["groups_per_step"] = journal.writer.groups / journal.writer.batches
+    finally:
+        await trio.to_thread.run_sync(file.close, limiter=limiter)
+    return out
+
+
+def durability_lines(results: dict[int, dict[str, float]], what: str, before: str, synced: str, now: str
+                     ) -> list[str]:
+    lines = [f"| {what}: runs at once | trio-thread CPU per step: before / now (**now ÷ before**) | process CPU "
+             "per step: before / now (**now ÷ before**) | now ÷ synced: trio thread / process | wall per step: "
+             "before / synced / now | commits per step, now |",
+             "|---|---|---|---|---|---|"]
+    for runs, r in results.items():
+        lines.append(f"| {runs} | {r['before_loop_cpu_ms']:.3f} / {r['now_loop_cpu_ms']:.3f} ms "
+                     f"(**{r['ratio_before_loop_cpu_ms']:.2f}×**) | {r['before_cpu_ms']:.3f} / {r['now_cpu_ms']:.3f} "
+                     f"ms (**{r['ratio_before_cpu_ms']:.2f}×**) | {r['ratio_synced_loop_cpu_ms']:.2f}× / "
+                     f"{r['ratio_synced_cpu_ms']:.2f}× | {r['before_wall_ms']:.2f} / {r['synced_wall_ms']:.2f} / "
+                     f"{r['now_wall_ms']:.2f} ms | {r['groups_per_step']:.2f} |")
+    return [*lines, "", f"Before: {before}. Synced: {synced}. Now: {now}.", ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--durable-steps", type=int, default=50)
     parser.add_argument("--runs", type=int, default=3, help="repeat and keep the best loop-CPU run")
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    parser.add_argument("--durability", action="store_true",
+                        help="only the durability comparison (its own section in docs/benchmarks.md)")
+    parser.add_argument("--concurrent", type=int, default=8, help="runs appending at once (--durability)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--durability)")
     args = parser.parse_args()
+    if args.durability:
+        durable_main(args)
+        return
     results = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +254,35 @@ def main() -> None:
             "",
         ]  # fmt: skip
         replace_section(SECTION, "\n".join(lines))
+
+
+DURABILITY = "## Journal durability (SQLite)"
+
+
+def durable_main(args: argparse.Namespace) -> None:
+    results: dict[int, dict[str, float]] = {}
+    for runs in (1, args.concurrent):
+        with tempfile.TemporaryDirectory() as tmp:
+            results[runs] = trio.run(durability, tmp, runs, args.steps // runs, args.rounds)
+        print(runs, {k: round(v, 4) for k, v in results[runs].items()})
+    if not args.write:
+        return
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    lines = [
+        DURABILITY, "",
+        f"Command: `.venv/bin/python scripts/bench/journal.py --durability --steps {args.steps} --concurrent "
+        f"{args.concurrent} --rounds {args.rounds} --write` (2-core VM, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+        f"1-minute load average {load} at the end; medians of {args.rounds} interleaved rounds, ratios from the "
+        f"same run). {args.steps} steps in all (4 records each), spread over the runs; the file is on the "
+        "state directory's disk (here the VM's, whose fsync is what `now` waits for).", "",
+        *durability_lines(results, "SQLite", "`synchronous=NORMAL`, one transaction per step, as before this "
+                          "change", "the same with `synchronous=FULL` (WAL fsync), not grouped: what durability "
+                          "alone costs", "`durable=True` as the recorder commits a step that asks for tool calls: "
+                          "`synchronous=FULL`, batches of concurrent runs grouped"),
+        "Target: process CPU per step now ÷ before ≤ 1.1×.", "",
+    ]
+    replace_section(DURABILITY, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The SQLite journal on real files: schema refusal, a blocked disk, a private state directory (the store
+"""The SQLite journal on real files: schema refusal, a blocked disk, a private state directory, which commits are fsynced (the store
 contract both backends share is tests/journal/test_store_contract.py)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from agentd.journal.errors import JournalSchemaError
+from agentd.journal.recorder import RunRecorder
 from agentd.journal.records import RunStarted
 from agentd.journal.sqlite import DB_NAME, SCHEMA_VERSION, open_journal
 from tests.journal.helpers import step
@@ -80,3 +81,30 @@ async def test_a_created_state_dir_is_private(tmp_path):
     async with open_journal(str(state)) as journal:
         await journal.append("r", [RunStarted("d", "go")])
     assert (state.stat().st_mode & 0o777) == 0o700
+
+
+async def test_the_records_agentd_acts_on_are_fsynced_and_a_final_answer_is_not(tmp_path):
+    """``synchronous=FULL`` (the WAL fsync'd before the commit returns) for every batch the loop acts on; a
+    trigger notes the connection's setting each row was written under."""
+    async with open_journal(str(tmp_path)):
+        pass  # the schema
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        conn.execute("CREATE TABLE seen (kind TEXT, sync INTEGER)")
+        conn.execute("CREATE TRIGGER note AFTER INSERT ON entries BEGIN "
+                     "INSERT INTO seen SELECT new.kind, synchronous FROM pragma_synchronous; END")
+    async with open_journal(str(tmp_path)) as journal:
+        recorder = RunRecorder(journal, "r")
+        await recorder.started(RunStarted("d", "charge it"))
+        await recorder.replied(1, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "pay__charge", "arguments": "{}"}}]}, 10, 5)
+        await recorder.observed(1, "c1", True, "charged")
+        await recorder.spawned(2, "0.1", "look it up", None)
+        await recorder.child_ended("0.1", "completed", "found")
+        await recorder.replied(3, {"role": "assistant", "content": "done"}, 10, 5)
+        await recorder.ended("completed", {"result": "done"}, None)
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        seen = conn.execute("SELECT kind, sync FROM seen ORDER BY rowid").fetchall()
+    full, normal = 2, 1
+    assert [k for k, _ in seen] == ["run.started", "model.reply", "tool.requested", "usage", "tool.outcome", "spawn",
+                                    "child.result", "model.reply", "usage", "run.ended"]
+    assert [s for _, s in seen] == [full] * 7 + [normal, normal, full]

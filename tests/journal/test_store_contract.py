@@ -127,3 +127,17 @@ async def test_leases_claim_renew_release(open_store):
         await journal.release(b)
         assert await journal.claim("r1", "daemon-c", ttl=10) is not None
 
+
+
+
+async def test_concurrent_durable_appends_share_commits(open_store):
+    """Group commit: the batches of runs that arrive while a commit is in progress go in the next one, each
+    run's records in its own order."""
+    async with open_store() as journal:
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(lambda i=i: journal.append(f"g{i}", step(i), durable=True))
+        assert journal.writer.batches == 20 and journal.writer.groups < 20
+        for i in range(20):
+            run = await journal.read_run(f"g{i}")
+            assert run is not None and [e.record for e in run.entries] == step(i)

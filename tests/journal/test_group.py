@@ -1,0 +1,101 @@
+"""Group commit (agentd.journal.group) with a flush the test holds: who commits what, in which group, and what a
+cancelled caller leaves behind."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import trio
+import trio.testing
+
+from agentd.journal.errors import JournalError
+from agentd.journal.group import GroupCommit, Pending
+
+
+class HeldFlush:
+    """Commits each group when the test lets it: the groups it saw, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []  # each group the flush was handed
+        self.groups: list[list[str]] = []  # each group it committed
+        self.permits = trio.Semaphore(0)  # one commit per permit the test gives
+        self.fail: Exception | None = None
+
+    async def __call__(self, group: Sequence[Pending[str, int]]) -> None:
+        self.seen.append([p.batch for p in group])
+        await self.permits.acquire()  # as a store waits for its worker thread: cancellable, nothing written yet
+        self.groups.append([p.batch for p in group])
+        if self.fail is not None:
+            raise self.fail
+        for n, pending in enumerate(group):
+            pending.settle(error=JournalError(f"{pending.batch} refused") if pending.batch == "bad" else None,
+                           result=None if pending.batch == "bad" else len(self.groups) * 100 + n)
+
+
+async def test_batches_queued_during_a_commit_share_the_next_one_each_with_its_own_outcome():
+    flush = HeldFlush()
+    writer: GroupCommit[str, int] = GroupCommit(flush)
+    results: dict[str, object] = {}
+
+    async def submit(batch: str) -> None:
+        try:
+            results[batch] = await writer.submit(batch)
+        except JournalError as exc:
+            results[batch] = str(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "a")
+        await trio.testing.wait_all_tasks_blocked()
+        for batch in ("b", "bad", "c"):
+            nursery.start_soon(submit, batch)
+            await trio.testing.wait_all_tasks_blocked()  # queued in this order
+        assert flush.seen == [["a"]]  # the others wait for the commit in progress
+        flush.permits.release()
+        flush.permits.release()
+    assert flush.groups == [["a"], ["b", "bad", "c"]]
+    assert results == {"a": 100, "b": 200, "bad": "bad refused", "c": 202}
+    assert (writer.groups, writer.batches) == (2, 4)
+
+
+async def test_cancelled_callers_withdraw_their_batches_and_the_others_are_committed_in_order():
+    """A caller cancelled while queued, and a leader cancelled while its group waits for the store, leave nothing
+    of theirs; the batches of the others the leader had taken go back in line, ahead of later ones."""
+    flush = HeldFlush()
+    writer: GroupCommit[str, int] = GroupCommit(flush)
+    queued, leader = trio.CancelScope(), trio.CancelScope()
+    results: dict[str, object] = {}
+
+    async def submit(batch: str, scope: trio.CancelScope | None = None) -> None:
+        with scope or trio.CancelScope():
+            results[batch] = await writer.submit(batch)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        for batch, scope in (("withdrawn", queued), ("lead", leader), ("kept", None)):
+            nursery.start_soon(submit, batch, scope)
+            await trio.testing.wait_all_tasks_blocked()
+        queued.cancel()
+        flush.permits.release()  # "first" commits; then "lead" leads the next group with "kept" in it
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(submit, "later")
+        await trio.testing.wait_all_tasks_blocked()
+        leader.cancel()  # while its group waits for the store
+        await trio.testing.wait_all_tasks_blocked()
+        flush.permits.release()
+    assert flush.seen[:2] == [["first"], ["lead", "kept"]]
+    assert flush.groups == [["first"], ["kept", "later"]]
+    assert results == {"first": 100, "kept": 200, "later": 201}
+
+
+async def test_a_flush_that_fails_as_a_whole_fails_every_batch_in_it():
+    flush = HeldFlush()
+    flush.fail = JournalError("disk full")
+    flush.permits.release()
+    flush.permits.release()
+    writer: GroupCommit[str, int] = GroupCommit(flush)
+    with pytest.raises(JournalError, match="disk full"):
+        await writer.submit("x")
+    flush.fail = None
+    assert await writer.submit("y") == 200  # the writer is free again
