@@ -29,6 +29,7 @@ survives the cut; in-flight calls are cancelled by it (the client tells the serv
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import time
 from collections import deque
@@ -64,8 +65,10 @@ MAX_HISTORY_OBSERVATION_CHARS = 256_000
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
-#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling).
-UsageHook = Callable[[Usage], Awaitable[None] | None]
+#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling). A true answer
+#: says the run's token ceiling (its tree's, or its slice of it) is spent: the run ends ``exhausted_tokens``
+#: at this reply, making no further model request.
+UsageHook = Callable[[Usage], Awaitable[bool | None] | bool | None]
 
 
 class ToolObserver(Protocol):
@@ -191,10 +194,10 @@ class _Run:
         metrics.gateway_call(time.perf_counter() - called, "ok")
         metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        spent_out = False
         if self.on_usage is not None:
-            pending = self.on_usage(reply.usage)
-            if pending is not None:
-                await pending
+            verdict = self.on_usage(reply.usage)
+            spent_out = bool(await verdict if inspect.isawaitable(verdict) else verdict)
         if reply.content and reply.content.strip():
             self.best_text = reply.content
         self.log.info(
@@ -209,6 +212,12 @@ class _Run:
         if self.journal is not None:
             await self.journal.replied(step, self.messages[-1], reply.usage.prompt_tokens,
                                        reply.usage.completion_tokens)
+        if spent_out:
+            # The token ceiling holds here as for every subagent: this reply crossed it, so nothing it asked for
+            # runs and no further model request is made. Its tokens are counted (above) and committed (replied).
+            _budget_event(self.log, "token_ceiling", self)
+            return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
+                               error="the token ceiling is spent (--token-ceiling)")
         if self.observer is not None:
             for call in reply.tool_calls:
                 self.observer.requested(step, call)

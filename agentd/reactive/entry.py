@@ -144,9 +144,9 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
             register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
     def usage_for(run_id: str) -> UsageHook:
-        async def on_usage(usage: Usage) -> None:
+        async def on_usage(usage: Usage) -> bool:
             frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
-            await root.authority.report_usage(root.handle, frame, tree=run_id)
+            return await root.authority.report_usage(root.handle, frame, tree=run_id)
 
         return on_usage
 

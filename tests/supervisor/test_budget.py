@@ -110,7 +110,8 @@ def test_a_served_spawn_is_the_root_of_books_whose_ceiling_is_the_token_ceiling(
     assert "handle served.1 has 5000 tokens left of token_ceiling=10000" in refused.message
     assert led.add_tokens(4500, "served.1.1") is True  # past its slice: its subtree is cancelled
     led.release("served.1.1")
-    assert book.spent(ROOT) == 1000 + 4000 and book.committed() == 5000  # never more than its slice
+    # never more than its slice in the child's books; the 500 past it are recorded, and are its parent's spend
+    assert book.spent(ROOT) == 1000 + 4000 + 500 and book.committed() == 5500 and book.overdrawn() == 0
     assert led.tree_tokens("served.1") == 5500 and led.tree_tokens("") == 0  # other trees are untouched
 
 
