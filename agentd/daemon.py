@@ -442,6 +442,13 @@ async def _once(
         # Its result counts its subagents' usage once they ended (root.settle_run ends those left running).
         return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,
                                 journal=journal, settle=root.settle_run)
+    except BaseException:
+        drain = current_drain()
+        if drain.requested:  # cut by the drain's end: its subagents' usage still shows in the final document
+            with trio.CancelScope(shield=True):
+                used = await root.settle_run()
+            drain.note_subagents(used.prompt_tokens, used.completion_tokens, used.estimated_tokens)
+        raise
     finally:
         root.cancel_own_subtree("parent ended")
 

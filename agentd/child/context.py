@@ -23,8 +23,9 @@ class ChildContext:
     supervisor: Any = None  # agentd.supervisor.supervisor.Supervisor, typed loosely to keep imports lazy
     history: list[dict[str, Any]] = attrs.field(factory=list)
 
-    async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
-        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+    async def usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
+        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                      estimated_tokens=estimated_tokens))
 
     async def progress(self, note: str = "") -> None:
         await self.channel.send(Progress(note=note))

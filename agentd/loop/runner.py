@@ -39,11 +39,12 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from agentd import defaults, telemetry
 from agentd import jsontext as json_text
-from agentd import telemetry
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
+from agentd.intelligence.tally import CallTally, tallying
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.loop import observe
 from agentd.loop.budgets import BudgetMeter, Limits
@@ -184,11 +185,16 @@ class _Run:
         self.meter.steps += 1
         step = self.meter.steps
         called = time.perf_counter()
+        tally = CallTally()
         with chat_span(str(getattr(self.intel, "model", "default"))) as span:
             try:
-                reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+                with tallying(tally):
+                    reply = await self.intel.complete(self.messages, catalogue.chat_tools)
             except IntelligenceError:
                 metrics.gateway_call(time.perf_counter() - called, "error")
+                raise
+            except trio.Cancelled:
+                await self.cut_reply(step, tally)  # the deadline, a drain's end, a cancel: count what it cost
                 raise
             end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
         metrics.gateway_call(time.perf_counter() - called, "ok")
@@ -230,6 +236,22 @@ class _Run:
             if ended is not None:
                 return ended
         return None
+
+    async def cut_reply(self, step: int, tally: CallTally) -> None:
+        """A model call was cut: count what the gateway had answered (its usage, else an estimate, marked) in
+        the run's usage and report it like any reply's (shielded and bounded: the run is being cancelled)."""
+        cut = tally.cut()
+        if not cut.total:
+            return
+        usage = cut.usage()
+        self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        self.log.warn("loop.cut_reply", step=step, prompt_tokens=usage.prompt_tokens,
+                      completion_tokens=usage.completion_tokens, estimated=cut.estimated)
+        if self.on_usage is not None:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + defaults.CUT_REPORT_WAIT):
+                verdict = self.on_usage(usage)
+                if inspect.isawaitable(verdict):
+                    await verdict
 
     async def recover(self, resume: Resume) -> RunResult | None:
         """Settle the calls whose outcome was lost, then end the run if its last reply was final."""
@@ -596,7 +618,7 @@ async def run_loop(
             if result is None and drain.requested and not deadline.cancel_called:
                 # Cut mid-step by the drain's end: what this run had spent still shows in the final document.
                 usage = run.meter.usage
-                drain.note_spent(run.meter.steps, usage.prompt_tokens, usage.completion_tokens)
+                drain.note_spent(run.meter.steps, usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
     if result is None and entry is not None and entry.scope.cancelled_caught:
         log.warn("run.cancelled", reason=entry.cancel_reason or "cancelled by the operator")
         result = run.finish(RunStatus.CANCELLED, run.best_text, error=entry.cancel_reason or "cancelled")

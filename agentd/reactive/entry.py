@@ -145,7 +145,7 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
 
     def usage_for(run_id: str) -> UsageHook:
         async def on_usage(usage: Usage) -> bool:
-            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
             return await root.authority.report_usage(root.handle, frame, tree=run_id)
 
         return on_usage

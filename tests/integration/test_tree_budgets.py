@@ -12,11 +12,15 @@ against the scripted gateway, which reports the usage each reply costs.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from typing import Any
 
 import pytest
+import trio
 
-from tests.integration.agents import events_of, run_agentd
+from tests.integration.agents import AGENTD, events_of, run_agentd
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
@@ -91,3 +95,69 @@ async def test_the_result_usage_is_the_whole_trees_and_the_spawn_result_carries_
     spawned = json.loads(observation["content"])
     assert spawned["status"] == "completed" and spawned["usage"] == child, spawned
     assert "estimated_tokens" not in doc["usage"]
+
+
+def _request_tokens(request: RecordedRequest) -> int:
+    """The estimate of a request's prompt: its body as agentd sent it (compact JSON), 4 characters a token."""
+    body = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()
+    return -(-len(body) // 4)
+
+
+async def test_a_reply_cut_by_the_deadline_counts_what_was_streamed_as_an_estimate() -> None:
+    # 1 role event, then 6 of the 40-character pieces: 240 characters streamed (60 tokens), then nothing more.
+    stalled = {**text("x" * 400, chunk=40), "stall": 7, "usage": None}
+    async with scripted_gateway([stalled]) as gw:
+        done = await run_agentd(["--instruction", "think long", "--intelligence", gw.url, "--stream-intelligence",
+                                 "--deadline", "10s"])
+        requests = list(gw.requests)
+    doc = _doc(done)
+    assert done.returncode == 7 and doc["status"] == "deadline", (doc, done.stderr.decode()[-3000:])
+    assert len(requests) == 1
+    prompt = _request_tokens(requests[0])
+    own = {**_usage(prompt, 60), "estimated_tokens": prompt + 60}
+    assert doc["usage"]["own"] == own and {k: doc["usage"][k] for k in own} == own, doc
+    cut = [e for e in events_of(done) if e.get("event") == "loop.cut_reply"]
+    assert cut and cut[0]["estimated"] is True and cut[0]["completion_tokens"] == 60, cut
+
+
+async def test_a_subagent_cut_by_the_drains_end_counts_the_usage_its_gateway_had_sent() -> None:
+    """SIGTERM while the child's reply is mid-stream; ``--drain-timeout`` then cancels the tree. The child's cut
+    reply counts with the usage the gateway had streamed (not an estimate), and the "cancelled" document (done, like
+    every end state) carries the whole tree's usage."""
+    stalled = trio.Event()
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        if "CHILD TASK" in " ".join(str(m.get("content")) for m in request.messages):
+            return {**text("y" * 100, chunk=10), "stall": 4, "usage_first": True,
+                    "usage": {"prompt_tokens": 70, "completion_tokens": 3}}
+        return {**tool_call("subagent_spawn", {"instruction": "CHILD TASK: answer slowly"}),
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
+
+    async with scripted_gateway(default=reply) as gw:
+        gw.app.on_stall = lambda request: stalled.set()
+        argv = [*AGENTD, "--instruction", "delegate", "--intelligence", gw.url, "--stream-intelligence",
+                "--drain-timeout", "1"]
+        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        out = bytearray()
+        try:
+            async with trio.open_nursery() as nursery:
+                async def read() -> None:
+                    assert proc.stdout is not None
+                    async for chunk in proc.stdout:
+                        out.extend(chunk)
+
+                nursery.start_soon(read)
+                with trio.fail_after(60):
+                    await stalled.wait()
+                    proc.send_signal(signal.SIGTERM)
+                    code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert code == 0  # a clean drain
+    doc = json.loads(out.decode())
+    assert doc["status"] == "cancelled" and doc["done"] is True, doc
+    assert doc["usage"]["own"] == _usage(100, 10), doc
+    assert doc["usage"] == {**_usage(170, 13), "own": _usage(100, 10)}, doc  # the child's 70+3, not estimated
