@@ -92,6 +92,17 @@ def test_a_default_slice_that_is_nothing_is_refused() -> None:
     assert "handle 0 has 1 tokens left of token_ceiling=1000" in refused.message
 
 
+def test_the_root_obeys_its_slice_like_every_child() -> None:
+    led = ledger(token_ceiling=1000)
+    admitted(led.admit("0", None, 0.0, budget=600))  # a live child holds 600
+    assert led.add_tokens(300) is False and not led.spent_out()
+    assert led.add_tokens(100) is False and led.spent_out()  # nothing left for the root's own turns
+    assert led.add_tokens(50) is True  # past its slice: the root's run ends at this reply
+    book = led.existing_book("")
+    assert book is not None and book.spent(ROOT) == 400 and book.over(ROOT) == 50  # every token recorded
+    assert led.tree_tokens("") == 450
+
+
 # --- served run trees -------------------------------------------------------------------------------------
 
 
