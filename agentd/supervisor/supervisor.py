@@ -134,10 +134,31 @@ class Supervisor:
     """The subagent chokepoint of one agent process. (A plain class, like the other mutable holders a once run
     builds at start-up.)"""
 
-    __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_per_spawn",
-                 "_spent", "_state_changed", "authority", "child_config", "draining", "fork_connection", "handle",
-                 "lame_duck", "log", "nursery", "secrets", "settings", "telemetry", "test_script",
-                 "use_fork_server")
+    __slots__ = (
+        "_changed",
+        "_ended",
+        "_fork_lock",
+        "_fork_server",
+        "_idle_pings",
+        "_nodes",
+        "_own_spent",
+        "_per_spawn",
+        "_spent",
+        "_state_changed",
+        "authority",
+        "child_config",
+        "draining",
+        "fork_connection",
+        "handle",
+        "lame_duck",
+        "log",
+        "nursery",
+        "secrets",
+        "settings",
+        "telemetry",
+        "test_script",
+        "use_fork_server",
+    )
 
     def __init__(
         self, nursery: trio.Nursery, authority: Authority, handle: str = "0",
@@ -178,6 +199,8 @@ class Supervisor:
         #: Per run tree of the agent's own runs, what its ended subagents' subtrees used (newest trees last,
         #: at most TREES_KEPT): a run's result counts them (:meth:`settle_run`).
         self._spent: OrderedDict[str, RunUsage] = OrderedDict()
+        #: What all the ended subagents of the agent's own runs used (every tree: a daemon mode's whole life).
+        self._own_spent = RunUsage()
         self._changed = trio.Event()
         #: Replaced on every observable change (see :meth:`wait_until`).
         self._state_changed = trio.Event()
@@ -290,6 +313,7 @@ class Supervisor:
             await node.run(task_status=task_status)
         finally:
             if node.tree is not None and node.usage.total_tokens:
+                self._own_spent += node.usage
                 self._spent[node.tree] = self._spent.pop(node.tree, RunUsage()) + node.usage
                 while len(self._spent) > TREES_KEPT:
                     self._spent.popitem(last=False)
@@ -411,6 +435,12 @@ class Supervisor:
 
     def live(self) -> list[SubagentNode]:
         return [n for n in self._nodes.values() if not n.ended.is_set()]
+
+    def own_subagents_usage(self) -> RunUsage:
+        """What every subagent of the agent's own runs (all trees; not the served ones) used so far."""
+        live = sum((n.usage for n in self._nodes.values() if n.tree is not None and not n.ended.is_set()),
+                   RunUsage())
+        return self._own_spent + live
 
     async def settle_run(self, tree: str = "") -> RunUsage:
         """The agent's own run in ``tree`` has its result: end the subagents it left running ("parent ended",

@@ -101,6 +101,9 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
     assert len(observations) == 1, observations
     assert "child ok" in observations[0] and "refused" not in observations[0]
     assert [e["budget"] for e in daemon.named("loop.budget")][:1] == ["token_ceiling"]
+    # the daemon's document counts its whole tree: the wakes' own tokens, and the child's 1+1 once
+    usage = daemon.result()["usage"]
+    assert usage["own"]["total_tokens"] == 30 + 2 + 2 and usage["total_tokens"] == 30 + 2 + 2 + 2, usage
 
 
 def test_a_spawn_reserves_a_slice_the_child_cannot_exceed_and_the_rest_is_refunded() -> None:
