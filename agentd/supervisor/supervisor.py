@@ -134,31 +134,10 @@ class Supervisor:
     """The subagent chokepoint of one agent process. (A plain class, like the other mutable holders a once run
     builds at start-up.)"""
 
-    __slots__ = (
-        "_changed",
-        "_ended",
-        "_fork_lock",
-        "_fork_server",
-        "_idle_pings",
-        "_nodes",
-        "_own_spent",
-        "_per_spawn",
-        "_spent",
-        "_state_changed",
-        "authority",
-        "child_config",
-        "draining",
-        "fork_connection",
-        "handle",
-        "lame_duck",
-        "log",
-        "nursery",
-        "secrets",
-        "settings",
-        "telemetry",
-        "test_script",
-        "use_fork_server",
-    )
+    __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_own_spent",
+                 "_per_spawn", "_spent", "_state_changed", "authority", "child_config", "draining", "fork_connection",
+                 "handle", "lame_duck", "log", "nursery", "secrets", "settings", "telemetry", "test_script",
+                 "use_fork_server")
 
     def __init__(
         self, nursery: trio.Nursery, authority: Authority, handle: str = "0",
