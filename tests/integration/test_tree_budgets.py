@@ -5,8 +5,9 @@ against the scripted gateway, which reports the usage each reply costs.
   further model request is made, and its tokens are in the result;
 - the stdout result's ``usage`` is the whole tree's (the root's own share under ``own``), nothing counted twice;
 - the ``subagent.spawn`` result the parent's model reads carries the child subtree's ``usage``;
-- a reply cut mid-stream (the deadline) is counted from what the gateway had streamed: its usage when the
-  gateway sent it, else an estimate, marked ``estimated_tokens``.
+- a reply cut mid-stream (the deadline, a drain's end, a parent's cancel) is counted from what the gateway had
+  streamed: its usage when the gateway sent it, else an estimate, marked ``estimated_tokens``; a drained run's
+  document says ``done: true`` like every other end state.
 """
 
 from __future__ import annotations
@@ -161,3 +162,37 @@ async def test_a_subagent_cut_by_the_drains_end_counts_the_usage_its_gateway_had
     assert doc["status"] == "cancelled" and doc["done"] is True, doc
     assert doc["usage"]["own"] == _usage(100, 10), doc
     assert doc["usage"] == {**_usage(170, 13), "own": _usage(100, 10)}, doc  # the child's 70+3, not estimated
+
+
+async def test_a_subagent_cancelled_mid_reply_reports_an_estimate_the_parent_sees() -> None:
+    """The root cancels its async child while the child's reply is mid-stream (no usage sent): the cancel result
+    the root's model reads carries the child's estimated tokens, and so does the run's usage, marked."""
+    stalled = trio.Event()
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        said = " ".join(str(m.get("content")) for m in request.messages)
+        tools = [m for m in request.messages if m.get("role") == "tool"]
+        if "CHILD TASK" in said:
+            return {**text("z" * 200, chunk=20), "stall": 5, "usage": None}  # 4 pieces: 80 characters
+        if not tools:
+            return {**tool_call("subagent_spawn", {"instruction": "CHILD TASK: think", "async": True}),
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
+        if len(tools) == 1:  # asked once the child's reply is mid-stream
+            return {**tool_call("subagent_cancel", {"handle": "0.1"}), "wait": stalled,
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
+        return text("cancelled it", usage={"prompt_tokens": 100, "completion_tokens": 10})
+
+    async with scripted_gateway(default=reply) as gw:
+        gw.app.on_stall = lambda request: stalled.set()
+        done = await run_agentd(["--instruction", "delegate then stop", "--intelligence", gw.url,
+                                 "--stream-intelligence"])
+        requests = list(gw.requests)
+    doc = _doc(done)
+    assert done.returncode == 0 and doc["status"] == "completed", (doc, done.stderr.decode()[-3000:])
+    child_request = next(r for r in requests if "CHILD TASK" in " ".join(str(m.get("content")) for m in r.messages))
+    prompt = _request_tokens(child_request)
+    child = {**_usage(prompt, 20), "estimated_tokens": prompt + 20}
+    cancelled = json.loads([m for m in requests[-1].messages if m.get("role") == "tool"][-1]["content"])
+    assert cancelled["status"] == "cancelled" and cancelled["usage"] == child, cancelled
+    assert doc["usage"] == {**_usage(300 + prompt, 30 + 20), "estimated_tokens": prompt + 20,
+                            "own": _usage(300, 30)}, doc
