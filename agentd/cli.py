@@ -302,7 +302,7 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     result = outcome.result
     if result is None:
         # Cancelled by the drain timeout (a clean drain, 0) or by a second signal (forced, 1).
-        promise.write(_cancelled_doc(config, outcome.spent))
+        promise.write(_cancelled_doc(config, outcome.spent, outcome.subagents))
         code = 1 if outcome.forced else 0
     else:
         assert isinstance(result, RunResult)
@@ -454,7 +454,8 @@ class DrainOutcome(NamedTuple):
     result: Any
     drained: bool
     forced: bool
-    spent: tuple[int, int, int] | None = None
+    spent: tuple[int, int, int, int] | None = None
+    subagents: tuple[int, int, int] | None = None
 
 
 def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog,
@@ -469,7 +470,8 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
     main = functools.partial(daemon_main, config, log=log.bind(comp="agent"),
                              **({"reload": reload} if reload is not None else {}))
     run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
-    return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent)
+    return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent,
+                        subagents=run.subagents)
 
 
 # --- output ------------------------------------------------------------------------------------------
@@ -482,18 +484,16 @@ def effective_config(config: Config) -> dict[str, Any]:
     return attrs.asdict(config)
 
 
-def _cancelled_doc(config: Config, spent: tuple[int, int, int] | None = None) -> dict[str, Any]:
-    """The document of a run the drain's end cut: with the steps and tokens it had really spent."""
-    steps, prompt, completion = spent or (0, 0, 0)
-    return {
-        "run_id": config.run_id,
-        "status": "cancelled",
-        "done": False,
-        "partial": True,
-        "result": None,
-        "steps": steps,
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-    }
+def _cancelled_doc(config: Config, spent: tuple[int, int, int, int] | None = None,
+                   subagents: tuple[int, int, int] | None = None) -> dict[str, Any]:
+    """The document of a run the drain's end cut: with the steps and tokens it (and its subagents) had really
+    spent. It ended like any other run: ``done`` is true."""
+    from agentd.loop.result import RunResult, RunStatus, RunUsage
+
+    steps, prompt, completion, estimated = spent or (0, 0, 0, 0)
+    run = RunResult(run_id=config.run_id, status=RunStatus.CANCELLED, partial=True, steps=steps,
+                    usage=RunUsage(prompt, completion, estimated), subagents=RunUsage(*(subagents or (0, 0, 0))))
+    return run.to_json()
 
 
 def _print_json(doc: Any, out: Any = None) -> None:

@@ -434,13 +434,21 @@ async def _once(
     if cfg.max_depth > 0:
         register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
 
-    async def on_usage(usage: Usage) -> None:
-        # The root's own tokens count against the tree ceiling like every descendant's.
-        await root.authority.report_usage(root.handle, usage)
+    async def on_usage(usage: Usage) -> bool:
+        # The root's own tokens count against the tree ceiling like every descendant's, and it obeys it too.
+        return await root.authority.report_usage(root.handle, usage)
 
     try:
+        # Its result counts its subagents' usage once they ended (root.settle_run ends those left running).
         return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,
-                                journal=journal)
+                                journal=journal, settle=root.settle_run)
+    except BaseException:
+        drain = current_drain()
+        if drain.requested:  # cut by the drain's end: its subagents' usage still shows in the final document
+            with trio.CancelScope(shield=True):
+                used = await root.settle_run()
+            drain.note_subagents(used.prompt_tokens, used.completion_tokens, used.estimated_tokens)
+        raise
     finally:
         root.cancel_own_subtree("parent ended")
 

@@ -14,6 +14,11 @@ from typing import Final
 MAX_STEPS: Final = 50
 MAX_TOKENS: Final = 200_000
 DEADLINE: Final = 600.0
+#: A model reply cut before the gateway reported its usage (a deadline, a cancellation mid-stream) is counted
+#: as an estimate: this many characters of the request and of the streamed text per token (agentd.intelligence.tally).
+CHARS_PER_TOKEN: Final = 4
+#: How long a run cut mid-reply may take to report that reply's tokens to its supervisor (shielded).
+CUT_REPORT_WAIT: Final = 1.0
 
 # --- subagent tree caps (agentd.supervisor.caps.Caps) ---------------------------------------------------
 MAX_DEPTH: Final = 4

@@ -29,19 +29,28 @@ class DrainLatch:
     """Set once; every waiter wakes. ``reason`` says why (``SIGTERM``, ``SIGINT``, ``operator``...).
     (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    __slots__ = ("_event", "reason", "spent")
+    __slots__ = ("_event", "reason", "spent", "subagents")
 
     def __init__(self) -> None:
         self._event = trio.Event()
         self.reason: str | None = None
-        #: What the runs cut by the drain's end had spent: ``(steps, prompt_tokens, completion_tokens)``,
-        #: summed; the CLI's "cancelled" document reports it (None: no run was cut).
-        self.spent: tuple[int, int, int] | None = None
+        #: What the runs cut by the drain's end had spent themselves: ``(steps, prompt_tokens,
+        #: completion_tokens, estimated_tokens)``, summed; the CLI's "cancelled" document reports it (None: no
+        #: run was cut).
+        self.spent: tuple[int, int, int, int] | None = None
+        #: What their subagents had spent: ``(prompt_tokens, completion_tokens, estimated_tokens)`` (None: none).
+        self.subagents: tuple[int, int, int] | None = None
 
-    def note_spent(self, steps: int, prompt_tokens: int, completion_tokens: int) -> None:
-        """A run was cancelled while draining: count what it had really spent."""
-        s, p, c = self.spent or (0, 0, 0)
-        self.spent = (s + steps, p + prompt_tokens, c + completion_tokens)
+    def note_spent(self, steps: int, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
+        """A run was cancelled while draining: count what it had really spent (its cut reply's too)."""
+        s, p, c, e = self.spent or (0, 0, 0, 0)
+        self.spent = (s + steps, p + prompt_tokens, c + completion_tokens, e + estimated_tokens)
+
+    def note_subagents(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
+        """The subagents of a run cancelled while draining had spent this."""
+        if prompt_tokens or completion_tokens:
+            p, c, e = self.subagents or (0, 0, 0)
+            self.subagents = (p + prompt_tokens, c + completion_tokens, e + estimated_tokens)
 
     @property
     def requested(self) -> bool:
@@ -116,8 +125,10 @@ class SignalledRun(Generic[T]):
     result: T | None
     drained: bool
     forced: bool
-    #: The latch's :attr:`DrainLatch.spent` (what the runs cut by the drain had spent).
-    spent: tuple[int, int, int] | None = None
+    #: The latch's :attr:`DrainLatch.spent` (what the runs cut by the drain had spent) and
+    #: :attr:`DrainLatch.subagents` (what their subagents had).
+    spent: tuple[int, int, int, int] | None = None
+    subagents: tuple[int, int, int] | None = None
 
 
 async def run_with_signals(
@@ -150,4 +161,5 @@ async def run_with_signals(
             with run_scope:
                 result = await main()
             nursery.cancel_scope.cancel()
-    return SignalledRun(result, drained=latch.requested, forced=forced, spent=latch.spent)
+    return SignalledRun(result, drained=latch.requested, forced=forced, spent=latch.spent,
+                        subagents=latch.subagents)

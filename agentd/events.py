@@ -82,7 +82,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         # intelligence gateway
         "intel.call", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools
-        "loop.start", "loop.step", "loop.final", "loop.budget", "tool.call", "tool.result", "tool.rejected",
+        "loop.start", "loop.step", "loop.final", "loop.budget", "loop.cut_reply", "tool.call", "tool.result",
+        "tool.rejected",
         "model.tool.requested", "model.tool.started", "model.tool.completed",
         # supervisor and subagents
         "subagent.spawn", "subagent.refused", "subagent.ready", "subagent.result", "subagent.failed",

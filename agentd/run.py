@@ -24,7 +24,7 @@ import contextlib
 import functools
 import math
 import traceback
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -300,7 +300,7 @@ def ended(log: EventLog, result: RunResult, **fields: Any) -> None:
         exit_code=int(result.exit_code),
         partial=result.partial,
         steps=result.steps,
-        usage=result.usage.to_json(),
+        usage=result.usage_json(),
         **fields,
         **({"error": result.error} if result.error else {}),
     )
@@ -448,13 +448,17 @@ async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
 def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> RunResult:
     body = recorded if isinstance(recorded, Mapping) else {}
     usage: Mapping[str, Any] = body["usage"] if isinstance(body.get("usage"), Mapping) else {}
+    tree = RunUsage.from_json(usage)
+    own = RunUsage.from_json(usage["own"]) if isinstance(usage.get("own"), Mapping) else tree
     try:
         value = RunStatus(status)
     except ValueError:
         value = RunStatus.FAILED
     return RunResult(run_id=run_id, status=value, partial=bool(body.get("partial", False)),
                      result=body.get("result"), steps=int(body.get("steps", 0) or 0),
-                     usage=RunUsage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+                     usage=own, subagents=RunUsage(max(0, tree.prompt_tokens - own.prompt_tokens),
+                                                   max(0, tree.completion_tokens - own.completion_tokens),
+                                                   max(0, tree.estimated_tokens - own.estimated_tokens)),
                      error=error)
 
 
@@ -518,12 +522,15 @@ async def run_config(
     seed: Sequence[Mapping[str, Any]] = (),
     journal: JournalStore | None = None,
     parent: str | None = None,
+    settle: Callable[[], Awaitable[RunUsage]] | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
     The daemon's once run calls this; so does a subagent's turn, with the spawn payload's instruction, server
     subset, limits and context seed. Emits ``run.start`` and ``run.end``. With ``journal`` the run is
-    journaled, resumed when unfinished, or answered from the journal when already finished.
+    journaled, resumed when unfinished, or answered from the journal when already finished. ``settle`` (the
+    supervisor's, for a run that may spawn) is awaited once the loop has its result: it ends the subagents
+    the run left running and returns what its subagents used, which the result's usage counts.
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -567,6 +574,8 @@ async def run_config(
                          max_steps=request.limits.max_steps, tokens=0, max_tokens=request.limits.max_tokens,
                          deadline=request.limits.deadline)
             result = outcome_of(exc, run_id=run_id, log=log)
+        if settle is not None:
+            result = attrs.evolve(result, subagents=await settle())
         await journal_end(journaled, result)
         metrics.run_ended(result.status.value)
         end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,

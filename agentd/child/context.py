@@ -25,8 +25,9 @@ class ChildContext:
     #: Why the session was cancelled (set by the session as it cancels the turn), or None.
     cancelled: str | None = None
 
-    async def usage(self, prompt_tokens: int, completion_tokens: int) -> None:
-        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+    async def usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
+        await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                      estimated_tokens=estimated_tokens))
 
     async def progress(self, note: str = "") -> None:
         await self.channel.send(Progress(note=note))

@@ -167,7 +167,7 @@ async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromi
                                              drain_timeout=prepared.drain_timeout, log=log)
     result, forced = signalled.result, signalled.forced
     if result is None:
-        run = RunResult(run_id=prepared.identity.run_id, status=RunStatus.CANCELLED, partial=True, done=False,
+        run = RunResult(run_id=prepared.identity.run_id, status=RunStatus.CANCELLED, partial=True,
                         error="forced by a second signal" if forced else "cancelled at the drain timeout",
                         drained=not forced)  # fmt: skip
         result = ManifestResult(run, (), error_code="cancelled")

@@ -24,6 +24,7 @@ from agentd import telemetry
 from agentd.errors import ConfigError, IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.endpoints import display
+from agentd.intelligence.tally import current_tally
 from agentd.intelligence.wire import MalformedReply, ModelReply, StreamAssembler, parse_completion
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.transport.http_client import MetadataRefused
@@ -183,6 +184,9 @@ class Gateway:
             headers["authorization"] = f"Bearer {self.token.value}"
         telemetry.inject(headers)
         request = self._request(payload, headers)
+        tally = current_tally()
+        if tally is not None:
+            tally.attempt(len(payload))
         try:
             response = await self.client.send(request, stream=True)
         except httpx.ConnectError as exc:
@@ -216,6 +220,9 @@ class Gateway:
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "text/event-stream":
             return await self._read_stream(response)
+        tally = current_tally()
+        if tally is not None:
+            tally.began()  # the gateway answers: the request is billed, whether or not its body is read
         body = await self._body(response, limit=MAX_REPLY_BYTES)
         try:
             parsed = json_text.loads(body, "replace")
@@ -233,6 +240,9 @@ class Gateway:
     async def _read_stream(self, response: httpx.Response) -> ModelReply:
         decoder = SseDecoder(max_event_bytes=MAX_REPLY_BYTES)
         assembler = StreamAssembler()
+        tally = current_tally()
+        if tally is not None:
+            tally.began(assembler)  # a cut stream counts what it had streamed (agentd.intelligence.tally)
         done = False
         chunks = response.aiter_bytes()
         try:

@@ -32,10 +32,12 @@ class MalformedReply(ValueError):
 
 @attrs.frozen
 class Usage:
-    """Tokens one reply consumed; ``+`` accumulates them over a run."""
+    """Tokens one reply consumed; ``+`` accumulates them over a run. ``estimated_tokens`` of them are an
+    estimate (a reply cut before the gateway reported its usage: agentd.intelligence.tally)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -45,7 +47,8 @@ class Usage:
         if not isinstance(other, Usage):
             return NotImplemented
         return Usage(
-            self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens
+            self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
+            self.estimated_tokens + other.estimated_tokens,
         )
 
 
@@ -259,7 +262,7 @@ class StreamAssembler:
     (Plain classes, like the other mutable holders a once run builds at start-up.)
     """
 
-    __slots__ = ("_calls", "_content", "_finish", "_usage", "chunks")
+    __slots__ = ("_calls", "_content", "_finish", "_usage", "chunks", "reported", "streamed_chars")
 
     def __init__(self) -> None:
         self._content: list[str] = []
@@ -267,13 +270,17 @@ class StreamAssembler:
         self._usage = Usage()
         self._finish: str | None = None
         self.chunks = 0
+        #: Characters of text, tool names and arguments streamed so far (a cut reply's estimate).
+        self.streamed_chars = 0
+        #: The latest usage the stream reported (None: none yet).
+        self.reported: Usage | None = None
 
     def feed(self, chunk: Any) -> None:
         if not isinstance(chunk, Mapping):
             raise MalformedReply("a stream chunk is not a JSON object")
         self.chunks += 1
         if chunk.get("usage") is not None:
-            self._usage = parse_usage(chunk["usage"])
+            self._usage = self.reported = parse_usage(chunk["usage"])
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise MalformedReply("a stream chunk's choices is not a list")
@@ -288,6 +295,7 @@ class StreamAssembler:
             text = _text(delta.get("content"))
             if text:
                 self._content.append(text)
+                self.streamed_chars += len(text)
             for position, fragment in enumerate(delta.get("tool_calls") or []):
                 self._tool_fragment(position, fragment)
 
@@ -306,11 +314,13 @@ class StreamAssembler:
             # OpenAI sends the name once; some servers repeat it in every fragment. Never double it.
             if isinstance(name, str) and name and name != partial.name:
                 partial.name += name
+                self.streamed_chars += len(name)
             arguments = function.get("arguments")
+            if isinstance(arguments, Mapping):
+                arguments = json.dumps(arguments, separators=(",", ":"))
             if isinstance(arguments, str):
                 partial.arguments.append(arguments)
-            elif isinstance(arguments, Mapping):
-                partial.arguments.append(json.dumps(arguments, separators=(",", ":")))
+                self.streamed_chars += len(arguments)
 
     def reply(self) -> ModelReply:
         if self.chunks == 0:

@@ -14,7 +14,10 @@ open slice ``s``: ``s.spent + sum(reserved of s's open children) <= s.reserved``
 ``reserved`` is the ceiling.
 
 A model reply's tokens are known only after the reply, so a run can overshoot its slice by one reply: the
-ledger books the slice as exhausted, reports the excess in :class:`Overdrawn`, and the caller stops the run.
+ledger books the slice as exhausted, records the excess as the slice's ``over`` (what was really spent past
+it: nothing is left unrecorded), reports it in :class:`Overdrawn`, and the caller stops the run. When that
+slice ends, its ``over`` is charged to its parent like any spend (past the parent's own free tokens it stays
+``over`` there), so the books of a tree always add up to every token its runs were told they used.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class Charged:
 
 @attrs.frozen
 class Overdrawn:
-    """The charge did not fit: ``booked`` tokens were booked (the slice is now exhausted), ``excess`` were not."""
+    """The charge did not fit: ``booked`` tokens were booked in the slice (now exhausted), ``excess`` past it
+    (recorded as the slice's ``over``)."""
 
     handle: str
     booked: int
@@ -80,6 +84,8 @@ class _Slice:
     parent: str | None
     reserved: int
     spent: int = 0
+    #: Tokens spent past the slice (the reply that overdrew it).
+    over: int = 0
 
 
 @attrs.define
@@ -124,6 +130,15 @@ class Ledger:
         s = self._slices.get(handle)
         return 0 if s is None else s.spent
 
+    def over(self, handle: str) -> int:
+        """Tokens ``handle`` spent past its slice (0 for an unknown handle)."""
+        s = self._slices.get(handle)
+        return 0 if s is None else s.over
+
+    def overdrawn(self) -> int:
+        """Tokens the open slices spent past their slices: what the tree used beyond :meth:`committed`."""
+        return sum(s.over for s in self._slices.values())
+
     def committed(self) -> int:
         """What the tree holds against the ceiling: the root's spend plus its children's reservations."""
         return self.ceiling - self.available(ROOT)
@@ -158,9 +173,10 @@ class Ledger:
         if handle not in self._slices:
             return Overdrawn(handle, 0, tokens)
         free = self.available(handle)
-        booked = min(tokens, free)
+        booked = min(tokens, max(free, 0))
         self._slices[handle].spent += booked
         if booked < tokens:
+            self._slices[handle].over += tokens - booked
             return Overdrawn(handle, booked, tokens - booked)
         return Charged(handle, tokens, free - booked)
 
@@ -179,6 +195,8 @@ class Ledger:
             self._held[s.parent] -= s.reserved
         parent = s.parent if s.parent is not None else ROOT
         self._slices[parent].spent += s.spent
+        if s.over:  # what it spent past its slice is the parent's spend too
+            self.charge(parent, s.over)
         ended.append(handle)
         return Refunded(handle, s.spent, s.reserved - s.spent, tuple(ended))
 
@@ -188,7 +206,8 @@ class Ledger:
         return {
             "v": 1,
             "ceiling": self.ceiling,
-            "slices": {h: [s.parent, s.reserved, s.spent] for h, s in self._slices.items()},
+            "slices": {h: [s.parent, s.reserved, s.spent, *([s.over] if s.over else [])]
+                       for h, s in self._slices.items()},
         }
 
     @classmethod
@@ -196,14 +215,15 @@ class Ledger:
         try:
             if data["v"] != 1:
                 raise JournalFormatError(f"budget ledger version {data['v']!r} is not 1")
-            slices = {str(h): _Slice(p, int(r), int(s)) for h, (p, r, s) in data["slices"].items()}
+            slices = {str(h): _Slice(p, int(r), int(s), *(int(o) for o in over))
+                      for h, (p, r, s, *over) in data["slices"].items()}
             ledger = cls(int(data["ceiling"]), slices)
         except (KeyError, TypeError, ValueError) as exc:
             raise JournalFormatError(f"malformed budget ledger ({type(exc).__name__}: {exc})") from None
         for handle, s in slices.items():
             if s.parent is not None and s.parent not in slices:
                 raise JournalFormatError(f"malformed budget ledger (slice {handle!r} has no parent)")
-            if ledger.available(handle) < 0 or s.spent < 0:
+            if ledger.available(handle) < 0 or s.spent < 0 or s.over < 0:
                 raise JournalFormatError(f"malformed budget ledger (slice {handle!r} over its reservation)")
         return ledger
 

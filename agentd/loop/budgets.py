@@ -2,7 +2,10 @@
 
 Steps and tokens are counted here; the deadline is a ``trio.move_on_after`` owned by the runner so the
 best result so far survives the cut. A budget is checked *before* each model call, so a run never
-starts a step it is not allowed to finish accounting for.
+starts a step it is not allowed to finish accounting for. The tree's token ceiling is the supervisor's
+(agentd.supervisor.caps): it answers each reply's usage report, and the runner ends the run at the reply
+that spends it (``exhausted_tokens``, like ``--max-tokens``). A reply cut mid-call is counted too, from what
+the gateway had streamed (agentd.intelligence.tally), its estimated tokens marked.
 """
 
 from __future__ import annotations
@@ -52,5 +55,5 @@ class BudgetMeter:
             return RunStatus.EXHAUSTED_TOKENS
         return None
 
-    def add_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
-        self.usage = self.usage.add(prompt_tokens, completion_tokens)
+    def add_usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
+        self.usage = self.usage.add(prompt_tokens, completion_tokens, estimated_tokens)

@@ -8,6 +8,7 @@ a required MCP server down 6, everything else 1.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -52,24 +53,51 @@ _EXIT = {
 
 @attrs.frozen
 class RunUsage:
-    """Tokens the intelligence reported for one run (summed over every model call)."""
+    """Tokens the intelligence reported for one run (summed over every model call), or for a subtree of runs.
+
+    ``estimated_tokens`` says how many of them are an estimate: a reply cut (a deadline, a cancellation) before
+    the gateway reported its usage is counted from what it had streamed (agentd.intelligence.tally).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(self, prompt_tokens: int, completion_tokens: int) -> RunUsage:
-        return RunUsage(self.prompt_tokens + prompt_tokens, self.completion_tokens + completion_tokens)
+    def add(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> RunUsage:
+        return RunUsage(self.prompt_tokens + prompt_tokens, self.completion_tokens + completion_tokens,
+                        self.estimated_tokens + estimated_tokens)
+
+    def __add__(self, other: RunUsage) -> RunUsage:
+        if not isinstance(other, RunUsage):
+            return NotImplemented
+        return self.add(other.prompt_tokens, other.completion_tokens, other.estimated_tokens)
 
     def to_json(self) -> dict[str, int]:
-        return {
+        """``{prompt_tokens, completion_tokens, total_tokens}``, and ``estimated_tokens`` when some are."""
+        out = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.estimated_tokens:
+            out["estimated_tokens"] = self.estimated_tokens
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RunUsage:
+        """What :meth:`to_json` wrote (odd or missing fields count 0)."""
+        if not isinstance(raw, Mapping):
+            return cls()
+
+        def count(key: str) -> int:
+            value = raw.get(key, 0)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        return cls(count("prompt_tokens"), count("completion_tokens"), count("estimated_tokens"))
 
 
 @attrs.frozen
@@ -86,11 +114,23 @@ class RunResult:
     partial: bool = False
     result: Any = None
     steps: int = 0
+    #: The run's own model calls.
     usage: RunUsage = RunUsage()
     done: bool = True
     error: str | None = None
     #: Ended at a step boundary because the daemon was asked to drain: a clean drain exits 0.
     drained: bool = False
+    #: Every subagent's below this run (their whole subtrees), each counted once.
+    subagents: RunUsage = RunUsage()
+
+    @property
+    def tree_usage(self) -> RunUsage:
+        """The whole tree's: the run's own and its subagents'."""
+        return self.usage + self.subagents
+
+    def usage_json(self) -> dict[str, Any]:
+        """The ``usage`` object: the whole tree's counts, and the run's own share under ``own``."""
+        return {**self.tree_usage.to_json(), "own": self.usage.to_json()}
 
     @property
     def exit_code(self) -> ExitCode:
@@ -102,7 +142,7 @@ class RunResult:
         return code
 
     def to_json(self) -> dict[str, Any]:
-        """The stdout contract: ``{run_id, status, done, partial, result, steps, usage}``."""
+        """The stdout contract: ``{run_id, status, done, partial, result, steps, usage}`` (:meth:`usage_json`)."""
         return {
             "run_id": self.run_id,
             "status": self.status.value,
@@ -110,5 +150,5 @@ class RunResult:
             "partial": self.partial,
             "result": self.result,
             "steps": self.steps,
-            "usage": self.usage.to_json(),
+            "usage": self.usage_json(),
         }

@@ -29,6 +29,7 @@ survives the cut; in-flight calls are cancelled by it (the client tells the serv
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import time
 from collections import deque
@@ -38,12 +39,13 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from agentd import defaults, telemetry
 from agentd import jsontext as json_text
-from agentd import telemetry
 from agentd.drain import current_drain
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.events import EventLog
 from agentd.ids import call_key, new_key_nonce
+from agentd.intelligence.tally import CallTally, tallying
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.loop import observe
 from agentd.loop.budgets import BudgetMeter, Limits
@@ -65,8 +67,10 @@ MAX_HISTORY_OBSERVATION_CHARS = 256_000
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
-#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling).
-UsageHook = Callable[[Usage], Awaitable[None] | None]
+#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling). A true answer
+#: says the run's token ceiling (its tree's, or its slice of it) is spent: the run ends ``exhausted_tokens``
+#: at this reply, making no further model request.
+UsageHook = Callable[[Usage], Awaitable[bool | None] | bool | None]
 
 
 class ToolObserver(Protocol):
@@ -191,20 +195,25 @@ class _Run:
         self.meter.steps += 1
         step = self.meter.steps
         called = time.perf_counter()
+        tally = CallTally()
         with chat_span(str(getattr(self.intel, "model", "default"))) as span:
             try:
-                reply = await self.intel.complete(self.messages, catalogue.chat_tools)
+                with tallying(tally):
+                    reply = await self.intel.complete(self.messages, catalogue.chat_tools)
             except IntelligenceError:
                 metrics.gateway_call(time.perf_counter() - called, "error")
+                raise
+            except trio.Cancelled:
+                await self.cut_reply(step, tally)  # the deadline, a drain's end, a cancel: count what it cost
                 raise
             end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
         metrics.gateway_call(time.perf_counter() - called, "ok")
         metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        spent_out = False
         if self.on_usage is not None:
-            pending = self.on_usage(reply.usage)
-            if pending is not None:
-                await pending
+            verdict = self.on_usage(reply.usage)
+            spent_out = bool(await verdict if inspect.isawaitable(verdict) else verdict)
         if reply.content and reply.content.strip():
             self.best_text = reply.content
         self.log.info(
@@ -219,6 +228,12 @@ class _Run:
         if self.journal is not None:
             await self.journal.replied(step, self.messages[-1], reply.usage.prompt_tokens,
                                        reply.usage.completion_tokens)
+        if spent_out:
+            # The token ceiling holds here as for every subagent: this reply crossed it, so nothing it asked for
+            # runs and no further model request is made. Its tokens are counted (above) and committed (replied).
+            _budget_event(self.log, "token_ceiling", self)
+            return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
+                               error="the token ceiling is spent (--token-ceiling)")
         if self.observer is not None:
             for call in reply.tool_calls:
                 self.observer.requested(step, call)
@@ -231,6 +246,22 @@ class _Run:
             if ended is not None:
                 return ended
         return None
+
+    async def cut_reply(self, step: int, tally: CallTally) -> None:
+        """A model call was cut: count what the gateway had answered (its usage, else an estimate, marked) in
+        the run's usage and report it like any reply's (shielded and bounded: the run is being cancelled)."""
+        cut = tally.cut()
+        if not cut.total:
+            return
+        usage = cut.usage()
+        self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        self.log.warn("loop.cut_reply", step=step, prompt_tokens=usage.prompt_tokens,
+                      completion_tokens=usage.completion_tokens, estimated=cut.estimated)
+        if self.on_usage is not None:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + defaults.CUT_REPORT_WAIT):
+                verdict = self.on_usage(usage)
+                if inspect.isawaitable(verdict):
+                    await verdict
 
     async def recover(self, resume: Resume) -> RunResult | None:
         """Settle the calls whose outcome was lost, then end the run if its last reply was final."""
@@ -646,7 +677,7 @@ async def run_loop(
             if result is None and drain.requested and not deadline.cancel_called:
                 # Cut mid-step by the drain's end: what this run had spent still shows in the final document.
                 usage = run.meter.usage
-                drain.note_spent(run.meter.steps, usage.prompt_tokens, usage.completion_tokens)
+                drain.note_spent(run.meter.steps, usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
     if result is None and entry is not None and entry.scope.cancelled_caught:
         log.warn("run.cancelled", reason=entry.cancel_reason or "cancelled by the operator")
         result = run.finish(RunStatus.CANCELLED, run.best_text, error=entry.cancel_reason or "cancelled")

@@ -15,6 +15,7 @@ import functools
 import signal
 from collections.abc import Callable, Mapping
 
+import attrs
 import trio
 
 from agentd.a2a.client import A2aPeers
@@ -144,9 +145,9 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
             register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
     def usage_for(run_id: str) -> UsageHook:
-        async def on_usage(usage: Usage) -> None:
-            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens)
-            await root.authority.report_usage(root.handle, frame, tree=run_id)
+        async def on_usage(usage: Usage) -> bool:
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+            return await root.authority.report_usage(root.handle, frame, tree=run_id)
 
         return on_usage
 
@@ -270,5 +271,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     except BaseException as exc:
         reraise_if_not_an_outcome(exc, log)  # a bad --subscribe (ConfigError) is exit 2; cancellation unwinds
         result = outcome_of(exc, run_id=log.run_id, log=log)
+    # The daemon's usage is its whole tree's: every wake's own, and every subagent the wakes spawned.
+    result = attrs.evolve(result, subagents=supervisor.own_subagents_usage())
     ended(log, result, daemon=True)
     return result

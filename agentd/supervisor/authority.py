@@ -48,7 +48,11 @@ class Authority(Protocol):
 
     async def release(self, handle: str) -> None: ...
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None: ...
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool:
+        """Count ``usage`` for ``handle``; True when the root's own run (``handle`` is the root) must make no
+        further model call: past the ceiling, past its slice, or nothing left. A subagent past its slice
+        is cancelled by the root instead (its report answers False below the root)."""
+        ...
 
     async def report_metrics(self, delta: MetricsDelta) -> None: ...
 
@@ -110,14 +114,16 @@ class LocalAuthority:
             await self._save(key)
         self.on_change()
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
         past = self.ledger.add_tokens(usage.total, handle, tree)
         await self._save(key)
-        if past:
+        own = handle == self.ledger.root
+        if past and not own:
             self.on_ceiling(handle)
         self.on_change()
+        return own and (past or self.ledger.spent_out(handle, tree))
 
     async def report_metrics(self, delta: MetricsDelta) -> None:
         metrics.merge(delta.depth, delta.observations)
@@ -230,7 +236,7 @@ class RemoteAuthority:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> None:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool:
         from agentd.supervisor.messages import Usage
 
         try:
@@ -238,6 +244,7 @@ class RemoteAuthority:
                                                                                  usage.completion_tokens))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        return False  # the root decides, and cancels a subtree past its slice
 
     async def report_metrics(self, delta: MetricsDelta) -> None:
         try:

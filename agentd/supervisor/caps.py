@@ -223,7 +223,7 @@ class TreeLedger:
             if handle != ROOT and handle in book:
                 ended.extend(book.end(handle).ended)
         self._books[tree] = book
-        self._tree_tokens[tree] = max(self._tree_tokens.get(tree, 0), book.committed())
+        self._tree_tokens[tree] = max(self._tree_tokens.get(tree, 0), book.committed() + book.overdrawn())
         return ended
 
     def existing_book(self, tree: str) -> Ledger | None:
@@ -388,7 +388,8 @@ class TreeLedger:
 
     def add_tokens(self, n: int, handle: str | None = None, tree: str = "") -> bool:
         """Count ``n`` more tokens used by ``handle`` (default the root, in run tree ``tree``); True when its
-        run tree is now past the ceiling."""
+        run tree is now past the ceiling, or ``handle`` past its slice (the root's slice is what the tree has
+        left for the root's own turns: the ceiling less what its live children hold)."""
         n = max(0, n)
         self.tokens_used += n
         who = self.root if handle is None else handle
@@ -402,8 +403,18 @@ class TreeLedger:
         if self._slice(who) in book:
             from agentd.journal.ledger import Overdrawn
 
-            overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn) and who != self.root
+            overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn)
         return overdrawn or total > self.ceiling_of(key)
+
+    def spent_out(self, handle: str | None = None, tree: str = "") -> bool:
+        """Has ``handle`` (default the root, in run tree ``tree``) nothing left to spend: its slice used up, or
+        its run tree at the ceiling? Then another model call of its own could only overdraw."""
+        who = self.root if handle is None else handle
+        key = self.tree_of(who, tree)
+        if self.tree_tokens(key) >= self.ceiling_of(key):
+            return True
+        book = self._books.get(key)
+        return book is not None and self._slice(who) in book and book.available(self._slice(who)) <= 0
 
     def tree_key(self, handle: str, tree: str = "") -> str:
         """The run tree ``handle`` (default the root, in ``tree``) counts in: what :meth:`book` is keyed by."""

@@ -119,9 +119,13 @@ class Progress:
 
 @attrs.frozen
 class Usage:
+    """Tokens a run in the child's subtree used since the last frame; ``estimated_tokens`` of them are an
+    estimate (a reply cut before the gateway reported its usage)."""
+
     METHOD: ClassVar[str] = "usage"
     prompt_tokens: int = attrs.field(default=0, validator=_int)
     completion_tokens: int = attrs.field(default=0, validator=_int)
+    estimated_tokens: int = attrs.field(default=0, validator=_int)
 
     @property
     def total(self) -> int:

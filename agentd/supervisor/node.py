@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from agentd.events import EventLog
+from agentd.loop.result import RunUsage
 from agentd.supervisor.authority import Authority
 from agentd.supervisor.caps import Refusal, is_within
 from agentd.supervisor.channel import ChannelBroken, ControlChannel
@@ -77,12 +78,16 @@ class RunView:
     partial: bool = False
     result: Any = None
     turns: int | None = None
+    #: What the subagent and everything below it used so far (None: not known here, e.g. a journaled view).
+    usage: RunUsage | None = None
 
     def structured(self) -> dict[str, Any]:
         body = {"handle": self.handle, "status": self.status, "done": self.done,
                 "partial": self.partial, "result": self.result}
         if self.turns is not None:
             body["turns"] = self.turns
+        if self.usage is not None:
+            body["usage"] = self.usage.to_json()
         return body
 
 
@@ -114,6 +119,10 @@ class SubagentNode:
     status: str = "starting"
     pid: int | None = None
     usage_tokens: int = 0
+    #: The child subtree's usage (every ``usage`` frame: the child's own and its descendants', each once).
+    usage: RunUsage = attrs.field(factory=RunUsage)
+    #: The caller's run tree when the caller was the agent's own run (its result counts this subtree), else None.
+    tree: str | None = None
     #: Turns answered (a result frame each); a warm session's views carry it.
     turns: int = 0
     #: Why the child process could not be started (out of descriptors, processes...); None once it was.
@@ -154,7 +163,7 @@ class SubagentNode:
         # "starting" (spawned, not yet ready) is an internal distinction: callers see it running.
         status = "running" if self.status == "starting" else self.status
         return RunView(self.handle, status, False, last is not None and last.partial,
-                       last.result if last is not None else None, self._turns_seen())
+                       last.result if last is not None else None, self._turns_seen(), self.usage)
 
     def _turns_seen(self) -> int | None:
         return self.turns if self.warm else None
@@ -289,14 +298,14 @@ class SubagentNode:
     async def _settle(self, returncode: int | None, rung: str) -> None:
         last = self._last
         if self._final and last is not None:
-            view = RunView(self.handle, last.status, True, last.partial, last.result, self._turns_seen())
+            view = RunView(self.handle, last.status, True, last.partial, last.result, self._turns_seen(), self.usage)
         elif self._cancel_reason is not None and self._failure is None:
             partial_result = last.result if last is not None else None
             partial = self._turn_running or (last is not None and last.partial)
-            view = RunView(self.handle, "cancelled", True, partial, partial_result, self._turns_seen())
+            view = RunView(self.handle, "cancelled", True, partial, partial_result, self._turns_seen(), self.usage)
         else:
             reason = self._failure or _early_exit_reason(returncode)
-            view = RunView(self.handle, "failed", True, last is not None, {"error": reason})
+            view = RunView(self.handle, "failed", True, last is not None, {"error": reason}, usage=self.usage)
             self.log.warn("subagent.failed", handle=self.handle, reason=reason)
         self.status = view.status
         self._view = view
@@ -353,6 +362,8 @@ class SubagentNode:
             self.log.info("subagent.ready", handle=self.handle, child_pid=message.pid)
         elif isinstance(message, Usage):
             self.usage_tokens += message.total
+            prompt, completion = max(0, message.prompt_tokens), max(0, message.completion_tokens)
+            self.usage = self.usage.add(prompt, completion, min(max(0, message.estimated_tokens), prompt + completion))
             self.on_change()
             await self.authority.report_usage(self.handle, message)
         elif isinstance(message, Result):

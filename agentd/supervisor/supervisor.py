@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,9 +25,10 @@ import trio
 
 from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
+from agentd.loop.result import RunUsage
 from agentd.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
-from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger, is_within
+from agentd.supervisor.caps import TREES_KEPT, Admission, Caps, Refusal, TreeLedger, is_within
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
 from agentd.telemetry import metrics
@@ -139,9 +141,9 @@ class Supervisor:
     """The subagent chokepoint of one agent process. (A plain class, like the other mutable holders a once run
     builds at start-up.)"""
 
-    __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_per_spawn",
-                 "_state_changed", "authority", "child_config", "draining", "fork_connection", "handle",
-                 "journal_dir", "lame_duck", "log", "nursery", "secrets", "settings", "telemetry",
+    __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_own_spent",
+                 "_per_spawn", "_spent", "_state_changed", "authority", "child_config", "draining", "fork_connection",
+                 "handle", "journal_dir", "lame_duck", "log", "nursery", "secrets", "settings", "telemetry",
                  "test_script", "use_fork_server")
 
     def __init__(
@@ -184,6 +186,11 @@ class Supervisor:
         #: What every spawn of this supervisor shares, built on the first (a spawn burst rebuilt them per
         #: child): the settings they were derived from, the node settings, the supervision payload, the env.
         self._per_spawn: tuple[SupervisorSettings, NodeSettings, dict[str, Any], dict[str, str]] | None = None
+        #: Per run tree of the agent's own runs, what its ended subagents' subtrees used (newest trees last,
+        #: at most TREES_KEPT): a run's result counts them (:meth:`settle_run`).
+        self._spent: OrderedDict[str, RunUsage] = OrderedDict()
+        #: What all the ended subagents of the agent's own runs used (every tree: a daemon mode's whole life).
+        self._own_spent = RunUsage()
         self._changed = trio.Event()
         #: Replaced on every observable change (see :meth:`wait_until`).
         self._state_changed = trio.Event()
@@ -221,7 +228,7 @@ class Supervisor:
             handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
             settings=node_settings, fork_server=fork_server, on_change=self.notify_changed, env=env,
-            idle_pings=self._pings(),
+            idle_pings=self._pings(), tree=caller.tree if caller.origin is Origin.STDIO else None,
         )
         self._nodes[admitted.handle] = node
         self.notify_changed()
@@ -297,6 +304,11 @@ class Supervisor:
         try:
             await node.run(task_status=task_status)
         finally:
+            if node.tree is not None and node.usage.total_tokens:
+                self._own_spent += node.usage
+                self._spent[node.tree] = self._spent.pop(node.tree, RunUsage()) + node.usage
+                while len(self._spent) > TREES_KEPT:
+                    self._spent.popitem(last=False)
             if node.handle in self._nodes:  # not already dropped (a spawn that never started, a forgotten view)
                 self._ended[node.handle] = None
             self._forget_oldest_ended()
@@ -417,6 +429,25 @@ class Supervisor:
 
     def live(self) -> list[SubagentNode]:
         return [n for n in self._nodes.values() if not n.ended.is_set()]
+
+    def own_subagents_usage(self) -> RunUsage:
+        """What every subagent of the agent's own runs (all trees; not the served ones) used so far."""
+        live = sum((n.usage for n in self._nodes.values() if n.tree is not None and not n.ended.is_set()),
+                   RunUsage())
+        return self._own_spent + live
+
+    async def settle_run(self, tree: str = "") -> RunUsage:
+        """The agent's own run in ``tree`` has its result: end the subagents it left running ("parent ended",
+        down their ladders, bounded), then return what all its subagents' subtrees used, each token once, and
+        forget it (a tree's count is its run's)."""
+        mine = [n for n in self._nodes.values() if n.tree == tree and not n.ended.is_set()]
+        for node in mine:
+            node.cancel("parent ended")
+        with trio.move_on_after(_ladder_bound(self.settings)):
+            for node in mine:
+                await node.ended.wait()
+        live = sum((n.usage for n in self._nodes.values() if n.tree == tree and not n.ended.is_set()), RunUsage())
+        return self._spent.pop(tree, RunUsage()) + live
 
     async def wait_changed(self) -> None:
         """Wait until some node of this supervisor ends (capacity may have been freed)."""

@@ -53,6 +53,7 @@ async def test_a_run_cut_by_the_drain_reports_what_it_spent() -> None:
                 await proc.wait()
     assert code == 0  # a clean drain
     doc = json.loads(out.decode())  # one JSON document
-    assert doc["status"] == "cancelled" and doc["done"] is False, doc
+    assert doc["status"] == "cancelled" and doc["done"] is True, doc  # it ended, as in every other end state
     assert doc["steps"] == 2, doc  # as the loop counts them: the second step began (its call was in flight)
-    assert doc["usage"] == {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}, doc
+    spent = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
+    assert doc["usage"] == {**spent, "own": spent}, doc  # the held call never began to answer: nothing more

@@ -188,6 +188,6 @@ async def test_sigterm_drains_then_cancels_at_the_drain_timeout(tmp_path):
                 proc.kill()
     assert proc.returncode == 0
     doc = json.loads(out.decode().strip().splitlines()[-1])
-    assert doc["status"] == "cancelled" and doc["done"] is False
+    assert doc["status"] == "cancelled" and doc["done"] is True  # ended, as in every other end state
     assert len(gw.requests) == 1  # no further model call, no second step
     assert read_run(str(db), "drained-run")["status"] == "cancelled"

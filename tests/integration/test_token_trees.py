@@ -77,7 +77,7 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
         if any(m.get("role") == "tool" for m in request.messages):
             return text("wake done", usage={"prompt_tokens": 1, "completion_tokens": 1})
         wakes.append(1)
-        if len(wakes) == 1:  # the first wake spends more than its ceiling before it spawns
+        if len(wakes) == 1:  # the first wake spends more than its ceiling: it stops there, spawning nothing
             return tool_call("subagent_spawn", {"instruction": "CHILD-TASK"},
                              usage={"prompt_tokens": 30, "completion_tokens": 0})
         if len(wakes) == 2:
@@ -96,9 +96,14 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
     finals = [r for r in gw.requests if any(m.get("role") == "tool" for m in r.messages)
               and "CHILD-TASK" not in " ".join(text_of(m.get("content")) for m in r.messages if m.get("role") == "user")]
     observations = [text_of(r.messages[-1].get("content")) for r in finals]
-    assert len(observations) == 2, observations
-    assert "spawn refused: token_ceiling=20 reached (the tree used 30 tokens)" in observations[0]
-    assert "child ok" in observations[1] and "refused" not in observations[1]
+    # the first wake made no request after the reply that crossed its ceiling; the second spawned in a tree of
+    # its own, with the whole ceiling
+    assert len(observations) == 1, observations
+    assert "child ok" in observations[0] and "refused" not in observations[0]
+    assert [e["budget"] for e in daemon.named("loop.budget")][:1] == ["token_ceiling"]
+    # the daemon's document counts its whole tree: the wakes' own tokens, and the child's 1+1 once
+    usage = daemon.result()["usage"]
+    assert usage["own"]["total_tokens"] == 30 + 2 + 2 and usage["total_tokens"] == 30 + 2 + 2 + 2, usage
 
 
 def test_a_spawn_reserves_a_slice_the_child_cannot_exceed_and_the_rest_is_refunded() -> None:

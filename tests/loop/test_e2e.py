@@ -49,7 +49,8 @@ async def test_tool_call_observation_final_answer(peer: launch.PeerProcess, stre
         result, lines = await _main(cfg)
         assert result.to_json() == {
             "run_id": "e2e-1", "status": "completed", "done": True, "partial": False, "result": "The sum is 42.",
-            "steps": 2, "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+            "steps": 2, "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30,
+                                  "own": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}},
         }
         assert [r.stream for r in gw.requests] == [stream, stream]
         first, second = gw.requests

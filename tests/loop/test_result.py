@@ -37,5 +37,16 @@ def test_stdout_contract() -> None:
         "partial": False,
         "result": {"a": 1},
         "steps": 3,
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+                  "own": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}},
     }
+
+
+def test_the_usage_is_the_whole_trees_with_the_runs_own_share_and_the_estimates_marked() -> None:
+    result = RunResult("r1", RunStatus.COMPLETED, usage=RunUsage(10, 5, estimated_tokens=3),
+                       subagents=RunUsage(100, 20))
+    assert result.to_json()["usage"] == {
+        "prompt_tokens": 110, "completion_tokens": 25, "total_tokens": 135, "estimated_tokens": 3,
+        "own": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "estimated_tokens": 3},
+    }
+    assert RunUsage.from_json(result.to_json()["usage"]["own"]) == RunUsage(10, 5, 3)

@@ -30,6 +30,10 @@ A reply is a dict (build one with the helpers below) or, in-process, a callable 
 ``chunk``          characters per streamed content/argument fragment (default 7)
 ``cut``            streaming: stop mid-event, no ``[DONE]`` (a broken stream); ``"event"``: stop cleanly
                    between events, before ``finish_reason`` and ``[DONE]``
+``stall``          streaming: send this many events, then hold the stream open, sending nothing more, until
+                   the client goes (a reply cut by the client's deadline or cancellation)
+``usage_first``    streaming: send the usage chunk right after the first event (gateways that report usage
+                   as they go), not last
 ``status``         HTTP status (with ``headers``, e.g. ``{"Retry-After": "1"}``); an OpenAI error body
 ``raw``            the exact body text (malformed replies), with ``content_type``
 ``json``           the exact JSON body
@@ -329,6 +333,8 @@ class GatewayApp:
     script: Script
     requests: list[RecordedRequest] = attrs.field(factory=list)
     on_request: Callable[[RecordedRequest], None] | None = None
+    #: Called when a ``stall`` reply has sent its events and holds the stream open.
+    on_stall: Callable[[RecordedRequest], None] | None = None
     _arrived: trio.Event = attrs.field(factory=trio.Event)
 
     async def wait_for(self, count: int) -> None:
@@ -395,6 +401,14 @@ class GatewayApp:
         headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": code, "headers": headers})
         events = stream_events(reply, model)
+        if reply.get("usage_first") and _usage(reply) is not None:
+            events.insert(1, events.pop(-2))  # the usage chunk comes just before [DONE]
+        if reply.get("stall") is not None:
+            for event in events[: int(reply["stall"])]:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            if self.on_stall is not None:
+                self.on_stall(request)
+            await trio.sleep_forever()
         if reply.get("cut") == "event":
             events = events[: max(1, len(events) // 2)]
         elif reply.get("cut"):

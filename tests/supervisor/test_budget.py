@@ -92,6 +92,17 @@ def test_a_default_slice_that_is_nothing_is_refused() -> None:
     assert "handle 0 has 1 tokens left of token_ceiling=1000" in refused.message
 
 
+def test_the_root_obeys_its_slice_like_every_child() -> None:
+    led = ledger(token_ceiling=1000)
+    admitted(led.admit("0", None, 0.0, budget=600))  # a live child holds 600
+    assert led.add_tokens(300) is False and not led.spent_out()
+    assert led.add_tokens(100) is False and led.spent_out()  # nothing left for the root's own turns
+    assert led.add_tokens(50) is True  # past its slice: the root's run ends at this reply
+    book = led.existing_book("")
+    assert book is not None and book.spent(ROOT) == 400 and book.over(ROOT) == 50  # every token recorded
+    assert led.tree_tokens("") == 450
+
+
 # --- served run trees -------------------------------------------------------------------------------------
 
 
@@ -110,7 +121,8 @@ def test_a_served_spawn_is_the_root_of_books_whose_ceiling_is_the_token_ceiling(
     assert "handle served.1 has 5000 tokens left of token_ceiling=10000" in refused.message
     assert led.add_tokens(4500, "served.1.1") is True  # past its slice: its subtree is cancelled
     led.release("served.1.1")
-    assert book.spent(ROOT) == 1000 + 4000 and book.committed() == 5000  # never more than its slice
+    # never more than its slice in the child's books; the 500 past it are recorded, and are its parent's spend
+    assert book.spent(ROOT) == 1000 + 4000 + 500 and book.committed() == 5500 and book.overdrawn() == 0
     assert led.tree_tokens("served.1") == 5500 and led.tree_tokens("") == 0  # other trees are untouched
 
 

@@ -19,7 +19,7 @@ async def test_sync_spawn_returns_the_distilled_result(root, events):
     assert view.handle == "0.1"
     assert view.result["handle"] == "0.1" and view.result["depth"] == 1
     assert view.result["tool_scope"] == ["fs", "web"]
-    assert set(view.structured()) == {"handle", "status", "done", "partial", "result"}
+    assert set(view.structured()) == {"handle", "status", "done", "partial", "result", "usage"}
     assert events.named("subagent.exit", handle="0.1")[0]["usage_tokens"] == 15
     assert events.named("subagent.exit", handle="0.1")[0]["rung"] == "exited"
 

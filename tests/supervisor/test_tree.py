@@ -141,9 +141,11 @@ async def test_control_tool_results_share_one_shape(root):
             call = lambda name, args: registry.get(name).handler(args, ctx)  # noqa: E731
             sync = await call("subagent.spawn", {"instruction": script(["result", 7])})
             ack = await call("subagent.spawn", {"instruction": script(["hang"]), "async": True})
-            assert set(sync.structured) == set(ack.structured) == {"handle", "status", "done", "partial", "result"}
+            assert set(sync.structured) == set(ack.structured) == {"handle", "status", "done", "partial", "result",
+                                                                   "usage"}
             assert json.loads(sync.content[0]["text"]) == sync.structured == {
-                "handle": "0.1", "status": "completed", "done": True, "partial": False, "result": 7}
+                "handle": "0.1", "status": "completed", "done": True, "partial": False, "result": 7,
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
             status = await call("subagent.status", {"handle": "0.2"})
             assert status.structured["done"] is False
             cancelled = await call("subagent.cancel", {"handle": "0.2", "reason": "stop"})

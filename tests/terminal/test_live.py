@@ -46,7 +46,8 @@ def test_a_run_with_a_subagent_is_drawn_as_a_tree(spawn_gateway, no_leftover_chi
     child_step = next(i for i, line in enumerate(lines) if line.startswith("│  step 1 · 0 tool calls"))
     exit_line = next(i for i, line in enumerate(lines) if line.startswith("└─ subagent 0.1 completed"))
     assert spawn < child_step < exit_line
-    assert any(line.startswith("✓ completed after 2 steps · 30 tokens") for line in lines)
+    # the whole tree's tokens: the root's 2 replies and the child's 1 (15 each)
+    assert any(line.startswith("✓ completed after 2 steps · 45 tokens") for line in lines)
     assert '"event"' not in screen  # no JSON lines for a person
     doc = json.loads(stdout)  # stdout is still the one JSON document
     assert doc["status"] == "completed" and doc["result"] == "root done"
@@ -101,7 +102,7 @@ def test_a_bad_flag_at_a_terminal_is_one_readable_line() -> None:
 def test_output_human_prints_the_result_for_a_person(spawn_gateway) -> None:
     code, screen, _ = run_in_pty(_root(spawn_gateway.url, "--output", "human"), stdout_tty=True)
     assert code == 0
-    assert "completed · 2 steps · 30 tokens" in screen and "root done" in screen
+    assert "completed · 2 steps · 45 tokens" in screen and "root done" in screen  # the whole tree's
     assert '"run_id"' not in screen
 
 
