@@ -52,7 +52,8 @@ class Entry:
     idempotent: bool = False
 
     def check(self, arguments: Any) -> str | None:
-        """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do."""
+        """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do; raises
+        :class:`~agentd.mcp.schemas.CheckTooCostly` when checking them ran out of budget."""
         if self.unusable is not None:
             return f"the tool is unusable: its inputSchema {self.unusable}"
         if self.validator is None:

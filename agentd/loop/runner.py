@@ -52,7 +52,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
-from agentd.mcp import failure_policy
+from agentd.mcp import failure_policy, schemas
 from agentd.operator import current_operator
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
@@ -327,7 +327,13 @@ class _Run:
             tool=entry.name if entry else None,
             arguments=self.log.content(call.arguments),
         )
-        problem, arguments = _check_call(call, entry, catalogue)
+        if entry is not None and entry.validator is not None:
+            # Off the event loop: a check costs up to its budget (a quarter of a second or so); the daemon
+            # serves meanwhile, and a deadline abandons the thread (it ends within its budget).
+            problem, arguments = await trio.to_thread.run_sync(_check_call, call, entry, catalogue,
+                                                               abandon_on_cancel=True)
+        else:
+            problem, arguments = _check_call(call, entry, catalogue)
         if problem is not None or entry is None:
             self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=problem)
             self.observe(call, observe.rejection(problem or "unknown tool"), "rejected", entry, step, started)
@@ -514,7 +520,11 @@ def _check_call(
         return f"the arguments for {call.name!r} are not valid JSON (nested too deeply)", {}
     if not isinstance(arguments, dict):
         return f"the arguments for {call.name!r} must be a JSON object, got {type(arguments).__name__}", {}
-    invalid = entry.check(arguments)
+    try:
+        invalid = entry.check(arguments)
+    except schemas.CheckTooCostly as exc:
+        return (f"the arguments for {call.name!r} were not sent: checking them against the inputSchema of "
+                f"server {entry.server!r} would cost too much ({exc})"), {}
     if invalid is not None:
         return f"the arguments for {call.name!r} do not match its inputSchema: {invalid}", {}
     return None, arguments
