@@ -50,7 +50,7 @@ HOSTILE_CALLS = tool_calls(
     ("bad__uniq", {"xs": [{"k": i, "v": [i, str(i)]} for i in range(30000)]}),
     ("bad__names", {"a" * 3000 + "!": "x"}),
     ("bad__poly", {"xs": ["a" * 25] * 3000}),
-    ("bad__dialect", {"xs": [{"k": i} for i in range(30000)]}),
+    ("bad__dialect", {"xs": [{"k": i, "v": [i, str(i)]} for i in range(30000)]}),
 )
 
 
