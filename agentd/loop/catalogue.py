@@ -255,6 +255,10 @@ class _Deferred:
         self._schema = schema
         self._compiled: schemas.Compiled | None = None
 
+    @property
+    def schema(self) -> Mapping[str, Any]:
+        return self._schema
+
     def iter_errors(self, instance: Any) -> Iterable[Any]:
         compiled = self._compiled
         if compiled is None:

@@ -327,7 +327,7 @@ class _Run:
             tool=entry.name if entry else None,
             arguments=self.log.content(call.arguments),
         )
-        if entry is not None and entry.validator is not None:
+        if entry is not None and entry.validator is not None and len(call.arguments) > _INLINE_CHECK_CHARS:
             # Off the event loop: a check costs up to its budget (a quarter of a second or so); the daemon
             # serves meanwhile, and a deadline abandons the thread (it ends within its budget).
             problem, arguments = await trio.to_thread.run_sync(_check_call, call, entry, catalogue,
@@ -487,6 +487,10 @@ class _Run:
         if self.observer is not None:
             self.observer.completed(step, call, entry, kind, is_error, fields["ms"], text)
 
+
+#: Arguments up to this long are checked on the event loop (microseconds for any sane schema, and the check's
+#: budget caps a hostile one); longer ones, where checks get costly, in a worker thread.
+_INLINE_CHECK_CHARS = 4096
 
 _REPROMPT = (
     "Your last message did not contain a JSON value. Reply again with only the JSON value the output "

@@ -205,7 +205,7 @@ def first_errors(
     check ran out of budget (it never raises anything else)."""
     import referencing.exceptions
 
-    token = _METER.set(_Meter(budget, validator.schema))
+    token = _METER.set(_Meter(budget, getattr(validator, "schema", {})))
     try:
         return list(itertools.islice(validator.iter_errors(instance), MAX_ERRORS))
     except referencing.exceptions.Unresolvable as exc:

@@ -79,8 +79,8 @@ async def test_deep_nesting_and_bad_text_are_answered_and_the_server_keeps_servi
         await nursery.start(serve_ctl, path, _echo, EventLog(sink=lambda line: None))
         deep = await _exchange(path, b"[" * 60000 + b"\n")
         assert deep["error"].startswith("the request is not JSON (JSON nested"), deep
-        nested = await _exchange(path, b'{"op": "status", "x": ' + b"[" * 300 + b"]" * 300 + b"}\n")
-        assert nested == {"error": "the request is not JSON (JSON nested more than 256 levels deep)"}
+        nested = await _exchange(path, b'{"op": "status", "x": ' + b"[" * 600 + b"]" * 600 + b"}\n")
+        assert nested == {"error": "the request is not JSON (JSON nested more than 512 levels deep)"}
         lone = await _exchange(path, b'{"op": "cancel", "run": "\\ud800"}\n')
         assert lone["error"].startswith("the request is not JSON"), lone
         latin = await _exchange(path, b'{"op": "\xff"}\n')

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 SPECIALS: tuple[bytes, ...] = (
     b"[" * 60000,
     b'{"a":' * 3000,
-    b"[" * 300 + b"]" * 300,
+    b"[" * 600 + b"]" * 600,
     b'"\\ud800"',
     b'"\\udfff\\ud800"',
     b"\xff\xfe\x00",
