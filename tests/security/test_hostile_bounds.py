@@ -225,6 +225,28 @@ async def test_refused_a2a_tasks_are_bounded_and_hostile_bodies_are_answered() -
             hold.set()
 
 
+async def test_unknown_handles_and_methods_are_not_echoed_back_whole() -> None:
+    """A megabyte of handle (or of method name) once came back whole in the refusal."""
+    from tests.selfmcp.harness import LegacyPeer
+
+    argv = ["--serve-mcp", "http://127.0.0.1:0", "--intelligence", "test"]
+    async with agentd_worker(argv, stop_timeout=60) as worker:
+        assert worker.url
+        async with kept_serving(worker.url, max_gap=MAX_GAP) as probe, httpx.AsyncClient(timeout=30) as client:
+            peer = LegacyPeer(client, worker.url)
+            await peer.initialize()
+            with trio.fail_after(60):
+                for tool in ("subagent.status", "subagent.cancel"):
+                    reply = await peer.post("tools/call", {"name": tool, "arguments": {"handle": "h" * 1_000_000}})
+                    assert reply.status_code == 200 and len(reply.content) < 2000, (tool, len(reply.content))
+                    assert "unknown handle" in reply.text, reply.text[:300]
+                reply = await peer.post("x" * 1_000_000)
+                assert len(reply.content) < 2000, len(reply.content)
+                reply = await peer.post("resources/read", {"uri": "agent://subagent/" + "h" * 1_000_000})
+                assert len(reply.content) < 4000, len(reply.content)
+            assert probe.rounds > 0
+
+
 # -- the control socket --------------------------------------------------------------------------------------
 
 
