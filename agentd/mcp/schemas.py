@@ -2,7 +2,7 @@
 
 An MCP server writes the ``inputSchema`` agentd checks a model's arguments against (and the
 ``outputSchema`` it checks the server's own results against); agentd's served tools have schemas too.
-Three rules make that safe on the event loop:
+These rules make that safe on the event loop:
 
 * **References resolve only inside the schema.** Every validator is built with a ``referencing`` registry
   whose retrieval refuses everything: no ``http://`` fetch, no ``file://`` read. A ``$ref`` that cannot be
