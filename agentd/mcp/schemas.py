@@ -54,9 +54,13 @@ PATTERN_BUDGET: Final = 10_000_000
 #: Work one check of one value may cost, in steps: one step is one backtracking step of Python's regular
 #: expression engine (some ten nanoseconds), so a check stops after a quarter of a second or so.
 CHECK_BUDGET: Final = 30_000_000
-#: Work checking one schema against its dialect's metaschema may cost (once per schema, when a tool list
-#: loads; a few seconds at most: a 5000-property schema costs about a third of it).
-COMPILE_BUDGET: Final = 40 * CHECK_BUDGET
+#: Work compiling one schema may cost (checking it against its dialect's metaschema, then probing it):
+#: once per distinct schema, when a tool list loads; a few seconds at most (a metaschema step costs about
+#: twice a pattern step). A 1000-property schema costs about half of it.
+COMPILE_BUDGET: Final = 5 * CHECK_BUDGET
+#: Work compiling the schemas of one tool list may cost together (a list of thousands of schemas each just
+#: under :data:`COMPILE_BUDGET` must not hold the event loop for as many times as long).
+LISTING_BUDGET: Final = 2 * COMPILE_BUDGET
 #: Steps charged for one keyword applied to one value (jsonschema's own work: several microseconds).
 _KEYWORD_STEPS: Final = 1000
 #: Steps charged for following a reference (``$ref``, ``$dynamicRef``, ``$recursiveRef``): a lookup as well.
@@ -118,6 +122,8 @@ class Compiled:
     validator: Any
     error: str | None = None
     unusable: str | None = None
+    #: The steps compiling it cost (to charge a tool list's :data:`LISTING_BUDGET`).
+    cost: int = 0
 
 
 def _refuse(uri: str) -> referencing.Resource[Any]:
@@ -135,50 +141,55 @@ def _registry() -> referencing.Registry[Any]:
     return referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
 
 
-def compile_schema(schema: Mapping[str, Any] | bool, default: Any = None) -> Compiled:
-    """Compile ``schema`` (its ``$schema`` dialect, else ``default``: 2020-12) with the rules above."""
+def compile_schema(schema: Mapping[str, Any] | bool, default: Any = None, *, budget: int = COMPILE_BUDGET
+                   ) -> Compiled:
+    """Compile ``schema`` (its ``$schema`` dialect, else ``default``: 2020-12) with the rules above, within
+    ``budget`` steps (past it the schema is unusable)."""
     import jsonschema
     import jsonschema.validators
 
     _install()
     default = _bounded(jsonschema.Draft202012Validator if default is None else default)
+    meter = _Meter(budget, schema)
     try:
         cls = jsonschema.validators.validator_for(schema, default=default)
-        error = _schema_error(cls, schema)
+        error = _schema_error(cls, schema, meter)
     except RecursionError:
-        return Compiled(None, unusable="the schema is nested too deeply")
+        return Compiled(None, unusable="the schema is nested too deeply", cost=budget - meter.left)
     except (CheckTooCostly, SchemaUnusable):
-        return Compiled(None, unusable="the schema is too large to check against its dialect's metaschema")
+        return Compiled(None, unusable="the schema is too large to check against its dialect's metaschema",
+                        cost=budget - meter.left)
     if error is not None:
-        return Compiled(None, error=error)
+        return Compiled(None, error=error, cost=budget - meter.left)
     unsafe = _unsafe_pattern(schema)
     if unsafe is not None:
-        return Compiled(None, error=f"pattern {unsafe[:80]!r} is too complex to check safely")
+        return Compiled(None, error=f"pattern {unsafe[:80]!r} is too complex to check safely",
+                        cost=budget - meter.left)
     validator = _bounded(cls)(schema, registry=_registry())
     problem = _reference_problem(validator)
     if problem is None:
         try:
             probes: tuple[Any, ...] = ({}, None, 0, "", [])
             for probe in probes:
-                first_error(validator, probe)
+                _errors(validator, probe, meter)
         except SchemaUnusable as exc:
             problem = str(exc)
         except CheckTooCostly:
             problem = "is too large: checking even an empty value exceeds the budget of one check"
     if problem is not None:
-        return Compiled(None, unusable=problem)
-    return Compiled(validator)
+        return Compiled(None, unusable=problem, cost=budget - meter.left)
+    return Compiled(validator, cost=budget - meter.left)
 
 
-def _schema_error(cls: Any, schema: Any) -> str | None:
+def _schema_error(cls: Any, schema: Any, meter: _Meter) -> str | None:
     """Why ``schema`` is not a valid schema of ``cls``'s dialect, or ``None``: jsonschema's ``check_schema``,
-    with the metaschema's own validator metered like any other (within :data:`COMPILE_BUDGET`)."""
+    with the metaschema's own validator metered like any other (on the compile's ``meter``)."""
     import jsonschema.exceptions
     import jsonschema.validators
 
     meta = _bounded(jsonschema.validators.validator_for(cls.META_SCHEMA, default=_bounded(cls)))
     validator = meta(cls.META_SCHEMA, format_checker=meta.FORMAT_CHECKER)
-    errors = first_errors(validator, schema, budget=COMPILE_BUDGET)
+    errors = _errors(validator, schema, _Meter(meter.left, cls.META_SCHEMA), spent=meter)
     return jsonschema.exceptions.best_match(errors).message if errors else None
 
 
@@ -203,9 +214,16 @@ def first_errors(
 
     Raises :class:`SchemaUnusable` when the schema cannot be evaluated and :class:`CheckTooCostly` when the
     check ran out of budget (it never raises anything else)."""
+    return _errors(validator, instance, _Meter(budget, getattr(validator, "schema", {})))
+
+
+def _errors(validator: Any, instance: Any, meter: _Meter, *, spent: _Meter | None = None
+            ) -> list[jsonschema.ValidationError]:
+    """:func:`first_errors` on ``meter`` (what it used is taken from ``spent`` too, when given)."""
     import referencing.exceptions
 
-    token = _METER.set(_Meter(budget, getattr(validator, "schema", {})))
+    left = meter.left
+    token = _METER.set(meter)
     try:
         return list(itertools.islice(validator.iter_errors(instance), MAX_ERRORS))
     except referencing.exceptions.Unresolvable as exc:
@@ -214,6 +232,8 @@ def first_errors(
         raise SchemaUnusable("the schema refers to itself without end") from None
     finally:
         _METER.reset(token)
+        if spent is not None:
+            spent.left -= left - meter.left
 
 
 def _ref_of(exc: referencing.exceptions.Unresolvable) -> str:
