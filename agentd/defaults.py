@@ -73,6 +73,12 @@ SERVE_MAX_QUEUED: Final = 1000
 SERVE_MAX_BODY: Final = 8 * 1024 * 1024
 SERVE_KEEPALIVE: Final = 15.0
 SERVE_RETENTION: Final = 600.0
+#: Finished served A2A tasks kept for ``GetTask``/``ListTasks`` (within ``SERVE_RETENTION``): per caller and in
+#: all, by count and by bytes; past a bound the oldest finished task goes first.
+SERVE_A2A_KEPT_PER_CALLER: Final = 256
+SERVE_A2A_KEPT_BYTES_PER_CALLER: Final = 4 * 1024 * 1024
+SERVE_A2A_KEPT: Final = 4096
+SERVE_A2A_KEPT_BYTES: Final = 32 * 1024 * 1024
 SERVE_MAX_CONNECTIONS: Final = 256
 SERVE_MAX_PER_CLIENT: Final = 64
 
@@ -87,6 +93,8 @@ SECRET_FILE_MAX_BYTES: Final = 64 * 1024
 RELOAD_READ_TIMEOUT: Final = 10.0
 
 # --- one MCP connection (agentd.config.model.McpServerConfig, host ``connections:`` entries) ------------
+#: A server's ``list_changed`` re-lists at most once per this many seconds (a flood is coalesced into one).
+RELIST_INTERVAL: Final = 1.0
 CONNECT_TIMEOUT: Final = 10.0
 CALL_TIMEOUT: Final = 60.0
 #: A task-run tool call (agentd.mcp.tasks): the ``ttl`` agentd asks a 2025-11-25 server to keep the task for (long

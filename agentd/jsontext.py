@@ -9,6 +9,11 @@ that carried it. So the rule is applied once, where JSON text is decoded:
 * ``"replace"`` (what agentd consumes: MCP servers' responses, model replies, its children's frames): every
   lone surrogate becomes U+FFFD, so content is kept and never lost to a crash.
 
+Nesting too deep for the decoder is a ``ValueError``, never a ``RecursionError``. Under ``"reject"`` (the
+requests agentd serves) nesting is bounded further, to :data:`MAX_DEPTH` levels: a request the decoder
+accepted could still be too deep for whatever walks it recursively later (``json.dumps``, jsonschema,
+``repr``) in a handler, far from the peer that sent it.
+
 A well-formed surrogate *pair* (``"\\ud83d\\ude00"``) is one ordinary character and is untouched. Encoding
 (:func:`utf8`, :func:`dumps_utf8`) replaces whatever lone surrogate may still reach it from elsewhere (argv,
 files) instead of raising. No I/O here.
@@ -23,6 +28,8 @@ from typing import Any, Final, Literal, TypeAlias
 Policy: TypeAlias = Literal["reject", "replace"]
 
 REPLACEMENT: Final = "\ufffd"
+#: Deepest nesting of arrays and objects accepted in a request agentd serves (the ``"reject"`` policy).
+MAX_DEPTH: Final = 512
 _LONE: Final = re.compile("[\ud800-\udfff]")
 #: A ``\\u`` escape of a surrogate in JSON text (may over-match after an escaped backslash: then we only look).
 _ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
@@ -98,9 +105,30 @@ def loads(data: bytes | bytearray | str, policy: Policy) -> Any:
         obj = json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    # What agentd serves is bounded in depth too (a walk about as costly as the decoding, so not on every
+    # large answer agentd consumes); only text with that many brackets can be that deep.
+    if (policy == "reject" and text.count("[") + text.count("{") > MAX_DEPTH
+            and depth(obj, limit=MAX_DEPTH) > MAX_DEPTH):
+        raise ValueError(f"JSON nested more than {MAX_DEPTH} levels deep")
     if _ESCAPE.search(text) is None and _LONE.search(text) is None:
         return obj
     return apply(obj, policy)
+
+
+def depth(obj: Any, *, limit: int | None = None) -> int:
+    """How deeply arrays and objects nest in ``obj`` (0 for a scalar), level by level without recursion;
+    with ``limit``, it stops at the first level past it (and returns that level)."""
+    deepest, level = 0, [obj] if isinstance(obj, list | dict) else []
+    while level:
+        deepest += 1
+        if limit is not None and deepest > limit:
+            return deepest
+        below: list[Any] = []
+        for node in level:
+            below.extend([v for v in (node.values() if type(node) is dict else node)
+                          if type(v) is list or type(v) is dict])
+        level = below
+    return deepest
 
 
 def _fix(value: str, policy: Policy) -> str:

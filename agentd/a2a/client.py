@@ -30,6 +30,7 @@ import attrs
 import httpx
 import trio
 
+from agentd import jsontext as json_text
 from agentd.a2a import types as a2a
 from agentd.config.model import McpServerConfig
 from agentd.errors import A2aConnectError, A2aError, A2aRpcError, AgentdError
@@ -127,7 +128,7 @@ class A2aPeer:
         except httpx.HTTPError as exc:
             raise A2aError(f"A2A peer {self.name!r}: {describe_error(exc)}", peer=self.name) from None
         try:
-            message = json.loads(data)
+            message = json_text.loads(data, "replace")
         except (ValueError, UnicodeDecodeError):
             raise A2aError(f"A2A peer {self.name!r}: the reply is not JSON", peer=self.name) from None
         return self._unwrap(message, op)
@@ -144,7 +145,7 @@ class A2aPeer:
                 if kind == "application/json":  # an error (or a peer that does not stream after all)
                     data = await _read_capped(response, self.max_body, self.name)
                     try:
-                        yield a2a.parse_event(self._unwrap(json.loads(data), op))
+                        yield a2a.parse_event(self._unwrap(json_text.loads(data, "replace"), op))
                     except a2a.A2aShapeError as exc:
                         raise A2aError(f"A2A peer {self.name!r}: {exc}", peer=self.name) from None
                     except ValueError:
@@ -159,7 +160,7 @@ class A2aPeer:
                         if not event.data:
                             continue
                         try:
-                            parsed = a2a.parse_event(self._unwrap(json.loads(event.data), op))
+                            parsed = a2a.parse_event(self._unwrap(json_text.loads(event.data, "replace"), op))
                         except a2a.A2aShapeError as exc:
                             raise A2aError(f"A2A peer {self.name!r}: {exc}", peer=self.name) from None
                         except ValueError:
@@ -415,7 +416,7 @@ async def fetch_card(
     except A2aError as exc:
         raise A2aConnectError(str(exc), peer=config.name) from None
     try:
-        return a2a.parse_card(json.loads(body), config.url)
+        return a2a.parse_card(json_text.loads(body, "replace"), config.url)
     except (ValueError, UnicodeDecodeError) as exc:
         reason = str(exc) if isinstance(exc, a2a.A2aShapeError) else "not JSON"
         raise A2aConnectError(f"A2A peer {config.name!r}: invalid agent card ({reason})", peer=config.name) from None

@@ -222,7 +222,7 @@ def parse_card(obj: Any, base_url: str) -> AgentCard:
                 candidates.append((V03, _str(iface, "url", "an agent interface", required=True)))
     usable = [(_major(v), url) for v, url in candidates if _major(v) in (V1, V03)]
     if not usable:
-        offered = ", ".join(sorted({v for v, _ in candidates})) or "none"
+        offered = (", ".join(sorted({v[:20] for v, _ in candidates})) or "none")[:200]  # a peer's strings, cut
         raise A2aShapeError(f"the agent card offers no JSON-RPC interface of protocol 1.0 or 0.3 (offered: {offered})")
     usable.sort(key=lambda item: item[0] != V1)
     version, url = usable[0]

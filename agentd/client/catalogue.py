@@ -8,11 +8,13 @@ It exists so what a server offers (and when that is stale) has one owner. It ask
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 import attrs
 import trio
 
+from agentd import defaults
 from agentd.client.exchange import Exchange, SessionGone
 from agentd.client.models import ResourceInfo, ResourceTemplateInfo, ToolInfo
 from agentd.config.model import McpServerConfig
@@ -50,6 +52,8 @@ class Catalogue:
     ttl_ms: dict[str, int | None] = attrs.field(factory=dict)
     _refresh: set[str] = attrs.field(factory=set)
     _refresh_wanted: trio.Event = attrs.field(factory=trio.Event)
+    #: When the last re-list started (trio's clock): the next waits ``RELIST_INTERVAL`` after it.
+    _relisted: float = -math.inf
     #: Compiled output schemas, per tool, for the current tool list.
     _validators: dict[str, Any] = attrs.field(factory=dict)
     #: The audit hash (agentd.mcp.tool_hash) of every tool of the last listing, refused ones included.
@@ -213,7 +217,10 @@ class Catalogue:
         ]
 
     def want_refresh(self, what: str, *, advertised: bool) -> None:
-        """A ``list_changed`` for ``what`` ("tools" or "resources") arrived; honoured if it was advertised."""
+        """A ``list_changed`` for ``what`` ("tools" or "resources") arrived; honoured if it was advertised.
+        One already waiting for the next re-list adds nothing (not even a log line): a flood is one re-list."""
+        if advertised and what in self._refresh:
+            return
         self.log.info("mcp.list_changed", server=self.name, list=what, advertised=advertised)
         if advertised:
             self._refresh.add(what)
@@ -228,6 +235,9 @@ class Catalogue:
                 await self._refresh_wanted.wait()
             if expiry.cancelled_caught:
                 self._refresh.update({"tools", "resources"})
+            # At most one re-list per interval: every list_changed until then is coalesced into it.
+            await trio.sleep_until(self._relisted + defaults.RELIST_INTERVAL)
+            self._relisted = trio.current_time()
             self._refresh_wanted = trio.Event()
             wanted, self._refresh = self._refresh, set()
             try:
@@ -264,6 +274,10 @@ class Catalogue:
             error = schemas.first_error(validator, structured)
         except schemas.SchemaUnusable as exc:
             self.log.warn("mcp.protocol_error", server=self.name, what=f"{tool}: invalid outputSchema: {exc}")
+            return
+        except schemas.CheckTooCostly as exc:  # the server's own result against its own schema: its business
+            self.log.warn("mcp.protocol_error", server=self.name,
+                          what=f"{tool}: structuredContent not checked against the outputSchema: {exc}")
             return
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"

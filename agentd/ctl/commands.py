@@ -130,7 +130,7 @@ class Controls:
         with trio.move_on_after(CANCEL_WAIT):
             view = await self.supervisor.cancel(Caller(origin, self.supervisor.handle), target, reason)
             if isinstance(view, Refusal):
-                return {"error": f"no run or subagent {target!r} is running here"}
+                return {"error": f"no run or subagent {target[:200]!r} is running here"}
             self.log.warn("ctl.cancel", run=target, kind="subagent", reason=reason)
             return {"cancelled": target, "kind": "subagent", "status": view.status}
         return {"cancelled": target, "kind": "subagent", "status": "cancelling"}

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import trio
 
+from agentd import jsontext as json_text
 from agentd.errors import ConfigError
 from agentd.events import EventLog
 
@@ -185,10 +186,20 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | str:
                 return f"request longer than {MAX_REQUEST} bytes"
     if waited.cancelled_caught:
         return f"no complete request within {READ_TIMEOUT:g} s"
+    return parse_request(bytes(data))
+
+
+def parse_request(data: bytes) -> dict[str, Any] | str:
+    """The request object on the first line of ``data``, or why there is none. Never raises: bytes that are
+    not UTF-8, a lone surrogate, nesting deeper than :data:`agentd.jsontext.MAX_DEPTH` are each an answer."""
+    if len(data) > MAX_REQUEST:
+        return f"request longer than {MAX_REQUEST} bytes"
     try:
-        request = json.loads(bytes(data).split(b"\n", 1)[0])
-    except ValueError:
+        request = json_text.loads(data.split(b"\n", 1)[0], "reject")
+    except json.JSONDecodeError:
         return "the request is not JSON"
+    except ValueError as exc:  # not UTF-8, a lone surrogate, nested too deeply: never a RecursionError
+        return f"the request is not JSON ({str(exc)[:120]})"
     if not isinstance(request, dict) or not isinstance(request.get("op"), str):
         return 'the request must be a JSON object with an "op" string'
     return request
@@ -202,4 +213,5 @@ async def _send(stream: trio.SocketStream, doc: Mapping[str, Any]) -> None:
             pass
 
 
-__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "SOCKET_NAME", "check_path", "clear_stale", "peer_uid", "serve_ctl", "socket_path"]
+__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "SOCKET_NAME", "check_path", "clear_stale", "parse_request", "peer_uid",
+           "serve_ctl", "socket_path"]

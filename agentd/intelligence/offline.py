@@ -24,6 +24,9 @@ MODEL_NAME: Final = "agentd-offline-test"
 NOTICE: Final = "agentd offline test model: deterministic, not a language model"
 _SUMMARY_TEXT: Final = 200
 _MAX_DEPTH: Final = 8
+#: Longest string it writes: a schema's ``minLength: 1e9`` gets this many characters, not a gigabyte (the
+#: call is then refused by agentd's own check of the arguments, as a model's would be).
+_MAX_STRING: Final = 4096
 _ERROR_LABEL: Final = "[tool error"
 _FAILURE_PREFIXES: Final = ("error", "[error", "[agentd rejected", "[agentd tool fault")
 
@@ -110,6 +113,8 @@ def _example_number(schema: Mapping[str, Any], *, integer: bool) -> int | float:
         value = above + 1
     if high is not None and value > high:
         value = high
+    if not math.isfinite(value):  # "minimum": 1e999 decodes to infinity, which no JSON number is
+        value = 1
     return math.ceil(value) if integer else value
 
 
@@ -130,7 +135,7 @@ def _example_string(schema: Mapping[str, Any]) -> str:
     low = schema.get("minLength")
     high = schema.get("maxLength")
     if isinstance(low, int) and len(text) < low:
-        text = text + "x" * (low - len(text))
+        text = text + "x" * (min(low, _MAX_STRING) - len(text))
     if isinstance(high, int) and len(text) > high:
         text = text[: max(high, 0)]
     return text

@@ -52,7 +52,8 @@ class Entry:
     idempotent: bool = False
 
     def check(self, arguments: Any) -> str | None:
-        """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do."""
+        """Why ``arguments`` do not fit the tool's ``inputSchema``, or ``None`` when they do; raises
+        :class:`~agentd.mcp.schemas.CheckTooCostly` when checking them ran out of budget."""
         if self.unusable is not None:
             return f"the tool is unusable: its inputSchema {self.unusable}"
         if self.validator is None:
@@ -133,9 +134,10 @@ def _build(tools: Sequence[ToolLike], control_list: Sequence[ControlTool], key: 
     chat: list[ChatTool] = []
     wires: list[str] = []
     prepared_list: list[_Prepared] = []
+    budget = [schemas.LISTING_BUDGET]  # what compiling this list's new schemas may still cost, together
     for tool in tools:
         wire = names.to_wire(tool.server, tool.name)
-        prepared = _prepared(tool.input_schema or _EMPTY_OBJECT)
+        prepared = _prepared(tool.input_schema or _EMPTY_OBJECT, budget)
         annotations = getattr(tool, "annotations", None)
         idempotent = isinstance(annotations, Mapping) and annotations.get("idempotentHint") is True
         entries[wire] = Entry(wire, tool.server, tool.name, prepared.validator, unusable=prepared.unusable,
@@ -227,12 +229,13 @@ _PREPARED: dict[int, _Prepared] = {}
 _PREPARED_MAX = 4096
 
 
-def _prepared(source: Mapping[str, Any]) -> _Prepared:
+def _prepared(source: Mapping[str, Any], budget: list[int] | None = None) -> _Prepared:
+    """``source`` prepared; compiling it (unless cached) is charged to ``budget[0]``, a tool list's."""
     found = _PREPARED.get(id(source))
     if found is not None and found.source is source:
         return found
     schema = dict(source)
-    compiled = _validator(schema)
+    compiled = _validator(schema, budget)
     prepared = _Prepared(source, schema, compiled.validator, compiled.error, compiled.unusable,
                          json.dumps(schema, default=str))
     if len(_PREPARED) >= _PREPARED_MAX:
@@ -253,6 +256,10 @@ class _Deferred:
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self._schema = schema
         self._compiled: schemas.Compiled | None = None
+
+    @property
+    def schema(self) -> Mapping[str, Any]:
+        return self._schema
 
     def iter_errors(self, instance: Any) -> Iterable[Any]:
         compiled = self._compiled
@@ -295,15 +302,37 @@ def precompile(schemas_: Iterable[Mapping[str, Any]]) -> None:
         _validator(schema)
 
 
-def _validator(schema: Mapping[str, Any]) -> schemas.Compiled:
-    """A compiled validator for ``schema`` (its ``$schema`` dialect, else 2020-12), or why there is none."""
+def _validator(schema: Mapping[str, Any], budget: list[int] | None = None) -> schemas.Compiled:
+    """A compiled validator for ``schema`` (its ``$schema`` dialect, else 2020-12), or why there is none.
+    A compile is charged to ``budget[0]`` (a tool list's); with nothing left the schema is unusable (and not
+    cached: a later list may have the budget for it)."""
     try:
         key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
-        return schemas.compile_schema(schema)
+        return _compile(schema, budget)
     cached = _VALIDATORS.get(key)
     if cached is None:
+        if budget is not None and budget[0] <= 0:
+            return schemas.Compiled(None, unusable=_OVER_LISTING)
+        cached = _compile(schema, budget)
+        if budget is not None and cached.unusable is not None and budget[0] <= 0:
+            return cached  # cut short by this list's budget: not this schema's verdict
         if len(_VALIDATORS) >= _VALIDATORS_MAX:
             _VALIDATORS.clear()
-        cached = _VALIDATORS[key] = schemas.compile_schema(schema)
+        _VALIDATORS[key] = cached
     return cached
+
+
+_OVER_LISTING = "cannot be checked: the tool list's schemas together exceed agentd's budget for compiling them"
+
+
+def _compile(schema: Mapping[str, Any], budget: list[int] | None) -> schemas.Compiled:
+    if budget is None:
+        return schemas.compile_schema(schema)
+    if budget[0] <= 0:
+        return schemas.Compiled(None, unusable=_OVER_LISTING)
+    compiled = schemas.compile_schema(schema, budget=min(budget[0], schemas.COMPILE_BUDGET))
+    budget[0] -= compiled.cost
+    if compiled.unusable is not None and budget[0] <= 0:
+        return schemas.Compiled(None, unusable=_OVER_LISTING, cost=compiled.cost)
+    return compiled

@@ -55,7 +55,7 @@ from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
 from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
-from agentd.mcp import failure_policy
+from agentd.mcp import failure_policy, schemas
 from agentd.operator import current_operator
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
@@ -382,7 +382,13 @@ class _Run:
             tool=entry.name if entry else None,
             arguments=self.log.content(call.arguments),
         )
-        problem, arguments = _check_call(call, entry, catalogue)
+        if entry is not None and entry.validator is not None and len(call.arguments) > _INLINE_CHECK_CHARS:
+            # Off the event loop: a check costs up to its budget (a quarter of a second or so); the daemon
+            # serves meanwhile, and a deadline abandons the thread (it ends within its budget).
+            problem, arguments = await trio.to_thread.run_sync(_check_call, call, entry, catalogue,
+                                                               abandon_on_cancel=True)
+        else:
+            problem, arguments = _check_call(call, entry, catalogue)
         if problem is not None or entry is None:
             self.log.warn("tool.rejected", step=step, call_id=call.id, wire_name=call.name, reason=problem)
             self.observe(call, observe.rejection(problem or "unknown tool"), "rejected", entry, step, started)
@@ -551,6 +557,10 @@ class _Run:
             self.observer.completed(step, call, entry, kind, is_error, fields["ms"], text)
 
 
+#: Arguments up to this long are checked on the event loop (microseconds for any sane schema, and the check's
+#: budget caps a hostile one); longer ones, where checks get costly, in a worker thread.
+_INLINE_CHECK_CHARS = 4096
+
 _REPROMPT = (
     "Your last message did not contain a JSON value. Reply again with only the JSON value the output "
     "contract asks for, and no tool calls."
@@ -604,7 +614,11 @@ def _check_call(
         return f"the arguments for {call.name!r} are not valid JSON (nested too deeply)", {}
     if not isinstance(arguments, dict):
         return f"the arguments for {call.name!r} must be a JSON object, got {type(arguments).__name__}", {}
-    invalid = entry.check(arguments)
+    try:
+        invalid = entry.check(arguments)
+    except schemas.CheckTooCostly as exc:
+        return (f"the arguments for {call.name!r} were not sent: checking them against the inputSchema of "
+                f"server {entry.server!r} would cost too much ({exc})"), {}
     if invalid is not None:
         return f"the arguments for {call.name!r} do not match its inputSchema: {invalid}", {}
     return None, arguments

@@ -13,8 +13,10 @@ Mapping (docs/a2a.md):
   artifact (text, or a data part when the result is JSON), ``failed``/``rejected`` when the run failed or
   the spawn was refused, ``canceled`` after ``CancelTask`` (the kill ladder ends the session).
 - Bounds: concurrent turns count against ``--serve-max-spawns`` with the self-MCP's; open contexts are at
-  most ``--serve-max-warm`` (the least recently used idle one is closed to make room); finished tasks are
-  kept ``--serve-retention``.
+  most ``--serve-max-warm`` (the least recently used idle one is closed to make room); finished tasks
+  (refused ones included) are kept ``--serve-retention`` at most, and within count and byte bounds per caller
+  and in all (:class:`ServedLimits`): the oldest finished task is forgotten first. No timer per task: expired
+  tasks are dropped whenever the service is used.
 - Tasks and contexts belong to the principal that created them (agentd.transport.tenancy, the one ownership
   rule the self-MCP uses too: the OAuth issuer and subject, else the listener's single principal): another
   principal's task is "not found", ``ListTasks`` pages through the caller's own tasks only (an operator's:
@@ -36,6 +38,8 @@ from typing import Any, Final
 import attrs
 import trio
 
+from agentd import defaults
+from agentd import jsontext as json_text
 from agentd._version import __version__
 from agentd.a2a import types as a2a
 from agentd.events import EventLog, null_log
@@ -64,9 +68,13 @@ class RpcError(Exception):
 
 @attrs.frozen
 class ServedLimits:
-    max_running: int = 4
-    max_contexts: int = 8
-    retention: float = 600.0
+    max_running: int = defaults.SERVE_MAX_SPAWNS
+    max_contexts: int = defaults.SERVE_MAX_WARM
+    retention: float = defaults.SERVE_RETENTION
+    kept_per_caller: int = defaults.SERVE_A2A_KEPT_PER_CALLER
+    kept_bytes_per_caller: int = defaults.SERVE_A2A_KEPT_BYTES_PER_CALLER
+    kept: int = defaults.SERVE_A2A_KEPT
+    kept_bytes: int = defaults.SERVE_A2A_KEPT_BYTES
 
 
 @attrs.define(eq=False)
@@ -82,6 +90,9 @@ class ServedTask:
     #: Creation order (``ListTasks`` pages newest first) and the wall-clock time of the last status change.
     seq: int = 0
     updated: float = attrs.field(factory=time.time)
+    #: Once finished: when (trio's clock) and its size as JSON, for the retention bounds.
+    finished_at: float = 0.0
+    size: int = 0
 
     def update(self, state: str, *, result: Any = None, reason: str = "") -> None:
         self.state, self.result, self.reason = state, result, reason
@@ -159,6 +170,11 @@ class A2aService:
         #: A callable giving how many served MCP spawns are running (they share --serve-max-spawns).
         self._busy = busy or (lambda: 0)
         self.tasks: dict[str, ServedTask] = {}
+        #: The finished tasks, oldest first: all of them, and by owner (with their bytes).
+        self._finished: dict[str, ServedTask] = {}
+        self._finished_by: dict[str, dict[str, ServedTask]] = {}
+        self._bytes_by: dict[str, int] = {}
+        self._bytes = 0
         self.contexts: dict[str, Context] = {}
         self._nursery: trio.Nursery | None = None
         self._seq = 0
@@ -175,6 +191,7 @@ class A2aService:
     # -- methods ---------------------------------------------------------------------------------------
 
     def task(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> ServedTask:
+        self._expire()
         task_id = params.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise RpcError(jsonrpc.INVALID_PARAMS, "id must be a non-empty string")
@@ -185,6 +202,7 @@ class A2aService:
 
     def list(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> dict[str, Any]:
         """``ListTasks``: the caller's tasks, newest first, filtered and paged (an opaque token, the last seq)."""
+        self._expire()
         size = params.get("pageSize") or LIST_PAGE_DEFAULT
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= LIST_PAGE_MAX:
             raise RpcError(jsonrpc.INVALID_PARAMS, f"pageSize must be an integer from 1 to {LIST_PAGE_MAX}")
@@ -228,6 +246,7 @@ class A2aService:
         message = params.get("message")
         if not isinstance(message, Mapping):
             raise RpcError(jsonrpc.INVALID_PARAMS, "message must be an object")
+        self._expire()
         text = message_text(message)
         context_id = message.get("contextId")
         if context_id is not None and not isinstance(context_id, str):
@@ -311,13 +330,42 @@ class A2aService:
             self._keep(task)
 
     def _keep(self, task: ServedTask) -> None:
+        """Keep a finished task for ``GetTask``/``ListTasks``, within the bounds (the oldest go first)."""
         self.tasks[task.id] = task
-        if self._nursery is not None:
-            self._nursery.start_soon(self._forget, task.id)
+        if task.id in self._finished:
+            return
+        task.finished_at = trio.current_time()
+        task.size = len(json_text.compact_utf8(task.to_json()))
+        owned = self._finished_by.setdefault(task.owner, {})
+        self._finished[task.id] = owned[task.id] = task
+        self._bytes_by[task.owner] = self._bytes_by.get(task.owner, 0) + task.size
+        self._bytes += task.size
+        limits = self.limits
+        while len(owned) > limits.kept_per_caller or self._bytes_by.get(task.owner, 0) > limits.kept_bytes_per_caller:
+            self._drop(next(iter(owned.values())))
+        while len(self._finished) > limits.kept or self._bytes > limits.kept_bytes:
+            self._drop(next(iter(self._finished.values())))
+        self._expire()
 
-    async def _forget(self, task_id: str) -> None:
-        await trio.sleep(self.limits.retention)
-        self.tasks.pop(task_id, None)
+    def _expire(self) -> None:
+        """Forget the finished tasks older than the retention (oldest first: stop at the first young one)."""
+        horizon = trio.current_time() - self.limits.retention
+        while self._finished:
+            oldest = next(iter(self._finished.values()))
+            if oldest.finished_at > horizon:
+                return
+            self._drop(oldest)
+
+    def _drop(self, task: ServedTask) -> None:
+        self._finished.pop(task.id, None)
+        self.tasks.pop(task.id, None)
+        owned = self._finished_by.get(task.owner, {})
+        if owned.pop(task.id, None) is not None:
+            self._bytes_by[task.owner] -= task.size
+            self._bytes -= task.size
+        if not owned:
+            self._finished_by.pop(task.owner, None)
+            self._bytes_by.pop(task.owner, None)
 
     async def cancel(self, params: Mapping[str, Any], principal: Principal = LOCAL) -> ServedTask:
         task = self.task(params, principal)
@@ -464,7 +512,7 @@ class A2aMount:
 
     async def _rpc(self, body: bytes, send: Send, principal: Principal = LOCAL) -> None:
         try:
-            message = json.loads(body)
+            message = json_text.loads(body, "reject")  # lone surrogates and deep nesting refused
         except (ValueError, UnicodeDecodeError):
             await _reply(send, 200, _error(None, jsonrpc.PARSE_ERROR, "Parse error"))
             return

@@ -102,6 +102,12 @@ def _text_result(structured: Mapping[str, Any], *, is_error: bool = False) -> di
 RETRY_POLL_S: Final = 1.0
 
 
+def _shown(text: str, limit: int = 200) -> str:
+    """A caller's string as echoed back in an error: cut to ``limit`` characters (a peer's megabyte of handle is
+    not sent back to it)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _refused(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
@@ -199,7 +205,7 @@ class SelfMcpSurface:
                 return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "uri must be a string")
             self.subscriptions.remove(ctx.session_id, uri)
             return Response(request.id, {})
-        return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+        return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {_shown(method)}")
 
     def streams(self, request: Request) -> bool:
         """A synchronous ``subagent.spawn`` may run for minutes: answer it as SSE so keepalives flow."""
@@ -280,7 +286,7 @@ class SelfMcpSurface:
     async def _tool_subagent_status(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])
         view = self.view(arguments["handle"]) if self._mine(arguments["handle"], ctx.principal) else None
-        return _text_result(view) if view is not None else _refused(f"unknown handle {arguments['handle']!r}")
+        return _text_result(view) if view is not None else _refused(f"unknown handle {_shown(arguments['handle'])!r}")
 
     async def _tool_cancel(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
         await self._look_up(arguments["handle"])
@@ -442,7 +448,7 @@ class SelfMcpSurface:
     async def _send(self, handle: str, message: str, principal: Principal = LOCAL) -> dict[str, Any]:
         run = self._mine(handle, principal)
         if run is None:
-            return _refused(f"unknown handle {handle!r}")
+            return _refused(f"unknown handle {_shown(handle)!r}")
         if not run.warm or run.final is not None:
             return _refused(f"{handle} is not an open warm session")
         answer = await self.backend.send(handle, message)
@@ -453,7 +459,7 @@ class SelfMcpSurface:
     async def _cancel(self, handle: str, principal: Principal = LOCAL) -> dict[str, Any]:
         run = self._mine(handle, principal)
         if run is None:
-            return _refused(f"unknown handle {handle!r}")
+            return _refused(f"unknown handle {_shown(handle)!r}")
         if run.final is None:
             self.log.info("serve.request", tool="subagent.cancel", handle=handle)
             after = await self.backend.cancel(handle)
@@ -503,7 +509,7 @@ class SelfMcpSurface:
         else:
             body = None
         if body is None:
-            return ErrorResponse(request.id, jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+            return ErrorResponse(request.id, jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": _shown(uri, 1024)})
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         return Response(request.id, {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]})
 
@@ -520,7 +526,7 @@ class SelfMcpSurface:
         if run is None:
             if uri == STATUS_URI:
                 return Response(request.id, {})  # stable: accepted, and it never changes
-            return ErrorResponse(request.id, jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+            return ErrorResponse(request.id, jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": _shown(uri, 1024)})
         assert ctx.session_id is not None
         assert ctx.notify is not None
         if run.final is not None:

@@ -122,7 +122,9 @@ def schema_errors(name: str, arguments: Any) -> list[str]:
     Only the first few are listed (:data:`agentd.mcp.schemas.MAX_ERRORS`): a huge invalid value costs one
     error, not one per element.
     """
-    return [
-        f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message[:200]}"
-        for error in schemas.first_errors(VALIDATORS[name], arguments)
-    ]
+    try:
+        errors = schemas.first_errors(VALIDATORS[name], arguments)
+    except schemas.CheckTooCostly as exc:
+        return [f"(arguments): too costly to check: {exc}"]
+    return [f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message[:200]}"
+            for error in errors]

@@ -354,7 +354,7 @@ class Supervisor:
         else:
             owned = is_within(handle, caller.handle) and handle != caller.handle
         if node is None or not owned:
-            return Refusal(f"unknown subagent handle {handle}")
+            return Refusal(f"unknown subagent handle {handle[:200]}")
         return node
 
     def forget(self, caller: Caller, handle: str) -> None:

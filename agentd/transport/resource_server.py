@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from agentd import jsontext as json_text
 from agentd.events import EventLog, null_log
 from agentd.loopback import is_loopback_host
 from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
@@ -385,7 +386,7 @@ class ResourceServer:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await response.aclose()
         try:
-            data = json.loads(bytes(body))
+            data = json_text.loads(bytes(body), "replace")
         except ValueError:
             raise _FetchError(f"{purpose}: not JSON") from None
         if not isinstance(data, dict):

@@ -70,3 +70,20 @@ def test_a_too_long_path_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="at most 107 bytes"):
         check_path(str(tmp_path / ("x" * 120)))
+
+
+async def test_deep_nesting_and_bad_text_are_answered_and_the_server_keeps_serving(tmp_path, autojump_clock):
+    """Sixty thousand ``[`` once raised a RecursionError out of the JSON decoder and ended the daemon."""
+    path = str(tmp_path / "c.sock")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_ctl, path, _echo, EventLog(sink=lambda line: None))
+        deep = await _exchange(path, b"[" * 60000 + b"\n")
+        assert deep["error"].startswith("the request is not JSON (JSON nested"), deep
+        nested = await _exchange(path, b'{"op": "status", "x": ' + b"[" * 600 + b"]" * 600 + b"}\n")
+        assert nested == {"error": "the request is not JSON (JSON nested more than 512 levels deep)"}
+        lone = await _exchange(path, b'{"op": "cancel", "run": "\\ud800"}\n')
+        assert lone["error"].startswith("the request is not JSON"), lone
+        latin = await _exchange(path, b'{"op": "\xff"}\n')
+        assert latin["error"].startswith("the request is not JSON"), latin
+        assert await _exchange(path, b'{"op": "status"}\n') == {"op": "status"}
+        nursery.cancel_scope.cancel()

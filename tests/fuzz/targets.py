@@ -6,7 +6,8 @@ of the committed corpus in ``tests/fuzz/corpus/<target>/``) and the longer, cove
 but its parser's documented error (:class:`TargetRejected` carries those, so the harness can tell a clean
 refusal from a crash) or by an ``AssertionError`` when an invariant breaks:
 
-* only the documented exception type escapes (``InvalidMessage``, ``SseError``, ``FrameError``);
+* only the documented exception type escapes (``InvalidMessage``, ``SseError``, ``FrameError``,
+  ``A2aShapeError``), or none at all (the control socket's request parser answers every input);
 * whatever is accepted survives a round trip through the encoder;
 * the work and the retained state are bounded by the input's size (a cap, not "whatever the input says").
 
@@ -19,6 +20,9 @@ import json
 from collections.abc import Callable
 from typing import Final
 
+from agentd import jsontext
+from agentd.a2a import types as a2a
+from agentd.ctl import server as ctl
 from agentd.mcp import jsonrpc, sse, streamable_http
 from agentd.supervisor import framing
 
@@ -196,10 +200,50 @@ def frames(data: bytes) -> None:
         assert json.dumps(redecoded.next_frame(), default=str) == json.dumps(frame, default=str)
 
 
+# -- the control socket's request line -----------------------------------------------------------------------
+
+
+def ctl_request(data: bytes) -> None:
+    """``parse_request``: a request object or a short reason, never an exception (deep nesting included)."""
+    parsed = ctl.parse_request(data)
+    if isinstance(parsed, str):
+        assert len(parsed) <= 200, parsed
+        json.dumps({"error": parsed})  # the answer can always be written
+        raise TargetRejected
+    assert isinstance(parsed.get("op"), str)
+    json.dumps(parsed)  # anything accepted can be walked and written again
+    assert jsontext.depth(parsed) <= jsontext.MAX_DEPTH
+
+
+# -- A2A replies and requests -------------------------------------------------------------------------------------
+
+
+def a2a_message(data: bytes) -> None:
+    """An A2A peer's JSON (a card, a task result, a streamed event) or a served request's message: decoded
+    with the network rule, then shaped; ``ValueError`` (``A2aShapeError`` is one) is the only refusal."""
+    selector, body = (data[0] % 4, data[1:]) if data else (0, b"")
+    try:
+        obj = jsontext.loads(body, "replace")
+        if selector == 0:
+            card = a2a.parse_card(obj, "https://peer.example/")
+            assert card.rpc_url
+        elif selector == 1:
+            outcome = a2a.render_outcome(a2a.parse_result(obj))
+            assert len(outcome) <= 64 * len(body) + 4096
+        elif selector == 2:
+            a2a.parse_event(obj)
+        else:
+            a2a.render_parts([a2a.parse_part(p) for p in (obj if isinstance(obj, list) else [obj])])
+    except ValueError:
+        raise TargetRejected from None
+
+
 TARGETS: Final[dict[str, Callable[[bytes], None]]] = {
     "jsonrpc_body": jsonrpc_body,
     "sse_stream": sse_stream,
     "sse_roundtrip": sse_roundtrip,
     "header_rules": header_rules,
     "frames": frames,
+    "ctl_request": ctl_request,
+    "a2a_message": a2a_message,
 }

@@ -109,6 +109,27 @@ def frame_streams(draw: st.DrawFn) -> bytes:
     return bytes(out)
 
 
+PARTS = st.fixed_dictionaries({}, optional={"text": SCALARS, "data": JSONISH, "kind": st.sampled_from(["text", "data", "file"]),
+                                          "file": st.fixed_dictionaries({}, optional={"uri": SCALARS, "name": SCALARS})})
+A2A_OBJECTS = (
+    st.fixed_dictionaries({}, optional={
+        "id": SCALARS, "contextId": SCALARS, "kind": st.sampled_from(["task", "message", "status-update"]),
+        "status": st.fixed_dictionaries({}, optional={"state": st.sampled_from(["TASK_STATE_COMPLETED", "working",
+                                                                                 "failed", "x"]) | SCALARS,
+                                                      "message": st.fixed_dictionaries({}, optional={
+                                                          "parts": st.lists(PARTS, max_size=3)})}),
+        "artifacts": st.lists(st.fixed_dictionaries({}, optional={"parts": st.lists(PARTS, max_size=3),
+                                                                   "artifactId": SCALARS}), max_size=2),
+        "parts": st.lists(PARTS, max_size=3), "task": JSONISH, "statusUpdate": JSONISH, "artifactUpdate": JSONISH,
+        "message": JSONISH, "name": SCALARS, "url": SCALARS,
+        "supportedInterfaces": st.lists(st.fixed_dictionaries({}, optional={
+            "url": st.sampled_from(["https://peer.example/a2a", "http://x/", "nope"]) | SCALARS,
+            "protocolBinding": st.sampled_from(["JSONRPC", "GRPC"]) | SCALARS,
+            "protocolVersion": st.sampled_from(["1.0", "0.3", "2"]) | SCALARS}), max_size=2),
+    })
+    | JSONISH
+)
+
 SCHEMAS = st.recursive(
     st.fixed_dictionaries({"type": st.sampled_from(["string", "integer", "boolean", "object", "array", 3])},
                           optional={"x-mcp-header": st.text(max_size=8) | st.sampled_from(["Foo\n", "a b", "X"])}),
@@ -125,6 +146,13 @@ INPUTS = {
     "header_rules": st.binary(max_size=100) | st.text(max_size=40).map(lambda t: t.encode(errors="ignore"))
     | SCHEMAS.map(lambda s: json.dumps(s).encode()),
     "frames": frame_streams() | st.binary(max_size=300),
+    "ctl_request": st.binary(max_size=200) | st.integers(0, 3000).map(lambda n: b"[" * n)
+    | st.fixed_dictionaries({"op": SCALARS}, optional={"run": JSONISH, "on": JSONISH}).map(
+        lambda d: json.dumps(d).encode() + b"\n"),
+    "a2a_message": st.tuples(st.integers(0, 3), A2A_OBJECTS | st.integers(0, 3000).map(lambda n: [[]] if n < 2 else
+                                                                                         "[" * n)).map(
+        lambda t: bytes([t[0]]) + (t[1].encode() if isinstance(t[1], str) else json.dumps(t[1]).encode()))
+    | st.binary(max_size=300),
 }
 
 

@@ -163,3 +163,12 @@ async def test_open_intelligence_test_selects_the_offline_model() -> None:
     assert intel.usage == reply.usage
     assert [line["event"] for line in lines] == ["intel.call", "intel.result"]
     assert lines[0]["endpoint"] == "test"
+
+
+def test_a_hostile_schema_gets_a_bounded_value() -> None:
+    """A server's ``minLength: 1e9`` once made the offline model write 3.8 GiB; ``minimum: 1e999`` decodes to
+    infinity, which no JSON number is. The value is bounded (and agentd's own check then refuses the call)."""
+    text = example_value({"type": "string", "minLength": 10**9})
+    assert isinstance(text, str) and len(text) == 4096
+    assert example_value({"type": "integer", "minimum": json.loads("1e999")}) == 1
+    assert example_value({"type": "number", "exclusiveMinimum": json.loads("-1e999")}) == 1
