@@ -68,6 +68,8 @@ SERVE_MAX_QUEUED: Final = 1000
 SERVE_MAX_BODY: Final = 8 * 1024 * 1024
 SERVE_KEEPALIVE: Final = 15.0
 SERVE_RETENTION: Final = 600.0
+#: ``--serve-tasks``: the ``pollInterval`` a served task suggests to its requestor (seconds).
+SERVE_TASK_POLL_INTERVAL: Final = 1.0
 SERVE_MAX_CONNECTIONS: Final = 256
 SERVE_MAX_PER_CLIENT: Final = 64
 
