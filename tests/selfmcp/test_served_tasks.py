@@ -8,6 +8,9 @@ with the scripted gateway as its model, driven by raw JSON-RPC over httpx:
   kill ladder and the task ends ``cancelled``; a task of a tool that cannot be one is -32601;
 - after a SIGKILL and a restart on the same ``--state-dir``, a new session's ``tasks/get``/``tasks/result``
   of the finished tasks still answer;
+- with OAuth, a task is its creator's: another principal's ``tasks/get``/``result``/``cancel`` answer exactly as
+  for a task never created, and its ``tasks/list`` does not show it;
+- the official SDK 1.x experimental tasks client (in ``.peers/mcp1-venv``) parses and drives all of it;
 - without the flag, the capability set is exactly ``tools`` and ``resources.subscribe``, no tool declares
   ``execution``, ``params.task`` is ignored (the spawn runs and answers as it always did), and ``tasks/*``
   do not exist.
@@ -15,6 +18,7 @@ with the scripted gateway as its model, driven by raw JSON-RPC over httpx:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -27,6 +31,8 @@ import trio
 from agentd.selfmcp.tasks import CAPABILITY, RELATED_TASK
 from tests.integration.agents import agentd_worker
 from tests.peers.gateway import scripted_gateway, text
+from tests.peers.launch import ensure_mcp1_venv
+from tests.security.idp import idp
 from tests.selfmcp.harness import LegacyPeer
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
@@ -140,3 +146,51 @@ async def test_without_serve_tasks_nothing_changes() -> None:
                     missing = await _error(peer, method, {"taskId": plain["structuredContent"]["handle"]})
                     assert missing["code"] == -32601, (method, missing)
                 assert (await _error(peer, "tasks/list", {}))["code"] == -32601
+
+
+async def test_a_task_is_its_creators_only() -> None:
+    async with idp() as authority, scripted_gateway(default=text("fine")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-tasks", "--serve-oauth-issuer", authority.issuer,
+                "--intelligence", gw.url]
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            with trio.fail_after(60):
+                alice, bob = (LegacyPeer(client, worker.url, headers={
+                    "authorization": f"Bearer {authority.mint(aud=worker.url, sub=sub)}"}) for sub in ("alice", "bob"))
+                for peer in (alice, bob):
+                    await peer.initialize()
+                task_id = (await _result(alice, "tools/call", _spawn("say fine")))["task"]["taskId"]
+                await _until(alice, task_id, "completed")
+                mine = (await _result(bob, "tools/call", _spawn("say fine")))["task"]["taskId"]
+                assert [t["taskId"] for t in (await _result(alice, "tasks/list", {}))["tasks"]] == [task_id]
+                assert [t["taskId"] for t in (await _result(bob, "tasks/list", {}))["tasks"]] == [mine]
+                for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+                    theirs = await _error(bob, method, {"taskId": task_id})
+                    never = await _error(bob, method, {"taskId": "served.9999"})
+                    assert json.dumps(theirs).replace(task_id, "T") == json.dumps(never).replace("served.9999", "T")
+                assert (await _result(alice, "tasks/get", {"taskId": task_id}))["status"] == "completed"
+
+
+@pytest.mark.interop
+async def test_the_official_sdk_drives_served_tasks() -> None:
+    release = trio.Event()
+    rules = [({"contains": HOLD}, text("released", wait=release))]
+    python = await trio.to_thread.run_sync(ensure_mcp1_venv)
+    client = Path(__file__).resolve().parents[1] / "peers" / "clients" / "sdk1_tasks_client.py"
+    async with scripted_gateway(rules=rules, default=text("fine")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-tasks", "--intelligence", gw.url,
+                "--cancel-grace", "1"]
+        async with agentd_worker(argv) as worker:
+            with trio.fail_after(90):
+                done = await trio.run_process([str(python), str(client), worker.url, "say fine", HOLD],
+                                              capture_stdout=True, capture_stderr=True, check=False)
+        release.set()
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    out = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert out["protocol"] == "2025-11-25"
+    assert out["capabilities"]["tasks"] == CAPABILITY, out["capabilities"]
+    assert out["support"]["subagent.spawn"] == "optional" and out["support"]["status"] is None, out["support"]
+    assert out["created"] == "working" and out["seen"][-1] == "completed", out
+    assert out["listed"] == [out["task_id"]]
+    assert out["result"].pop("_meta") == {RELATED_TASK: {"taskId": out["task_id"]}}
+    assert _without_handle(out["result"]) == _without_handle(out["sync"])
+    assert out["cancelled"] == "cancelled"
