@@ -467,7 +467,8 @@ class ServerCore:
 
     def modern_result(self, method: str, result: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(result)
-        out["resultType"] = "complete"
+        # A task (the tasks extension, SEP-2663) says so itself; every other answer is complete.
+        out["resultType"] = "task" if result.get("resultType") == "task" else "complete"
         out["_meta"] = {**(out.get("_meta") or {}), meta.SERVER_INFO: self.identity.info()}
         if method in CACHEABLE:
             out.setdefault("ttlMs", 0)

@@ -149,9 +149,11 @@ class SelfMcpSurface:
         self._debug = self.log.enabled("debug")
         #: ``--serve-tasks``: the 2025-11-25 wire runs ``subagent.spawn`` as a task when asked (agentd.selfmcp.tasks).
         self.serve_tasks = serve_tasks
+        # server/discover (2026-07-28) declares the tasks extension; initialize (2025-11-25) declares tasks only
+        # with --serve-tasks, and is otherwise exactly CAPABILITIES.
         self.identity = ServerIdentity(
-            "agentd", info.version, CAPABILITIES,
-            legacy_capabilities={**CAPABILITIES, "tasks": tasks.CAPABILITY} if serve_tasks else None)
+            "agentd", info.version, {**CAPABILITIES, "extensions": tasks.MODERN_CAPABILITY},
+            legacy_capabilities={**CAPABILITIES, "tasks": tasks.CAPABILITY} if serve_tasks else CAPABILITIES)
         self.subscriptions = Subscriptions(max_per_peer=self.limits.max_subscriptions)
         self.runs: dict[str, ServedRun] = {}
         self._reserved = 0
@@ -192,8 +194,15 @@ class SelfMcpSurface:
         if method == "tools/call":
             if legacy_tasks and tasks.requested(params):
                 return await self._call_as_task(request, params, ctx)
+            if ctx.era is Era.MODERN and tasks.modern_wanted(params):
+                return await self._call_as_task(request, params, ctx)
             return await self._call_tool(request, params, ctx)
         if legacy_tasks and method.startswith("tasks/"):
+            return await self._task_request(request, params, ctx)
+        if ctx.era is Era.MODERN and method in tasks.MODERN_METHODS:
+            if not tasks.declares_extension(params):
+                return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+                                     {"requiredCapabilities": {"extensions": tasks.MODERN_CAPABILITY}})
             return await self._task_request(request, params, ctx)
         if method == "resources/list":
             return Response(request.id, {"resources": [{
@@ -226,8 +235,11 @@ class SelfMcpSurface:
             return self.serve_tasks  # waits for the run's end, as a sync spawn does
         if request.method != "tools/call" or not params or params.get("name") != "subagent.spawn":
             return False
-        if self.serve_tasks and tasks.requested(params) and meta.envelope_version(params) is None:
-            return False  # a 2025-11-25 task: answered at once
+        if meta.envelope_version(params) is None:
+            if self.serve_tasks and tasks.requested(params):
+                return False  # a 2025-11-25 task: answered at once
+        elif tasks.modern_wanted(params):
+            return False  # a 2026-07-28 task: answered at once
         arguments = params.get("arguments") or {}
         return isinstance(arguments, dict) and not arguments.get("async") and not arguments.get("warm")
 
@@ -251,11 +263,15 @@ class SelfMcpSurface:
 
     # -- tasks (``--serve-tasks``, the 2025-11-25 wire): a task is a served handle (agentd.selfmcp.tasks) ---
 
-    def _task_body(self, run: ServedRun, ended: RunView | None = None) -> dict[str, Any]:
+    def _task_body(self, run: ServedRun, era: Era, ended: RunView | None = None) -> dict[str, Any]:
         final = run.final or ended
-        return tasks.task(run.handle, final.status if final is not None else "running", final is not None,
-                          created=run.created_at, updated=run.ended_at or run.created_at,
-                          ttl_s=self.limits.retention, poll_s=defaults.SERVE_TASK_POLL_INTERVAL)
+        status, done = (final.status, True) if final is not None else ("running", False)
+        timing = {"created": run.created_at, "updated": run.ended_at or run.created_at,
+                  "ttl_s": self.limits.retention, "poll_s": defaults.SERVE_TASK_POLL_INTERVAL}
+        if era is Era.MODERN:
+            result = _text_result(self._terminal(final)) if final is not None else None
+            return tasks.modern_task(run.handle, status, done, result, **timing)
+        return tasks.task(run.handle, status, done, **timing)
 
     async def _call_as_task(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
                             ) -> Response | ErrorResponse:
@@ -280,7 +296,9 @@ class SelfMcpSurface:
         if run is None:  # refused (a cap): the refusal is the answer, as without a task
             return Response(request.id, result)
         run.task = True
-        return Response(request.id, {"task": self._task_body(run)})
+        if ctx.era is Era.MODERN:
+            return Response(request.id, {"resultType": "task", **self._task_body(run, ctx.era)})
+        return Response(request.id, {"task": self._task_body(run, ctx.era)})
 
     async def _task_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
                             ) -> Response | ErrorResponse:
@@ -288,8 +306,9 @@ class SelfMcpSurface:
         if method == "tasks/list":  # the caller's tasks this process tracks (an ended one for --serve-retention)
             mine = sorted((r for r in self.runs.values() if r.task and ctx.principal.owns(r.owner)),
                           key=lambda r: r.created_at)
-            return Response(request.id, {"tasks": [self._task_body(r) for r in mine]})
-        if method not in ("tasks/get", "tasks/result", "tasks/cancel"):
+            return Response(request.id, {"tasks": [self._task_body(r, ctx.era) for r in mine]})
+        served = tasks.MODERN_METHODS if ctx.era is Era.MODERN else {"tasks/get", "tasks/result", "tasks/cancel"}
+        if method not in served:
             return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"[:200])
         handle = tasks.task_id(params)
         if handle is None:
@@ -301,7 +320,10 @@ class SelfMcpSurface:
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "Failed to retrieve task: Task not found",
                                  {"taskId": handle[:64]})
         if method == "tasks/get":
-            return Response(request.id, self._task_body(run))
+            return Response(request.id, self._task_body(run, ctx.era))
+        if method == "tasks/update":  # a served spawn never asks its requestor for input
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "the task is not awaiting input",
+                                 {"taskId": handle})
         if method == "tasks/result":  # the run's end, exactly as a sync spawn answers it
             await run.finished.wait()
             assert run.final is not None
@@ -314,7 +336,7 @@ class SelfMcpSurface:
         after = await self.backend.cancel(handle)  # the kill ladder
         with trio.move_on_after(self.limits.cancel_grace):
             await run.finished.wait()
-        return Response(request.id, self._task_body(run, after if after is not None and after.done else None))
+        return Response(request.id, self._task_body(run, ctx.era, after if after is not None and after.done else None))
 
     # -- the five tools: ``_tools`` maps each served name to one of these -----------------------------------
 

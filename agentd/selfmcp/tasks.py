@@ -1,4 +1,4 @@
-"""Served MCP tasks on the 2025-11-25 wire (``--serve-tasks``): what a served handle looks like as a task.
+"""Served MCP tasks: what a served handle looks like as a task, on either wire.
 
 Why it exists: a requestor that asks ``tools/call`` for a *task* (``params.task``, SEP-1686) wants an answer at
 once and the outcome later. agentd already has exactly that: an async ``subagent.spawn`` returns a served
@@ -8,7 +8,11 @@ handle (``--state-dir``), and it answers after a restart. This module only decid
 the capability, the tool's ``execution``, a run's task status, and the task object. The surface
 (agentd.selfmcp.surface) does the rest with the handle machinery it already has.
 
-Off by default: without ``--serve-tasks`` the served capability set on the 2025-11-25 wire stays exactly
+The 2026-07-28 wire speaks the tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663) by default, as
+extensions are negotiated per request there: a sync ``subagent.spawn`` from a request that declares the
+extension is answered ``resultType: "task"``; ``tasks/get`` carries the result inline once it ended.
+
+The 2025-11-25 wire is off by default: without ``--serve-tasks`` the served capability set on the 2025-11-25 wire stays exactly
 ``tools`` and ``resources.subscribe`` and ``params.task`` is ignored (the call runs as it always did), which
 is what the specification asks of a server that does not declare tasks for a request.
 """
@@ -19,7 +23,8 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agentd.mcp.tasks import TERMINAL
+from agentd.mcp import meta
+from agentd.mcp.tasks import EXTENSION, TERMINAL
 
 #: ``capabilities.tasks`` of a server that runs ``tools/call`` as tasks, lists and cancels them.
 CAPABILITY: Final[dict[str, Any]] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
@@ -81,3 +86,39 @@ def with_related(result: Mapping[str, Any], handle: str) -> dict[str, Any]:
     meta = dict(result.get("_meta") or {})
     meta[RELATED_TASK] = {"taskId": handle}
     return {**result, "_meta": meta}
+
+
+#: The modern wire's ``server/discover`` capabilities add the extension.
+MODERN_CAPABILITY: Final[dict[str, Any]] = {EXTENSION: {}}
+#: The extension's methods agentd answers (no ``tasks/list`` or ``tasks/result`` in it).
+MODERN_METHODS: Final = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+
+
+def declares_extension(params: Mapping[str, Any]) -> bool:
+    """Does a modern request declare the tasks extension in its per-request client capabilities?"""
+    envelope = params.get("_meta")
+    caps = envelope.get(meta.CLIENT_CAPABILITIES) if isinstance(envelope, Mapping) else None
+    extensions = caps.get("extensions") if isinstance(caps, Mapping) else None
+    return isinstance(extensions, Mapping) and isinstance(extensions.get(EXTENSION), Mapping)
+
+
+def modern_wanted(params: Mapping[str, Any]) -> bool:
+    """A modern ``tools/call`` agentd answers with a task: a sync ``subagent.spawn`` (neither ``async`` nor
+    ``warm``: those answer at once already) from a requestor that declares the extension."""
+    arguments = params.get("arguments")
+    if params.get("name") != TASK_TOOL or not declares_extension(params):
+        return False
+    return not isinstance(arguments, Mapping) or not (arguments.get("async") or arguments.get("warm"))
+
+
+def modern_task(handle: str, status: str, done: bool, result: Mapping[str, Any] | None, *, created: float,
+                updated: float, ttl_s: float, poll_s: float) -> dict[str, Any]:
+    """The extension's task for one served handle: every end but ``cancelled`` is ``completed``, with exactly
+    the CallToolResult a sync spawn answers inline (a run that ended ``failed`` is a tool result, not an error)."""
+    state = "working" if not done else "cancelled" if status == "cancelled" else "completed"
+    body: dict[str, Any] = {"taskId": handle, "status": state, "createdAt": iso(created),
+                            "lastUpdatedAt": iso(updated), "ttlMs": int(ttl_s * 1000),
+                            "pollIntervalMs": int(poll_s * 1000)}
+    if state == "completed" and result is not None:
+        body["result"] = dict(result)
+    return body

@@ -33,7 +33,7 @@ from tests.integration.agents import agentd_worker
 from tests.peers.gateway import scripted_gateway, text
 from tests.peers.launch import ensure_mcp1_venv
 from tests.security.idp import idp
-from tests.selfmcp.harness import LegacyPeer
+from tests.selfmcp.harness import MODERN, LegacyPeer, decode_reply, modern_headers, rpc
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
@@ -194,3 +194,55 @@ async def test_the_official_sdk_drives_served_tasks() -> None:
     assert out["result"].pop("_meta") == {RELATED_TASK: {"taskId": out["task_id"]}}
     assert _without_handle(out["result"]) == _without_handle(out["sync"])
     assert out["cancelled"] == "cancelled"
+
+
+def _modern(method: str, params: dict[str, Any], *, extension: bool = True, id: int = 1) -> dict[str, Any]:
+    caps = {"extensions": {"io.modelcontextprotocol/tasks": {}}} if extension else {}
+    envelope = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": caps}
+    return rpc(method, {**params, "_meta": envelope}, id)
+
+
+async def _post_modern(client: httpx.AsyncClient, url: str, method: str, params: dict[str, Any],
+                       **kw: Any) -> dict[str, Any]:
+    name = params.get("taskId") or params.get("name")
+    r = await client.post(url, headers=modern_headers(method, name), json=_modern(method, params, **kw))
+    return decode_reply(r)
+
+
+async def test_the_modern_wire_serves_the_tasks_extension_by_default() -> None:
+    release = trio.Event()
+    rules = [({"contains": HOLD}, text("released", wait=release))]
+    async with scripted_gateway(rules=rules, default=text("fine")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url, "--cancel-grace", "1"]
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            url = worker.url
+            with trio.fail_after(60):
+                discover = (await _post_modern(client, url, "server/discover", {}))["result"]
+                assert discover["capabilities"]["extensions"] == {"io.modelcontextprotocol/tasks": {}}
+                spawn = {"name": "subagent.spawn", "arguments": {"instruction": "say fine"}}
+                plain = (await _post_modern(client, url, "tools/call", spawn, extension=False))["result"]
+                assert plain["resultType"] == "complete" and plain["structuredContent"]["status"] == "completed"
+
+                created = (await _post_modern(client, url, "tools/call", spawn))["result"]
+                assert created["resultType"] == "task" and created["status"] == "working", created
+                assert {"taskId", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"} <= set(created)
+                while (task := (await _post_modern(client, url, "tasks/get", {"taskId": created["taskId"]}))[
+                        "result"])["status"] == "working":
+                    await trio.sleep(0.05)
+                assert task["status"] == "completed", task
+                shared = ("content", "structuredContent", "isError")
+                assert _without_handle({k: task["result"][k] for k in shared}) == \
+                    _without_handle({k: plain[k] for k in shared})
+
+                held = (await _post_modern(client, url, "tools/call", {
+                    "name": "subagent.spawn", "arguments": {"instruction": HOLD}}))["result"]
+                cancelled = (await _post_modern(client, url, "tasks/cancel", {"taskId": held["taskId"]}))["result"]
+                assert cancelled["status"] == "cancelled", cancelled
+                refused = await _post_modern(client, url, "tasks/get", {"taskId": held["taskId"]}, extension=False)
+                assert refused["error"]["code"] == -32021, refused
+                for method in ("tasks/list", "tasks/result"):  # not in the extension
+                    r = await client.post(url, headers=modern_headers(method),
+                                          json=_modern(method, {"taskId": held["taskId"]}))
+                    assert r.json()["error"]["code"] == -32601, (method, r.text)
+        release.set()
