@@ -290,12 +290,15 @@ class SelfMcpSurface:
         if arguments.get("warm"):
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS,
                                  "a warm session cannot run as a task: drop warm or params.task")
-        result = await self._spawn({**arguments, "async": True}, ctx)
+        result = await self._spawn({**arguments, "async": True}, ctx, task=True)
         structured = result.get("structuredContent") or {}
         run = self.runs.get(structured.get("handle") or "")
         if run is None:  # refused (a cap): the refusal is the answer, as without a task
             return Response(request.id, result)
         run.task = True
+        task_of = getattr(self.backend, "task_of", None)  # a journaled task's createdAt is the journal's
+        created = task_of(run.handle) if task_of is not None else None
+        run.created_at = created or run.created_at
         if ctx.era is Era.MODERN:
             return Response(request.id, {"resultType": "task", **self._task_body(run, ctx.era)})
         return Response(request.id, {"task": self._task_body(run, ctx.era)})
@@ -303,7 +306,10 @@ class SelfMcpSurface:
     async def _task_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
                             ) -> Response | ErrorResponse:
         method = request.method
-        if method == "tasks/list":  # the caller's tasks this process tracks (an ended one for --serve-retention)
+        if method == "tasks/list":  # the caller's tasks (an ended one for --serve-retention), journaled ones too
+            journaled = getattr(self.backend, "tasks", None)
+            for handle in journaled() if journaled is not None else ():
+                await self._look_up(handle)
             mine = sorted((r for r in self.runs.values() if r.task and ctx.principal.owns(r.owner)),
                           key=lambda r: r.created_at)
             return Response(request.id, {"tasks": [self._task_body(r, ctx.era) for r in mine]})
@@ -360,9 +366,13 @@ class SelfMcpSurface:
         if found is not None and handle not in self.runs:
             owner_of = getattr(self.backend, "owner_of", None)  # journaled with the handle; else the operator's
             owner = owner_of(handle) if owner_of is not None else LOCAL_KEY
+            task_of = getattr(self.backend, "task_of", None)  # spawned as an MCP task, and when
+            created = task_of(handle) if task_of is not None else None
             run = ServedRun(handle, False, trio.current_time(), owner=owner, final=found if found.done else None)
+            if created is not None:
+                run.task, run.created_at = True, created or run.created_at
             if found.done:
-                run.ended_at = run.created_at
+                run.ended_at = time.time()
                 run.finished.set()
                 self.runs[handle] = run
                 self.owners.claim(handle, owner)
@@ -371,7 +381,8 @@ class SelfMcpSurface:
             else:
                 warm = found.turns is not None  # a warm session's view counts its turns
                 # watched: another member's (or an earlier process's)
-                self._track(handle, warm, watched=not warm, owner=owner)
+                tracked = self._track(handle, warm, watched=not warm, owner=owner)
+                tracked.task, tracked.created_at = run.task, run.created_at
 
     async def _forget_later(self, run: ServedRun) -> None:
         await trio.sleep(self.limits.retention)
@@ -446,7 +457,7 @@ class SelfMcpSurface:
         else:
             self._reserved += delta
 
-    async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+    async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext, *, task: bool = False) -> dict[str, Any]:
         warm = bool(arguments.get("warm", False))
         detached = bool(arguments.get("async", False))
         owner = ctx.principal.key
@@ -460,6 +471,7 @@ class SelfMcpSurface:
             detached=detached,
             owner=ctx.principal.key,
             on_admitted=admitted,
+            task=task,
         )
         queues = getattr(self.backend, "queues", None)  # --cluster: an async spawn is a queued row
         queued = bool(queues(spawn)) if queues is not None else False

@@ -6,8 +6,8 @@ with the scripted gateway as its model, driven by raw JSON-RPC over httpx:
   follows it to ``completed``; ``tasks/result`` is exactly the CallToolResult a sync spawn gives;
   ``tasks/list`` lists the tasks (not a plain spawn's handle); ``tasks/cancel`` of a held run walks the
   kill ladder and the task ends ``cancelled``; a task of a tool that cannot be one is -32601;
-- after a SIGKILL and a restart on the same ``--state-dir``, a new session's ``tasks/get``/``tasks/result``
-  of the finished tasks still answer;
+- after a SIGKILL and a restart on the same ``--state-dir``, a new session's ``tasks/list`` lists the journaled
+  tasks (with their ``createdAt``) and ``tasks/get``/``tasks/result`` of the finished tasks still answer;
 - with OAuth, a task is its creator's: another principal's ``tasks/get``/``result``/``cancel`` answer exactly as
   for a task never created, and its ``tasks/list`` does not show it;
 - the official SDK 1.x experimental tasks client (in ``.peers/mcp1-venv``) parses and drives all of it;
@@ -120,6 +120,10 @@ async def test_tasks_are_served_handles_and_answer_after_a_restart(tmp_path: Pat
             with trio.fail_after(60):
                 peer = LegacyPeer(client, worker.url)
                 await peer.initialize()
+                relisted = (await _result(peer, "tasks/list", {}))["tasks"]  # from the journal, before any get
+                assert [(t["taskId"], t["status"]) for t in relisted] == [
+                    (created["taskId"], "completed"), (held["taskId"], "cancelled")], relisted
+                assert relisted[0]["createdAt"] == created["createdAt"], relisted
                 after = await _result(peer, "tasks/get", {"taskId": created["taskId"]})
                 assert after["status"] == "completed" and after["taskId"] == created["taskId"], after
                 again_result = await _result(peer, "tasks/result", {"taskId": created["taskId"]})
