@@ -330,8 +330,15 @@ class SelfMcpSurface:
         if method == "tasks/update":  # a served spawn never asks its requestor for input
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "the task is not awaiting input",
                                  {"taskId": handle})
-        if method == "tasks/result":  # the run's end, exactly as a sync spawn answers it
-            await run.finished.wait()
+        if method == "tasks/result":  # the run's end, exactly as a sync spawn answers it (and drained like one)
+            self._waiting += 1
+            self._none_waiting = trio.Event()
+            try:
+                await run.finished.wait()
+            finally:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._none_waiting.set()
             assert run.final is not None
             return Response(request.id, tasks.with_related(_text_result(self._terminal(run.final)), handle))
         if run.final is not None:
