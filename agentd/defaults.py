@@ -79,6 +79,11 @@ SERVE_A2A_KEPT_PER_CALLER: Final = 256
 SERVE_A2A_KEPT_BYTES_PER_CALLER: Final = 4 * 1024 * 1024
 SERVE_A2A_KEPT: Final = 4096
 SERVE_A2A_KEPT_BYTES: Final = 32 * 1024 * 1024
+#: ``--serve-tasks``: the ``pollInterval`` a served task suggests to its requestor (seconds).
+SERVE_TASK_POLL_INTERVAL: Final = 1.0
+#: 2026-07-28 wire: how long a sync ``subagent.spawn`` that may become a task waits for its run before it
+#: answers with a task instead (a short run's result comes inline, with no poll round).
+SERVE_TASK_INLINE_WAIT: Final = 1.0
 SERVE_MAX_CONNECTIONS: Final = 256
 SERVE_MAX_PER_CLIENT: Final = 64
 

@@ -212,6 +212,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _SERVE, "URL"),
     Flag("--serve-a2a", "serve_a2a", "bool",
          "also serve A2A (Agent Card and JSON-RPC) on the --serve-mcp listener, under /a2a", _SERVE),
+    Flag("--serve-tasks", "serve_tasks", "bool",
+         "2025-11-25 wire: also serve MCP tasks (tasks capability; subagent.spawn taskSupport optional)", _SERVE),
     Flag("--serve-cert", "serve_cert", "path", "server certificate (PEM)", _SERVE, "PATH"),
     Flag("--serve-key", "serve_key", "path", "server private key (PEM)", _SERVE, "PATH"),
     Flag("--serve-client-ca", "serve_client_ca", "path", "require client certificates from this CA (mTLS)",

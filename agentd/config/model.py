@@ -200,6 +200,8 @@ class Config:
     serve_http2: bool = False
     #: Also serve A2A on the --serve-mcp listener (agentd/selfmcp/a2a.py).
     serve_a2a: bool = False
+    #: Serve MCP tasks on the 2025-11-25 wire too (agentd/selfmcp/tasks.py; the modern wire always may).
+    serve_tasks: bool = False
     # security: peer-supplied URLs (the config file's egress section) and the Rule of Two
     egress: EgressConfig = attrs.field(factory=EgressConfig)
     allow_trifecta: bool = False

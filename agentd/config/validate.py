@@ -307,6 +307,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
                                 ("--serve-oauth-operator-scope", config.serve_oauth_operator_scope)) if v is not None]
         if config.serve_a2a:
             given.append("--serve-a2a")
+        if config.serve_tasks:
+            given.append("--serve-tasks")
         if given:
             raise ConfigError(f"{given[0]} needs --serve-mcp")
         return

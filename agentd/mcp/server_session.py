@@ -71,6 +71,8 @@ class ServerIdentity:
     version: str
     capabilities: Mapping[str, Any]
     instructions: str | None = None
+    #: Said in ``initialize`` instead of ``capabilities`` (an opt-in that exists on the 2025-11-25 wire only).
+    legacy_capabilities: Mapping[str, Any] | None = None
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version}
@@ -295,7 +297,8 @@ class ServerCore:
         self.sessions[session.id] = session
         result: dict[str, Any] = {
             "protocolVersion": version,
-            "capabilities": dict(self.identity.capabilities),
+            "capabilities": dict(self.identity.capabilities if self.identity.legacy_capabilities is None
+                                 else self.identity.legacy_capabilities),
             "serverInfo": self.identity.info(),
         }
         if self.identity.instructions:
@@ -464,7 +467,8 @@ class ServerCore:
 
     def modern_result(self, method: str, result: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(result)
-        out["resultType"] = "complete"
+        # A task (the tasks extension, SEP-2663) says so itself; every other answer is complete.
+        out["resultType"] = "task" if result.get("resultType") == "task" else "complete"
         out["_meta"] = {**(out.get("_meta") or {}), meta.SERVER_INFO: self.identity.info()}
         if method in CACHEABLE:
             out.setdefault("ttlMs", 0)

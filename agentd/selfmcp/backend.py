@@ -30,6 +30,8 @@ class ServedSpawn:
     detached: bool = False  # async: the peer wants the handle at once
     #: The principal spawning it (agentd.transport.tenancy); a backend that keeps handles keeps it too.
     owner: str = ""
+    #: Asked for as an MCP task (agentd.selfmcp.tasks): a backend that keeps handles keeps that too.
+    task: bool = False
     #: Told the handle as soon as the supervisor mints it (before the child logs a line).
     on_admitted: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
 

@@ -91,13 +91,16 @@ class Kept:
     reopened: trio.Event = attrs.field(factory=trio.Event)
     #: The run id an async run's child journals its steps under (resumed from it after a restart).
     run: str | None = None
+    #: Spawned as an MCP task (``tasks/list`` after a restart), and when (wall clock; its ``createdAt``).
+    task: bool = False
+    created_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
                 "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
                 "history": self.history, "ended_at": self.ended_at, "owner": self.owner, "run": self.run,
-                "pending": self.pending}
+                "pending": self.pending, "task": self.task, "created_at": self.created_at}
 
     @classmethod
     def from_json(cls, handle: str, data: Mapping[str, Any]) -> Kept:
@@ -111,7 +114,9 @@ class Kept:
                    data.get("ended_at") if isinstance(data.get("ended_at"), (int, float)) else None,
                    owner=data["owner"] if isinstance(data.get("owner"), str) else "",
                    pending=data.get("pending") if isinstance(data.get("pending"), str) else None,
-                   run=data.get("run") if isinstance(data.get("run"), str) else None)
+                   run=data.get("run") if isinstance(data.get("run"), str) else None,
+                   task=data.get("task") is True,
+                   created_at=data.get("created_at") if isinstance(data.get("created_at"), (int, float)) else None)
 
     def view(self) -> RunView:
         return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
@@ -244,7 +249,7 @@ class JournaledBackend:
             return answer
         kept = self._kept[answer] = Kept(answer, request.warm, request.instruction, request.output_contract,
                                          request.tool_scope, live=answer, pending=request.instruction,
-                                         owner=request.owner, run=run)
+                                         owner=request.owner, run=run, task=request.task, created_at=time.time())
         kept.reopened.set()
         now = self.local.view(answer)
         await self._record(kept, now or kept.view(), save=True)  # before the peer gets the handle
@@ -315,6 +320,15 @@ class JournaledBackend:
         """The principal a journaled handle belongs to (the surface asks along with :meth:`lookup`)."""
         kept = self._kept.get(handle)
         return kept.owner if kept is not None else ""
+
+    def task_of(self, handle: str) -> float | None:
+        """When a journaled handle was spawned as an MCP task (wall clock), or None if it was not one."""
+        kept = self._kept.get(handle)
+        return (kept.created_at or 0.0) if kept is not None and kept.task else None
+
+    def tasks(self) -> list[str]:
+        """The journaled handles spawned as MCP tasks (``tasks/list`` asks after a restart)."""
+        return [handle for handle, kept in self._kept.items() if kept.task]
 
     async def lookup(self, handle: str) -> RunView | None:
         """A handle an earlier process journaled (the surface asks for a handle it does not track)."""

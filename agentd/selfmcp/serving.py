@@ -66,7 +66,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     info = AgentInfo(run_id=run_id or config.run_id, mode=config.mode)
     if daemon_status is not None:
         info = attrs.evolve(info, daemon_status=daemon_status)
-    surface = SelfMcpSurface(backend, info, limits=limits, log=log)
+    surface = SelfMcpSurface(backend, info, limits=limits, log=log, serve_tasks=config.serve_tasks)
     options = AsgiOptions(
         operator_scope=config.serve_oauth_operator_scope,
         paths=cfg.paths,

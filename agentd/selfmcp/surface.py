@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -24,9 +25,11 @@ from agentd import defaults
 from agentd import jsontext as json_text
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
-from agentd.mcp import jsonrpc
+from agentd.mcp import jsonrpc, meta
 from agentd.mcp.jsonrpc import ErrorResponse, Request, Response
 from agentd.mcp.server_session import ServerIdentity
+from agentd.mcp.versions import Era
+from agentd.selfmcp import tasks
 from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
@@ -86,6 +89,11 @@ class ServedRun:
     watched: bool = False
     #: The principal that spawned it (agentd.transport.tenancy); only it (and an operator) sees the handle.
     owner: str = LOCAL_KEY
+    #: Spawned as a 2025-11-25 task (``--serve-tasks``): listed by ``tasks/list``.
+    task: bool = False
+    #: Wall clock: when this process started tracking it, and when it ended (a task's timestamps).
+    created_at: float = attrs.field(factory=time.time)
+    ended_at: float | None = None
     final: RunView | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
 
@@ -134,6 +142,7 @@ class SelfMcpSurface:
         limits: SelfMcpLimits | None = None,
         log: EventLog | None = None,
         owners: Owners | None = None,
+        serve_tasks: bool = False,
     ) -> None:
         self.backend = backend
         #: Who owns each tracked handle: shared with the A2A endpoint and ``/events`` (one ownership rule), and
@@ -144,7 +153,13 @@ class SelfMcpSurface:
         self.limits = limits or SelfMcpLimits()
         self.log = log or null_log()
         self._debug = self.log.enabled("debug")
-        self.identity = ServerIdentity("agentd", info.version, CAPABILITIES)
+        #: ``--serve-tasks``: the 2025-11-25 wire runs ``subagent.spawn`` as a task when asked (agentd.selfmcp.tasks).
+        self.serve_tasks = serve_tasks
+        # server/discover (2026-07-28) declares the tasks extension; initialize (2025-11-25) declares tasks only
+        # with --serve-tasks, and is otherwise exactly CAPABILITIES.
+        self.identity = ServerIdentity(
+            "agentd", info.version, {**CAPABILITIES, "extensions": tasks.MODERN_CAPABILITY},
+            legacy_capabilities={**CAPABILITIES, "tasks": tasks.CAPABILITY} if serve_tasks else CAPABILITIES)
         self.subscriptions = Subscriptions(max_per_peer=self.limits.max_subscriptions)
         self.runs: dict[str, ServedRun] = {}
         self._reserved = 0
@@ -179,10 +194,22 @@ class SelfMcpSurface:
     async def handle(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
         params = request.params or {}
         method = request.method
+        legacy_tasks = self.serve_tasks and ctx.era is Era.LEGACY
         if method == "tools/list":
-            return Response(request.id, {"tools": TOOLS})
+            return Response(request.id, {"tools": tasks.tools_with_support(TOOLS) if legacy_tasks else TOOLS})
         if method == "tools/call":
+            if legacy_tasks and tasks.requested(params):
+                return await self._call_as_task(request, params, ctx)
+            if ctx.era is Era.MODERN and tasks.modern_wanted(params):
+                return await self._call_as_task(request, params, ctx)
             return await self._call_tool(request, params, ctx)
+        if legacy_tasks and method.startswith("tasks/"):
+            return await self._task_request(request, params, ctx)
+        if ctx.era is Era.MODERN and method in tasks.MODERN_METHODS:
+            if not tasks.declares_extension(params):
+                return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+                                     {"requiredCapabilities": {"extensions": tasks.MODERN_CAPABILITY}})
+            return await self._task_request(request, params, ctx)
         if method == "resources/list":
             return Response(request.id, {"resources": [{
                 "uri": STATUS_URI, "name": "status", "mimeType": "application/json",
@@ -210,8 +237,15 @@ class SelfMcpSurface:
     def streams(self, request: Request) -> bool:
         """A synchronous ``subagent.spawn`` may run for minutes: answer it as SSE so keepalives flow."""
         params = request.params
+        if request.method == "tasks/result":
+            return self.serve_tasks  # waits for the run's end, as a sync spawn does
         if request.method != "tools/call" or not params or params.get("name") != "subagent.spawn":
             return False
+        if meta.envelope_version(params) is None:
+            if self.serve_tasks and tasks.requested(params):
+                return False  # a 2025-11-25 task: answered at once
+        elif tasks.modern_wanted(params):
+            return False  # a 2026-07-28 task: answered at once
         arguments = params.get("arguments") or {}
         return isinstance(arguments, dict) and not arguments.get("async") and not arguments.get("warm")
 
@@ -232,6 +266,102 @@ class SelfMcpSurface:
         if self._debug:
             self.log.debug("serve.request", method="tools/call", tool=name)
         return Response(request.id, await tool(arguments, ctx))
+
+    # -- tasks (``--serve-tasks``, the 2025-11-25 wire): a task is a served handle (agentd.selfmcp.tasks) ---
+
+    def _task_body(self, run: ServedRun, era: Era, ended: RunView | None = None) -> dict[str, Any]:
+        final = run.final or ended
+        status, done = (final.status, True) if final is not None else ("running", False)
+        timing = {"created": run.created_at, "updated": run.ended_at or run.created_at,
+                  "ttl_s": self.limits.retention, "poll_s": defaults.SERVE_TASK_POLL_INTERVAL}
+        if era is Era.MODERN:
+            result = _text_result(self._terminal(final)) if final is not None else None
+            return tasks.modern_task(run.handle, status, done, result, **timing)
+        return tasks.task(run.handle, status, done, **timing)
+
+    async def _call_as_task(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
+                            ) -> Response | ErrorResponse:
+        """A task-augmented ``tools/call``: an async spawn whose handle is the task, answered at once."""
+        name = params.get("name")
+        if name != tasks.TASK_TOOL:  # every other tool's taskSupport is forbidden
+            return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND,
+                                 f"{name!r} cannot run as a task (only {tasks.TASK_TOOL} can)"[:200])
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        problems = schema_errors(name, arguments)
+        if problems:
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, f"Invalid arguments for {name}: {problems[0]}",
+                                 {"errors": problems[:8]})
+        if arguments.get("warm"):
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS,
+                                 "a warm session cannot run as a task: drop warm or params.task")
+        result = await self._spawn({**arguments, "async": True}, ctx, task=True)
+        structured = result.get("structuredContent") or {}
+        run = self.runs.get(structured.get("handle") or "")
+        if run is None:  # refused (a cap): the refusal is the answer, as without a task
+            return Response(request.id, result)
+        run.task = True
+        task_of = getattr(self.backend, "task_of", None)  # a journaled task's createdAt is the journal's
+        created = task_of(run.handle) if task_of is not None else None
+        run.created_at = created or run.created_at
+        if ctx.era is Era.MODERN:
+            # The server decides per request (SEP-2663): a run that ends within the wait is answered inline,
+            # exactly as a sync spawn, with no poll round; a longer one becomes a task.
+            with trio.move_on_after(defaults.SERVE_TASK_INLINE_WAIT):
+                await run.finished.wait()
+            if run.final is not None:
+                return Response(request.id, _text_result(self._terminal(run.final)))
+            return Response(request.id, {"resultType": "task", **self._task_body(run, ctx.era)})
+        return Response(request.id, {"task": self._task_body(run, ctx.era)})
+
+    async def _task_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
+                            ) -> Response | ErrorResponse:
+        method = request.method
+        if method == "tasks/list":  # the caller's tasks (an ended one for --serve-retention), journaled ones too
+            journaled = getattr(self.backend, "tasks", None)
+            for handle in journaled() if journaled is not None else ():
+                await self._look_up(handle)
+            mine = sorted((r for r in self.runs.values() if r.task and ctx.principal.owns(r.owner)),
+                          key=lambda r: r.created_at)
+            return Response(request.id, {"tasks": [self._task_body(r, ctx.era) for r in mine]})
+        served = tasks.MODERN_METHODS if ctx.era is Era.MODERN else {"tasks/get", "tasks/result", "tasks/cancel"}
+        if method not in served:
+            return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"[:200])
+        handle = tasks.task_id(params)
+        if handle is None:
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "taskId must be a non-empty string")
+        if _HANDLE_RE.match(handle):
+            await self._look_up(handle)  # journaled by an earlier process, or another member's
+        run = self._mine(handle, ctx.principal)
+        if run is None or run.warm:  # another principal's task is as unknown as one never created
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "Failed to retrieve task: Task not found",
+                                 {"taskId": handle[:64]})
+        if method == "tasks/get":
+            return Response(request.id, self._task_body(run, ctx.era))
+        if method == "tasks/update":  # a served spawn never asks its requestor for input
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, "the task is not awaiting input",
+                                 {"taskId": handle})
+        if method == "tasks/result":  # the run's end, exactly as a sync spawn answers it (and drained like one)
+            self._waiting += 1
+            self._none_waiting = trio.Event()
+            try:
+                await run.finished.wait()
+            finally:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._none_waiting.set()
+            assert run.final is not None
+            return Response(request.id, tasks.with_related(_text_result(self._terminal(run.final)), handle))
+        if run.final is not None:
+            state = tasks.task_status(run.final.status, True)
+            return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS,
+                                 f"Cannot cancel task: already in terminal status {state!r}", {"taskId": handle})
+        self.log.info("serve.request", method="tasks/cancel", handle=handle)
+        after = await self.backend.cancel(handle)  # the kill ladder
+        with trio.move_on_after(self.limits.cancel_grace):
+            await run.finished.wait()
+        return Response(request.id, self._task_body(run, ctx.era, after if after is not None and after.done else None))
 
     # -- the five tools: ``_tools`` maps each served name to one of these -----------------------------------
 
@@ -255,8 +385,13 @@ class SelfMcpSurface:
         if found is not None and handle not in self.runs:
             owner_of = getattr(self.backend, "owner_of", None)  # journaled with the handle; else the operator's
             owner = owner_of(handle) if owner_of is not None else LOCAL_KEY
+            task_of = getattr(self.backend, "task_of", None)  # spawned as an MCP task, and when
+            created = task_of(handle) if task_of is not None else None
             run = ServedRun(handle, False, trio.current_time(), owner=owner, final=found if found.done else None)
+            if created is not None:
+                run.task, run.created_at = True, created or run.created_at
             if found.done:
+                run.ended_at = time.time()
                 run.finished.set()
                 self.runs[handle] = run
                 self.owners.claim(handle, owner)
@@ -265,7 +400,8 @@ class SelfMcpSurface:
             else:
                 warm = found.turns is not None  # a warm session's view counts its turns
                 # watched: another member's (or an earlier process's)
-                self._track(handle, warm, watched=not warm, owner=owner)
+                tracked = self._track(handle, warm, watched=not warm, owner=owner)
+                tracked.task, tracked.created_at = run.task, run.created_at
 
     async def _forget_later(self, run: ServedRun) -> None:
         await trio.sleep(self.limits.retention)
@@ -340,7 +476,7 @@ class SelfMcpSurface:
         else:
             self._reserved += delta
 
-    async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+    async def _spawn(self, arguments: Mapping[str, Any], ctx: CallContext, *, task: bool = False) -> dict[str, Any]:
         warm = bool(arguments.get("warm", False))
         detached = bool(arguments.get("async", False))
         owner = ctx.principal.key
@@ -354,6 +490,7 @@ class SelfMcpSurface:
             detached=detached,
             owner=ctx.principal.key,
             on_admitted=admitted,
+            task=task,
         )
         queues = getattr(self.backend, "queues", None)  # --cluster: an async spawn is a queued row
         queued = bool(queues(spawn)) if queues is not None else False
@@ -424,6 +561,7 @@ class SelfMcpSurface:
                 turns.start_soon(self._watch_turns, run)
             run.final = await self.backend.wait(run.handle)
             turns.cancel_scope.cancel()
+        run.ended_at = time.time()
         run.finished.set()
         fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
         if fired:
