@@ -464,8 +464,10 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
     from agentd.drain import run_with_signals
 
     # The root log itself (as comp "agent"): one redactor and one rate limiter for the whole process.
+    animate = getattr(log.sink, "animate", None)  # the live view's spinner (at a terminal only)
     main = functools.partial(daemon_main, config, log=log.bind(comp="agent"),
-                             **({"reload": reload} if reload is not None else {}))
+                             **({"reload": reload} if reload is not None else {}),
+                             **({"beside": animate} if animate is not None else {}))
     run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
     return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent)
 

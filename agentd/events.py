@@ -57,7 +57,7 @@ RATE_KEY_FIELDS: Final = ("server", "handle")
 VOCABULARY: Final[frozenset[str]] = frozenset(
     {
         # process and configuration
-        "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
+        "proc.start", "proc.ready", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
         "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed",
         # the run journal (--state-dir)

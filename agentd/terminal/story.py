@@ -25,7 +25,7 @@ STORY: Final = frozenset({
     "mcp.reconnect", "loop.start", "loop.step", "tool.call", "tool.result", "tool.rejected", "loop.budget",
     "intel.retry", "intel.failover", "intel.error", "config.invalid", "subagent.spawn", "subagent.exit",
     "subagent.failed", "subagent.refused", "subagent.stuck", "proc.signal", "drain.end", "log.suppressed",
-    "budget.exhausted",
+    "budget.exhausted", "proc.ready",
 })  # fmt: skip
 #: Characters of the model's reasoning line (its text beside tool calls) that a step line shows.
 REASONING_CHARS: Final = 100
@@ -100,6 +100,17 @@ def signal_text(e: Mapping[str, Any], drain_timeout: float | None = None) -> str
     return f"{name}: draining, {within}; press Ctrl-C again to stop now"
 
 
+#: ``proc.ready``'s fields as a person reads them, in this order.
+READY_LABELS: Final = (("mcp", "MCP"), ("a2a_card", "A2A card"), ("events", "events"), ("metrics", "metrics"),
+                       ("state_dir", "state"), ("ctl_socket", "control"), ("watch", "watch"))
+
+
+def ready_text(e: Mapping[str, Any]) -> str:
+    """Where a daemon serves (``proc.ready``): one labelled line per address, URLs exactly as a client uses them."""
+    rows = [f"  {label:<9} {e[key]}" for key, label in READY_LABELS if e.get(key)]
+    return "\n".join([f"agentd is listening ({e.get('mode')} mode)", *rows])
+
+
 def describe(e: Mapping[str, Any], *, everything: bool = False,
              drain_timeout: float | None = None) -> Line | None:
     """The line for one (already expanded) event, or None when it is not part of the story."""
@@ -112,10 +123,16 @@ def describe(e: Mapping[str, Any], *, everything: bool = False,
 
     if name == "run.start":
         if depth:
-            return line("dim", f"subagent {e.get('agent_path')} starts (model {e.get('model')})")
+            return line("dim", f"subagent {e.get('agent_path')} starts (model {e.get('model') or 'default'})")
+        if e.get("trigger") is not None:  # one wake of a daemon mode
+            return line("plain", f"▸ woken by {e.get('trigger')}" + (f" ({e['uri']})" if e.get("uri") else ""))
         servers = ", ".join(e.get("servers") or []) or "none"
-        return line("plain", f"run {e.get('run_id')} · model {e.get('model')} via "
-                             f"{', '.join(e.get('intelligence') or [])} · servers: {servers}")
+        what = f"{e.get('mode')} daemon" if e.get("daemon") else "run"
+        via = ", ".join(e.get("intelligence") or []) or "?"
+        return line("plain", f"{what} {e.get('run_id')} · model {e.get('model') or 'default'} via {via}"
+                             f" · servers: {servers}")
+    if name == "proc.ready":
+        return line("ok", ready_text(e))
     if name == "mcp.connected":
         return line("ok", f"✓ {e.get('server')} connected ({e.get('era')}, {_n(e.get('tools'), 'tool')}, "
                           f"{_n(e.get('resources'), 'resource')})")

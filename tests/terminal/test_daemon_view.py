@@ -1,0 +1,133 @@
+"""A serving daemon at a real terminal (a pty) says where it serves, and the status line stays alive while the
+model thinks; through a pipe neither is drawn (JSON lines, ``proc.ready`` among them) and stdout is one JSON
+document."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.cli.helpers import clean_env
+from tests.peers import launch
+from tests.peers.gateway import gateway_argv
+from tests.terminal.pty_run import CONTROL, PtyRun
+
+SERVE = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-a2a", "--intelligence", "test",
+         "--metrics-addr", "127.0.0.1:0"]
+
+
+def _field(screen: str, label: str) -> str:
+    match = re.search(rf"^  {re.escape(label)} +(\S+)$", screen, re.MULTILINE)
+    assert match, f"no {label!r} line in:\n{screen[-3000:]}"
+    return match.group(1)
+
+
+def test_a_serving_daemon_says_where_it_serves(tmp_path, no_leftover_children) -> None:
+    state = tmp_path / "state"
+    run = PtyRun([*SERVE, "--state-dir", str(state)])
+    try:
+        run.read_until("agentd top http://")
+        screen = run.read_until("· serving")  # the status line comes after the whole banner
+        assert "agentd is listening (once mode)" in screen
+        mcp = _field(screen, "MCP")
+        port = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/mcp", mcp)
+        assert port and port.group(1) != "0", mcp  # the URL as given, with the port it is bound to
+        origin = f"127.0.0.1:{port.group(1)}"
+        assert _field(screen, "A2A card") == f"http://{origin}/.well-known/agent-card.json"
+        assert _field(screen, "events") == f"ws://{origin}/events"
+        assert _field(screen, "state") == str(state)
+        assert _field(screen, "control") == str(state / "ctl.sock")
+        assert f"  watch     agentd top {mcp}" in screen.splitlines()
+        metrics = _field(screen, "metrics")
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", metrics) and ":0/" not in metrics
+        # the addresses are the real ones: the metrics and the card answer there
+        assert httpx.get(metrics, timeout=10).status_code == 200
+        card = httpx.get(_field(screen, "A2A card"), timeout=10)
+        assert card.status_code == 200 and card.json()["name"]
+        assert "model None" not in screen and "step 0" not in screen
+        assert '"event"' not in screen  # no raw JSON lines for a person
+        run.interrupt()
+        code, screen, stdout = run.finish()
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+    assert code == 0, screen[-3000:]
+    assert json.loads(stdout)["status"] == "completed"
+
+
+def test_a_daemon_mode_shows_its_model_and_gateway(tmp_path) -> None:
+    run = PtyRun(["--mode", "loop", "--instruction", "tick", "--intelligence", "test", "--interval", "1h",
+                  "--serve-mcp", "http://127.0.0.1:0/mcp"])
+    try:
+        run.read_until("agentd top http://")
+        screen = run.read_until("loop daemon ")
+        screen = run.read_until("servers: none")
+        assert re.search(r"^loop daemon \S+ · model \S+ via test · servers: none$", screen, re.MULTILINE), screen
+        assert "model None" not in screen
+        run.interrupt()
+        code, screen, _ = run.finish()
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+    assert code == 0, screen[-3000:]
+
+
+@pytest.fixture
+def slow_gateway(tmp_path):
+    """A model that holds its one reply for a few seconds."""
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"rules": [], "default": {"content": "thought it over", "delay": 3}}))
+    with launch.start_peer(gateway_argv(path)) as gw:
+        yield gw
+
+
+def _status_draws(raw: str) -> list[str]:
+    """Every status line drawn while the model was awaited (the text between the control sequences)."""
+    pieces = [piece.strip() for piece in CONTROL.split(raw) if piece and "waiting for the model" in piece]
+    return [piece for piece in pieces if re.search(r"waiting for the model \(\d+ s\)$", piece)]
+
+
+def test_the_status_line_stays_alive_while_the_model_thinks(slow_gateway) -> None:
+    run = PtyRun(["--instruction", "think", "--intelligence", slow_gateway.url])
+    code, screen, stdout = run.finish()
+    assert code == 0, screen[-3000:]
+    draws = _status_draws(run.text)
+    waited = {int(re.search(r"\((\d+) s\)$", draw).group(1)) for draw in draws}  # type: ignore[union-attr]
+    # redrawn while nothing else happened: the spinner turned and the time counted up, second by second
+    assert len(set(draws)) >= 4, draws
+    assert {0, 1, 2} <= waited, draws
+    assert json.loads(stdout)["result"] == "thought it over"
+
+
+def test_through_a_pipe_nothing_is_drawn(slow_gateway, tmp_path) -> None:
+    env = clean_env({})
+    proc = subprocess.Popen([sys.executable, "-m", "agentd", *SERVE, "--instruction", "think",
+                             "--intelligence", slow_gateway.url], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert proc.stderr is not None
+        events = []
+        for line in proc.stderr:
+            events.append(json.loads(line))  # every stderr line is a JSON event
+            if events[-1]["event"] == "run.end":
+                break
+        proc.send_signal(signal.SIGINT)
+        stdout, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events += [json.loads(line) for line in rest.splitlines()]
+    ready = [e for e in events if e["event"] == "proc.ready"]
+    assert len(ready) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/mcp", ready[0]["mcp"])
+    assert ready[0]["watch"] == f"agentd top {ready[0]['mcp']}"
+    assert ready[0]["a2a_card"].endswith("/.well-known/agent-card.json") and ready[0]["metrics"].endswith("/metrics")
+    assert json.loads(stdout)["result"] == "thought it over"  # one JSON document
