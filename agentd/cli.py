@@ -192,7 +192,7 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.ctl.cli import ctl_main
 
             return ctl_main(argv[1:], env, socket_envs=flag_named("--ctl-socket").env_names,
-                            state_dir_envs=flag_named("--state-dir").env_names)
+                            state_dir_envs=flag_named("--state-dir").env_names, human=_ctl_human(env))
         if argv and argv[0] == "cluster":
             from agentd.config.extras import require
 
@@ -518,6 +518,21 @@ def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> Ev
         log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.drain_timeout,
                                       status=status))
     return log
+
+
+def _ctl_human(env: dict[str, str]) -> Callable[[str, Any], None] | None:
+    """``agentd ctl``'s answer drawn for a person when stdout is a terminal (rich only then), else None (JSON)."""
+    from agentd.terminal.mode import color_allowed, is_terminal
+
+    if not is_terminal(sys.stdout):
+        return None
+
+    def show(command: str, doc: Any) -> None:
+        from agentd.terminal.render import ctl_text
+
+        ctl_text(command, doc, sys.stdout, color=color_allowed(env))
+
+    return show
 
 
 def _close_view(log: EventLog) -> None:

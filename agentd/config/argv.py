@@ -345,7 +345,7 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
                words=("list", "show", "export"), flags=("--state-dir=PATH", "--limit=N", "--status=STATUS")),
     Subcommand("ctl", "ctl status|pause|resume|...", "a running daemon's operator controls",
                words=("status", "pause", "resume", "lame-duck", "cancel", "reload"),
-               flags=("--socket=PATH", "--state-dir=PATH", "--off", "--reason=TEXT", "--timeout=SECONDS")),
+               flags=("--socket=PATH", "--state-dir=PATH", "--off", "--reason=TEXT", "--json", "--timeout=SECONDS")),
     Subcommand("cluster", "cluster migrate|status|submit|show", "the cluster database (the [cluster] extra)",
                words=("migrate", "status", "submit", "show"),
                flags=("--cluster=DSN", "--instruction=TEXT", "--output-contract=TEXT", "--id=ID",

@@ -65,3 +65,43 @@ def result_text(doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
     if result is not None:
         console.print(result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False),
                       markup=False, highlight=False)
+
+
+def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
+    """``agentd ctl``'s answer for a person: ``status`` as a summary and a table of runs, the others as
+    ``field  value`` lines, a refusal as one red line (the exit code is the JSON output's)."""
+    console = console_for(out, color=color)
+    if doc.get("error"):
+        console.print(Text(f"agentd ctl {command}: {doc['error']}", style="bold red"), markup=False)
+        return
+    if command != "status":
+        for key, value in doc.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+            console.print(Text(f"{key:<10} ", style="dim") + Text(shown), markup=False)
+        return
+    state = [name for name in ("paused", "lame_duck", "draining") if doc.get(name)]
+    head = Text(f"{doc.get('mode')} daemon · run {doc.get('run_id')} · pid {doc.get('pid')} · ", style="bold")
+    head.append("ready" if doc.get("ready") else "not ready", style="green" if doc.get("ready") else "bold red")
+    if state:
+        head.append(" · " + ", ".join(name.replace("_", " ") for name in state), style="yellow")
+    console.print(head)
+    supervisor = doc.get("supervisor") or {}
+    capacity = doc.get("capacity") or {}
+    console.print(Text(f"subagents {capacity.get('live_subagents')} live of {capacity.get('max_subagents')}"
+                       f" · {supervisor.get('tokens_used')} tokens used · held {doc.get('held')}"
+                       f" · {'accepting' if capacity.get('accepting') else 'not accepting'}", style="dim"))
+    runs = doc.get("runs") or []
+    if runs:
+        table = Table(title_justify="left", expand=False)
+        for column in ("run", "step", "paused", "running"):
+            table.add_column(column, no_wrap=True)
+        for run in runs:
+            table.add_row(str(run.get("run_id")), str(run.get("step")), "yes" if run.get("paused") else "no",
+                          f"{run.get('running_s')} s")
+        console.print(table)
+    else:
+        console.print(Text("no run in flight", style="dim"))
+    config = doc.get("config") or {}
+    if config.get("path") or config.get("reloads"):
+        console.print(Text(f"config {config.get('path') or '(command line)'} · {config.get('reloads')} reloads",
+                           style="dim"))

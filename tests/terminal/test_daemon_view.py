@@ -131,3 +131,33 @@ def test_through_a_pipe_nothing_is_drawn(slow_gateway, tmp_path) -> None:
     assert ready[0]["watch"] == f"agentd top {ready[0]['mcp']}"
     assert ready[0]["a2a_card"].endswith("/.well-known/agent-card.json") and ready[0]["metrics"].endswith("/metrics")
     assert json.loads(stdout)["result"] == "thought it over"  # one JSON document
+
+
+def test_ctl_at_a_terminal_is_for_a_person_and_json_through_a_pipe(tmp_path, no_leftover_children) -> None:
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "agentd", "--serve-mcp", "http://127.0.0.1:0/mcp",
+                             "--intelligence", "test", "--state-dir", str(state)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env({}), text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # bounded by the daemon: it says proc.ready or exits (EOF)
+            if json.loads(line)["event"] == "proc.ready":
+                break
+        code, screen, _ = PtyRun(["ctl", "status", "--state-dir", str(state)], stdout_tty=True).finish()
+        assert code == 0, screen
+        assert re.search(rf"^once daemon · run \S+ · pid {proc.pid} · ready$", screen, re.MULTILINE), screen
+        assert "no run in flight" in screen and "{" not in screen
+        code, screen, _ = PtyRun(["ctl", "status", "--json", "--state-dir", str(state)], stdout_tty=True).finish()
+        assert code == 0 and json.loads(screen)["pid"] == proc.pid
+        piped = subprocess.run([sys.executable, "-m", "agentd", "ctl", "lame-duck", "--state-dir", str(state)],
+                               capture_output=True, text=True, env=clean_env({}), timeout=60, check=False)
+        assert piped.returncode == 0 and json.loads(piped.stdout) == {"lame_duck": True, "ready": False}
+        code, screen, _ = PtyRun(["ctl", "cancel", "nope", "--state-dir", str(state)], stdout_tty=True).finish()
+        assert code == 1 and screen.startswith("agentd ctl cancel: "), screen
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads(stdout)["status"] == "completed"
