@@ -137,7 +137,8 @@ class HumanView:
             self.doing = "serving" if self.step == 0 else self.doing
         elif name == "run.end" and root:
             self.since = None
-            self.doing = f"{e.get('status')}; waiting for a wake" if self.daemon else str(e.get("status"))
+            wake = self.daemon and not e.get("daemon")
+            self.doing = f"{e.get('status')}; waiting for a wake" if wake else str(e.get("status"))
 
     def _status(self) -> Text:
         tokens = self.tokens + self.child_tokens

@@ -23,7 +23,7 @@ Tone = Literal["plain", "dim", "step", "tool", "ok", "warn", "error"]
 STORY: Final = frozenset({
     "run.start", "run.end", "run.failed", "run.cancelled", "mcp.connected", "mcp.connect_failed", "mcp.disconnected",
     "mcp.reconnect", "loop.start", "loop.step", "tool.call", "tool.result", "tool.rejected", "loop.budget",
-    "intel.retry", "intel.failover", "intel.error", "config.invalid", "subagent.spawn", "subagent.exit",
+    "intel.retry", "intel.failover", "intel.error", "config.invalid", "drain.start", "subagent.spawn", "subagent.exit",
     "subagent.failed", "subagent.refused", "subagent.stuck", "proc.signal", "drain.end", "log.suppressed",
     "budget.exhausted", "proc.ready",
 })  # fmt: skip
@@ -172,9 +172,11 @@ def describe(e: Mapping[str, Any], *, everything: bool = False,
         text = f"{status} after {_n(e.get('steps'), 'step')} · {tokens} tokens"
         if depth:
             return line("dim", f"subagent {e.get('agent_path')} {text}")
+        if e.get("daemon"):
+            text = f"daemon stopped: {status} · {tokens} tokens in all"
         ok = status == "completed"
         return line("ok" if ok else "error", ("✓ " if ok else "✗ ") + text
-                    + (f" (exit {e.get('exit_code')})" if not ok else "") + (f": {e['error']}" if e.get("error") else ""))
+                    + (f" (exit {e.get('exit_code')})" if not ok and e.get("exit_code") is not None else "") + (f": {e['error']}" if e.get("error") else ""))
     if name == "run.cancelled":
         who = f"subagent {e.get('agent_path')} " if depth else ""
         return line("warn", f"{who}cancelled ({e.get('reason')})")
@@ -191,8 +193,15 @@ def describe(e: Mapping[str, Any], *, everything: bool = False,
                     max(depth - 1, 0))
     if name == "proc.signal":
         return line("warn", signal_text(e, drain_timeout))
+    if name == "drain.start":
+        running = f", {_n(e.get('running'), 'run')} still running" if e.get("running") else ""
+        return line("warn", f"draining ({e.get('reason')}){running}")
     if name == "drain.end":
+        if e.get("outcome") == "drained":
+            return line("dim", "drained" + (f" after {_n(e.get('runs'), 'wake')}" if e.get("runs") is not None else ""))
         return line("warn", f"drain timeout ({e.get('drain_timeout')} s) reached: cancelling what is left")
+    if name == "loop.final" and not everything:
+        return None  # run.end says it
     if name == "log.suppressed":
         return line("dim", f"({e.get('suppressed')} more {e.get('suppressed_event')} lines left out)")
     if name == "stderr":

@@ -71,6 +71,8 @@ def test_a_daemon_mode_shows_its_model_and_gateway(tmp_path) -> None:
         screen = run.read_until("servers: none")
         assert re.search(r"^loop daemon \S+ · model \S+ via test · servers: none$", screen, re.MULTILINE), screen
         assert "model None" not in screen
+        run.read_until("▸ woken by loop")
+        run.read_until("✓ completed after 1 step")
         run.interrupt()
         code, screen, _ = run.finish()
     finally:
@@ -78,6 +80,10 @@ def test_a_daemon_mode_shows_its_model_and_gateway(tmp_path) -> None:
             run.proc.kill()
             run.proc.wait()
     assert code == 0, screen[-3000:]
+    # the wake, the drain and the daemon's end, each said plainly (no raw event line)
+    assert "draining (signal)" in screen and "drained after 1 wake" in screen
+    assert "✓ daemon stopped: completed" in screen
+    assert "loop.final" not in screen and "exit None" not in screen and "{" not in screen
 
 
 @pytest.fixture
