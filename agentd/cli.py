@@ -186,13 +186,14 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.config.argv import flag_named
             from agentd.journal.cli import journal_main
 
-            return journal_main(argv[1:], env, state_dir_envs=flag_named("--state-dir").env_names)
+            return journal_main(argv[1:], env, state_dir_envs=flag_named("--state-dir").env_names,
+                                human=_human_stdout(env, "journal_text"))
         if argv and argv[0] == "ctl":
             from agentd.config.argv import flag_named
             from agentd.ctl.cli import ctl_main
 
             return ctl_main(argv[1:], env, socket_envs=flag_named("--ctl-socket").env_names,
-                            state_dir_envs=flag_named("--state-dir").env_names, human=_ctl_human(env))
+                            state_dir_envs=flag_named("--state-dir").env_names, human=_human_stdout(env, "ctl_text"))
         if argv and argv[0] == "cluster":
             from agentd.config.extras import require
 
@@ -520,17 +521,18 @@ def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> Ev
     return log
 
 
-def _ctl_human(env: dict[str, str]) -> Callable[[str, Any], None] | None:
-    """``agentd ctl``'s answer drawn for a person when stdout is a terminal (rich only then), else None (JSON)."""
+def _human_stdout(env: dict[str, str], renderer: str) -> Callable[[str, Any], None] | None:
+    """A command's document drawn for a person by ``agentd.terminal.render.<renderer>`` when stdout is a
+    terminal (rich is imported only then, when it draws), else None: the JSON document as always."""
     from agentd.terminal.mode import color_allowed, is_terminal
 
     if not is_terminal(sys.stdout):
         return None
 
     def show(command: str, doc: Any) -> None:
-        from agentd.terminal.render import ctl_text
+        from agentd.terminal import render
 
-        ctl_text(command, doc, sys.stdout, color=color_allowed(env))
+        getattr(render, renderer)(command, doc, sys.stdout, color=color_allowed(env))
 
     return show
 

@@ -342,7 +342,7 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("run", "run MANIFEST.yaml ...", "run an agent manifest against a host config", takes="file"),
     Subcommand("transcript", "transcript show|list ...", "show durable run transcripts", words=("show", "list")),
     Subcommand("journal", "journal list|show|export", "read the durable run journal",
-               words=("list", "show", "export"), flags=("--state-dir=PATH", "--limit=N", "--status=STATUS")),
+               words=("list", "show", "export"), flags=("--state-dir=PATH", "--limit=N", "--status=STATUS", "--json")),
     Subcommand("ctl", "ctl status|pause|resume|...", "a running daemon's operator controls",
                words=("status", "pause", "resume", "lame-duck", "cancel", "reload"),
                flags=("--socket=PATH", "--state-dir=PATH", "--off", "--reason=TEXT", "--json", "--timeout=SECONDS")),

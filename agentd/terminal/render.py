@@ -7,6 +7,7 @@ and a script are told the same thing.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -105,3 +106,40 @@ def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) 
     if config.get("path") or config.get("reloads"):
         console.print(Text(f"config {config.get('path') or '(command line)'} · {config.get('reloads')} reloads",
                            style="dim"))
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def journal_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
+    """``agentd journal list`` as a table of runs, ``show RUN`` as the run's summary and a table of its records,
+    a missing run as one red line."""
+    console = console_for(out, color=color)
+    if doc.get("error"):
+        console.print(Text(f"agentd journal {command}: {doc['error']}", style="bold red"), markup=False)
+        return
+    runs = [doc["run"]] if command == "show" else list(doc.get("runs") or [])
+    if not runs:
+        console.print(Text("no runs in the journal", style="dim"))
+        return
+    table = Table(expand=False)
+    for column in ("run", "status", "started", "ended", "parent", "records"):
+        table.add_column(column, no_wrap=column in ("run", "started", "ended"))
+    for run in runs:
+        status = str(run.get("status"))
+        tone = "green" if status == "completed" else "yellow" if status == "running" else "bold red"
+        table.add_row(str(run.get("run_id")), Text(status, style=tone), _when(run.get("started_at")),
+                      _when(run.get("ended_at")), str(run.get("parent") or "—"), str(run.get("records")))
+    console.print(table)
+    if command != "show":
+        return
+    records = Table(expand=False)
+    for column in ("seq", "time", "kind", "details"):
+        records.add_column(column, overflow="fold", no_wrap=column != "details")
+    for record in doc.get("records") or []:
+        details = " · ".join(f"{key} {record[key]}" for key in record if key not in ("seq", "ts", "kind"))
+        records.add_row(str(record.get("seq")), _when(record.get("ts")), str(record.get("kind")), details)
+    console.print(records)

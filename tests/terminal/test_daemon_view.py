@@ -167,3 +167,25 @@ def test_ctl_at_a_terminal_is_for_a_person_and_json_through_a_pipe(tmp_path, no_
             proc.kill()
             proc.wait()
     assert json.loads(stdout)["status"] == "completed"
+
+
+def test_journal_at_a_terminal_is_a_table_and_json_through_a_pipe(tmp_path) -> None:
+    state = str(tmp_path / "state")
+    done = subprocess.run([sys.executable, "-m", "agentd", "--instruction", "hi", "--intelligence", "test",
+                           "--state-dir", state, "--run-id", "r-table"], capture_output=True, text=True,
+                          env=clean_env({}), timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    piped = subprocess.run([sys.executable, "-m", "agentd", "journal", "show", "r-table", "--state-dir", state],
+                           capture_output=True, text=True, env=clean_env({}), timeout=60, check=False)
+    kinds = [r["kind"] for r in json.loads(piped.stdout)["records"]]
+    code, screen, _ = PtyRun(["journal", "list", "--state-dir", state], stdout_tty=True).finish()
+    assert code == 0 and "{" not in screen
+    assert re.search(r"r-table\s+│\s+completed\s+│\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", screen), screen
+    code, screen, _ = PtyRun(["journal", "show", "r-table", "--state-dir", state], stdout_tty=True).finish()
+    assert code == 0 and "{" not in screen
+    rows = [line for line in screen.splitlines() if re.match(r"│\s+\d+\s+│", line)]
+    assert [row.split("│")[3].strip() for row in rows] == kinds, screen  # every record, in order
+    code, screen, _ = PtyRun(["journal", "show", "nope", "--state-dir", state], stdout_tty=True).finish()
+    assert code == 1 and screen.strip() == "agentd journal show: no run 'nope' in the journal", screen
+    code, screen, _ = PtyRun(["journal", "list", "--json", "--state-dir", state], stdout_tty=True).finish()
+    assert code == 0 and json.loads(screen)["runs"][0]["run_id"] == "r-table"
