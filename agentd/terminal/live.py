@@ -33,6 +33,8 @@ STYLES: dict[Tone, str] = {
 
 #: Seconds between redraws of the status line while something is outstanding.
 REFRESH: Final = 0.25
+#: Characters of a streaming reply the status line keeps (it shows the newest half).
+STREAMED_CHARS: Final = 160
 #: The spinner's frames, one per redraw.
 SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -68,6 +70,8 @@ class HumanView:
         self.since: float | None = None
         self.frame = 0
         self.daemon = False
+        #: The tail of the reply streamed so far (``intel.delta``, with --log-content), shown while it arrives.
+        self.streamed = ""
         self.live: Live | None = None
         if status and color and is_terminal(stream):
             self.live = Live(self._status(), console=self.console, auto_refresh=False, transient=True,
@@ -120,6 +124,9 @@ class HumanView:
         elif name == "intel.call" and root:
             self.doing = "waiting for the model"
             self.since = self.clock()
+            self.streamed = ""
+        elif name == "intel.delta" and root and isinstance(e.get("text"), str):
+            self.streamed = (self.streamed + e["text"])[-STREAMED_CHARS:]
         elif name == "tool.call" and root:
             tool = e.get("tool") or e.get("wire_name")
             self.doing = f"calling {tool} on {e['server']}" if e.get("server") else f"calling {tool}"
@@ -145,4 +152,8 @@ class HumanView:
         mark = "⏵" if self.since is None else SPINNER[self.frame % len(SPINNER)]
         waited = "" if self.since is None else f" ({self.clock() - self.since:.0f} s)"
         head = f"step {self.step} · {tokens} tokens · " if self.step or tokens else ""
-        return Text(f"{mark} {head}{self._elapsed()} · {self.doing}{waited}", style="dim")
+        status = Text(f"{mark} {head}{self._elapsed()} · {self.doing}{waited}", style="dim")
+        tail = " ".join(self.streamed.split())  # one line: the newest words of the reply
+        if self.since is not None and tail:
+            status.append(f" · {tail[-STREAMED_CHARS // 2:]}", style="italic")
+        return status

@@ -95,9 +95,14 @@ def slow_gateway(tmp_path):
         yield gw
 
 
+def _pieces(raw: str) -> list[str]:
+    """The text a terminal received, cut at every control sequence (each redraw is a piece of its own)."""
+    return CONTROL.sub("\n", re.sub(r"\x1b\[[0-9;]*m", "", raw)).split("\n")  # styles are not cuts
+
+
 def _status_draws(raw: str) -> list[str]:
     """Every status line drawn while the model was awaited (the text between the control sequences)."""
-    pieces = [piece.strip() for piece in CONTROL.split(raw) if piece and "waiting for the model" in piece]
+    pieces = [piece.strip() for piece in _pieces(raw) if "waiting for the model" in piece]
     return [piece for piece in pieces if re.search(r"waiting for the model \(\d+ s\)$", piece)]
 
 
@@ -189,3 +194,25 @@ def test_journal_at_a_terminal_is_a_table_and_json_through_a_pipe(tmp_path) -> N
     assert code == 1 and screen.strip() == "agentd journal show: no run 'nope' in the journal", screen
     code, screen, _ = PtyRun(["journal", "list", "--json", "--state-dir", state], stdout_tty=True).finish()
     assert code == 0 and json.loads(screen)["runs"][0]["run_id"] == "r-table"
+
+
+STREAMED = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa"
+
+
+@pytest.mark.parametrize("content", [True, False])
+def test_a_streamed_reply_appears_as_it_arrives_with_log_content(tmp_path, content) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"rules": [], "default": {"content": STREAMED, "chunk": 6, "chunk_delay": 0.2}}))
+    with launch.start_peer(gateway_argv(path)) as gw:
+        run = PtyRun(["--instruction", "spell", "--intelligence", gw.url, "--stream-intelligence",
+                      *(["--log-content"] if content else [])])
+        code, screen, stdout = run.finish()
+    assert code == 0, screen[-3000:]
+    assert json.loads(stdout)["result"] == STREAMED
+    draws = [piece for piece in _pieces(run.text) if "waiting for the model" in piece]
+    partial = [draw for draw in draws if "alpha" in draw and "papa" not in draw]
+    if content:
+        # the status line showed the reply growing before it was complete
+        assert len({draw.split(" · ")[-1] for draw in partial}) >= 3, draws
+    else:
+        assert not any("alpha" in draw for draw in draws)  # text is shown only where --log-content lets it
