@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
 import httpx
 import pytest
@@ -20,6 +21,23 @@ from tests.terminal.pty_run import CONTROL, PtyRun
 
 SERVE = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-a2a", "--intelligence", "test",
          "--metrics-addr", "127.0.0.1:0"]
+
+
+def _events_until(proc: subprocess.Popen[str], name: str, timeout: float = 60.0) -> list[dict]:
+    """The daemon's stderr event lines up to the first ``name`` one; a daemon that says nothing for ``timeout``
+    seconds is killed (its stderr ends, the test fails)."""
+    assert proc.stderr is not None
+    events: list[dict] = []
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    try:
+        for line in proc.stderr:
+            events.append(json.loads(line))  # every stderr line is a JSON event
+            if events[-1]["event"] == name:
+                return events
+    finally:
+        watchdog.cancel()
+    raise AssertionError(f"no {name} before the daemon ended: {events[-5:]}")
 
 
 def _field(screen: str, label: str) -> str:
@@ -90,7 +108,7 @@ def test_a_daemon_mode_shows_its_model_and_gateway(tmp_path) -> None:
 def slow_gateway(tmp_path):
     """A model that holds its one reply for a few seconds."""
     path = tmp_path / "script.json"
-    path.write_text(json.dumps({"rules": [], "default": {"content": "thought it over", "delay": 3}}))
+    path.write_text(json.dumps({"rules": [], "default": {"content": "thought it over", "delay": 4}}))
     with launch.start_peer(gateway_argv(path)) as gw:
         yield gw
 
@@ -112,9 +130,9 @@ def test_the_status_line_stays_alive_while_the_model_thinks(slow_gateway) -> Non
     assert code == 0, screen[-3000:]
     draws = _status_draws(run.text)
     waited = {int(re.search(r"\((\d+) s\)$", draw).group(1)) for draw in draws}  # type: ignore[union-attr]
-    # redrawn while nothing else happened: the spinner turned and the time counted up, second by second
+    # redrawn while nothing else happened: the spinner turned and the time waited counted up, second by second
     assert len(set(draws)) >= 4, draws
-    assert {0, 1, 2} <= waited, draws
+    assert len(waited) >= 3, draws
     assert json.loads(stdout)["result"] == "thought it over"
 
 
@@ -124,12 +142,7 @@ def test_through_a_pipe_nothing_is_drawn(slow_gateway, tmp_path) -> None:
                              "--intelligence", slow_gateway.url], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     try:
-        assert proc.stderr is not None
-        events = []
-        for line in proc.stderr:
-            events.append(json.loads(line))  # every stderr line is a JSON event
-            if events[-1]["event"] == "run.end":
-                break
+        events = _events_until(proc, "run.end")
         proc.send_signal(signal.SIGINT)
         stdout, rest = proc.communicate(timeout=60)
     finally:
@@ -150,10 +163,7 @@ def test_ctl_at_a_terminal_is_for_a_person_and_json_through_a_pipe(tmp_path, no_
                              "--intelligence", "test", "--state-dir", str(state)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env({}), text=True)
     try:
-        assert proc.stderr is not None
-        for line in proc.stderr:  # bounded by the daemon: it says proc.ready or exits (EOF)
-            if json.loads(line)["event"] == "proc.ready":
-                break
+        _events_until(proc, "proc.ready")
         code, screen, _ = PtyRun(["ctl", "status", "--state-dir", str(state)], stdout_tty=True).finish()
         assert code == 0, screen
         assert re.search(rf"^once daemon · run \S+ · pid {proc.pid} · ready$", screen, re.MULTILINE), screen
