@@ -186,13 +186,14 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.config.argv import flag_named
             from agentd.journal.cli import journal_main
 
-            return journal_main(argv[1:], env, state_dir_envs=flag_named("--state-dir").env_names)
+            return journal_main(argv[1:], env, state_dir_envs=flag_named("--state-dir").env_names,
+                                human=_human_stdout(env, "journal_text"))
         if argv and argv[0] == "ctl":
             from agentd.config.argv import flag_named
             from agentd.ctl.cli import ctl_main
 
             return ctl_main(argv[1:], env, socket_envs=flag_named("--ctl-socket").env_names,
-                            state_dir_envs=flag_named("--state-dir").env_names)
+                            state_dir_envs=flag_named("--state-dir").env_names, human=_human_stdout(env, "ctl_text"))
         if argv and argv[0] == "cluster":
             from agentd.config.extras import require
 
@@ -467,8 +468,10 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
     from agentd.drain import run_with_signals
 
     # The root log itself (as comp "agent"): one redactor and one rate limiter for the whole process.
+    animate = getattr(log.sink, "animate", None)  # the live view's spinner (at a terminal only)
     main = functools.partial(daemon_main, config, log=log.bind(comp="agent"),
-                             **({"reload": reload} if reload is not None else {}))
+                             **({"reload": reload} if reload is not None else {}),
+                             **({"beside": animate} if animate is not None else {}))
     run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
     return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent,
                         subagents=run.subagents)
@@ -518,6 +521,22 @@ def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> Ev
         log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.drain_timeout,
                                       status=status))
     return log
+
+
+def _human_stdout(env: dict[str, str], renderer: str) -> Callable[[str, Any], None] | None:
+    """A command's document drawn for a person by ``agentd.terminal.render.<renderer>`` when stdout is a
+    terminal (rich is imported only then, when it draws), else None: the JSON document as always."""
+    from agentd.terminal.mode import color_allowed, is_terminal
+
+    if not is_terminal(sys.stdout):
+        return None
+
+    def show(command: str, doc: Any) -> None:
+        from agentd.terminal import render
+
+        getattr(render, renderer)(command, doc, sys.stdout, color=color_allowed(env))
+
+    return show
 
 
 def _close_view(log: EventLog) -> None:

@@ -27,6 +27,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import trio
 
@@ -47,7 +48,7 @@ from agentd.supervisor.tools import register_subagent_tools
 from agentd.supervisor.wiring import open_root_supervisor
 from agentd.telemetry import metrics
 from agentd.telemetry.health import Health, current_health, use_health
-from agentd.telemetry.stream import EventBus, use_bus
+from agentd.telemetry.stream import EVENTS_PATH, EventBus, use_bus
 
 if TYPE_CHECKING:
     from agentd.cluster.join import Cluster
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from agentd.journal.store import JournalStore
     from agentd.reactive.modes import FireOnce
     from agentd.reactive.shared import Shared
-    from agentd.transport.serve import ServeConfig
+    from agentd.transport.serve import ServeConfig, Serving
 
 #: How long the last export of spans may take when the daemon ends.
 FINAL_FLUSH_TIMEOUT = 5.0
@@ -116,13 +117,14 @@ def open_log(cfg: Config, run_id: str) -> EventLog:
 
 async def main(
     cfg: Config, *, log: EventLog | None = None, env: Mapping[str, str] | None = None,
-    reload: Loader | None = None,
+    reload: Loader | None = None, beside: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     """Run agentd as configured and return the root run's result (the CLI prints ``result.to_json()``).
 
     ``log`` replaces the stderr log (a harness capturing events); ``env`` is where ``{{secret:NAME}}``
     references are looked up (default: the process environment); ``reload`` re-reads the configuration for
     SIGHUP and ``agentd ctl reload`` (the CLI passes its argv and environment; without it a reload is refused).
+    ``beside`` runs in the daemon nursery for the daemon's life (the CLI's live view redrawing its status line).
     """
     run_id = cfg.run_id or new_run_id()
     log = (log or open_log(cfg, run_id)).bind(run_id=run_id)
@@ -148,7 +150,7 @@ async def main(
     with (use_health(Health(mode=cfg.mode)), use_bus(bus), use_operator(Operator()) as operator,
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
-            return await _main(cfg, log, runner, env, run_id, operator, reload)
+            return await _main(cfg, log, runner, env, run_id, operator, reload, beside)
         finally:
             with trio.CancelScope(shield=True):  # spans and metrics side by side: at most 5 s in all
                 async with trio.open_nursery() as flushing:
@@ -164,7 +166,7 @@ async def main(
 
 async def _main(
     cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str,
-    operator: Operator, reload: Loader | None,
+    operator: Operator, reload: Loader | None, beside: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     board = StatusBoard()
     escaped: ConfigError | None = None
@@ -177,9 +179,14 @@ async def _main(
         open_root_supervisor(cfg, log=log, env=environ, run_id=log.run_id, ledger_store=journal) as supervisor,
         trio.open_nursery() as daemon,
     ):
-        await _start_observing(cfg, log, daemon, env)
+        if beside is not None:
+            daemon.start_soon(beside)
+        metrics_port = await _start_observing(cfg, log, daemon, env)
         await _start_controls(cfg, log, daemon, operator, supervisor, board, journal, reload, cluster)
-        served = await _start_serving(cfg, log, daemon, env, supervisor, board, cluster, journal)
+        served, serve_port = await _start_serving(cfg, log, daemon, env, supervisor, board, cluster, journal)
+        where = addresses(cfg, serve_port, metrics_port)
+        if where:
+            log.bind(comp="proc").info("proc.ready", mode=cfg.mode, **where)
         if cluster is not None:
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
         if (health := current_health()) is not None:
@@ -288,8 +295,10 @@ def _tee(first: Sink, second: Sink) -> Sink:
     return both
 
 
-async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None) -> None:
-    """The daemon's own observability tasks: heartbeat, health file, metrics listener, span exporter."""
+async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery,
+                           env: Mapping[str, str] | None) -> int | None:
+    """The daemon's own observability tasks: heartbeat, health file, metrics listener, span exporter; the
+    metrics listener's bound port (None without ``--metrics-addr``)."""
     health = current_health()
     if health is not None:
         daemon.start_soon(health.heartbeat)
@@ -304,7 +313,47 @@ async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery, env
 
         resolver = SecretResolver(env=env, redactor=log.redactor)
         bearer = resolver.resolve(cfg.serve_bearer) if cfg.serve_bearer else None
-        await daemon.start(serve_metrics, metrics_serve_config(cfg, bearer), log)
+        serving: Serving = await daemon.start(serve_metrics, metrics_serve_config(cfg, bearer), log)
+        return serving.port
+    return None
+
+
+def with_port(url: str, port: int | None) -> str:
+    """``url`` as it was given, with the bound port in place of ``:0`` (any other text kept verbatim)."""
+    parts = urlsplit(url)
+    if port is None or parts.port != 0:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0] + f":{port}"))
+
+
+def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> dict[str, str]:
+    """Where a daemon serves, for a person and for ``proc.ready``: the ``--serve-mcp`` URL as given (a ``:0``
+    port replaced by the bound one), the A2A card when ``--serve-a2a``, the ``/events`` stream, the command
+    that watches it, the metrics URL, the state directory and the control socket. Empty when nothing listens."""
+    from agentd.a2a.types import CARD_PATH
+    from agentd.ctl.server import socket_path
+
+    where: dict[str, str] = {}
+    if cfg.serve_mcp is not None and serve_port is not None:
+        url = with_port(cfg.serve_mcp, serve_port)
+        parts = urlsplit(url)
+        where["mcp"] = url
+        if cfg.serve_a2a:
+            where["a2a_card"] = urlunsplit((parts.scheme, parts.netloc, CARD_PATH, "", ""))
+        ws = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        where["events"] = urlunsplit((ws, parts.netloc, EVENTS_PATH, "", ""))
+        where["watch"] = f"agentd top {url}"
+    if cfg.metrics_addr is not None and metrics_port is not None:
+        scheme = "https" if cfg.serve_cert is not None and cfg.serve_key is not None else "http"
+        where["metrics"] = with_port(f"{scheme}://{cfg.metrics_addr}/metrics", metrics_port)
+    if not where:
+        return where
+    if cfg.state_dir is not None:
+        where["state_dir"] = str(cfg.state_dir)
+    ctl = socket_path(cfg.ctl_socket, cfg.state_dir)
+    if ctl is not None:
+        where["ctl_socket"] = str(ctl)
+    return where
 
 
 def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
@@ -398,15 +447,16 @@ async def _start_serving(
     cfg: Config, log: EventLog, daemon: trio.Nursery, env: Mapping[str, str] | None,
     supervisor: Supervisor, board: StatusBoard, cluster: Cluster | None = None,
     journal: JournalStore | None = None,
-) -> trio.Event | None:
-    """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py); the event is set when it ended."""
+) -> tuple[trio.Event | None, int | None]:
+    """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py): an event set when it ended,
+    and the bound port."""
     if cfg.serve_mcp is None:
-        return None
+        return None, None
     from agentd.selfmcp.serving import serve_for_daemon  # hypercorn: only for a daemon that serves
 
     ended = trio.Event()
 
-    async def serve(task_status: trio.TaskStatus[object]) -> None:
+    async def serve(task_status: trio.TaskStatus[Serving]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
                                    cluster=cluster.store if cluster is not None else None,
@@ -415,8 +465,8 @@ async def _start_serving(
         finally:
             ended.set()
 
-    await daemon.start(serve)
-    return ended
+    serving: Serving = await daemon.start(serve)
+    return ended, serving.port
 
 
 async def _once(

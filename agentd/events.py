@@ -57,7 +57,7 @@ RATE_KEY_FIELDS: Final = ("server", "handle")
 VOCABULARY: Final[frozenset[str]] = frozenset(
     {
         # process and configuration
-        "proc.start", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
+        "proc.start", "proc.ready", "proc.exit", "proc.signal", "config.loaded", "config.warning", "config.invalid",
         # one run of the agent
         "run.start", "run.end", "run.failed", "run.cancelled", "run.resumed", "run.replayed",
         # the run journal (--state-dir)
@@ -80,7 +80,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "a2a.cancel_failed", "a2a.served",
         "a2a.resubscribe", "a2a.extended_card_failed",
         # intelligence gateway
-        "intel.call", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
+        "intel.call", "intel.delta", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools
         "loop.start", "loop.step", "loop.final", "loop.budget", "loop.cut_reply", "tool.call", "tool.result",
         "tool.rejected",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from agentd.ctl.server import MAX_REQUEST, socket_path
@@ -34,6 +34,9 @@ NO_DAEMON: Final = 3
 #: The largest answer read (a status with many runs and subagents stays far below).
 MAX_ANSWER: Final = 16 * 1024 * 1024
 
+#: Draws a command's answer for a person: (command, answer).
+Show = Callable[[str, Mapping[str, Any]], None]
+
 COMMANDS: Final = ("status", "pause", "resume", "lame-duck", "cancel", "reload")
 
 
@@ -45,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", help="the daemon's state directory (default: $AGENTD_STATE_DIR)")
     p.add_argument("--off", action="store_true", help="lame-duck: end the lame duck")
     p.add_argument("--reason", help="cancel: why (shown in the daemon's events)")
+    p.add_argument("--json", action="store_true", help="print the JSON answer even at a terminal")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for the answer (default {DEFAULT_TIMEOUT:g})")
     return p
@@ -63,8 +67,10 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
 
 
 def ctl_main(args: Sequence[str], env: Mapping[str, str], *, socket_envs: Sequence[str] = (),
-             state_dir_envs: Sequence[str] = ()) -> int:
-    """``agentd ctl``; ``socket_envs``/``state_dir_envs`` are the environment names of the two flags, in order."""
+             state_dir_envs: Sequence[str] = (), human: Show | None = None) -> int:
+    """``agentd ctl``; ``socket_envs``/``state_dir_envs`` are the environment names of the two flags, in order.
+    ``human`` draws the answer for a person instead of the JSON (the CLI passes it when stdout is a terminal;
+    ``--json`` keeps the JSON)."""
     options = _parser().parse_args(list(args))
     if options.timeout <= 0:
         raise ConfigError("agentd ctl: --timeout must be positive")
@@ -76,7 +82,10 @@ def ctl_main(args: Sequence[str], env: Mapping[str, str], *, socket_envs: Sequen
         hint = f" or set {socket_envs[0]}" if socket_envs else ""
         raise ConfigError(f"agentd ctl: no control socket (pass --socket or --state-dir{hint})")
     answer, code = ask(path, request, timeout=options.timeout)
-    print(escape_controls(json.dumps(answer, ensure_ascii=False, default=str)))
+    if human is not None and not options.json:
+        human(options.command, answer)
+    else:
+        print(escape_controls(json.dumps(answer, ensure_ascii=False, default=str)))
     return code
 
 

@@ -32,6 +32,8 @@ from agentd.transport.http_client import MetadataRefused
 #: A reply larger than this is refused rather than buffered.
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
 _DRAIN_AFTER_DONE: Final = 1.0
+#: Seconds between ``intel.delta`` lines of one streamed reply (the text in between is told together).
+DELTA_EVERY: Final = 0.1
 _RETRYABLE_STATUS: Final = frozenset({408, 409, 425, 429})
 
 
@@ -245,6 +247,8 @@ class Gateway:
             tally.began(assembler)  # a cut stream counts what it had streamed (agentd.intelligence.tally)
         done = False
         chunks = response.aiter_bytes()
+        # With --log-content the text is told as it arrives (intel.delta), at most every DELTA_EVERY seconds.
+        sent, told = 0, -DELTA_EVERY
         try:
             async for chunk in chunks:
                 for event in decoder.feed(chunk):
@@ -261,6 +265,8 @@ class Gateway:
                     if isinstance(parsed, Mapping) and "error" in parsed and "choices" not in parsed:
                         raise self._fatal("the gateway sent an error object in the stream")
                     assembler.feed(parsed)
+                if self.log.log_content and trio.current_time() - told >= DELTA_EVERY:
+                    sent, told = self._tell(assembler, sent), trio.current_time()
                 if done:
                     break
             if done:
@@ -270,6 +276,8 @@ class Gateway:
                 with trio.move_on_after(_DRAIN_AFTER_DONE):
                     async for _ in chunks:
                         pass
+            if self.log.log_content:
+                self._tell(assembler, sent)
             if not done and decoder.pending():
                 raise Retryable("the stream was cut off mid-event")
             reply = assembler.reply()
@@ -281,6 +289,12 @@ class Gateway:
             raise self._malformed(f"the event stream is invalid: {exc}")
         except MalformedReply as exc:
             raise self._malformed(str(exc))
+
+    def _tell(self, assembler: StreamAssembler, sent: int) -> int:
+        text, upto = assembler.text_since(sent)
+        if text:
+            self.log.info("intel.delta", endpoint=self.name, text=text)
+        return upto
 
     async def _body(self, response: httpx.Response, *, limit: int) -> bytes:
         parts: list[bytes] = []

@@ -299,6 +299,10 @@ class StreamAssembler:
             for position, fragment in enumerate(delta.get("tool_calls") or []):
                 self._tool_fragment(position, fragment)
 
+    def text_since(self, start: int) -> tuple[str, int]:
+        """The reply text fed since piece ``start`` and the index to ask from next time (a live view)."""
+        return "".join(self._content[start:]), len(self._content)
+
     def _tool_fragment(self, position: int, fragment: Any) -> None:
         if not isinstance(fragment, Mapping):
             raise MalformedReply("a streamed tool call fragment is not an object")

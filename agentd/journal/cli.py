@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -35,6 +35,10 @@ EXPORT_FORMAT: Final = "agentd.journal.run"
 _SHOW_FIELDS: Final = ("step", "call_id", "name", "ok", "handle", "status", "input_tokens", "output_tokens")
 
 
+#: Draws a ``list`` or ``show`` document for a person: (command, document).
+Show = Callable[[str, Mapping[str, Any]], None]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd journal", description="Read the durable run journal.")
     p.add_argument("command", choices=["list", "show", "export"])
@@ -42,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", help="the state directory (default: $AGENTD_STATE_DIR)")
     p.add_argument("--limit", type=int, default=50, help="list: at most this many runs (default 50)")
     p.add_argument("--status", help="list: only runs with this status (running, completed, ...)")
+    p.add_argument("--json", action="store_true", help="list, show: print the JSON document even at a terminal")
     return p
 
 
@@ -50,10 +55,19 @@ def _summary(s: RunSummary) -> dict[str, Any]:
 
 
 def journal_main(args: Sequence[str], env: Mapping[str, str] | None = None, *,
-                 state_dir_envs: Sequence[str] = ()) -> int:
-    """``agentd journal``; ``state_dir_envs`` are the environment names of the state directory, in order."""
+                 state_dir_envs: Sequence[str] = (), human: Show | None = None) -> int:
+    """``agentd journal``; ``state_dir_envs`` are the environment names of the state directory, in order.
+    ``human`` draws ``list`` and ``show`` for a person (the CLI passes it when stdout is a terminal; ``--json``
+    keeps the JSON; ``export`` is always the JSON document)."""
     env = os.environ if env is None else env
     options = _parser().parse_args(list(args))
+
+    def out(doc: Any) -> None:
+        if human is None or options.json or options.command == "export":
+            _print(doc)
+        else:
+            human(options.command, doc)
+
     state_dir = options.state_dir or next((env[n] for n in state_dir_envs if env.get(n)), None)
     if not state_dir:
         hint = f" or set {state_dir_envs[0]}" if state_dir_envs else ""
@@ -64,34 +78,34 @@ def journal_main(args: Sequence[str], env: Mapping[str, str] | None = None, *,
         raise ConfigError("agentd journal list: --limit must be positive")
     path = db_path(state_dir)
     if not os.path.exists(path):
-        return _no_journal(options.command, options.run_id, path)
+        return _no_journal(options.command, options.run_id, path, out)
     journal = JournalFile(path, readonly=True)
     try:
         if options.command == "list":
-            _print({"runs": [_summary(s) for s in journal.list_runs(options.limit, options.status)]})
+            out({"runs": [_summary(s) for s in journal.list_runs(options.limit, options.status)]})
             return 0
         summary, rows = journal.read_raw(options.run_id)
     finally:
         journal.close()
     if summary is None:
-        _print({"error": f"no run {options.run_id!r} in the journal"})
+        out({"error": f"no run {options.run_id!r} in the journal"})
         return 1
     records = [{"seq": seq, "ts": ts, **json.loads(body)} for seq, ts, _, body in rows]
     if options.command == "show":
         lines = [{"seq": r["seq"], "ts": r["ts"], "kind": r["kind"],
                   **{k: r[k] for k in _SHOW_FIELDS if k in r}} for r in records]  # fmt: skip
-        _print({"run": _summary(summary), "records": lines})
+        out({"run": _summary(summary), "records": lines})
     else:
-        _print({"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "run": _summary(summary),
-                "records": records})  # fmt: skip
+        out({"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "run": _summary(summary),
+             "records": records})  # fmt: skip
     return 0
 
 
-def _no_journal(command: str, run_id: str | None, path: str) -> int:
+def _no_journal(command: str, run_id: str | None, path: str, out: Callable[[Any], None]) -> int:
     if command == "list":
-        _print({"runs": []})
+        out({"runs": []})
         return 0
-    _print({"error": f"no run {run_id!r} in the journal (no journal at {path})"})
+    out({"error": f"no run {run_id!r} in the journal (no journal at {path})"})
     return 1
 
 

@@ -236,9 +236,11 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
         drain = _drain_event(daemon, log)
     resolver = SecretResolver(env=env, redactor=log.redactor)
     limits = limits_of(cfg)
-    started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True)
+    gateway = Gateway.of(cfg)
+    started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True, model=cfg.model,
+            intelligence=gateway.shown())
     try:
-        async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
+        async with open_run(gateway, cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
                             a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")

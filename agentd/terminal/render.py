@@ -8,6 +8,7 @@ through :func:`~agentd.terminal.visible.visible`: what a server sent is shown, n
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -72,3 +73,80 @@ def result_text(doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
     if result is not None:
         text = result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False)
         console.print(Text(visible(text)), markup=False, highlight=False)
+
+
+def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
+    """``agentd ctl``'s answer for a person: ``status`` as a summary and a table of runs, the others as
+    ``field  value`` lines, a refusal as one red line (the exit code is the JSON output's)."""
+    console = console_for(out, color=color)
+    if doc.get("error"):
+        console.print(Text(f"agentd ctl {command}: {visible_line(str(doc['error']))}", style="bold red"), markup=False)
+        return
+    if command != "status":
+        for key, value in doc.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+            console.print(Text(f"{key:<10} ", style="dim") + Text(visible(shown)), markup=False)
+        return
+    state = [name for name in ("paused", "lame_duck", "draining") if doc.get(name)]
+    head = Text(f"{doc.get('mode')} daemon · run {doc.get('run_id')} · pid {doc.get('pid')} · ", style="bold")
+    head.append("ready" if doc.get("ready") else "not ready", style="green" if doc.get("ready") else "bold red")
+    if state:
+        head.append(" · " + ", ".join(name.replace("_", " ") for name in state), style="yellow")
+    console.print(head)
+    supervisor = doc.get("supervisor") or {}
+    capacity = doc.get("capacity") or {}
+    console.print(Text(f"subagents {capacity.get('live_subagents')} live of {capacity.get('max_subagents')}"
+                       f" · {supervisor.get('tokens_used')} tokens used · held {doc.get('held')}"
+                       f" · {'accepting' if capacity.get('accepting') else 'not accepting'}", style="dim"))
+    runs = doc.get("runs") or []
+    if runs:
+        table = Table(title_justify="left", expand=False)
+        for column in ("run", "step", "paused", "running"):
+            table.add_column(column, no_wrap=True)
+        for run in runs:
+            table.add_row(visible_line(str(run.get("run_id"))), str(run.get("step")), "yes" if run.get("paused") else "no",
+                          f"{run.get('running_s')} s")
+        console.print(table)
+    else:
+        console.print(Text("no run in flight", style="dim"))
+    config = doc.get("config") or {}
+    if config.get("path") or config.get("reloads"):
+        console.print(Text(f"config {config.get('path') or '(command line)'} · {config.get('reloads')} reloads",
+                           style="dim"))
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def journal_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
+    """``agentd journal list`` as a table of runs, ``show RUN`` as the run's summary and a table of its records,
+    a missing run as one red line."""
+    console = console_for(out, color=color)
+    if doc.get("error"):
+        console.print(Text(f"agentd journal {command}: {visible_line(str(doc['error']))}", style="bold red"), markup=False)
+        return
+    runs = [doc["run"]] if command == "show" else list(doc.get("runs") or [])
+    if not runs:
+        console.print(Text("no runs in the journal", style="dim"))
+        return
+    table = Table(expand=False)
+    for column in ("run", "status", "started", "ended", "parent", "records"):
+        table.add_column(column, no_wrap=column in ("run", "started", "ended"))
+    for run in runs:
+        status = str(run.get("status"))
+        tone = "green" if status == "completed" else "yellow" if status == "running" else "bold red"
+        table.add_row(visible_line(str(run.get("run_id"))), Text(visible_line(status), style=tone), _when(run.get("started_at")),
+                      _when(run.get("ended_at")), str(run.get("parent") or "—"), str(run.get("records")))
+    console.print(table)
+    if command != "show":
+        return
+    records = Table(expand=False)
+    for column in ("seq", "time", "kind", "details"):
+        records.add_column(column, overflow="fold", no_wrap=column != "details")
+    for record in doc.get("records") or []:
+        details = " · ".join(f"{key} {record[key]}" for key in record if key not in ("seq", "ts", "kind"))
+        records.add_row(str(record.get("seq")), _when(record.get("ts")), str(record.get("kind")), visible(details))
+    console.print(records)

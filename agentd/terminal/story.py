@@ -25,9 +25,9 @@ Tone = Literal["plain", "dim", "step", "tool", "ok", "warn", "error"]
 STORY: Final = frozenset({
     "run.start", "run.end", "run.failed", "run.cancelled", "mcp.connected", "mcp.connect_failed", "mcp.disconnected",
     "mcp.reconnect", "loop.start", "loop.step", "tool.call", "tool.result", "tool.rejected", "loop.budget",
-    "intel.retry", "intel.failover", "intel.error", "config.invalid", "subagent.spawn", "subagent.exit",
+    "intel.retry", "intel.failover", "intel.error", "config.invalid", "drain.start", "subagent.spawn", "subagent.exit",
     "subagent.failed", "subagent.refused", "subagent.stuck", "proc.signal", "drain.end", "log.suppressed",
-    "budget.exhausted",
+    "budget.exhausted", "proc.ready",
 })  # fmt: skip
 #: Characters of the model's reasoning line (its text beside tool calls) that a step line shows.
 REASONING_CHARS: Final = 100
@@ -102,6 +102,17 @@ def signal_text(e: Mapping[str, Any], drain_timeout: float | None = None) -> str
     return f"{name}: draining, {within}; press Ctrl-C again to stop now"
 
 
+#: ``proc.ready``'s fields as a person reads them, in this order.
+READY_LABELS: Final = (("mcp", "MCP"), ("a2a_card", "A2A card"), ("events", "events"), ("metrics", "metrics"),
+                       ("state_dir", "state"), ("ctl_socket", "control"), ("watch", "watch"))
+
+
+def ready_text(e: Mapping[str, Any]) -> str:
+    """Where a daemon serves (``proc.ready``): one labelled line per address, URLs exactly as a client uses them."""
+    rows = [f"  {label:<9} {e[key]}" for key, label in READY_LABELS if e.get(key)]
+    return "\n".join([f"agentd is listening ({e.get('mode')} mode)", *rows])
+
+
 def describe(e: Mapping[str, Any], *, everything: bool = False,
              drain_timeout: float | None = None) -> Line | None:
     """The line for one (already expanded) event, or None when it is not part of the story. Its text and
@@ -123,10 +134,16 @@ def _describe(e: Mapping[str, Any], *, everything: bool, drain_timeout: float | 
 
     if name == "run.start":
         if depth:
-            return line("dim", f"subagent {e.get('agent_path')} starts (model {e.get('model')})")
+            return line("dim", f"subagent {e.get('agent_path')} starts (model {e.get('model') or 'default'})")
+        if e.get("trigger") is not None:  # one wake of a daemon mode
+            return line("plain", f"▸ woken by {e.get('trigger')}" + (f" ({e['uri']})" if e.get("uri") else ""))
         servers = ", ".join(e.get("servers") or []) or "none"
-        return line("plain", f"run {e.get('run_id')} · model {e.get('model')} via "
-                             f"{', '.join(e.get('intelligence') or [])} · servers: {servers}")
+        what = f"{e.get('mode')} daemon" if e.get("daemon") else "run"
+        via = ", ".join(e.get("intelligence") or []) or "?"
+        return line("plain", f"{what} {e.get('run_id')} · model {e.get('model') or 'default'} via {via}"
+                             f" · servers: {servers}")
+    if name == "proc.ready":
+        return line("ok", ready_text(e))
     if name == "mcp.connected":
         return line("ok", f"✓ {e.get('server')} connected ({e.get('era')}, {_n(e.get('tools'), 'tool')}, "
                           f"{_n(e.get('resources'), 'resource')})")
@@ -166,9 +183,11 @@ def _describe(e: Mapping[str, Any], *, everything: bool, drain_timeout: float | 
         text = f"{status} after {_n(e.get('steps'), 'step')} · {tokens} tokens"
         if depth:
             return line("dim", f"subagent {e.get('agent_path')} {text}")
+        if e.get("daemon"):
+            text = f"daemon stopped: {status} · {tokens} tokens in all"
         ok = status == "completed"
         return line("ok" if ok else "error", ("✓ " if ok else "✗ ") + text
-                    + (f" (exit {e.get('exit_code')})" if not ok else "") + (f": {e['error']}" if e.get("error") else ""))
+                    + (f" (exit {e.get('exit_code')})" if not ok and e.get("exit_code") is not None else "") + (f": {e['error']}" if e.get("error") else ""))
     if name == "run.cancelled":
         who = f"subagent {e.get('agent_path')} " if depth else ""
         return line("warn", f"{who}cancelled ({e.get('reason')})")
@@ -185,8 +204,15 @@ def _describe(e: Mapping[str, Any], *, everything: bool, drain_timeout: float | 
                     max(depth - 1, 0))
     if name == "proc.signal":
         return line("warn", signal_text(e, drain_timeout))
+    if name == "drain.start":
+        running = f", {_n(e.get('running'), 'run')} still running" if e.get("running") else ""
+        return line("warn", f"draining ({e.get('reason')}){running}")
     if name == "drain.end":
+        if e.get("outcome") == "drained":
+            return line("dim", "drained" + (f" after {_n(e.get('runs'), 'wake')}" if e.get("runs") is not None else ""))
         return line("warn", f"drain timeout ({e.get('drain_timeout')} s) reached: cancelling what is left")
+    if name == "loop.final" and not everything:
+        return None  # run.end says it
     if name == "log.suppressed":
         return line("dim", f"({e.get('suppressed')} more {e.get('suppressed_event')} lines left out)")
     if name == "stderr":

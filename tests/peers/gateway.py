@@ -28,6 +28,7 @@ A reply is a dict (build one with the helpers below) or, in-process, a callable 
 ``finish_reason``  default ``tool_calls`` or ``stop``
 ``stream``         force SSE (true) or JSON (false); default: whatever the request asked for
 ``chunk``          characters per streamed content/argument fragment (default 7)
+``chunk_delay``    streaming: seconds to wait after each event (a reply that arrives slowly)
 ``cut``            streaming: stop mid-event, no ``[DONE]`` (a broken stream); ``"event"``: stop cleanly
                    between events, before ``finish_reason`` and ``[DONE]``
 ``stall``          streaming: send this many events, then hold the stream open, sending nothing more, until
@@ -415,6 +416,8 @@ class GatewayApp:
             events = [*events[: max(1, len(events) // 2)], b'data: {"id": "chatcmpl-scr']
         for event in events:
             await send({"type": "http.response.body", "body": event, "more_body": True})
+            if reply.get("chunk_delay"):
+                await trio.sleep(float(reply["chunk_delay"]))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
