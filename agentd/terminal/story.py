@@ -121,7 +121,10 @@ def describe(e: Mapping[str, Any], *, everything: bool = False,
     line = _describe(e, everything=everything, drain_timeout=drain_timeout)
     if line is None:
         return None
-    return Line(line.depth, line.tone, visible_line(line.text), visible_line(line.ts))
+    # The banner is agentd's own block of lines: each line is made visible on its own, its breaks kept.
+    text = "\n".join(visible_line(part) for part in line.text.split("\n")) if e.get("event") == "proc.ready" \
+        else visible_line(line.text)
+    return Line(line.depth, line.tone, text, visible_line(line.ts))
 
 
 def _describe(e: Mapping[str, Any], *, everything: bool, drain_timeout: float | None) -> Line | None:
