@@ -329,16 +329,16 @@ def with_port(url: str, port: int | None) -> str:
 def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> dict[str, str]:
     """Where a daemon serves, for a person and for ``proc.ready``: the ``--serve-mcp`` URL as given (a ``:0``
     port replaced by the bound one), the A2A card when ``--serve-a2a``, the ``/events`` stream, the command
-    that watches it, the metrics URL, the state directory and the control socket. Empty when nothing listens."""
-    from agentd.a2a.types import CARD_PATH
-    from agentd.ctl.server import socket_path
-
+    that watches it, the metrics URL, the state directory and the control socket. Empty when nothing listens
+    (and then nothing more is imported: a once run's start-up stays light)."""
     where: dict[str, str] = {}
     if cfg.serve_mcp is not None and serve_port is not None:
         url = with_port(cfg.serve_mcp, serve_port)
         parts = urlsplit(url)
         where["mcp"] = url
         if cfg.serve_a2a:
+            from agentd.a2a.types import CARD_PATH
+
             where["a2a_card"] = urlunsplit((parts.scheme, parts.netloc, CARD_PATH, "", ""))
         ws = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
         where["events"] = urlunsplit((ws, parts.netloc, EVENTS_PATH, "", ""))
@@ -348,6 +348,8 @@ def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> 
         where["metrics"] = with_port(f"{scheme}://{cfg.metrics_addr}/metrics", metrics_port)
     if not where:
         return where
+    from agentd.ctl.server import socket_path
+
     if cfg.state_dir is not None:
         where["state_dir"] = str(cfg.state_dir)
     ctl = socket_path(cfg.ctl_socket, cfg.state_dir)

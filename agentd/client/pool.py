@@ -27,7 +27,6 @@ import trio
 
 from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
-from agentd.client.tasks import TaskStarted
 from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
 from agentd.events import EventLog
@@ -48,6 +47,7 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
         ToolInfo,
         ToolResult,
     )
+    from agentd.client.tasks import TaskStarted
     from agentd.transport.egress import EgressPolicy
 
 

@@ -21,7 +21,7 @@ from tests.peers.gateway import scripted_gateway, text, tool_call
 TOKEN = "serve-Tok3n-Mz4Ks8Pq1Wx6"
 
 
-async def test_a_huge_rejected_argument_is_logged_cut_with_its_length(tmp_path: Any) -> None:
+async def test_a_huge_rejected_argument_is_logged_cut(tmp_path: Any) -> None:
     huge = "x" * 1_000_000  # a list where the schema wants a string: rejected, and the reason quotes it
     async with mcp_peer() as peer, scripted_gateway([tool_call("d__search", {"q": [huge]}), text("ok")]) as gw:
         host = {"intelligence": {"url": gw.url, "model": "m"},
@@ -33,8 +33,9 @@ async def test_a_huge_rejected_argument_is_logged_cut_with_its_length(tmp_path: 
             outcome = await run(tmp_path, host, manifest)
     assert outcome.code == 0
     [rejected] = outcome.named("tool.rejected")
-    assert len(rejected["reason"]) < MAX_FIELD_CHARS + 100
-    assert rejected["reason"].endswith(" chars]") and "…[truncated: " in rejected["reason"]
+    # The schema check quotes at most a few hundred characters of the value (agentd.mcp.schemas), so the
+    # reason is short at its source, well under the log's own field cut.
+    assert len(rejected["reason"]) < 1000 and "…" in rejected["reason"], rejected["reason"][:2000]
     assert peer.calls == []
     for line in outcome.raw.splitlines():
         assert len(line) < 4 * MAX_FIELD_CHARS
