@@ -21,9 +21,11 @@ class HeldFlush:
         self.groups: list[list[str]] = []  # each group it committed
         self.permits = trio.Semaphore(0)  # one commit per permit the test gives
         self.fail: Exception | None = None
+        self.leaders: list[trio.lowlevel.Task] = []
 
     async def __call__(self, group: Sequence[Pending[str, int]]) -> None:
         self.seen.append([p.batch for p in group])
+        self.leaders.append(trio.lowlevel.current_task())  # the caller that leads this group
         await self.permits.acquire()  # as a store waits for its worker thread: cancellable, nothing written yet
         self.groups.append([p.batch for p in group])
         if self.fail is not None:
@@ -60,33 +62,42 @@ async def test_batches_queued_during_a_commit_share_the_next_one_each_with_its_o
 
 async def test_cancelled_callers_withdraw_their_batches_and_the_others_are_committed_in_order():
     """A caller cancelled while queued, and a leader cancelled while its group waits for the store, leave nothing
-    of theirs; the batches of the others the leader had taken go back in line, ahead of later ones."""
+    of theirs; the batches of the others the leader had taken go back in line, ahead of later ones.
+
+    Which of two waiters woken together leads the next group is trio's scheduling choice (it varies the order
+    on purpose), so the test cancels the task that actually leads."""
     flush = HeldFlush()
     writer: GroupCommit[str, int] = GroupCommit(flush)
-    queued, leader = trio.CancelScope(), trio.CancelScope()
+    scopes = {batch: trio.CancelScope() for batch in ("first", "withdrawn", "x", "y", "later")}
+    tasks: dict[trio.lowlevel.Task, str] = {}
     results: dict[str, object] = {}
 
-    async def submit(batch: str, scope: trio.CancelScope | None = None) -> None:
-        with scope or trio.CancelScope():
+    async def submit(batch: str) -> None:
+        tasks[trio.lowlevel.current_task()] = batch
+        with scopes[batch]:
             results[batch] = await writer.submit(batch)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(submit, "first")
-        await trio.testing.wait_all_tasks_blocked()
-        for batch, scope in (("withdrawn", queued), ("lead", leader), ("kept", None)):
-            nursery.start_soon(submit, batch, scope)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit, "first")
             await trio.testing.wait_all_tasks_blocked()
-        queued.cancel()
-        flush.permits.release()  # "first" commits; then "lead" leads the next group with "kept" in it
-        await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(submit, "later")
-        await trio.testing.wait_all_tasks_blocked()
-        leader.cancel()  # while its group waits for the store
-        await trio.testing.wait_all_tasks_blocked()
-        flush.permits.release()
-    assert flush.seen[:2] == [["first"], ["lead", "kept"]]
-    assert flush.groups == [["first"], ["kept", "later"]]
-    assert results == {"first": 100, "kept": 200, "later": 201}
+            for batch in ("withdrawn", "x", "y"):
+                nursery.start_soon(submit, batch)
+                await trio.testing.wait_all_tasks_blocked()
+            scopes["withdrawn"].cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            flush.permits.release()  # "first" commits; then x or y leads the next group, the other in it
+            await trio.testing.wait_all_tasks_blocked()
+            assert flush.seen == [["first"], ["x", "y"]]
+            lead = tasks[flush.leaders[1]]
+            kept = "y" if lead == "x" else "x"
+            nursery.start_soon(submit, "later")
+            await trio.testing.wait_all_tasks_blocked()
+            scopes[lead].cancel()  # while its group waits for the store
+            await trio.testing.wait_all_tasks_blocked()
+            flush.permits.release()
+    assert flush.groups == [["first"], [kept, "later"]]
+    assert results == {"first": 100, kept: 200, "later": 201}
 
 
 async def test_a_flush_that_fails_as_a_whole_fails_every_batch_in_it():
