@@ -51,6 +51,8 @@ IDLE_PING_INTERVAL: Final = 30.0
 
 # --- daemon lifetime ------------------------------------------------------------------------------------
 DRAIN_TIMEOUT: Final = 25.0
+#: ``--cron`` is read in this zone unless ``--cron-tz`` names another (agentd.config.cron).
+CRON_TIME_ZONE: Final = "UTC"
 
 # --- reactive mode (agentd.reactive.router.Router) ------------------------------------------------------
 DEBOUNCE: Final = 0.25

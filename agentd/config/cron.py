@@ -1,120 +1,89 @@
-"""Five-field cron expressions, UTC: ``minute hour day-of-month month day-of-week``.
+"""Five-field cron expressions (``minute hour day-of-month month day-of-week``), in UTC or a named zone.
 
-Fields take ``*``, numbers, ranges ``a-b``, steps ``*/n`` and ``a-b/n``, lists ``a,b``, and the English
-three-letter names for months and weekdays. Day-of-week is 0-7 (0 and 7 are Sunday). As in classic cron,
-when both day fields are restricted a day matches if *either* does.
+Why cronsim: a schedule in a time zone with daylight saving time has two hard cases, the skipped hour and
+the repeated one, and the cron people already know (Debian's) has settled answers for both; cronsim
+implements them and is well kept, so agentd does not. This module is the seam: it keeps agentd's own
+contract (exactly five fields, a clear ``ConfigError`` naming the expression, "never fires" found at start-up,
+the next fire strictly after a given instant, returned in UTC) and the zone ``--cron-tz`` names.
+
+What the expressions mean is cronsim's (and Debian cron's): ``*``, numbers, ranges ``a-b``, steps ``*/n`` and
+``a-b/n``, lists, English three-letter month and weekday names; day-of-week 0-7 (0 and 7 are Sunday), ``L``
+(the last day or weekday of a month), ``nW`` and ``d#n``. When both day fields are restricted (neither starts
+with ``*``) a day matches if *either* does. In a zone with daylight saving time a job at a fixed time in the
+skipped hour runs at the first minute after the gap, and one in the repeated hour runs once; a job every
+minute or every hour just follows the clock.
 """
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
-from typing import Final
 
 import attrs
+from cronsim import CronSim, CronSimError
 
+from agentd.defaults import CRON_TIME_ZONE
 from agentd.errors import ConfigError
 
-_FIELDS: Final = (("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12),
-                  ("day-of-week", 0, 7))
-_MONTHS: Final = {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
-_DAYS: Final = {name: i for i, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
+#: A placeholder start for checking an expression: the check's answer does not depend on the date.
+_CHECK_FROM = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+def zone(name: str | None, *, flag: str = "--cron-tz") -> dt.tzinfo:
+    """The time zone an IANA ``name`` names (``None`` or ``UTC``: UTC). Raises :class:`ConfigError`."""
+    if name is None or name.strip().upper() in {"UTC", "Z", "ETC/UTC"}:
+        return dt.UTC
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # the zone database: only for a named zone
+
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{flag} {name!r}: not a known time zone (an IANA name such as Europe/Berlin, "
+                          "or UTC)") from None
 
 
 @attrs.frozen
 class CronSchedule:
-    """A parsed expression: the allowed values of each field."""
+    """A checked expression and the zone its fields are read in."""
 
     expression: str
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday
-    days_restricted: bool
-    weekdays_restricted: bool
+    tz: dt.tzinfo = dt.UTC
 
     @classmethod
-    def parse(cls, expression: str) -> CronSchedule:
-        """Raises :class:`ConfigError` naming the expression and the bad field."""
+    def parse(cls, expression: str, tz_name: str | None = CRON_TIME_ZONE) -> CronSchedule:
+        """Raises :class:`ConfigError` naming the expression and the bad field, or saying it never fires."""
         fields = expression.split()
         if len(fields) != 5:
             raise ConfigError(f"--cron {expression!r}: expected 5 fields (minute hour day month weekday), "
                               f"got {len(fields)}")
-        values = [_parse_field(expression, text, *spec) for text, spec in zip(fields, _FIELDS, strict=True)]
-        weekdays = frozenset(d % 7 for d in values[4])
-        return cls(expression, values[0], values[1], values[2], values[3], weekdays,
-                   fields[2] != "*", fields[4] != "*")
-
-    def matches(self, when: dt.datetime) -> bool:
-        return (
-            when.minute in self.minutes
-            and when.hour in self.hours
-            and when.month in self.months
-            and self._day_matches(when)
-        )
+        tz = zone(tz_name)
+        try:
+            CronSim(expression, _CHECK_FROM)
+        except CronSimError as exc:
+            raise ConfigError(_explain(expression, fields, exc)) from None
+        return cls(expression, tz)
 
     def next_after(self, when: dt.datetime) -> dt.datetime:
-        """The first matching minute strictly after ``when`` (an aware or naive-UTC datetime)."""
-        tz = when.tzinfo
-        candidate = when.replace(second=0, microsecond=0, tzinfo=None) + dt.timedelta(minutes=1)
-        limit = candidate + dt.timedelta(days=366 * 9)  # Feb 29 recurs within 8 years
-        while candidate <= limit:
-            if candidate.month not in self.months:
-                year, month = (candidate.year + 1, 1) if candidate.month == 12 else (candidate.year,
-                                                                                      candidate.month + 1)
-                candidate = dt.datetime(year, month, 1)
-                continue
-            if not self._day_matches(candidate):
-                candidate = dt.datetime(candidate.year, candidate.month, candidate.day) + dt.timedelta(days=1)
-                continue
-            if candidate.hour not in self.hours:
-                candidate = candidate.replace(minute=0) + dt.timedelta(hours=1)
-                continue
-            if candidate.minute not in self.minutes:
-                candidate += dt.timedelta(minutes=1)
-                continue
-            return candidate.replace(tzinfo=tz)
-        raise ValueError(f"cron {self.expression!r} never fires")
+        """The first matching minute strictly after ``when`` (aware, or naive meaning UTC), in UTC.
 
-    def _day_matches(self, when: dt.datetime) -> bool:
-        day_ok = when.day in self.days
-        weekday_ok = (when.isoweekday() % 7) in self.weekdays
-        if self.days_restricted and self.weekdays_restricted:
-            return day_ok or weekday_ok
-        return day_ok and weekday_ok
+        Raises ``ValueError`` when nothing matches within cronsim's horizon (fifty years)."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        try:
+            fire = next(CronSim(self.expression, when.astimezone(self.tz)))
+        except StopIteration:
+            raise ValueError(f"cron {self.expression!r} never fires") from None
+        return fire.astimezone(dt.UTC)
 
 
-def _number(expression: str, name: str, text: str, low: int, high: int) -> int:
-    names = _MONTHS if name == "month" else _DAYS if name == "day-of-week" else {}
-    value = names.get(text.lower())
-    if value is None:
-        if not text.isdigit():
-            raise ConfigError(f"--cron {expression!r}: bad {name} value {text!r}")
-        value = int(text)
-    if not low <= value <= high:
-        raise ConfigError(f"--cron {expression!r}: {name} value {value} out of range {low}-{high}")
-    return value
-
-
-def _parse_field(expression: str, text: str, name: str, low: int, high: int) -> frozenset[int]:
-    allowed: set[int] = set()
-    for part in text.split(","):
-        span, _, step_text = part.partition("/")
-        step = 1
-        if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise ConfigError(f"--cron {expression!r}: bad step {step_text!r} in {name}")
-            step = int(step_text)
-        if span == "*":
-            start, stop = low, high
-        elif "-" in span:
-            first, _, last = span.partition("-")
-            start, stop = _number(expression, name, first, low, high), _number(expression, name, last, low, high)
-            if start > stop:
-                raise ConfigError(f"--cron {expression!r}: empty range {span!r} in {name}")
+def _explain(expression: str, fields: list[str], exc: CronSimError) -> str:
+    """cronsim says "Bad day-of-month" both for a malformed field and for a day no named month has
+    (``0 0 30 2 *``): the same day field with every month tells the two apart."""
+    reason = str(exc).lower()
+    if reason == "bad day-of-month":
+        try:
+            CronSim(f"0 0 {fields[2]} * *", _CHECK_FROM)
+        except CronSimError:
+            pass
         else:
-            start = _number(expression, name, span, low, high)
-            stop = high if step_text else start
-        allowed.update(range(start, stop + 1, step))
-    return frozenset(allowed)
+            return f"--cron {expression!r} never fires (no such date in the calendar)"
+    return f"--cron {expression!r}: {reason or 'not a cron expression'} field"

@@ -125,6 +125,7 @@ class Config:
     continue_uris: tuple[str, ...] = ()
     interval: float | None = None
     cron: str | None = None
+    cron_tz: str | None = None
     poll_interval: float | None = None
     debounce: float = defaults.DEBOUNCE
     max_concurrent_wakes: int = defaults.MAX_CONCURRENT_WAKES

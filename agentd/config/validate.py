@@ -239,21 +239,22 @@ def _check_modes(config: Config) -> None:
         raise ConfigError(f"--cron needs --mode schedule (the mode is {mode})")
     elif config.interval is not None and mode != "loop":
         raise ConfigError(f"--interval needs --mode loop or schedule (the mode is {mode})")
+    if config.cron_tz is not None and config.cron is None:
+        raise ConfigError("--cron-tz needs --cron (an --interval keeps its own pace, whatever the zone)")
     if config.cron is not None:
-        _check_cron_fires(config.cron)
+        _check_cron_fires(config.cron, config.cron_tz)
     if config.poll_interval is not None and config.poll_interval <= 0:
         raise ConfigError("--poll-interval must be > 0 (leave it unset to disable polling)")
 
 
-def _check_cron_fires(expression: str) -> None:
-    """Parse ``--cron`` and refuse one that never fires (``0 0 30 2 *``): the schedule's bounded search
-    (nine years, which covers every leap day) is run here, so the daemon fails with exit 2 before it
-    opens a connection instead of after."""
+def _check_cron_fires(expression: str, tz_name: str | None) -> None:
+    """Parse ``--cron`` in its zone and refuse one that never fires (``0 0 30 2 *``) here, so the daemon
+    fails with exit 2 before it opens a connection instead of after."""
     import datetime as dt  # the calendar: only for a --cron
 
     from agentd.config.cron import CronSchedule
 
-    schedule = CronSchedule.parse(expression)
+    schedule = CronSchedule.parse(expression, tz_name)
     try:
         schedule.next_after(dt.datetime.now(dt.UTC))
     except ValueError:

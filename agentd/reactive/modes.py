@@ -179,7 +179,7 @@ def _body_for(ctx: DaemonContext) -> Callable[[], Awaitable[None]]:
         return lambda: _loop(ctx)
     if cfg.mode == "schedule":
         if cfg.cron is not None:
-            expr = CronSchedule.parse(cfg.cron)
+            expr = CronSchedule.parse(cfg.cron, cfg.cron_tz)
             try:  # "0 0 30 2 *" parses but never fires: say so now (exit 2), not at the first fire
                 expr.next_after(dt.datetime.fromtimestamp(ctx.wall_clock(), dt.UTC))
             except ValueError as exc:
@@ -234,7 +234,8 @@ async def _cron(ctx: DaemonContext, expr: CronSchedule) -> None:
     while ctx.runs.accepting:
         now = ctx.wall_clock()
         due = expr.next_after(dt.datetime.fromtimestamp(now, dt.UTC))
-        ctx.log.info("trigger.armed", trigger="cron", cron=expr.expression, next_fire=due.isoformat())
+        ctx.log.info("trigger.armed", trigger="cron", cron=expr.expression, tz=str(expr.tz),
+                     next_fire=due.isoformat())
         await trio.sleep(max(0.0, due.timestamp() - now))
         if ctx.fire_once is not None:
             key = occurrence_key(expr.expression, _instruction(ctx), due)

@@ -75,9 +75,11 @@ def test_schedule_rules() -> None:
     assert "--interval or --cron" in refused(*BASE, "--mode", "schedule")
     assert "mutually exclusive" in refused(*BASE, "--mode", "schedule", "--interval", "5m", "--cron", "* * * * *")
     assert "expected 5 fields" in refused(*BASE, "--mode", "schedule", "--cron", "* * * *")
-    assert "out of range" in refused(*BASE, "--mode", "schedule", "--cron", "61 * * * *")
+    assert "bad minute" in refused(*BASE, "--mode", "schedule", "--cron", "61 * * * *")
     assert "--interval > 0" in refused(*BASE, "--mode", "schedule", "--interval", "0")
     assert "needs --mode schedule" in refused(*BASE, "--cron", "* * * * *")
+    assert "not a known time zone" in refused(*BASE, "--mode", "schedule", "--cron", "* * * * *", "--cron-tz", "Nowhere/X")
+    assert "--cron-tz needs --cron" in refused(*BASE, "--mode", "schedule", "--interval", "5m", "--cron-tz", "UTC")
     assert "needs --mode loop or schedule" in refused(*BASE, "--interval", "5s")
     assert Config.from_argv([*BASE, "--mode", "loop", "--interval", "0"], env={}).interval == 0.0
     assert Config.from_argv([*BASE, "--mode", "loop"], env={}).interval is None

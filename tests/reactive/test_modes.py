@@ -85,6 +85,18 @@ async def test_schedule_cron_fires_at_matching_utc_minutes(autojump_clock: trio.
     assert all(j.trigger == "schedule" for _, j, _, _ in jobs.started)
 
 
+async def test_schedule_cron_reads_its_fields_in_cron_tz(autojump_clock: trio.abc.Clock) -> None:
+    jobs = TimedJobs(duration=5.0)
+    ctx = context(jobs, mode="schedule", cron="0 9 * * *", cron_tz="America/New_York")
+    async with running(ctx) as daemon:
+        await trio.sleep(15 * 3600)
+        await daemon.drain()
+    fired = [dt.datetime.fromtimestamp(EPOCH + t, dt.UTC).strftime("%H:%M:%S") for t in jobs.times]
+    assert fired == ["14:00:00"]  # 09:00 EST
+    armed = daemon.named("trigger.armed")[0]
+    assert armed["tz"] == "America/New_York" and armed["next_fire"] == "2026-01-01T14:00:00+00:00"
+
+
 async def test_drain_lets_a_running_run_finish(autojump_clock: trio.abc.Clock) -> None:
     jobs = TimedJobs(duration=10.0)
     async with running(context(jobs, mode="loop", interval=60.0, drain_timeout=25.0)) as daemon:
