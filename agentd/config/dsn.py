@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import attrs
 
@@ -20,9 +19,10 @@ from agentd.errors import ConfigError
 from agentd.events import Redactor
 from agentd.secrets import SecretResolver, has_secret_ref
 
-_SCHEMES = ("postgresql://", "postgres://")
-#: ``key=value`` DSN pairs (libpq's other form); values may be single-quoted.
-_PAIR = re.compile(r"\s*(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+#: libpq quotes the token it stumbled on; that token may be a password, so it is never repeated.
+_QUOTED = re.compile(r'"[^"]*"')
+_LITERAL_PASSWORD = ("the DSN holds a literal password; give it as PGPASSWORD, in ~/.pgpass, "
+                     "or as {{secret:NAME}} in the password position")
 
 
 @attrs.frozen
@@ -42,64 +42,51 @@ def describe_parts(host: str, port: str, database: str) -> str:
     return f"{host or 'localhost'}:{port or '5432'}/{database or '(default)'}"
 
 
+def _params(text: str, where: str) -> dict[str, str]:
+    """libpq's own reading of both DSN forms (URL and ``key=value``), through psycopg's public
+    :func:`psycopg.conninfo.conninfo_to_dict` (the ``[cluster]`` extra; only a ``--cluster`` run gets here)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(text)
+    except psycopg.Error as exc:
+        reason = _QUOTED.sub('"…"', str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        raise ConfigError(f"{where}: not a PostgreSQL DSN (postgresql://USER@HOST:PORT/DATABASE or key=value "
+                          f"pairs): {reason or 'libpq cannot read it'}") from None
+    return {key: str(value) for key, value in params.items() if value is not None}
+
+
 def parse(text: str, *, where: str = "--cluster") -> Dsn:
     """Validate ``text``; a literal password is refused (without echoing it)."""
     text = text.strip()
     if not text:
         raise ConfigError(f"{where}: empty DSN")
-    if text.startswith(_SCHEMES):
-        try:
-            parts = urlsplit(text)
-            _ = parts.port
-        except ValueError:
-            raise ConfigError(f"{where}: not a PostgreSQL URL (postgresql://USER@HOST:PORT/DATABASE)") from None
-        password = parts.password
-        if password is not None and not has_secret_ref(unquote(password)) and password != "":
-            raise ConfigError(f"{where}: the DSN holds a literal password; give it as PGPASSWORD, in ~/.pgpass, "
-                              "or as {{secret:NAME}} in the password position")
-        netloc = parts.netloc.rpartition("@")[2]
-        host, _, port = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", "")
-        query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
-        if "password" in query and not has_secret_ref(unquote(query["password"])):
-            raise ConfigError(f"{where}: the DSN holds a literal password; give it as PGPASSWORD, in ~/.pgpass, "
-                              "or as {{secret:NAME}} in the password position")
-        return Dsn(text, unquote(host or query.get("host", "")), port or query.get("port", ""),
-                   unquote(parts.path.lstrip("/")) or query.get("dbname", ""))
-    pairs = {k: v.strip("'") for k, v in _PAIR.findall(text)}
-    if not pairs:
-        raise ConfigError(f"{where}: not a PostgreSQL DSN (postgresql://USER@HOST:PORT/DATABASE or key=value pairs)")
-    if "password" in pairs and not has_secret_ref(pairs["password"]):
-        raise ConfigError(f"{where}: the DSN holds a literal password; give it as PGPASSWORD, in ~/.pgpass, "
-                          "or as {{secret:NAME}} in the password position")
-    return Dsn(text, pairs.get("host", ""), pairs.get("port", ""), pairs.get("dbname", ""))
+    params = _params(text, where)
+    if params.get("password") and not has_secret_ref(params["password"]):
+        raise ConfigError(f"{where}: {_LITERAL_PASSWORD}")
+    if any("{{" in value for key, value in params.items() if key != "password"):
+        # A URL's authority ends at the first "/": postgresql://u:{{secret-file:/run/pg}}@db/x is read with
+        # "{{secret-file:" as the port. libpq's reading is the truth, so say how to write it.
+        raise ConfigError(f"{where}: a {{{{secret:...}}}} reference is read only in the password position; in a URL "
+                          "a path in it must be percent-encoded ({{secret-file:%2Frun%2Fpg}}), or use the "
+                          "key=value form: password='{{secret-file:/run/pg}}'")
+    if any(not part.isdigit() for part in params.get("port", "").split(",") if part):
+        raise ConfigError(f"{where}: the port is not a number (postgresql://USER@HOST:PORT/DATABASE)")
+    return Dsn(text, params.get("host", ""), params.get("port", ""), params.get("dbname", ""))
 
 
 def connect_args(dsn: Dsn, secrets: SecretResolver, env: Mapping[str, str],
                  redactor: Redactor | None = None) -> tuple[str, str | None]:
     """The conninfo to hand to libpq (no password in it) and the password, resolved now (or ``None``: libpq
     looks in its own places, ``~/.pgpass`` or ``PGPASSFILE``). The password is registered with the redactor."""
-    text, password = dsn.text, None
-    if text.startswith(_SCHEMES):
-        parts = urlsplit(text)
-        userinfo, _, hostpart = parts.netloc.rpartition("@")
-        user, _, secret = userinfo.partition(":")
-        if secret:
-            password = secrets.resolve(unquote(secret))
-        query = [p for p in parts.query.split("&") if p and not p.startswith("password=")]
-        found = [p.split("=", 1)[1] for p in parts.query.split("&") if p.startswith("password=")]
-        if found and password is None:
-            password = secrets.resolve(unquote(found[0]))
-        netloc = f"{user}@{hostpart}" if userinfo else hostpart
-        text = urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), parts.fragment))
-    else:
-        pairs = _PAIR.findall(text)
-        kept = [f"{k}={v}" for k, v in pairs if k != "password"]
-        given: str | None = next((str(v).strip("'") for k, v in pairs if k == "password"), None)
-        if given is not None:
-            password = secrets.resolve(given)
-        text = " ".join(kept)
+    from psycopg.conninfo import make_conninfo
+
+    params = _params(dsn.text, "--cluster")
+    given = params.pop("password", "")
+    password = secrets.resolve(given) if given else None
     if password is None and env.get("PGPASSWORD"):
         password = env["PGPASSWORD"]
     if password and redactor is not None:
         redactor.add(password)
-    return text, password
+    return make_conninfo("", **params), password

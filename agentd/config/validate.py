@@ -86,13 +86,13 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
 def _check_cluster(config: Config) -> None:
     if config.cluster is None:
         return
-    from agentd.config.dsn import parse  # no psycopg: the DSN's form only
+    from agentd.config.dsn import parse  # libpq's reading of the DSN: psycopg, so after the extra's check
 
-    parse(config.cluster)
     if config.state_dir is not None:
         raise ConfigError("--cluster and --state-dir are mutually exclusive (a member journals in the cluster "
                           "database)")
     require("cluster", "--cluster")
+    parse(config.cluster)
     if config.cluster_capacity < 0:
         raise ConfigError(f"--cluster-capacity must be >= 0, not {config.cluster_capacity}")
     if not config.cluster_lease_ttl >= 1:

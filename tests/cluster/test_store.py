@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 import trio
+from psycopg.conninfo import conninfo_to_dict
 
 from agentd.cluster import migrations
 from agentd.cluster.errors import ClusterSchemaError, ClusterUnavailable, LeaseLost
@@ -140,8 +141,30 @@ def test_a_dsn_with_a_literal_password_is_refused_without_echoing_it():
     conninfo, password = connect_args(dsn, SecretResolver(env={"PG_PASS": "pa:ss@w/rd"}), {}, redactor)
     assert password == "pa:ss@w/rd" and "pa:ss" not in conninfo and "{{" not in conninfo
     assert redactor.scrub("x pa:ss@w/rd y") != "x pa:ss@w/rd y"
-    assert connect_args(parse("host=db dbname=x user=u"), SecretResolver(env={}), {"PGPASSWORD": "p1"}) == (
-        "host=db dbname=x user=u", "p1")
+    conninfo, password = connect_args(parse("host=db dbname=x user=u"), SecretResolver(env={}), {"PGPASSWORD": "p1"})
+    assert conninfo_to_dict(conninfo) == {"host": "db", "dbname": "x", "user": "u"} and password == "p1"
+
+
+@pytest.mark.parametrize("text", ["host=db password", "postgresql://db/x?password=hunter2&sslmode",
+                                  "host='db dbname=x password=hunter2", "password=hunter2 host"])
+def test_a_dsn_libpq_cannot_read_is_refused_with_its_reason_and_without_its_tokens(text):
+    with pytest.raises(ConfigError, match="not a PostgreSQL DSN") as caught:
+        parse(text)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_both_dsn_forms_are_read_by_libpq_and_a_reference_reaches_only_the_password():
+    url = parse("postgres://agentd:{{secret-file:%2Frun%2Fpg}}@[::1]:6432/jobs?sslmode=require&application_name=a")
+    assert (url.host, url.port, url.database) == ("::1", "6432", "jobs")
+    pairs = parse("host=/var/run/postgresql port=5433 dbname='my db' password='{{secret:PG}}'")
+    assert str(pairs) == "/var/run/postgresql:5433/my db"
+    conninfo, password = connect_args(pairs, SecretResolver(env={"PG": "s3cret 'quoted'"}), {})
+    assert password == "s3cret 'quoted'"
+    assert conninfo_to_dict(conninfo) == {"host": "/var/run/postgresql", "port": "5433", "dbname": "my db"}
+    with pytest.raises(ConfigError, match="percent-encoded"):  # libpq ends the authority at the path's "/"
+        parse("postgres://agentd:{{secret-file:/run/pg}}@db/jobs")
+    with pytest.raises(ConfigError, match="port is not a number"):
+        parse("postgresql://agentd@db:fivefour/jobs")
 
 
 async def test_a_wrong_password_and_an_unreachable_host_name_the_host_only(pg_dsn):
