@@ -9,6 +9,7 @@ periods exceed the drain they configure, the probe paths are the ones the server
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -242,9 +243,9 @@ def deployment_table() -> dict[int, str]:
 # --- systemd ----------------------------------------------------------------------------------------------------
 
 
-def unit() -> tuple[str, dict[str, list[str]]]:
+def unit(name: str = "agentd.service") -> tuple[str, dict[str, list[str]]]:
     """The unit's text and its [Service]/[Unit]/[Install] keys (continuation lines joined)."""
-    text = (DEPLOY / "systemd" / "agentd.service").read_text()
+    text = (DEPLOY / "systemd" / name).read_text()
     keys: dict[str, list[str]] = {}
     for line in text.replace("\\\n", " ").splitlines():
         line = line.strip()
@@ -281,9 +282,11 @@ def test_systemd_unit_is_consistent_with_agentd(tmp_path: Path) -> None:
     assert one["ExecReload"] == "/bin/kill -HUP $MAINPID" and one["KillSignal"] == "SIGTERM"
     assert one["KillMode"] == "mixed"  # SIGTERM to agentd only: it drains and stops its own subagents
     for key, value in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("DynamicUser", "yes"),
-                       ("ProtectHome", "yes"), ("PrivateTmp", "yes"), ("RestrictSUIDSGID", "yes")):
+                       ("PrivateTmp", "yes"), ("RestrictSUIDSGID", "yes")):
         assert one[key] == value, key
     assert one["CapabilityBoundingSet"] == ""
+    # Not "yes" or "tmpfs": those hide /home and /root, and an agentd installed there would not start.
+    assert one["ProtectHome"] == "read-only"
     assert "2" in one["RestartPreventExitStatus"].split()
     argv = shlex.split(one["ExecStart"])
     assert argv[0] == "/usr/local/bin/agentd"
@@ -307,6 +310,57 @@ def test_systemd_unit_is_consistent_with_agentd(tmp_path: Path) -> None:
     config = Config.from_argv(local, env={"AGENTD_INTELLIGENCE": "https://gateway.example/v1"})
     assert config.serve_bearer == f"{{{{secret-file:{credentials}/serve-bearer}}}}"
     assert config.drain_timeout == drain
+
+
+def test_the_user_unit_runs_a_real_pipx_install(tmp_path: Path) -> None:
+    """``pipx install`` of this checkout into a throw-away home; the user unit then verifies against that
+    home (``systemd-analyze --user verify`` checks its ExecStart binary exists), and its ExecStart, with the
+    files its install comment makes (``agentd init``, the bearer file), is a valid configuration for that
+    pipx-installed agentd, run from another directory with nothing set in the environment."""
+    home = tmp_path / "home"
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_RUNTIME_DIR": str(runtime),
+           "PIPX_HOME": str(home / ".local/share/pipx"), "PIPX_BIN_DIR": str(home / ".local/bin")}
+    pipx = [sys.executable, "-m", "pipx"]
+    done = subprocess.run([*pipx, "install", str(ROOT)], env={**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    agentd = home / ".local/bin/agentd"
+    assert agentd.exists()
+
+    text, keys = unit("agentd-user.service")
+    one = {k: v[-1] for k, v in keys.items()}
+    assert one["ExecStart"].split()[0] == "%h/.local/bin/agentd"
+    assert "DynamicUser" not in one and "User" not in one  # a user manager runs it as that user
+    assert one["KillSignal"] == "SIGTERM" and one["RestartPreventExitStatus"] == "2"
+    copy = tmp_path / "agentd.service"
+    copy.write_text(text)
+    analyze = shutil.which("systemd-analyze")
+    if analyze is not None:
+        done = subprocess.run([analyze, "--user", "verify", str(copy)], env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
+        ours = [line for line in (done.stdout + done.stderr).splitlines() if "agentd.service" in line]
+        assert done.returncode == 0 and ours == [], done.stdout + done.stderr
+
+    # The install comment's steps, then ExecStart's arguments with systemd's specifiers filled in.
+    config = home / ".config/agentd"
+    done = subprocess.run([str(agentd), "init", str(config)], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    (config / "serve-bearer").write_text("b" * 44 + "\n")
+    specifiers = {"%h": str(home), "%E": str(home / ".config"), "%S": str(home / ".local/state"),
+                  "%t": str(runtime)}
+    args = shlex.split(one["ExecStart"])[1:]
+    for key, value in specifiers.items():
+        args = [a.replace(key, value) for a in args]
+    assert set(flags_in(args)) <= FLAG_NAMES, set(flags_in(args)) - FLAG_NAMES
+    done = subprocess.run([str(agentd), *args, "--validate-config"], env=env, cwd="/", capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    effective = json.loads(done.stdout)["config"]
+    assert effective["state_dir"] == str(home / ".local/state/agentd")
+    assert parse_duration(one["TimeoutStopSec"]) > parse_duration(flag_value(args, "--drain-timeout")) + LADDER
 
 
 # --- container image --------------------------------------------------------------------------------------------
