@@ -368,8 +368,28 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
 
     secrets = SecretResolver(env, log.redactor)
     promise.promise(config.run_id, log.redactor)
+    if config.intelligence:  # a bad endpoint or an unresolvable token is exit 2 before anything connects
+        from agentd.intelligence.endpoints import parse_endpoints
+
+        parse_endpoints(config.intelligence)
+        if config.intelligence_token is not None:
+            secrets.resolve(config.intelligence_token)
+
+    async def check_all() -> tuple[dict[str, Any], int]:
+        doc, code = await run_check(config.mcp, log=log, secrets=secrets)
+        if config.intelligence:  # the gateway was given (flag, environment or file): check it too
+            from agentd.intelligence.check import check_gateway
+
+            doc["intelligence"] = await check_gateway(
+                config.intelligence, model=config.model, token=config.intelligence_token, log=log,
+                secrets=secrets, egress=config.egress.policy())
+            if not doc["intelligence"]["ok"]:
+                doc["ok"] = False
+                code = code or 4  # ExitCode.INTELLIGENCE, as a run whose gateway fails
+        return doc, code
+
     try:
-        doc, code = trio.run(functools.partial(run_check, config.mcp, log=log, secrets=secrets))
+        doc, code = trio.run(check_all)
     finally:
         _close_view(log)
     if wants_human(config.output or "auto", sys.stdout):

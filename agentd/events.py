@@ -80,7 +80,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "a2a.cancel_failed", "a2a.served",
         "a2a.resubscribe", "a2a.extended_card_failed",
         # intelligence gateway
-        "intel.call", "intel.delta", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
+        "intel.call", "intel.checked", "intel.delta", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools
         "loop.start", "loop.step", "loop.final", "loop.budget", "loop.cut_reply", "tool.call", "tool.result",
         "tool.rejected",

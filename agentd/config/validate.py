@@ -71,8 +71,9 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_file(config.tls_ca, "--tls-ca")
     _check_operator_egress(config)
     if purpose == "check":
-        if not config.mcp:
-            raise ConfigError("agentd check: declare at least one server (--mcp NAME=URL or mcp_servers)")
+        if not config.mcp and not config.intelligence:
+            raise ConfigError("agentd check: give something to check: a server (--mcp NAME=URL or mcp_servers) "
+                              "or the gateway (--intelligence URL)")
         return
     _check_run(config, env)
     _check_trifecta(config)

@@ -191,7 +191,7 @@ class FailoverIntelligence:
                         reason=exc.reason,
                     )
                     return None, failure
-                if attempt == RETRIES or probe:
+                if attempt == RETRIES or probe or not exc.here:
                     return None, failure
                 delay = self._delay(exponential(attempt + 1, RETRY_BASE, RETRY_CAP), exc.retry_after)
                 if delay is None:

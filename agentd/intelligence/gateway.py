@@ -28,6 +28,7 @@ from agentd.intelligence.tally import current_tally
 from agentd.intelligence.wire import MalformedReply, ModelReply, StreamAssembler, parse_completion
 from agentd.mcp.sse import SseDecoder, SseError
 from agentd.transport.http_client import MetadataRefused
+from agentd.transport.tls_errors import gateway_verify_hint
 
 #: A reply larger than this is refused rather than buffered.
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
@@ -47,13 +48,17 @@ class GatewayError(IntelligenceError):
 
 
 class Retryable(Exception):
-    """A transient failure of one attempt; ``retry_after`` is the server's hint in seconds, if any."""
+    """A failure of one attempt that another endpoint may not have; ``retry_after`` is the server's hint in
+    seconds, if any. ``here=False``: not worth another attempt at *this* endpoint (a certificate that did not
+    verify will not verify in a second), only a failover to the next one."""
 
-    def __init__(self, reason: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, *, status: int | None = None, retry_after: float | None = None,
+                 here: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.retry_after = retry_after
+        self.here = here
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -195,10 +200,12 @@ class Gateway:
             refused = _cause(exc, MetadataRefused)
             if refused is not None:
                 raise self._fatal(str(refused)) from None
-            if _caused_by(exc, ssl.SSLCertVerificationError):
-                raise Retryable("TLS certificate verification failed") from None
+            failure = _cause(exc, ssl.SSLCertVerificationError)
+            if failure is not None:
+                raise Retryable(f"TLS certificate verification failed: {gateway_verify_hint(failure)}",
+                                here=False) from None
             if _caused_by(exc, ssl.SSLError):
-                raise Retryable("TLS handshake failed") from None
+                raise Retryable("TLS handshake failed", here=False) from None
             raise Retryable("connection refused or unreachable") from None
         except httpx.TimeoutException:
             raise Retryable("timed out") from None

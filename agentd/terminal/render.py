@@ -49,8 +49,38 @@ def check_table(doc: Mapping[str, Any], out: TextIO, *, color: bool, control_too
     console.print(table)
     if control_tools:
         console.print(Text("built in (a run also offers): " + ", ".join(control_tools), style="dim"))
-    verdict = "ok" if doc.get("ok") else "a required server failed (exit 6)"
+    gateway = doc.get("intelligence")
+    if gateway:
+        _gateway_table(console, gateway)
+    if doc.get("ok"):
+        verdict = "ok"
+    elif any(s.get("required") and not s.get("connected") for s in doc.get("servers") or []):
+        verdict = "a required server failed (exit 6)"
+    else:
+        verdict = "the gateway check failed (exit 4)"
     console.print(Text(verdict, style="green" if doc.get("ok") else "bold red"))
+
+
+def _gateway_table(console: Any, gateway: Mapping[str, Any]) -> None:
+    """``agentd check --intelligence``: one row per endpoint, its hint under the table."""
+    table = Table(title=f"gateway (model {visible_line(str(gateway.get('model')))})", title_justify="left",
+                  expand=False)
+    for column in ("endpoint", "reachable", "tls", "token", "model", "problem"):
+        table.add_column(column, overflow="fold", no_wrap=column == "endpoint")
+    hints = []
+    for entry in gateway.get("endpoints") or []:
+        if entry.get("offline"):
+            table.add_row(_plain(entry.get("endpoint")), "—", "—", "—", "offline model", Text("—", style="dim"))
+            continue
+        known = {True: "listed", False: "not listed", None: "not checked"}[entry.get("modelKnown")]
+        problem = _plain(entry["error"], "bold red") if entry.get("error") else Text("—", style="dim")
+        table.add_row(_plain(entry.get("endpoint")), "yes" if entry.get("reachable") else "no",
+                      _plain(entry.get("tls") or "plain http"), _plain(entry.get("token")), _plain(known), problem)
+        if entry.get("hint"):
+            hints.append(f"{entry.get('endpoint')}: {entry['hint']}")
+    console.print(table)
+    for hint in hints:
+        console.print(_plain(f"hint: {hint}", "yellow"))
 
 
 def result_text(doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:

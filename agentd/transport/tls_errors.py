@@ -68,6 +68,19 @@ def verify_hint(failure: ssl.SSLCertVerificationError) -> str:
     return UNTRUSTED_HINT
 
 
+#: The gateway is not an MCP server: its trust is the default store plus SSL_CERT_FILE, never --tls-ca.
+GATEWAY_UNTRUSTED_HINT: Final = (
+    "the gateway's certificate is not trusted: agentd trusts the OS trust store plus SSL_CERT_FILE/SSL_CERT_DIR "
+    "for the gateway (--tls-ca applies to MCP servers and A2A peers only); add a private CA with SSL_CERT_FILE"
+)
+
+
+def gateway_verify_hint(failure: ssl.SSLCertVerificationError) -> str:
+    """:func:`verify_hint` with the gateway's own trust rule for an unknown CA."""
+    hint = verify_hint(failure)
+    return GATEWAY_UNTRUSTED_HINT if hint == UNTRUSTED_HINT else hint
+
+
 def _verdict(error: BaseException | None, *, sent_cert: bool) -> str:
     reason = str(getattr(error, "reason", "") or "").upper()
     if any(alert in reason for alert in _REFUSED_ALERTS):

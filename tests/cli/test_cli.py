@@ -110,7 +110,7 @@ def test_run_with_a_missing_manifest_is_a_usage_error() -> None:
 
 def test_check_needs_a_server() -> None:
     outcome = run_agentd(["check"])
-    assert outcome.code == 2 and "at least one server" in outcome.events[0]["error"]
+    assert outcome.code == 2 and "give something to check" in outcome.events[0]["error"]
     outcome = run_agentd(["check", "--mcp", "x=http://mcp.example/mcp"])
     assert outcome.code == 2 and "mcp.example" in outcome.events[0]["error"]
 

@@ -137,7 +137,7 @@ def test_tls_ca_must_exist(tmp_path: Path) -> None:
 def test_check_purpose_needs_servers_only() -> None:
     cfg = load_config(["--mcp", "a=http://127.0.0.1:1/mcp"], {}, purpose="check")
     assert cfg.mcp[0].name == "a" and cfg.instruction is None
-    with pytest.raises(ConfigError, match="at least one server"):
+    with pytest.raises(ConfigError, match="give something to check"):
         load_config([], {}, purpose="check")
 
 

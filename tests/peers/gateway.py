@@ -336,6 +336,10 @@ class GatewayApp:
     on_request: Callable[[RecordedRequest], None] | None = None
     #: Called when a ``stall`` reply has sent its events and holds the stream open.
     on_stall: Callable[[RecordedRequest], None] | None = None
+    #: ``GET …/models`` lists these (None: that route is a 404, as on a gateway without it).
+    models: Sequence[str] | None = None
+    #: When set, every request without ``Authorization: Bearer <token>`` gets a 401.
+    token: str | None = None
     _arrived: trio.Event = attrs.field(factory=trio.Event)
 
     async def wait_for(self, count: int) -> None:
@@ -361,6 +365,12 @@ class GatewayApp:
         self._arrived = trio.Event()
         if self.on_request is not None:
             self.on_request(request)
+        if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
+            await _respond(send, 401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})
+            return
+        if scope["method"] == "GET" and scope["path"].endswith("/models") and self.models is not None:
+            await _respond(send, 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+            return
         if scope["method"] != "POST" or not scope["path"].endswith("/chat/completions"):
             await _respond(
                 send, 404, {"error": {"message": f"no route {scope['path']}", "type": "not_found"}}
@@ -500,10 +510,12 @@ async def scripted_gateway(
     port: int = 0,
     certfile: str | None = None,
     keyfile: str | None = None,
+    models: Sequence[str] | None = None,
+    token: str | None = None,
 ) -> AsyncIterator[ScriptedGateway]:
     """Serve a script on 127.0.0.1 (https when a cert is given) for the duration of the block."""
     script = Script(deque(replies), [r if isinstance(r, Rule) else Rule(*r) for r in rules], default)
-    app = GatewayApp(script)
+    app = GatewayApp(script, models=models, token=token)
     config = _hypercorn_config(port, certfile, keyfile)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(functools.partial(serve, app, config))  # type: ignore[arg-type]

@@ -80,6 +80,18 @@ def test_check_table_names_the_problem_of_a_failed_server() -> None:
     assert "gone" in screen and "required; not connected" in screen and "a required server failed" in screen
 
 
+def test_check_table_shows_the_gateway_and_its_hint_at_a_terminal(tmp_path: Path) -> None:
+    from tests.peers.gateway import closed_port
+
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    code, screen, _ = run_in_pty(["check", "--intelligence", "https://gw.example.test/v1", "--model", "m",
+                                  "--log-format", "json"], stdout_tty=True, env={"HTTPS_PROXY": proxy})
+    assert code == 4, screen[-3000:]
+    assert "gateway (model m)" in screen and "reachable" in screen and "cannot reach the gateway" in screen
+    assert "hint:" in screen and "NO_PROXY" in screen
+    assert "the gateway check failed (exit 4)" in screen
+
+
 def test_help_lists_only_the_flags_of_the_command() -> None:
     check = run_agentd(["check", "--help"])
     assert check.code == 0
