@@ -25,12 +25,13 @@ from agentd import defaults
 from agentd import jsontext as json_text
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
-from agentd.mcp import jsonrpc, meta
+from agentd.mcp import jsonrpc, meta, served_events
 from agentd.mcp.jsonrpc import ErrorResponse, Request, Response
 from agentd.mcp.server_session import ServerIdentity
 from agentd.mcp.versions import Era
 from agentd.selfmcp import tasks
 from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
+from agentd.selfmcp.served_events import ServedEvents
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
 from agentd.transport.asgi_server import CallContext, ListenTicket
@@ -143,6 +144,7 @@ class SelfMcpSurface:
         log: EventLog | None = None,
         owners: Owners | None = None,
         serve_tasks: bool = False,
+        events: ServedEvents | None = None,
     ) -> None:
         self.backend = backend
         #: Who owns each tracked handle: shared with the A2A endpoint and ``/events`` (one ownership rule), and
@@ -155,10 +157,13 @@ class SelfMcpSurface:
         self._debug = self.log.enabled("debug")
         #: ``--serve-tasks``: the 2025-11-25 wire runs ``subagent.spawn`` as a task when asked (agentd.selfmcp.tasks).
         self.serve_tasks = serve_tasks
-        # server/discover (2026-07-28) declares the tasks extension; initialize (2025-11-25) declares tasks only
-        # with --serve-tasks, and is otherwise exactly CAPABILITIES.
+        #: The served Events extension's log (2026-07-28 wire): journaled when the daemon has a journal.
+        self.events = events if events is not None else ServedEvents(log=self.log)
+        # server/discover (2026-07-28) declares the tasks and events extensions; initialize (2025-11-25) declares
+        # tasks only with --serve-tasks, and is otherwise exactly CAPABILITIES.
         self.identity = ServerIdentity(
-            "agentd", info.version, {**CAPABILITIES, "extensions": tasks.MODERN_CAPABILITY},
+            "agentd", info.version,
+            {**CAPABILITIES, "extensions": {**tasks.MODERN_CAPABILITY, served_events.EXTENSION: {}}},
             legacy_capabilities={**CAPABILITIES, "tasks": tasks.CAPABILITY} if serve_tasks else CAPABILITIES)
         self.subscriptions = Subscriptions(max_per_peer=self.limits.max_subscriptions)
         self.runs: dict[str, ServedRun] = {}
@@ -186,8 +191,21 @@ class SelfMcpSurface:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await self._catch_up()
             task_status.started()
             await trio.sleep_forever()
+
+    async def _catch_up(self) -> None:
+        """At start-up, every handle an earlier process journaled is tracked, so the end of one still running
+        becomes an event; one that ended gets its ``subagent.finished`` if that process did not write it."""
+        handles = getattr(self.backend, "handles", None)
+        spawned_at = getattr(self.backend, "spawned_at", None)
+        for handle in handles() if handles is not None else ():
+            await self._look_up(handle)
+            run = self.runs.get(handle)
+            if run is not None and run.final is not None:  # ended before this process: its watcher never ran
+                since = spawned_at(handle) if spawned_at is not None else None
+                await self.events.ensure_finished(handle, run.owner, self._terminal(run.final), since)
 
     # -- dispatch --------------------------------------------------------------------------------------
 
@@ -205,6 +223,8 @@ class SelfMcpSurface:
             return await self._call_tool(request, params, ctx)
         if legacy_tasks and method.startswith("tasks/"):
             return await self._task_request(request, params, ctx)
+        if ctx.era is Era.MODERN and method in served_events.METHODS:
+            return self._events_request(request, params, ctx)
         if ctx.era is Era.MODERN and method in tasks.MODERN_METHODS:
             if not tasks.declares_extension(params):
                 return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
@@ -233,6 +253,19 @@ class SelfMcpSurface:
             self.subscriptions.remove(ctx.session_id, uri)
             return Response(request.id, {})
         return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {_shown(method)}")
+
+    def _events_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
+                        ) -> Response | ErrorResponse:
+        """``events/list`` and ``events/poll`` (agentd.selfmcp.served_events): a principal polls its own events."""
+        if not served_events.declares_extension(params):
+            return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+                                 {"requiredCapabilities": {"extensions": {served_events.EXTENSION: {}}}})
+        if request.method == "events/list":
+            return Response(request.id, served_events.catalogue())
+        try:
+            return Response(request.id, self.events.poll(params, ctx.principal.owns))
+        except served_events.PollError as exc:
+            return ErrorResponse(request.id, exc.code, str(exc), exc.data)
 
     def streams(self, request: Request) -> bool:
         """A synchronous ``subagent.spawn`` may run for minutes: answer it as SSE so keepalives flow."""
@@ -562,6 +595,7 @@ class SelfMcpSurface:
             run.final = await self.backend.wait(run.handle)
             turns.cancel_scope.cancel()
         run.ended_at = time.time()
+        await self.events.finished(run.handle, run.owner, self._terminal(run.final))  # before anyone is answered
         run.finished.set()
         fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
         if fired:
