@@ -71,6 +71,7 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     surface = SelfMcpSurface(backend, info, limits=limits, log=log, serve_tasks=config.serve_tasks, events=events)
     options = AsgiOptions(
         operator_scope=config.serve_oauth_operator_scope,
+        accept_cancel=config.serve_accept_cancel,
         paths=cfg.paths,
         bearer=cfg.bearer,
         allowed_hosts=LOOPBACK_HOSTS if cfg.loopback else None,

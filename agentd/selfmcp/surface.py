@@ -95,6 +95,8 @@ class ServedRun:
     #: Wall clock: when this process started tracking it, and when it ended (a task's timestamps).
     created_at: float = attrs.field(factory=time.time)
     ended_at: float | None = None
+    #: ``--serve-accept-cancel``: the legacy (session, request id) whose ``notifications/cancelled`` ends it.
+    cancel_key: tuple[str, str] | None = None
     final: RunView | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
 
@@ -173,6 +175,8 @@ class SelfMcpSurface:
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
         self._refused_by: dict[str, int] = {}
+        #: ``--serve-accept-cancel``: the sync spawns' runs by the legacy request that started them (live runs only).
+        self._by_request: dict[tuple[str, str], str] = {}
         self._waiting = 0  # sync spawn calls waiting for their run's end
         self._none_waiting = trio.Event()
         self._none_waiting.set()
@@ -547,6 +551,9 @@ class SelfMcpSurface:
             return _text_result(self.view(answer) or {"handle": answer, "status": "running", "done": False})
         if detached:
             return _text_result({"handle": answer, "status": "running", "done": False})
+        if ctx.request_id is not None and ctx.session_id is not None:  # --serve-accept-cancel (legacy wire)
+            run.cancel_key = (ctx.session_id, repr(ctx.request_id))
+            self._by_request[run.cancel_key] = answer
         self._waiting += 1
         self._none_waiting = trio.Event()
         try:
@@ -595,6 +602,8 @@ class SelfMcpSurface:
             run.final = await self.backend.wait(run.handle)
             turns.cancel_scope.cancel()
         run.ended_at = time.time()
+        if run.cancel_key is not None and self._by_request.get(run.cancel_key) == run.handle:
+            del self._by_request[run.cancel_key]
         await self.events.finished(run.handle, run.owner, self._terminal(run.final))  # before anyone is answered
         run.finished.set()
         fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
@@ -727,6 +736,18 @@ class SelfMcpSurface:
 
     def unlisten(self, ticket: ListenTicket) -> None:
         self.subscriptions.drop_peer(ticket)
+
+    def cancel_request(self, session_id: str, request_id: jsonrpc.RequestId) -> None:
+        """``--serve-accept-cancel``: the legacy peer sent ``notifications/cancelled`` for a request of its session;
+        the run a sync ``subagent.spawn`` request started ends through the kill ladder (also when the request's
+        stream already closed: the notification comes after the peer dropped it). Anything else: nothing."""
+        handle = self._by_request.pop((session_id, repr(request_id)), None)
+        run = self.runs.get(handle) if handle is not None else None
+        if run is None or run.final is not None:
+            return
+        self.log.info("serve.request", method="notifications/cancelled", handle=run.handle)
+        assert self._nursery is not None
+        self._nursery.start_soon(self.backend.cancel, run.handle)
 
     def session_closed(self, session_id: str) -> None:
         self.subscriptions.drop_peer(session_id)
