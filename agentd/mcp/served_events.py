@@ -95,13 +95,25 @@ MAX_RESULT_CHARS: Final = 16 * 1024
 _CURSOR_RE: Final = re.compile(r"^v1\.([0-9a-f]{16})\.([0-9]{1,18})$")
 
 
+#: The extension's error for an event type the server does not offer (``data: {kind: "event"}``).
+NOT_FOUND: Final = -32011
+
+
 class PollError(Exception):
-    """A poll the server refuses: a JSON-RPC error (``-32602``), with what was wrong."""
+    """A poll the server refuses: a JSON-RPC error (``-32602`` with the parameter in ``data.field``; an unknown
+    event type is the extension's ``-32011``)."""
 
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.code = jsonrpc.INVALID_PARAMS
-        self.data = {"field": field}
+        self.data: dict[str, str] = {"field": field}
+
+
+class UnknownEvent(PollError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Unknown event: {name[:100]}", "name")
+        self.code = NOT_FOUND
+        self.data = {"kind": "event"}
 
 
 @attrs.frozen
@@ -135,7 +147,7 @@ def parse_poll(params: Mapping[str, Any]) -> PollRequest:
     if not isinstance(name, str):
         raise PollError("name must be a string", "name")
     if name not in NAMES:
-        raise PollError(f"unknown event type {name[:100]!r}", "name")
+        raise UnknownEvent(name)
     arguments = params.get("arguments")
     if arguments is None:
         arguments = {}

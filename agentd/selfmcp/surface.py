@@ -747,7 +747,15 @@ class SelfMcpSurface:
             return
         self.log.info("serve.request", method="notifications/cancelled", handle=run.handle)
         assert self._nursery is not None
-        self._nursery.start_soon(self.backend.cancel, run.handle)
+        self._nursery.start_soon(self._cancel_detached, run.handle)
+
+    async def _cancel_detached(self, handle: str) -> None:
+        """The kill ladder for a run no request waits on: a failure is logged, never the surface's end."""
+        try:
+            await self.backend.cancel(handle)
+        except Exception as exc:
+            self.log.error("serve.request", method="notifications/cancelled", handle=handle,
+                           error=exc.__class__.__name__)
 
     def session_closed(self, session_id: str) -> None:
         self.subscriptions.drop_peer(session_id)

@@ -7,8 +7,8 @@ the scripted gateway as its model, driven by raw JSON-RPC over httpx:
 - with ``--state-dir``, a cursor handed out before a SIGKILL goes on after the restart: every event once, none
   twice, the end of a run resumed after the restart included;
 - with OAuth, a principal polls its own handles' events only;
-- peer garbage: a cursor that is no cursor, an unknown event type, bad arguments are ``-32602``; an ``events/*``
-  request that does not declare the extension is ``-32021``.
+- peer garbage: a cursor that is no cursor, bad arguments are ``-32602``; an unknown event type is the
+  extension's ``-32011``; an ``events/*`` request that does not declare the extension is ``-32021``.
 """
 
 from __future__ import annotations
@@ -167,7 +167,6 @@ async def test_peer_garbage_gets_the_right_errors() -> None:
                     {"name": "subagent.finished", "cursor": "not-a-cursor"},
                     {"name": "subagent.finished", "cursor": start[:-1] + "9" * 12},  # past the head: forged
                     {"name": "subagent.finished", "cursor": 7},
-                    {"name": "no.such.event", "cursor": None},
                     {"name": "subagent.finished", "arguments": {"owner": "x"}},
                     {"name": "subagent.finished", "arguments": {"handle": 3}},
                     {"name": "subagent.finished", "maxEvents": 0},
@@ -177,6 +176,8 @@ async def test_peer_garbage_gets_the_right_errors() -> None:
                 for params in bad:
                     answer = await _modern(client, url, "events/poll", params)
                     assert answer["error"]["code"] == -32602, (params, answer)
+                unknown = await _modern(client, url, "events/poll", {"name": "no.such.event", "cursor": None})
+                assert unknown["error"]["code"] == -32011 and unknown["error"]["data"] == {"kind": "event"}, unknown
                 undeclared = await _modern(client, url, "events/poll", {"name": "subagent.finished"}, extension=False)
                 assert undeclared["error"]["code"] == -32021, undeclared
                 for method in ("events/stream", "events/subscribe"):  # poll delivery only
