@@ -189,7 +189,8 @@ async def _sync_spawn_then_cancel(s: Served, client: httpx.AsyncClient, instruct
     """A sync ``subagent.spawn`` (request id 5) on a legacy session, then ``notifications/cancelled`` naming it:
     after the peer dropped the stream (what a cancelled client does first), or while it is still open."""
     peer = LegacyPeer(client, s.url)
-    await peer.initialize()
+    init = await peer.initialize()
+    assert init["capabilities"] == {"tools": {}, "resources": {"subscribe": True}}  # the flag changes no capability
     other = LegacyPeer(client, s.url)
     await other.initialize()
     body = rpc("tools/call", {"name": "subagent.spawn", "arguments": {"instruction": instruction}}, 5)
