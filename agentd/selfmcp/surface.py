@@ -6,7 +6,8 @@
 (``await nursery.start(surface.run)``) in which one watcher per served run waits for the terminal
 status, fires the subscriptions, and evicts the handle after ``retention`` seconds; for a warm session
 the watcher also notifies (without consuming) the subscribers each time a turn answers, the closest
-analogue of a terminal status for a session that stays open.
+analogue of a terminal status for a session that stays open. Each end is also a served event
+(``subagent.finished``, agentd.selfmcp.served_events) that a 2026-07-28 client polls with ``events/poll``.
 """
 
 from __future__ import annotations
