@@ -86,6 +86,11 @@ SERVE_TASK_POLL_INTERVAL: Final = 1.0
 #: 2026-07-28 wire: how long a sync ``subagent.spawn`` that may become a task waits for its run before it
 #: answers with a task instead (a short run's result comes inline, with no poll round).
 SERVE_TASK_INLINE_WAIT: Final = 1.0
+#: The served Events extension (2026-07-28 wire, agentd.selfmcp.served_events): events kept, at most, and for at
+#: most this long (seconds); a cursor behind them reads ``truncated: true``. ``nextPollMs`` a poll suggests.
+SERVE_EVENTS_KEPT: Final = 1000
+SERVE_EVENTS_MAX_AGE: Final = 24 * 3600.0
+SERVE_EVENTS_POLL_MS: Final = 2000
 SERVE_MAX_CONNECTIONS: Final = 256
 SERVE_MAX_PER_CLIENT: Final = 64
 

@@ -91,7 +91,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
         "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.evicted", "serve.session",
-        "serve.cert_reload", "serve.updated", "serve.connection_error", "serve.jwks", "serve.restored",
+        "serve.cert_reload", "serve.updated", "serve.event", "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",

@@ -218,6 +218,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "also serve A2A (Agent Card and JSON-RPC) on the --serve-mcp listener, under /a2a", _SERVE),
     Flag("--serve-tasks", "serve_tasks", "bool",
          "2025-11-25 wire: also serve MCP tasks (tasks capability; subagent.spawn taskSupport optional)", _SERVE),
+    Flag("--serve-accept-cancel", "serve_accept_cancel", "bool",
+         "2025-11-25 wire: notifications/cancelled for a tools/call in flight ends its run (kill ladder)", _SERVE),
     Flag("--serve-cert", "serve_cert", "path", "server certificate (PEM)", _SERVE, "PATH"),
     Flag("--serve-key", "serve_key", "path", "server private key (PEM)", _SERVE, "PATH"),
     Flag("--serve-client-ca", "serve_client_ca", "path", "require client certificates from this CA (mTLS)",

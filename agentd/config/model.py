@@ -203,6 +203,9 @@ class Config:
     serve_a2a: bool = False
     #: Serve MCP tasks on the 2025-11-25 wire too (agentd/selfmcp/tasks.py; the modern wire always may).
     serve_tasks: bool = False
+    #: 2025-11-25 wire: ``notifications/cancelled`` for an in-flight request cancels it, and a sync
+    #: ``subagent.spawn``'s run with it (the kill ladder); off, the notification is ignored (the design's v1).
+    serve_accept_cancel: bool = False
     # security: peer-supplied URLs (the config file's egress section) and the Rule of Two
     egress: EgressConfig = attrs.field(factory=EgressConfig)
     allow_trifecta: bool = False

@@ -311,6 +311,8 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
             given.append("--serve-a2a")
         if config.serve_tasks:
             given.append("--serve-tasks")
+        if config.serve_accept_cancel:
+            given.append("--serve-accept-cancel")
         if given:
             raise ConfigError(f"{given[0]} needs --serve-mcp")
         return

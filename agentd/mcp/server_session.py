@@ -130,6 +130,8 @@ class LegacyPost:
     slots: tuple[Message | None, ...]
     batch: bool
     new_session: bool
+    #: The request ids its ``notifications/cancelled`` name (acted on only with ``--serve-accept-cancel``).
+    cancels: tuple[jsonrpc.RequestId, ...] = ()
 
 
 @attrs.frozen
@@ -260,16 +262,21 @@ class ServerCore:
         if isinstance(parsed, list) and not (allows_batches(effective) and allows_batches(session.version)):
             return error_reply(400, jsonrpc.INVALID_REQUEST, "JSON-RPC batches are only accepted from 2025-03-26 peers")
         slots: list[Message | None] = []
+        cancels: list[jsonrpc.RequestId] = []
         for message in messages:
             slots.append(self._legacy_protocol(message, session))
-        return LegacyPost(session, tuple(slots), isinstance(parsed, list), False)
+            if isinstance(message, Notification) and message.method == "notifications/cancelled":
+                named = (message.params or {}).get("requestId")
+                if isinstance(named, (str, int)) and not isinstance(named, bool):
+                    cancels.append(named)
+        return LegacyPost(session, tuple(slots), isinstance(parsed, list), False, tuple(cancels))
 
     def _legacy_protocol(self, message: Message, session: LegacySession) -> Message | None:
         """Answer what the protocol answers; return the request itself when the surface must."""
         if isinstance(message, Notification):
             if message.method == "notifications/initialized":
                 session.initialized = True
-            return None  # notifications/cancelled included: cancellation is subagent.cancel
+            return None  # notifications/cancelled included: the POST lists what it names (LegacyPost.cancels)
         if isinstance(message, Response | ErrorResponse):
             return None  # the server sends no requests, so there is nothing to match
         if message.method == "ping":

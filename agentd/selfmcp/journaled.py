@@ -326,6 +326,15 @@ class JournaledBackend:
         kept = self._kept.get(handle)
         return (kept.created_at or 0.0) if kept is not None and kept.task else None
 
+    def handles(self) -> list[str]:
+        """Every journaled handle: the surface tracks them at start-up, so each end becomes a served event."""
+        return list(self._kept)
+
+    def spawned_at(self, handle: str) -> float | None:
+        """When a journaled handle was spawned (wall clock), if the journal says."""
+        kept = self._kept.get(handle)
+        return kept.created_at if kept is not None else None
+
     def tasks(self) -> list[str]:
         """The journaled handles spawned as MCP tasks (``tasks/list`` asks after a restart)."""
         return [handle for handle, kept in self._kept.items() if kept.task]

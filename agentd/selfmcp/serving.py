@@ -20,6 +20,7 @@ from agentd.config.model import Config
 from agentd.events import EventLog, null_log
 from agentd.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
+from agentd.selfmcp.served_events import ServedEvents
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
 from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
@@ -53,9 +54,10 @@ def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
 
 def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: EventLog, *,
               run_id: str | None = None, daemon_status: DaemonStatus | None = None,
-              ) -> tuple[SelfMcpSurface, McpAsgiApp]:
+              events: ServedEvents | None = None) -> tuple[SelfMcpSurface, McpAsgiApp]:
     """``run_id`` is the daemon's real run id (``config.run_id`` is empty when the daemon generated one);
-    ``daemon_status`` is the daemon mode's snapshot for ``agent://status`` (the daemon hands it in)."""
+    ``daemon_status`` is the daemon mode's snapshot for ``agent://status`` (the daemon hands it in); ``events`` the
+    served event log (journaled with ``--state-dir``; in memory when None)."""
     limits = SelfMcpLimits(
         max_concurrent_spawns=config.serve_max_spawns,
         max_warm=config.serve_max_warm,
@@ -66,9 +68,10 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     info = AgentInfo(run_id=run_id or config.run_id, mode=config.mode)
     if daemon_status is not None:
         info = attrs.evolve(info, daemon_status=daemon_status)
-    surface = SelfMcpSurface(backend, info, limits=limits, log=log, serve_tasks=config.serve_tasks)
+    surface = SelfMcpSurface(backend, info, limits=limits, log=log, serve_tasks=config.serve_tasks, events=events)
     options = AsgiOptions(
         operator_scope=config.serve_oauth_operator_scope,
+        accept_cancel=config.serve_accept_cancel,
         paths=cfg.paths,
         bearer=cfg.bearer,
         allowed_hosts=LOOPBACK_HOSTS if cfg.loopback else None,
@@ -96,11 +99,12 @@ async def serve_self_mcp(
     log: EventLog | None = None,
     run_id: str | None = None,
     daemon_status: DaemonStatus | None = None,
+    events: ServedEvents | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     log = (log or null_log()).bind(comp="serve")
     cfg = serve_config(config, secrets)
-    surface, app = build_app(config, backend, cfg, log, run_id=run_id, daemon_status=daemon_status)
+    surface, app = build_app(config, backend, cfg, log, run_id=run_id, daemon_status=daemon_status, events=events)
     async with trio.open_nursery() as nursery:
         await nursery.start(surface.run)
         served: DrainableApp = app
@@ -183,6 +187,7 @@ async def serve_for_daemon(
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
             backend: SelfMcpBackend = SupervisorBackend(root)
+            events = None
             if cluster is not None:  # --cluster: async spawns are cluster work (agentd.selfmcp.clustered)
                 from agentd.selfmcp.clustered import ClusterBackend
 
@@ -194,8 +199,11 @@ async def serve_for_daemon(
                                              retention=cfg.serve_retention)
                 await journaled.restore()
                 backend = journaled
+                events = ServedEvents(journal, log=log.bind(comp="serve"))  # cursors survive a restart
+                await events.load()
             await serve_self_mcp(cfg, backend, secrets=secrets, shutdown_trigger=drain_then_stop,
-                                 log=log, run_id=log.run_id, daemon_status=daemon_status, task_status=task_status)
+                                 log=log, run_id=log.run_id, daemon_status=daemon_status, events=events,
+                                 task_status=task_status)
 
         async with trio.open_nursery() as nursery:
             started: Serving = await nursery.start(serve)

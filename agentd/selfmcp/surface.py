@@ -6,7 +6,8 @@
 (``await nursery.start(surface.run)``) in which one watcher per served run waits for the terminal
 status, fires the subscriptions, and evicts the handle after ``retention`` seconds; for a warm session
 the watcher also notifies (without consuming) the subscribers each time a turn answers, the closest
-analogue of a terminal status for a session that stays open.
+analogue of a terminal status for a session that stays open. Each end is also a served event
+(``subagent.finished``, agentd.selfmcp.served_events) that a 2026-07-28 client polls with ``events/poll``.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from agentd import defaults
 from agentd import jsontext as json_text
 from agentd._version import __version__
 from agentd.events import EventLog, null_log
-from agentd.mcp import jsonrpc, meta
+from agentd.mcp import jsonrpc, meta, served_events
 from agentd.mcp.jsonrpc import ErrorResponse, Request, Response
 from agentd.mcp.server_session import ServerIdentity
 from agentd.mcp.versions import Era
 from agentd.selfmcp import tasks
 from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
+from agentd.selfmcp.served_events import ServedEvents
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
 from agentd.transport.asgi_server import CallContext, ListenTicket
@@ -94,6 +96,8 @@ class ServedRun:
     #: Wall clock: when this process started tracking it, and when it ended (a task's timestamps).
     created_at: float = attrs.field(factory=time.time)
     ended_at: float | None = None
+    #: ``--serve-accept-cancel``: the legacy (session, request id) whose ``notifications/cancelled`` ends it.
+    cancel_key: tuple[str, str] | None = None
     final: RunView | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
 
@@ -143,6 +147,7 @@ class SelfMcpSurface:
         log: EventLog | None = None,
         owners: Owners | None = None,
         serve_tasks: bool = False,
+        events: ServedEvents | None = None,
     ) -> None:
         self.backend = backend
         #: Who owns each tracked handle: shared with the A2A endpoint and ``/events`` (one ownership rule), and
@@ -155,10 +160,13 @@ class SelfMcpSurface:
         self._debug = self.log.enabled("debug")
         #: ``--serve-tasks``: the 2025-11-25 wire runs ``subagent.spawn`` as a task when asked (agentd.selfmcp.tasks).
         self.serve_tasks = serve_tasks
-        # server/discover (2026-07-28) declares the tasks extension; initialize (2025-11-25) declares tasks only
-        # with --serve-tasks, and is otherwise exactly CAPABILITIES.
+        #: The served Events extension's log (2026-07-28 wire): journaled when the daemon has a journal.
+        self.events = events if events is not None else ServedEvents(log=self.log)
+        # server/discover (2026-07-28) declares the tasks and events extensions; initialize (2025-11-25) declares
+        # tasks only with --serve-tasks, and is otherwise exactly CAPABILITIES.
         self.identity = ServerIdentity(
-            "agentd", info.version, {**CAPABILITIES, "extensions": tasks.MODERN_CAPABILITY},
+            "agentd", info.version,
+            {**CAPABILITIES, "extensions": {**tasks.MODERN_CAPABILITY, served_events.EXTENSION: {}}},
             legacy_capabilities={**CAPABILITIES, "tasks": tasks.CAPABILITY} if serve_tasks else CAPABILITIES)
         self.subscriptions = Subscriptions(max_per_peer=self.limits.max_subscriptions)
         self.runs: dict[str, ServedRun] = {}
@@ -168,6 +176,8 @@ class SelfMcpSurface:
         self._nursery: trio.Nursery | None = None
         self._started = 0.0
         self._refused_by: dict[str, int] = {}
+        #: ``--serve-accept-cancel``: the sync spawns' runs by the legacy request that started them (live runs only).
+        self._by_request: dict[tuple[str, str], str] = {}
         self._waiting = 0  # sync spawn calls waiting for their run's end
         self._none_waiting = trio.Event()
         self._none_waiting.set()
@@ -186,8 +196,21 @@ class SelfMcpSurface:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await self._catch_up()
             task_status.started()
             await trio.sleep_forever()
+
+    async def _catch_up(self) -> None:
+        """At start-up, every handle an earlier process journaled is tracked, so the end of one still running
+        becomes an event; one that ended gets its ``subagent.finished`` if that process did not write it."""
+        handles = getattr(self.backend, "handles", None)
+        spawned_at = getattr(self.backend, "spawned_at", None)
+        for handle in handles() if handles is not None else ():
+            await self._look_up(handle)
+            run = self.runs.get(handle)
+            if run is not None and run.final is not None:  # ended before this process: its watcher never ran
+                since = spawned_at(handle) if spawned_at is not None else None
+                await self.events.ensure_finished(handle, run.owner, self._terminal(run.final), since)
 
     # -- dispatch --------------------------------------------------------------------------------------
 
@@ -205,6 +228,8 @@ class SelfMcpSurface:
             return await self._call_tool(request, params, ctx)
         if legacy_tasks and method.startswith("tasks/"):
             return await self._task_request(request, params, ctx)
+        if ctx.era is Era.MODERN and method in served_events.METHODS:
+            return self._events_request(request, params, ctx)
         if ctx.era is Era.MODERN and method in tasks.MODERN_METHODS:
             if not tasks.declares_extension(params):
                 return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
@@ -233,6 +258,19 @@ class SelfMcpSurface:
             self.subscriptions.remove(ctx.session_id, uri)
             return Response(request.id, {})
         return ErrorResponse(request.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {_shown(method)}")
+
+    def _events_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
+                        ) -> Response | ErrorResponse:
+        """``events/list`` and ``events/poll`` (agentd.selfmcp.served_events): a principal polls its own events."""
+        if not served_events.declares_extension(params):
+            return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+                                 {"requiredCapabilities": {"extensions": {served_events.EXTENSION: {}}}})
+        if request.method == "events/list":
+            return Response(request.id, served_events.catalogue())
+        try:
+            return Response(request.id, self.events.poll(params, ctx.principal.owns))
+        except served_events.PollError as exc:
+            return ErrorResponse(request.id, exc.code, str(exc), exc.data)
 
     def streams(self, request: Request) -> bool:
         """A synchronous ``subagent.spawn`` may run for minutes: answer it as SSE so keepalives flow."""
@@ -514,6 +552,9 @@ class SelfMcpSurface:
             return _text_result(self.view(answer) or {"handle": answer, "status": "running", "done": False})
         if detached:
             return _text_result({"handle": answer, "status": "running", "done": False})
+        if ctx.request_id is not None and ctx.session_id is not None:  # --serve-accept-cancel (legacy wire)
+            run.cancel_key = (ctx.session_id, repr(ctx.request_id))
+            self._by_request[run.cancel_key] = answer
         self._waiting += 1
         self._none_waiting = trio.Event()
         try:
@@ -562,6 +603,9 @@ class SelfMcpSurface:
             run.final = await self.backend.wait(run.handle)
             turns.cancel_scope.cancel()
         run.ended_at = time.time()
+        if run.cancel_key is not None and self._by_request.get(run.cancel_key) == run.handle:
+            del self._by_request[run.cancel_key]
+        await self.events.finished(run.handle, run.owner, self._terminal(run.final))  # before anyone is answered
         run.finished.set()
         fired = self.subscriptions.fire(SUBAGENT_PREFIX + run.handle)
         if fired:
@@ -693,6 +737,26 @@ class SelfMcpSurface:
 
     def unlisten(self, ticket: ListenTicket) -> None:
         self.subscriptions.drop_peer(ticket)
+
+    def cancel_request(self, session_id: str, request_id: jsonrpc.RequestId) -> None:
+        """``--serve-accept-cancel``: the legacy peer sent ``notifications/cancelled`` for a request of its session;
+        the run a sync ``subagent.spawn`` request started ends through the kill ladder (also when the request's
+        stream already closed: the notification comes after the peer dropped it). Anything else: nothing."""
+        handle = self._by_request.pop((session_id, repr(request_id)), None)
+        run = self.runs.get(handle) if handle is not None else None
+        if run is None or run.final is not None:
+            return
+        self.log.info("serve.request", method="notifications/cancelled", handle=run.handle)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._cancel_detached, run.handle)
+
+    async def _cancel_detached(self, handle: str) -> None:
+        """The kill ladder for a run no request waits on: a failure is logged, never the surface's end."""
+        try:
+            await self.backend.cancel(handle)
+        except Exception as exc:
+            self.log.error("serve.request", method="notifications/cancelled", handle=handle,
+                           error=exc.__class__.__name__)
 
     def session_closed(self, session_id: str) -> None:
         self.subscriptions.drop_peer(session_id)

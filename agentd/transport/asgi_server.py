@@ -82,6 +82,9 @@ class CallContext:
     cancel_on_disconnect: bool = False
     #: Who is calling (agentd.transport.tenancy): what it creates is its own, and it sees only that.
     principal: Principal = LOCAL
+    #: Legacy wire with ``--serve-accept-cancel``: this request's id, which a ``notifications/cancelled`` of its
+    #: session may name (None: nothing can cancel it that way).
+    request_id: jsonrpc.RequestId | None = None
 
 
 @attrs.define(eq=False)
@@ -122,6 +125,9 @@ class AsgiOptions:
     oauth: ResourceServer | None = attrs.field(default=None, eq=False, repr=False)
     #: ``--serve-oauth-operator-scope``: a token carrying it is an operator (sees every principal's state).
     operator_scope: str | None = None
+    #: ``--serve-accept-cancel``: a legacy ``notifications/cancelled`` ends the run the named request started
+    #: (``McpHandler.cancel_request``); off, it is ignored.
+    accept_cancel: bool = False
 
 
 #: A Host header: a DNS name, an IPv4 address or a bracketed IPv6 address, then an optional port (RFC 9110
@@ -535,6 +541,11 @@ class McpAsgiApp:
     async def _legacy_post(self, post: LegacyPost, headers: Mapping[str, str], receive: Receive, send: Send,
                            principal: Principal = LOCAL) -> None:
         ctx = self._context(post.session, principal)
+        if post.cancels and self.options.accept_cancel:
+            cancel_request = getattr(self.handler, "cancel_request", None)  # the self-MCP surface has it
+            if cancel_request is not None:
+                for request_id in post.cancels:
+                    cancel_request(post.session.id, request_id)
         pending = [(i, slot) for i, slot in enumerate(post.slots) if isinstance(slot, Request)]
         if (len(pending) == 1 and not post.batch and accepts(headers.get("accept"), EVENT_STREAM)
                 and self.handler.streams(pending[0][1])):
@@ -545,22 +556,26 @@ class McpAsgiApp:
                 return str(session.next_id())
 
             async def answer() -> Message:
-                return await self._dispatch(request, ctx)
+                return await self._dispatch(request, self._cancellable(ctx, request))
 
             await self._stream_answer(send, receive, answer, event_id, session_headers(post))
             return
         answers: dict[int, Message] = {}
         if len(pending) == 1:
             index, request = pending[0]
-            answers[index] = await self._dispatch(request, ctx)
+            answers[index] = await self._dispatch(request, self._cancellable(ctx, request))
         elif pending:
             async def one(index: int, request: Request) -> None:
-                answers[index] = await self._dispatch(request, ctx)
+                answers[index] = await self._dispatch(request, self._cancellable(ctx, request))
 
             async with trio.open_nursery() as nursery:
                 for index, request in pending:
                     nursery.start_soon(one, index, request)
         await _send_reply(send, self.core.legacy_reply(post, answers))
+
+    def _cancellable(self, ctx: CallContext, request: Request) -> CallContext:
+        """With ``--serve-accept-cancel``, the request's id goes with it (what it starts can be cancelled by it)."""
+        return attrs.evolve(ctx, request_id=request.id) if self.options.accept_cancel else ctx
 
     async def _legacy_stream(self, stream: LegacyStream, receive: Receive, send: Send) -> None:
         session = stream.session

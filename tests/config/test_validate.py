@@ -110,6 +110,7 @@ def test_serve_rules(pem: dict[str, str]) -> None:
     assert "need https://" in refused(*BASE, "--serve-mcp", "http://127.0.0.1:1", "--serve-cert", pem["cert"])
     assert "needs --serve-mcp" in refused(*BASE, "--serve-client-ca", pem["ca"])
     assert "--serve-tasks needs --serve-mcp" in refused(*BASE, "--serve-tasks")
+    assert "--serve-accept-cancel needs --serve-mcp" in refused(*BASE, "--serve-accept-cancel")
     assert "no such readable file" in refused(*BASE, "--serve-mcp", "https://127.0.0.1:1", "--serve-cert",
                                               "/nonexistent/cert.pem", "--serve-key", pem["key"])
     mtls = Config.from_argv([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],

@@ -48,6 +48,7 @@ async def serving(
     reload_interval: float = 2.0,
     cert: Path | None = None,
     key: Path | None = None,
+    accept_cancel: bool = False,
 ) -> AsyncIterator[Served]:
     scheme = "https" if pki is not None else "http"
     cfg = ServeConfig(
@@ -65,7 +66,8 @@ async def serving(
         surface = SelfMcpSurface(backend, AgentInfo(run_id="run-test", mode="loop"), limits=limits)
         await nursery.start(surface.run)
         app = McpAsgiApp(surface, AsgiOptions(paths=cfg.paths, bearer=bearer, max_body=max_body,
-                                              keepalive=keepalive, body_timeout=body_timeout))
+                                              keepalive=keepalive, body_timeout=body_timeout,
+                                              accept_cancel=accept_cancel))
         stop = trio.Event()
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import trio
 
 from agentd.mcp.sse import SseDecoder
-from tests.selfmcp.harness import ACCEPT, LegacyPeer, read_events, rpc, serving
+from tests.selfmcp.harness import ACCEPT, LegacyPeer, Served, read_events, rpc, serving
 
 
 async def test_initialize_declares_exactly_the_surface() -> None:
@@ -181,3 +182,52 @@ async def test_a_failing_backend_is_32603_for_that_request_only() -> None:
         r = await peer.call("tools/call", {"name": "status", "arguments": {}})
         assert r["error"]["code"] == -32603 and "backend bug" not in json.dumps(r)
         assert (await peer.call("ping"))["result"] == {}
+
+
+async def _sync_spawn_then_cancel(s: Served, client: httpx.AsyncClient, instruction: str, *, close_first: bool,
+                                  ) -> dict[str, Any] | None:
+    """A sync ``subagent.spawn`` (request id 5) on a legacy session, then ``notifications/cancelled`` naming it:
+    after the peer dropped the stream (what a cancelled client does first), or while it is still open."""
+    peer = LegacyPeer(client, s.url)
+    init = await peer.initialize()
+    assert init["capabilities"] == {"tools": {}, "resources": {"subscribe": True}}  # the flag changes no capability
+    other = LegacyPeer(client, s.url)
+    await other.initialize()
+    body = rpc("tools/call", {"name": "subagent.spawn", "arguments": {"instruction": instruction}}, 5)
+    answer = None
+    cancel = rpc("notifications/cancelled", {"requestId": 5, "reason": "the parent was cancelled"}, None)
+    async with client.stream("POST", s.url, headers=peer.headers(), json=body) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        while not s.backend.runs:
+            await trio.sleep(0.01)
+        # Another session's notification naming the same id, and one naming another id, cancel nothing.
+        assert (await client.post(s.url, headers=other.headers(), json=cancel)).status_code == 202
+        wrong = rpc("notifications/cancelled", {"requestId": 6}, None)
+        assert (await client.post(s.url, headers=peer.headers(), json=wrong)).status_code == 202
+        if not close_first:
+            assert (await client.post(s.url, headers=peer.headers(), json=cancel)).status_code == 202
+            events = [e for e in SseDecoder().feed(await r.aread()) if e.data]
+            answer = json.loads(events[-1].data)
+    if close_first:
+        assert (await client.post(s.url, headers=peer.headers(), json=cancel)).status_code == 202
+    await s.backend.runs["served.1"].done.wait()
+    return answer
+
+
+async def test_with_accept_cancel_a_cancelled_request_ends_its_run() -> None:
+    for close_first in (True, False):
+        async with serving(accept_cancel=True) as s, httpx.AsyncClient(timeout=10) as client:
+            with trio.fail_after(10):
+                answer = await _sync_spawn_then_cancel(s, client, "sleep=30", close_first=close_first)
+            assert s.backend.cancelled == ["served.1"], close_first
+            assert s.backend.runs["served.1"].view.status == "cancelled"
+            if answer is not None:  # the stream was still open: the spawn answers with its run's end
+                assert answer["result"]["structuredContent"]["status"] == "cancelled", answer
+
+
+async def test_without_accept_cancel_the_notification_is_ignored() -> None:
+    async with serving() as s, httpx.AsyncClient(timeout=10) as client:
+        with trio.fail_after(10):
+            await _sync_spawn_then_cancel(s, client, "sleep=0.5", close_first=True)
+        assert s.backend.cancelled == []
+        assert s.backend.runs["served.1"].view.status == "completed"

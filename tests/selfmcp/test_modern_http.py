@@ -37,7 +37,8 @@ async def test_discover_and_result_decoration() -> None:
         result = r.json()["result"]
         assert result["supportedVersions"] == [MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
         assert result["capabilities"] == {"tools": {}, "resources": {"subscribe": True},
-                                          "extensions": {"io.modelcontextprotocol/tasks": {}}}
+                                          "extensions": {"io.modelcontextprotocol/tasks": {},
+                                                         "io.modelcontextprotocol/events": {}}}
         assert result["resultType"] == "complete" and result["ttlMs"] == 0 and result["cacheScope"] == "private"
         assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "agentd"
         tools = (await _post(client, s.url, "tools/list", _params())).json()["result"]

@@ -224,7 +224,7 @@ async def test_the_modern_wire_serves_the_tasks_extension_by_default() -> None:
             url = worker.url
             with trio.fail_after(60):
                 discover = (await _post_modern(client, url, "server/discover", {}))["result"]
-                assert discover["capabilities"]["extensions"] == {"io.modelcontextprotocol/tasks": {}}
+                assert discover["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"] == {}
                 spawn = {"name": "subagent.spawn", "arguments": {"instruction": "say fine"}}
                 plain = (await _post_modern(client, url, "tools/call", spawn, extension=False))["result"]
                 assert plain["resultType"] == "complete" and plain["structuredContent"]["status"] == "completed"

@@ -1,0 +1,126 @@
+"""The served Events extension's log, kept in the journal with ``--state-dir``, and the two methods it answers.
+
+Why it exists: the surface (agentd.selfmcp.surface) learns when a served run ends, whatever wire spawned it; this
+module turns that into events (``subagent.finished``, and ``budget.exhausted`` when that is why it ended) in one
+bounded log (agentd.mcp.served_events.EventLog) that a modern-wire client polls with ``events/poll``.
+
+With a journal, every event is written (one durable ``put_state`` with the log's head) before any poll can see
+it, and the log is read back at start-up: a cursor handed out before an agentd restart (a SIGKILL included) goes on
+where it was, no event lost, none twice. An event the previous process did not get to write (its run's end was
+journaled, then the process died) is written at start-up by :meth:`ServedEvents.ensure_finished`. Without a journal
+the log lives in memory only, bounded the same way (``SERVE_EVENTS_KEPT`` events, ``SERVE_EVENTS_MAX_AGE``
+seconds); a cursor from before a restart then reads what is kept with ``truncated: true``.
+
+``--cluster``: each member keeps its own log in memory (the events of the runs it watched end); a poll reaches
+one member.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from agentd import defaults
+from agentd.events import EventLog as Log
+from agentd.events import null_log
+from agentd.journal.errors import JournalError
+from agentd.mcp import served_events as wire
+from agentd.mcp.served_events import EventLog, Stored
+
+if TYPE_CHECKING:
+    from agentd.journal.store import JournalStore
+
+#: The journal's daemon-state namespace of the log: ``meta`` (epoch, head, floor) and ``e.<seq>`` per event.
+NAMESPACE: Final = "serve.events"
+_META: Final = "meta"
+
+
+def _key(seq: int) -> str:
+    return f"e.{seq}"
+
+
+class ServedEvents:
+    """The served event log; ``store`` is the journal (``--state-dir``), or None for memory only."""
+
+    def __init__(self, store: JournalStore | None = None, *, log: Log | None = None,
+                 max_kept: int = defaults.SERVE_EVENTS_KEPT, max_age: float = defaults.SERVE_EVENTS_MAX_AGE,
+                 next_poll_ms: int = defaults.SERVE_EVENTS_POLL_MS, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.log = log or null_log()
+        self.clock = clock
+        self.next_poll_ms = next_poll_ms
+        self.events = EventLog(secrets.token_hex(8), max_kept, max_age)
+        self._lock = trio.Lock()
+
+    async def load(self) -> None:
+        """Read the journaled log (its epoch, so older cursors stay valid); a first start journals a new one."""
+        if self.store is None:
+            return
+        try:
+            saved = await self.store.get_state(NAMESPACE)
+        except JournalError as exc:
+            self.log.warn("journal.write_failed", namespace=NAMESPACE, error=str(exc))
+            return
+        head = saved.get(_META)
+        if isinstance(head, Mapping) and isinstance(head.get("epoch"), str):
+            kept = [Stored.from_json(int(k[2:]), v) for k, v in saved.items() if k.startswith("e.") and k[2:].isdigit()]
+            self.events.epoch = str(head["epoch"])
+            self.events.restore(_int(head.get("head")), _int(head.get("floor")), _float(head.get("floor_at")),
+                                [e for e in kept if e is not None])
+        async with self._lock:
+            await self._write({}, self.events.trim(self.clock()))
+
+    async def _write(self, changes: Mapping[str, Any], dropped: list[Stored]) -> None:
+        if self.store is None:
+            return
+        body = {**changes, **{_key(e.seq): None for e in dropped},
+                _META: {"epoch": self.events.epoch, "head": self.events.head, "floor": self.events.floor,
+                        "floor_at": self.events.floor_at}}
+        try:
+            await self.store.put_state(NAMESPACE, body)
+        except JournalError as exc:  # kept in memory; a restart will not see it
+            self.log.warn("journal.write_failed", namespace=NAMESPACE, error=str(exc))
+
+    async def emit(self, name: str, owner: str, data: Mapping[str, Any]) -> None:
+        """Journal one event, then make it visible to polls (in sequence order: one writer at a time)."""
+        async with self._lock:
+            now = self.clock()
+            event = self.events.append(name, owner, data, now)
+            with trio.CancelScope(shield=True):  # a half-written event would leave a gap in the sequence
+                await self._write({_key(event.seq): event.to_json()}, self.events.trim(now))
+
+    async def finished(self, handle: str, owner: str, view: Mapping[str, Any]) -> None:
+        """A served run ended (``view``: its terminal body): ``subagent.finished``, and ``budget.exhausted`` when
+        that is why."""
+        await self.emit(wire.SUBAGENT_FINISHED, owner, wire.finished_data(view))
+        if view.get("status") == "budget_exhausted":
+            await self.emit(wire.BUDGET_EXHAUSTED, owner, {"handle": handle, "status": "budget_exhausted"})
+        self.log.info("serve.event", name=wire.SUBAGENT_FINISHED, handle=handle, status=view.get("status"))
+
+    async def ensure_finished(self, handle: str, owner: str, view: Mapping[str, Any], since: float | None) -> None:
+        """At start-up: a journaled run that ended (``since``: when it was spawned, wall clock) whose
+        ``subagent.finished`` the previous process did not write gets it now; one it wrote is not written twice."""
+        if since is not None and since <= self.events.floor_at:
+            return  # its event, if any, is older than what the bounds keep
+        for event in self.events.events:
+            if (event.name == wire.SUBAGENT_FINISHED and event.data.get("handle") == handle
+                    and (since is None or event.at >= since)):
+                return
+        await self.finished(handle, owner, view)
+
+    def poll(self, params: Mapping[str, Any], visible: Callable[[str], bool]) -> dict[str, Any]:
+        """One ``events/poll`` (raises :class:`agentd.mcp.served_events.PollError`)."""
+        request = wire.parse_poll(params)
+        return self.events.poll(request, visible, self.clock(), self.next_poll_ms)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
