@@ -57,6 +57,7 @@ from agentd.telemetry.spans import mcp_server_span
 from agentd.telemetry.stream import EVENTS_PATH, MAX_SUBSCRIBERS, Subscriber, current_bus
 from agentd.transport.resource_server import Rejected, ResourceServer, bearer_token
 from agentd.transport.tenancy import LOCAL, Owners, Principal, oauth_principal
+from agentd.transport.ui_app import is_ui_path, ui_reply
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -261,6 +262,10 @@ class McpAsgiApp:
             await _send_reply(send, HttpReply(status, text, "text/plain"))
             return
         headers = _headers(scope)
+        if is_ui_path(scope.get("path", "")):  # the live page (agentd.transport.ui_app): /events' gate, then a file
+            await _send_reply(send, self._trust(headers) or await self.authorize(headers)
+                              or ui_reply(scope["method"], scope["path"]))
+            return
         refusal = self._gate(scope, headers)
         principal: HttpReply | Principal = LOCAL
         if refusal is None and self.options.oauth is not None:
