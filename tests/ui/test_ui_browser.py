@@ -130,3 +130,59 @@ async def test_the_page_draws_the_live_tree_of_a_served_run_and_follows_it():
     assert seen["images"] == 0 and seen["title"] == "agentd"
     done, later = seen["done_elapsed"]
     assert done == later and done.endswith(" s")  # an ended run's elapsed time stands still
+
+
+def _log_in(base: str, token: str) -> dict[str, Any]:
+    """In a worker thread: a bearer listener's page in a browser alone: the login form, a wrong token, the
+    right one, then the live view (its WebSocket authenticated by the session cookie)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    seen: dict[str, Any] = {"console": [], "errors": []}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True)
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: seen["console"].append((m.type, m.text, page.url)))
+            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+            response = page.goto(base + "/ui/")
+            assert response is not None
+            seen["first"] = (response.status, response.headers.get("www-authenticate"))
+            page.fill("#token", "wrong-token-0000")
+            page.click("button[type=submit]")
+            expect(page.locator("#message")).to_have_text("That is not this daemon's token.", timeout=WAIT_MS)
+            seen["cookies_after_wrong"] = page.context.cookies()
+            page.fill("#token", token)
+            live_from = len(seen["console"])  # the login page's own (its 401, the wrong token's) are before
+            page.click("button[type=submit]")
+            expect(page.locator("#status")).to_have_attribute("data-state", "connected", timeout=WAIT_MS)
+            root = page.locator('tr[data-handle="0"]')
+            expect(root.locator("td.status")).to_have_text("completed", timeout=WAIT_MS)
+            expect(root.locator("td.tokens")).to_have_text("5", timeout=WAIT_MS)
+            expect(page.locator("#empty")).to_be_hidden()
+            seen["live_console"] = seen["console"][live_from:]
+            seen["login_console"] = seen["console"][:live_from]
+            seen["cookies"] = page.context.cookies()
+            seen["url"] = page.url
+        finally:
+            browser.close()
+    return seen
+
+
+async def test_a_bearer_listener_logs_a_browser_in_and_shows_the_live_page():
+    require_playwright()
+    chromium_path()
+    token = "ui-browser-token-5678"
+    async with scripted_gateway([text("done", usage={"prompt_tokens": 3, "completion_tokens": 2})]) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url, "--instruction", "go",
+                "--serve-bearer", "{{secret:UI_TOKEN}}"]
+        async with agentd_worker(argv, env={"UI_TOKEN": token}) as worker:
+            with trio.fail_after(90):
+                await worker.wait_event(lambda e: e.get("event") == "run.end")
+                seen = await trio.to_thread.run_sync(_log_in, worker.url.split("/mcp")[0], token)
+    status, challenge = seen["first"]
+    assert status == 401 and challenge.startswith("Bearer")
+    assert seen["cookies_after_wrong"] == []
+    [cookie] = seen["cookies"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and token not in cookie["value"]
+    assert seen["url"].endswith("/ui/"), seen["login_console"]
+    assert seen["errors"] == [] and [c for c in seen["live_console"] if c[0] in ("error", "warning")] == [], seen
