@@ -284,7 +284,7 @@
       attempt += 1;
       const delay = Math.min(RECONNECT_CAP, RECONNECT_BASE * 2 ** (attempt - 1));
       const why = opened ? (event.code === 1001 ? "the daemon is stopping" : "connection lost")
-        : "refused or unreachable (Host, Origin or authentication: see the daemon's serve.refused line)";
+        : "refused or unreachable (reload the page to log in again; a refusal is a serve.refused line on the daemon)";
       status("disconnected", "disconnected: " + why + "; retrying in " + delay.toFixed(1) + " s");
       setTimeout(connect, delay * 1000);
     });
