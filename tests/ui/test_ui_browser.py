@@ -53,7 +53,7 @@ def _watch(base: str, release: Any) -> dict[str, Any]:
 
     seen: dict[str, Any] = {"console": [], "errors": []}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True)
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, timeout=WAIT_MS)
         try:
             page = browser.new_page()
             page.on("console", lambda m: seen["console"].append((m.type, m.text)))
@@ -139,7 +139,7 @@ def _log_in(base: str, token: str) -> dict[str, Any]:
 
     seen: dict[str, Any] = {"console": [], "errors": []}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True)
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, timeout=WAIT_MS)
         try:
             page = browser.new_page()
             page.on("console", lambda m: seen["console"].append((m.type, m.text, page.url)))

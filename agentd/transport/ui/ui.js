@@ -18,7 +18,7 @@
   const RECONNECT_CAP = 10;
   const HIDDEN = new Set(["ts", "level", "event", "run_id", "pid", "comp", "agent_path"]);
 
-  const nodes = new Map();       // "run_id#handle" -> {node, at: performance.now() when received}
+  const nodes = new Map();       // "run_id#handle" -> {node, at: performance.now() when received, seq}
   const rows = new Map();        // "run_id#handle" -> <tr>
   const lines = new Map();       // "run_id#handle" -> [line, ...]
   const allLines = [];
@@ -26,6 +26,7 @@
   let dropped = 0;
   let frame = 0;
   let attempt = 0;
+  let seen = 0;                  // nodes in the order first seen: roots are drawn in that order
 
   const $ = (id) => document.getElementById(id);
 
@@ -83,8 +84,9 @@
   function take(message) {
     if (message.event === "tree.node" && typeof message.handle === "string") {
       const key = keyOf(message.run_id, message.handle);
-      nodes.delete(key);  // re-inserted last: the newest nodes are the ones kept
-      nodes.set(key, {node: message, at: performance.now()});
+      const before = nodes.get(key);
+      nodes.delete(key);  // re-inserted last: the most recently changed nodes are the ones kept
+      nodes.set(key, {node: message, at: performance.now(), seq: before === undefined ? ++seen : before.seq});
       while (nodes.size > MAX_NODES) {
         const oldest = nodes.keys().next().value;
         nodes.delete(oldest);
@@ -152,6 +154,7 @@
       mine.sort((a, b) => handleOrder(nodes.get(a).node.handle, nodes.get(b).node.handle));
       for (const child of mine) walk(child, depth + 1);
     };
+    roots.sort((a, b) => nodes.get(a).seq - nodes.get(b).seq);
     for (const key of roots) walk(key, 0);
     return out;
   }
