@@ -1,7 +1,8 @@
 """The ``/ui/`` page in a real headless Chromium, watching a real serving agentd (a subprocess) whose served
 run delegates to a subagent: the page draws the tree (status, tokens, the tool in flight, elapsed time),
 follows a state change the test makes (the held model request answered) without a reload, shows a run's
-recent event lines, inserts hostile model text as text, and logs no console error.
+recent event lines, inserts hostile model text as text, and logs no console error. A bearer listener's page
+is reached by logging in (a session cookie), an mTLS listener's with a client certificate.
 
 The scripted gateway runs in this process (it holds the subagent's model request until the test says so);
 the browser runs in a worker thread (playwright's sync API), which calls back into trio to release it.
@@ -186,3 +187,51 @@ async def test_a_bearer_listener_logs_a_browser_in_and_shows_the_live_page():
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and token not in cookie["value"]
     assert seen["url"].endswith("/ui/"), seen["login_console"]
     assert seen["errors"] == [] and [c for c in seen["live_console"] if c[0] in ("error", "warning")] == [], seen
+
+
+def _with_a_certificate(base: str, pki: Any) -> dict[str, Any]:
+    """In a worker thread: an mTLS listener's page, without a client certificate (the handshake fails) and
+    with one (the page and its WebSocket ride on it; the test CA is not the browser's, so its errors are
+    ignored for the server certificate only)."""
+    from playwright.sync_api import Error, expect, sync_playwright
+
+    seen: dict[str, Any] = {"console": [], "errors": []}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, timeout=WAIT_MS)
+        try:
+            bare = browser.new_context(ignore_https_errors=True).new_page()
+            try:
+                bare.goto(base + "/ui/")
+                seen["bare"] = "loaded"
+            except Error as exc:
+                seen["bare"] = str(exc).splitlines()[0]
+            context = browser.new_context(ignore_https_errors=True, client_certificates=[
+                {"origin": base, "certPath": str(pki.client.cert), "keyPath": str(pki.client.key)}])
+            page = context.new_page()
+            page.on("console", lambda m: seen["console"].append((m.type, m.text)))
+            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+            page.goto(base + "/ui/")
+            expect(page.locator("#status")).to_have_attribute("data-state", "connected", timeout=WAIT_MS)
+            root = page.locator('tr[data-handle="0"]')
+            expect(root.locator("td.status")).to_have_text("completed", timeout=WAIT_MS)
+        finally:
+            browser.close()
+    return seen
+
+
+async def test_an_mtls_listener_shows_the_page_to_a_browser_with_a_client_certificate(tmp_path):
+    from tests.selfmcp.certs import make_pki
+
+    require_playwright()
+    chromium_path()
+    pki = make_pki(tmp_path / "pki")
+    async with scripted_gateway([text("done", usage={"prompt_tokens": 3, "completion_tokens": 2})]) as gw:
+        argv = ["--serve-mcp", "https://127.0.0.1:0/mcp", "--serve-cert", str(pki.server.cert), "--serve-key",
+                str(pki.server.key), "--serve-client-ca", str(pki.ca), "--intelligence", gw.url,
+                "--instruction", "go"]
+        async with agentd_worker(argv) as worker:
+            with trio.fail_after(90):
+                await worker.wait_event(lambda e: e.get("event") == "run.end")
+                seen = await trio.to_thread.run_sync(_with_a_certificate, worker.url.split("/mcp")[0], pki)
+    assert "net::ERR_" in seen["bare"], seen  # no certificate, no page: the TLS layer refuses the connection
+    assert seen["errors"] == [] and [c for c in seen["console"] if c[0] in ("error", "warning")] == [], seen
