@@ -90,6 +90,8 @@ async def ui_answer(scope: Mapping[str, Any], headers: Mapping[str, str], receiv
     headers = with_session(headers, bearer)
     refusal = trust(headers) or await authorize(headers)
     if refusal is not None:
+        if refusal.status == 401 and method in ("GET", "HEAD") and path == UI_PATH:
+            return ui_reply(method, path)  # to /ui/ (the page's relative links need the slash), refused there
         if refusal.status == 401 and bearer is not None and method == "GET" and _page(path):
             return _login_form(refusal)
         return refusal
@@ -174,7 +176,7 @@ def _login_form(refusal: HttpReply) -> HttpReply:
 
 
 def _page(path: str) -> bool:
-    return path in (UI_PATH, UI_PREFIX, UI_PREFIX + INDEX)
+    return path in (UI_PREFIX, UI_PREFIX + INDEX)
 
 
 def _cookie_name(headers: Mapping[str, str]) -> str:

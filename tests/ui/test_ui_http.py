@@ -49,6 +49,9 @@ async def test_the_page_needs_what_events_needs_and_is_served_with_its_types():
             for headers in ({}, {"authorization": "Bearer wrong-token-99"}, {"authorization": TOKEN},
                             {"cookie": f"agentd_ui_{port}=wrong; agentd_ui={session_value(TOKEN)}"}):
                 for path in ("/ui/", "/ui/index.html", "/ui/ui.js", "/ui/ui.css", "/ui/nope", "/ui/login.js"):
+                    if path == "/ui/nope":  # /ui itself only says where the page is (refused there)
+                        r = await client.get(base + "/ui", headers=headers)
+                        assert r.status_code == 308 and r.headers["location"] == "/ui/"
                     r = await client.get(base + path, headers=headers)
                     assert r.status_code == 401, (path, headers, r.status_code)
                     assert r.headers["www-authenticate"].startswith("Bearer")

@@ -6,10 +6,10 @@ document.getElementById("login").addEventListener("submit", async (event) => {
   const message = document.getElementById("message");
   const token = document.getElementById("token").value;
   try {
-    const answer = await fetch("/ui/login", {method: "POST", body: token, credentials: "same-origin",
+    const answer = await fetch("login", {method: "POST", body: token, credentials: "same-origin",
                                              headers: {"content-type": "text/plain"}});
     if (answer.ok) {
-      location.replace("/ui/");
+      location.replace("./");  // relative, as the page's own links
       return;
     }
     message.textContent = answer.status === 401 ? "That is not this daemon's token." : "Refused (" + answer.status + ").";

@@ -265,7 +265,7 @@
   }
 
   function connect() {
-    const url = new URL("/events", location.href);
+    const url = new URL("../events", location.href);  // relative: a proxy may serve the daemon under a prefix
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
     status("connecting", "connecting");
     const socket = new WebSocket(url.href);
