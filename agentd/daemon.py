@@ -328,7 +328,8 @@ def with_port(url: str, port: int | None) -> str:
 
 def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> dict[str, str]:
     """Where a daemon serves, for a person and for ``proc.ready``: the ``--serve-mcp`` URL as given (a ``:0``
-    port replaced by the bound one), the A2A card when ``--serve-a2a``, the ``/events`` stream, the command
+    port replaced by the bound one), the A2A card when ``--serve-a2a``, the ``/events`` stream, the ``/ui/``
+    page, the command
     that watches it, the metrics URL, the state directory and the control socket. Empty when nothing listens
     (and then nothing more is imported: a once run's start-up stays light)."""
     where: dict[str, str] = {}
@@ -340,8 +341,11 @@ def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> 
             from agentd.a2a.types import CARD_PATH
 
             where["a2a_card"] = urlunsplit((parts.scheme, parts.netloc, CARD_PATH, "", ""))
+        from agentd.transport.ui_app import UI_PREFIX
+
         ws = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
         where["events"] = urlunsplit((ws, parts.netloc, EVENTS_PATH, "", ""))
+        where["ui"] = urlunsplit((parts.scheme, parts.netloc, UI_PREFIX, "", ""))
         where["watch"] = f"agentd top {url}"
     if cfg.metrics_addr is not None and metrics_port is not None:
         scheme = "https" if cfg.serve_cert is not None and cfg.serve_key is not None else "http"

@@ -26,6 +26,9 @@ from agentd.telemetry.private_files import open_private
 MAX_TREES: Final = 1000
 #: Relayed lines nest one ``subagent.stderr`` per level; deeper ones are not unwrapped.
 MAX_NESTING: Final = 16
+#: Tool calls in flight shown per node (a reply may ask for many at once), and the characters of a name.
+MAX_CALLS: Final = 16
+TOOL_NAME_MAX: Final = 100
 
 
 def _epoch(ts: Any) -> float | None:
@@ -51,6 +54,8 @@ class _Node:
     started: float | None = None
     ended: float | None = None
     error: str | None = None
+    #: The tool calls in flight (``tool.call`` seen, its ``tool.result`` not yet): call id -> tool name.
+    calls: dict[str, str] = attrs.field(factory=dict)
 
     def to_json(self, children: list[dict[str, Any]]) -> dict[str, Any]:
         duration = (round(self.ended - self.started, 3)
@@ -124,17 +129,38 @@ class Recorder:
                 node.output_tokens = int(raw.get("completion_tokens") or 0)
             return self.node_view(node)
         self._count(event, line, run_id, handle)
+        if event in ("tool.call", "tool.result"):
+            return self._tool(event, line, run_id, handle)
         return None
+
+    def _tool(self, event: Any, line: Mapping[str, Any], run_id: str, handle: str) -> dict[str, Any] | None:
+        """A tool call of a known run started or ended: that run's node, with the calls now in flight."""
+        tree = self._trees.get(_tree_key(run_id, handle))
+        node = tree.get(handle) if tree is not None else None
+        if node is None or node.ended is not None:
+            return None
+        call_id = str(line.get("call_id") or "")
+        if event == "tool.result":
+            if node.calls.pop(call_id, None) is None:
+                return None
+        elif len(node.calls) < MAX_CALLS:
+            node.calls[call_id] = str(line.get("tool") or line.get("wire_name") or "?")[:TOOL_NAME_MAX]
+        return self.node_view(node)
 
     def record(self, line: dict[str, Any]) -> None:
         """:meth:`observe` as an event sink."""
         self.observe(line)
 
     def node_view(self, node: _Node) -> dict[str, Any]:
-        """One node for the live stream: ``tree.node`` with its place in the tree."""
+        """One node for the live stream: ``tree.node`` with its place in the tree, the tools it is calling and
+        its elapsed seconds now (a viewer adds its own clock's time since, for a running node: no skew)."""
+        elapsed = None
+        if node.started is not None:
+            elapsed = round((node.ended if node.ended is not None else time.time()) - node.started, 3)
         return {"event": "tree.node", "run_id": node.run_id.split("/", 1)[0], "handle": node.handle,
                 "parent": node.handle.rpartition(".")[0] or None, "status": node.status, "steps": node.steps,
-                "tokens": node.input_tokens + node.output_tokens}
+                "tokens": node.input_tokens + node.output_tokens, "tools": list(node.calls.values()),
+                "elapsed_s": elapsed}
 
     def nodes(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` nodes as :meth:`node_view` (a new stream subscriber's snapshot)."""
@@ -151,11 +177,13 @@ class Recorder:
             node.input_tokens = int(usage.get("prompt_tokens") or 0)
             node.output_tokens = int(usage.get("completion_tokens") or 0)
             node.ended = _epoch(line.get("ts"))
+            node.calls.clear()
             if line.get("error"):
                 node.error = str(line["error"])[:300]
         else:
             node = self._node(run_id, handle)
             node.status, node.ended = "cancelled", _epoch(line.get("ts"))
+            node.calls.clear()
 
     def _count(self, event: Any, line: Mapping[str, Any], run_id: str, handle: str) -> None:
         if event == "tool.result":

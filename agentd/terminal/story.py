@@ -103,8 +103,8 @@ def signal_text(e: Mapping[str, Any], drain_timeout: float | None = None) -> str
 
 
 #: ``proc.ready``'s fields as a person reads them, in this order.
-READY_LABELS: Final = (("mcp", "MCP"), ("a2a_card", "A2A card"), ("events", "events"), ("metrics", "metrics"),
-                       ("state_dir", "state"), ("ctl_socket", "control"), ("watch", "watch"))
+READY_LABELS: Final = (("mcp", "MCP"), ("a2a_card", "A2A card"), ("events", "events"), ("ui", "browser"),
+                       ("metrics", "metrics"), ("state_dir", "state"), ("ctl_socket", "control"), ("watch", "watch"))
 
 
 def ready_text(e: Mapping[str, Any]) -> str:

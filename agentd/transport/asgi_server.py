@@ -57,6 +57,7 @@ from agentd.telemetry.spans import mcp_server_span
 from agentd.telemetry.stream import EVENTS_PATH, MAX_SUBSCRIBERS, Subscriber, current_bus
 from agentd.transport.resource_server import Rejected, ResourceServer, bearer_token
 from agentd.transport.tenancy import LOCAL, Owners, Principal, oauth_principal
+from agentd.transport.ui_app import is_ui_path, ui_answer, with_session
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -267,6 +268,10 @@ class McpAsgiApp:
             await _send_reply(send, HttpReply(status, text, "text/plain"))
             return
         headers = _headers(scope)
+        if is_ui_path(scope.get("path", "")):  # the live page (agentd.transport.ui_app): /events' gate, then a file
+            await _send_reply(send, await ui_answer(scope, headers, receive, trust=self._trust,
+                                                    authorize=self.authorize, bearer=self.options.bearer))
+            return
         refusal = self._gate(scope, headers)
         principal: HttpReply | Principal = LOCAL
         if refusal is None and self.options.oauth is not None:
@@ -392,7 +397,7 @@ class McpAsgiApp:
         has no stream or enough subscribers (one OAuth principal: a quarter of them). A principal sees the lines
         of its own runs only (agentd.transport.tenancy)."""
         bus = current_bus()
-        headers = _headers(scope)
+        headers = with_session(_headers(scope), self.options.bearer)  # the /ui/ page's login cookie, if any
         principal: HttpReply | Principal = LOCAL
         refused = scope.get("path") != EVENTS_PATH or self._trust(headers) is not None
         if not refused:

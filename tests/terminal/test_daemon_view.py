@@ -59,6 +59,7 @@ def test_a_serving_daemon_says_where_it_serves(tmp_path, no_leftover_children) -
         origin = f"127.0.0.1:{port.group(1)}"
         assert _field(screen, "A2A card") == f"http://{origin}/.well-known/agent-card.json"
         assert _field(screen, "events") == f"ws://{origin}/events"
+        assert _field(screen, "browser") == f"http://{origin}/ui/"
         assert _field(screen, "state") == str(state)
         assert _field(screen, "control") == str(state / "ctl.sock")
         assert f"  watch     agentd top {mcp}" in screen.splitlines()

@@ -1,0 +1,42 @@
+"""A real headless Chromium for the ``/ui/`` tests: Debian's ``chromium`` package driven by playwright-python
+through ``executable_path`` (browser download sites are unreachable: playwright's own build is never used).
+
+``AGENTD_TEST_CHROMIUM`` names another binary. Without a browser or playwright the tests fail under
+scripts/test (which installs the package when it is missing) and skip in ad-hoc runs, like the other peers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+#: The binary the Debian launcher script (/usr/bin/chromium) execs: started directly, it prints nothing else.
+DEBIAN_BINARY = Path("/usr/lib/chromium/chromium")
+
+
+def chromium_path() -> str:
+    named = os.environ.get("AGENTD_TEST_CHROMIUM")
+    if named:
+        return named
+    if DEBIAN_BINARY.is_file() and os.access(DEBIAN_BINARY, os.X_OK):
+        return str(DEBIAN_BINARY)
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        reason = "chromium not found: install Debian's chromium package (scripts/test does) or set AGENTD_TEST_CHROMIUM"
+        if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+def require_playwright() -> None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = "playwright is not installed (the [test] extra has it)"
+        if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
