@@ -144,6 +144,6 @@ async def test_a_run_against_an_untrusted_gateway_is_not_retried_and_says_what_t
     assert proc.returncode == 4
     events = [json.loads(line) for line in proc.stderr.decode().splitlines() if line.startswith("{")]
     assert [e for e in events if e["event"] == "intel.retry"] == []  # the certificate will not verify in a second
-    (call,) = [e for e in events if e["event"] == "intel.call"]
+    assert len([e for e in events if e["event"] == "intel.call"]) == 1
     error = next(e for e in events if e["event"] == "run.end")["error"]
     assert "TLS certificate verification failed" in error and "SSL_CERT_FILE" in error
