@@ -201,7 +201,8 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
             from agentd.cluster.cli import cluster_main
             from agentd.config.argv import flag_named
 
-            return cluster_main(argv[1:], env, dsn_envs=flag_named("--cluster").env_names)
+            return cluster_main(argv[1:], env, dsn_envs=flag_named("--cluster").env_names,
+                                human=_human_stdout(env, "cluster_text"))
         if argv and argv[0] == "trace":
             from agentd.terminal.trace import trace_main
 

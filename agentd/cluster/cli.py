@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -47,10 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--id", help="submit: the work item's id (default: a new run id)")
     p.add_argument("--lease-ttl", type=float, default=defaults.CLUSTER_LEASE_TTL,
                    help="status: members silent longer than this many seconds are not counted")
+    p.add_argument("--json", action="store_true", help="print the JSON document even at a terminal")
     return p
 
 
-def cluster_main(args: Sequence[str], env: Mapping[str, str] | None = None, *, dsn_envs: Sequence[str] = ()) -> int:
+def cluster_main(args: Sequence[str], env: Mapping[str, str] | None = None, *, dsn_envs: Sequence[str] = (),
+                 human: Callable[[str, Any], None] | None = None) -> int:
+    """``agentd cluster``; ``human`` draws the answer for a person (the CLI passes it when stdout is a terminal;
+    ``--json`` keeps the JSON document)."""
     env = os.environ if env is None else env
     options = _parser().parse_args(list(args))
     text = options.cluster or next((env[n] for n in dsn_envs if env.get(n)), None)
@@ -64,6 +68,9 @@ def cluster_main(args: Sequence[str], env: Mapping[str, str] | None = None, *, d
     redactor = Redactor()
     conninfo, password = connect_args(dsn, SecretResolver(env=env, redactor=redactor), env, redactor)
     code, document = trio.run(_command, options, conninfo, password, str(dsn))
+    if human is not None and not options.json:
+        human(options.command, document)
+        return code
     print(json.dumps(document, separators=(",", ":")))
     sys.stdout.flush()
     return code

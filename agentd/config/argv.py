@@ -357,7 +357,7 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("cluster", "cluster migrate|status|submit|show", "the cluster database (the [cluster] extra)",
                words=("migrate", "status", "submit", "show"),
                flags=("--cluster=DSN", "--instruction=TEXT", "--output-contract=TEXT", "--id=ID",
-                      "--lease-ttl=SECONDS")),
+                      "--lease-ttl=SECONDS", "--json")),
     Subcommand("report", "report FILE [--json]", "a --report-file as tables for a person", flags=("--json",),
                takes="file"),
     Subcommand("top", "top URL [--tls-ca PATH]", "a serving daemon's live run tree, in the terminal",

@@ -180,3 +180,51 @@ def journal_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bo
         details = " · ".join(f"{key} {record[key]}" for key in record if key not in ("seq", "ts", "kind"))
         records.add_row(str(record.get("seq")), _when(record.get("ts")), str(record.get("kind")), visible(details))
     console.print(records)
+
+
+def cluster_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) -> None:
+    """``agentd cluster`` for a person: ``status`` as the queue and a table of live members, ``show`` as the work
+    item's fields and its answer, ``migrate``/``submit`` as one line, a refusal as one red line."""
+    console = console_for(out, color=color)
+    if doc.get("error"):
+        console.print(Text(f"agentd cluster {command}: {visible_line(str(doc['error']))}", style="bold red"),
+                      markup=False)
+        return
+    if command == "migrate":
+        console.print(_plain(f"{doc.get('database')}: schema {doc.get('from')} → {doc.get('to')}", "green"))
+        return
+    if command == "submit":
+        verb = "queued" if doc.get("created") else "already there (nothing queued again)"
+        console.print(_plain(f"{doc.get('handle')}: {verb}", "green" if doc.get("created") else "yellow"))
+        return
+    if command == "status":
+        age = doc.get("oldest_queued_age")
+        console.print(_plain(f"{doc.get('database')} · {doc.get('running')} running · {doc.get('queued')} queued"
+                             + (f" (oldest {age:.0f} s)" if isinstance(age, int | float) else "")
+                             + f" · {doc.get('free_slots')} free slots", "bold"))
+        members = doc.get("members") or []
+        if not members:
+            console.print(Text("no live member", style="yellow"))
+            return
+        table = Table(expand=False)
+        for column in ("member", "address", "capacity", "running", "free", "heartbeat"):
+            table.add_column(column, no_wrap=True)
+        for member in members:
+            table.add_row(visible_line(str(member.get("member"))), visible_line(str(member.get("address") or "—")),
+                          str(member.get("capacity")), str(member.get("running")), str(member.get("free")),
+                          f"{member.get('heartbeat_age')} s ago")
+        console.print(table)
+        return
+    status = str(doc.get("status"))
+    tone = "green" if status == "completed" else "yellow" if status in ("running", "queued") else "bold red"
+    head = _plain(f"{doc.get('handle')} · ", "bold")
+    head.append(visible_line(status), style=tone)
+    head.append(visible_line(f" · {doc.get('kind')} · owner {doc.get('owner') or '—'} · attempts {doc.get('attempts')}"),
+                style="dim")
+    if doc.get("partial"):
+        head.append(" · partial", style="yellow")
+    console.print(head)
+    result = doc.get("result")
+    if result is not None:
+        text = result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False)
+        console.print(Text(visible(text)), markup=False, highlight=False)
