@@ -40,6 +40,7 @@ from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
 from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus
+from agentd.loopback import is_loopback_host
 from agentd.operator import Operator, use_operator
 from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
 from agentd.secrets import SecretResolver
@@ -348,7 +349,7 @@ def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> 
         where["ui"] = urlunsplit((parts.scheme, parts.netloc, UI_PREFIX, "", ""))
         where["watch"] = f"agentd top {url}"
     if cfg.metrics_addr is not None and metrics_port is not None:
-        scheme = "https" if cfg.serve_cert is not None and cfg.serve_key is not None else "http"
+        scheme = "https" if _metrics_tls(cfg) else "http"
         where["metrics"] = with_port(f"{scheme}://{cfg.metrics_addr}/metrics", metrics_port)
     if not where:
         return where
@@ -362,18 +363,30 @@ def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> 
     return where
 
 
+def _metrics_loopback(cfg: Config) -> bool:
+    assert cfg.metrics_addr is not None
+    return is_loopback_host(cfg.metrics_addr.rpartition(":")[0].strip("[]"))
+
+
+def _metrics_tls(cfg: Config) -> bool:
+    """A non-loopback ``--metrics-addr`` takes the self-MCP's TLS files; a loopback one stays plain HTTP
+    without authentication (a local scraper, as documented), whatever the MCP listener uses."""
+    return not _metrics_loopback(cfg) and cfg.serve_cert is not None and cfg.serve_key is not None
+
+
 def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
-    """``--metrics-addr`` as a listener: TLS (and mTLS) with the self-MCP's files when they are given."""
+    """``--metrics-addr`` as a listener: loopback plain and open; otherwise TLS (and mTLS) with the self-MCP's
+    files and its bearer when they are given."""
     from agentd.transport.serve import ServeConfig
 
     assert cfg.metrics_addr is not None
-    tls = cfg.serve_cert is not None and cfg.serve_key is not None
+    tls = _metrics_tls(cfg)
     return ServeConfig(
         url=f"{'https' if tls else 'http'}://{cfg.metrics_addr}/metrics",
         cert=Path(cfg.serve_cert) if tls and cfg.serve_cert else None,
         key=Path(cfg.serve_key) if tls and cfg.serve_key else None,
         client_ca=Path(cfg.serve_client_ca) if tls and cfg.serve_client_ca else None,
-        bearer=bearer,
+        bearer=None if _metrics_loopback(cfg) else bearer,
         max_connections=METRICS_MAX_CONNECTIONS,
         max_per_client=METRICS_MAX_CONNECTIONS,
     )

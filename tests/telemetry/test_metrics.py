@@ -143,3 +143,28 @@ def test_the_telemetry_section_of_a_config_file(tmp_path: Path) -> None:
     path.write_text("telemetry:\n  mode: loop\n")
     with pytest.raises(ConfigError, match=r"\$\.telemetry\.mode"):
         Config.from_argv(["--config", str(path), "--instruction", "x", "--intelligence", "test"], env={})
+
+
+async def test_loopback_metrics_stay_plain_and_open_when_the_mcp_listener_uses_tls_and_a_bearer(tmp_path: Path) -> None:
+    """docs/observability.md: a loopback ``--metrics-addr`` needs no authentication, whatever the MCP
+    listener uses; the MCP listener itself still wants its TLS and its token."""
+    from tests.integration.agents import agentd_worker
+    from tests.selfmcp.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    argv = ["--intelligence", "test", "--serve-mcp", "https://127.0.0.1:0/mcp", "--serve-cert",
+            str(pki.server.cert), "--serve-key", str(pki.server.key), "--serve-bearer", "{{secret:METRICS_T}}",
+            "--metrics-addr", "127.0.0.1:0", "--log-format", "json"]
+    with trio.fail_after(90):
+        async with agentd_worker(argv, env={"METRICS_T": "m" * 40}) as worker:
+            started = await worker.wait_event(lambda e: e.get("event") == "serve.start" and e.get("comp") == "metrics")
+            url = started["urls"][0]
+            assert url.startswith("http://127.0.0.1:")
+            async with httpx.AsyncClient() as client:
+                metrics = await client.get(url)
+                assert metrics.status_code == 200 and "agentd_" in metrics.text
+            async with httpx.AsyncClient(verify=str(pki.ca)) as client:
+                served = await worker.wait_event(lambda e: e.get("event") == "serve.start" and e.get("comp") != "metrics")
+                assert served["urls"][0].startswith("https://")
+                refused = await client.post(served["urls"][0], json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+                assert refused.status_code == 401
