@@ -38,12 +38,13 @@ from agentd.errors import AgentdError, ConfigError, flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
+from agentd.reactive.events import EventRoute
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.shared import Shared
 from agentd.reactive.wake_budget import WakeBudget
-from agentd.reactive.wake_prompt import wake_instruction, wakes_instruction
-from agentd.reactive.watch import Origin, ResourcePool, Watcher, read_current
+from agentd.reactive.wake_prompt import events_instruction, wake_instruction, wakes_instruction
+from agentd.reactive.watch import CLEANUP_TIMEOUT, Origin, ResourcePool, Watcher, read_current
 from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
@@ -78,6 +79,8 @@ class DaemonContext:
     #: ``--cluster``: the cluster owns the subscriptions (each watched by the one member holding its lease) and
     #: the agent's self-scheduled runs (agentd.reactive.shared).
     shared: Shared | None = None
+    #: ``--on-event``: the MCP event subscriptions, routed through the router like resource updates.
+    events: EventRoute | None = None
 
 
 def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
@@ -90,6 +93,7 @@ def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
         "running": runs.active,
         "subscriptions": [view.to_json() for view in ctx.watcher.view()] if ctx.watcher is not None else [],
         "wakes": attrs.asdict(router.stats) if router is not None else None,
+        **({"events": ctx.events.view()} if ctx.events is not None else {}),
         "lifetime_tokens": {"spent": runs.budget.spent, "limit": runs.budget.limit},
     }
 
@@ -126,6 +130,8 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             if ctx.pool is not None:
                 await _start_reactivity(ctx, nursery)
             await _arm(ctx)
+            if ctx.events is not None:
+                await ctx.events.arm(cfg.on_events, nursery)
             if ctx.shared is not None and ctx.watcher is not None and ctx.router is not None:
                 await nursery.start(ctx.shared.serve, ctx.watcher, ctx.router.notify)
             await runs.restore(ctx.router.notify if ctx.router is not None else None)
@@ -258,6 +264,8 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
                         budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
                                           per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
+    if cfg.on_events:
+        ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
         if ctx.open_session is None:
@@ -318,6 +326,9 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     await runs.backoff_gate()
     if not runs.accepting:
         return
+    if ctx.events is not None and any(ctx.events.owns(item.uri) for item in wake.items):
+        await _wake_events(ctx, ctx.events, wake)
+        return
     if wake.also:
         read = await _read_batch(ctx, wake)
     else:
@@ -336,6 +347,43 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
                                                  status=result.status.value, error=result.error or "")
+
+
+async def _wake_events(ctx: DaemonContext, route: EventRoute, wake: Wake) -> None:
+    """A wake carrying MCP events (agentd.reactive.events): every occurrence pending for its subscriptions, and
+    the resources a batched wake took along, read now. The cursors after the occurrences are journaled once the
+    run has ended."""
+    taken = [t for item in wake.items if route.owns(item.uri) and (t := route.take(item.uri)) is not None]
+    others = [item for item in wake.items if not route.owns(item.uri)]
+    ran = False
+    try:
+        changed: list[tuple[str, str | None, Any]] = []
+        if others:
+            read = await _read_batch(ctx, attrs.evolve(others[0], also=tuple(others[1:])))
+            changed = [(item.uri, server, contents) for item, server, contents in read]
+        if not taken and not changed:
+            return
+        for item in taken:
+            ctx.log.info("reactive.wake", uri=item.key, server=item.server, event=item.name, seq=wake.seq,
+                         occurrences=len(item.occurrences), gap=item.gap,
+                         wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
+        metrics.woke(sum(len(t.occurrences) for t in taken) + len(changed))
+        prompt = events_instruction(_instruction(ctx), taken, changed)
+
+        async def started(run_id: str) -> None:
+            for item in taken:
+                await route.started(item, run_id)
+
+        result = await ctx.runs.run(Job("wake", ctx.log.redactor.scrub(prompt), wake.uri, started=started))
+        ran = result is not None
+        if result is not None and result.status in FAILED_STATUSES:
+            ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
+                                                     status=result.status.value, error=result.error or "")
+    finally:
+        # The cursors are journaled even when the wake is being cancelled (shielded, bounded).
+        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
+            for item in taken:
+                await route.done(item, ran=ran)
 
 
 Read = tuple[Wake, "str | None", "list[Any] | None"]

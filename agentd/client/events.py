@@ -1,0 +1,133 @@
+"""Polling one MCP event subscription: ``events/list`` to check it, then ``events/poll`` at the server's pace.
+
+Why it exists: the events extension (agentd.mcp.events) moves subscriptions to the client: with poll delivery
+the server holds no state, and the client asks, cursor in hand, for what happened since. :class:`EventPoller`
+is that loop for one subscription, over any ``request`` function (the connection's
+:class:`~agentd.client.exchange.Exchange`, which adds the 2026-07-28 envelope, the extension in the per-request
+client capabilities and the required headers): it polls, hands each answer to ``on_batch`` (which decides what
+a wake is, agentd.reactive.events), and sleeps the server's ``nextPollMs`` (kept within a floor and a cap; at
+once while ``hasMore``). Every request is bounded by the call timeout; a failing poll (the server down, a
+malformed answer) is logged once per streak (``events.poll_failed``) and retried with a doubling backoff, the
+cursor unchanged: nothing is skipped and nothing crashes.
+
+:func:`check_subscribable` is the start-up check: the server speaks the 2026-07-28 wire, declares the extension,
+lists the event type and offers it by poll; each miss is an :class:`EventsUnsupported` (exit 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from agentd import defaults
+from agentd.errors import ConfigError, McpError, McpProtocolError
+from agentd.events import EventLog, null_log
+from agentd.mcp import events
+from agentd.mcp.client_session import ResultTypeError
+from agentd.mcp.versions import Era
+
+#: ``request(method, params)``: one request on the subscription's server, answered with its result.
+Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Told of every good poll answer (on the poller's task), before the poller sleeps.
+OnBatch = Callable[[events.PollResult], Awaitable[None]]
+
+
+class EventsUnsupported(ConfigError):
+    """The server cannot deliver the event agentd was asked to wake on (exit 2, before any wake)."""
+
+
+async def check_subscribable(request: Request, *, server: str, event: str, era: Era | None,
+                             capabilities: Mapping[str, Any], timeout: float) -> events.EventType:
+    """The event type ``event`` as ``server`` lists it; :class:`EventsUnsupported` when it cannot be polled."""
+    what = f"--on-event {server}:{event}"
+    if era is not Era.MODERN:
+        raise EventsUnsupported(f"{what}: the server speaks the 2025-11-25 protocol; MCP events need the "
+                                "2026-07-28 protocol (server/discover)")
+    if not events.offered(capabilities):
+        raise EventsUnsupported(f"{what}: the server does not declare the events extension "
+                                f"({events.EXTENSION}) in server/discover")
+    cursor: str | None = None
+    listed: list[str] = []
+    for _ in range(events.MAX_LIST_PAGES):
+        try:
+            with trio.fail_after(timeout):
+                result = await request("events/list", events.list_params(cursor))
+            page, cursor = events.parse_list(result)
+        except trio.TooSlowError:
+            raise EventsUnsupported(f"{what}: events/list: no answer within {timeout:g} s") from None
+        except ResultTypeError as exc:
+            raise EventsUnsupported(f"{what}: {exc}") from None
+        except McpError as exc:
+            raise EventsUnsupported(f"{what}: events/list failed: {exc}") from None
+        for kind in page:
+            if kind.name == event:
+                if "poll" not in kind.delivery:
+                    offered = ", ".join(sorted(kind.delivery)) or "none"
+                    raise EventsUnsupported(f"{what}: the server offers this event by {offered} only; agentd "
+                                            "receives events by poll")
+                return kind
+            listed.append(kind.name)
+        if cursor is None:
+            break
+    shown = ", ".join(listed[:20]) or "none"
+    raise EventsUnsupported(f"{what}: the server lists no such event type (it lists: {shown})")
+
+
+@attrs.define(eq=False)
+class EventPoller:
+    """One subscription's poll loop: :meth:`run` until cancelled."""
+
+    request: Request
+    server: str
+    name: str
+    arguments: Mapping[str, Any]
+    on_batch: OnBatch
+    #: Where the subscription stands (None: from now); advanced by every good answer.
+    cursor: str | None = None
+    timeout: float = defaults.CALL_TIMEOUT
+    log: EventLog = attrs.field(factory=null_log)
+    poll_default: float = defaults.EVENT_POLL_DEFAULT
+    poll_floor: float = defaults.EVENT_POLL_MIN
+    poll_cap: float = defaults.EVENT_POLL_MAX
+    retry: float = defaults.EVENT_POLL_RETRY
+    batch: int = defaults.EVENT_POLL_BATCH
+    #: Good answers so far (``agent://status``, tests).
+    polls: int = 0
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                result = await self.poll_once()
+            except (McpError, trio.TooSlowError) as exc:
+                failures += 1
+                delay = min(self.retry * 2 ** min(failures - 1, 16), self.poll_cap)
+                if failures == 1:
+                    error = str(exc) if isinstance(exc, McpError) else f"no answer within {self.timeout:g} s"
+                    self.log.warn("events.poll_failed", server=self.server, event=self.name, error=error,
+                                  retry_s=delay)
+                await trio.sleep(delay)
+                continue
+            if failures:
+                self.log.info("events.poll_recovered", server=self.server, event=self.name, failures=failures)
+                failures = 0
+            await self.on_batch(result)
+            await trio.sleep(events.poll_delay(result, default=self.poll_default, floor=self.poll_floor,
+                                               cap=self.poll_cap))
+
+    async def poll_once(self) -> events.PollResult:
+        """One ``events/poll`` from :attr:`cursor`; advances it. A malformed answer is
+        :class:`~agentd.errors.McpProtocolError` (the cursor stays)."""
+        with trio.fail_after(self.timeout):
+            result = await self.request("events/poll", events.poll_params(self.name, self.arguments, self.cursor,
+                                                                          self.batch))
+        try:
+            parsed = events.parse_poll(result, max_events=self.batch)
+        except ResultTypeError as exc:
+            raise McpProtocolError(f"events/poll {self.name}: {exc}", server=self.server) from None
+        self.polls += 1
+        self.cursor = parsed.cursor
+        return parsed
