@@ -107,12 +107,12 @@ class EventPoller:
                 delay = min(self.retry * 2 ** min(failures - 1, 16), self.poll_cap)
                 if failures == 1:
                     error = str(exc) if isinstance(exc, McpError) else f"no answer within {self.timeout:g} s"
-                    self.log.warn("events.poll_failed", server=self.server, event=self.name, error=error,
+                    self.log.warn("events.poll_failed", server=self.server, event_type=self.name, error=error,
                                   retry_s=delay)
                 await trio.sleep(delay)
                 continue
             if failures:
-                self.log.info("events.poll_recovered", server=self.server, event=self.name, failures=failures)
+                self.log.info("events.poll_recovered", server=self.server, event_type=self.name, failures=failures)
                 failures = 0
             await self.on_batch(result)
             await trio.sleep(events.poll_delay(result, default=self.poll_default, floor=self.poll_floor,

@@ -114,7 +114,7 @@ class EventRoute:
                                        functools.partial(self._on_batch, state), cursor=cursor,
                                        timeout=conn.config.call_timeout, log=self.log)  # fmt: skip
             self._subs[key] = state
-            self.log.info("trigger.armed", trigger="event", uri=key, server=sub.server, event=sub.event,
+            self.log.info("trigger.armed", trigger="event", uri=key, server=sub.server, event_type=sub.event,
                           delivery="poll", cursor="restored" if cursor is not None else "now",
                           **({"resumed_wake": resumed} if resumed else {}))
             nursery.start_soon(state.poller.run)
@@ -171,7 +171,7 @@ class EventRoute:
         cursor when nothing is pending or waking."""
         for item in result.events:
             if item.cut is not None:
-                self.log.warn("events.data_cut", server=sub.config.server, event=item.name, event_id=item.event_id,
+                self.log.warn("events.data_cut", server=sub.config.server, event_type=item.name, event_id=item.event_id,
                               chars=item.cut, limit=events.MAX_DATA_CHARS)
         if result.events or result.truncated:
             sub.pending.extend(result.events)
@@ -182,7 +182,7 @@ class EventRoute:
                 sub.gap = True
             sub.gap = sub.gap or result.truncated
             sub.pending_cursor = result.cursor
-            self.log.info("events.received", server=sub.config.server, event=sub.config.event, uri=sub.key,
+            self.log.info("events.received", server=sub.config.server, event_type=sub.config.event, uri=sub.key,
                           count=len(result.events), truncated=result.truncated, pending=len(sub.pending))
             self.notify(sub.key, sub.config.server)
             return

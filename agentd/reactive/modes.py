@@ -364,7 +364,7 @@ async def _wake_events(ctx: DaemonContext, route: EventRoute, wake: Wake) -> Non
         if not taken and not changed:
             return
         for item in taken:
-            ctx.log.info("reactive.wake", uri=item.key, server=item.server, event=item.name, seq=wake.seq,
+            ctx.log.info("reactive.wake", uri=item.key, server=item.server, event_type=item.name, seq=wake.seq,
                          occurrences=len(item.occurrences), gap=item.gap,
                          wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
         metrics.woke(sum(len(t.occurrences) for t in taken) + len(changed))
