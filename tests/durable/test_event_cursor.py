@@ -77,3 +77,37 @@ def _polls_after(url: str, count: int) -> list[Any]:
 
     polls = httpx.get(url.removesuffix("/mcp") + "/_test/events").json()["polls"]
     return list(polls[count:])
+
+
+async def test_a_wake_killed_mid_run_is_resumed_and_its_events_are_not_woken_again(tmp_path: Path) -> None:
+    import trio
+
+    from tests.peers.gateway import RecordedRequest
+
+    state = tmp_path / "state"
+    hold, held = trio.Event(), []
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        if not held and 'eventId="evt-0"' in str(request.messages):
+            held.append(True)
+            return text("never", wait=hold)  # the first wake's model call hangs: killed here
+        return text("handled")
+
+    async with scripted_gateway(default=reply) as gw, launch.peer_server(launch.events_server_argv()) as peer:
+        argv = [sys.executable, "-m", "agentd", "--mode", "reactive", "--intelligence", gw.url,
+                "--mcp", f"ev={peer.url}", "--on-event", "ev:ticket.created", "--instruction", "Triage new tickets.",
+                "--run-id", "triage", "--state-dir", str(state), "--log-level", "info"]
+        await daemon_until(argv, tmp_path / "1.stderr", lambda: _cursor(state) == {"cursor": "c0"})
+        await emit(peer.url, {"title": "in flight at the crash"})
+        await daemon_until(argv, tmp_path / "1b.stderr", lambda: bool(held) and _cursor(state) == {
+            "cursor": "c0", "pending": {"run": "triage.1", "cursor": "c1"}})
+        [later] = await emit(peer.url, {"title": "while down"})
+
+        await daemon_until(argv, tmp_path / "2.stderr",
+                           lambda: _wakes_with(gw, later) == 1 and _cursor(state) == {"cursor": "c2"})
+        hold.set()
+        carrying = [str(r.messages) for r in gw.requests if 'eventId="evt-0"' in str(r.messages)]
+        assert len(carrying) == 2  # the killed wake's call and its resumed run's: one wake
+        assert all(later not in c for c in carrying)
+        armed = [line for line in (tmp_path / "2.stderr").read_text().splitlines() if '"trigger.armed"' in line]
+        assert armed and '"resumed_wake": "triage.1"' in armed[0].replace('":"', '": "')
