@@ -122,6 +122,9 @@ EVENT_POLL_BATCH: Final = 100
 #: Occurrences held for one subscription between its wakes; past it the oldest are dropped and the wake reports
 #: a gap, as for a server's ``truncated``.
 EVENT_PENDING_MAX: Final = 1000
+#: ``events/stream``: a stream with neither an event nor a heartbeat for this long is dead and re-opened from its
+#: cursor (twice the extension's 30 s heartbeat).
+EVENT_STREAM_QUIET: Final = 60.0
 #: Which protocol era a connection speaks first (``era:``, ``--mcp-era``): ``auto`` probes with ``initialize``.
 MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.

@@ -10,6 +10,12 @@ once while ``hasMore``). Every request is bounded by the call timeout; a failing
 malformed answer) is logged once per streak (``events.poll_failed``) and retried with a doubling backoff, the
 cursor unchanged: nothing is skipped and nothing crashes.
 
+:class:`EventStream` is push delivery, for an event type the server offers by ``push``: one long-lived
+``events/stream`` request whose response stream carries the subscription's ``notifications/events/*``; every
+frame that moves the cursor goes to ``on_batch`` as a poll answer would. A stream that ends, breaks, or stays
+silent (no event and no heartbeat) for ``EVENT_STREAM_QUIET`` is re-opened from the cursor, with the same
+doubling backoff when it fails.
+
 :func:`check_subscribable` is the start-up check: the server speaks the 2026-07-28 wire, declares the extension,
 lists the event type and offers it by poll; each miss is an :class:`EventsUnsupported` (exit 2).
 """
@@ -23,11 +29,14 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd.errors import ConfigError, McpError, McpProtocolError
+from agentd.client.exchange import Exchange
+from agentd.errors import ConfigError, McpError, McpProtocolError, McpTransportError
 from agentd.events import EventLog, null_log
-from agentd.mcp import events
+from agentd.mcp import events, jsonrpc, meta
 from agentd.mcp.client_session import ResultTypeError
+from agentd.mcp.streamable_http import Body
 from agentd.mcp.versions import Era
+from agentd.transport.http_client import ConnectionLost
 
 #: ``request(method, params)``: one request on the subscription's server, answered with its result.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -64,10 +73,10 @@ async def check_subscribable(request: Request, *, server: str, event: str, era: 
             raise EventsUnsupported(f"{what}: events/list failed: {exc}") from None
         for kind in page:
             if kind.name == event:
-                if "poll" not in kind.delivery:
+                if not kind.delivery & {"poll", "push"}:
                     offered = ", ".join(sorted(kind.delivery)) or "none"
                     raise EventsUnsupported(f"{what}: the server offers this event by {offered} only; agentd "
-                                            "receives events by poll")
+                                            "receives events by poll or push")
                 return kind
             listed.append(kind.name)
         if cursor is None:
@@ -131,3 +140,93 @@ class EventPoller:
         self.polls += 1
         self.cursor = parsed.cursor
         return parsed
+
+
+@attrs.define(eq=False)
+class EventStream:
+    """One subscription's push stream: :meth:`run` until cancelled (re-opening the stream from the cursor)."""
+
+    exchange: Exchange
+    server: str
+    name: str
+    arguments: Mapping[str, Any]
+    on_batch: OnBatch
+    cursor: str | None = None
+    log: EventLog = attrs.field(factory=null_log)
+    quiet: float = defaults.EVENT_STREAM_QUIET
+    retry: float = defaults.EVENT_POLL_RETRY
+    cap: float = defaults.EVENT_POLL_MAX
+    #: Frames that moved the cursor so far (``agent://status``, tests).
+    polls: int = 0
+    #: Streams opened so far.
+    opened: int = 0
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self.stream_once()
+                failures = 0
+                delay = self.retry  # ended by the server: re-open (not in a tight loop)
+            except (McpError, ResultTypeError, ConnectionLost) as exc:
+                failures += 1
+                delay = min(self.retry * 2 ** min(failures - 1, 16), self.cap)
+                if failures == 1:
+                    self.log.warn("events.poll_failed", server=self.server, event_type=self.name, error=str(exc),
+                                  retry_s=delay, delivery="push")
+            await trio.sleep(delay)
+
+    async def stream_once(self) -> None:
+        """One ``events/stream`` until it ends; raises when it cannot be opened, breaks or goes quiet."""
+        exchange = self.exchange
+        request = exchange.session.request("events/stream", events.stream_params(self.name, self.arguments,
+                                                                                 self.cursor))
+        try:
+            async with exchange.transport.open("POST", exchange.headers_for(request), jsonrpc.dumps(request)) as reply:
+                if reply.kind is Body.HTTP_ERROR:
+                    error = await reply.error_body()
+                    if error is not None:
+                        raise exchange.rpc_error(error, request)
+                    raise McpTransportError(f"events/stream: HTTP {reply.status}", server=self.server)
+                if reply.kind not in (Body.SSE, Body.JSON):
+                    raise McpProtocolError(f"events/stream: HTTP {reply.status}", server=self.server)
+                self.opened += 1
+                while True:
+                    with trio.move_on_after(self.quiet) as silent:
+                        message = await reply.receive()
+                    if silent.cancelled_caught:
+                        raise McpTransportError(f"events/stream {self.name}: neither an event nor a heartbeat for "
+                                                f"{self.quiet:g} s", server=self.server)
+                    if message is None:
+                        return
+                    if not await self._frame(message, request):
+                        return
+        finally:
+            exchange.session.pending.pop(request.id, None)
+
+    async def _frame(self, message: jsonrpc.Message, request: jsonrpc.Request) -> bool:
+        """Handle one message of the stream; False once the stream is over."""
+        if isinstance(message, jsonrpc.ErrorResponse) and message.id == request.id:
+            raise self.exchange.rpc_error(message, request)
+        if isinstance(message, jsonrpc.Response) and message.id == request.id:
+            return False
+        if not isinstance(message, jsonrpc.Notification):
+            return True
+        params = message.params or {}
+        if meta.subscription_of(params) not in (request.id, None):
+            return True
+        try:
+            frame = events.stream_frame(message.method, params)
+        except ResultTypeError as exc:
+            raise McpProtocolError(f"events/stream {self.name}: {exc}", server=self.server) from None
+        if frame is None:
+            return True
+        if frame.error is not None:
+            self.log.warn("events.poll_failed", server=self.server, event_type=self.name, error=frame.error,
+                          delivery="push", ended=frame.ended)
+            return not frame.ended
+        if frame.result is not None:
+            self.polls += 1
+            self.cursor = frame.result.cursor
+            await self.on_batch(frame.result)
+        return True

@@ -11,6 +11,11 @@ instead of asking the model to poll. agentd's reactive daemon wakes on them as i
   answered with the occurrences since the cursor, the cursor after them, ``truncated`` (events were skipped),
   ``hasMore`` (poll again at once) and ``nextPollMs``: :func:`poll_params`, :func:`parse_poll`,
   :func:`poll_delay`.
+* ``events/stream`` (push) carries the same subscription and is answered with a long-lived stream of
+  ``notifications/events/*`` for it (``_meta["io.modelcontextprotocol/subscriptionId"]`` = the request's id):
+  ``active`` (the starting cursor, ``truncated``), ``event`` (one occurrence and the cursor after it),
+  ``heartbeat`` (the cursor checked up to), ``error`` (transient), ``terminated`` (the subscription ended):
+  :func:`stream_params`, :func:`stream_frame`. Each frame that moves the cursor reads as a :class:`PollResult`.
 
 Every request declares the extension in its per-request client capabilities (agentd.mcp.meta). A server's answer
 is untrusted: a malformed one is :class:`~agentd.mcp.client_session.ResultTypeError` (never a crash), and sizes
@@ -186,3 +191,47 @@ def subscription_key(server: str, name: str, arguments: Mapping[str, Any]) -> st
         canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
         key += "#" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
     return key
+
+
+STREAM_METHODS: Final = frozenset({"notifications/events/active", "notifications/events/event",
+                                   "notifications/events/heartbeat", "notifications/events/error",
+                                   "notifications/events/terminated"})
+
+
+def stream_params(name: str, arguments: Mapping[str, Any], cursor: str | None) -> dict[str, Any]:
+    """One ``events/stream``: the subscription and where it stands (``None``: from now)."""
+    return {"name": name, "arguments": dict(arguments), "cursor": cursor}
+
+
+@attrs.frozen
+class StreamFrame:
+    """One ``notifications/events/*`` frame of a stream: what it moves (``result``: None when it moves nothing),
+    or the error it reports (``ended``: the subscription is over, re-open it)."""
+
+    result: PollResult | None = None
+    error: str | None = None
+    ended: bool = False
+
+
+def _error_text(params: Mapping[str, Any]) -> str:
+    error = params.get("error")
+    if isinstance(error, Mapping):
+        code, message = error.get("code"), error.get("message")
+        return f"{str(message)[:200] if message is not None else 'an error'} ({code})"
+    return "an error without details"
+
+
+def stream_frame(method: str, params: Mapping[str, Any]) -> StreamFrame | None:
+    """A stream's notification (None: not an events frame). Raises :class:`ResultTypeError` for a malformed one."""
+    if method not in STREAM_METHODS:
+        return None
+    if method == "notifications/events/event":
+        return StreamFrame(PollResult((occurrence(params),), cursor_of(params.get("cursor"), where=method)))
+    if method == "notifications/events/active":
+        return StreamFrame(PollResult((), cursor_of(params.get("cursor"), where=method),
+                                      truncated=params.get("truncated") is True))
+    if method == "notifications/events/heartbeat":
+        if "cursor" not in params:  # a heartbeat may carry nothing but liveness
+            return StreamFrame()
+        return StreamFrame(PollResult((), cursor_of(params.get("cursor"), where=method)))
+    return StreamFrame(error=_error_text(params), ended=method == "notifications/events/terminated")

@@ -30,7 +30,7 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd.client.events import EventPoller, EventsUnsupported, Request, check_subscribable
+from agentd.client.events import EventPoller, EventStream, EventsUnsupported, Request, check_subscribable
 from agentd.config.model import EventSubscriptionConfig
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
@@ -68,7 +68,7 @@ class _Sub:
     gap: bool = False
     dropped: int = 0
     waking: int = 0
-    poller: EventPoller | None = None
+    poller: EventPoller | EventStream | None = None
 
 
 @attrs.define(eq=False)
@@ -94,28 +94,33 @@ class EventRoute:
     def view(self) -> list[dict[str, Any]]:
         """Rows for ``agent://status``."""
         return [{"server": s.config.server, "event": s.config.event, "key": s.key, "pending": len(s.pending),
+                 "delivery": "push" if isinstance(s.poller, EventStream) else "poll",
                  "polls": s.poller.polls if s.poller is not None else 0} for s in self._subs.values()]
 
     async def arm(self, subscriptions: Sequence[EventSubscriptionConfig], nursery: trio.Nursery) -> None:
         """Check every subscription (exit 2 on the first that cannot be polled), restore its cursor, then start
         its poller. Nothing is polled before all were checked."""
-        checked: list[tuple[EventSubscriptionConfig, Any]] = []
+        checked: list[tuple[EventSubscriptionConfig, Any, str]] = []
         for sub in subscriptions:
             conn = self._connection(sub.server)
-            await check_subscribable(self._request(conn), server=sub.server, event=sub.event, era=conn.era,
-                                     capabilities=conn.capabilities, timeout=conn.config.call_timeout)
-            checked.append((sub, conn))
+            kind = await check_subscribable(self._request(conn), server=sub.server, event=sub.event, era=conn.era,
+                                            capabilities=conn.capabilities, timeout=conn.config.call_timeout)
+            checked.append((sub, conn, "push" if "push" in kind.delivery else "poll"))
         saved = await self._saved()
-        for sub, conn in checked:
+        for sub, conn, delivery in checked:
             key = events.subscription_key(sub.server, sub.event, sub.arguments)
             cursor, resumed = await self._restored(saved.get(key))
             state = _Sub(sub, key, committed=cursor)
-            state.poller = EventPoller(self._request(conn), sub.server, sub.event, sub.arguments,
-                                       functools.partial(self._on_batch, state), cursor=cursor,
-                                       timeout=conn.config.call_timeout, log=self.log)  # fmt: skip
+            on_batch = functools.partial(self._on_batch, state)
+            state.poller = (
+                EventStream(conn.exchange, sub.server, sub.event, sub.arguments, on_batch, cursor=cursor, log=self.log)
+                if delivery == "push" else
+                EventPoller(self._request(conn), sub.server, sub.event, sub.arguments, on_batch, cursor=cursor,
+                            timeout=conn.config.call_timeout, log=self.log)
+            )  # fmt: skip
             self._subs[key] = state
             self.log.info("trigger.armed", trigger="event", uri=key, server=sub.server, event_type=sub.event,
-                          delivery="poll", cursor="restored" if cursor is not None else "now",
+                          delivery=delivery, cursor="restored" if cursor is not None else "now",
                           **({"resumed_wake": resumed} if resumed else {}))
             nursery.start_soon(state.poller.run)
 

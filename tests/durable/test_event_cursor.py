@@ -40,10 +40,11 @@ def _wakes_with(gw: Any, event_id: str) -> int:
         m.get("role") == "user" and marker in str(m.get("content")) for m in r.messages))
 
 
-async def test_events_missed_while_down_wake_once_each_after_a_sigkill(tmp_path: Path) -> None:
+@pytest.mark.parametrize("push", [False, True], ids=["poll", "stream"])
+async def test_events_missed_while_down_wake_once_each_after_a_sigkill(tmp_path: Path, push: bool) -> None:
     state = tmp_path / "state"
     async with scripted_gateway(default=text("handled")) as gw, \
-            launch.peer_server(launch.events_server_argv()) as peer:
+            launch.peer_server(launch.events_server_argv(push=push)) as peer:
         argv = [sys.executable, "-m", "agentd", "--mode", "reactive", "--intelligence", gw.url,
                 "--mcp", f"ev={peer.url}", "--on-event", "ev:ticket.created", "--instruction", "Triage new tickets.",
                 "--run-id", "triage", "--state-dir", str(state), "--log-level", "info"]
@@ -60,22 +61,25 @@ async def test_events_missed_while_down_wake_once_each_after_a_sigkill(tmp_path:
         await daemon_until(argv, tmp_path / "3.stderr",
                            lambda: all(_wakes_with(gw, i) for i in missed) and _cursor(state) == {"cursor": "c3"})
         assert [_wakes_with(gw, i) for i in (*first, *missed)] == [1, 1, 1]
-        polls = (await side(peer.url, "/_test/events"))["polls"]
+        seen = await side(peer.url, "/_test/events")
+        polls = seen["streams" if push else "polls"]
         assert polls[0]["cursor"] is None and all(p["cursor"] is not None for p in polls[1:])
+        assert not seen["polls" if push else "streams"]
 
-        # Nothing new: a further restart wakes for nothing (it polls from c3).
+        # Nothing new: a further restart wakes for nothing (it resumes from c3).
         before = len(gw.requests)
         count = len(polls)
         await daemon_until(argv, tmp_path / "4.stderr",
-                           lambda: len(_polls_after(peer.url, count)) >= 2)
+                           lambda: len(_polls_after(peer.url, count, push)) >= 1 and _cursor(state) == {"cursor": "c3"})
+        await emit(peer.url, {"title": "filler"}, name="alert.raised")  # not subscribed: nothing wakes
         assert len(gw.requests) == before
         assert [_wakes_with(gw, i) for i in (*first, *missed)] == [1, 1, 1]
 
 
-def _polls_after(url: str, count: int) -> list[Any]:
+def _polls_after(url: str, count: int, push: bool) -> list[Any]:
     import httpx
 
-    polls = httpx.get(url.removesuffix("/mcp") + "/_test/events").json()["polls"]
+    polls = httpx.get(url.removesuffix("/mcp") + "/_test/events").json()["streams" if push else "polls"]
     return list(polls[count:])
 
 

@@ -78,3 +78,22 @@ def test_subscription_keys_tell_arguments_apart() -> None:
     a = events.subscription_key("s", "t", {"q": 1, "r": 2})
     assert a == events.subscription_key("s", "t", {"r": 2, "q": 1}) != events.subscription_key("s", "t", {"q": 2})
     assert a.startswith(plain + "#")
+
+
+def test_stream_frames_read_as_poll_answers() -> None:
+    active = events.stream_frame("notifications/events/active", {"cursor": "c4", "truncated": True})
+    assert active is not None and active.result == events.PollResult((), "c4", truncated=True)
+    event = events.stream_frame("notifications/events/event", {**occ(5, k="v"), "cursor": "c5"})
+    assert event is not None and event.result is not None
+    assert event.result.cursor == "c5" and event.result.events[0].data == '{"k":"v"}'
+    beat = events.stream_frame("notifications/events/heartbeat", {"cursor": None})
+    assert beat is not None and beat.result == events.PollResult((), None)
+    bare = events.stream_frame("notifications/events/heartbeat", {})
+    assert bare is not None and bare.result is None  # liveness only: the cursor stays
+    error = events.stream_frame("notifications/events/error", {"error": {"code": -32603, "message": "upstream 503"}})
+    assert error is not None and error.error == "upstream 503 (-32603)" and not error.ended
+    ended = events.stream_frame("notifications/events/terminated", {"error": {"code": -32012, "message": "no"}})
+    assert ended is not None and ended.ended
+    assert events.stream_frame("notifications/progress", {}) is None
+    with pytest.raises(ResultTypeError, match="not int"):
+        events.stream_frame("notifications/events/event", {**occ(6), "cursor": 6})

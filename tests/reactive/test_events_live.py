@@ -96,10 +96,10 @@ async def test_garbage_from_the_server_is_an_error_not_a_crash() -> None:
 
 
 @pytest.mark.parametrize(("event", "reason"), [
-    ("alert.raised", "offers this event by push only"),
+    ("alert.raised", "offers this event by webhook only"),
     ("nope.never", "lists no such event type (it lists: ticket.created, alert.raised)"),
 ])
-async def test_an_event_the_server_cannot_deliver_by_poll_is_a_config_error(event: str, reason: str) -> None:
+async def test_an_event_the_server_cannot_deliver_by_poll_or_push_is_a_config_error(event: str, reason: str) -> None:
     async with scripted_gateway(default=text("handled")) as gw, \
             launch.peer_server(launch.events_server_argv()) as peer:
         cfg = config(gw.url, {"ev": peer.url}, on_events=(EventSubscriptionConfig("ev", event),))
@@ -109,3 +109,41 @@ async def test_an_event_the_server_cannot_deliver_by_poll_is_a_config_error(even
         assert isinstance(daemon.error, EventsUnsupported), daemon.error
         assert reason in str(daemon.error)
         assert not gw.requests
+
+
+async def test_a_pushed_event_wakes_and_a_dropped_stream_resumes_from_its_cursor() -> None:
+    async with scripted_gateway(default=text("handled")) as gw, \
+            launch.peer_server(launch.events_server_argv(push=True)) as peer:
+        async with live_daemon(config(gw.url, {"ev": peer.url}, on_events=(TICKETS,))) as daemon:
+            armed = daemon.events.named("trigger.armed", trigger="event")[0]
+            assert armed["delivery"] == "push"
+            [first] = await emit(peer.url, {"title": "pushed"})
+            await daemon.events.wait_for("run.end", trigger="wake")
+            await side(peer.url, "/_test/events/drop_streams")
+            [second] = await emit(peer.url, {"title": "while the stream was down"})
+            await daemon.events.wait_for("run.end", 2, trigger="wake")
+            await daemon.stop()
+        prompts = wake_prompts(gw)
+        assert [sum(f'eventId="{i}"' in p for p in prompts) for i in (first, second)] == [1, 1]
+        seen = await side(peer.url, "/_test/events")
+        assert not seen["polls"]
+        assert [s["cursor"] for s in seen["streams"]][:2] == [None, "c1"]
+
+
+async def test_garbage_on_a_stream_is_an_error_and_the_stream_is_reopened() -> None:
+    async with scripted_gateway(default=text("handled")) as gw, \
+            launch.peer_server(launch.events_server_argv(push=True)) as peer:
+        async with live_daemon(config(gw.url, {"ev": peer.url}, on_events=(TICKETS,))) as daemon:
+            await side(peer.url, "/_test/events/garbage", kind="cursor", count=1)
+            [bad] = await emit(peer.url, {"title": "bad cursor"})
+            failed = await daemon.events.wait_for("events.poll_failed")
+            assert "cursor must be a string or null, not int" in failed["error"]
+            [good] = await emit(peer.url, {"title": "fine"})
+            await daemon.events.wait_for("run.end", trigger="wake")
+            await daemon.stop()
+        assert daemon.error is None
+        prompts = wake_prompts(gw)
+        assert any(good in p for p in prompts)
+        streams = (await side(peer.url, "/_test/events"))["streams"]
+        assert len(streams) >= 2 and streams[1]["cursor"] == "c0"  # re-opened from before the bad frame
+        del bad

@@ -2,19 +2,26 @@
 2026-07-28 wire, written from the extension's text: the modern-only peer (modern_only_server.py) plus events.
 
 ``server/discover`` declares the extension. ``events/list`` lists ``ticket.created`` (poll; arguments ``queue``
-filter on ``data.queue``) and ``alert.raised`` (push only: agentd must refuse it). ``events/poll`` takes
+filter on ``data.queue``) and ``alert.raised`` (webhook only: agentd must refuse it). ``events/poll`` takes
 ``{name, arguments, cursor, maxEvents}``: a ``null`` cursor is "from now" (no events, the current cursor); a
 cursor ``c<N>`` resumes after the N-th occurrence of the log; one behind the retention floor answers
 ``truncated: true`` from the floor. At most ``maxEvents`` come at once (``hasMore`` says there are more); every
 answer carries ``nextPollMs``. Every ``events/*`` request must declare the extension in its per-request client
 capabilities (else -32021); an unknown event name is -32011 (NotFound).
 
+With ``--push`` ``ticket.created`` is offered by push too: ``events/stream`` answers an SSE stream for the
+subscription, every frame with ``_meta["io.modelcontextprotocol/subscriptionId"]`` = the request's id:
+``notifications/events/active`` (the starting cursor, ``truncated``), one ``notifications/events/event`` per
+matching occurrence (with the cursor after it), and ``notifications/events/heartbeat`` (the cursor) every
+``--heartbeat`` seconds of quiet. Closing the response ends the subscription.
+
 Side doors: ``POST /_test/emit?name=&data=<json>&count=&lost=`` (``count`` occurrences, each data plus its
 ``seq``; ``lost`` ones before them that fall behind the floor at once), ``POST /_test/events/config?next_poll_ms=&floor=``
 (the interval it suggests; drop every occurrence before ``floor``), ``POST /_test/events/garbage?kind=&count=``
 (the next ``count`` polls answer garbage: ``cursor`` an integer cursor, ``events`` a non-array, ``data`` one
 occurrence with 200 000 characters of data), ``GET /_test/events`` (the log, and every poll: its cursor,
-arguments and trio time).
+arguments and trio time; every stream opened, and how many are open), ``POST /_test/events/drop_streams`` (end
+every open stream abruptly).
 """
 
 from __future__ import annotations
@@ -33,12 +40,15 @@ from modern_only_server import (  # type: ignore[import-not-found]  # run as a s
     CAPABILITIES,
     INVALID_PARAMS,
     META_CAPS,
+    META_SUBSCRIPTION,
     MISSING_CAPABILITY,
     SERVER_INFO,
     VERSION,
     ModernPeer,
     RpcError,
     _json,
+    _sse,
+    _watch_disconnect,
 )
 
 EVENTS_EXT = "io.modelcontextprotocol/events"
@@ -47,14 +57,21 @@ EVENT_TYPES = [
     {"name": "ticket.created", "description": "A ticket was filed.", "delivery": ["poll"],
      "inputSchema": {"type": "object", "properties": {"queue": {"type": "string"}}},
      "payloadSchema": {"type": "object", "properties": {"id": {"type": "string"}, "queue": {"type": "string"}}}},
-    {"name": "alert.raised", "description": "An alert (push only).", "delivery": ["push"],
+    {"name": "alert.raised", "description": "An alert (webhook only).", "delivery": ["webhook"],
      "inputSchema": {"type": "object"}, "payloadSchema": {"type": "object"}},
 ]
 
 
 class EventsPeer(ModernPeer):
-    def __init__(self, *, next_poll_ms: int) -> None:
+    def __init__(self, *, next_poll_ms: int, push: bool = False, heartbeat: float = 30.0) -> None:
         super().__init__(filler_tools=0, page_size=0, keepalive=15.0)
+        self.types = [dict(t) for t in EVENT_TYPES]
+        if push:
+            self.types[0]["delivery"] = ["poll", "push"]
+        self.heartbeat = heartbeat
+        self.changed = trio.Event()
+        self.open_streams: dict[int, trio.CancelScope] = {}
+        self.streams_opened: list[dict[str, Any]] = []
         self.next_poll_ms = next_poll_ms
         self.floor = 0
         self.log: list[dict[str, Any]] = []
@@ -63,6 +80,9 @@ class EventsPeer(ModernPeer):
 
     def handlers(self) -> dict[str, Any]:
         return {**super().handlers(), "events/list": self.events_list, "events/poll": self.events_poll}
+
+    def streams(self) -> dict[str, Any]:
+        return {"events/stream": self.events_stream}
 
     async def discover(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"supportedVersions": [VERSION], "capabilities": {**CAPABILITIES, "extensions": {EVENTS_EXT: {}}},
@@ -78,15 +98,11 @@ class EventsPeer(ModernPeer):
 
     async def events_list(self, params: dict[str, Any]) -> dict[str, Any]:
         self._declared(params)
-        return {"events": EVENT_TYPES}
+        return {"events": self.types}
 
     async def events_poll(self, params: dict[str, Any]) -> dict[str, Any]:
         self._declared(params)
-        name, arguments, cursor = params.get("name"), params.get("arguments") or {}, params.get("cursor")
-        if name not in {t["name"] for t in EVENT_TYPES}:
-            raise RpcError(200, NOT_FOUND, f"NotFound: no event type {name!r}", {"kind": "event"})
-        if "poll" not in next(t for t in EVENT_TYPES if t["name"] == name)["delivery"]:
-            raise RpcError(200, -32014, "Unsupported", {"feature": "deliveryMode", "value": "poll"})
+        name, arguments, cursor = self._subscription(params, "poll")
         self.polls.append({"cursor": cursor, "arguments": arguments, "at": trio.current_time()})
         limit = params.get("maxEvents") if isinstance(params.get("maxEvents"), int) else 100
         garbage = self._take_garbage()
@@ -102,9 +118,7 @@ class EventsPeer(ModernPeer):
         start = int(cursor[1:])
         truncated = start < self.floor
         start = max(start, self.floor)
-        queue = arguments.get("queue")
-        matching = [(i, e) for i, e in enumerate(self.log) if i >= start and e["name"] == name
-                    and (queue is None or e["data"].get("queue") == queue)]
+        matching = [(i, e) for i, e in enumerate(self.log) if i >= start and self._matches(e, name, arguments)]
         batch = matching[:limit]
         end = batch[-1][0] + 1 if len(matching) > limit else len(self.log)
         events = [{k: e[k] for k in ("eventId", "name", "timestamp", "data")} for _, e in batch]
@@ -113,10 +127,75 @@ class EventsPeer(ModernPeer):
         return {"events": events, "cursor": f"c{end}", "truncated": truncated, "hasMore": len(matching) > limit,
                 "nextPollMs": self.next_poll_ms}
 
+    def _subscription(self, params: dict[str, Any], mode: str) -> tuple[str, dict[str, Any], Any]:
+        name, arguments, cursor = params.get("name"), params.get("arguments") or {}, params.get("cursor")
+        if name not in {t["name"] for t in self.types}:
+            raise RpcError(200, NOT_FOUND, f"NotFound: no event type {name!r}", {"kind": "event"})
+        if mode not in next(t for t in self.types if t["name"] == name)["delivery"]:
+            raise RpcError(200, -32014, "Unsupported", {"feature": "deliveryMode", "value": mode})
+        return str(name), arguments, cursor
+
+    def _matches(self, entry: dict[str, Any], name: str, arguments: dict[str, Any]) -> bool:
+        queue = arguments.get("queue")
+        return bool(entry["name"] == name and (queue is None or entry["data"].get("queue") == queue))
+
+    async def events_stream(self, rid: Any, params: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            self._declared(params)
+            name, arguments, cursor = self._subscription(params, "push")
+            if cursor is not None and (not isinstance(cursor, str) or not cursor[1:].isdigit()):
+                raise RpcError(200, INVALID_PARAMS, f"invalid cursor {cursor!r}")
+        except RpcError as err:
+            await _json(send, 200, err.body(rid))
+            return
+        position = len(self.log) if cursor is None else int(cursor[1:])
+        truncated = position < self.floor
+        position = max(position, self.floor)
+        self.streams_opened.append({"cursor": cursor, "arguments": arguments, "at": trio.current_time()})
+        meta = {META_SUBSCRIPTION: rid}
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        await _sse(send, {"jsonrpc": "2.0", "method": "notifications/events/active",
+                          "params": {"cursor": f"c{position}", "truncated": truncated, "_meta": meta}})
+        key = len(self.streams_opened)
+        with trio.CancelScope() as scope:
+            self.open_streams[key] = scope
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
+                    while True:
+                        for index in range(position, len(self.log)):
+                            entry = self.log[index]
+                            position = index + 1
+                            if not self._matches(entry, name, arguments):
+                                continue
+                            frame = {k: entry[k] for k in ("eventId", "name", "timestamp", "data")}
+                            garbage = self._take_garbage()
+                            frame["cursor"] = 12345 if garbage == "cursor" else f"c{position}"
+                            if garbage == "data":
+                                frame["data"] = {"blob": "x" * 200_000}
+                            await _sse(send, {"jsonrpc": "2.0", "method": "notifications/events/event",
+                                              "params": {**frame, "_meta": meta}})
+                        changed = self.changed
+                        with trio.move_on_after(self.heartbeat):
+                            await changed.wait()
+                            continue
+                        await _sse(send, {"jsonrpc": "2.0", "method": "notifications/events/heartbeat",
+                                          "params": {"cursor": f"c{position}", "_meta": meta}})
+            finally:
+                self.open_streams.pop(key, None)
+        with trio.move_on_after(1, shield=True):
+            try:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except Exception:  # the client went away first
+                pass
+
     def _append(self, name: str, data: dict[str, Any]) -> str:
         index = len(self.log)
         self.log.append({"eventId": f"evt-{index}", "name": name, "timestamp": f"2026-12-07T00:00:{index % 60:02d}Z",
                          "data": {**data, "seq": index}})
+        self.changed.set()
+        self.changed = trio.Event()
         return f"evt-{index}"
 
     def _take_garbage(self) -> str | None:
@@ -147,14 +226,19 @@ class EventsPeer(ModernPeer):
         elif path == "/_test/events/garbage" and method == "POST":
             self.garbage = (query.get("kind", "cursor"), int(query.get("count", "1")))
             await _json(send, 200, {"garbage": self.garbage[0]})
+        elif path == "/_test/events/drop_streams" and method == "POST":
+            for scope in list(self.open_streams.values()):
+                scope.cancel()
+            await _json(send, 200, {"dropped": len(self.open_streams)})
         elif path == "/_test/events":
-            await _json(send, 200, {"log": self.log, "polls": self.polls, "floor": self.floor})
+            await _json(send, 200, {"log": self.log, "polls": self.polls, "floor": self.floor,
+                                    "streams": self.streams_opened, "open_streams": len(self.open_streams)})
         else:
             await super().side_door(path, method, scope, send)
 
 
 async def main(args: argparse.Namespace) -> None:
-    app = EventsPeer(next_poll_ms=args.next_poll_ms)
+    app = EventsPeer(next_poll_ms=args.next_poll_ms, push=args.push, heartbeat=args.heartbeat)
     config = Config()
     config.bind = [f"{args.host}:{args.port}"]
     config.loglevel = "WARNING"
@@ -171,6 +255,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--next-poll-ms", type=int, default=1000, help="the nextPollMs every poll answer suggests")
+    p.add_argument("--push", action="store_true", help="offer ticket.created by push (events/stream) too")
+    p.add_argument("--heartbeat", type=float, default=30.0, help="seconds between heartbeats on a quiet stream")
     return p.parse_args(argv)
 
 
