@@ -125,6 +125,9 @@ EVENT_PENDING_MAX: Final = 1000
 #: ``events/stream``: a stream with neither an event nor a heartbeat for this long is dead and re-opened from its
 #: cursor (twice the extension's 30 s heartbeat).
 EVENT_STREAM_QUIET: Final = 60.0
+#: A quiet subscription's newer cursor (no occurrence for it, the server's position moved) is journaled at most this
+#: often; a wake's cursor is journaled at once. An older journaled cursor only replays a stretch with no occurrences.
+EVENT_CURSOR_SAVE_INTERVAL: Final = 30.0
 #: Which protocol era a connection speaks first (``era:``, ``--mcp-era``): ``auto`` probes with ``initialize``.
 MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.

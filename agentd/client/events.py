@@ -33,10 +33,9 @@ from agentd.client.exchange import Exchange
 from agentd.errors import ConfigError, McpError, McpProtocolError, McpTransportError
 from agentd.events import EventLog, null_log
 from agentd.mcp import events, jsonrpc, meta
-from agentd.mcp.client_session import ResultTypeError
+from agentd.mcp.client_session import ResultTypeError, SessionError
 from agentd.mcp.streamable_http import Body
 from agentd.mcp.versions import Era
-from agentd.transport.http_client import ConnectionLost
 
 #: ``request(method, params)``: one request on the subscription's server, answered with its result.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -111,7 +110,7 @@ class EventPoller:
         while True:
             try:
                 result = await self.poll_once()
-            except (McpError, trio.TooSlowError) as exc:
+            except (McpError, SessionError, trio.TooSlowError) as exc:  # SessionError: between two sessions
                 failures += 1
                 delay = min(self.retry * 2 ** min(failures - 1, 16), self.poll_cap)
                 if failures == 1:
@@ -168,7 +167,7 @@ class EventStream:
                 await self.stream_once()
                 failures = 0
                 delay = self.retry  # ended by the server: re-open (not in a tight loop)
-            except (McpError, ResultTypeError, ConnectionLost) as exc:
+            except (McpError, SessionError) as exc:  # SessionError: between two sessions (and malformed frames)
                 failures += 1
                 delay = min(self.retry * 2 ** min(failures - 1, 16), self.cap)
                 if failures == 1:

@@ -11,7 +11,8 @@ Durability (``--state-dir``): a subscription's cursor is journaled (daemon state
 where everything before it has woken the agent:
 
 * an answer with no occurrences moves the cursor while nothing is pending or waking (a quiet subscription's
-  cursor stays fresh, so the events that happen while agentd is down are replayed after a restart);
+  cursor stays fresh, so the events that happen while agentd is down are replayed after a restart), journaled at
+  most every ``EVENT_CURSOR_SAVE_INTERVAL`` (an older cursor only replays a stretch without occurrences);
 * a wake first journals which run carries which cursor (``pending``), and once the run has ended the cursor
   after its occurrences. After a crash the run's own journal decides: a wake whose run began is resumed by the
   daemon (agentd.reactive.entry), so polling goes on from after its occurrences; one that never began is
@@ -68,6 +69,8 @@ class _Sub:
     gap: bool = False
     dropped: int = 0
     waking: int = 0
+    #: When a quiet cursor was last journaled (trio time; None: never).
+    saved_at: float | None = None
     poller: EventPoller | EventStream | None = None
 
 
@@ -82,6 +85,7 @@ class EventRoute:
     log: EventLog = attrs.field(factory=null_log)
     state: JournalStore | None = None
     pending_max: int = defaults.EVENT_PENDING_MAX
+    save_interval: float = defaults.EVENT_CURSOR_SAVE_INTERVAL
     _subs: dict[str, _Sub] = attrs.field(factory=dict, init=False)
 
     def owns(self, key: str) -> bool:
@@ -193,7 +197,10 @@ class EventRoute:
             return
         if not sub.pending and not sub.waking and not sub.gap and result.cursor != sub.committed:
             sub.committed = result.cursor
-            await self._put(sub.key, {"cursor": result.cursor})
+            now = trio.current_time()
+            if sub.saved_at is None or now - sub.saved_at >= self.save_interval:
+                sub.saved_at = now
+                await self._put(sub.key, {"cursor": result.cursor})
 
     def take(self, key: str) -> Taken | None:
         """Everything pending for ``key`` (None when nothing is: an earlier wake took it)."""

@@ -80,11 +80,15 @@ async def test_garbage_from_the_server_is_an_error_not_a_crash() -> None:
             launch.peer_server(launch.events_server_argv()) as peer:
         async with live_daemon(config(gw.url, {"ev": peer.url}, on_events=(TICKETS,))) as daemon:
             await first_poll(peer.url)
-            await side(peer.url, "/_test/events/garbage", kind="cursor", count=1)
+            await side(peer.url, "/_test/events/garbage", kind="cursor", count=2)
             failed = await daemon.events.wait_for("events.poll_failed")
             assert "cursor must be a string or null, not int" in failed["error"]
+            recovered = await daemon.events.wait_for("events.poll_recovered")
+            assert recovered["failures"] == 2 and len(daemon.events.named("events.poll_failed")) == 1  # once a streak
             await side(peer.url, "/_test/events/garbage", kind="events", count=1)
-            await daemon.events.wait_for("events.poll_recovered")
+            failed = await daemon.events.wait_for("events.poll_failed", 2)
+            assert "'events' must be an array" in failed["error"]
+            await daemon.events.wait_for("events.poll_recovered", 2)
             await side(peer.url, "/_test/events/garbage", kind="data", count=1)
             [huge] = await emit(peer.url, {"title": "huge"})
             await daemon.events.wait_for("run.end", trigger="wake")

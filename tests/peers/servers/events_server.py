@@ -19,7 +19,7 @@ Side doors: ``POST /_test/emit?name=&data=<json>&count=&lost=`` (``count`` occur
 ``seq``; ``lost`` ones before them that fall behind the floor at once), ``POST /_test/events/config?next_poll_ms=&floor=``
 (the interval it suggests; drop every occurrence before ``floor``), ``POST /_test/events/garbage?kind=&count=``
 (the next ``count`` polls answer garbage: ``cursor`` an integer cursor, ``events`` a non-array, ``data`` one
-occurrence with 200 000 characters of data), ``GET /_test/events`` (the log, and every poll: its cursor,
+occurrence with 200 000 characters of data, in the next answer that has occurrences), ``GET /_test/events`` (the log, and every poll: its cursor,
 arguments and trio time; every stream opened, and how many are open), ``POST /_test/events/drop_streams`` (end
 every open stream abruptly).
 """
@@ -105,7 +105,7 @@ class EventsPeer(ModernPeer):
         name, arguments, cursor = self._subscription(params, "poll")
         self.polls.append({"cursor": cursor, "arguments": arguments, "at": trio.current_time()})
         limit = params.get("maxEvents") if isinstance(params.get("maxEvents"), int) else 100
-        garbage = self._take_garbage()
+        garbage = self._take_garbage(with_events=cursor is not None and cursor != f"c{len(self.log)}")
         if garbage == "cursor":
             return {"events": [], "cursor": 12345, "nextPollMs": self.next_poll_ms}
         if garbage == "events":
@@ -198,8 +198,9 @@ class EventsPeer(ModernPeer):
         self.changed = trio.Event()
         return f"evt-{index}"
 
-    def _take_garbage(self) -> str | None:
-        if self.garbage is None:
+    def _take_garbage(self, *, with_events: bool = True) -> str | None:
+        """The garbage the next answer carries; ``data`` waits for an answer with events to spoil."""
+        if self.garbage is None or (self.garbage[0] == "data" and not with_events):
             return None
         kind, count = self.garbage
         self.garbage = (kind, count - 1) if count > 1 else None
