@@ -195,6 +195,9 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
 
         for uri in ctx.watcher.orphans(pool.connections, subscribed):
             await ctx.watcher.forget(uri, "its MCP server was removed or replaced by a reload")
+    if new.on_events != old.on_events:
+        ctx.log.warn("config.warning", reason="on_events / --on-event changed: MCP event subscriptions are read at "
+                     "start; restart the daemon to apply the change")
     if ctx.watcher is None or new.subscribe == old.subscribe:
         return
     names = list(ctx.server_names)

@@ -27,6 +27,13 @@ async def first_poll(url: str, count: int = 1) -> None:
             await trio.sleep(0.05)
 
 
+async def stream_open(url: str) -> None:
+    """Until the daemon's events/stream is open (its starting position is "now")."""
+    with trio.fail_after(30):
+        while not (await side(url, "/_test/events"))["open_streams"]:
+            await trio.sleep(0.05)
+
+
 async def test_an_event_wakes_the_daemon_with_its_data() -> None:
     async with scripted_gateway(default=text("handled")) as gw, \
             launch.peer_server(launch.events_server_argv()) as peer:
@@ -121,6 +128,7 @@ async def test_a_pushed_event_wakes_and_a_dropped_stream_resumes_from_its_cursor
         async with live_daemon(config(gw.url, {"ev": peer.url}, on_events=(TICKETS,))) as daemon:
             armed = daemon.events.named("trigger.armed", trigger="event")[0]
             assert armed["delivery"] == "push"
+            await stream_open(peer.url)
             [first] = await emit(peer.url, {"title": "pushed"})
             await daemon.events.wait_for("run.end", trigger="wake")
             await side(peer.url, "/_test/events/drop_streams")
@@ -138,6 +146,7 @@ async def test_garbage_on_a_stream_is_an_error_and_the_stream_is_reopened() -> N
     async with scripted_gateway(default=text("handled")) as gw, \
             launch.peer_server(launch.events_server_argv(push=True)) as peer:
         async with live_daemon(config(gw.url, {"ev": peer.url}, on_events=(TICKETS,))) as daemon:
+            await stream_open(peer.url)
             await side(peer.url, "/_test/events/garbage", kind="cursor", count=1)
             [bad] = await emit(peer.url, {"title": "bad cursor"})
             failed = await daemon.events.wait_for("events.poll_failed")
@@ -151,3 +160,19 @@ async def test_garbage_on_a_stream_is_an_error_and_the_stream_is_reopened() -> N
         streams = (await side(peer.url, "/_test/events"))["streams"]
         assert len(streams) >= 2 and streams[1]["cursor"] == "c0"  # re-opened from before the bad frame
         del bad
+
+
+async def test_event_wakes_obey_the_wake_budget() -> None:
+    async with scripted_gateway(default=text("handled")) as gw, \
+            launch.peer_server(launch.events_server_argv(push=True)) as peer:
+        cfg = config(gw.url, {"ev": peer.url}, on_events=(TICKETS,), max_wakes_per_uri_per_minute=1)
+        async with live_daemon(cfg) as daemon:
+            await stream_open(peer.url)
+            [first] = await emit(peer.url, {"title": "one"})
+            await daemon.events.wait_for("run.end", trigger="wake")
+            [second] = await emit(peer.url, {"title": "two"})
+            throttled = await daemon.events.wait_for("reactive.throttled")
+            assert throttled["uri"] == "event:ev/ticket.created" and throttled["scope"] == "uri"
+            await daemon.stop()
+        prompts = wake_prompts(gw)
+        assert len(prompts) == 1 and first in prompts[0] and second not in prompts[0]
