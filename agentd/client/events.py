@@ -16,8 +16,9 @@ frame that moves the cursor goes to ``on_batch`` as a poll answer would. A strea
 silent (no event and no heartbeat) for ``EVENT_STREAM_QUIET`` is re-opened from the cursor, with the same
 doubling backoff when it fails.
 
-:func:`check_subscribable` is the start-up check: the server speaks the 2026-07-28 wire, declares the extension,
-lists the event type and offers it by poll; each miss is an :class:`EventsUnsupported` (exit 2).
+:func:`list_event_types` and :func:`subscribable` are the start-up check: the server speaks the 2026-07-28 wire,
+declares the extension, lists the event type and offers it by poll or push; each miss is an
+:class:`EventsUnsupported` (exit 2).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ class EventsUnsupported(ConfigError):
     """The server cannot deliver the event agentd was asked to wake on (exit 2, before any wake)."""
 
 
-async def check_subscribable(request: Request, *, server: str, event: str, era: Era | None,
-                             capabilities: Mapping[str, Any], timeout: float) -> events.EventType:
-    """The event type ``event`` as ``server`` lists it; :class:`EventsUnsupported` when it cannot be polled."""
-    what = f"--on-event {server}:{event}"
+async def list_event_types(request: Request, *, server: str, era: Era | None, capabilities: Mapping[str, Any],
+                           timeout: float) -> list[events.EventType]:
+    """Every event type ``server`` lists (``events/list``, every page up to ``MAX_LIST_PAGES``);
+    :class:`EventsUnsupported` when it does not speak the extension or cannot list them."""
+    what = f"--on-event {server}:..."
     if era is not Era.MODERN:
         raise EventsUnsupported(f"{what}: the server speaks the 2025-11-25 protocol; MCP events need the "
                                 "2026-07-28 protocol (server/discover)")
@@ -58,7 +60,7 @@ async def check_subscribable(request: Request, *, server: str, event: str, era: 
         raise EventsUnsupported(f"{what}: the server does not declare the events extension "
                                 f"({events.EXTENSION}) in server/discover")
     cursor: str | None = None
-    listed: list[str] = []
+    listed: list[events.EventType] = []
     for _ in range(events.MAX_LIST_PAGES):
         try:
             with trio.fail_after(timeout):
@@ -70,17 +72,24 @@ async def check_subscribable(request: Request, *, server: str, event: str, era: 
             raise EventsUnsupported(f"{what}: {exc}") from None
         except McpError as exc:
             raise EventsUnsupported(f"{what}: events/list failed: {exc}") from None
-        for kind in page:
-            if kind.name == event:
-                if not kind.delivery & {"poll", "push"}:
-                    offered = ", ".join(sorted(kind.delivery)) or "none"
-                    raise EventsUnsupported(f"{what}: the server offers this event by {offered} only; agentd "
-                                            "receives events by poll or push")
-                return kind
-            listed.append(kind.name)
+        listed += page
         if cursor is None:
             break
-    shown = ", ".join(listed[:20]) or "none"
+    return listed
+
+
+def subscribable(listed: list[events.EventType], *, server: str, event: str) -> events.EventType:
+    """The event type ``event`` among those ``server`` lists; :class:`EventsUnsupported` when it is not listed or
+    offered neither by poll nor by push."""
+    what = f"--on-event {server}:{event}"
+    for kind in listed:
+        if kind.name == event:
+            if not kind.delivery & {"poll", "push"}:
+                offered = ", ".join(sorted(kind.delivery)) or "none"
+                raise EventsUnsupported(f"{what}: the server offers this event by {offered} only; agentd "
+                                        "receives events by poll or push")
+            return kind
+    shown = ", ".join(kind.name for kind in listed[:20]) or "none"
     raise EventsUnsupported(f"{what}: the server lists no such event type (it lists: {shown})")
 
 

@@ -31,7 +31,14 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd.client.events import EventPoller, EventStream, EventsUnsupported, Request, check_subscribable
+from agentd.client.events import (
+    EventPoller,
+    EventStream,
+    EventsUnsupported,
+    Request,
+    list_event_types,
+    subscribable,
+)
 from agentd.config.model import EventSubscriptionConfig
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
@@ -105,10 +112,14 @@ class EventRoute:
         """Check every subscription (exit 2 on the first that cannot be polled), restore its cursor, then start
         its poller. Nothing is polled before all were checked."""
         checked: list[tuple[EventSubscriptionConfig, Any, str]] = []
+        listings: dict[str, list[events.EventType]] = {}  # one events/list per server, however many subscriptions
         for sub in subscriptions:
             conn = self._connection(sub.server)
-            kind = await check_subscribable(self._request(conn), server=sub.server, event=sub.event, era=conn.era,
-                                            capabilities=conn.capabilities, timeout=conn.config.call_timeout)
+            if sub.server not in listings:
+                listings[sub.server] = await list_event_types(self._request(conn), server=sub.server, era=conn.era,
+                                                              capabilities=conn.capabilities,
+                                                              timeout=conn.config.call_timeout)
+            kind = subscribable(listings[sub.server], server=sub.server, event=sub.event)
             checked.append((sub, conn, "push" if "push" in kind.delivery else "poll"))
         saved = await self._saved()
         for sub, conn, delivery in checked:

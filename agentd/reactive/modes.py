@@ -8,8 +8,9 @@ fire goes through :meth:`DaemonRuns.run`, so it is an ordinary run with its own 
 * ``schedule``: ``--interval`` fires at a fixed rate from the start (the first fire is immediate; a
   fire that overruns skips the slots it missed rather than piling up), ``--cron`` fires at each
   matching UTC minute.
-* ``reactive``: subscribe each ``--subscribe``/``--continue`` URI, then wake on updates through the
-  router; no run happens until something changes.
+* ``reactive``: subscribe each ``--subscribe``/``--continue`` URI (and ``--on-event`` MCP event,
+  agentd.reactive.events), then wake on updates and events through the router; no run happens until something
+  changes.
 
 Every mode has the reactive machinery running, so an agent in ``loop`` mode may subscribe itself too.
 

@@ -176,3 +176,16 @@ async def test_event_wakes_obey_the_wake_budget() -> None:
             await daemon.stop()
         prompts = wake_prompts(gw)
         assert len(prompts) == 1 and first in prompts[0] and second not in prompts[0]
+
+
+async def test_a_server_without_the_extension_is_a_config_error() -> None:
+    async with scripted_gateway(default=text("handled")) as gw, \
+            launch.peer_server(launch.sdk_server_argv()) as peer:
+        cfg = config(gw.url, {"ev": peer.url}, on_events=(TICKETS,))
+        async with live_daemon(cfg, armed=0) as daemon:
+            with trio.fail_after(30):
+                await daemon.done.wait()
+        assert isinstance(daemon.error, EventsUnsupported), daemon.error
+        assert "MCP events need the 2026-07-28 protocol" in str(daemon.error) or \
+            "does not declare the events extension" in str(daemon.error)
+        assert not gw.requests
