@@ -221,9 +221,6 @@ def _check_modes(config: Config) -> None:
         from agentd.config.on_events import check as check_on_events
 
         check_on_events(config.on_events, names)
-        if config.cluster is not None:
-            raise ConfigError(f"--on-event {config.on_events[0].shown!r}: MCP event subscriptions are not "
-                              "supported with --cluster yet (run the event-driven agent as a single daemon)")
     for value in config.subscribe:
         split_subscription(value, names)
     for value in config.continue_uris:

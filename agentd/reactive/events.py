@@ -19,6 +19,12 @@ where everything before it has woken the agent:
   replayed from the cursor before them. Each occurrence wakes the agent once, none twice.
 
 Without ``--state-dir`` cursors live in memory: a restart starts from now.
+
+With ``--cluster`` (``shared``) each subscription is a cluster row owned by one member at a time
+(agentd.reactive.clustered): :meth:`EventRoute.arm` only checks the subscriptions, and the owner loop calls
+:meth:`EventRoute.start` / :meth:`EventRoute.stop` as the member takes or loses one. The cursor lives in the row:
+a wake records the cursor after its occurrences (fenced) before its run starts, and is not run when the record is
+refused; a quiet stretch advances it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
 from agentd.journal.store import JournalStore
 from agentd.mcp import events
+from agentd.reactive.shared import Shared
 
 #: Daemon-state namespace: per subscription key, ``{"cursor": ..., "pending": {"run": ..., "cursor": ...}}``.
 EVENT_CURSORS: Final = "reactive.event_cursors"
@@ -76,6 +83,11 @@ class _Sub:
     gap: bool = False
     dropped: int = 0
     waking: int = 0
+    #: The running delivery's scope (cancelled when another cluster member takes the subscription).
+    scope: trio.CancelScope | None = None
+    #: The subscription's connection (what :meth:`EventRoute.start` delivers on).
+    conn: Any = None
+    delivery: str = "poll"
     #: When a quiet cursor was last journaled (trio time; None: never).
     saved_at: float | None = None
     poller: EventPoller | EventStream | None = None
@@ -93,7 +105,10 @@ class EventRoute:
     state: JournalStore | None = None
     pending_max: int = defaults.EVENT_PENDING_MAX
     save_interval: float = defaults.EVENT_CURSOR_SAVE_INTERVAL
+    #: ``--cluster``: subscriptions are owned (and cursors recorded) through the cluster's rows.
+    shared: Shared | None = None
     _subs: dict[str, _Sub] = attrs.field(factory=dict, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
 
     def owns(self, key: str) -> bool:
         return key in self._subs
@@ -105,12 +120,13 @@ class EventRoute:
     def view(self) -> list[dict[str, Any]]:
         """Rows for ``agent://status``."""
         return [{"server": s.config.server, "event": s.config.event, "key": s.key, "pending": len(s.pending),
-                 "delivery": "push" if isinstance(s.poller, EventStream) else "poll",
+                 "delivery": s.delivery, "delivering": s.poller is not None,
                  "polls": s.poller.polls if s.poller is not None else 0} for s in self._subs.values()]
 
     async def arm(self, subscriptions: Sequence[EventSubscriptionConfig], nursery: trio.Nursery) -> None:
-        """Check every subscription (exit 2 on the first that cannot be polled), restore its cursor, then start
-        its poller. Nothing is polled before all were checked."""
+        """Check every subscription (exit 2 on the first that cannot be delivered), restore its cursor, then
+        start its delivery (``--cluster``: the owner loop starts each one this member holds). Nothing is polled
+        before all were checked."""
         checked: list[tuple[EventSubscriptionConfig, Any, str]] = []
         listings: dict[str, list[events.EventType]] = {}  # one events/list per server, however many subscriptions
         for sub in subscriptions:
@@ -121,23 +137,62 @@ class EventRoute:
                                                               timeout=conn.config.call_timeout)
             kind = subscribable(listings[sub.server], server=sub.server, event=sub.event)
             checked.append((sub, conn, "push" if "push" in kind.delivery else "poll"))
-        saved = await self._saved()
+        self._nursery = nursery
         for sub, conn, delivery in checked:
             key = events.subscription_key(sub.server, sub.event, sub.arguments)
+            self._subs[key] = _Sub(sub, key, conn=conn, delivery=delivery)
+        if self.shared is not None:  # the member holding a subscription's lease delivers it
+            self.shared.attach_events(self)
+            return
+        saved = await self._saved()
+        for key in list(self._subs):
             cursor, resumed = await self._restored(saved.get(key))
-            state = _Sub(sub, key, committed=cursor)
-            on_batch = functools.partial(self._on_batch, state)
-            state.poller = (
-                EventStream(conn.exchange, sub.server, sub.event, sub.arguments, on_batch, cursor=cursor, log=self.log)
-                if delivery == "push" else
-                EventPoller(self._request(conn), sub.server, sub.event, sub.arguments, on_batch, cursor=cursor,
-                            timeout=conn.config.call_timeout, log=self.log)
-            )  # fmt: skip
-            self._subs[key] = state
-            self.log.info("trigger.armed", trigger="event", uri=key, server=sub.server, event_type=sub.event,
-                          delivery=delivery, cursor="restored" if cursor is not None else "now",
-                          **({"resumed_wake": resumed} if resumed else {}))
-            nursery.start_soon(state.poller.run)
+            self._start(key, cursor, resumed)
+
+    def declared(self) -> list[tuple[str | None, str]]:
+        """``(server, key)`` of every subscription, for the cluster's rows."""
+        return [(s.config.server, key) for key, s in self._subs.items()]
+
+    def start(self, key: str, cursor: str | None) -> None:
+        """Deliver ``key`` from ``cursor`` here (a cluster member took the subscription)."""
+        self._start(key, cursor, None)
+
+    def stop(self, key: str) -> None:
+        """Stop delivering ``key`` here; its pending occurrences are the next owner's (replayed from the cursor
+        recorded last)."""
+        sub = self._subs[key]
+        if sub.scope is not None:
+            sub.scope.cancel()
+        sub.scope, sub.poller = None, None
+        sub.pending, sub.gap, sub.dropped, sub.saved_at = [], False, 0, None
+        self.log.info("trigger.dropped", uri=key, server=sub.config.server, origins=["config"],
+                      reason="another cluster member owns this event subscription now")
+
+    def _start(self, key: str, cursor: str | None, resumed: str | None) -> None:
+        assert self._nursery is not None, "EventRoute.arm must run first"
+        sub = self._subs[key]
+        if sub.scope is not None:
+            sub.scope.cancel()
+        sub.committed, sub.pending, sub.gap, sub.dropped, sub.saved_at = cursor, [], False, 0, None
+        config, conn = sub.config, sub.conn
+        on_batch = functools.partial(self._on_batch, sub)
+        poller = sub.poller = (
+            EventStream(conn.exchange, config.server, config.event, config.arguments, on_batch, cursor=cursor,
+                        log=self.log)
+            if sub.delivery == "push" else
+            EventPoller(self._request(conn), config.server, config.event, config.arguments, on_batch, cursor=cursor,
+                        timeout=conn.config.call_timeout, log=self.log)
+        )  # fmt: skip
+        scope = sub.scope = trio.CancelScope()
+        self.log.info("trigger.armed", trigger="event", uri=key, server=config.server, event_type=config.event,
+                      delivery=sub.delivery, cursor="restored" if cursor is not None else "now",
+                      **({"resumed_wake": resumed} if resumed else {}))
+
+        async def deliver() -> None:
+            with scope:
+                await poller.run()
+
+        self._nursery.start_soon(deliver)
 
     def _connection(self, server: str) -> Any:
         conn = self.pool.connections.get(server)
@@ -211,11 +266,16 @@ class EventRoute:
             now = trio.current_time()
             if sub.saved_at is None or now - sub.saved_at >= self.save_interval:
                 sub.saved_at = now
-                await self._put(sub.key, {"cursor": result.cursor})
+                if self.shared is not None:
+                    await self.shared.record_event(sub.key, result.cursor, wake=False)
+                else:
+                    await self._put(sub.key, {"cursor": result.cursor})
 
     def take(self, key: str) -> Taken | None:
         """Everything pending for ``key`` (None when nothing is: an earlier wake took it)."""
         sub = self._subs[key]
+        if sub.poller is None:  # not delivered here (another cluster member owns it)
+            return None
         if not sub.pending and not sub.gap:
             return None
         taken = Taken(key, sub.config.server, sub.config.event, tuple(sub.pending), sub.gap, sub.dropped,
@@ -224,8 +284,15 @@ class EventRoute:
         sub.waking += 1
         return taken
 
+    async def fenced(self, taken: Taken) -> bool:
+        """``--cluster``: record the cursor after the wake's occurrences under this member's lease before the
+        run; False (the wake must not run here) when another member owns the subscription now."""
+        return self.shared is None or await self.shared.record_event(taken.key, taken.cursor, wake=True)
+
     async def started(self, taken: Taken, run_id: str) -> None:
         """The wake's run is about to start under ``run_id``: journal which cursor it carries."""
+        if self.shared is not None:
+            return  # recorded in the cluster's row (:meth:`fenced`)
         sub = self._subs[taken.key]
         await self._put(taken.key, {"cursor": sub.committed, "pending": {"run": run_id, "cursor": taken.cursor}})
 
@@ -237,7 +304,8 @@ class EventRoute:
         if not ran:
             return
         sub.committed = taken.cursor
-        await self._put(taken.key, {"cursor": taken.cursor})
+        if self.shared is None:
+            await self._put(taken.key, {"cursor": taken.cursor})
 
     async def _put(self, key: str, value: dict[str, Any]) -> None:
         if self.state is None:

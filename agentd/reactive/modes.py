@@ -130,9 +130,9 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             await nursery.start(runs.serve)
             if ctx.pool is not None:
                 await _start_reactivity(ctx, nursery)
-            await _arm(ctx)
             if ctx.events is not None:
                 await ctx.events.arm(cfg.on_events, nursery)
+            await _arm(ctx)
             if ctx.shared is not None and ctx.watcher is not None and ctx.router is not None:
                 await nursery.start(ctx.shared.serve, ctx.watcher, ctx.router.notify)
             await runs.restore(ctx.router.notify if ctx.router is not None else None)
@@ -266,7 +266,7 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
                                           per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
     if cfg.on_events:
-        ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state)
+        ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state, shared=ctx.shared)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
         if ctx.open_session is None:
@@ -313,7 +313,7 @@ async def _arm(ctx: DaemonContext) -> None:
     # Armed concurrently (bounded): each is a read, a subscribe and a read, and a daemon may watch thousands.
     await ctx.watcher.watch_many(list(wanted.values()))
     if ctx.shared is not None:
-        await ctx.shared.declare(declared)
+        await ctx.shared.declare(declared + (ctx.events.declared() if ctx.events is not None else []))
 
 
 async def _wake(ctx: DaemonContext, wake: Wake) -> None:
@@ -362,6 +362,11 @@ async def _wake_events(ctx: DaemonContext, route: EventRoute, wake: Wake) -> Non
         if others:
             read = await _read_batch(ctx, attrs.evolve(others[0], also=tuple(others[1:])))
             changed = [(item.uri, server, contents) for item, server, contents in read]
+        if taken and ctx.shared is not None:  # recorded under this member's lease first, or not run here
+            fenced = [item for item in taken if not await route.fenced(item)]
+            for item in fenced:
+                await route.done(item, ran=False)
+            taken = [item for item in taken if item not in fenced]
         if not taken and not changed:
             return
         for item in taken:

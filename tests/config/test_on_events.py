@@ -36,8 +36,6 @@ def test_file_entries_carry_arguments_and_a_flag_for_the_same_event_is_the_same_
     (["--mode", "reactive", "--on-event", "ticket.created"], "expected SERVER:EVENT"),
     (["--mode", "reactive", "--on-event", "ev:"], "expected SERVER:EVENT"),
     (["--on-event", "ev:ticket.created"], "--on-event needs --mode reactive"),
-    (["--mode", "reactive", "--on-event", "ev:t", "--cluster", "postgresql://u@127.0.0.1:9/db"],
-     "not supported with --cluster"),
 ])
 def test_mistakes_are_config_errors(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
