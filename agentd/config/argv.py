@@ -158,6 +158,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--continue", "continue_uris", "list",
          "reactive: feed updates of URI to one warm session instead of a fresh run (repeatable)", _MODES,
          "URI", env=False),
+    Flag("--on-event", "on_events", "list",
+         "reactive: wake on the MCP event EVENT of the --mcp server SERVER (repeatable; subscription arguments "
+         "through the config file's on_events)", _MODES, "SERVER:EVENT", env=False, file=False),
     Flag("--interval", "interval", "duration", "loop/schedule: time between fires (0 = back to back)",
          _MODES, "DURATION", env=False),
     Flag("--cron", "cron", "str", f"schedule: 5-field cron expression, read in --cron-tz (default {D.CRON_TIME_ZONE})",

@@ -119,6 +119,11 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         file_layer.a2a_peers if file_layer else (), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
     ), merged.pop("a2a_peer_tags", ()) or (), flag="--a2a-peer-tags", expected="tag,tag", field="tags", parse=_tags,
         kind="A2A peer (declare it with --a2a-peer or a2a_peers)")
+    flags_on_events = merged.pop("on_events", ()) or ()
+    if flags_on_events or (file_layer is not None and file_layer.on_events):
+        from agentd.config.on_events import merge as merge_on_events
+
+        merged["on_events"] = merge_on_events(file_layer.on_events if file_layer else (), flags_on_events)
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)

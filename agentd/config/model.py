@@ -70,6 +70,20 @@ class EgressConfig:
 
 
 @attrs.frozen
+class EventSubscriptionConfig:
+    """One MCP event a reactive daemon wakes on (``--on-event SERVER:EVENT``, ``on_events:``): the event type
+    ``event`` of the declared server ``server``, with the subscription ``arguments`` sent on every poll."""
+
+    server: str
+    event: str
+    arguments: Mapping[str, object] = attrs.field(factory=dict, converter=dict, hash=False)
+
+    @property
+    def shown(self) -> str:
+        return f"{self.server}:{self.event}"
+
+
+@attrs.frozen
 class McpServerConfig:
     """One declared MCP server. ``headers`` values are templates that may hold secret references."""
 
@@ -123,6 +137,8 @@ class Config:
     mode: Mode = "once"
     subscribe: tuple[str, ...] = ()
     continue_uris: tuple[str, ...] = ()
+    #: MCP events the reactive daemon wakes on (agentd.reactive.events).
+    on_events: tuple[EventSubscriptionConfig, ...] = ()
     interval: float | None = None
     cron: str | None = None
     cron_tz: str | None = None

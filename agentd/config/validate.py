@@ -212,12 +212,16 @@ def check_operator_egress(what: str, url: str, policy: EgressPolicy) -> None:
 
 def _check_modes(config: Config) -> None:
     mode = config.mode
-    if mode == "reactive" and not (config.subscribe or config.continue_uris):
-        raise ConfigError("--mode reactive needs at least one --subscribe URI (or --continue URI)")
-    if mode != "reactive" and (config.subscribe or config.continue_uris):
-        flag = "--subscribe" if config.subscribe else "--continue"
+    if mode == "reactive" and not (config.subscribe or config.continue_uris or config.on_events):
+        raise ConfigError("--mode reactive needs at least one --subscribe URI (or --continue URI, or --on-event)")
+    if mode != "reactive" and (config.subscribe or config.continue_uris or config.on_events):
+        flag = "--subscribe" if config.subscribe else "--continue" if config.continue_uris else "--on-event"
         raise ConfigError(f"{flag} needs --mode reactive (the mode is {mode})")
     names = {server.name for server in config.mcp}
+    if config.on_events:
+        from agentd.config.on_events import check as check_on_events
+
+        check_on_events(config.on_events, names)
     for value in config.subscribe:
         split_subscription(value, names)
     for value in config.continue_uris:

@@ -26,6 +26,10 @@ IDEMPOTENCY_FIELD: Final = "idempotencyKey"
 #: The tasks extension (SEP-2663), declared in the client capabilities of the requests in :data:`TASK_METHODS`.
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 TASK_METHODS: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel"})
+#: The events extension (SEP-3415), declared in the client capabilities of the requests in :data:`EVENT_METHODS`.
+EVENTS_EXTENSION: Final = "io.modelcontextprotocol/events"
+EVENT_METHODS: Final = frozenset({"events/list", "events/poll", "events/stream", "events/subscribe",
+                                  "events/unsubscribe"})
 
 
 def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, key: str,
@@ -40,8 +44,12 @@ def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, ke
 
 def client_capabilities(method: str | None) -> dict[str, Any]:
     """agentd's per-request client capabilities on the 2026-07-28 wire: the tasks extension on ``tools/call``
-    and ``tasks/*`` (agentd.mcp.tasks), nothing else."""
-    return {"extensions": {TASKS_EXTENSION: {}}} if method in TASK_METHODS else {}
+    and ``tasks/*`` (agentd.mcp.tasks), the events extension on ``events/*`` (agentd.mcp.events), nothing else."""
+    if method in TASK_METHODS:
+        return {"extensions": {TASKS_EXTENSION: {}}}
+    if method in EVENT_METHODS:
+        return {"extensions": {EVENTS_EXTENSION: {}}}
+    return {}
 
 
 def with_envelope(params: dict[str, Any], version: str, client_info: Mapping[str, Any],

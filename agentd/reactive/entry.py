@@ -195,6 +195,9 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
 
         for uri in ctx.watcher.orphans(pool.connections, subscribed):
             await ctx.watcher.forget(uri, "its MCP server was removed or replaced by a reload")
+    if new.on_events != old.on_events:
+        ctx.log.warn("config.warning", reason="on_events / --on-event changed: MCP event subscriptions are read at "
+                     "start; restart the daemon to apply the change")
     if ctx.watcher is None or new.subscribe == old.subscribe:
         return
     names = list(ctx.server_names)
@@ -204,7 +207,8 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
     before = {uri: server for server, uri in (split_subscription(v, names) for v in old.subscribe)}
     after = {uri: server for server, uri in (split_subscription(v, names) for v in new.subscribe)}
     if ctx.shared is not None:  # the cluster re-owns: dropped ones are handed back, new ones claimed
-        await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)])
+        events = ctx.events.declared() if ctx.events is not None else []
+        await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)] + events)
         return
     for uri in sorted(before.keys() - after.keys()):
         if not owned(uri):
