@@ -486,7 +486,7 @@ async def _once(
     if cfg.max_depth > 0:
         register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
 
-    async def on_usage(usage: Usage) -> bool:
+    async def on_usage(usage: Usage) -> bool | str:
         # The root's own tokens count against the tree ceiling like every descendant's, and it obeys it too.
         return await root.authority.report_usage(root.handle, usage)
 

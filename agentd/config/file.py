@@ -33,6 +33,7 @@ from agentd.config.model import EgressConfig, McpServerConfig
 from agentd.config.servers import load_servers, rebase, rebase_secret_files
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
+from agentd.prices import Price, parse_price_table
 
 
 @attrs.frozen
@@ -46,6 +47,8 @@ class FileLayer:
     a2a_peers: tuple[McpServerConfig, ...] = ()
     #: ``egress:`` (agentd.config.egress), None when the file has no such section.
     egress: EgressConfig | None = None
+    #: ``prices: {MODEL: {input, output}}`` (agentd.prices), dollars per million tokens as read.
+    prices: Mapping[str, Price] = attrs.field(factory=dict)
 
 
 #: A host file's own keys (agentd.config.host), accepted here so one host file serves both commands.
@@ -67,6 +70,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
     connections: tuple[McpServerConfig, ...] = ()
     peers: tuple[McpServerConfig, ...] = ()
     egress: EgressConfig | None = None
+    prices: dict[str, Price] = {}
     for key, value in raw.items():
         try:
             if value is None and isinstance(key, str) and (key in ("mcp_servers", "a2a_peers") or key in FLAGS_BY_FILE_KEY):
@@ -79,6 +83,8 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 peers = load_peers(value, base_dir)
             elif key == "egress":
                 egress = load_egress(value)
+            elif key == "prices":
+                prices = parse_price_table(value, "$.prices")
             elif key == "telemetry" and isinstance(value, dict):
                 # ``telemetry: {otel: true, metrics_addr: ..., log_level: ...}``: the telemetry flags, grouped
                 for sub, setting in value.items():
@@ -111,7 +117,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 f"--config {path}: connection {server.name!r} is declared twice "
                 f"($.mcp_servers[{index}] and $.connections.{server.name})"
             )
-    return FileLayer(path, settings, (*connections, *servers), peers, egress)
+    return FileLayer(path, settings, (*connections, *servers), peers, egress, prices)
 
 
 def _host_key(
@@ -132,7 +138,7 @@ def _host_key(
 
 
 def _suggest(key: object) -> str:
-    known = ["mcp_servers", "a2a_peers", "egress", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
+    known = ["mcp_servers", "a2a_peers", "egress", "prices", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
     close = difflib.get_close_matches(str(key), known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
