@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from agentd.cli import main as cli_main
 from tests.integration.agents import events_of, run_agentd
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 
@@ -47,10 +48,11 @@ def _tree(request: RecordedRequest) -> dict[str, Any]:
                      usage={"prompt_tokens": 1000, "completion_tokens": 50})
 
 
-async def test_cost_usd_is_the_trees_each_reply_at_its_own_models_price() -> None:
+async def test_cost_usd_is_the_trees_each_reply_at_its_own_models_price(tmp_path: Path, capsys: Any) -> None:
+    report = tmp_path / "report.jsonl"
     async with scripted_gateway([], default=_tree) as gw:
         done = await run_agentd(["--instruction", "delegate", "--intelligence", gw.url, "--model", "big",
-                                 "--models", "small", *PRICES, "--budget-usd", "1"])
+                                 "--models", "small", *PRICES, "--budget-usd", "1", "--report-file", str(report)])
         requests = list(gw.requests)
     doc = _doc(done)
     assert done.returncode == 0 and doc["status"] == "completed", (doc, done.stderr.decode()[-3000:])
@@ -59,6 +61,14 @@ async def test_cost_usd_is_the_trees_each_reply_at_its_own_models_price() -> Non
     assert doc["usage"]["own"]["cost_usd"] == 0.01125, doc
     assert doc["usage"]["cost_usd"] == 0.01175, doc
     assert doc["usage"]["total_tokens"] == 3150 + 1200, doc
+    # the report: each node's own cost, the tree's in its budget
+    [tree] = [json.loads(line) for line in report.read_text().splitlines()]
+    assert tree["tree"]["cost_usd"] == 0.01125 and tree["tree"]["children"][0]["cost_usd"] == 0.0005, tree
+    assert tree["budget"]["cost_usd"] == 0.01175 and tree["budget"]["budget_usd"] == 1, tree["budget"]
+    capsys.readouterr()
+    assert cli_main(["report", str(report)], env={}) == 0
+    table = capsys.readouterr().out
+    assert "usd" in table and "0.011250" in table and "0.000500" in table, table
 
 
 async def test_the_root_stops_at_the_reply_that_spends_the_money_budget() -> None:
