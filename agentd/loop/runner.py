@@ -219,7 +219,9 @@ class _Run:
         metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens, cost=cost)
         spent_out: bool | str | None = False
         if self.on_usage is not None:
-            verdict = self.on_usage(reply.usage if cost is None else attrs.evolve(reply.usage, cost=cost))
+            usage = reply.usage
+            verdict = self.on_usage(usage if cost is None else Usage(usage.prompt_tokens, usage.completion_tokens,
+                                                                     usage.estimated_tokens, cost))
             spent_out = await verdict if inspect.isawaitable(verdict) else verdict
         if reply.content and reply.content.strip():
             self.best_text = reply.content
@@ -285,7 +287,7 @@ class _Run:
         usage = cut.usage()
         cost = self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
         if cost is not None:
-            usage = attrs.evolve(usage, cost=cost)
+            usage = Usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, cost)
         self.log.warn("loop.cut_reply", step=step, prompt_tokens=usage.prompt_tokens,
                       completion_tokens=usage.completion_tokens, estimated=cut.estimated)
         if self.on_usage is not None:
