@@ -6,7 +6,8 @@ gateway, which reports the usage each reply costs.
 - a child's gateway requests carry the model its spawn chose, the parent's keep the parent's;
 - ``--budget-usd`` stops the root at the reply that spends it (exit 7, ``exhausted_budget``), with no further
   model request;
-- a spawn that names a model outside ``--models`` is an ``isError`` tool result, and no child process starts;
+- a spawn that names a model outside ``--models`` is an ``isError`` tool result, and no child process starts,
+  whether the model asked for it (``subagent.spawn`` in the loop) or a peer did (the served ``subagent.spawn``);
 - a money budget over an unpriced model is a config error (exit 2) before anything happens.
 """
 
@@ -17,9 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from agentd.cli import main as cli_main
-from tests.integration.agents import events_of, run_agentd
+from agentd.client import open_mcp_pool
+from agentd.config.model import McpServerConfig
+from agentd.events import EventLog
+from agentd.secrets import SecretResolver
+from tests.integration.agents import agentd_worker, events_of, run_agentd, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
@@ -136,3 +142,21 @@ async def test_a_money_budget_over_an_unpriced_model_exits_2_before_anything_hap
     assert done.returncode == 2, done.stderr.decode()[-3000:]
     assert "--budget-usd: model 'other' has no price" in done.stderr.decode()
     assert requests == 0 and not state.exists()
+
+
+async def test_a_served_spawn_chooses_its_model_from_the_allow_list() -> None:
+    async with scripted_gateway([], default=text("served child done")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url, "--model", "big",
+                "--models", "small", "--drain-timeout", "5"]
+        async with agentd_worker(argv) as worker:
+            server = McpServerConfig(name="worker", url=worker.url)
+            with trio.fail_after(60):
+                async with open_mcp_pool([server], log=EventLog(sink=lambda line: None),
+                                         secrets=SecretResolver(env={}), run_id="t") as pool:
+                    refused = await pool.call_tool("worker", "subagent.spawn", {"instruction": "X", "model": "huge"})
+                    assert refused.is_error is True, refused
+                    assert "spawn refused: model 'huge' is not allowed" in text_of(refused.content)
+                    assert not worker.named("subagent.spawn") and gw.requests == []  # nothing started
+                    ok = await pool.call_tool("worker", "subagent.spawn", {"instruction": "SERVED", "model": "small"})
+                    assert ok.is_error is False and ok.structured["result"] == "served child done", ok
+        assert [_model(r) for r in gw.requests] == ["small"]
