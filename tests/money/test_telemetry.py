@@ -1,0 +1,40 @@
+"""Money in the tree's metrics: each level's replies priced by its own process, counted at the root by depth in
+``/metrics`` (``agentd_cost_usd_total``) and in the OTLP export (``agentd.cost``); a child's malformed cost
+observation is skipped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentd import telemetry
+from agentd.telemetry import metrics
+from tests.telemetry.test_tree_metrics import _samples, _scrape_after_a_tree
+
+
+@pytest.fixture(autouse=True)
+def telemetry_off_afterwards() -> Any:
+    telemetry.disable()
+    metrics.disable()
+    yield
+    telemetry.disable()
+    metrics.disable()
+
+
+async def test_a_priced_trees_cost_reaches_the_roots_metrics_by_depth() -> None:
+    samples, receiver = await _scrape_after_a_tree("--price", "default=1/2")
+    # each level: 20 input tokens x $1/M + 10 output tokens x $2/M = $0.00004
+    for depth in ("0", "1", "2"):
+        assert samples[("agentd_cost_usd_total", (("depth", depth),))] == pytest.approx(4e-05), depth
+    points = receiver.metric_exports[-1]
+    cost = {p.attributes["agentd.agent.depth"]: p.value for p in points if p.name == "agentd.cost"}
+    assert cost == pytest.approx({"0": 4e-05, "1": 4e-05, "2": 4e-05})
+
+
+def test_a_childs_cost_observations_are_checked() -> None:
+    registry = metrics.enable()
+    taken = metrics.merge(1, [["cost", 0.5], ["cost", -1], ["cost", "x"], ["cost", True], ["cost", 1e9], ["cost"]])
+    assert taken == 1
+    samples = _samples(registry.exposition()[0].decode())
+    assert samples[("agentd_cost_usd_total", (("depth", "1"),))] == 0.5
