@@ -125,13 +125,22 @@ class LocalAuthority:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
         past = self.ledger.add_tokens(usage.total, handle, tree)
-        broke = usage.cost is not None and self.ledger.add_cost(usage.cost, handle, tree)
+        broke = spent_out = False
+        if usage.cost is not None:
+            spent = self.ledger.add_cost(usage.cost, handle, tree)
+            if spent is not None:
+                from agentd.journal.ledger import Overdrawn
+
+                if isinstance(spent, Overdrawn):
+                    broke = spent_out = True
+                else:
+                    spent_out = spent.remaining <= 0
         await self._save(key)
         own = handle == self.ledger.root
         if (past or broke) and not own:
             self.on_ceiling(handle)
         self.on_change()
-        if own and (broke or self.ledger.money_spent_out(handle, tree)):
+        if own and spent_out:
             return BUDGET_USD
         return own and (past or self.ledger.spent_out(handle, tree))
 

@@ -50,7 +50,7 @@ from agentd import defaults
 from agentd.rule_of_two import check_trifecta
 
 if TYPE_CHECKING:  # the books load with the first admission or usage report (a once run's first reply)
-    from agentd.journal.ledger import Ledger
+    from agentd.journal.ledger import Charged, Ledger, Overdrawn
 
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
@@ -460,16 +460,18 @@ class TreeLedger:
             overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn)
         return overdrawn or total > self.ceiling_of(key)
 
-    def add_cost(self, cost: int, handle: str | None = None, tree: str = "") -> bool:
+    def add_cost(self, cost: int, handle: str | None = None, tree: str = "") -> Charged | Overdrawn | None:
         """Charge ``cost`` picodollars spent by ``handle`` (default the root, in run tree ``tree``) to its money
-        slice; True when that overdrew it (the money budget is spent there). False without a money budget."""
+        slice: the ledger's decision (``Charged`` with what is left, or ``Overdrawn``: the money budget is spent
+        there), or None without a money budget (or a slice to charge)."""
+        if self.caps.budget_usd is None:
+            return None
         who = self.root if handle is None else handle
         money = self.money(self.tree_of(who, tree))
-        if money is None or self._slice(who) not in money:
-            return False
-        from agentd.journal.ledger import Overdrawn
-
-        return isinstance(money.charge(self._slice(who), max(0, cost)), Overdrawn)
+        where = self._slice(who)
+        if money is None or where not in money:
+            return None
+        return money.charge(where, max(0, cost))
 
     def money_spent_out(self, handle: str | None = None, tree: str = "") -> bool:
         """Has ``handle`` (default the root, in ``tree``) no money left (its slice of ``budget_usd`` spent)?"""

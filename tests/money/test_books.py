@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentd.errors import ConfigError
-from agentd.journal.ledger import MONEY_KEY, NAMESPACE, ROOT
+from agentd.journal.ledger import MONEY_KEY, NAMESPACE, ROOT, Charged, Overdrawn
 from agentd.journal.sqlite import open_journal
 from agentd.prices import PICO_PER_USD, Price, parse_price_flag, parse_price_table, parse_usd, usd, usd_text
 from agentd.supervisor.authority import LocalAuthority
@@ -51,10 +51,10 @@ def test_a_childs_cost_is_charged_to_its_slice_and_the_rest_refunded() -> None:
     money = led.existing_money("")
     assert money is not None
     assert money.available(child.handle) == DOLLAR // 4  # an even share among the root and 3 free slots
-    assert led.add_cost(DOLLAR // 10, child.handle) is False
+    assert isinstance(led.add_cost(DOLLAR // 10, child.handle), Charged)
     led.release(child.handle)
     assert money.available(ROOT) == DOLLAR - DOLLAR // 10  # spent booked to the root, the rest back
-    assert led.add_cost(DOLLAR, None) is True and led.money_spent_out()
+    assert isinstance(led.add_cost(DOLLAR, None), Overdrawn) and led.money_spent_out()
     refused = led.admit("0", None, 0.0)
     assert isinstance(refused, Refusal) and refused.cap == "budget_usd" and "budget_usd=1 reached" in refused.message
 
@@ -62,10 +62,10 @@ def test_a_childs_cost_is_charged_to_its_slice_and_the_rest_refunded() -> None:
 def test_a_child_past_its_money_slice_is_reported_and_no_budget_means_no_books() -> None:
     led = ledger(max_children=1)
     child = admitted(led.admit("0", None, 0.0))
-    assert led.add_cost(DOLLAR // 2 + 1, child.handle) is True
+    assert isinstance(led.add_cost(DOLLAR // 2 + 1, child.handle), Overdrawn)
     unpriced = ledger(None)
     admitted(unpriced.admit("0", None, 0.0))
-    assert unpriced.add_cost(10**15) is False and unpriced.existing_money("") is None
+    assert unpriced.add_cost(10**15) is None and unpriced.existing_money("") is None
 
 
 async def test_the_money_books_are_saved_with_the_token_books_and_adopted(tmp_path: Path) -> None:
