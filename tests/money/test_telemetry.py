@@ -1,6 +1,6 @@
 """Money in the tree's metrics: each level's replies priced by its own process, counted at the root by depth in
 ``/metrics`` (``agentd_cost_usd_total``) and in the OTLP export (``agentd.cost``); a child's malformed cost
-observation is skipped."""
+observation is skipped; the ``chat`` and ``invoke_agent`` spans carry ``agentd.cost_usd``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from agentd import telemetry
+from agentd.config import Config
+from agentd.events import null_log
+from agentd.prices import Price
+from agentd.run import run_config
 from agentd.telemetry import metrics
+from agentd.telemetry.settings import OtelSettings
+from tests.peers.gateway import scripted_gateway, text
+from tests.telemetry.otlp import otlp_receiver
 from tests.telemetry.test_tree_metrics import _samples, _scrape_after_a_tree
 
 
@@ -38,3 +45,18 @@ def test_a_childs_cost_observations_are_checked() -> None:
     assert taken == 1
     samples = _samples(registry.exposition()[0].decode())
     assert samples[("agentd_cost_usd_total", (("depth", "1"),))] == 0.5
+
+
+async def test_spans_carry_what_a_reply_and_a_run_cost() -> None:
+    async with otlp_receiver() as receiver, scripted_gateway(
+            [text("done", usage={"prompt_tokens": 1000, "completion_tokens": 100})]) as gw:
+        telemetry.enable(OtelSettings(traces_endpoint=receiver.url + "/v1/traces"))
+        cfg = Config(instruction="hi", intelligence=(gw.url,), model="big",
+                     prices={"big": Price(3_000_000, 15_000_000)})
+        result = await run_config(cfg, run_id="r", log=null_log())
+        assert result.status.value == "completed" and result.usage.cost == 4_500_000_000
+        await telemetry.flush(5)
+    [chat] = [s for s in receiver.spans if s.name.startswith("chat")]
+    [agent] = receiver.named("invoke_agent")
+    assert chat.attributes["agentd.cost_usd"] == pytest.approx(0.0045)
+    assert agent.attributes["agentd.cost_usd"] == pytest.approx(0.0045)
