@@ -1,19 +1,21 @@
 """The tree's money budget survives a crash: a once run with ``--budget-usd`` and ``--state-dir`` spends part of
 its budget, is SIGKILLed, and the restarted run (same ``--run-id``) still counts what was spent before the crash:
 its next reply spends the rest, it ends ``exhausted_budget`` (exit 7), and the tool call that reply asked for is
-never sent."""
+never sent. A warm served session keeps the model its spawn chose when it is re-opened after a SIGKILL."""
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+import trio
 
 from agentd.journal.ledger import MONEY_KEY, NAMESPACE
 from agentd.journal.sqlite import JournalFile, db_path
 from tests.ctl.daemon import daemon, kill
 from tests.durable.peer import counting_peer
-from tests.peers.gateway import scripted_gateway, tool_call
+from tests.peers.gateway import scripted_gateway, text, tool_call
 
 pytestmark = pytest.mark.interop
 
@@ -65,3 +67,37 @@ async def test_the_money_ledger_holds_across_a_sigkill(tmp_path):
         assert len(restored) == 1 and restored[0]["spent_usd_pico"] == REPLY, restored
         # the document counts both replies' cost: the restored run's usage includes the first process's
         assert result["usage"]["cost_usd"] == 0.006, result
+
+
+async def test_a_warm_served_session_keeps_its_model_across_a_sigkill(tmp_path):
+    from agentd.client import open_mcp_pool
+    from agentd.config.model import McpServerConfig
+    from agentd.events import EventLog
+    from agentd.secrets import SecretResolver
+    from tests.integration.agents import agentd_worker
+
+    def client(worker):
+        return open_mcp_pool([McpServerConfig(name="worker", url=worker.url)], log=EventLog(sink=lambda line: None),
+                             secrets=SecretResolver(env={}), run_id="test")
+
+    state = tmp_path / "state"
+    async with scripted_gateway([], default=text("noted")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0", "--intelligence", gw.url, "--model", "big", "--models", "small",
+                "--state-dir", str(state), "--drain-timeout", "3", "--cancel-grace", "1"]
+        async with agentd_worker(argv) as worker:
+            with trio.fail_after(60):
+                async with client(worker) as pool:
+                    warm = await pool.call_tool("worker", "subagent.spawn",
+                                                {"instruction": "WARM-1", "warm": True, "model": "small"})
+                    assert warm.is_error is False and warm.structured["turns"] == 1, warm
+            os.kill(worker.pid, signal.SIGKILL)
+        before = len(gw.requests)
+
+        async with agentd_worker(argv) as worker:
+            with trio.fail_after(90):
+                async with client(worker) as pool:
+                    sent = await pool.call_tool("worker", "subagent.send", {"handle": "served.1", "message": "WARM-2"})
+                    assert sent.is_error is False, sent
+                    while len(gw.requests) == before:
+                        await trio.sleep(0.05)
+        assert {r.body.get("model") for r in gw.requests} == {"small"}  # the re-opened session too
