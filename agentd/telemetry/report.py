@@ -139,7 +139,8 @@ class Recorder:
         """One node for the live stream: ``tree.node`` with its place in the tree."""
         return {"event": "tree.node", "run_id": node.run_id.split("/", 1)[0], "handle": node.handle,
                 "parent": node.handle.rpartition(".")[0] or None, "status": node.status, "steps": node.steps,
-                "tokens": node.input_tokens + node.output_tokens}
+                "tokens": node.input_tokens + node.output_tokens,
+                **({} if node.cost_usd is None else {"cost_usd": node.cost_usd})}
 
     def nodes(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` nodes as :meth:`node_view` (a new stream subscriber's snapshot)."""
