@@ -143,7 +143,8 @@ async def main(
 
         recorder = Recorder(caps={"token_ceiling": cfg.token_ceiling, "max_tokens": cfg.max_tokens,
                                   "max_steps": cfg.max_steps, "max_depth": cfg.max_depth,
-                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents})
+                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents,
+                                  **({} if cfg.budget_usd is None else {"budget_usd": cfg.budget_usd / 10**12})})
         log = log.bind(sink=_tee(log.sink, recorder.record))
     bus = EventBus()
     if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
@@ -503,7 +504,7 @@ async def _once(
     if cfg.max_depth > 0:
         register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
 
-    async def on_usage(usage: Usage) -> bool:
+    async def on_usage(usage: Usage) -> bool | str:
         # The root's own tokens count against the tree ceiling like every descendant's, and it obeys it too.
         return await root.authority.report_usage(root.handle, usage)
 

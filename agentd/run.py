@@ -458,7 +458,9 @@ def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> Run
                      result=body.get("result"), steps=int(body.get("steps", 0) or 0),
                      usage=own, subagents=RunUsage(max(0, tree.prompt_tokens - own.prompt_tokens),
                                                    max(0, tree.completion_tokens - own.completion_tokens),
-                                                   max(0, tree.estimated_tokens - own.estimated_tokens)),
+                                                   max(0, tree.estimated_tokens - own.estimated_tokens),
+                                                   None if tree.cost is None or own.cost is None
+                                                   else max(0, tree.cost - own.cost)),
                      error=error)
 
 
@@ -539,6 +541,7 @@ async def run_config(
         limits=limits or limits_of(cfg),
         output_contract=output_contract if output_contract is not None else cfg.output_contract,
         seed=tuple(seed),
+        price=cfg.price(),
     )
     if not request.instruction.strip():
         raise ConfigError("an instruction is required (--instruction or --instruction-file)")
@@ -579,7 +582,7 @@ async def run_config(
         await journal_end(journaled, result)
         metrics.run_ended(result.status.value)
         end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
-                       result.usage.completion_tokens)
+                       result.usage.completion_tokens, result.usage.cost)
         ended(log, result)
     return result
 

@@ -21,7 +21,7 @@ from agentd import defaults as D
 from agentd.errors import ConfigError
 
 Command = Literal["agentd", "check", "run", "transcript"]
-Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
+Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url", "usd"]
 
 
 class Flag(NamedTuple):
@@ -128,6 +128,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _INTEL, "PATH", commands=_AND_CHECK),
     Flag("--model", "model", "str", f"model name sent to the gateway (default: {D.MODEL})", _INTEL, "NAME",
          commands=_ALL_THREE),
+    Flag("--models", "models", "list",
+         "models a subagent.spawn may choose with its 'model' argument, comma-separated (repeatable; default: "
+         "only the parent's own model)", _INTEL, "NAME[,NAME...]", env=False),
+    Flag("--price", "prices", "list",
+         "a model's price in US dollars per million input / output tokens (repeatable; config prices:)", _INTEL,
+         "MODEL=IN/OUT", env=False, file=False),
     Flag("--stream-intelligence", "stream_intelligence", "bool", "stream gateway replies (SSE)", _INTEL),
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
@@ -198,6 +204,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--spawn-burst", "spawn_burst", "int", f"subagent spawns at once above the rate (default {D.SPAWN_BURST})", _BUDGETS, "N"),
     Flag("--token-ceiling", "token_ceiling", "int", f"tokens for the whole tree (default {D.TOKEN_CEILING})", _BUDGETS,
          "N"),
+    Flag("--budget-usd", "budget_usd", "usd",
+         "US dollars for the whole tree, priced by --price (default: no money budget)", _BUDGETS, "AMOUNT"),
     Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",
          "daemon modes: tokens over the process lifetime (default 0 = unbounded)", _BUDGETS, "N",
          env_aliases=("AGENTD_BUDGET_TOKENS", "AGENT_BUDGET_TOKENS")),

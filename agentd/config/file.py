@@ -33,6 +33,7 @@ from agentd.config.model import EgressConfig, EventSubscriptionConfig, McpServer
 from agentd.config.servers import load_servers, rebase, rebase_secret_files
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
+from agentd.prices import Price, parse_price_table
 
 
 @attrs.frozen
@@ -48,6 +49,8 @@ class FileLayer:
     egress: EgressConfig | None = None
     #: ``on_events:`` (agentd.config.on_events): the MCP events a reactive daemon wakes on.
     on_events: tuple[EventSubscriptionConfig, ...] = ()
+    #: ``prices: {MODEL: {input, output}}`` (agentd.prices), dollars per million tokens as read.
+    prices: Mapping[str, Price] = attrs.field(factory=dict)
 
 
 #: The file's list sections besides the flags' keys.
@@ -72,6 +75,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
     peers: tuple[McpServerConfig, ...] = ()
     egress: EgressConfig | None = None
     on_events: tuple[EventSubscriptionConfig, ...] = ()
+    prices: dict[str, Price] = {}
     for key, value in raw.items():
         try:
             if value is None and isinstance(key, str) and (key in _SECTIONS or key in FLAGS_BY_FILE_KEY):
@@ -88,6 +92,8 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 from agentd.config.on_events import load_section
 
                 on_events = load_section(value)
+            elif key == "prices":
+                prices = parse_price_table(value, "$.prices")
             elif key == "telemetry" and isinstance(value, dict):
                 # ``telemetry: {otel: true, metrics_addr: ..., log_level: ...}``: the telemetry flags, grouped
                 for sub, setting in value.items():
@@ -120,7 +126,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 f"--config {path}: connection {server.name!r} is declared twice "
                 f"($.mcp_servers[{index}] and $.connections.{server.name})"
             )
-    return FileLayer(path, settings, (*connections, *servers), peers, egress, on_events)
+    return FileLayer(path, settings, (*connections, *servers), peers, egress, on_events, prices)
 
 
 def _host_key(
@@ -141,7 +147,7 @@ def _host_key(
 
 
 def _suggest(key: object) -> str:
-    known = [*_SECTIONS, "egress", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
+    known = [*_SECTIONS, "egress", "prices", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
     close = difflib.get_close_matches(str(key), known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

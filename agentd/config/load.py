@@ -28,6 +28,7 @@ from agentd.config.env import read_env
 from agentd.config.model import Config, McpServerConfig, TlsConfig, check_era
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
+from agentd.prices import Price, parse_price_flag, parse_usd
 from agentd.secrets import has_secret_ref, secret_refs
 
 if TYPE_CHECKING:
@@ -124,6 +125,10 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         from agentd.config.on_events import merge as merge_on_events
 
         merged["on_events"] = merge_on_events(file_layer.on_events if file_layer else (), flags_on_events)
+    merged["prices"] = _prices(file_layer.prices if file_layer else {}, merged.pop("prices", ()) or ())
+    if merged.get("models"):
+        merged["models"] = tuple(dict.fromkeys(name.strip() for item in merged["models"] for name in item.split(",")
+                                               if name.strip()))
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)
@@ -149,6 +154,19 @@ def load_command(argv: Sequence[str], env: Mapping[str, str] | None, command: Co
         flag = FLAGS_BY_DEST.get(dest)
         values[dest] = raw if flag is None else _convert(flag, raw, flag.name)
     return values
+
+
+def _prices(table: Mapping[str, Price], flags: Sequence[str]) -> dict[str, Price]:
+    """The config file's ``prices:``, then each ``--price MODEL=IN/OUT`` (a flag replaces that model's entry)."""
+    prices = dict(table)
+    seen: set[str] = set()
+    for item in flags:
+        model, price = parse_price_flag(item)
+        if model in seen:
+            raise ConfigError(f"--price: {model!r} given twice")
+        seen.add(model)
+        prices[model] = price
+    return prices
 
 
 def _read_instruction(path: str) -> str:
@@ -254,6 +272,11 @@ def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str 
         if number < 0:
             raise ConfigError(f"must be >= 0, got {number}")
         return number
+    if kind == "usd":
+        if isinstance(value, bool) or not isinstance(value, str | int | float) or (
+                not from_file and not isinstance(value, str)):
+            raise ConfigError(f"expected a number of US dollars, got {value!r}")
+        return parse_usd(value, "")
     if kind == "duration":
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ConfigError(f"expected a duration, got {value!r}")

@@ -14,6 +14,7 @@ import attrs
 
 from agentd import defaults
 from agentd.errors import ConfigError
+from agentd.prices import Price
 
 if TYPE_CHECKING:
     from agentd.transport.egress import EgressPolicy
@@ -124,6 +125,11 @@ class Config:
     intelligence: tuple[str, ...] = ()
     intelligence_token: str | None = None
     model: str = defaults.MODEL
+    #: ``--models``: the models a ``subagent.spawn`` may choose (its ``model``) besides the run's own; empty: only
+    #: the run's own model.
+    models: tuple[str, ...] = ()
+    #: ``--price MODEL=IN/OUT`` / ``prices:``: each model's price (agentd.prices: picodollars per token).
+    prices: Mapping[str, Price] = attrs.field(factory=dict, converter=dict)
     stream_intelligence: bool = False
     # MCP servers and TLS
     mcp: tuple[McpServerConfig, ...] = ()
@@ -159,6 +165,8 @@ class Config:
     spawn_rate: int = defaults.SPAWN_RATE
     spawn_burst: int = defaults.SPAWN_BURST
     token_ceiling: int = defaults.TOKEN_CEILING
+    #: ``--budget-usd``: the whole tree's money budget in picodollars (agentd.prices); None: no money budget.
+    budget_usd: int | None = None
     cancel_grace: float = defaults.CANCEL_GRACE
     term_grace: float = defaults.TERM_GRACE
     pong_timeout: float = defaults.PONG_TIMEOUT
@@ -239,6 +247,17 @@ class Config:
                 ConfigError: one line naming the bad value (exit 2).
             """
             ...
+
+    def usable_models(self) -> tuple[str, ...]:
+        """The models this run and its subagents may call: its own, then ``models`` (each once)."""
+        return tuple(dict.fromkeys((self.model, *self.models)))
+
+    def price(self) -> Price | None:
+        """The run's own model's price when every model the tree may use has one (then the run reports what it
+        cost); None when any lacks one: a sum that counted an unpriced model as free would mislead."""
+        if not self.prices or any(m not in self.prices for m in self.usable_models()):
+            return None
+        return self.prices[self.model]
 
     def server(self, name: str) -> McpServerConfig:
         """The declared server called ``name`` (KeyError if none)."""

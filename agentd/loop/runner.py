@@ -57,6 +57,7 @@ from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
 from agentd.mcp import failure_policy, schemas
 from agentd.operator import current_operator
+from agentd.prices import BUDGET_USD, Price, usd
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
 
@@ -67,10 +68,11 @@ MAX_HISTORY_OBSERVATION_CHARS = 256_000
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
-#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling). A true answer
-#: says the run's token ceiling (its tree's, or its slice of it) is spent: the run ends ``exhausted_tokens``
-#: at this reply, making no further model request.
-UsageHook = Callable[[Usage], Awaitable[bool | None] | bool | None]
+#: Called with each model reply's usage increment (its ``cost`` set when the run is priced); may be async (the
+#: supervisor's tree ceiling). A true answer says the run's token ceiling (its tree's, or its slice of it) is
+#: spent: the run ends ``exhausted_tokens`` at this reply, making no further model request; :data:`BUDGET_USD`
+#: says the tree's money budget is: the run ends ``exhausted_budget``.
+UsageHook = Callable[[Usage], Awaitable[bool | str | None] | bool | str | None]
 
 
 class ToolObserver(Protocol):
@@ -137,6 +139,9 @@ class RunRequest:
     #: The random part of this run's tool-call idempotency keys (agentd.ids.call_key): fresh for every request,
     #: the journaled one for a resumed run (agentd.run.journal_run).
     key_nonce: str = attrs.field(factory=new_key_nonce)
+    #: The run's model's price (agentd.prices) when the run is priced: each reply's cost is counted in its usage
+    #: and told to ``on_usage`` (the tree's money budget).
+    price: Price | None = None
 
 
 class _Run:
@@ -206,14 +211,18 @@ class _Run:
             except trio.Cancelled:
                 await self.cut_reply(step, tally)  # the deadline, a drain's end, a cancel: count what it cost
                 raise
-            end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
+            end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason,
+                          cost=None if self.meter.price is None
+                          else self.meter.price.cost(reply.usage.prompt_tokens, reply.usage.completion_tokens))
         metrics.gateway_call(time.perf_counter() - called, "ok")
-        metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens)
-        self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
-        spent_out = False
+        cost = self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens, cost=cost)
+        spent_out: bool | str | None = False
         if self.on_usage is not None:
-            verdict = self.on_usage(reply.usage)
-            spent_out = bool(await verdict if inspect.isawaitable(verdict) else verdict)
+            usage = reply.usage
+            verdict = self.on_usage(usage if cost is None else Usage(usage.prompt_tokens, usage.completion_tokens,
+                                                                     usage.estimated_tokens, cost))
+            spent_out = await verdict if inspect.isawaitable(verdict) else verdict
         if reply.content and reply.content.strip():
             self.best_text = reply.content
         self.log.info(
@@ -228,6 +237,11 @@ class _Run:
         if self.journal is not None:
             await self.journal.replied(step, self.messages[-1], reply.usage.prompt_tokens,
                                        reply.usage.completion_tokens)
+        if spent_out == BUDGET_USD:
+            # The money budget, like the token ceiling below: this reply spent it, nothing more is asked.
+            _budget_event(self.log, BUDGET_USD, self)
+            return self.finish(RunStatus.EXHAUSTED_BUDGET, self.best_text,
+                               error="the money budget is spent (--budget-usd)")
         if spent_out:
             # The token ceiling holds here as for every subagent: this reply crossed it, so nothing it asked for
             # runs and no further model request is made. Its tokens are counted (above) and committed (replied).
@@ -247,6 +261,23 @@ class _Run:
                 return ended
         return None
 
+    async def budget_left(self) -> RunResult | None:
+        """Before a priced run's first model call: ask the tree's books (a zero report) whether any money or
+        tokens are left, so a run restarted after its tree spent its budget makes no request at all."""
+        if self.on_usage is None:
+            return None
+        verdict = self.on_usage(Usage(cost=0))
+        spent_out = await verdict if inspect.isawaitable(verdict) else verdict
+        if spent_out == BUDGET_USD:
+            _budget_event(self.log, BUDGET_USD, self)
+            return self.finish(RunStatus.EXHAUSTED_BUDGET, self.best_text,
+                               error="the money budget is spent (--budget-usd)")
+        if spent_out:
+            _budget_event(self.log, "token_ceiling", self)
+            return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
+                               error="the token ceiling is spent (--token-ceiling)")
+        return None
+
     async def cut_reply(self, step: int, tally: CallTally) -> None:
         """A model call was cut: count what the gateway had answered (its usage, else an estimate, marked) in
         the run's usage and report it like any reply's (shielded and bounded: the run is being cancelled)."""
@@ -254,7 +285,9 @@ class _Run:
         if not cut.total:
             return
         usage = cut.usage()
-        self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        cost = self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        if cost is not None:
+            usage = Usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, cost)
         self.log.warn("loop.cut_reply", step=step, prompt_tokens=usage.prompt_tokens,
                       completion_tokens=usage.completion_tokens, estimated=cut.estimated)
         if self.on_usage is not None:
@@ -640,8 +673,8 @@ async def run_loop(
     ``observer`` (optional) sees every tool call's request, start and end; ``journal`` (optional) commits
     every step (see the module docstring); ``request.resume`` starts from a recovered conversation.
     """
-    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits), observer=observer,
-               journal=journal)
+    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits, price=request.price),
+               observer=observer, journal=journal)
     system = system_prompt(
         instructions=pool.instructions(), resources=pool.resources(), output_contract=request.output_contract
     )
@@ -670,6 +703,8 @@ async def run_loop(
         try:
             if request.resume is not None:
                 result = await run.recover(request.resume)
+            if result is None and request.price is not None:
+                result = await run.budget_left()
             while result is None:
                 if operator is not None and entry is not None:  # the operator's pause holds the next turn
                     entry.step = run.meter.steps
@@ -712,6 +747,7 @@ def _budget_event(log: EventLog, which: str, run: _Run) -> None:
         tokens=run.meter.usage.total_tokens,
         max_tokens=limits.max_tokens,
         deadline=limits.deadline,
+        **({} if run.meter.usage.cost is None else {"cost_usd": usd(run.meter.usage.cost)}),
     )
 
 

@@ -86,7 +86,8 @@ def loop_run_job(
         if add_controls is not None:
             add_controls(controls, run_id)
         request = RunRequest(instruction=job.instruction, run_id=run_id, limits=limits,
-                             output_contract=output_contract, seed=job.seed)
+                             output_contract=output_contract, seed=job.seed,
+                             price=cfg.price() if cfg is not None else None)
         run_log = log.bind(run_id=run_id)
         journaled = None
         if journal is not None:
@@ -145,8 +146,8 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
             register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
     def usage_for(run_id: str) -> UsageHook:
-        async def on_usage(usage: Usage) -> bool:
-            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        async def on_usage(usage: Usage) -> bool | str:
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, usage.cost)
             return await root.authority.report_usage(root.handle, frame, tree=run_id)
 
         return on_usage

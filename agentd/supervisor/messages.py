@@ -126,6 +126,8 @@ class Usage:
     prompt_tokens: int = attrs.field(default=0, validator=_int)
     completion_tokens: int = attrs.field(default=0, validator=_int)
     estimated_tokens: int = attrs.field(default=0, validator=_int)
+    #: What they cost in picodollars (agentd.prices), each reply priced by its run's model; None: not priced.
+    cost: int | None = attrs.field(default=None, validator=optional(_int))
 
     @property
     def total(self) -> int:

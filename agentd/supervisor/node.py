@@ -48,6 +48,7 @@ from agentd.supervisor.messages import (
 )
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "refused", "exhausted_steps", "exhausted_tokens",
+                      "exhausted_budget",
                       "deadline", "stalled", "loop_detected"})
 _STDERR_LINE_CAP = 8192
 
@@ -363,7 +364,8 @@ class SubagentNode:
         elif isinstance(message, Usage):
             self.usage_tokens += message.total
             prompt, completion = max(0, message.prompt_tokens), max(0, message.completion_tokens)
-            self.usage = self.usage.add(prompt, completion, min(max(0, message.estimated_tokens), prompt + completion))
+            self.usage = self.usage.add(prompt, completion, min(max(0, message.estimated_tokens), prompt + completion),
+                                        None if message.cost is None else max(0, message.cost))
             self.on_change()
             await self.authority.report_usage(self.handle, message)
         elif isinstance(message, Result):

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 #: The caps a spawn refusal can name (anything else is ``other``).
 CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "spawn_rate", "draining", "tool_scope",
-               "caller")
+               "caller", "budget_usd", "model")
 #: Served request outcomes.
 SERVED_OUTCOMES: Final = ("ok", "error", "tool_error", "refused")
 #: Tool call outcomes.
@@ -63,6 +63,7 @@ class Sink(Protocol):
 
     def run_ended(self, status: str, depth: str) -> None: ...
     def step(self, input_tokens: int, output_tokens: int, depth: str) -> None: ...
+    def cost(self, usd: float, depth: str) -> None: ...
     def tool_call(self, server: str, outcome: str, depth: str) -> None: ...
     def mcp_request(self, method: str, server: str, seconds: float, error_type: str) -> None: ...
     def gateway_call(self, seconds: float, outcome: str) -> None: ...
@@ -93,6 +94,8 @@ class Metrics:
                              registry=registry)
         self.tokens = Counter("agentd_tokens", "Model tokens used by the tree's runs, by kind and depth",
                               ["kind", "depth"], registry=registry)
+        self.cost_usd = Counter("agentd_cost_usd", "What the tree's model calls cost in US dollars (priced runs), "
+                                "by depth", ["depth"], registry=registry)
         self.tool_calls = Counter("agentd_tool_calls",
                                   "Tool calls by server (agentd = control tools), outcome and depth",
                                   ["server", "outcome", "depth"], registry=registry)
@@ -148,6 +151,9 @@ class Metrics:
         self.steps.labels(depth).inc()
         self.tokens.labels("input", depth).inc(input_tokens)
         self.tokens.labels("output", depth).inc(output_tokens)
+
+    def cost(self, usd: float, depth: str) -> None:
+        self.cost_usd.labels(depth).inc(usd)
 
     def tool_call(self, server: str, outcome: str, depth: str) -> None:
         self.tool_calls.labels(server, outcome, depth).inc()
@@ -222,6 +228,9 @@ class Deltas:
 
     def step(self, input_tokens: int, output_tokens: int, depth: str) -> None:
         self._add(["step", input_tokens, output_tokens])
+
+    def cost(self, usd: float, depth: str) -> None:
+        self._add(["cost", usd])
 
     def tool_call(self, server: str, outcome: str, depth: str) -> None:
         self._add(["tool", server, outcome])
@@ -347,9 +356,20 @@ def run_ended(status: str, depth: str = OWN_DEPTH) -> None:
         sink.run_ended(status, depth)
 
 
-def step(input_tokens: int, output_tokens: int, depth: str = OWN_DEPTH) -> None:
+def step(input_tokens: int, output_tokens: int, depth: str = OWN_DEPTH, *, cost: int | None = None) -> None:
+    """One model call's tokens, and what it cost in picodollars when the run is priced (agentd.prices)."""
+    if not _sinks:
+        return
     for sink in _sinks:
         sink.step(max(0, input_tokens), max(0, output_tokens), depth)
+    if cost is not None and cost > 0:
+        spent(cost / 10**12, depth)
+
+
+def spent(usd: float, depth: str = OWN_DEPTH) -> None:
+    """US dollars the tree's model calls cost (a float is fine here: a metric, not the budget's books)."""
+    for sink in _sinks:
+        sink.cost(usd, depth)
 
 
 def tool_call(server: str | None, outcome: str, depth: str = OWN_DEPTH) -> None:
@@ -453,6 +473,9 @@ def merge(depth: int, observations: Iterable[Any]) -> int:
         kind, args = item[0], item[1:]
         if kind == "step" and _ints(args, 2):
             step(args[0], args[1], label)
+        elif kind == "cost" and len(args) == 1 and isinstance(args[0], int | float) \
+                and not isinstance(args[0], bool) and 0 < args[0] < 10**6:
+            spent(float(args[0]), label)
         elif kind == "run" and _strs(args, 1):
             run_ended(_bounded("status", args[0]) if _STATUS.fullmatch(args[0]) else "other", label)
         elif kind == "tool" and _strs(args, 2):

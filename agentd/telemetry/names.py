@@ -73,6 +73,10 @@ METRIC_MCP_DURATION: Final = "mcp.client.operation.duration"
 METRIC_PROCESS_MEMORY: Final = "process.memory.usage"
 METRIC_RUNS: Final = "agentd.runs"
 METRIC_STEPS: Final = "agentd.steps"
+#: What the tree's model calls cost, in US dollars (priced runs only: ``--price``).
+METRIC_COST: Final = "agentd.cost"
+#: A chat span's (one reply) or an agent span's (the run's own replies) cost in US dollars, when priced.
+AGENTD_COST_USD: Final = "agentd.cost_usd"
 METRIC_TOOL_CALLS: Final = "agentd.tool.calls"
 METRIC_FAILOVERS: Final = "agentd.gateway.failovers"
 METRIC_BREAKER: Final = "agentd.gateway.breaker.state"

@@ -51,6 +51,7 @@ class OtelMetrics:
         meter = self.provider.get_meter("agentd", __version__)
         self.runs = meter.create_counter(names.METRIC_RUNS, "{run}", "Agent-loop runs of the tree")
         self.steps = meter.create_counter(names.METRIC_STEPS, "{step}", "Loop steps (model calls) of the tree")
+        self.cost_usd = meter.create_counter(names.METRIC_COST, "USD", "What the tree's model calls cost (priced runs)")
         self.tokens = meter.create_histogram(names.METRIC_TOKEN_USAGE, "{token}", "Tokens per model call",
                                              explicit_bucket_boundaries_advisory=names.TOKEN_BUCKETS)
         self.tool_calls = meter.create_counter(names.METRIC_TOOL_CALLS, "{call}", "Tool calls the model asked for")
@@ -95,6 +96,9 @@ class OtelMetrics:
         self.steps.add(1, {names.AGENTD_DEPTH: depth})
         self.tokens.record(input_tokens, {**_CHAT, names.GEN_AI_TOKEN_TYPE: "input", names.AGENTD_DEPTH: depth})
         self.tokens.record(output_tokens, {**_CHAT, names.GEN_AI_TOKEN_TYPE: "output", names.AGENTD_DEPTH: depth})
+
+    def cost(self, usd: float, depth: str) -> None:
+        self.cost_usd.add(usd, {names.AGENTD_DEPTH: depth})
 
     def tool_call(self, server: str, outcome: str, depth: str) -> None:
         self.tool_calls.add(1, {names.AGENTD_SERVER: server, names.AGENTD_OUTCOME: outcome,
