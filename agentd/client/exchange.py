@@ -204,8 +204,9 @@ class Exchange:
             return result
         rounds = 0
         while True:
+            answers = await self._input_answers(result) if self.session.declared else None
             try:
-                step = input_required.follow_up(method, params, result, rounds)
+                step = input_required.follow_up(method, params, result, rounds, answers)
             except ResultTypeError as exc:
                 raise McpProtocolError(f"{method}: {exc}", server=self.name) from None
             if step is None:
@@ -463,6 +464,24 @@ class Exchange:
             raise Refused(jsonrpc.INTERNAL_ERROR, "no run is calling this server now: nothing to sample for")
         except Refused as exc:
             return ClientSession.answer(request, None, (exc.code, exc.message))
+
+    async def _input_answers(self, result: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """The modern wire's embedded input requests this server was opted in to (``input_required``), answered
+        like the legacy wire's server requests (:meth:`_answer_request`); a refused one is left to
+        agentd.mcp.input_required (which then fails the call as a protocol error)."""
+        requests = result.get("inputRequests") if result.get("resultType") == "input_required" else None
+        if not isinstance(requests, dict):
+            return None
+        answers: dict[str, dict[str, Any]] = {}
+        for key, embedded in requests.items():
+            method = embedded.get("method") if isinstance(embedded, dict) else None
+            if not isinstance(method, str) or not self.session.declares(method):
+                continue
+            params = embedded.get("params")
+            reply = await self._answer_request(jsonrpc.Request(0, method, params if isinstance(params, dict) else None))
+            if isinstance(reply, jsonrpc.Response):
+                answers[str(key)] = reply.result
+        return answers
 
     async def dispatch(self, message: jsonrpc.Message) -> None:
         self.activity = trio.current_time()

@@ -313,10 +313,16 @@ class ClientSession:
                 return Unexpected(message)
             return ErrorReceived(message.id, method, message)
         if isinstance(message, Request):
-            if message.method in _DECLARABLE and _DECLARABLE[message.method] in self.declared:
+            if self.declares(message.method):
                 return ServerRequestReceived(message)
             return ServerRequestAnswered(message, self._answer(message))
         return NotificationReceived(message.method, message.params or {})
+
+    def declares(self, method: str) -> bool:
+        """Whether a server's ``method`` (``elicitation/create``, ``sampling/createMessage``) is one this session
+        declared the capability for, so the caller answers it."""
+        capability = _DECLARABLE.get(method)
+        return capability is not None and capability in self.declared
 
     def declared_capabilities(self) -> dict[str, Any]:
         """The client capabilities this session declares: ``{}`` unless the host opted the server in."""
