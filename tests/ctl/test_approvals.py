@@ -154,3 +154,40 @@ async def test_approvals_at_a_terminal_is_a_table_and_secrets_are_redacted(tmp_p
             code, _result = await d.wait()
         assert code == 0 and peer.received == []
         assert "denied by the operator" in tool_messages(gw)[-1]
+
+
+async def test_approvals_appear_on_the_events_stream(tmp_path):
+    from trio_websocket import open_websocket_url
+
+    from tests.telemetry.test_events_stream import _serving
+
+    sock = str(tmp_path / "agentd.sock")
+    async with (
+        scripted_gateway(rules=[Rule({"last_role": "tool"}, text("ok"))],
+                         default=tool_call("pay__charge", {"key": "k5"})) as gw,
+        counting_peer() as peer,
+        trio.open_nursery() as nursery,
+    ):
+        base, latch, _ = await _serving(nursery, [
+            "--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--approve", "pay__charge",
+            "--instruction", "Charge k5.", "--ctl-socket", sock, "--serve-mcp", "http://127.0.0.1:0/mcp",
+            "--deadline", "120s"], {})
+        got: list[dict[str, object]] = []
+        async with open_websocket_url(base.replace("http://", "ws://") + "/events") as ws:
+            with trio.fail_after(30):
+                while not any(m.get("event") == "approval.pending" for m in got):
+                    got.append(json.loads(await ws.get_message()))
+            pending = next(m for m in got if m.get("event") == "approval.pending")
+            assert pending["server"] == "pay" and pending["tool"] == "charge"
+            code, _ = await ctl("approve", str(pending["id"]), "--socket", sock)
+            assert code == 0
+            with trio.fail_after(30):
+                while not any(m.get("event") == "approval.decided" for m in got):
+                    got.append(json.loads(await ws.get_message()))
+        decided = next(m for m in got if m.get("event") == "approval.decided")
+        assert decided["action"] == "approve" and decided["id"] == pending["id"]
+        with trio.fail_after(30):
+            while peer.count("charge") < 1:
+                await trio.sleep(0.02)
+        latch.request("test")
+    assert peer.count("charge") == 1
