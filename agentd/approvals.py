@@ -27,6 +27,8 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 
+from agentd.drain import DrainLatch
+
 #: What waits: a tool call to approve, or a server's question (elicitation) to answer.
 Kind = Literal["approval", "elicitation"]
 #: How a decision went: ``approve``/``deny`` an approval; ``accept`` (with content), ``decline`` or ``cancel`` an
@@ -126,14 +128,23 @@ class Approvals:
         item._done.set()
         return item
 
-    async def wait(self, item: Pending) -> Decision:
-        """Wait for ``item``'s decision. Unbounded by itself: the run's deadline (or a cancel, a drain's end)
-        bounds it; the item leaves the queue however the wait ends."""
+    async def wait(self, item: Pending, drain: DrainLatch | None = None) -> Decision | None:
+        """Wait for ``item``'s decision; None when ``drain`` was requested first (the process is stopping: the
+        journal keeps the question, and the restarted run asks again). Unbounded by itself: the run's deadline
+        (or a cancel) bounds it; the item leaves the queue however the wait ends."""
         try:
-            await item._done.wait()
+            if drain is None:
+                await item._done.wait()
+            elif not drain.requested:
+                async with trio.open_nursery() as nursery:
+                    async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                        await wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(first, item._done.wait)
+                    nursery.start_soon(first, drain.wait)
         finally:
             self._pending.pop(item.id, None)
-        assert item.decision is not None
         return item.decision
 
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from agentd.approvals import Refused, current_approvals
+from agentd.drain import current_drain
 from agentd.errors import IntelligenceError
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -76,7 +77,11 @@ class ServerAsks:
         properties = schema.get("properties")
         self.log.warn("elicitation.pending", id=item.id, **fields, message=self.log.content(message),
                       fields=[str(k)[:64] for k in list(properties)[:32]] if isinstance(properties, dict) else [])
-        decision = await queue.wait(item)
+        decision = await queue.wait(item, current_drain())
+        if decision is None:  # the process is stopping: the question is withdrawn
+            self.log.info("elicitation.decided", id=item.id, **fields, action="cancel", waited_s=0.0,
+                          reason="agentd is draining")
+            return {"action": "cancel"}
         self.log.info("elicitation.decided", id=item.id, **fields, action=decision.action,
                       waited_s=round(time.time() - item.created, 3))
         if decision.action == "accept":

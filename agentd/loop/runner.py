@@ -273,7 +273,7 @@ class _Run:
             return self.final(reply)
         for index, call in enumerate(reply.tool_calls):
             ended = await self.run_call(call, catalogue, step, index)
-            if self.journal is not None:
+            if self.journal is not None and self.messages[-1].get("tool_call_id") == call.id:  # not: drained waiting
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
@@ -319,7 +319,7 @@ class _Run:
                 self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
                              step, time.perf_counter())
                 ended = None
-            if self.journal is not None:
+            if self.journal is not None and self.messages[-1].get("tool_call_id") == call.id:
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
@@ -472,6 +472,10 @@ class _Run:
         assert entry.server is not None
         if call.id not in self.approved and approval.needed(self.pool, entry.server, entry.name):
             denial = await self.ask(call, entry, arguments, step)
+            if denial is _DRAINED:  # stopping while a person was asked: unsent, undecided, asked again on resume
+                drain = current_drain()
+                return self.finish(RunStatus.CANCELLED, self.best_text, error=f"drained ({drain.reason})",
+                                   drained=True)
             if denial is not None:
                 self.observe(call, observe.denied(entry.server, entry.name, denial), "denied", entry, step, started)
                 return None
@@ -521,7 +525,8 @@ class _Run:
 
     async def ask(self, call: ToolCall, entry: Entry, arguments: Mapping[str, Any], step: int) -> str | None:
         """Hold a call marked ``approve`` until a person decides (agentd.approvals): None when approved, else why
-        it was denied. Committed before the wait and after the decision, so a crash never sends it unasked."""
+        it was denied (:data:`_DRAINED`: the process is stopping, nothing decided). Committed before the wait and
+        after the decision, so a crash never sends it unasked."""
         assert entry.server is not None
         from agentd.approvals import current_approvals  # a run with no marked tool never loads it
 
@@ -536,7 +541,9 @@ class _Run:
         item = queue.approval(self.request.run_id, entry.server, entry.name, shown)
         self.log.warn("approval.pending", id=item.id, **fields,
                       arguments=self.log.content(json.dumps(shown, ensure_ascii=False)))
-        decision = await queue.wait(item)
+        decision = await queue.wait(item, current_drain())
+        if decision is None:
+            return _DRAINED
         self.log.warn("approval.decided", id=item.id, **fields, action=decision.action, reason=decision.reason,
                       waited_s=round(time.time() - item.created, 3))
         if self.journal is not None:
@@ -649,6 +656,9 @@ class _Run:
         if self.observer is not None:
             self.observer.completed(step, call, entry, kind, is_error, fields["ms"], text)
 
+
+#: What :meth:`_Run.ask` returns when a drain ended the wait: the run stops as drained, the call unsent.
+_DRAINED = "\x00drained"
 
 #: Arguments up to this long are checked on the event loop (microseconds for any sane schema, and the check's
 #: budget caps a hostile one); longer ones, where checks get costly, in a worker thread.

@@ -191,3 +191,32 @@ async def test_approvals_appear_on_the_events_stream(tmp_path):
                 await trio.sleep(0.02)
         latch.request("test")
     assert peer.count("charge") == 1
+
+
+async def test_a_drain_releases_the_wait_and_the_restart_asks_again(tmp_path):
+    import signal
+
+    state = tmp_path / "state"
+    sock = str(state / "ctl.sock")
+    async with (
+        scripted_gateway(rules=[Rule({"last_role": "tool"}, text("gave up"))],
+                         default=tool_call("pay__charge", {"key": "k6"})) as gw,
+        counting_peer() as peer,
+    ):
+        argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--approve", "pay__charge",
+                "--instruction", "Charge k6.", "--run-id", "appr-drain", "--state-dir", str(state),
+                "--deadline", "600s", "--drain-timeout", "600s"]
+        async with daemon(argv, tmp_path, "first") as first:
+            await waiting(first, sock)
+            first.proc.send_signal(signal.SIGTERM)
+            code, result = await first.wait(timeout=120)  # well before the drain timeout: the wait was released
+        assert code == 0 and result["status"] == "cancelled", result
+        assert peer.received == [] and first.events("approval.decided") == []
+
+        async with daemon(argv, tmp_path, "second") as second:
+            [again] = await waiting(second, sock)
+            code, _ = await ctl("deny", str(again["id"]), "not today", "--socket", sock)
+            assert code == 0
+            code, result = await second.wait()
+        assert code == 0 and result["result"] == "gave up"
+        assert peer.received == [] and "not today" in tool_messages(gw)[-1]
