@@ -147,9 +147,10 @@ Target: no process per pending approval, at most 64 KiB each. {'Met.' if ok else
 | time until all {m['pending']:,} waited (one model call each, against a local scripted gateway; started {BATCH} at a time; under tracemalloc) | {m['queued_s']:.2f} s |
 | time from approving all to all finished (the call sent, one more model call each) | {m['decided_s']:.2f} s |
 
-The figure is all in: each waiting run keeps its conversation (system prompt, instruction, the model's reply
-with the call) and its trio task; the queue entry itself is a few hundred bytes. Nothing about the wait holds a
-process, a socket or a thread.
+The figure is all in, and an upper bound: each waiting run keeps its conversation (system prompt, instruction,
+the model's reply with the call) and its trio task, and the scripted gateway, in the same process, keeps a copy
+of every request it received (the run's first request, a few KiB each); the queue entry itself is a few hundred
+bytes. Nothing about the wait holds a process, a socket or a thread.
 
 Reproduce: `.venv/bin/python scripts/bench/approvals.py --write`
 """
