@@ -68,3 +68,14 @@ def test_a_bad_flag_exits_2_before_anything_runs(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--approve b: no such MCP server" in done.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_subagent_inherits_the_marks_and_the_opt_in() -> None:
+    """A child's config travels as JSON: a marked tool stays marked there (and, with nobody to ask in a child's
+    process, is denied rather than sent)."""
+    from agentd.supervisor.wiring import config_from_wire, config_to_wire
+
+    cfg = Config.from_argv(["--instruction", "x", "--intelligence", "test", "--mcp", "p=https://p.example/mcp",
+                            "--approve", "p__charge", "--mcp-capabilities", "p=sampling"], env={})
+    child = config_from_wire(config_to_wire(cfg))
+    assert child.mcp[0].approve == ("charge",) and child.mcp[0].capabilities == ("sampling",)
