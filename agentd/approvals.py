@@ -6,9 +6,10 @@ host opted in. Each is a :class:`Pending` item with a short id; ``agentd ctl app
 ``deny`` and ``answer`` decide them (agentd.ctl.commands), and the waiter wakes with a :class:`Decision`.
 
 Why a leaf in a context variable (like agentd.operator): the loop asks, the control socket answers, and the two
-meet only in the daemon that installs the queue (:func:`use_approvals`). A process without one (a subagent, a
-once run with no state directory and no control socket, a library caller) has nobody to ask: the loop denies an
-approval at once and an elicitation is declined at once, so nothing hangs and nothing unapproved is sent.
+meet only in the daemon that installs the queue (:func:`use_approvals`). A subagent's process installs one that
+forwards every item up the tree to the root's (agentd.supervisor.asks). A process without one (a once run with no
+state directory and no control socket, a library caller) has nobody to ask: the loop denies an approval at once
+and an elicitation is declined at once, so nothing hangs and nothing unapproved is sent.
 
 Why no process: a waiting item is a few hundred bytes here plus the run's own task, which was already in this
 process (daemon runs are trio tasks, not children). What makes it durable is the run's journal (the loop commits
@@ -86,14 +87,22 @@ class Pending:
         return out
 
 
+#: Sends an item up to where a person can answer it (a subagent's parent, agentd.supervisor.asks): the decision.
+Forward = Callable[[Pending], Awaitable[Decision]]
+
+
 class Approvals:
-    """The queue (see the module docstring). Ids are short and count up per process: ``1``, ``2``, …"""
+    """The queue (see the module docstring). Ids are short and count up per process: ``1``, ``2``, …
 
-    __slots__ = ("_count", "_pending")
+    ``forward`` (a subagent's queue): every item is sent up the tree instead of waiting here, so the question
+    reaches the person at the root."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_count", "_pending", "forward")
+
+    def __init__(self, forward: Forward | None = None) -> None:
         self._pending: dict[str, Pending] = {}
         self._count = 0
+        self.forward = forward
 
     def _add(self, item: Pending) -> Pending:
         self._pending[item.id] = item
@@ -133,7 +142,9 @@ class Approvals:
         journal keeps the question, and the restarted run asks again). Unbounded by itself: the run's deadline
         (or a cancel) bounds it; the item leaves the queue however the wait ends."""
         try:
-            if drain is None:
+            if self.forward is not None:  # a subagent: the parent asks (and its drain ends it)
+                item.decision = await self.forward(item)
+            elif drain is None:
                 await item._done.wait()
             elif not drain.requested:
                 async with trio.open_nursery() as nursery:
@@ -197,5 +208,18 @@ def use_approvals(approvals: Approvals) -> Iterator[Approvals]:
         _CURRENT.reset(token)
 
 
-__all__ = ["MAX_REASON", "Action", "Answerer", "Approvals", "Decision", "Kind", "Pending", "Refused", "answering",
-           "current_answerer", "current_approvals", "use_approvals"]
+__all__ = [
+    "MAX_REASON",
+    "Action",
+    "Answerer",
+    "Approvals",
+    "Decision",
+    "Forward",
+    "Kind",
+    "Pending",
+    "Refused",
+    "answering",
+    "current_answerer",
+    "current_approvals",
+    "use_approvals",
+]

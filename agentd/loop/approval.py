@@ -24,7 +24,7 @@ SHORT_VALUE: Final = 80
 MAX_ARGUMENTS: Final = 32
 #: The denial a run gives itself when no person can be asked (no approvals queue in this process).
 NOBODY: Final = ("this tool needs a person's approval and none can be asked here (run agentd with --state-dir or "
-                 "--ctl-socket and approve with agentd ctl approve; a subagent cannot ask)")
+                 "--ctl-socket and approve with agentd ctl approve)")
 #: What every tool of a server is marked by.
 EVERY_TOOL: Final = "*"
 

@@ -7,8 +7,9 @@ is answered here (the MCP client finds :class:`ServerAsks` through agentd.approv
 
 - ``elicitation/create`` (a form: ``message`` and ``requestedSchema``) is queued for a person like an approval
   (``agentd ctl approvals`` shows it, ``agentd ctl answer ID JSON`` answers it, checked against the schema).
-  Where nobody can be asked (no queue in this process: a once run with no state directory and no control
-  socket, a subagent) it is declined at once, so the tool call goes on and nothing hangs. A URL-mode request is
+  A subagent's queue forwards it up the tree to the root's (agentd.supervisor.asks). Where nobody can be asked
+  (a once run with no state directory and no control socket) it is declined at once, so the tool call goes on
+  and nothing hangs. A URL-mode request is
   declined: agentd opens no browser.
 - ``sampling/createMessage`` is one chat request through the run's own gateway and model (the server's system
   prompt and messages; no tools are ever offered to it), counted in the run's usage and budgets like the run's

@@ -220,3 +220,37 @@ async def test_a_drain_releases_the_wait_and_the_restart_asks_again(tmp_path):
             code, result = await second.wait()
         assert code == 0 and result["result"] == "gave up"
         assert peer.received == [] and "not today" in tool_messages(gw)[-1]
+
+
+async def test_a_subagent_asks_the_person_at_the_root(tmp_path):
+    """A subagent's process has no control socket: its marked call is asked about at the root (the ``ask`` frame
+    up the tree), listed there with the child's run, and sent once when approved there."""
+    from tests.peers.gateway import RecordedRequest
+
+    def said(request: RecordedRequest) -> str:
+        return " ".join(str(m.get("content")) for m in request.messages[:2] if m.get("role") in ("system", "user"))
+
+    def reply(request: RecordedRequest) -> dict[str, object]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in said(request):
+            if last.get("role") == "tool":
+                return text(f"child saw: {last.get('content')}")
+            return tool_call("pay__charge", {"key": "order-3"})
+        if last.get("role") == "tool":
+            return text(f"parent got: {last.get('content')}")
+        return tool_call("subagent_spawn", {"instruction": "CHILD: charge order 3"})
+
+    sock = str(tmp_path / "agentd.sock")
+    async with scripted_gateway(default=reply) as gw, counting_peer() as peer:
+        argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--approve", "pay__charge",
+                "--instruction", "PARENT: delegate", "--run-id", "tree-appr", "--ctl-socket", sock,
+                "--deadline", "120s"]
+        async with daemon(argv, tmp_path) as d:
+            [item] = await waiting(d, sock)
+            assert item["tool"] == "pay__charge" and item["run_id"] != "tree-appr"  # the child's run
+            assert item["arguments"] == {"key": "order-3"} and peer.received == []
+            code, _ = await ctl("approve", str(item["id"]), "--socket", sock)
+            assert code == 0
+            code, result = await d.wait()
+        assert code == 0 and "charge order-3 done (execution #1)" in str(result["result"])
+        assert peer.count("charge") == 1

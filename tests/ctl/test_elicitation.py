@@ -117,3 +117,31 @@ async def test_sampling_uses_the_run_gateway_without_tools_and_counts_its_tokens
         assert usage["prompt_tokens"] == 10 + 40 + 10 and usage["completion_tokens"] == 5 + 9 + 5
         [event] = d.events("sampling.request")
         assert event["outcome"] == "ok" and event["prompt_tokens"] == 40
+
+
+async def test_a_subagent_s_question_reaches_the_person_at_the_root(tmp_path, everything_server: launch.PeerProcess):
+    from tests.peers.gateway import RecordedRequest
+
+    def said(request: RecordedRequest) -> str:
+        return " ".join(str(m.get("content")) for m in request.messages[:2] if m.get("role") in ("system", "user"))
+
+    def reply(request: RecordedRequest) -> dict[str, object]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in said(request):
+            return text(f"child saw: {last.get('content')}") if last.get("role") == "tool" else tool_call(ELICIT, {})
+        if last.get("role") == "tool":
+            return text(f"parent got: {last.get('content')}")
+        return tool_call("subagent_spawn", {"instruction": "CHILD: ask the user"})
+
+    sock = str(tmp_path / "agentd.sock")
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=elicitation", "--ctl-socket", sock, "--instruction", "PARENT: delegate", "--deadline", "120s"]
+        async with daemon(argv, tmp_path) as d:
+            [item] = await questions(d, sock)
+            assert item["kind"] == "elicitation" and item["server"] == "ev"
+            code, _ = await ctl("answer", str(item["id"]), json.dumps({"name": "Grace"}), "--socket", sock)
+            assert code == 0
+            code, result = await d.wait()
+        assert code == 0 and "- Name: Grace" in str(result["result"])
+        assert len(chats(gw)) == 4
