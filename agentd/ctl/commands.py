@@ -118,6 +118,7 @@ class Controls:
             "ready": self._ready(),
             "runs": [entry.to_json() for entry in self.operator.runs()],
             "held": self.operator.held,
+            "approvals": len(self.approvals.pending()) if self.approvals is not None else 0,
             "supervisor": {"draining": stats.draining, "live": live, "counts": stats.counts,
                            "tokens_used": stats.tokens_used, "fork_server_pid": stats.fork_server_pid},
             "capacity": {"max_subagents": caps.max_subagents, "live_subagents": live,

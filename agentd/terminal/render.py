@@ -101,6 +101,8 @@ def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) 
     console.print(Text(f"subagents {capacity.get('live_subagents')} live of {capacity.get('max_subagents')}"
                        f" · {supervisor.get('tokens_used')} tokens used · held {doc.get('held')}"
                        f" · {'accepting' if capacity.get('accepting') else 'not accepting'}", style="dim"))
+    if doc.get("approvals"):
+        console.print(Text(f"{doc['approvals']} waiting for a person (agentd ctl approvals)", style="yellow"))
     runs = doc.get("runs") or []
     if runs:
         table = Table(title_justify="left", expand=False)

@@ -59,6 +59,8 @@ async def test_approve_sends_once_deny_never_sends_and_the_model_reads_why(tmp_p
             assert str(args["hold"]).startswith("a" * 80 + "…") and "300 chars" in str(args["hold"])  # a long one cut
             assert isinstance(item["waiting_s"], float) and item["waiting_s"] >= 0
             assert peer.received == []  # held: nothing reached the server
+            code, status = await ctl("status", "--socket", sock)
+            assert code == 0 and status["approvals"] == 1
 
             code, doc = await ctl("approve", str(item["id"]), "--socket", sock)
             assert code == 0 and doc == {"id": item["id"], "kind": "approval", "action": "approve", "run_id": "appr-1"}
