@@ -149,7 +149,7 @@ async def main(
     bus = EventBus()
     if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
         log = log.bind(sink=_tee(log.sink, bus.publish))
-    with (use_health(Health(mode=cfg.mode)), use_bus(bus), use_operator(Operator()) as operator,
+    with (use_health(Health(mode=cfg.mode)), use_bus(bus), use_operator(Operator()) as operator, _people(cfg),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
             return await _main(cfg, log, runner, env, run_id, operator, reload, beside)
@@ -164,6 +164,17 @@ async def main(
                 except OSError as exc:
                     log.warn("config.warning", warning=f"--report-file {cfg.report_file}: not written "
                                                        f"({exc.strerror})")
+
+
+def _people(cfg: Config) -> contextlib.AbstractContextManager[Any]:
+    """The queue of what waits for a person (agentd.approvals), where one can answer: a daemon with a control
+    socket (``--ctl-socket``, or ``--state-dir``'s). Without one, an approval is denied and an elicitation
+    declined at once."""
+    if cfg.ctl_socket is None and cfg.state_dir is None:
+        return contextlib.nullcontext()
+    from agentd.approvals import Approvals, use_approvals
+
+    return use_approvals(Approvals())
 
 
 async def _main(
@@ -417,10 +428,11 @@ async def _start_controls(
 
     def controls() -> Controls:
         if not built:
+            from agentd.approvals import current_approvals
             from agentd.ctl.commands import Controls
 
             made = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
-                            snapshot=board.read)
+                            snapshot=board.read, approvals=current_approvals())
             if cluster is not None:
                 capacity = cluster.board
                 made.cluster = lambda: capacity.to_json(trio.current_time())

@@ -419,7 +419,8 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
                     completion_tokens=state.completion_tokens,
                     pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending),
-                    tasks={p.call_id: p.task_id for p in state.pending if p.task_id is not None})
+                    tasks={p.call_id: p.task_id for p in state.pending if p.task_id is not None},
+                    approvals={p.call_id: (p.approval, p.reason) for p in state.pending if p.approval is not None})
     recorder.earlier_children = state.children
     if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
         await recorder.lost(state.open_children, state.warm_children)

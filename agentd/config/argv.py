@@ -150,6 +150,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--mcp-era", "mcp_era", "list",
          "protocol era of a declared server (repeatable; auto: initialize first, server/discover if refused; "
          "legacy or modern: that era only)", _MCP, "NAME=ERA", env=False, file=False),
+    Flag("--approve", "approve", "list",
+         "a person approves each call of this tool first (repeatable; agentd ctl approvals / approve / deny; "
+         "SERVER__* marks every tool of a server)", _MCP, "SERVER__TOOL", env=False, file=False),
+    Flag("--mcp-capabilities", "mcp_capabilities", "list",
+         "declare client capabilities to a declared server (repeatable; elicitation, sampling; default none: "
+         "capabilities {} and -32601 for both)", _MCP, "NAME=CAP[,CAP]", env=False, file=False),
     Flag("--allow-trifecta", "allow_trifecta", "bool",
          "run although the servers together bring untrusted input, sensitive data and external "
          "communication (audited; never inherited by subagents)", _MCP, env=False),
@@ -363,7 +369,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("journal", "journal list|show|export", "read the durable run journal",
                words=("list", "show", "export"), flags=("--state-dir=PATH", "--limit=N", "--status=STATUS", "--json")),
     Subcommand("ctl", "ctl status|pause|resume|...", "a running daemon's operator controls",
-               words=("status", "pause", "resume", "lame-duck", "cancel", "reload"),
+               words=("status", "pause", "resume", "lame-duck", "cancel", "reload", "approvals", "approve", "deny",
+                      "answer"),
                flags=("--socket=PATH", "--state-dir=PATH", "--off", "--reason=TEXT", "--json", "--timeout=SECONDS")),
     Subcommand("cluster", "cluster migrate|status|submit|show", "the cluster database (the [cluster] extra)",
                words=("migrate", "status", "submit", "show"),

@@ -34,6 +34,30 @@ def check_era(value: str, where: str) -> EraChoice:
             return choice
     raise ConfigError(f"{where}: {value!r} is not an era (expected one of: {', '.join(ERA_CHOICES)})")
 
+
+#: The client capabilities a host may declare to a server (``capabilities:``, ``--mcp-capabilities``).
+CLIENT_CAPABILITIES: tuple[str, ...] = ("elicitation", "sampling")
+
+
+def check_capabilities(values: Sequence[str], where: str) -> tuple[str, ...]:
+    """A server's opted-in client capabilities: each one of :data:`CLIENT_CAPABILITIES`, in that order."""
+    for value in values:
+        if value not in CLIENT_CAPABILITIES:
+            raise ConfigError(f"{where}: {str(value)!r} is not a client capability (expected: "
+                              f"{', '.join(CLIENT_CAPABILITIES)})")
+    return tuple(c for c in CLIENT_CAPABILITIES if c in values)
+
+
+def check_approve(values: Sequence[str], where: str) -> tuple[str, ...]:
+    """A server's tools that need approval: non-empty names (``*``: every tool), each once."""
+    out: list[str] = []
+    for value in values:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: a tool name must be a non-empty string")
+        if value.strip() not in out:
+            out.append(value.strip())
+    return tuple(out)
+
 OutputFormat = Literal["json", "human"]
 
 MODES: tuple[Mode, ...] = ("once", "loop", "schedule", "reactive")
@@ -105,6 +129,12 @@ class McpServerConfig:
     pin: Mapping[str, str] | None = attrs.field(default=None, converter=_optional_mapping)
     #: The protocol era to speak (docs/mcp-client.md, Eras): ``auto`` probes; ``legacy``/``modern`` never switch.
     era: EraChoice = defaults.MCP_ERA
+    #: The tools that need a person's approval before each call (``approve:``, ``--approve SERVER__TOOL``;
+    #: ``*``: every tool). docs/approvals.md.
+    approve: tuple[str, ...] = ()
+    #: The client capabilities declared to this server (``capabilities:``, ``--mcp-capabilities``): a subset of
+    #: ``elicitation``, ``sampling``. Empty (the default): ``capabilities: {}``, both answered -32601.
+    capabilities: tuple[str, ...] = ()
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)

@@ -47,7 +47,7 @@ from agentd.events import EventLog
 from agentd.ids import call_key, new_key_nonce
 from agentd.intelligence.tally import CallTally, tallying
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
-from agentd.loop import observe
+from agentd.loop import approval, observe
 from agentd.loop.budgets import BudgetMeter, Limits
 from agentd.loop.catalogue import Catalogue, Entry, build_catalogue, catalogue_key
 from agentd.loop.control import ChildJournal, ControlContext, ControlToolRegistry
@@ -109,6 +109,11 @@ class StepJournal(Protocol):
 
     async def task_started(self, step: int, call_id: str, task_id: str) -> None: ...
 
+    async def approval_pending(self, step: int, call_id: str, server: str, tool: str,
+                               arguments: Mapping[str, Any]) -> None: ...
+
+    async def approval_decided(self, step: int, call_id: str, action: str, reason: str | None) -> None: ...
+
 
 @attrs.frozen
 class Resume:
@@ -122,6 +127,9 @@ class Resume:
     pending: tuple[ToolCall, ...] = ()
     #: Of those, the ones the server runs as tasks: call id → task id (polled again, never re-called).
     tasks: Mapping[str, str] = attrs.field(factory=dict)
+    #: Of those, the ones marked ``approve`` that a person decided: call id → (``approve``/``deny``, reason). One
+    #: marked and not listed here was never sent: the resumed run asks again.
+    approvals: Mapping[str, tuple[str, str | None]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -148,9 +156,31 @@ class _Run:
     """Mutable state of one run; never shared between runs. (A plain class: this module loads at a once run's
     start-up, where an attrs class of this size costs a few milliseconds of CPU to build.)"""
 
-    __slots__ = ("_kept", "best_text", "catalogue", "controls", "down", "elided", "failing", "faults_in_a_row",
-                 "intel", "journal", "last_ok", "last_outcome", "log", "messages", "meter", "observation_chars",
-                 "observer", "on_usage", "pool", "reprompted", "request", "resume_tasks")
+    __slots__ = (
+        "_kept",
+        "approved",
+        "best_text",
+        "catalogue",
+        "controls",
+        "down",
+        "elided",
+        "failing",
+        "faults_in_a_row",
+        "intel",
+        "journal",
+        "last_ok",
+        "last_outcome",
+        "log",
+        "messages",
+        "meter",
+        "observation_chars",
+        "observer",
+        "on_usage",
+        "pool",
+        "reprompted",
+        "request",
+        "resume_tasks",
+    )
 
     def __init__(self, request: RunRequest, pool: ToolPool, intel: Intelligence, controls: ControlToolRegistry,
                  log: EventLog, on_usage: UsageHook | None, meter: BudgetMeter, *,
@@ -181,6 +211,8 @@ class _Run:
         self.down: set[str] = set()
         #: A resumed run's calls whose server runs them as tasks (call id → task id): polled, not called again.
         self.resume_tasks: dict[str, str] = dict(request.resume.tasks) if request.resume is not None else {}
+        #: A resumed run's calls a person approved before the crash: not asked again.
+        self.approved: set[str] = set()
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -255,7 +287,7 @@ class _Run:
             return self.final(reply)
         for index, call in enumerate(reply.tool_calls):
             ended = await self.run_call(call, catalogue, step, index)
-            if self.journal is not None:
+            if self.journal is not None and self.messages[-1].get("tool_call_id") == call.id:  # not: drained waiting
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
@@ -303,13 +335,24 @@ class _Run:
         order = _call_order(resume.messages, resume.pending)
         for call, index in zip(resume.pending, order, strict=True):
             entry = catalogue.resolve(call.name)
-            if entry is not None and (entry.idempotent or call.id in self.resume_tasks or self.resumes(entry, call)):
+            decided = resume.approvals.get(call.id)
+            if entry is not None and entry.server is not None and decided is not None and decided[0] == "deny":
+                # denied before the crash, its observation not committed: never sent, the model is told again
+                self.observe(call, observe.denied(entry.server, entry.name, decided[1] or "no reason given"),
+                             "denied", entry, step, time.perf_counter())
+                ended = None
+            elif (entry is not None and entry.server is not None and decided is None
+                  and approval.needed(self.pool, entry.server, entry.name)):
+                ended = await self.run_call(call, catalogue, step, index)  # never approved, never sent: ask again
+            elif entry is not None and (entry.idempotent or call.id in self.resume_tasks or self.resumes(entry, call)):
+                if decided is not None:
+                    self.approved.add(call.id)
                 ended = await self.run_call(call, catalogue, step, index)
             else:
                 self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
                              step, time.perf_counter())
                 ended = None
-            if self.journal is not None:
+            if self.journal is not None and self.messages[-1].get("tool_call_id") == call.id:
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
@@ -460,13 +503,23 @@ class _Run:
                 return self.finish(RunStatus.COMPLETED, self.best_text)
             return None
         assert entry.server is not None
+        if call.id not in self.approved and approval.needed(self.pool, entry.server, entry.name):
+            denial = await self.ask(call, entry, arguments, step)
+            if denial is _DRAINED:  # stopping while a person was asked: unsent, undecided, asked again on resume
+                drain = current_drain()
+                return self.finish(RunStatus.CANCELLED, self.best_text, error=f"drained ({drain.reason})",
+                                   drained=True)
+            if denial is not None:
+                self.observe(call, observe.denied(entry.server, entry.name, denial), "denied", entry, step, started)
+                return None
         try:
             request = self.request
-            result = await self.pool.call_tool(
-                entry.server, entry.name, arguments, run_id=request.run_id,
-                idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
-                resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_journal(step, call.id),
-            )
+            with self.answering(entry.server):
+                result = await self.pool.call_tool(
+                    entry.server, entry.name, arguments, run_id=request.run_id,
+                    idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
+                    resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_journal(step, call.id),
+                )
         except McpError as exc:
             return self.server_failed(call, entry, exc, step, started)
         self.faults_in_a_row = 0
@@ -482,6 +535,53 @@ class _Run:
             is_error=result.is_error,
         )
         return None
+
+    def answering(self, server: str) -> contextlib.AbstractContextManager[None]:
+        """While a call to ``server`` runs: what answers its elicitation and sampling requests, when the host opted
+        it in (agentd.loop.asks); otherwise nothing (the client refuses both, as it declares neither)."""
+        conn = self.pool.connections.get(server)
+        if not getattr(getattr(conn, "config", None), "capabilities", ()):
+            return contextlib.nullcontext()
+        from agentd.approvals import answering
+        from agentd.loop.asks import ServerAsks
+
+        async def count(usage: Usage) -> None:
+            self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens)
+            if self.on_usage is not None:
+                verdict = self.on_usage(usage)
+                if inspect.isawaitable(verdict):
+                    await verdict
+
+        return answering(ServerAsks(self.request.run_id, self.log, self.intel, count,
+                                    lambda: bool(self.meter.limits.max_tokens)
+                                    and self.meter.usage.total_tokens >= self.meter.limits.max_tokens))
+
+    async def ask(self, call: ToolCall, entry: Entry, arguments: Mapping[str, Any], step: int) -> str | None:
+        """Hold a call marked ``approve`` until a person decides (agentd.approvals): None when approved, else why
+        it was denied (:data:`_DRAINED`: the process is stopping, nothing decided). Committed before the wait and
+        after the decision, so a crash never sends it unasked."""
+        assert entry.server is not None
+        from agentd.approvals import current_approvals  # a run with no marked tool never loads it
+
+        shown = approval.summary(arguments, self.log.redactor)
+        queue = current_approvals()
+        fields: dict[str, Any] = {"step": step, "call_id": call.id, "server": entry.server, "tool": entry.name}
+        if queue is None:  # nobody can be asked in this process: denied at once, nothing hangs
+            self.log.warn("approval.decided", **fields, action="deny", reason=approval.NOBODY, waited_s=0.0)
+            return approval.NOBODY
+        if self.journal is not None:
+            await self.journal.approval_pending(step, call.id, entry.server, entry.name, shown)
+        item = queue.approval(self.request.run_id, entry.server, entry.name, shown)
+        self.log.warn("approval.pending", id=item.id, **fields,
+                      arguments=self.log.content(json.dumps(shown, ensure_ascii=False)))
+        decision = await queue.wait(item, current_drain())
+        if decision is None:
+            return _DRAINED
+        self.log.warn("approval.decided", id=item.id, **fields, action=decision.action, reason=decision.reason,
+                      waited_s=round(time.time() - item.created, 3))
+        if self.journal is not None:
+            await self.journal.approval_decided(step, call.id, decision.action, decision.reason)
+        return None if decision.approved else (decision.reason or "no reason given")
 
     def _task_journal(self, step: int, call_id: str) -> Callable[[str], Awaitable[None]] | None:
         """What commits a call's task id (``tool.task``) before it is polled, when the run is journaled."""
@@ -589,6 +689,9 @@ class _Run:
         if self.observer is not None:
             self.observer.completed(step, call, entry, kind, is_error, fields["ms"], text)
 
+
+#: What :meth:`_Run.ask` returns when a drain ended the wait: the run stops as drained, the call unsent.
+_DRAINED = "\x00drained"
 
 #: Arguments up to this long are checked on the event loop (microseconds for any sane schema, and the check's
 #: budget caps a hostile one); longer ones, where checks get costly, in a worker thread.

@@ -31,6 +31,7 @@ from agentd.supervisor.liveness import Liveness, LivenessSettings
 from agentd.supervisor.messages import (
     Admit,
     Admitted,
+    Ask,
     Cancel,
     Failed,
     Inject,
@@ -392,8 +393,20 @@ class SubagentNode:
                 await self.authority.release(message.handle)
         elif isinstance(message, Progress):
             pass
+        elif isinstance(message, Ask):
+            nursery.start_soon(self._ask, message, channel)
         else:
             raise ChannelBroken(f"unexpected {message.METHOD!r} frame from a child")
+
+    async def _ask(self, request: Ask, channel: ControlChannel) -> None:
+        """A question for a person from this child's subtree: asked here (or further up), answered down."""
+        from agentd.supervisor.asks import answer_ask
+
+        answer = await answer_ask(request)
+        try:
+            await channel.send(answer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     async def _admit(self, request: Admit, channel: ControlChannel) -> None:
         # A child may only spawn under its own handle: the caller it claims is checked, not trusted.
