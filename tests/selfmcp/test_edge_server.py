@@ -1,0 +1,191 @@
+"""agentd's own HTTP server (agentd.transport.connections, http11, websocket) on real sockets, in process.
+
+The end-to-end bounds (caps, eviction, slowloris, HTTP/2 floods) are tested against a real daemon in
+tests/selfmcp/test_hostile_connections.py and tests/security/; here: what one connection sees of HTTP/1.1
+(pipelining, ``Expect: 100-continue``, HEAD, an oversized or malformed head, a failing app), the WebSocket
+handshake only where configured, and that a connection whose runner fails is contained.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import wsproto
+import wsproto.events
+
+from agentd.events import EventLog
+from agentd.transport.connections import ConnectionLimits, Connections
+from agentd.transport.serve import ServeConfig, Serving, serve_mcp, settings
+
+SIZED = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+
+
+class _App:
+    """Echoes the body; ``/boom`` raises before answering; ``/ws`` accepts a WebSocket and echoes text."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            assert (await receive())["type"] == "websocket.connect"
+            await send({"type": "websocket.accept"})
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                await send({"type": "websocket.send", "text": "echo:" + message["text"]})
+        if scope["path"] == "/boom":
+            raise RuntimeError("secret from the peer's bytes")
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    def drain(self) -> None:
+        pass
+
+
+@asynccontextmanager
+async def _serving(log: list[dict[str, Any]], **options: Any) -> AsyncIterator[Serving]:
+    cfg = ServeConfig("http://127.0.0.1:0/mcp", websocket_paths=frozenset({"/ws"}), **options)
+    async with trio.open_nursery() as nursery:
+        serving: Serving = await nursery.start(lambda task_status: serve_mcp(
+            _App(), cfg, shutdown_trigger=trio.sleep_forever, log=EventLog(sink=log.append), task_status=task_status))
+        yield serving
+        nursery.cancel_scope.cancel()
+
+
+async def _exchange(port: int, data: bytes, until: bytes) -> bytes:
+    async with await trio.open_tcp_stream("127.0.0.1", port) as sock:
+        await sock.send_all(data)
+        got = b""
+        with trio.fail_after(10):
+            while until not in got:
+                chunk = await sock.receive_some(65536)
+                if not chunk:
+                    break
+                got += chunk
+        return got
+
+
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    log: list[dict[str, Any]] = []
+    async with _serving(log) as s:
+        got = await _exchange(s.port, SIZED % (3, b"one") + SIZED % (3, b"two") + SIZED % (5, b"three"), b"three")
+    assert got.count(b"HTTP/1.1 200 ") == 3
+    assert got.index(b"one") < got.index(b"two") < got.index(b"three")
+
+
+async def test_expect_continue_head_and_bad_heads() -> None:
+    log: list[dict[str, Any]] = []
+    async with _serving(log) as s:
+        async with await trio.open_tcp_stream("127.0.0.1", s.port) as sock:
+            await sock.send_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+            with trio.fail_after(10):
+                assert (await sock.receive_some(65536)).startswith(b"HTTP/1.1 100 ")
+            await sock.send_all(b"body")
+            with trio.fail_after(10):
+                got = b""
+                while not got.endswith(b"body"):
+                    got += await sock.receive_some(65536)
+            assert got.startswith(b"HTTP/1.1 200 ")
+        head = await _exchange(s.port, b"HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\n", b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")
+        huge = await _exchange(s.port, b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+                               b"\r\n\r\n")
+        assert huge.startswith(b"HTTP/1.1 431 ")
+        bad = await _exchange(s.port, b"GET /echo HTTP/1.1\r\nno colon here\r\n\r\n", b"\r\n\r\n")
+        assert bad.startswith(b"HTTP/1.1 400 ")
+
+
+async def test_a_failing_app_gets_a_500_and_the_class_name_only_is_logged() -> None:
+    log: list[dict[str, Any]] = []
+    async with _serving(log) as s:
+        got = await _exchange(s.port, b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n", b"\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 500 ")
+        assert (await _exchange(s.port, SIZED % (2, b"ok"), b"ok")).endswith(b"ok")
+    events = [line for line in log if line["event"] == "serve.request"]
+    assert events and events[0]["error"] == "RuntimeError"
+    assert "secret" not in json.dumps(log)
+
+
+@pytest.mark.parametrize(("path", "switched"), [("/ws", True), ("/echo", False)])
+async def test_a_websocket_only_on_its_configured_path(path: str, switched: bool) -> None:
+    log: list[dict[str, Any]] = []
+    async with _serving(log) as s, await trio.open_tcp_stream("127.0.0.1", s.port) as sock:
+        client = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+        await sock.send_all(client.send(wsproto.events.Request(host="x", target=path)))
+        got: list[Any] = []
+        with trio.fail_after(10):
+            while not got:
+                data = await sock.receive_some(65536)
+                assert data
+                client.receive_data(data)
+                got = list(client.events())
+        if not switched:
+            assert isinstance(got[0], wsproto.events.RejectConnection) and got[0].status_code == 200
+            return
+        assert isinstance(got[0], wsproto.events.AcceptConnection)
+        await sock.send_all(client.send(wsproto.events.Ping(payload=b"p")) +
+                            client.send(wsproto.events.TextMessage(data="hi")))
+        seen: list[Any] = []
+        with trio.fail_after(10):
+            while not any(isinstance(e, wsproto.events.TextMessage) for e in seen):
+                client.receive_data(await sock.receive_some(65536))
+                seen += list(client.events())
+        assert any(isinstance(e, wsproto.events.Pong) for e in seen)
+        assert [e.data for e in seen if isinstance(e, wsproto.events.TextMessage)] == ["echo:hi"]
+        await sock.send_all(client.send(wsproto.events.CloseConnection(code=1000)))
+        with trio.fail_after(10):
+            while True:
+                data = await sock.receive_some(65536)
+                if not data:
+                    break
+                client.receive_data(data)
+                seen += list(client.events())
+        assert any(isinstance(e, wsproto.events.CloseConnection) for e in seen)
+
+
+class _Failing(trio.abc.Stream):
+    """A real socket whose reads fail with an error no part of the server expects (a bug, say)."""
+
+    def __init__(self, inner: trio.SocketStream) -> None:
+        self.inner = inner
+        self.socket = inner.socket
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        await self.inner.receive_some(max_bytes)
+        raise ZeroDivisionError("secret from the peer's bytes")
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_failing_connection_is_contained_logged_and_closed() -> None:
+    log: list[dict[str, Any]] = []
+    connections = Connections(_App(), settings(ServeConfig("http://127.0.0.1:0/mcp")), ConnectionLimits(8, 8),
+                              EventLog(sink=log.append))
+    ours, theirs = trio.socket.socketpair()
+    async with trio.SocketStream(theirs) as peer, trio.open_nursery() as nursery:
+        nursery.start_soon(connections.handle, _Failing(trio.SocketStream(ours)))
+        await peer.send_all(b"GET / HTTP/1.1\r\n")
+        with trio.fail_after(10):
+            assert await peer.receive_some(65536) == b""  # closed
+    assert connections.open == 0 and connections.per_client == {}
+    events = [line for line in log if line["event"] == "serve.connection_error"]
+    assert events and events[0]["error"] == "ZeroDivisionError" and events[0]["level"] == "warn"
+    assert "secret" not in json.dumps(log)
