@@ -53,19 +53,28 @@ class _Exchange:
             self.waiter.set()
             self.waiter = None
 
+    def receive_nowait(self) -> Message:
+        """What has arrived, without waiting (``trio.WouldBlock`` when nothing has): the body, its end, or the
+        peer's going."""
+        if self.chunks:
+            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+            self.chunks, self.buffered = [], 0
+            self.connection.resume_reading()
+            self.delivered = self.ended
+            return {"type": "http.request", "body": body, "more_body": not self.ended}
+        if self.ended and not self.delivered:
+            self.delivered = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        if self.gone or self.finished:
+            return dict(_DISCONNECT)
+        raise trio.WouldBlock
+
     async def receive(self) -> Message:
         while True:
-            if self.chunks:
-                body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-                self.chunks, self.buffered = [], 0
-                self.connection.resume_reading()
-                self.delivered = self.ended
-                return {"type": "http.request", "body": body, "more_body": not self.ended}
-            if self.ended and not self.delivered:
-                self.delivered = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            if self.gone or self.finished:
-                return dict(_DISCONNECT)
+            try:
+                return self.receive_nowait()
+            except trio.WouldBlock:
+                pass
             if self.connection.conn.they_are_waiting_for_100_continue:
                 await self.connection.write(self.connection.conn.send(h11.InformationalResponse(
                     status_code=100, headers=[], reason=b"Continue")) or b"")
