@@ -4,8 +4,8 @@ Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
 
 - ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) as the daemon serves it (``serve_mcp``),
   legacy wire with a session, JSON responses;
-- ``floor``: a bare ASGI app on hypercorn's own trio worker (``hypercorn.trio.serve``, agentd's hypercorn
-  config) that ``json.loads`` the body and answers the same bytes agentd's ``status`` answers, with no
+- ``floor``: a bare ASGI app on hypercorn's own trio worker (``hypercorn.trio.serve``, agentd's serving
+  limits as config) that ``json.loads`` the body and answers the same bytes agentd's ``status`` answers, with no
   checks and no routing (the floor of this stack);
 - ``sdk``: the official Python SDK (``MCPServer`` with a ``status`` tool), stateful, JSON responses,
   on the same hypercorn trio worker;

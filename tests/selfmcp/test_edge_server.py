@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import wsproto
@@ -54,8 +55,9 @@ class _App:
 
 
 @asynccontextmanager
-async def _serving(log: list[dict[str, Any]], **options: Any) -> AsyncIterator[Serving]:
-    cfg = ServeConfig("http://127.0.0.1:0/mcp", websocket_paths=frozenset({"/ws"}), **options)
+async def _serving(log: list[dict[str, Any]], url: str = "http://127.0.0.1:0/mcp",
+                   **options: Any) -> AsyncIterator[Serving]:
+    cfg = ServeConfig(url, websocket_paths=frozenset({"/ws"}), **options)
     async with trio.open_nursery() as nursery:
         serving: Serving = await nursery.start(lambda task_status: serve_mcp(
             _App(), cfg, shutdown_trigger=trio.sleep_forever, log=EventLog(sink=log.append), task_status=task_status))
@@ -189,3 +191,29 @@ async def test_a_failing_connection_is_contained_logged_and_closed() -> None:
     events = [line for line in log if line["event"] == "serve.connection_error"]
     assert events and events[0]["error"] == "ZeroDivisionError" and events[0]["level"] == "warn"
     assert "secret" not in json.dumps(log)
+
+
+@pytest.mark.parametrize("tls", [True, False], ids=["alpn-h2", "h2c-prior-knowledge"])
+async def test_http2_when_enabled_serves_requests_with_bodies(tmp_path: Any, tls: bool) -> None:
+    from tests.selfmcp.certs import make_pki
+
+    log: list[dict[str, Any]] = []
+    pki = make_pki(tmp_path)
+    options: dict[str, Any] = {"http2": True}
+    if tls:
+        options |= {"url": "https://127.0.0.1:0/mcp", "cert": pki.server.cert, "key": pki.server.key}
+    async with _serving(log, **options) as s:
+        url = s.urls[0].replace("127.0.0.1", "localhost") + "/echo"
+        async with httpx.AsyncClient(http1=False, http2=True, timeout=10,
+                                     verify=pki.client_context() if tls else True) as client:
+            async with trio.open_nursery() as nursery:
+                answers: list[httpx.Response] = []
+
+                async def post(i: int) -> None:
+                    answers.append(await client.post(url, content=b"x" * (i * 70_000)))
+
+                for i in range(4):  # concurrent streams on one connection, bodies past the initial window
+                    nursery.start_soon(post, i)
+        assert sorted(len(r.content) for r in answers) == [i * 70_000 for i in range(4)]
+        assert {r.http_version for r in answers} == {"HTTP/2"}
+    assert not [line for line in log if line["event"] in ("serve.connection_error", "serve.request")]
