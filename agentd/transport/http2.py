@@ -144,7 +144,7 @@ class Http2:
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: served.settings.h2_max_streams,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: served.settings.max_head,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: served.settings.h2_max_header_list,
             h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
         })
         self.streams: dict[int, _Stream] = {}

@@ -48,6 +48,8 @@ class Settings:
     max_head: int = 16 * 1024
     #: Concurrent HTTP/2 streams per connection (advertised in SETTINGS_MAX_CONCURRENT_STREAMS).
     h2_max_streams: int = 32
+    #: An HTTP/2 header list (decoded) larger than this is refused (advertised in SETTINGS_MAX_HEADER_LIST_SIZE).
+    h2_max_header_list: int = 64 * 1024
     #: HTTP/2 control frames (each kind counted on its own) a connection may send per second.
     h2_max_control_per_second: int = 100
 
