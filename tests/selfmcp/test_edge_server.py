@@ -217,3 +217,45 @@ async def test_http2_when_enabled_serves_requests_with_bodies(tmp_path: Any, tls
         assert sorted(len(r.content) for r in answers) == [i * 70_000 for i in range(4)]
         assert {r.http_version for r in answers} == {"HTTP/2"}
     assert not [line for line in log if line["event"] in ("serve.connection_error", "serve.request")]
+
+
+async def test_one_deadline_is_the_idle_limit_eviction_and_shutdown(autojump_clock: Any) -> None:
+    """``Served.reads``: idle limit while idle, none while busy; an eviction loses to a request that came in
+    meanwhile; shutdown closes an idle connection at once and a busy one when it rests."""
+    from agentd.transport.served import Served, Settings
+
+    settings = Settings(idle_timeout=10.0)
+
+    async def reads_until_cancelled(served: Served) -> float:
+        start = trio.current_time()
+        with served.enter():
+            await trio.sleep_forever()
+        return trio.current_time() - start
+
+    idle = Served(settings, trio.current_time())
+    assert await reads_until_cancelled(idle) == pytest.approx(10.0)  # nothing came in: the idle limit
+
+    chosen = Served(settings, trio.current_time())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reads_until_cancelled, chosen)
+        await trio.sleep(3)
+        chosen.evict()  # idle and chosen to make room: closed now, not at the idle limit
+        await trio.sleep(0.5)
+        assert chosen.reads.cancelled_caught and chosen.evicted
+
+    served = Served(settings, trio.current_time())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reads_until_cancelled, served)
+        await trio.sleep(5)
+        served.busy()  # a request head came in: no limit while it runs
+        await trio.sleep(60)
+        served.evict()
+        served.busy()  # ... and one more came in before the eviction took effect: it stays, and counts again
+        assert not served.evicted
+        await trio.sleep(60)
+        assert not nursery.cancel_scope.cancelled_caught and not served.reads.cancelled_caught
+        served.close_when_idle()  # shutdown while busy: open until the response is out
+        await trio.sleep(60)
+        assert not served.reads.cancelled_caught
+        served.rest()  # answered: closes at once
+    assert served.reads.cancelled_caught and served.idle
