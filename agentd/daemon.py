@@ -322,7 +322,7 @@ async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery,
     if metrics.otel_enabled():
         daemon.start_soon(metrics.run_exporter)
     if cfg.metrics_addr is not None:
-        from agentd.transport.observe_app import serve_metrics  # hypercorn: only for a daemon with metrics
+        from agentd.transport.observe_app import serve_metrics  # the HTTP server: only with metrics
 
         resolver = SecretResolver(env=env, redactor=log.redactor)
         bearer = resolver.resolve(cfg.serve_bearer) if cfg.serve_bearer else None
@@ -484,7 +484,7 @@ async def _start_serving(
     and the bound port."""
     if cfg.serve_mcp is None:
         return None, None
-    from agentd.selfmcp.serving import serve_for_daemon  # hypercorn: only for a daemon that serves
+    from agentd.selfmcp.serving import serve_for_daemon  # the HTTP server: only for a daemon that serves
 
     ended = trio.Event()
 
