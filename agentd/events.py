@@ -97,7 +97,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
-        "events.received", "events.poll_failed", "events.poll_recovered", "events.data_cut",
+        "events.received", "events.polled", "events.poll_failed", "events.poll_recovered", "events.data_cut",
         "trigger.dropped",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",

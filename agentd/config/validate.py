@@ -221,7 +221,7 @@ def _check_modes(config: Config) -> None:
     if config.on_events:
         from agentd.config.on_events import check as check_on_events
 
-        check_on_events(config.on_events, names)
+        check_on_events(config.on_events, names, (server.name for server in config.mcp if server.era == "legacy"))
     for value in config.subscribe:
         split_subscription(value, names)
     for value in config.continue_uris:

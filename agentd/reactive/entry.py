@@ -21,6 +21,7 @@ import trio
 from agentd.a2a.client import A2aPeers
 from agentd.client.pool import McpPool
 from agentd.config.model import Config
+from agentd.config.on_events import speaking_events
 from agentd.config.validate import split_subscription
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -245,7 +246,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True, model=cfg.model,
             intelligence=gateway.shown())
     try:
-        async with open_run(gateway, cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
+        async with open_run(gateway, speaking_events(cfg.mcp, cfg.on_events), log=log, secrets=resolver, run_id=log.run_id,
                             a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
