@@ -160,3 +160,26 @@ async def test_served_spawn_uses_an_oauth_connection_and_invalidates_an_expired_
     assert len(observed) == 1 and "error" not in observed[0].lower()[:40], observed
     printed = json.dumps(parent.events) + parent.stdout.decode()
     assert first not in printed and second not in printed
+
+
+@pytest.mark.slow
+async def test_agentd_check_lists_an_oauth_protected_child_through_client_credentials(tmp_path: Path) -> None:
+    from tests.integration.agents import run_agentd
+
+    async with idp(client_secret=SECRET) as authority, agentd_worker(_child_argv(authority.issuer)) as child:
+        host = _host(tmp_path, child.url, {
+            "type": "client_credentials", "clientId": {"env": "CHILD_CLIENT_ID"},
+            "clientSecret": {"env": "CHILD_CLIENT_SECRET"}, "scopes": [SCOPE]})  # fmt: skip
+        env = {"CHILD_CLIENT_ID": authority.client_id, "CHILD_CLIENT_SECRET": SECRET}
+        done = await run_agentd(["check", "--config", str(host), "--output", "json"], env=env)
+        wrong = await run_agentd(["check", "--config", str(host), "--output", "json"],
+                                 env={**env, "CHILD_CLIENT_SECRET": "not-the-secret-0000"})
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is True, doc
+    assert len(authority.token_requests) >= 1
+    # A refused token request is that server's failure (exit 6), naming the connection, never the secret.
+    assert wrong.returncode == 6, wrong.stderr.decode()[-2000:]
+    said = wrong.stdout.decode() + wrong.stderr.decode()
+    assert "the token endpoint answered HTTP 401 (invalid_client)" in said
+    assert "not-the-secret-0000" not in said and SECRET not in said
