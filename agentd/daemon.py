@@ -32,7 +32,8 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 
 from agentd import telemetry
-from agentd.config.model import Config
+from agentd.client.credentials import CredentialSource, use_credentials
+from agentd.config.model import Config, McpServerConfig
 from agentd.drain import current_drain
 from agentd.errors import ConfigError
 from agentd.events import EventLog, LevelDial, Sink, stream_sink
@@ -52,6 +53,8 @@ from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EVENTS_PATH, EventBus, use_bus
 
 if TYPE_CHECKING:
+    import httpx
+
     from agentd.cluster.join import Cluster
     from agentd.cluster.member import Execute
     from agentd.cluster.work import WorkItem
@@ -150,6 +153,7 @@ async def main(
     if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
         log = log.bind(sink=_tee(log.sink, bus.publish))
     with (use_health(Health(mode=cfg.mode)), use_bus(bus), use_operator(Operator()) as operator, _people(cfg),
+          use_credentials(_HostCredentials(cfg, os.environ if env is None else env)),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
             return await _main(cfg, log, runner, env, run_id, operator, reload, beside)
@@ -175,6 +179,25 @@ def _people(cfg: Config) -> contextlib.AbstractContextManager[Any]:
     from agentd.approvals import Approvals, use_approvals
 
     return use_approvals(Approvals())
+
+
+class _HostCredentials:
+    """The daemon's credential source for OAuth / client-credentials connections (agentd.client.credentials):
+    agentd.connections.source.HostCredentials, imported on the first such connection (a run without one, and a
+    reload that adds one later, pay nothing until then)."""
+
+    __slots__ = ("_cfg", "_env", "_source")
+
+    def __init__(self, cfg: Config, env: Mapping[str, str]) -> None:
+        self._cfg, self._env = cfg, env
+        self._source: CredentialSource | None = None
+
+    def auth_for(self, server: McpServerConfig, log: EventLog) -> httpx.Auth:
+        if self._source is None:
+            from agentd.connections.source import HostCredentials
+
+            self._source = HostCredentials(self._env, self._cfg.egress.policy(), self._cfg.runtime_module)
+        return self._source.auth_for(server, log)
 
 
 async def _main(

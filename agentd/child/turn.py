@@ -8,6 +8,7 @@ earlier turns are seeded into the next turn so the conversation continues.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from agentd.child.context import KEEPS_RUN_OPEN, ChildContext
 from agentd.supervisor.messages import Result, RunPayload
 
 if TYPE_CHECKING:
+    from agentd.config.model import Config
     from agentd.events import Redactor
     from agentd.journal.store import JournalStore
 
@@ -68,7 +70,7 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
         tracing.enable(settings)
 
     try:
-        with tracing.remote_parent(telemetry):
+        with tracing.remote_parent(telemetry), _credentials(ctx, cfg):
             async with _journal(payload, log.redactor) as journal:
                 run_id = _run_id(payload, log.run_id)
                 try:
@@ -94,6 +96,21 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     # A child that answered with JSON hands its parent the value, not a string holding it.
     return Result(status=str(result.status.value), partial=bool(result.partial),
                   result=structured_answer(result.result))
+
+
+def _credentials(ctx: ChildContext, cfg: Config) -> contextlib.AbstractContextManager[object]:
+    """The child's credential source for OAuth / client-credentials connections (agentd.connections.source),
+    built on the first turn that needs one from the payload's secrets and kept for the session's later turns
+    (their tokens are reused); a child without such a connection imports nothing for it."""
+    if ctx.credentials is None:
+        if not any(server.credentials is not None for server in cfg.mcp):
+            return contextlib.nullcontext()
+        from agentd.connections.source import HostCredentials
+
+        ctx.credentials = HostCredentials(ctx.payload.secrets, cfg.egress.policy(), cfg.runtime_module)
+    from agentd.client.credentials import use_credentials
+
+    return use_credentials(ctx.credentials)
 
 
 async def _journal_cancelled(journal: JournalStore, run_id: str, reason: str) -> None:
