@@ -102,6 +102,9 @@ class SpawnRequest:
     #: own run so that a spawn made again after a crash names the same run and resumes it; None: the child
     #: is not journaled (no journal, a warm session).
     journal_run: str | None = None
+    #: Resume a child an earlier process of the caller's run spawned under this handle (the model holds it):
+    #: admitted under it again (agentd.supervisor.caps.TreeLedger.admit); None: a new handle.
+    handle: str | None = None
 
 
 @attrs.frozen
@@ -209,7 +212,7 @@ class Supervisor:
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
-            budget=request.token_budget,
+            budget=request.token_budget, handle=request.handle,
         )
         if isinstance(admitted, Refusal):
             return self._refused(caller, admitted)

@@ -1,0 +1,129 @@
+"""An async subagent of the model's own run survives a SIGKILL of the root: the resumed run spawns it again under
+the handle the model holds, the child resumes its journaled run (``PARENT/STEP.CALL``), and the model's
+``subagent.await`` of that handle answers with the finished result. The child's tool call in flight at the crash is
+never made twice (counted at a real MCP server): a non-idempotent one is reported to its model as unknown, an
+idempotent one is sent again under the idempotency key it was first sent with.
+
+Each scenario runs several times (``AGENTD_CRASH_REPEAT``, default 3) with fresh run ids, to catch a race between
+the kill and the commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.ctl.daemon import daemon, kill
+from tests.durable.peer import counting_peer
+from tests.durable.test_tree_crash import UNKNOWN, _child_pid, _runs, _said
+from tests.integration.agents import text_of
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
+
+REPEAT = int(os.environ.get("AGENTD_CRASH_REPEAT", "3"))
+KEY = "io.modelcontextprotocol/idempotency-key"
+
+
+def _awaited(content: str) -> dict[str, Any] | None:
+    """The structured answer of a ``subagent.await`` that reports the child done, else None."""
+    try:
+        seen = json.loads(content.split("\n", 1)[0])
+    except ValueError:
+        return None
+    return seen if isinstance(seen, dict) and seen.get("done") is True else None
+
+
+def _reply(tool: str, hold: str, gate: trio.Event) -> Any:
+    """The parent spawns one async child and awaits its handle until it is done; the child calls ``tool`` once
+    (``hold``: the first call hangs before or after it takes effect; ``reply``: it answers, and the child's next
+    model reply waits for ``gate``) and reports what it saw."""
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in _said(request):
+            if last.get("role") == "tool":
+                return text(f"child saw: {text_of(last.get('content'))}",
+                            **({"wait": gate} if hold == "reply" else {}))
+            return tool_call(f"pay__{tool}", {"key": "order-1", **({"hold": hold} if hold != "reply" else {})})
+        if not any(m.get("role") == "tool" for m in request.messages):
+            return tool_call("subagent_spawn", {"instruction": "CHILD: charge order 1", "async": True})
+        content = text_of(last.get("content"))
+        if _awaited(content) is not None:
+            return text(f"parent got: {content}")
+        return tool_call("subagent_await", {"handle": "0.1"})  # the spawn's handle, "still running", unknown
+
+    return reply
+
+
+@pytest.mark.parametrize(("tool", "hold"), [("charge", "before"), ("charge", "after"), ("charge", "reply"),
+                                            ("lookup", "after")])
+@pytest.mark.parametrize("target", ["root", "tree"])
+async def test_an_async_child_resumes_under_its_handle_after_the_root_is_killed(tmp_path: Path, tool: str,
+                                                                                hold: str, target: str) -> None:
+    for attempt in range(REPEAT):
+        tmp = tmp_path / str(attempt)
+        tmp.mkdir()
+        state, run, gate = tmp / "state", f"async-{attempt}", trio.Event()
+        async with counting_peer() as peer, scripted_gateway(default=_reply(tool, hold, gate)) as gw:
+            argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--instruction", "PARENT: delegate",
+                    "--run-id", run, "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "1"]
+            async with daemon(argv, tmp, "first") as d:
+                if hold == "reply":  # the call answered and its outcome is committed; the child's next reply is held
+                    await d.until(lambda: peer.count(tool) == 1 and any(
+                        r["kind"] == "tool.outcome" for name, records in _runs(state).items()
+                        if name.startswith(f"{run}/") for r in records))
+                else:
+                    await d.until(lambda: len(peer.received) == 1)
+                child = _child_pid(d)
+                assert child is not None, d.stderr.read_text()[-3000:]
+                kill(d)
+                if target == "tree":
+                    with contextlib.suppress(ProcessLookupError):  # it may already be gone with its parent
+                        os.kill(child, signal.SIGKILL)
+                await d.wait()
+            gate.set()
+            async with daemon(argv, tmp, "second") as again:
+                code, result = await again.wait(timeout=90)
+            stderr = again.stderr.read_text()
+            assert code == 0, stderr[-3000:]
+            answer = str(result["result"])
+            assert answer.startswith("parent got:"), answer
+            seen = _awaited(answer.removeprefix("parent got: "))
+            assert seen is not None and seen["handle"] == "0.1" and seen["status"] == "completed", answer
+            said = str(seen["result"])
+            assert said.startswith("child saw:"), seen
+            executions = peer.count(tool)
+            if tool == "lookup":  # idempotent: sent again, under the key it was first sent with
+                assert [c["name"] for c in peer.received] == ["lookup", "lookup"], peer.received
+                keys = {c["meta"][KEY] for c in peer.received}
+                assert len(keys) == 1 and "" not in keys, peer.received
+                assert "execution #2" in said, said
+            else:  # not idempotent: never sent twice
+                assert [c["name"] for c in peer.received] == ["charge"], peer.received
+                assert executions == (0 if hold == "before" else 1)
+                if hold == "reply":  # its outcome was committed: replayed to the resumed child, not asked again
+                    assert "execution #1" in said and UNKNOWN not in said, said
+                else:
+                    assert UNKNOWN in said, said
+            resumed = [e for e in again.events("subagent.resumed")]
+            assert [(e["handle"], e["status"]) for e in resumed] == [("0.1", "running")], resumed
+            del gw
+        runs = _runs(state)
+        children = [name for name in runs if name.startswith(f"{run}/")]
+        assert len(children) == 1, list(runs)
+        records = runs[children[0]]
+        assert records[0]["kind"] == "run.started" and records[0]["parent"] == "0", records[0]
+        assert records[-1]["kind"] == "run.ended" and records[-1]["status"] == "completed", records[-1]
+        assert [r["name"] for r in records if r["kind"] == "tool.requested"] == [f"pay__{tool}"]
+        parent = runs[run]
+        assert [s["handle"] for s in parent if s["kind"] == "spawn"] == ["0.1"], parent
+        ends = [(r["handle"], r["status"]) for r in parent if r["kind"] == "child.result"]
+        assert ends == [("0.1", "completed")], ends
