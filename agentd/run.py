@@ -451,7 +451,7 @@ async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
         pass  # the next start forgets them (open_state)
 
 
-async def _resume_children(recorder: RunRecorder, controls: ControlToolRegistry | None) -> None:
+async def continue_children(recorder: RunRecorder, controls: ControlToolRegistry | None) -> None:
     """A resumed run's async subagents continue beside it (its subagent tools resume them under their
     handles); any its tools did not take up is recorded lost."""
     if controls is not None:
@@ -575,7 +575,7 @@ async def run_config(
         resolver = SecretResolver(env=env, redactor=log.redactor)
         try:
             if journaled is not None and request.resume is not None:
-                await _resume_children(journaled.recorder, controls)
+                await continue_children(journaled.recorder, controls)
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
                                 deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers,
                                 egress=cfg.egress.policy()) as opened:
@@ -607,6 +607,7 @@ __all__ = [
     "Gateway",
     "Journaled",
     "Opened",
+    "continue_children",
     "ended",
     "is_cancellation",
     "journal_end",
