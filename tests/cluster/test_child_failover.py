@@ -1,0 +1,81 @@
+"""In a cluster the whole tree of a work item is durable: its subagents journal their runs (``ITEM/STEP.CALL``) in
+the shared PostgreSQL journal, fenced by the item's lease. Two agentd members against a real PostgreSQL; the owner
+of an item whose subagent has a non-idempotent call in flight is SIGKILLed; the other member takes the item over
+after the lease, resumes it from the journal, and the subagent resumes from its own journal: the call is reported
+to its model as unknown and never sent again (counted at a real MCP server), and its result reaches the item's
+run. A synchronous spawn is made again by the resumed run; an async one is spawned again under the handle the
+model holds, and the model's ``subagent.await`` of it answers with the finished result.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Any
+
+import pytest
+
+from agentd.cluster.store import open_pg_journal
+from agentd.cluster.work import enqueue
+from agentd.journal.records import RunEnded, RunStarted, ToolCallRequested
+from tests.cluster.test_members import _is_done, _member_argv, _members, _owners, _pid_of, _wait_for
+from tests.durable.peer import counting_peer
+from tests.durable.test_tree_crash import UNKNOWN, _said
+from tests.integration.agents import text_of
+from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.postgres import PASSWORD
+
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
+
+
+def _reply(mode: str) -> Any:
+    """The item's run spawns one child (``mode``: sync, or async and then awaited until done); the child charges
+    once (executed, then its answer hangs: the owner dies waiting) and reports what it saw."""
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in _said(request):
+            if last.get("role") == "tool":
+                return text(f"child saw: {text_of(last.get('content'))}")
+            return tool_call("pay__charge", {"key": "order-1", "hold": "after"})
+        if not any(m.get("role") == "tool" for m in request.messages):
+            return tool_call("subagent_spawn", {"instruction": "CHILD: charge order 1", "async": mode == "async"})
+        content = text_of(last.get("content"))
+        if mode == "sync" or '"done": true' in content:
+            return text(f"parent got: {content}")
+        return tool_call("subagent_await", {"handle": "0.1"})
+
+    return reply
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_childs_call_in_flight_is_not_sent_again_after_a_failover(pg_dsn, tmp_path, mode):
+    async with counting_peer() as peer, scripted_gateway(default=_reply(mode)) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, peer, "--cancel-grace", "1"), 2, tmp_path) as procs:
+            await enqueue(store, "job-1", "run", {"instruction": "PARENT: delegate"})
+            [first] = await _wait_for(lambda: _owners(store, "job-1"))
+
+            async def charged() -> bool:
+                return peer.count("charge") == 1
+
+            await _wait_for(charged)  # executed, its answer held: the owner dies waiting
+            next(p for p in procs if p.pid == _pid_of(first)).send_signal(signal.SIGKILL)
+            await _wait_for(lambda: _is_done(store, "job-1"), 90)
+        owners = await _owners(store, "job-1")
+        item = await store.read_run("job-1")
+        child = await store.read_run("job-1/1.call_1")
+    assert len(owners) == 2 and owners[1] != first, owners
+    assert [c["name"] for c in peer.received] == ["charge"], peer.received  # never sent again
+    assert item is not None and child is not None
+    ended = item.entries[-1].record
+    assert isinstance(ended, RunEnded) and ended.status == "completed", ended
+    answer = str(ended.result["result"] if isinstance(ended.result, dict) else ended.result)
+    assert answer.startswith("parent got:") and "child saw:" in answer and UNKNOWN in answer, answer
+    if mode == "async":
+        seen = json.loads(answer.removeprefix("parent got: ").split("\n", 1)[0])
+        assert seen["handle"] == "0.1" and seen["status"] == "completed" and seen["done"] is True, seen
+    records = [e.record for e in child.entries]
+    assert isinstance(records[0], RunStarted) and records[0].parent == "0", records[0]
+    assert [r.name for r in records if isinstance(r, ToolCallRequested)] == ["pay__charge"]
+    assert isinstance(records[-1], RunEnded) and records[-1].status == "completed", records[-1]
