@@ -128,3 +128,52 @@ async def test_an_async_child_resumes_under_its_handle_after_the_root_is_killed(
         assert [s["handle"] for s in parent if s["kind"] == "spawn"] == ["0.1"], parent
         ends = [(r["handle"], r["status"]) for r in parent if r["kind"] == "child.result"]
         assert ends == [("0.1", "completed")], ends
+
+
+async def test_an_async_spawn_in_flight_at_the_crash_answers_the_handle_of_the_child_it_had_started(tmp_path: Path
+                                                                                                    ) -> None:
+    """The crash fell between an async spawn's child starting (its ``spawn`` record committed) and the call's
+    outcome: the journal is written as that crash left it. The resumed run resumes the child under its handle,
+    and the spawn call made again answers that same handle (one child, one ``spawn`` record), not a second
+    child; the child's own call in flight is not sent again."""
+    from agentd.journal.records import ModelReply, RunStarted, Spawned, ToolCallRequested, Usage
+    from agentd.journal.sqlite import open_journal
+
+    state, run = tmp_path / "state", "spawned-1"
+    spawn_args = json.dumps({"instruction": "CHILD: charge order 1", "async": True})
+    charge_args = json.dumps({"key": "order-1"})
+
+    def asks(call: str, name: str, arguments: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call, "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+    async with open_journal(str(state)) as journal:
+        await journal.append(run, [RunStarted("sha256:x", "PARENT: delegate", key_nonce="n1")], durable=True)
+        await journal.append(run, [ModelReply(1, asks("call_1", "subagent_spawn", spawn_args)),
+                                   ToolCallRequested(1, "call_1", "subagent_spawn", spawn_args), Usage(1, 10, 5)],
+                             durable=True)
+        await journal.append(run, [Spawned(1, "0.1", "CHILD: charge order 1", None, f"{run}/1.call_1")], durable=True)
+        child = f"{run}/1.call_1"
+        await journal.append(child, [RunStarted("sha256:x", "CHILD: charge order 1", parent="0", key_nonce="n2")],
+                             durable=True)
+        await journal.append(child, [ModelReply(1, asks("call_1", "pay__charge", charge_args)),
+                                     ToolCallRequested(1, "call_1", "pay__charge", charge_args), Usage(1, 10, 5)],
+                             durable=True)
+
+    async with counting_peer() as peer, scripted_gateway(default=_reply("charge", "before", trio.Event())) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--instruction", "PARENT: delegate",
+                "--run-id", run, "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "1"]
+        async with daemon(argv, tmp_path, "resumed") as d:
+            code, result = await d.wait(timeout=90)
+        assert code == 0, d.stderr.read_text()[-3000:]
+        assert peer.received == []  # the child's call in flight was not sent again
+        del gw
+    answer = str(result["result"])
+    seen = _awaited(answer.removeprefix("parent got: "))
+    assert seen is not None and seen["handle"] == "0.1" and seen["status"] == "completed", answer
+    assert UNKNOWN in str(seen["result"]), seen
+    records = _runs(state)[run]
+    assert [r["handle"] for r in records if r["kind"] == "spawn"] == ["0.1"], records
+    spawned = json.loads(next(r["result"] for r in records if r["kind"] == "tool.outcome" and r["call_id"] == "call_1"))
+    assert spawned["handle"] == "0.1", spawned
+    assert [name for name in _runs(state) if name.startswith(f"{run}/")] == [child]
