@@ -188,6 +188,11 @@ async def _main(
         if where:
             log.bind(comp="proc").info("proc.ready", mode=cfg.mode, **where)
         if cluster is not None:
+            from agentd.cluster.store import child_locator
+
+            # The subagents of the member's own run and wakes journal in the shared database too (unfenced, as
+            # those runs are); a claimed item's, fenced by its lease (_cluster_executor).
+            supervisor.journal_at = child_locator(cluster.store, None)
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env, supervisor, cluster))
         if (health := current_health()) is not None:
             health.started = True

@@ -416,20 +416,21 @@ class MemberJournal(_Through):
         await self.store.put_state(self._ns(namespace), changes)
 
 
-def child_locator(store: PgJournal, lease: Lease) -> dict[str, Any]:
-    """Where the subagents of the run ``lease`` holds journal (:func:`open_fenced_journal` in the child): the
-    database and the lease. Holds the password: for the private channel to a child only."""
-    return {"cluster": {**store.db.locator(), "lease": attrs.asdict(lease)}}
+def child_locator(store: PgJournal, lease: Lease | None) -> dict[str, Any]:
+    """Where the subagents of a run journal (:func:`open_fenced_journal` in the child): the database and the
+    lease of the work item the run is (None: a member's own run or wake, which no lease fences). Holds the
+    password: for the private channel to a child only."""
+    return {"cluster": {**store.db.locator(), "lease": None if lease is None else attrs.asdict(lease)}}
 
 
 @asynccontextmanager
 async def open_fenced_journal(located: Mapping[str, Any], *, redactor: Redactor | None = None
-                              ) -> AsyncIterator[FencedJournal]:
+                              ) -> AsyncIterator[JournalStore]:
     """A subagent's journal in a cluster: its own connection to the member's database (``located``, from
-    :func:`child_locator`), every append fenced by the lease of the work item its tree runs, so a child of a
-    member that lost the item commits nothing. Raises ClusterUnavailable or ClusterSchemaError when it cannot
-    be opened; closed, shielded and bounded, on exit."""
-    lease = Lease(**located["lease"])
+    :func:`child_locator`), every append fenced by the lease of the work item its tree runs, if it runs one, so
+    a child of a member that lost the item commits nothing. Raises ClusterUnavailable or ClusterSchemaError
+    when it cannot be opened; closed, shielded and bounded, on exit."""
+    leased = located.get("lease")
     password = located.get("password")
     if redactor is not None and isinstance(password, str) and password:
         redactor.add(password)
@@ -437,7 +438,7 @@ async def open_fenced_journal(located: Mapping[str, Any], *, redactor: Redactor 
                              str(located.get("where") or "cluster database"), application="agentd-child")
     store = PgJournal(db, redactor=redactor)
     try:
-        yield FencedJournal(store, lease)
+        yield FencedJournal(store, Lease(**leased)) if isinstance(leased, dict) else _Through(store)
     finally:
         await store.aclose()
 

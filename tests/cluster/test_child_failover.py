@@ -14,6 +14,7 @@ import signal
 from typing import Any
 
 import pytest
+import trio
 
 from agentd.cluster.store import open_pg_journal
 from agentd.cluster.work import enqueue
@@ -79,3 +80,37 @@ async def test_a_childs_call_in_flight_is_not_sent_again_after_a_failover(pg_dsn
     assert isinstance(records[0], RunStarted) and records[0].parent == "0", records[0]
     assert [r.name for r in records if isinstance(r, ToolCallRequested)] == ["pay__charge"]
     assert isinstance(records[-1], RunEnded) and records[-1].status == "completed", records[-1]
+
+
+async def test_a_members_own_runs_child_resumes_from_the_shared_journal_after_a_restart(pg_dsn, tmp_path):
+    """A member's own run (``--instruction``, ``--run-id``) is not a work item, but its subagents journal in the
+    shared database as well: the member SIGKILLed while its child's call is in flight and started again with the
+    same run id resumes the run, and the child resumes from its journal (the call not sent again)."""
+    async with counting_peer() as peer, scripted_gateway(default=_reply("sync")) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        argv = _member_argv(pg_dsn, gw, peer, "--cancel-grace", "1", "--instruction", "PARENT: delegate",
+                            "--run-id", "own-1")
+        (tmp_path / "first").mkdir()
+        async with _members(argv, 1, tmp_path / "first") as [proc]:
+
+            async def charged() -> bool:
+                return peer.count("charge") == 1
+
+            await _wait_for(charged)
+            proc.send_signal(signal.SIGKILL)
+            with trio.fail_after(30):
+                await proc.wait()
+        (tmp_path / "second").mkdir()
+        async with _members(argv, 1, tmp_path / "second") as [again]:
+            with trio.fail_after(90):
+                await again.wait()
+        assert again.returncode == 0, (tmp_path / "second" / "member0.stderr").read_text()[-3000:]
+        item = await store.read_run("own-1")
+        child = await store.read_run("own-1/1.call_1")
+    assert [c["name"] for c in peer.received] == ["charge"], peer.received
+    assert item is not None and child is not None
+    ended = item.entries[-1].record
+    assert isinstance(ended, RunEnded) and ended.status == "completed", ended
+    answer = str(ended.result["result"] if isinstance(ended.result, dict) else ended.result)
+    assert answer.startswith("parent got:") and UNKNOWN in answer, answer
+    assert isinstance(child.entries[-1].record, RunEnded), child.entries[-1]
