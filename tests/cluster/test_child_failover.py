@@ -29,16 +29,17 @@ from tests.postgres import PASSWORD
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
 
-def _reply(mode: str) -> Any:
+def _reply(mode: str, hold: str = "after") -> Any:
     """The item's run spawns one child (``mode``: sync, or async and then awaited until done); the child charges
-    once (executed, then its answer hangs: the owner dies waiting) and reports what it saw."""
+    once (``hold``: the call hangs before or after it takes effect: the owner dies waiting) and reports what it
+    saw."""
 
     def reply(request: RecordedRequest) -> dict[str, Any]:
         last = request.messages[-1] if request.messages else {}
         if "CHILD" in _said(request):
             if last.get("role") == "tool":
                 return text(f"child saw: {text_of(last.get('content'))}")
-            return tool_call("pay__charge", {"key": "order-1", "hold": "after"})
+            return tool_call("pay__charge", {"key": "order-1", "hold": hold})
         if not any(m.get("role") == "tool" for m in request.messages):
             return tool_call("subagent_spawn", {"instruction": "CHILD: charge order 1", "async": mode == "async"})
         content = text_of(last.get("content"))
@@ -49,18 +50,18 @@ def _reply(mode: str) -> Any:
     return reply
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-async def test_a_childs_call_in_flight_is_not_sent_again_after_a_failover(pg_dsn, tmp_path, mode):
-    async with counting_peer() as peer, scripted_gateway(default=_reply(mode)) as gw, \
+@pytest.mark.parametrize(("mode", "hold"), [("sync", "after"), ("sync", "before"), ("async", "after")])
+async def test_a_childs_call_in_flight_is_not_sent_again_after_a_failover(pg_dsn, tmp_path, mode, hold):
+    async with counting_peer() as peer, scripted_gateway(default=_reply(mode, hold)) as gw, \
             open_pg_journal(pg_dsn, PASSWORD) as store:
         async with _members(_member_argv(pg_dsn, gw, peer, "--cancel-grace", "1"), 2, tmp_path) as procs:
             await enqueue(store, "job-1", "run", {"instruction": "PARENT: delegate"})
             [first] = await _wait_for(lambda: _owners(store, "job-1"))
 
             async def charged() -> bool:
-                return peer.count("charge") == 1
+                return len(peer.received) == 1
 
-            await _wait_for(charged)  # executed, its answer held: the owner dies waiting
+            await _wait_for(charged)  # received (executed or not), its answer held: the owner dies waiting
             next(p for p in procs if p.pid == _pid_of(first)).send_signal(signal.SIGKILL)
             await _wait_for(lambda: _is_done(store, "job-1"), 90)
         owners = await _owners(store, "job-1")
@@ -68,6 +69,7 @@ async def test_a_childs_call_in_flight_is_not_sent_again_after_a_failover(pg_dsn
         child = await store.read_run("job-1/1.call_1")
     assert len(owners) == 2 and owners[1] != first, owners
     assert [c["name"] for c in peer.received] == ["charge"], peer.received  # never sent again
+    assert peer.count("charge") == (1 if hold == "after" else 0)
     assert item is not None and child is not None
     ended = item.entries[-1].record
     assert isinstance(ended, RunEnded) and ended.status == "completed", ended
