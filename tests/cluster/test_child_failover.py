@@ -19,7 +19,7 @@ import trio
 from agentd.cluster.store import open_pg_journal
 from agentd.cluster.work import enqueue
 from agentd.journal.records import RunEnded, RunStarted, ToolCallRequested
-from tests.cluster.test_members import _is_done, _member_argv, _members, _owners, _pid_of, _wait_for
+from tests.cluster.test_members import _is_done, _logged, _member_argv, _members, _owners, _pid_of, _wait_for
 from tests.durable.peer import counting_peer
 from tests.durable.test_tree_crash import UNKNOWN, _said
 from tests.integration.agents import text_of
@@ -116,3 +116,66 @@ async def test_a_members_own_runs_child_resumes_from_the_shared_journal_after_a_
     answer = str(ended.result["result"] if isinstance(ended.result, dict) else ended.result)
     assert answer.startswith("parent got:") and UNKNOWN in answer, answer
     assert isinstance(child.entries[-1].record, RunEnded), child.entries[-1]
+
+
+async def test_a_paused_owners_child_commits_nothing_and_sends_nothing(pg_dsn, tmp_path):
+    """Member A is SIGSTOPped while its item's child waits for its model (the child process itself keeps
+    running); past A's lease B takes the item over and finishes it, its own child resuming the child's run. Then
+    A's child gets its model's answer, a non-idempotent tool call: its step's commit is fenced by the item's lease
+    (B's now), so it commits nothing and the call is never sent."""
+    release, asked = trio.Event(), []
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in _said(request):
+            asked.append(True)
+            if len(asked) == 1:  # A's child: answers once A has lost the item
+                return {**tool_call("pay__charge", {"key": "k1"}), "wait": release}
+            return text("child done by the new owner")
+        if last.get("role") == "tool":
+            return text(f"parent got: {text_of(last.get('content'))}")
+        return tool_call("subagent_spawn", {"instruction": "CHILD: charge it"})
+
+    async with counting_peer() as peer, scripted_gateway(default=reply) as gw, \
+            open_pg_journal(pg_dsn, PASSWORD) as store:
+        async with _members(_member_argv(pg_dsn, gw, peer), 2, tmp_path) as procs:
+            await enqueue(store, "job-1", "run", {"instruction": "PARENT: delegate"})
+            [first] = await _wait_for(lambda: _owners(store, "job-1"))
+
+            async def child_asked() -> bool:
+                return bool(asked)
+
+            await _wait_for(child_asked)
+            stale = next(p for p in procs if p.pid == _pid_of(first))
+            stale.send_signal(signal.SIGSTOP)
+            log = tmp_path / f"member{procs.index(stale)}.stderr"
+            [child] = [e["child_pid"] for e in map(json.loads, log.read_text().splitlines())
+                       if e.get("event") == "subagent.spawn"]
+            await _wait_for(lambda: _is_done(store, "job-1"), 60)
+            before = await store.read_run("job-1/1.call_1")
+            release.set()  # A's child's model answers (A still stopped): charge the card
+
+            async def child_ended() -> bool:  # its fenced commit refused, its turn failed: it exits (a zombie of A)
+                return _state(child) in ("Z", None)
+
+            await _wait_for(child_ended, 30)
+            after = await store.read_run("job-1/1.call_1")
+            stale.send_signal(signal.SIGCONT)
+            await _wait_for(lambda: _logged(log, ('"cluster.fenced"', '"cluster.lease_lost"')), 30)
+        item = await store.read_run("job-1")
+    assert peer.received == [], peer.received
+    assert before is not None and after is not None and after.entries == before.entries
+    assert isinstance(after.entries[-1].record, RunEnded) and after.entries[-1].record.status == "completed"
+    assert item is not None and isinstance(item.entries[-1].record, RunEnded)
+    assert "child done by the new owner" in str(item.entries[-1].record.result), item.entries[-1].record
+    failed = [e for e in map(json.loads, log.read_text().splitlines()) if e.get("event") == "subagent.failed"]
+    assert [("LeaseLost" in e["reason"]) for e in failed] == [True], failed  # A's child: its commit was fenced
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (``Z``: exited, not yet reaped), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return None
