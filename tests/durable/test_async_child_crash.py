@@ -177,3 +177,50 @@ async def test_an_async_spawn_in_flight_at_the_crash_answers_the_handle_of_the_c
     spawned = json.loads(next(r["result"] for r in records if r["kind"] == "tool.outcome" and r["call_id"] == "call_1"))
     assert spawned["handle"] == "0.1", spawned
     assert [name for name in _runs(state) if name.startswith(f"{run}/")] == [child]
+
+
+async def test_a_grandchilds_async_run_resumes_under_its_handle_through_the_resumed_child(tmp_path: Path) -> None:
+    """One level down: the root's synchronous child spawned an async grandchild, whose charge was in flight when
+    the tree was SIGKILLed. The resumed root makes its spawn again, the child resumes its run and, through the
+    root's chokepoint (the ``admit`` frame names the handle), the grandchild under ``0.1.1``; the child's await
+    of it answers its result, and the charge is not sent again."""
+    state, run = tmp_path / "state", "nested-1"
+
+    def reply(request: RecordedRequest) -> dict[str, Any]:
+        said, last = _said(request), (request.messages[-1] if request.messages else {})
+        content = text_of(last.get("content")) if last.get("role") == "tool" else ""
+        if "GRANDCHILD" in said:
+            if content:
+                return text(f"grandchild saw: {content}")
+            return tool_call("pay__charge", {"key": "order-1", "hold": "after"})
+        if "CHILD" in said:
+            if not content:
+                return tool_call("subagent_spawn", {"instruction": "GRANDCHILD: charge order 1", "async": True})
+            if _awaited(content) is not None:
+                return text(f"child got: {content}")
+            return tool_call("subagent_await", {"handle": "0.1.1"})
+        if content:
+            return text(f"parent got: {content}")
+        return tool_call("subagent_spawn", {"instruction": "CHILD: delegate the charge"})
+
+    async with counting_peer() as peer, scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--instruction", "PARENT: delegate",
+                "--run-id", run, "--state-dir", str(state), "--deadline", "120s", "--cancel-grace", "1"]
+        async with daemon(argv, tmp_path, "first") as d:
+            await d.until(lambda: peer.count("charge") == 1)
+            kill(d)
+            await d.wait()
+        async with daemon(argv, tmp_path, "second") as again:
+            code, result = await again.wait(timeout=90)
+        stderr = again.stderr.read_text()
+        assert code == 0, stderr[-3000:]
+        assert [c["name"] for c in peer.received] == ["charge"], peer.received
+        del gw
+    child = json.loads(str(result["result"]).removeprefix("parent got: "))
+    assert child["handle"] == "0.1" and child["status"] == "completed", child
+    seen = _awaited(str(child["result"]).removeprefix("child got: "))
+    assert seen is not None and seen["handle"] == "0.1.1" and seen["status"] == "completed", child
+    assert str(seen["result"]).startswith("grandchild saw:") and UNKNOWN in str(seen["result"]), seen
+    assert "subagent.resumed" in stderr  # the child's line, relayed
+    grandchild = _runs(state)[f"{run}/1.call_1/1.call_1"]
+    assert grandchild[-1]["kind"] == "run.ended" and grandchild[-1]["status"] == "completed", grandchild[-1]
