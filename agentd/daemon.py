@@ -295,7 +295,8 @@ def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None,
         contract = payload.get("output_contract")
         controls = ControlToolRegistry()
         if cfg.max_depth > 0:
-            register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle, tree=item.work_id))
+            register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle, tree=item.work_id,
+                                                                 own_tree_only=True))
         supervisor.journal_trees[item.work_id] = child_locator(cluster.store, item.lease)
 
         async def settle() -> RunUsage:

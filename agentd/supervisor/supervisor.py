@@ -80,6 +80,9 @@ class Caller:
     #: token ceiling is per wake); "" is the once-mode run. Ignored below the root. A MANAGEMENT spawn opens
     #: its own tree unless this names a served tree to continue (a re-opened warm session's ``served.N``).
     tree: str = ""
+    #: Reach only the children spawned in ``tree`` (a cluster work item's run, which may be any tenant's: the
+    #: runs of one member share its handles). False: every child under ``handle`` (a daemon's wakes share them).
+    own_tree_only: bool = False
 
 
 @attrs.frozen
@@ -369,6 +372,8 @@ class Supervisor:
             owned = handle.startswith("served.")
         else:
             owned = is_within(handle, caller.handle) and handle != caller.handle
+            if caller.own_tree_only and node is not None and node.tree != caller.tree:
+                owned = False  # another run tree's child (another cluster item's, maybe another tenant's)
         if node is None or not owned:
             return Refusal(f"unknown subagent handle {handle[:200]}")
         return node
