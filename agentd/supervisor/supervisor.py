@@ -149,8 +149,8 @@ class Supervisor:
 
     __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_own_spent",
                  "_per_spawn", "_spent", "_state_changed", "authority", "child_config", "draining", "fork_connection",
-                 "handle", "journal_at", "journal_dir", "journal_trees", "lame_duck", "log", "nursery", "secrets", "settings", "telemetry",
-                 "test_script", "use_fork_server")
+                 "handle", "journal_at", "journal_dir", "journal_trees", "lame_duck", "log", "nursery", "secrets",
+                 "settings", "telemetry", "test_script", "use_fork_server")
 
     def __init__(
         self, nursery: trio.Nursery, authority: Authority, handle: str = "0",
