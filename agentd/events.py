@@ -87,7 +87,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "sampling.request",
         "model.tool.requested", "model.tool.started", "model.tool.completed",
         # supervisor and subagents
-        "subagent.spawn", "subagent.refused", "subagent.ready", "subagent.result", "subagent.failed",
+        "subagent.spawn", "subagent.resumed", "subagent.refused", "subagent.ready", "subagent.result", "subagent.failed",
         "subagent.exit", "subagent.stuck", "subagent.cancel", "subagent.sigterm", "subagent.sigkill",
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server

@@ -139,23 +139,35 @@ def _run_id(payload: RunPayload, tree: str) -> str:
 @asynccontextmanager
 async def _journal(payload: RunPayload, redactor: Redactor) -> AsyncIterator[JournalStore | None]:
     """The tree's journal, when the parent asked this child to journal its run (docs/durability.md): the same
-    SQLite file as the root's, its own connection (WAL: writers of several processes take turns, each waits
+    SQLite file as the root's (or, in a cluster, the same database, fenced by the tree's work item), its own connection (WAL: writers of several processes take turns, each waits
     up to the busy timeout), with the run's known secret values redacted from what it writes, as the root's.
     Imported only then: an unjournaled child never loads sqlite3."""
     where = payload.journal
-    if where is None or not isinstance(where.get("state_dir"), str) or not isinstance(where.get("run_id"), str):
+    if where is None or not isinstance(where.get("run_id"), str) or not (
+            isinstance(where.get("state_dir"), str) or isinstance(where.get("cluster"), dict)):
         yield None
         return
     from agentd.errors import ConfigError
     from agentd.journal.errors import JournalError
-    from agentd.journal.sqlite import open_journal
 
     opened = False
     try:
-        async with open_journal(where["state_dir"], redactor=redactor) as journal:
+        async with _open(where, redactor) as journal:
             opened = True
             yield journal
     except JournalError as exc:
         if opened:  # a write failure of the run: its own outcome
             raise
         raise ConfigError(f"the tree's journal: {exc}") from None
+
+
+def _open(where: dict[str, Any], redactor: Redactor) -> contextlib.AbstractAsyncContextManager[JournalStore]:
+    """The tree's SQLite file, or in a cluster its shared database with every commit fenced by the lease of the
+    work item the tree runs (agentd.cluster.store.open_fenced_journal: psycopg only for such a child)."""
+    if isinstance(where.get("cluster"), dict):
+        from agentd.cluster.store import open_fenced_journal
+
+        return open_fenced_journal(where["cluster"], redactor=redactor)
+    from agentd.journal.sqlite import open_journal
+
+    return open_journal(str(where["state_dir"]), redactor=redactor)

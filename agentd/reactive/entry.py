@@ -40,6 +40,7 @@ from agentd.reactive.shared import Shared
 from agentd.reactive.watch import Origin as WatchOrigin
 from agentd.run import (
     Gateway,
+    continue_children,
     ended,
     journal_end,
     journal_run,
@@ -97,6 +98,8 @@ def loop_run_job(
             if journaled.recorded is not None:
                 return journaled.recorded
             request = journaled.request
+            if request.resume is not None:
+                await continue_children(journaled.recorder, controls)
         with agent_span(log.agent_path, run_id, str(getattr(intel, "model", "default")), job.instruction) as span:
             result = await run_with(request, pool=pool, intel=intel, controls=controls, log=run_log,
                                     on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers,
