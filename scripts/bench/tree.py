@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/bench/tree.py [--runs 5] [--hubs 20] [--leaves 24] [--rate-children 500]
                                            [--idle 30] [--write]
-    .venv/bin/python scripts/bench/tree.py --parts journal [--runs 5] [--fanout 50] [--baseline DIR] [--write]
+    .venv/bin/python scripts/bench/tree.py --parts journal [--runs 5] [--fanout 50] [--baseline DIR]
+                                           [--previous DIR] [--write]
 
 Three parts, every child a real process (``python -m agentd`` forked from the tree's fork server unless
 said otherwise); the model is the scripted gateway from tests/peers on 127.0.0.1, in this process:
@@ -29,6 +30,8 @@ With ``--write`` the results replace the "Subagent trees" section of docs/benchm
    ``--state-dir`` (every child journals its own run in the tree's SQLite file) and without, interleaved,
    ``--runs`` each; with ``--baseline DIR`` (a checkout of an earlier agentd, whose children did not journal)
    also that checkout with ``--state-dir``. The ratio of the medians is the cost of journaling a child's steps.
+   With ``--previous DIR`` (a checkout of another agentd, say the one before a change to the journal) also
+   that checkout with ``--state-dir``, in the same interleaving.
 """
 
 from __future__ import annotations
@@ -321,9 +324,10 @@ async def spawn_rate(count: int, idle: float) -> dict[str, Any]:
 # -- 4. journaled children ------------------------------------------------------------------------------
 
 
-async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[str, list[float]]:
-    """Per mode (``journaled``, ``plain``, with a ``baseline`` checkout ``baseline``): the fan-out's wall time
-    in ms, ``runs`` each, interleaved."""
+async def journal_fanout(fanout: int, runs: int, baseline: str | None, previous: str | None = None
+                         ) -> dict[str, list[float]]:
+    """Per mode (``journaled``, ``plain``, with a ``baseline`` checkout ``baseline``, with a ``previous`` checkout
+    ``previous``): the fan-out's wall time in ms, ``runs`` each, interleaved."""
     import tempfile
 
     marks: dict[str, float] = {}
@@ -343,7 +347,8 @@ async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[s
         return text("root done")
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
-    modes = ("journaled", "plain", *(("baseline",) if baseline else ()))
+    checkouts = {"baseline": baseline, "previous": previous}
+    modes = ("journaled", "plain", *(mode for mode, where in checkouts.items() if where))
     out: dict[str, list[float]] = {mode: [] for mode in modes}
     async with scripted_gateway(default=answer) as gw:
         for run in range(runs):
@@ -355,10 +360,10 @@ async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[s
                             "--run-id", f"fanout-{run}",
                             *(["--state-dir", state] if mode != "plain" else [])]
                     marks.clear()
+                    where = checkouts.get(mode)
                     done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
-                                                  env={**env, "PYTHONPATH": baseline} if mode == "baseline" and baseline
-                                                  else env, cwd=baseline if mode == "baseline" else str(ROOT_DIR),
-                                                  check=False)
+                                                  env={**env, "PYTHONPATH": where} if where else env,
+                                                  cwd=where or str(ROOT_DIR), check=False)
                     if done.returncode != 0 or "end" not in marks:
                         raise RuntimeError(f"{mode} run failed: {done.stderr.decode()[-2000:]}")
                     out[mode].append((marks["end"] - marks["start"]) * 1000)
@@ -474,11 +479,12 @@ def main() -> None:
     parser.add_argument("--parts", default="depth,wide,rate")
     parser.add_argument("--fanout", type=int, default=50)
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier agentd (--parts journal)")
+    parser.add_argument("--previous", default=None, help="another checkout to compare (--parts journal)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if "journal" in parts:
-        section = journal_report(trio.run(journal_fanout, args.fanout, args.runs, args.baseline), args)
+        section = journal_report(trio.run(journal_fanout, args.fanout, args.runs, args.baseline, args.previous), args)
         print(section)
         if args.write:
             replace_section("## Journaled children", section)
