@@ -103,11 +103,16 @@ def check_fence(conn: Conn, lease: Lease) -> None:
     row = conn.execute("SELECT owner, token FROM agentd_leases WHERE run_id = %s FOR SHARE",
                        (lease.run_id,)).fetchone()
     if row is None or int(row[1]) != lease.token:
-        owner, token = (None, None) if row is None else (str(row[0]), int(row[1]))
-        raise LeaseLost(f"run {lease.run_id!r}: lease {lease.token} of {lease.owner!r} was lost "
-                        f"({'released' if row is None else f'now held by {owner!r} with token {token}'}); "
-                        "nothing was committed", work=lease.run_id, token=lease.token, new_owner=owner,
-                        new_token=token)
+        raise lost_lease(lease, row)
+
+
+def lost_lease(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    """The refusal of a commit fenced by ``lease``, whose lease row is now ``row`` (owner, token; None: gone)."""
+    owner, token = (None, None) if row is None else (str(row[0]), int(row[1]))
+    return LeaseLost(f"run {lease.run_id!r}: lease {lease.token} of {lease.owner!r} was lost "
+                     f"({'released' if row is None else f'now held by {owner!r} with token {token}'}); "
+                     "nothing was committed", work=lease.run_id, token=lease.token, new_owner=owner,
+                     new_token=token)
 
 
 def claim_in(conn: Conn, run_id: str, owner: str, ttl: float, now: float) -> Lease | None:
