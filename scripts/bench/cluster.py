@@ -31,6 +31,11 @@ the machine's load.
   at once: CPU per step of the trio thread and of the process, wall per step, and the ratios now ÷ before
   (medians over ``--rounds`` interleaved rounds; scripts/bench/journal.py ``compare``);
 - claims per second with 1 and 2 members (as above, every claim and finish a synchronous commit).
+
+``--claims ROUNDS [--previous DIR]`` measures only claims per second with 1 and 2 members on a server with
+``fsync=on``, each measurement in a process of its own (this checkout's, and with ``--previous`` that of
+another checkout DIR, say the tree before a change to the claim path), interleaved over ``ROUNDS`` rounds
+(the order alternating), medians and the ratio now ÷ previous (section "Cluster claims").
 """
 
 from __future__ import annotations
@@ -305,6 +310,61 @@ async def bench(dsn_of, items: int, steps: int, samples: int, failovers: int, tt
     return out
 
 
+CLAIMS = "## Cluster claims"
+#: Measures one checkout's claims/s (argv: its directory, DSN, members, items) and prints it.
+_CLAIMS_PROBE = """
+import sys, trio
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/scripts/bench"]
+import cluster
+print(trio.run(cluster.throughput, sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+"""
+
+
+def claims_main(args: argparse.Namespace) -> None:
+    here = str(Path(__file__).resolve().parents[2])
+    checkouts = {"now": here, **({"previous": args.previous} if args.previous else {})}
+    out: dict[str, dict[int, list[float]]] = {name: {1: [], 2: []} for name in checkouts}
+    server = start_server(settings=("fsync=on",))
+    try:
+        for r in range(args.claims):
+            order = list(checkouts.items()) if r % 2 == 0 else list(reversed(checkouts.items()))
+            for name, where in order:
+                for n in (1, 2):
+                    done = subprocess.run([sys.executable, "-c", _CLAIMS_PROBE, where, server.dsn(server.new_database()),
+                                           str(n), str(args.items)], cwd=where, capture_output=True, text=True,
+                                          check=True, timeout=600)
+                    out[name][n].append(float(done.stdout.split()[-1]))
+                    print(name, n, f"{out[name][n][-1]:.0f}/s", flush=True)
+    finally:
+        server.close()
+    load = os.getloadavg()[0]
+    med = {name: {n: statistics.median(v) for n, v in per.items()} for name, per in out.items()}
+    rows = [f"| {n} | {med['now'][n]:.0f} | "
+            + (f"{med['previous'][n]:.0f} | {med['now'][n] / med['previous'][n]:.2f}× |" if "previous" in med
+               else "— | — |") for n in (1, 2)]
+    section = "\n".join([
+        CLAIMS, "",
+        f"Command: `.venv/bin/python scripts/bench/cluster.py --claims {args.claims} --items {args.items}"
+        f"{' --previous DIR' if args.previous else ''} --write` (2-core VM, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+        f"1-minute load average {load:.1f} at the end"
+        + (": a loaded machine, the absolute rates are low; the ratio is the figure" if load > 2 else "")
+        + f"). A throwaway PostgreSQL with `fsync=on`; {args.items} no-op items enqueued one by one (each enqueue "
+        "a synchronous commit of its own, in the same process as the members), members of capacity 4 in one "
+        f"process; each measurement a process of its own, the checkouts interleaved, medians of {args.claims}.",
+        "",
+        "| members | claims/s now (median) | previous (median) | now ÷ previous |",
+        "|---|---|---|---|",
+        *rows, "",
+        "Each measurement, claims/s: " + "; ".join(f"{name} {n} member{'s' if n > 1 else ''}: "
+                                                   + ", ".join(f"{v:.0f}" for v in vals)
+                                                   for name, per in out.items() for n, vals in per.items()) + ".",
+        "",
+    ])
+    print(section)
+    if args.write:
+        replace_section(CLAIMS, section)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=300)
@@ -318,7 +378,13 @@ def main() -> None:
                         help="only the durability comparison and claims/s (their own section in docs/benchmarks.md)")
     parser.add_argument("--concurrent", type=int, default=8, help="runs appending at once (--durability)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--durability)")
+    parser.add_argument("--claims", type=int, default=0, metavar="ROUNDS",
+                        help="only claims/s, each measurement its own process, ROUNDS interleaved rounds")
+    parser.add_argument("--previous", default=None, help="another checkout to interleave with (--claims)")
     args = parser.parse_args()
+    if args.claims:
+        claims_main(args)
+        return
     if args.member:
         trio.run(serve_victim, args.member, args.ttl)
         return
