@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import sys
 import time
@@ -350,6 +351,7 @@ async def journal_fanout(fanout: int, runs: int, baseline: str | None, previous:
     checkouts = {"baseline": baseline, "previous": previous}
     modes = ("journaled", "plain", *(mode for mode, where in checkouts.items() if where))
     out: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     async with scripted_gateway(default=answer) as gw:
         for run in range(runs):
             for mode in modes if run % 2 == 0 else tuple(reversed(modes)):
@@ -361,37 +363,55 @@ async def journal_fanout(fanout: int, runs: int, baseline: str | None, previous:
                             *(["--state-dir", state] if mode != "plain" else [])]
                     marks.clear()
                     where = checkouts.get(mode)
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
                                                   env={**env, "PYTHONPATH": where} if where else env,
                                                   cwd=where or str(ROOT_DIR), check=False)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
                     if done.returncode != 0 or "end" not in marks:
                         raise RuntimeError(f"{mode} run failed: {done.stderr.decode()[-2000:]}")
                     out[mode].append((marks["end"] - marks["start"]) * 1000)
-                    print(mode, f"{out[mode][-1]:.0f} ms", flush=True)
-    return out
+                    # the whole tree's CPU (each process reaped by its parent, the root by this one)
+                    cpu[mode].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+                    print(mode, f"{out[mode][-1]:.0f} ms, tree CPU {cpu[mode][-1]:.0f} ms", flush=True)
+    return {**out, **{f"cpu {mode}": values for mode, values in cpu.items()}}
 
 
 def journal_report(result: dict[str, list[float]], args: argparse.Namespace) -> str:
-    journaled, plain = statistics.median(result["journaled"]), statistics.median(result["plain"])
-    base = statistics.median(result["baseline"]) if result.get("baseline") else None
+    med = {mode: statistics.median(values) for mode, values in result.items() if values}
     loaded = os.getloadavg()[0]
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}" if a and b else "—"
+
+    def ms(value: float | None) -> str:
+        return f"{value:.0f} ms" if value else "—"
+
     return "\n".join([
         "## Journaled children",
         "",
         f"`scripts/bench/tree.py --parts journal --runs {args.runs} --fanout {args.fanout}"
-        f"{' --baseline DIR' if args.baseline else ''}`: a real root runs one "
-        f"`graph.run` of {args.fanout} independent nodes, each a forked real-loop child taking two model steps "
-        "(a control-tool call, then its answer) against the scripted gateway; wall time of the fan-out, with "
-        "`--state-dir` (each child journals its own run in the tree's SQLite file: `run.started` and `run.ended` "
-        "with an fsync, one commit per reply and per outcome) and without, interleaved. "
-        f"Load average at the end: {loaded:.1f} on {os.cpu_count()} cores"
-        + (" (a loaded machine: the absolute times are inflated; the ratio is the figure)." if loaded > 1 else "."),
+        f"{' --baseline DIR' if args.baseline else ''}{' --previous DIR' if args.previous else ''}`: a real root "
+        f"runs one `graph.run` of {args.fanout} independent nodes, each a forked real-loop child taking two model "
+        "steps (a control-tool call, then its answer) against the scripted gateway; wall time of the fan-out and "
+        "CPU time of the whole tree (every process of it, the fork server and the children included), with "
+        "`--state-dir` (each child journals its own run in the tree's SQLite file) and without, interleaved"
+        + (", and the same with `--state-dir` from a checkout before children journaled (baseline)"
+           if args.baseline else "")
+        + (" and from another checkout (previous)" if args.previous else "")
+        + f". Load average at the end: {loaded:.1f} on {os.cpu_count()} cores"
+        + (" (a loaded machine: the absolute times are inflated; the ratios are the figures)." if loaded > 1 else "."),
         "",
-        "| fan-out | no `--state-dir` (median, ms) | `--state-dir`, root journaled only (before; median, ms) "
-        "| `--state-dir`, every child journaled (median, ms) | ratio to before (target ≤ 1.2) | ratio to none | runs |",
-        "|---|---|---|---|---|---|---|",
-        f"| {args.fanout} | {plain:.0f} | {f'{base:.0f}' if base else '—'} | {journaled:.0f} "
-        f"| {f'{journaled / base:.2f}' if base else '—'} | {journaled / plain:.2f} | {args.runs} |",
+        "| fan-out | measure (median) | no `--state-dir` | `--state-dir`, root journaled only (baseline) "
+        "| `--state-dir`, previous | `--state-dir`, every child journaled | ÷ baseline (target ≤ 1.2) "
+        "| ÷ previous | ÷ none | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *[f"| {args.fanout} | {label} | {ms(med[key + 'plain'])} | {ms(med.get(key + 'baseline'))} | "
+          f"{ms(med.get(key + 'previous'))} | {ms(med[key + 'journaled'])} | "
+          f"{ratio(med[key + 'journaled'], med.get(key + 'baseline'))} | "
+          f"{ratio(med[key + 'journaled'], med.get(key + 'previous'))} | "
+          f"{ratio(med[key + 'journaled'], med[key + 'plain'])} | {args.runs} |"
+          for label, key in (("wall", ""), ("tree CPU", "cpu "))],
         "",
         "Each run, ms: " + "; ".join(f"{mode} " + ", ".join(f"{v:.0f}" for v in values)
                                    for mode, values in result.items()) + ".",
