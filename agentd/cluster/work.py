@@ -5,6 +5,7 @@ within its capacity, so work survives the member that accepted it. The rules, ea
 
 - :func:`enqueue` inserts an item under a caller-chosen unique key (``ON CONFLICT DO NOTHING``): a scheduled
   occurrence keyed by its schedule and time is enqueued by every member and exists once, so it fires once.
+  One statement (:data:`ENQUEUE_SQL`), its NOTIFY included.
 - :meth:`Queue.claim` picks open items whose lease is free or expired with ``FOR UPDATE SKIP LOCKED`` (two
   members never wait on, or take, the same row), takes each one's lease with a new fencing token (the
   conditional upsert of :func:`agentd.cluster.store.claim_in`), and appends ``claim.taken`` to the item's
@@ -127,27 +128,33 @@ class WorkView:
     finished_at: float | None
 
 
-def enqueue_in(conn: Conn, work_id: str, kind: str, payload: Mapping[str, Any], now: float,
+#: Insert an item unless its key exists and, if inserted, NOTIFY the claimers: one statement. ``%(now)s`` as in
+#: :data:`_NOW` (None: the database's clock); ``%(not_before)s`` None: at once.
+ENQUEUE_SQL: Final = f"""
+WITH clock AS (SELECT {_NOW} AS now),
+added AS (
+    INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before)
+    SELECT %(id)s, %(kind)s, %(payload)s, clock.now, COALESCE(%(not_before)s::float8, clock.now) FROM clock
+    ON CONFLICT (work_id) DO NOTHING RETURNING work_id)
+SELECT work_id, pg_notify(%(channel)s, work_id) FROM added
+"""
+
+
+def enqueue_in(conn: Conn, work_id: str, kind: str, payload: Mapping[str, Any], now: float | None,
                not_before: float | None = None) -> bool:
-    row = conn.execute(
-        "INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (work_id) DO NOTHING RETURNING work_id",
-        (work_id, kind, json.dumps(payload, separators=(",", ":")), now, now if not_before is None else not_before),
-    ).fetchone()
-    if row is not None:
-        conn.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, work_id))
+    """Add an item (one statement: atomic on its own, or part of the caller's transaction); ``now`` None is the
+    database's clock. False when the key exists (nothing changed)."""
+    row = conn.execute(ENQUEUE_SQL, {"now": now, "id": work_id, "kind": kind, "not_before": not_before,
+                                     "payload": json.dumps(payload, separators=(",", ":")),
+                                     "channel": WORK_CHANNEL}).fetchone()
     return row is not None
 
 
 async def enqueue(store: PgJournal, work_id: str, kind: str, payload: Mapping[str, Any], *,
                   not_before: float | None = None) -> bool:
     """Add an item under the unique ``work_id``; False when it already exists (nothing changed)."""
-
-    def work(conn: Conn) -> bool:
-        with conn.transaction():
-            return enqueue_in(conn, work_id, kind, payload, store.now_in(conn), not_before)
-
-    return await store.db.call(work, "enqueue")
+    now = store.lease_clock() if store.lease_clock is not None else None
+    return await store.db.call(lambda conn: enqueue_in(conn, work_id, kind, payload, now, not_before), "enqueue")
 
 
 #: The ``run.ended`` of an item cancelled by a peer (the shape a run's recorded result has).
