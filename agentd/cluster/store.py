@@ -6,10 +6,11 @@ so a run recovered on another member is the durable-runs recovery path unchanged
 
 Durability: every method is one transaction, and agentd's session runs with ``synchronous_commit = on``
 (agentd.cluster.db), whatever the server's, the database's or the role's default. A run's records that agentd
-acts on (a step that asks for tool calls, a call's outcome, a spawn, ``RunEnded``: ``durable=True``, see
-agentd.journal.recorder) are flushed to the server's WAL before the commit returns, so a crash of the
-database server itself (not only of agentd) keeps them; only a batch nothing acts on (a final answer, which
-``run.ended`` follows) commits with ``synchronous_commit = off``.
+acts on outside the journal next (a step that asks for tool calls, a task id, ``RunEnded``: ``durable=True``,
+see agentd.journal.recorder) are flushed to the server's WAL before the commit returns, so a crash of the
+database server itself (not only of agentd) keeps them; the others commit with ``synchronous_commit = off``:
+the WAL is written in order and a synchronous commit flushes it up to its own record, so the next one
+(which comes before agentd acts on them outside) secures them too.
 
 Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`: the batches of every run that
 arrive while a transaction is on the worker thread are committed together in the next one (one WAL flush
@@ -103,11 +104,16 @@ def check_fence(conn: Conn, lease: Lease) -> None:
     row = conn.execute("SELECT owner, token FROM agentd_leases WHERE run_id = %s FOR SHARE",
                        (lease.run_id,)).fetchone()
     if row is None or int(row[1]) != lease.token:
-        owner, token = (None, None) if row is None else (str(row[0]), int(row[1]))
-        raise LeaseLost(f"run {lease.run_id!r}: lease {lease.token} of {lease.owner!r} was lost "
-                        f"({'released' if row is None else f'now held by {owner!r} with token {token}'}); "
-                        "nothing was committed", work=lease.run_id, token=lease.token, new_owner=owner,
-                        new_token=token)
+        raise lost_lease(lease, row)
+
+
+def lost_lease(lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    """The refusal of a commit fenced by ``lease``, whose lease row is now ``row`` (owner, token; None: gone)."""
+    owner, token = (None, None) if row is None else (str(row[0]), int(row[1]))
+    return LeaseLost(f"run {lease.run_id!r}: lease {lease.token} of {lease.owner!r} was lost "
+                     f"({'released' if row is None else f'now held by {owner!r} with token {token}'}); "
+                     "nothing was committed", work=lease.run_id, token=lease.token, new_owner=owner,
+                     new_token=token)
 
 
 def claim_in(conn: Conn, run_id: str, owner: str, ttl: float, now: float) -> Lease | None:

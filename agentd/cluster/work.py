@@ -5,14 +5,23 @@ within its capacity, so work survives the member that accepted it. The rules, ea
 
 - :func:`enqueue` inserts an item under a caller-chosen unique key (``ON CONFLICT DO NOTHING``): a scheduled
   occurrence keyed by its schedule and time is enqueued by every member and exists once, so it fires once.
+  One statement (:data:`ENQUEUE_SQL`), its NOTIFY included.
 - :meth:`Queue.claim` picks open items whose lease is free or expired with ``FOR UPDATE SKIP LOCKED`` (two
   members never wait on, or take, the same row), takes each one's lease with a new fencing token (the
   conditional upsert of :func:`agentd.cluster.store.claim_in`), and appends ``claim.taken`` to the item's
-  run journal, all in the SAME transaction: a claim is in the journal exactly when it happened.
+  run journal, all in the SAME transaction: a claim is in the journal exactly when it happened. However many
+  items it takes, a claim is two statements (:data:`CLAIM_SQL`, :data:`CLAIMED_SQL`) in one transaction.
 - :meth:`Queue.heartbeat` records the member as alive and renews the leases of what it runs; a lease that
   is not renewed (the member died, or was partitioned longer than the TTL) expires and the next claim
   takes the item, whose run resumes from its journal on the new owner.
-- :meth:`Queue.finish` marks an item done, fenced: an owner that lost its lease finishes nothing.
+- :meth:`Queue.finish` marks an item done, fenced: an owner that lost its lease finishes nothing. One
+  statement (:data:`FINISH_SQL`) whose fence is the lease row itself: it deletes the row only while it
+  carries the caller's token, and marks done only the items whose row it deleted. Finishes that arrive
+  while one is being committed are committed together, in one statement and one WAL flush
+  (agentd.journal.group), each with its own outcome.
+
+Durability: claims and finishes are synchronous commits (the session's ``synchronous_commit = on``,
+agentd.cluster.db): a member acts on them (runs the item, tells the waiters it ended).
 
 Wake-ups: :func:`enqueue` and :meth:`Queue.finish` send ``NOTIFY`` on :data:`WORK_CHANNEL` /
 :data:`DONE_CHANNEL`, so idle members claim at once instead of at their next poll.
@@ -28,8 +37,9 @@ import attrs
 import psycopg
 
 from agentd.cluster.db import Database
-from agentd.cluster.store import PgJournal, append_in, check_fence, claim_in, db_now
-from agentd.journal.records import ClaimTaken, RunEnded
+from agentd.cluster.store import DEADLOCK_RETRIES, PgJournal, append_in, lost_lease
+from agentd.journal.group import GroupCommit, Pending
+from agentd.journal.records import ClaimTaken, RunEnded, encode
 from agentd.journal.store import Lease
 
 #: Channels of the wake-up notifications.
@@ -37,6 +47,61 @@ WORK_CHANNEL: Final = "agentd_work"
 DONE_CHANNEL: Final = "agentd_done"
 
 Conn = psycopg.Connection[Any]
+
+#: The database's clock (lease times), or the store's ``lease_clock`` when one is set (tests): ``%(now)s``.
+_NOW = "COALESCE(%(now)s::float8, extract(epoch from clock_timestamp())::float8)"
+
+#: Take up to ``%(n)s`` claimable items for ``%(owner)s``: the candidates (oldest first, rows another member
+#: holds skipped), each one's lease (the conditional upsert of agentd.cluster.store.claim_in: a live lease of
+#: another owner is left alone) and the item's owner, token and attempt; the claimed items, oldest first.
+CLAIM_SQL: Final = f"""
+WITH clock AS (SELECT {_NOW} AS now),
+candidates AS (
+    SELECT w.work_id, w.created_at FROM agentd_work w LEFT JOIN agentd_leases l ON l.run_id = w.work_id, clock
+    WHERE w.status = 'open' AND w.not_before <= clock.now AND (l.run_id IS NULL OR l.expires_at <= clock.now)
+    ORDER BY w.created_at, w.work_id LIMIT %(n)s FOR UPDATE OF w SKIP LOCKED),
+leased AS (
+    INSERT INTO agentd_leases AS l (run_id, owner, token, expires_at)
+    SELECT c.work_id, %(owner)s, nextval('agentd_fence'), clock.now + %(ttl)s FROM candidates c, clock
+    ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+        expires_at = excluded.expires_at
+    WHERE l.expires_at <= (SELECT now FROM clock) OR l.owner = excluded.owner
+    RETURNING run_id, token, expires_at),
+taken AS (
+    UPDATE agentd_work w SET owner = %(owner)s, token = leased.token, attempts = w.attempts + 1,
+        claimed_at = (SELECT now FROM clock)
+    FROM leased WHERE w.work_id = leased.run_id
+    RETURNING w.work_id, w.kind, w.payload, w.attempts, w.created_at, leased.token, leased.expires_at)
+SELECT work_id, kind, payload, attempts, token, expires_at FROM taken ORDER BY created_at, work_id
+"""
+
+#: Append one record (``claim.taken``) to each claimed item's run journal: ``%(runs)s`` and ``%(bodies)s`` are
+#: parallel arrays (one record each), ``%(ts)s`` the records' time (as agentd.cluster.store.append_in).
+CLAIMED_SQL: Final = """
+WITH seq AS (
+    INSERT INTO agentd_runs AS r (run_id, status, started_at, parent, next_seq)
+    SELECT run_id, 'running', %(ts)s, NULL, 1 FROM unnest(%(runs)s::text[]) AS u(run_id)
+    ON CONFLICT (run_id) DO UPDATE SET next_seq = r.next_seq + 1
+    RETURNING run_id, next_seq - 1 AS seq)
+INSERT INTO agentd_entries (run_id, seq, ts, kind, body)
+SELECT seq.run_id, seq.seq, %(ts)s, %(kind)s, b.body
+FROM seq JOIN unnest(%(runs)s::text[], %(bodies)s::text[]) AS b(run_id, body) ON b.run_id = seq.run_id
+"""
+
+#: Finish the items of ``%(runs)s`` / ``%(tokens)s`` (parallel arrays), fenced: a lease row is deleted only while
+#: it carries the token, an item is marked done only if its lease row was deleted (its ``agentd_done`` NOTIFY
+#: sent); the items finished. Under a concurrent claim, the row lock orders the two: a claim that re-leased
+#: the row first leaves the token changed (nothing deleted, nothing done).
+FINISH_SQL: Final = f"""
+WITH mine AS (SELECT * FROM unnest(%(runs)s::text[], %(tokens)s::bigint[]) AS m(run_id, token)),
+freed AS (
+    DELETE FROM agentd_leases l USING mine WHERE l.run_id = mine.run_id AND l.token = mine.token
+    RETURNING l.run_id),
+done AS (
+    UPDATE agentd_work SET status = 'done', finished_at = {_NOW.replace("%(now)s", "NULL")}
+    WHERE work_id IN (SELECT run_id FROM freed) RETURNING work_id)
+SELECT work_id, pg_notify(%(channel)s, work_id) FROM done
+"""
 
 
 @attrs.frozen
@@ -63,27 +128,33 @@ class WorkView:
     finished_at: float | None
 
 
-def enqueue_in(conn: Conn, work_id: str, kind: str, payload: Mapping[str, Any], now: float,
+#: Insert an item unless its key exists and, if inserted, NOTIFY the claimers: one statement. ``%(now)s`` as in
+#: :data:`_NOW` (None: the database's clock); ``%(not_before)s`` None: at once.
+ENQUEUE_SQL: Final = f"""
+WITH clock AS (SELECT {_NOW} AS now),
+added AS (
+    INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before)
+    SELECT %(id)s, %(kind)s, %(payload)s, clock.now, COALESCE(%(not_before)s::float8, clock.now) FROM clock
+    ON CONFLICT (work_id) DO NOTHING RETURNING work_id)
+SELECT work_id, pg_notify(%(channel)s, work_id) FROM added
+"""
+
+
+def enqueue_in(conn: Conn, work_id: str, kind: str, payload: Mapping[str, Any], now: float | None,
                not_before: float | None = None) -> bool:
-    row = conn.execute(
-        "INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (work_id) DO NOTHING RETURNING work_id",
-        (work_id, kind, json.dumps(payload, separators=(",", ":")), now, now if not_before is None else not_before),
-    ).fetchone()
-    if row is not None:
-        conn.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, work_id))
+    """Add an item (one statement: atomic on its own, or part of the caller's transaction); ``now`` None is the
+    database's clock. False when the key exists (nothing changed)."""
+    row = conn.execute(ENQUEUE_SQL, {"now": now, "id": work_id, "kind": kind, "not_before": not_before,
+                                     "payload": json.dumps(payload, separators=(",", ":")),
+                                     "channel": WORK_CHANNEL}).fetchone()
     return row is not None
 
 
 async def enqueue(store: PgJournal, work_id: str, kind: str, payload: Mapping[str, Any], *,
                   not_before: float | None = None) -> bool:
     """Add an item under the unique ``work_id``; False when it already exists (nothing changed)."""
-
-    def work(conn: Conn) -> bool:
-        with conn.transaction():
-            return enqueue_in(conn, work_id, kind, payload, store.now_in(conn), not_before)
-
-    return await store.db.call(work, "enqueue")
+    now = store.lease_clock() if store.lease_clock is not None else None
+    return await store.db.call(lambda conn: enqueue_in(conn, work_id, kind, payload, now, not_before), "enqueue")
 
 
 #: The ``run.ended`` of an item cancelled by a peer (the shape a run's recorded result has).
@@ -131,6 +202,12 @@ class Queue:
     member: str
     address: str | None
     capacity: int
+    #: Every finish goes through it (group commit; its counts are the tests' view of the grouping).
+    finisher: GroupCommit[Lease, None] = attrs.field(init=False)
+
+    @finisher.default
+    def _finishes(self) -> GroupCommit[Lease, None]:
+        return GroupCommit(self._finish_group)
 
     @property
     def db(self) -> Database:
@@ -181,40 +258,48 @@ class Queue:
             return []
 
         def work(conn: Conn) -> list[WorkItem]:
-            claimed: list[WorkItem] = []
+            now = self.store.lease_clock() if self.store.lease_clock is not None else None
             with conn.transaction():
-                _ = conn.execute("SET LOCAL synchronous_commit = on")
-                now = self.store.now_in(conn)
-                rows = conn.execute(
-                    "SELECT w.work_id, w.kind, w.payload, w.attempts FROM agentd_work w "
-                    "LEFT JOIN agentd_leases l ON l.run_id = w.work_id "
-                    "WHERE w.status = 'open' AND w.not_before <= %(now)s "
-                    "AND (l.run_id IS NULL OR l.expires_at <= %(now)s) "
-                    "ORDER BY w.created_at, w.work_id LIMIT %(n)s FOR UPDATE OF w SKIP LOCKED",
-                    {"now": now, "n": limit}).fetchall()
-                for work_id, kind, payload, attempts in rows:
-                    lease = claim_in(conn, work_id, self.member, ttl, now)
-                    if lease is None:  # another member's lease went live meanwhile
-                        continue
-                    conn.execute("UPDATE agentd_work SET owner = %s, token = %s, attempts = attempts + 1, "
-                                 "claimed_at = %s WHERE work_id = %s", (self.member, lease.token, now, work_id))
-                    append_in(conn, work_id, [ClaimTaken(self.member, lease.token, attempts + 1)], self.store.clock())
-                    claimed.append(WorkItem(work_id, kind, json.loads(payload), attempts + 1, lease))
+                rows = conn.execute(CLAIM_SQL, {"now": now, "n": limit, "owner": self.member, "ttl": ttl}).fetchall()
+                claimed = [WorkItem(work_id, kind, json.loads(payload), int(attempt),
+                                    Lease(work_id, self.member, int(token), float(expires)))
+                           for work_id, kind, payload, attempt, token, expires in rows]
+                if claimed:
+                    bodies = [json.dumps(encode(ClaimTaken(self.member, item.lease.token, item.attempt)),
+                                         ensure_ascii=False, separators=(",", ":")) for item in claimed]
+                    conn.execute(CLAIMED_SQL, {"ts": self.store.clock(), "kind": ClaimTaken.KIND, "bodies": bodies,
+                                               "runs": [item.work_id for item in claimed]})
             return claimed
 
         return await self.db.call(work, "claim")
 
     async def finish(self, lease: Lease) -> None:
-        """Mark the item done and free its lease, fenced (LeaseLost: nothing changed)."""
+        """Mark the item done and free its lease, fenced (LeaseLost: nothing changed). Concurrent finishes of
+        this member share one statement (see the module docstring)."""
+        await self.finisher.submit(lease)
 
-        def work(conn: Conn) -> None:
-            with conn.transaction():
-                _ = conn.execute("SET LOCAL synchronous_commit = on")
-                check_fence(conn, lease)
-                now = db_now(conn)
-                conn.execute("UPDATE agentd_work SET status = 'done', finished_at = %s WHERE work_id = %s",
-                             (now, lease.run_id))
-                conn.execute("DELETE FROM agentd_leases WHERE run_id = %s AND token = %s", (lease.run_id, lease.token))
-                conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, lease.run_id))
+    async def _finish_group(self, group: Sequence[Pending[Lease, None]]) -> None:
+        leases = [p.batch for p in group]
 
-        await self.db.call(work, "finish")
+        def work(conn: Conn) -> tuple[set[str], dict[str, Any]]:
+            params = {"runs": [lease.run_id for lease in leases], "tokens": [lease.token for lease in leases],
+                      "channel": DONE_CHANNEL}
+            for attempt in range(DEADLOCK_RETRIES + 1):  # a claim racing an expired lease's finish
+                try:
+                    done = {r[0] for r in conn.execute(FINISH_SQL, params)}
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == DEADLOCK_RETRIES:
+                        raise
+            refused = [lease.run_id for lease in leases if lease.run_id not in done]
+            holders = {r[0]: (r[1], r[2]) for r in conn.execute(
+                "SELECT run_id, owner, token FROM agentd_leases WHERE run_id = ANY(%s)", (refused,))} if refused else {}
+            return done, holders
+
+        done, holders = await self.db.call(work, "finish")
+        for pending in group:
+            lease = pending.batch
+            if lease.run_id in done:
+                pending.settle(None)
+            else:
+                pending.settle(error=lost_lease(lease, holders.get(lease.run_id)))

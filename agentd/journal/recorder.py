@@ -13,10 +13,16 @@ messages, as the loop holds them). The loop calls the recorder through its narro
 - ``approval_pending`` / ``approval_decided``: a call marked ``approve`` waits for a person, and how they decided
   (a pending call never decided was never sent: the resumed run asks again).
 
-Both are durable (``durable=True``): committed so that a crash of the store itself (PostgreSQL's server, the
-OS under SQLite) keeps them, before the loop acts on them; so are spawns and children's ends. Only a reply
-that asks for no tool call (a final answer, which ``run.ended`` follows) is committed without waiting for
-the flush. A store groups the durable commits of concurrent runs (agentd.journal.group).
+Which commits are durable (``durable=True``: flushed so that a crash of the store itself, the OS under
+SQLite or PostgreSQL's server, keeps them, before the commit returns) follows what agentd does next OUTSIDE
+the journal: a step that asks for tool calls (its calls are sent next), a call's task id (polled next),
+and ``run.ended`` (the result is handed out next: stdout, a parent, a served client). The other records
+(``run.started``, an outcome, a final answer, a spawn, a child's end) are committed without waiting for a
+flush: both stores write one log in commit order, so the next durable commit of the store (any run's, any
+process's) secures them too, and nothing outside agentd acts on them before one. A power loss before it
+loses them whole: a model call is made again (a re-asked reply) or a call's outcome is unknown (the call is
+pending, and is never re-sent blindly), never a second send. A store groups the durable commits of
+concurrent runs (agentd.journal.group).
 
 So after a crash every tool call the journal knows of is in one of two states: its outcome committed (its
 observation is replayed, the call is never re-sent) or *pending* (requested, no outcome: it may or may not
@@ -222,7 +228,8 @@ class RunRecorder:
         return self._earlier_ends.get(handle)
 
     async def started(self, record: RunStarted) -> None:
-        await self._append([record], durable=True)
+        """Not flushed: the run's first durable commit (a step with tool calls, its end) secures it."""
+        await self._append([record])
 
     async def replied(self, step: int, message: Mapping[str, Any], prompt_tokens: int,
                       completion_tokens: int) -> None:
@@ -238,6 +245,8 @@ class RunRecorder:
         journal_commit(time.perf_counter() - ended)
 
     async def observed(self, step: int, call_id: str, ok: bool, text: str) -> None:
+        """Not flushed: only the model sees it before the next durable commit (lost to a power loss, the call is
+        pending after a restart: unknown, or re-sent under its key if idempotent, as after a crash mid-call)."""
         await self._append([ToolCallOutcome(step, call_id, ok, text)])
 
     async def task_started(self, step: int, call_id: str, task_id: str) -> None:
@@ -278,7 +287,7 @@ class RunRecorder:
     async def ended(self, status: str, result: Any, error: str | None) -> None:
         await self._append([RunEnded(status, result, error)], durable=True)
 
-    async def _append(self, records: Sequence[Any], *, durable: bool = True) -> None:
+    async def _append(self, records: Sequence[Any], *, durable: bool = False) -> None:
         journal_queue(+1)  # waiting for the store or being committed
         try:
             await self.store.append(self.run_id, records, durable=durable)

@@ -7,12 +7,20 @@ trio loop. Records are JSON-encoded on the worker thread too, so the trio thread
 
 Durability: WAL mode. Each :meth:`SqliteJournal.append` batch (one step's records) is in the journal entirely
 or not at all, and every committed batch survives the process being killed (SIGKILL, OOM): it is in the WAL,
-in the kernel's page cache. What must also survive a power loss or an OS crash is committed with
-``synchronous=FULL`` (an fsync of the WAL before the commit returns, which also secures every earlier
-commit): every batch agentd acts on (``durable=True``: a step that asks for tool calls, a call's outcome, a
-spawn, a child's end; see agentd.journal.recorder), a batch holding ``RunEnded``, and every
-:meth:`SqliteJournal.put_state`. Only what nothing acts on (a final answer, which ``run.ended`` follows at
-once; pruning) commits with ``synchronous=NORMAL`` and may be lost to a power loss, never corrupting the file.
+in the kernel's page cache. What must also survive a power loss or an OS crash before agentd acts on it
+outside the journal is committed with ``synchronous=FULL`` (``durable=True``, chosen by the caller,
+agentd.journal.recorder; and every :meth:`SqliteJournal.put_state`): an fsync of the WAL before the commit
+returns. The WAL is one file written in commit order and recovered only up to its first invalid frame, so
+that fsync also secures every earlier commit of the file, whichever connection or process wrote it; the
+other commits (``synchronous=NORMAL``) are durable once a later FULL commit or a checkpoint synced the WAL,
+and a power loss before that loses them whole, never corrupting the file.
+
+Writers of several processes (a tree's children journal into the root's file): SQLite lets one writer in at
+a time and makes the others poll, sleeping up to tens of milliseconds between tries, which costs a fan-out of
+children far more than their commits. So every write transaction first takes an exclusive ``flock`` of a
+companion file, ``journal.sqlite3-lock``: a writer that finds it taken retries within
+:data:`LOCK_POLL_MAX` seconds, and after :data:`BUSY_TIMEOUT` seconds goes on without it (SQLite's own lock
+still serialises the writers; the flock only shortens the wait). The kernel drops it with its process.
 
 Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`, so the batches of concurrent
 runs that queue while one transaction is on the worker thread share the next transaction and its one fsync.
@@ -26,12 +34,13 @@ with the same contract (a live lease of another owner refuses a claim; tokens on
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
@@ -55,6 +64,11 @@ SCHEMA_VERSION: Final = 1
 BUSY_TIMEOUT: Final = 10.0
 #: Bound on closing the store when its owner is cancelled.
 CLOSE_GRACE: Final = 5.0
+#: The writers' lock file beside the journal (see the module docstring).
+LOCK_SUFFIX: Final = "-lock"
+#: First and longest pause between tries of a writers' lock another process holds, seconds.
+LOCK_POLL_MIN: Final = 0.00005
+LOCK_POLL_MAX: Final = 0.002
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -95,6 +109,8 @@ class JournalFile:
         self.clock = clock
         #: A read-only open of a file whose schema is not created yet (the writer is just starting).
         self.empty = False
+        #: The writers' lock file (a writer's only; see the module docstring).
+        self._lock: int | None = None
         try:
             if readonly:
                 self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
@@ -102,14 +118,18 @@ class JournalFile:
             else:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
                 prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
+                self._lock = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                     0o600)
                 self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                             timeout=BUSY_TIMEOUT)  # fmt: skip
         except (OSError, sqlite3.Error) as exc:
+            if self._lock is not None:
+                os.close(self._lock)
             raise JournalError(f"journal {path}: cannot open ({exc})") from None
         try:
             self._check_schema(readonly)
         except BaseException:
-            self.conn.close()
+            self.close()
             raise
 
     def _check_schema(self, readonly: bool) -> None:
@@ -137,14 +157,41 @@ class JournalFile:
                 raise JournalError(f"journal {self.path}: cannot enable WAL mode (got {mode})")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             if version is None:
-                self.conn.execute("BEGIN IMMEDIATE")
-                for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-                    self.conn.execute(statement)
-                self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                self.conn.execute("COMMIT")
+                with self._writing():
+                    self._create_schema()
         except sqlite3.Error as exc:
             self._rollback()
             raise JournalError(f"journal {self.path}: cannot initialise ({exc})") from None
+
+    def _create_schema(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+            self.conn.execute(statement)
+        self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self.conn.execute("COMMIT")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The writers' lock for one write transaction: taken within BUSY_TIMEOUT or not at all (then SQLite's
+        own lock alone orders the writers); released after the transaction."""
+        held = False
+        if self._lock is not None:
+            pause, deadline = LOCK_POLL_MIN, time.monotonic() + BUSY_TIMEOUT
+            while True:
+                try:
+                    fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(pause)
+                    pause = min(pause * 2, LOCK_POLL_MAX)
+        try:
+            yield
+        finally:
+            if held and self._lock is not None:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
@@ -156,12 +203,15 @@ class JournalFile:
             if durable:
                 self.conn.execute("PRAGMA synchronous=FULL")
             try:
-                self.conn.execute("BEGIN IMMEDIATE")
-                result = work()
-                self.conn.execute("COMMIT")
+                with self._writing():
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = work()
+                        self.conn.execute("COMMIT")
+                    finally:
+                        self._rollback()
                 return result
             finally:
-                self._rollback()
                 if durable:
                     self.conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
@@ -328,7 +378,12 @@ class JournalFile:
         self._transaction(work, durable=True, what="state write")
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
 
 
 @attrs.define(eq=False)

@@ -106,8 +106,9 @@ class JournalStore(Protocol):
         """Commit ``records`` to ``run_id`` in one transaction; return the last record's sequence number.
 
         ``durable`` makes the commit survive a crash of the store itself (power loss under SQLite, a crash of
-        the PostgreSQL server) before this returns; a batch holding a ``RunEnded`` always does. The recorder
-        sets it for every batch agentd acts on (agentd.journal.recorder). Concurrent appends may share one
+        the PostgreSQL server) before this returns, and with it every commit made before it (both stores write
+        one log in commit order); a batch holding a ``RunEnded`` always does. The recorder sets it for what
+        agentd acts on outside the journal next (agentd.journal.recorder). Concurrent appends may share one
         transaction (agentd.journal.group); each batch is still wholly in the journal or not at all.
         """
         ...

@@ -31,6 +31,11 @@ the machine's load.
   at once: CPU per step of the trio thread and of the process, wall per step, and the ratios now ÷ before
   (medians over ``--rounds`` interleaved rounds; scripts/bench/journal.py ``compare``);
 - claims per second with 1 and 2 members (as above, every claim and finish a synchronous commit).
+
+``--claims ROUNDS [--previous DIR]`` measures only claims per second with 1 and 2 members on a server with
+``fsync=on``, each measurement in a process of its own (this checkout's, and with ``--previous`` that of
+another checkout DIR, say the tree before a change to the claim path), interleaved over ``ROUNDS`` rounds
+(the order alternating), medians and the ratio now ÷ previous (section "Cluster claims").
 """
 
 from __future__ import annotations
@@ -305,6 +310,91 @@ async def bench(dsn_of, items: int, steps: int, samples: int, failovers: int, tt
     return out
 
 
+CLAIMS = "## Cluster claims"
+#: Measures one checkout's claims/s (argv: its directory, DSN, members, items, mode) and prints it. ``trickle``:
+#: :func:`throughput` (the items enqueued one by one while the members claim); ``queued``: every item enqueued
+#: before the members start, timed from their start to the last finish (the claim path alone).
+_CLAIMS_PROBE = """
+import sys, time, trio
+from contextlib import AsyncExitStack
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/scripts/bench"]
+import cluster
+from cluster import PASSWORD, _members, enqueue, open_pg_journal
+dsn, members, items, mode = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+
+async def queued():
+    done, finished = trio.Event(), 0
+    async def execute(item, journal):
+        nonlocal finished
+        finished += 1
+        if finished == items:
+            done.set()
+    async with AsyncExitStack() as stack:
+        producer = await stack.enter_async_context(open_pg_journal(dsn, PASSWORD))
+        for i in range(items):
+            await enqueue(producer, f"q{members}-{i}", "bench", {})
+        async with trio.open_nursery() as nursery:
+            t0 = time.perf_counter()
+            await _members(stack, dsn, members, execute, nursery)
+            await done.wait()
+            elapsed = time.perf_counter() - t0
+            nursery.cancel_scope.cancel()
+    return items / elapsed
+
+print(trio.run(cluster.throughput, dsn, members, items) if mode == "trickle" else trio.run(queued))
+"""
+MODES = ("trickle", "queued")
+
+
+def claims_main(args: argparse.Namespace) -> None:
+    here = str(Path(__file__).resolve().parents[2])
+    checkouts = {"now": here, **({"previous": args.previous} if args.previous else {})}
+    keys = [(mode, n) for mode in MODES for n in (1, 2)]
+    out: dict[str, dict[tuple[str, int], list[float]]] = {name: {key: [] for key in keys} for name in checkouts}
+    server = start_server(settings=("fsync=on",))
+    try:
+        for r in range(args.claims):
+            order = list(checkouts.items()) if r % 2 == 0 else list(reversed(checkouts.items()))
+            for name, where in order:
+                for mode, n in keys:
+                    done = subprocess.run([sys.executable, "-c", _CLAIMS_PROBE, where, server.dsn(server.new_database()),
+                                           str(n), str(args.items), mode], cwd=where, capture_output=True, text=True,
+                                          check=True, timeout=600)
+                    out[name][mode, n].append(float(done.stdout.split()[-1]))
+                    print(name, mode, n, f"{out[name][mode, n][-1]:.0f}/s", flush=True)
+    finally:
+        server.close()
+    load = os.getloadavg()[0]
+    med = {name: {key: statistics.median(v) for key, v in per.items()} for name, per in out.items()}
+    rows = [f"| {'enqueued while claiming' if mode == 'trickle' else 'all queued first'} | {n} | "
+            f"{med['now'][mode, n]:.0f} | "
+            + (f"{med['previous'][mode, n]:.0f} | {med['now'][mode, n] / med['previous'][mode, n]:.2f}× |"
+               if "previous" in med else "— | — |") for mode, n in keys]
+    section = "\n".join([
+        CLAIMS, "",
+        f"Command: `.venv/bin/python scripts/bench/cluster.py --claims {args.claims} --items {args.items}"
+        f"{' --previous DIR' if args.previous else ''} --write` (2-core VM, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+        f"1-minute load average {load:.1f} at the end"
+        + (": a loaded machine, the absolute rates are low; the ratio is the figure" if load > 2 else "")
+        + f"). A throwaway PostgreSQL with `fsync=on`; {args.items} no-op items, each enqueued as a synchronous "
+        "commit of its own from the members' process, either while the members claim (from the first enqueue "
+        "to the last finish: the figure of the sections above) or all before the members start (from their "
+        "start to the last finish: the claim path alone); members of capacity 4 in one process; each "
+        f"measurement a process of its own, the checkouts interleaved, medians of {args.claims}.",
+        "",
+        "| items | members | claims/s now (median) | previous (median) | now ÷ previous |",
+        "|---|---|---|---|---|",
+        *rows, "",
+        "Each measurement, claims/s: " + "; ".join(f"{name} {mode} {n}: " + ", ".join(f"{v:.0f}" for v in vals)
+                                                   for name, per in out.items() for (mode, n), vals in per.items())
+        + ".",
+        "",
+    ])
+    print(section)
+    if args.write:
+        replace_section(CLAIMS, section)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=300)
@@ -318,7 +408,13 @@ def main() -> None:
                         help="only the durability comparison and claims/s (their own section in docs/benchmarks.md)")
     parser.add_argument("--concurrent", type=int, default=8, help="runs appending at once (--durability)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--durability)")
+    parser.add_argument("--claims", type=int, default=0, metavar="ROUNDS",
+                        help="only claims/s, each measurement its own process, ROUNDS interleaved rounds")
+    parser.add_argument("--previous", default=None, help="another checkout to interleave with (--claims)")
     args = parser.parse_args()
+    if args.claims:
+        claims_main(args)
+        return
     if args.member:
         trio.run(serve_victim, args.member, args.ttl)
         return

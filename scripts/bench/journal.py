@@ -20,7 +20,10 @@ steps to one run, each awaited as the loop would, and measures:
   (``synchronous=NORMAL``, one transaction per step on the worker thread, no grouping), with 1 and
   ``--concurrent`` runs appending at once; CPU per step of the trio thread and of the whole process (the
   worker thread's encoding and SQLite included), wall per step, and the ratios new ÷ before: medians over
-  ``--rounds`` interleaved rounds.
+  ``--rounds`` interleaved rounds. Then the same step as the loop commits it (two commits: the reply with
+  its call's request and the usage, then the outcome): now (the reply ``durable=True``, the outcome not, the
+  recorder's policy, grouped) against before (both ``synchronous=NORMAL``, ungrouped) and against every
+  commit durable (both ``durable=True``, grouped: the policy before it flushed only what is acted on).
 """
 
 from __future__ import annotations
@@ -176,20 +179,43 @@ async def durability(state_dir: str, runs: int, steps: int, rounds: int) -> dict
         await trio.to_thread.run_sync(lambda: file.append(run_id, batch, True), limiter=limiter)
 
     try:
-        async with open_journal(state_dir + "/now") as journal:
+        async with open_journal(state_dir + "/now") as journal, open_journal(state_dir + "/every") as every:
 
             async def now(run_id: str, batch: list) -> None:
                 await journal.append(run_id, batch, durable=True)
 
             out = await compare({"before": before, "synced": synced, "now": now}, runs, steps, rounds)
             out["groups_per_step"] = journal.writer.groups / journal.writer.batches
+
+            def split(batch: list) -> tuple[list, list]:  # the reply, its request and usage; the outcome
+                return [batch[0], batch[1], batch[3]], [batch[2]]
+
+            async def loop_before(run_id: str, batch: list) -> None:
+                for part in split(batch):
+                    await before(run_id, part)
+
+            async def loop_all_durable(run_id: str, batch: list) -> None:
+                for part in split(batch):
+                    await every.append(run_id, part, durable=True)
+
+            async def loop_now(run_id: str, batch: list) -> None:
+                reply, outcome = split(batch)
+                await journal.append(run_id, reply, durable=True)
+                await journal.append(run_id, outcome)
+
+            groups, batches = journal.writer.groups, journal.writer.batches
+            loop = await compare({"before": loop_before, "synced": loop_all_durable, "now": loop_now}, runs, steps,
+                                 rounds)
+            loop["groups_per_step"] = 2 * (journal.writer.groups - groups) / (journal.writer.batches - batches)
+            out.update({f"loop_{k}": v for k, v in loop.items()})
     finally:
         await trio.to_thread.run_sync(file.close, limiter=limiter)
     return out
 
 
-def durability_lines(results: dict[int, dict[str, float]], what: str, before: str, synced: str, now: str
-                     ) -> list[str]:
+def durability_lines(results: dict[int, dict[str, float]], what: str, before: str, synced: str, now: str,
+                     prefix: str = "") -> list[str]:
+    results = {runs: {k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)} for runs, r in results.items()}
     lines = [f"| {what}: runs at once | trio-thread CPU per step: before / now (**now ÷ before**) | process CPU "
              "per step: before / now (**now ÷ before**) | now ÷ synced: trio thread / process | wall per step: "
              "before / synced / now | commits per step, now |",
@@ -280,6 +306,13 @@ def durable_main(args: argparse.Namespace) -> None:
                           "change", "the same with `synchronous=FULL` (WAL fsync), not grouped: what durability "
                           "alone costs", "`durable=True` as the recorder commits a step that asks for tool calls: "
                           "`synchronous=FULL`, batches of concurrent runs grouped"),
+        "The same step as the loop commits it: two commits, the reply with its call's request and the usage "
+        "(before the call is sent), then the call's outcome.", "",
+        *durability_lines(results, "SQLite, as the loop commits", "both commits `synchronous=NORMAL`, ungrouped, "
+                          "as before durability", "both commits `durable=True`, grouped: every record fsynced, "
+                          "the policy before only what is acted on outside was", "the reply `durable=True`, the "
+                          "outcome not (the recorder's policy: the next durable commit secures it), grouped",
+                          prefix="loop_"),
         "Target: process CPU per step now ÷ before ≤ 1.1×.", "",
     ]
     replace_section(DURABILITY, "\n".join(lines))

@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/bench/tree.py [--runs 5] [--hubs 20] [--leaves 24] [--rate-children 500]
                                            [--idle 30] [--write]
-    .venv/bin/python scripts/bench/tree.py --parts journal [--runs 5] [--fanout 50] [--baseline DIR] [--write]
+    .venv/bin/python scripts/bench/tree.py --parts journal [--runs 5] [--fanout 50] [--baseline DIR]
+                                           [--previous DIR] [--write]
 
 Three parts, every child a real process (``python -m agentd`` forked from the tree's fork server unless
 said otherwise); the model is the scripted gateway from tests/peers on 127.0.0.1, in this process:
@@ -29,6 +30,8 @@ With ``--write`` the results replace the "Subagent trees" section of docs/benchm
    ``--state-dir`` (every child journals its own run in the tree's SQLite file) and without, interleaved,
    ``--runs`` each; with ``--baseline DIR`` (a checkout of an earlier agentd, whose children did not journal)
    also that checkout with ``--state-dir``. The ratio of the medians is the cost of journaling a child's steps.
+   With ``--previous DIR`` (a checkout of another agentd, say the one before a change to the journal) also
+   that checkout with ``--state-dir``, in the same interleaving.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import sys
 import time
@@ -321,9 +325,10 @@ async def spawn_rate(count: int, idle: float) -> dict[str, Any]:
 # -- 4. journaled children ------------------------------------------------------------------------------
 
 
-async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[str, list[float]]:
-    """Per mode (``journaled``, ``plain``, with a ``baseline`` checkout ``baseline``): the fan-out's wall time
-    in ms, ``runs`` each, interleaved."""
+async def journal_fanout(fanout: int, runs: int, baseline: str | None, previous: str | None = None
+                         ) -> dict[str, list[float]]:
+    """Per mode (``journaled``, ``plain``, with a ``baseline`` checkout ``baseline``, with a ``previous`` checkout
+    ``previous``): the fan-out's wall time in ms, ``runs`` each, interleaved."""
     import tempfile
 
     marks: dict[str, float] = {}
@@ -343,8 +348,10 @@ async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[s
         return text("root done")
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT")}
-    modes = ("journaled", "plain", *(("baseline",) if baseline else ()))
+    checkouts = {"baseline": baseline, "previous": previous}
+    modes = ("journaled", "plain", *(mode for mode, where in checkouts.items() if where))
     out: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     async with scripted_gateway(default=answer) as gw:
         for run in range(runs):
             for mode in modes if run % 2 == 0 else tuple(reversed(modes)):
@@ -355,38 +362,56 @@ async def journal_fanout(fanout: int, runs: int, baseline: str | None) -> dict[s
                             "--run-id", f"fanout-{run}",
                             *(["--state-dir", state] if mode != "plain" else [])]
                     marks.clear()
+                    where = checkouts.get(mode)
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
-                                                  env={**env, "PYTHONPATH": baseline} if mode == "baseline" and baseline
-                                                  else env, cwd=baseline if mode == "baseline" else str(ROOT_DIR),
-                                                  check=False)
+                                                  env={**env, "PYTHONPATH": where} if where else env,
+                                                  cwd=where or str(ROOT_DIR), check=False)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
                     if done.returncode != 0 or "end" not in marks:
                         raise RuntimeError(f"{mode} run failed: {done.stderr.decode()[-2000:]}")
                     out[mode].append((marks["end"] - marks["start"]) * 1000)
-                    print(mode, f"{out[mode][-1]:.0f} ms", flush=True)
-    return out
+                    # the whole tree's CPU (each process reaped by its parent, the root by this one)
+                    cpu[mode].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+                    print(mode, f"{out[mode][-1]:.0f} ms, tree CPU {cpu[mode][-1]:.0f} ms", flush=True)
+    return {**out, **{f"cpu {mode}": values for mode, values in cpu.items()}}
 
 
 def journal_report(result: dict[str, list[float]], args: argparse.Namespace) -> str:
-    journaled, plain = statistics.median(result["journaled"]), statistics.median(result["plain"])
-    base = statistics.median(result["baseline"]) if result.get("baseline") else None
+    med = {mode: statistics.median(values) for mode, values in result.items() if values}
     loaded = os.getloadavg()[0]
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}" if a and b else "—"
+
+    def ms(value: float | None) -> str:
+        return f"{value:.0f} ms" if value else "—"
+
     return "\n".join([
         "## Journaled children",
         "",
         f"`scripts/bench/tree.py --parts journal --runs {args.runs} --fanout {args.fanout}"
-        f"{' --baseline DIR' if args.baseline else ''}`: a real root runs one "
-        f"`graph.run` of {args.fanout} independent nodes, each a forked real-loop child taking two model steps "
-        "(a control-tool call, then its answer) against the scripted gateway; wall time of the fan-out, with "
-        "`--state-dir` (each child journals its own run in the tree's SQLite file: `run.started` and `run.ended` "
-        "with an fsync, one commit per reply and per outcome) and without, interleaved. "
-        f"Load average at the end: {loaded:.1f} on {os.cpu_count()} cores"
-        + (" (a loaded machine: the absolute times are inflated; the ratio is the figure)." if loaded > 1 else "."),
+        f"{' --baseline DIR' if args.baseline else ''}{' --previous DIR' if args.previous else ''}`: a real root "
+        f"runs one `graph.run` of {args.fanout} independent nodes, each a forked real-loop child taking two model "
+        "steps (a control-tool call, then its answer) against the scripted gateway; wall time of the fan-out and "
+        "CPU time of the whole tree (every process of it, the fork server and the children included), with "
+        "`--state-dir` (each child journals its own run in the tree's SQLite file) and without, interleaved"
+        + (", and the same with `--state-dir` from a checkout before children journaled (baseline)"
+           if args.baseline else "")
+        + (" and from another checkout (previous)" if args.previous else "")
+        + f". Load average at the end: {loaded:.1f} on {os.cpu_count()} cores"
+        + (" (a loaded machine: the absolute times are inflated; the ratios are the figures)." if loaded > 1 else "."),
         "",
-        "| fan-out | no `--state-dir` (median, ms) | `--state-dir`, root journaled only (before; median, ms) "
-        "| `--state-dir`, every child journaled (median, ms) | ratio to before (target ≤ 1.2) | ratio to none | runs |",
-        "|---|---|---|---|---|---|---|",
-        f"| {args.fanout} | {plain:.0f} | {f'{base:.0f}' if base else '—'} | {journaled:.0f} "
-        f"| {f'{journaled / base:.2f}' if base else '—'} | {journaled / plain:.2f} | {args.runs} |",
+        "| fan-out | measure (median) | no `--state-dir` | `--state-dir`, root journaled only (baseline) "
+        "| `--state-dir`, previous | `--state-dir`, every child journaled | ÷ baseline (target ≤ 1.2) "
+        "| ÷ previous | ÷ none | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *[f"| {args.fanout} | {label} | {ms(med[key + 'plain'])} | {ms(med.get(key + 'baseline'))} | "
+          f"{ms(med.get(key + 'previous'))} | {ms(med[key + 'journaled'])} | "
+          f"{ratio(med[key + 'journaled'], med.get(key + 'baseline'))} | "
+          f"{ratio(med[key + 'journaled'], med.get(key + 'previous'))} | "
+          f"{ratio(med[key + 'journaled'], med[key + 'plain'])} | {args.runs} |"
+          for label, key in (("wall", ""), ("tree CPU", "cpu "))],
         "",
         "Each run, ms: " + "; ".join(f"{mode} " + ", ".join(f"{v:.0f}" for v in values)
                                    for mode, values in result.items()) + ".",
@@ -474,11 +499,12 @@ def main() -> None:
     parser.add_argument("--parts", default="depth,wide,rate")
     parser.add_argument("--fanout", type=int, default=50)
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier agentd (--parts journal)")
+    parser.add_argument("--previous", default=None, help="another checkout to compare (--parts journal)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if "journal" in parts:
-        section = journal_report(trio.run(journal_fanout, args.fanout, args.runs, args.baseline), args)
+        section = journal_report(trio.run(journal_fanout, args.fanout, args.runs, args.baseline, args.previous), args)
         print(section)
         if args.write:
             replace_section("## Journaled children", section)

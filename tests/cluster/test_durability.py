@@ -67,8 +67,10 @@ async def test_records_agentd_acts_on_commit_synchronously_whatever_the_servers_
     assert [k for k, _ in seen] == ["run.started", "model.reply", "tool.requested", "usage", "tool.outcome", "spawn",
                                     "child.result", "model.reply", "tool.requested", "tool.outcome", "usage",
                                     "model.reply", "usage", "run.ended"]
-    # all synchronous but the final answer, which nothing acts on (run.ended follows): it does not wait for a flush
-    assert [sync for _, sync in seen] == ["on"] * 11 + ["off", "off", "on"], seen
+    # synchronous: what agentd acts on outside the journal next (a step with tool calls, the run's end); the rest
+    # does not wait for a flush: the next synchronous commit flushes the WAL up to it (docs/durability.md)
+    assert [sync for _, sync in seen] == ["off", "on", "on", "on", "off", "off", "off", "on", "on", "on", "on",
+                                          "off", "off", "on"], seen
 
 
 async def test_a_group_commit_fences_each_batch_on_its_own_lease(pg_dsn):

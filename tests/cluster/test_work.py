@@ -264,3 +264,44 @@ async def test_cancel_ends_a_queued_item_at_once_and_a_running_one_through_its_o
         run = await store.read_run("running")
         assert run is not None and run.summary.status == "cancelled"
         assert [e.record.KIND for e in run.entries] == ["claim.taken", "run.started", "run.ended"]
+
+
+async def test_finishes_at_once_share_one_statement_and_a_lost_lease_refuses_only_its_own(pg_dsn):
+    """Concurrent finishes of one member are committed together (group commit); each is fenced on its own
+    lease: the one whose lease another member took raises LeaseLost naming that member, and changes nothing;
+    the others end done."""
+    clock = WallClock()
+    async with AsyncExitStack() as stack:
+        a_store, b_store = await _stores(stack, pg_dsn, 2, clock)
+        a, b = Queue(a_store, "a", None, 8), Queue(b_store, "b", None, 8)
+        for i in range(6):
+            await enqueue(a_store, f"w{i}", "spawn", {"instruction": "go"})
+        items = await a.claim(6, ttl=10)
+        assert [i.work_id for i in items] == [f"w{i}" for i in range(6)]
+        assert len({i.lease.token for i in items}) == 6 and all(i.attempt == 1 for i in items)
+        clock.now += 11  # every lease expired; b re-takes the first item only
+        [taken] = await b.claim(1, ttl=10)
+        assert taken.work_id == "w0" and taken.attempt == 2
+        refused: list[LeaseLost] = []
+
+        async def finish(item: WorkItem) -> None:
+            try:
+                await a.finish(item.lease)
+            except LeaseLost as exc:
+                refused.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for item in items:
+                nursery.start_soon(finish, item)
+        assert [e.work for e in refused] == ["w0"] and refused[0].new_owner == "b"
+        assert refused[0].new_token == taken.lease.token
+        assert a.finisher.batches == 6 and a.finisher.groups < 6  # shared
+        views = {i.work_id: await view(a_store, i.work_id) for i in items}
+        assert {k for k, v in views.items() if v is not None and v.status == "done"} == {f"w{i}" for i in range(1, 6)}
+        assert views["w0"] is not None and views["w0"].status == "open" and views["w0"].owner == "b"
+        run = await a_store.read_run("w0")
+        assert run is not None
+        assert [(e.record.KIND, e.seq) for e in run.entries] == [("claim.taken", 0), ("claim.taken", 1)]
+        assert [e.record.attempt for e in run.entries if isinstance(e.record, ClaimTaken)] == [1, 2]
+        await b.finish(taken.lease)
+        assert (await view(a_store, "w0")).status == "done"  # type: ignore[union-attr]

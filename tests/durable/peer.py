@@ -12,13 +12,14 @@ entry also holds the call's ``_meta`` (``meta``) and its ``params.idempotencyKey
 
 Options: ``idempotency`` declares ``capabilities.tools.idempotency`` (the proposed standard field);
 ``forget_first_call`` answers the first ``tools/call`` with 404 (the session is forgotten: the client
-re-initializes and sends the call again), after recording it.
+re-initializes and sends the call again), after recording it; ``on_call`` is called with each call as it
+arrives (before it is executed or held), on the server's task: what a test observes at that moment.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,6 +43,7 @@ class CountingPeer:
     origin: str = ""
     idempotency: bool = False
     forget_first_call: bool = False
+    on_call: Callable[[dict[str, Any]], None] | None = None
     received: list[dict[str, Any]] = attrs.field(factory=list)
     executed: list[dict[str, Any]] = attrs.field(factory=list)
     #: The request headers of every ``initialize`` (one per handshake).
@@ -99,6 +101,8 @@ class CountingPeer:
         call = {"name": params["name"], "key": args.get("key"), "meta": params.get("_meta"),
                 "field": params.get("idempotencyKey")}
         self.received.append(call)
+        if self.on_call is not None:
+            self.on_call(call)
         return call
 
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:

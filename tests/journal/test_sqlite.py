@@ -83,9 +83,11 @@ async def test_a_created_state_dir_is_private(tmp_path):
     assert (state.stat().st_mode & 0o777) == 0o700
 
 
-async def test_the_records_agentd_acts_on_are_fsynced_and_a_final_answer_is_not(tmp_path):
-    """``synchronous=FULL`` (the WAL fsync'd before the commit returns) for every batch the loop acts on; a
-    trigger notes the connection's setting each row was written under."""
+async def test_a_step_with_tool_calls_and_the_run_end_are_fsynced_and_the_rest_is_not(tmp_path):
+    """``synchronous=FULL`` (the WAL fsync'd before the commit returns, which secures every earlier commit
+    too) for what agentd acts on outside the journal: a step that asks for tool calls (before they are sent)
+    and the run's end (before its result is handed out); the rest is secured by the next of those
+    (docs/durability.md, "fsync policy"). A trigger notes the connection's setting each row was written under."""
     async with open_journal(str(tmp_path)):
         pass  # the schema
     with sqlite3.connect(tmp_path / DB_NAME) as conn:
@@ -107,4 +109,37 @@ async def test_the_records_agentd_acts_on_are_fsynced_and_a_final_answer_is_not(
     full, normal = 2, 1
     assert [k for k, _ in seen] == ["run.started", "model.reply", "tool.requested", "usage", "tool.outcome", "spawn",
                                     "child.result", "model.reply", "usage", "run.ended"]
-    assert [s for _, s in seen] == [full] * 7 + [normal, normal, full]
+    assert [s for _, s in seen] == [normal, full, full, full, normal, normal, normal, normal, normal, full]
+
+
+def _runs(path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")]
+
+
+async def test_writers_take_turns_on_the_lock_file_and_go_on_without_it_after_the_busy_timeout(tmp_path, monkeypatch):
+    """Every write transaction first takes the flock of ``journal.sqlite3-lock`` (another process holding it: the
+    writer waits for it), bounded: after the busy timeout the writer commits under SQLite's own lock alone."""
+    import fcntl
+    import os
+
+    from agentd.journal import sqlite as store
+
+    async with open_journal(str(tmp_path)) as journal:
+        lock = os.open(tmp_path / (DB_NAME + store.LOCK_SUFFIX), os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another writer (an open file description of its own) holds it
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(journal.append, "waits", [RunStarted("d", "go")])
+                await trio.sleep(0.3)
+                assert _runs(tmp_path / DB_NAME) == []  # not committed while the lock is held
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            assert _runs(tmp_path / DB_NAME) == ["waits"]
+
+            monkeypatch.setattr(store, "BUSY_TIMEOUT", 0.05)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with trio.fail_after(30):
+                await journal.append("goes_on", [RunStarted("d", "go")])
+            assert _runs(tmp_path / DB_NAME) == ["goes_on", "waits"]
+        finally:
+            os.close(lock)
