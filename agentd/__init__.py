@@ -3,23 +3,14 @@
 ``trio.run(agentd.main, agentd.Config.from_argv(argv))`` is exactly what the command line does.
 
 The exports are resolved lazily (PEP 562): a subagent re-exec imports ``agentd`` on its start-up path
-and must not pay for the daemon, httpx, jsonschema or the distribution metadata it does not use. For the
-same reason httpx's optional command-line client is kept out (below).
+and must not pay for the daemon, httpx, jsonschema or the distribution metadata it does not use.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from agentd.lazy import lazy_exports
-
-# httpx's package imports its own command-line client (click, rich, pygments: more than half of ``import httpx``)
-# whenever those happen to be installed; agentd never uses it. A ``None`` entry makes that optional import fail
-# at once, exactly as where they are not installed (httpx then defines a stub ``httpx.main``). Only before httpx
-# is first imported, so a process that already has the real one keeps it.
-if "httpx" not in sys.modules:
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 if TYPE_CHECKING:
     from agentd._version import __version__ as __version__

@@ -502,10 +502,17 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
 
 
 def effective_config(config: Config) -> dict[str, Any]:
-    """The Config as JSON (secrets are references, so this is safe to print)."""
+    """The Config as JSON (secrets are references, so this is safe to print); money as people write it: prices
+    in US dollars per million tokens, the budget in US dollars (the Config holds picodollars, agentd.prices)."""
     import attrs
 
-    return attrs.asdict(config)
+    from agentd.prices import usd
+
+    doc = attrs.asdict(config)
+    doc["prices"] = {model: {"input": usd(p.input * 10**6), "output": usd(p.output * 10**6)}
+                     for model, p in config.prices.items()}
+    doc["budget_usd"] = None if config.budget_usd is None else usd(config.budget_usd)
+    return doc
 
 
 def _cancelled_doc(config: Config, spent: tuple[int, int, int, int] | None = None,

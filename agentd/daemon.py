@@ -143,7 +143,8 @@ async def main(
 
         recorder = Recorder(caps={"token_ceiling": cfg.token_ceiling, "max_tokens": cfg.max_tokens,
                                   "max_steps": cfg.max_steps, "max_depth": cfg.max_depth,
-                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents})
+                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents,
+                                  **({} if cfg.budget_usd is None else {"budget_usd": cfg.budget_usd / 10**12})})
         log = log.bind(sink=_tee(log.sink, recorder.record))
     bus = EventBus()
     if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
@@ -151,7 +152,7 @@ async def main(
     operator = Operator()
     # health asks the drain latch (current in the asking task, as before) and the operator through these
     health = Health(mode=cfg.mode, draining=lambda: current_drain().requested, lame_duck=lambda: operator.lame_duck)
-    with (use_health(health), use_bus(bus), use_operator(operator),
+    with (use_health(health), use_bus(bus), use_operator(operator), _people(cfg),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
             return await _main(cfg, log, runner, env, run_id, operator, reload, beside)
@@ -166,6 +167,17 @@ async def main(
                 except OSError as exc:
                     log.warn("config.warning", warning=f"--report-file {cfg.report_file}: not written "
                                                        f"({exc.strerror})")
+
+
+def _people(cfg: Config) -> contextlib.AbstractContextManager[Any]:
+    """The queue of what waits for a person (agentd.approvals), where one can answer: a daemon with a control
+    socket (``--ctl-socket``, or ``--state-dir``'s). Without one, an approval is denied and an elicitation
+    declined at once."""
+    if cfg.ctl_socket is None and cfg.state_dir is None:
+        return contextlib.nullcontext()
+    from agentd.approvals import Approvals, use_approvals
+
+    return use_approvals(Approvals())
 
 
 async def _main(
@@ -313,7 +325,7 @@ async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery,
     if metrics.otel_enabled():
         daemon.start_soon(metrics.run_exporter)
     if cfg.metrics_addr is not None:
-        from agentd.transport.observe_app import serve_metrics  # hypercorn: only for a daemon with metrics
+        from agentd.transport.observe_app import serve_metrics  # the HTTP server: only with metrics
 
         resolver = SecretResolver(env=env, redactor=log.redactor)
         bearer = resolver.resolve(cfg.serve_bearer) if cfg.serve_bearer else None
@@ -419,10 +431,11 @@ async def _start_controls(
 
     def controls() -> Controls:
         if not built:
+            from agentd.approvals import current_approvals
             from agentd.ctl.commands import Controls
 
             made = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
-                            snapshot=board.read)
+                            snapshot=board.read, approvals=current_approvals())
             if cluster is not None:
                 capacity = cluster.board
                 made.cluster = lambda: capacity.to_json(trio.current_time())
@@ -474,7 +487,7 @@ async def _start_serving(
     and the bound port."""
     if cfg.serve_mcp is None:
         return None, None
-    from agentd.selfmcp.serving import serve_for_daemon  # hypercorn: only for a daemon that serves
+    from agentd.selfmcp.serving import serve_for_daemon  # the HTTP server: only for a daemon that serves
 
     ended = trio.Event()
 
@@ -506,7 +519,7 @@ async def _once(
     if cfg.max_depth > 0:
         register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
 
-    async def on_usage(usage: Usage) -> bool:
+    async def on_usage(usage: Usage) -> bool | str:
         # The root's own tokens count against the tree ceiling like every descendant's, and it obeys it too.
         return await root.authority.report_usage(root.handle, usage)
 

@@ -116,6 +116,25 @@ TASK_TTL: Final = 3600.0
 TASK_POLL_DEFAULT: Final = 1.0
 TASK_POLL_MIN: Final = 0.05
 TASK_POLL_MAX: Final = 30.0
+#: MCP events (``--on-event``, agentd.client.events): the ``events/poll`` interval is the server's ``nextPollMs``,
+#: kept within [EVENT_POLL_MIN, EVENT_POLL_MAX] (the extension's suggested floor is 1 s), EVENT_POLL_DEFAULT when it
+#: names none; a failing poll is retried after EVENT_POLL_RETRY doubling up to EVENT_POLL_MAX.
+EVENT_POLL_DEFAULT: Final = 5.0
+EVENT_POLL_MIN: Final = 1.0
+EVENT_POLL_MAX: Final = 300.0
+EVENT_POLL_RETRY: Final = 1.0
+#: Occurrences one ``events/poll`` asks for (``maxEvents``); a fuller backlog comes with ``hasMore`` and is
+#: drained at once.
+EVENT_POLL_BATCH: Final = 100
+#: Occurrences held for one subscription between its wakes; past it the oldest are dropped and the wake reports
+#: a gap, as for a server's ``truncated``.
+EVENT_PENDING_MAX: Final = 1000
+#: ``events/stream``: a stream with neither an event nor a heartbeat for this long is dead and re-opened from its
+#: cursor (twice the extension's 30 s heartbeat).
+EVENT_STREAM_QUIET: Final = 60.0
+#: A quiet subscription's newer cursor (no occurrence for it, the server's position moved) is journaled at most this
+#: often; a wake's cursor is journaled at once. An older journaled cursor only replays a stretch with no occurrences.
+EVENT_CURSOR_SAVE_INTERVAL: Final = 30.0
 #: Which protocol era a connection speaks first (``era:``, ``--mcp-era``): ``auto`` probes with ``initialize``.
 MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.

@@ -83,7 +83,8 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "intel.call", "intel.checked", "intel.delta", "intel.result", "intel.retry", "intel.failover", "intel.breaker", "intel.error",
         # the loop and its tools
         "loop.start", "loop.step", "loop.final", "loop.budget", "loop.cut_reply", "tool.call", "tool.result",
-        "tool.rejected",
+        "tool.rejected", "approval.pending", "approval.decided", "elicitation.pending", "elicitation.decided",
+        "sampling.request",
         "model.tool.requested", "model.tool.started", "model.tool.completed",
         # supervisor and subagents
         "subagent.spawn", "subagent.refused", "subagent.ready", "subagent.result", "subagent.failed",
@@ -96,12 +97,13 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
+        "events.received", "events.poll_failed", "events.poll_recovered", "events.data_cut",
         "trigger.dropped",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",
         # operator controls (agentd ctl, SIGHUP)
         "ctl.listening", "ctl.refused", "ctl.failed", "ctl.pause", "ctl.resume", "ctl.lame_duck", "ctl.cancel",
-        "ctl.reload",
+        "ctl.reload", "ctl.decide",
         # host connections, transcript
         "connection.auth", "connection.authorization_required", "transcript.write",
         # security: the egress guard and the Rule of Two

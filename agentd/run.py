@@ -419,7 +419,8 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
                     completion_tokens=state.completion_tokens,
                     pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending),
-                    tasks={p.call_id: p.task_id for p in state.pending if p.task_id is not None})
+                    tasks={p.call_id: p.task_id for p in state.pending if p.task_id is not None},
+                    approvals={p.call_id: (p.approval, p.reason) for p in state.pending if p.approval is not None})
     recorder.earlier_children = state.children
     if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
         await recorder.lost(state.open_children, state.warm_children)
@@ -458,7 +459,9 @@ def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> Run
                      result=body.get("result"), steps=int(body.get("steps", 0) or 0),
                      usage=own, subagents=RunUsage(max(0, tree.prompt_tokens - own.prompt_tokens),
                                                    max(0, tree.completion_tokens - own.completion_tokens),
-                                                   max(0, tree.estimated_tokens - own.estimated_tokens)),
+                                                   max(0, tree.estimated_tokens - own.estimated_tokens),
+                                                   None if tree.cost is None or own.cost is None
+                                                   else max(0, tree.cost - own.cost)),
                      error=error)
 
 
@@ -539,6 +542,7 @@ async def run_config(
         limits=limits or limits_of(cfg),
         output_contract=output_contract if output_contract is not None else cfg.output_contract,
         seed=tuple(seed),
+        price=cfg.price(),
     )
     if not request.instruction.strip():
         raise ConfigError("an instruction is required (--instruction or --instruction-file)")
@@ -579,7 +583,7 @@ async def run_config(
         await journal_end(journaled, result)
         metrics.run_ended(result.status.value)
         end_agent_span(span, result.status.value, result.steps, result.usage.prompt_tokens,
-                       result.usage.completion_tokens)
+                       result.usage.completion_tokens, result.usage.cost)
         ended(log, result)
     return result
 

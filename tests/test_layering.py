@@ -96,7 +96,8 @@ def test_the_checker_itself(source: str, forbidden: set[str], expected: list[str
 #: meet only in a layer above them, which hands one to the other). docs/architecture.md shows the same table.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults", "jsontext", "loopback",
-                          "tool_separator", "rule_of_two", "telemetry", "operator", "lazy", "patterns"})),
+                          "tool_separator", "rule_of_two", "telemetry", "operator", "approvals", "lazy", "patterns",
+                          "prices"})),
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),

@@ -25,9 +25,10 @@ class ChildContext:
     #: Why the session was cancelled (set by the session as it cancels the turn), or None.
     cancelled: str | None = None
 
-    async def usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
+    async def usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0,
+                    cost: int | None = None) -> None:
         await self.channel.send(Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                      estimated_tokens=estimated_tokens))
+                                      estimated_tokens=estimated_tokens, cost=cost))
 
     async def progress(self, note: str = "") -> None:
         await self.channel.send(Progress(note=note))

@@ -24,14 +24,17 @@ from typing import Any
 import attrs
 import trio
 
+from agentd.approvals import Approvals, use_approvals
 from agentd.child.context import ChildContext, TurnRunner
 from agentd.child.parent import die_with_parent, libc, wait_parent_gone
 from agentd.events import EventLog, stream_sink
+from agentd.supervisor.asks import RemoteAsker
 from agentd.supervisor.authority import RemoteAuthority
 from agentd.supervisor.channel import ControlChannel
 from agentd.supervisor.forkserver import FORKS_ENV
 from agentd.supervisor.messages import (
     Admitted,
+    Answered,
     Cancel,
     Failed,
     Inject,
@@ -114,35 +117,39 @@ class _Session:
     _cancelled: str | None = None
     _session_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _authority: RemoteAuthority | None = None
+    _asker: RemoteAsker | None = None
     _ctx: ChildContext | None = None
 
     async def run(self) -> int:
         from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
 
         self._authority = RemoteAuthority(self.channel)
+        self._asker = RemoteAsker(self.channel)
         settings = SupervisorSettings.from_payload(self.payload.supervision)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._control)
-            nursery.start_soon(self._watch_parent)
-            if not (self.payload.test or {}).get("ignore_sigterm"):
-                nursery.start_soon(self._on_sigterm)
-            with self._session_scope:
-                async with open_supervisor(
-                    settings=settings, authority=self._authority, handle=self.payload.handle,
-                    log=_supervisor_log(self.payload),
-                    telemetry=self.payload.telemetry, child_config=self.payload.config,
-                    secrets=self.payload.secrets,
-                    test_script=_nested_script if self.payload.test is not None else None,
-                    fork_server=self.forks is not None, fork_connection=self.forks,
-                    journal_dir=str(self.payload.journal["state_dir"]) if self.payload.journal else None,
-                ) as sup:
-                    ctx = self._ctx = ChildContext(self.payload, self.channel, sup,
-                                                   history=list(self.payload.history), cancelled=self._cancelled)
-                    await self._turns(ctx)
-                # Leaving the block cancels our own children down their ladders before we exit:
-                # the tree ends deepest first.
-            nursery.cancel_scope.cancel()
-        return 0
+        # a question for a person (an approval, an elicitation) goes up to the root's queue (agentd.supervisor.asks)
+        with use_approvals(Approvals(forward=self._asker.forward)):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._control)
+                nursery.start_soon(self._watch_parent)
+                if not (self.payload.test or {}).get("ignore_sigterm"):
+                    nursery.start_soon(self._on_sigterm)
+                with self._session_scope:
+                    async with open_supervisor(
+                        settings=settings, authority=self._authority, handle=self.payload.handle,
+                        log=_supervisor_log(self.payload),
+                        telemetry=self.payload.telemetry, child_config=self.payload.config,
+                        secrets=self.payload.secrets,
+                        test_script=_nested_script if self.payload.test is not None else None,
+                        fork_server=self.forks is not None, fork_connection=self.forks,
+                        journal_dir=str(self.payload.journal["state_dir"]) if self.payload.journal else None,
+                    ) as sup:
+                        ctx = self._ctx = ChildContext(self.payload, self.channel, sup,
+                                                       history=list(self.payload.history), cancelled=self._cancelled)
+                        await self._turns(ctx)
+                    # Leaving the block cancels our own children down their ladders before we exit:
+                    # the tree ends deepest first.
+                nursery.cancel_scope.cancel()
+            return 0
 
     async def _turns(self, ctx: ChildContext) -> None:
         message = self.payload.instruction
@@ -199,6 +206,9 @@ class _Session:
                 elif isinstance(message, Admitted):
                     assert self._authority is not None
                     self._authority.deliver(message)
+                elif isinstance(message, Answered):
+                    assert self._asker is not None
+                    self._asker.deliver(message)
         except Exception:
             pass
         # The parent closed our stdin (a kill-ladder rung) or is gone: end the session.

@@ -50,7 +50,8 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     register_subagent_tools(registry, ctx.supervisor, Caller(Origin.STDIO, payload.handle))
 
     async def on_usage(usage: Any) -> None:
-        await ctx.usage(int(usage.prompt_tokens), int(usage.completion_tokens), int(usage.estimated_tokens))
+        await ctx.usage(int(usage.prompt_tokens), int(usage.completion_tokens), int(usage.estimated_tokens),
+                        usage.cost)
 
     seed: list[dict[str, Any]] = []
     if payload.context:

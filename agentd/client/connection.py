@@ -81,6 +81,7 @@ class ServerConnection:
     _started: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
+        self.session.declared = tuple(self.config.capabilities)  # the host's opt-in (docs/mcp-client.md)
         self.exchange = Exchange(
             self.config.name, self.transport, self.session, self.log, self.liveness, self._on_notification,
             reconnect_wait=self.config.connect_timeout + self.tuning.backoff_initial,

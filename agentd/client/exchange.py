@@ -32,6 +32,7 @@ from agentd.mcp.client_session import (
     ResponseReceived,
     ResultTypeError,
     ServerRequestAnswered,
+    ServerRequestReceived,
     SessionError,
     State,
 )
@@ -203,8 +204,9 @@ class Exchange:
             return result
         rounds = 0
         while True:
+            answers = await self._input_answers(result) if self.session.declared else None
             try:
-                step = input_required.follow_up(method, params, result, rounds)
+                step = input_required.follow_up(method, params, result, rounds, answers)
             except ResultTypeError as exc:
                 raise McpProtocolError(f"{method}: {exc}", server=self.name) from None
             if step is None:
@@ -446,6 +448,41 @@ class Exchange:
             if reply.kind not in (Body.ACCEPTED, Body.JSON, Body.SSE):
                 self.log.warn("mcp.protocol_error", server=self.name, what=f"HTTP {reply.status} to a notification")
 
+    async def _answer_request(self, request: jsonrpc.Request) -> jsonrpc.Response | jsonrpc.ErrorResponse:
+        """A request the host opted this server in to (elicitation, sampling): answered by the run whose tool call
+        it arrived in (agentd.approvals.current_answerer); outside a call, an elicitation is declined and sampling
+        refused. Waits as long as the answer takes: the call's own timeout and the run's deadline bound it."""
+        from agentd.approvals import Refused, current_answerer
+
+        answerer = current_answerer()
+        params = request.params if isinstance(request.params, dict) else {}
+        try:
+            if answerer is not None:
+                return ClientSession.answer(request, await answerer(self.name, request.method, params))
+            if request.method == "elicitation/create":
+                return ClientSession.answer(request, {"action": "decline"})
+            raise Refused(jsonrpc.INTERNAL_ERROR, "no run is calling this server now: nothing to sample for")
+        except Refused as exc:
+            return ClientSession.answer(request, None, (exc.code, exc.message))
+
+    async def _input_answers(self, result: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """The modern wire's embedded input requests this server was opted in to (``input_required``), answered
+        like the legacy wire's server requests (:meth:`_answer_request`); a refused one is left to
+        agentd.mcp.input_required (which then fails the call as a protocol error)."""
+        requests = result.get("inputRequests") if result.get("resultType") == "input_required" else None
+        if not isinstance(requests, dict):
+            return None
+        answers: dict[str, dict[str, Any]] = {}
+        for key, embedded in requests.items():
+            method = embedded.get("method") if isinstance(embedded, dict) else None
+            if not isinstance(method, str) or not self.session.declares(method):
+                continue
+            params = embedded.get("params")
+            reply = await self._answer_request(jsonrpc.Request(0, method, params if isinstance(params, dict) else None))
+            if isinstance(reply, jsonrpc.Response):
+                answers[str(key)] = reply.result
+        return answers
+
     async def dispatch(self, message: jsonrpc.Message) -> None:
         self.activity = trio.current_time()
         event = self.session.receive(message)
@@ -462,6 +499,14 @@ class Exchange:
             if self.session.era is not Era.MODERN:
                 try:
                     await self.post(event.reply)
+                except (McpError, SessionGone) as exc:
+                    self.log.warn("mcp.protocol_error", server=self.name, what=f"answering a server request: {exc}")
+        elif isinstance(event, ServerRequestReceived):
+            self.log.info("mcp.server_request", server=self.name, method=event.request.method)
+            reply = await self._answer_request(event.request)
+            if self.session.era is not Era.MODERN:
+                try:
+                    await self.post(reply)
                 except (McpError, SessionGone) as exc:
                     self.log.warn("mcp.protocol_error", server=self.name, what=f"answering a server request: {exc}")
         elif isinstance(event, NotificationReceived):

@@ -162,6 +162,22 @@ class Subscriptions:
             raise LeaseLost(f"subscription {lease.uri!r}: lease {lease.token} of {self.member!r} was lost; "
                             "the wake was not recorded")
 
+    async def advance(self, lease: SubLease, digest: str) -> None:
+        """Move the recorded position without a wake (an MCP event subscription's cursor after a quiet stretch),
+        fenced like :meth:`record`: :class:`LeaseLost` and nothing written once the lease is not ours."""
+
+        def work(conn: Conn) -> bool:
+            with conn.transaction():
+                now = self.store.now_in(conn)
+                row = conn.execute(
+                    "UPDATE agentd_subscriptions SET digest = %s WHERE sub_id = %s AND token = %s AND expires_at > %s "
+                    "RETURNING sub_id", (digest, lease.sub_id, lease.token, now)).fetchone()
+                return row is not None
+
+        if not await self.store.db.call(work, "cursor record"):
+            raise LeaseLost(f"subscription {lease.uri!r}: lease {lease.token} of {self.member!r} was lost; "
+                            "the cursor was not recorded")
+
     async def release(self, leases: Sequence[SubLease]) -> None:
         """Hand ``leases`` back for any member to claim at once (a no-op for one that is no longer ours)."""
         if not leases:

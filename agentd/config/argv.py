@@ -21,7 +21,7 @@ from agentd import defaults as D
 from agentd.errors import ConfigError
 
 Command = Literal["agentd", "check", "run", "transcript"]
-Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url"]
+Kind = Literal["str", "int", "duration", "bool", "endpoints", "choice", "secret", "path", "list", "url", "usd"]
 
 
 class Flag(NamedTuple):
@@ -128,6 +128,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
          _INTEL, "PATH", commands=_AND_CHECK),
     Flag("--model", "model", "str", f"model name sent to the gateway (default: {D.MODEL})", _INTEL, "NAME",
          commands=_ALL_THREE),
+    Flag("--models", "models", "list",
+         "models a subagent.spawn may choose with its 'model' argument, comma-separated (repeatable; default: "
+         "only the parent's own model)", _INTEL, "NAME[,NAME...]", env=False),
+    Flag("--price", "prices", "list",
+         "a model's price in US dollars per million input / output tokens (repeatable; config prices:)", _INTEL,
+         "MODEL=IN/OUT", env=False, file=False),
     Flag("--stream-intelligence", "stream_intelligence", "bool", "stream gateway replies (SSE)", _INTEL),
     # MCP
     Flag("--mcp", "mcp", "list", "declare a remote MCP server (repeatable; Streamable HTTP)", _MCP,
@@ -144,6 +150,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--mcp-era", "mcp_era", "list",
          "protocol era of a declared server (repeatable; auto: initialize first, server/discover if refused; "
          "legacy or modern: that era only)", _MCP, "NAME=ERA", env=False, file=False),
+    Flag("--approve", "approve", "list",
+         "a person approves each call of this tool first (repeatable; agentd ctl approvals / approve / deny; "
+         "SERVER__* marks every tool of a server)", _MCP, "SERVER__TOOL", env=False, file=False),
+    Flag("--mcp-capabilities", "mcp_capabilities", "list",
+         "declare client capabilities to a declared server (repeatable; elicitation, sampling; default none: "
+         "capabilities {} and -32601 for both)", _MCP, "NAME=CAP[,CAP]", env=False, file=False),
     Flag("--allow-trifecta", "allow_trifecta", "bool",
          "run although the servers together bring untrusted input, sensitive data and external "
          "communication (audited; never inherited by subagents)", _MCP, env=False),
@@ -158,6 +170,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--continue", "continue_uris", "list",
          "reactive: feed updates of URI to one warm session instead of a fresh run (repeatable)", _MODES,
          "URI", env=False),
+    Flag("--on-event", "on_events", "list",
+         "reactive: wake on the MCP event EVENT of the --mcp server SERVER (repeatable; subscription arguments "
+         "through the config file's on_events)", _MODES, "SERVER:EVENT", env=False, file=False),
     Flag("--interval", "interval", "duration", "loop/schedule: time between fires (0 = back to back)",
          _MODES, "DURATION", env=False),
     Flag("--cron", "cron", "str", f"schedule: 5-field cron expression, read in --cron-tz (default {D.CRON_TIME_ZONE})",
@@ -195,6 +210,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("--spawn-burst", "spawn_burst", "int", f"subagent spawns at once above the rate (default {D.SPAWN_BURST})", _BUDGETS, "N"),
     Flag("--token-ceiling", "token_ceiling", "int", f"tokens for the whole tree (default {D.TOKEN_CEILING})", _BUDGETS,
          "N"),
+    Flag("--budget-usd", "budget_usd", "usd",
+         "US dollars for the whole tree, priced by --price (default: no money budget)", _BUDGETS, "AMOUNT"),
     Flag("--budget-tokens-lifetime", "budget_tokens_lifetime", "int",
          "daemon modes: tokens over the process lifetime (default 0 = unbounded)", _BUDGETS, "N",
          env_aliases=("AGENTD_BUDGET_TOKENS", "AGENT_BUDGET_TOKENS")),
@@ -352,7 +369,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("journal", "journal list|show|export", "read the durable run journal",
                words=("list", "show", "export"), flags=("--state-dir=PATH", "--limit=N", "--status=STATUS", "--json")),
     Subcommand("ctl", "ctl status|pause|resume|...", "a running daemon's operator controls",
-               words=("status", "pause", "resume", "lame-duck", "cancel", "reload"),
+               words=("status", "pause", "resume", "lame-duck", "cancel", "reload", "approvals", "approve", "deny",
+                      "answer"),
                flags=("--socket=PATH", "--state-dir=PATH", "--off", "--reason=TEXT", "--json", "--timeout=SECONDS")),
     Subcommand("cluster", "cluster migrate|status|submit|show", "the cluster database (the [cluster] extra)",
                words=("migrate", "status", "submit", "show"),

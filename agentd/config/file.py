@@ -29,10 +29,11 @@ import attrs
 from agentd.config import host
 from agentd.config.argv import FLAGS_BY_DEST, FLAGS_BY_FILE_KEY, Flag
 from agentd.config.egress import load_egress
-from agentd.config.model import EgressConfig, McpServerConfig
+from agentd.config.model import EgressConfig, EventSubscriptionConfig, McpServerConfig
 from agentd.config.servers import load_servers, rebase, rebase_secret_files
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
+from agentd.prices import Price, parse_price_table
 
 
 @attrs.frozen
@@ -46,8 +47,14 @@ class FileLayer:
     a2a_peers: tuple[McpServerConfig, ...] = ()
     #: ``egress:`` (agentd.config.egress), None when the file has no such section.
     egress: EgressConfig | None = None
+    #: ``on_events:`` (agentd.config.on_events): the MCP events a reactive daemon wakes on.
+    on_events: tuple[EventSubscriptionConfig, ...] = ()
+    #: ``prices: {MODEL: {input, output}}`` (agentd.prices), dollars per million tokens as read.
+    prices: Mapping[str, Price] = attrs.field(factory=dict)
 
 
+#: The file's list sections besides the flags' keys.
+_SECTIONS: Final = ("mcp_servers", "a2a_peers", "on_events")
 #: A host file's own keys (agentd.config.host), accepted here so one host file serves both commands.
 HOST_KEYS: Final = ("version", "connections", "transcript")
 
@@ -67,9 +74,11 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
     connections: tuple[McpServerConfig, ...] = ()
     peers: tuple[McpServerConfig, ...] = ()
     egress: EgressConfig | None = None
+    on_events: tuple[EventSubscriptionConfig, ...] = ()
+    prices: dict[str, Price] = {}
     for key, value in raw.items():
         try:
-            if value is None and isinstance(key, str) and (key in ("mcp_servers", "a2a_peers") or key in FLAGS_BY_FILE_KEY):
+            if value is None and isinstance(key, str) and (key in _SECTIONS or key in FLAGS_BY_FILE_KEY):
                 continue  # `key:` with nothing after it (everything commented out) means "not set"
             if key == "mcp_servers":
                 servers = load_servers(value, base_dir)
@@ -79,6 +88,12 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 peers = load_peers(value, base_dir)
             elif key == "egress":
                 egress = load_egress(value)
+            elif key == "on_events":
+                from agentd.config.on_events import load_section
+
+                on_events = load_section(value)
+            elif key == "prices":
+                prices = parse_price_table(value, "$.prices")
             elif key == "telemetry" and isinstance(value, dict):
                 # ``telemetry: {otel: true, metrics_addr: ..., log_level: ...}``: the telemetry flags, grouped
                 for sub, setting in value.items():
@@ -111,7 +126,7 @@ def load_file(path: str, env: Mapping[str, str] | None = None) -> FileLayer:
                 f"--config {path}: connection {server.name!r} is declared twice "
                 f"($.mcp_servers[{index}] and $.connections.{server.name})"
             )
-    return FileLayer(path, settings, (*connections, *servers), peers, egress)
+    return FileLayer(path, settings, (*connections, *servers), peers, egress, on_events, prices)
 
 
 def _host_key(
@@ -132,7 +147,7 @@ def _host_key(
 
 
 def _suggest(key: object) -> str:
-    known = ["mcp_servers", "a2a_peers", "egress", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
+    known = [*_SECTIONS, "egress", "prices", *HOST_KEYS, *FLAGS_BY_FILE_KEY]
     close = difflib.get_close_matches(str(key), known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -25,10 +25,19 @@ from agentd.config.endpoints import (
     split_endpoints,
 )
 from agentd.config.env import read_env
-from agentd.config.model import Config, McpServerConfig, TlsConfig, check_era
+from agentd.config.model import (
+    Config,
+    McpServerConfig,
+    TlsConfig,
+    check_approve,
+    check_capabilities,
+    check_era,
+)
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
+from agentd.prices import Price, parse_price_flag, parse_usd
 from agentd.secrets import has_secret_ref, secret_refs
+from agentd.tool_separator import SEPARATOR
 
 if TYPE_CHECKING:
     from agentd.config.file import FileLayer
@@ -103,11 +112,11 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
     if merged.get("instruction_file") is not None:
         merged["instruction"] = _read_instruction(merged["instruction_file"])
 
-    merged["mcp"] = _apply_era(_apply_tags(
+    merged["mcp"] = _apply_approve(_apply_capabilities(_apply_era(_apply_tags(
         merge_declared(file_layer.mcp_servers if file_layer else (), merged.pop("mcp", ()) or (), flag="--mcp",
                        section="mcp_servers", kind="server", parse=parse_mcp_flag, make=lambda name, url: McpServerConfig(name=name, url=url)),
         merged.pop("mcp_tags", ()) or (),
-    ), merged.pop("mcp_era", ()) or ())
+    ), merged.pop("mcp_era", ()) or ()), merged.pop("mcp_capabilities", ()) or ()), merged.pop("approve", ()) or ())
     if file_layer is not None:
         merged["config_path"] = file_layer.path
         if file_layer.egress is not None:
@@ -119,6 +128,15 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
         file_layer.a2a_peers if file_layer else (), merged.pop("a2a_peers", ()) or (), merged.get("tls_ca")
     ), merged.pop("a2a_peer_tags", ()) or (), flag="--a2a-peer-tags", expected="tag,tag", field="tags", parse=_tags,
         kind="A2A peer (declare it with --a2a-peer or a2a_peers)")
+    flags_on_events = merged.pop("on_events", ()) or ()
+    if flags_on_events or (file_layer is not None and file_layer.on_events):
+        from agentd.config.on_events import merge as merge_on_events
+
+        merged["on_events"] = merge_on_events(file_layer.on_events if file_layer else (), flags_on_events)
+    merged["prices"] = _prices(file_layer.prices if file_layer else {}, merged.pop("prices", ()) or ())
+    if merged.get("models"):
+        merged["models"] = tuple(dict.fromkeys(name.strip() for item in merged["models"] for name in item.split(",")
+                                               if name.strip()))
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
     config = Config(**merged)
@@ -144,6 +162,19 @@ def load_command(argv: Sequence[str], env: Mapping[str, str] | None, command: Co
         flag = FLAGS_BY_DEST.get(dest)
         values[dest] = raw if flag is None else _convert(flag, raw, flag.name)
     return values
+
+
+def _prices(table: Mapping[str, Price], flags: Sequence[str]) -> dict[str, Price]:
+    """The config file's ``prices:``, then each ``--price MODEL=IN/OUT`` (a flag replaces that model's entry)."""
+    prices = dict(table)
+    seen: set[str] = set()
+    for item in flags:
+        model, price = parse_price_flag(item)
+        if model in seen:
+            raise ConfigError(f"--price: {model!r} given twice")
+        seen.add(model)
+        prices[model] = price
+    return prices
 
 
 def _read_instruction(path: str) -> str:
@@ -195,6 +226,29 @@ def _apply_era(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tu
     """``--mcp-era name=auto|legacy|modern`` replaces that server's era."""
     return _per_server(servers, flags, flag="--mcp-era", expected="auto|legacy|modern", field="era",
                        parse=lambda text, name: check_era(text.strip(), f"--mcp-era {name}"))
+
+
+def _apply_capabilities(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    """``--mcp-capabilities name=elicitation,sampling`` replaces that server's opted-in client capabilities."""
+    return _per_server(servers, flags, flag="--mcp-capabilities", expected="elicitation,sampling",
+                       field="capabilities",
+                       parse=lambda text, name: check_capabilities(_tags(text, name), f"--mcp-capabilities {name}"))
+
+
+def _apply_approve(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
+    """``--approve SERVER__TOOL`` adds TOOL to that server's ``approve`` list (the file's entries stay)."""
+    added: dict[str, list[str]] = {}
+    names = {server.name for server in servers}
+    for item in flags:
+        server, sep, tool = item.strip().partition(SEPARATOR)
+        if not sep or not server or not tool:
+            raise ConfigError(f"--approve {item!r}: expected SERVER{SEPARATOR}TOOL (the tool's name as the model "
+                              f"sees it, e.g. fs{SEPARATOR}delete_file)")
+        if server not in names:
+            raise ConfigError(f"--approve {server}: no such MCP server (declare it with --mcp or mcp_servers)")
+        added.setdefault(server, []).append(tool)
+    return tuple(attrs.evolve(s, approve=check_approve((*s.approve, *added[s.name]), f"--approve {s.name}"))
+                 if s.name in added else s for s in servers)
 
 
 def _with_default_ca(server: McpServerConfig, ca: str) -> McpServerConfig:
@@ -249,6 +303,11 @@ def _convert_kind(flag: Flag, value: Any, *, from_file: bool, env_variable: str 
         if number < 0:
             raise ConfigError(f"must be >= 0, got {number}")
         return number
+    if kind == "usd":
+        if isinstance(value, bool) or not isinstance(value, str | int | float) or (
+                not from_file and not isinstance(value, str)):
+            raise ConfigError(f"expected a number of US dollars, got {value!r}")
+        return parse_usd(value, "")
     if kind == "duration":
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ConfigError(f"expected a duration, got {value!r}")

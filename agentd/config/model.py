@@ -14,6 +14,7 @@ import attrs
 
 from agentd import defaults
 from agentd.errors import ConfigError
+from agentd.prices import Price
 
 if TYPE_CHECKING:
     from agentd.transport.egress import EgressPolicy
@@ -32,6 +33,30 @@ def check_era(value: str, where: str) -> EraChoice:
         if value == choice:
             return choice
     raise ConfigError(f"{where}: {value!r} is not an era (expected one of: {', '.join(ERA_CHOICES)})")
+
+
+#: The client capabilities a host may declare to a server (``capabilities:``, ``--mcp-capabilities``).
+CLIENT_CAPABILITIES: tuple[str, ...] = ("elicitation", "sampling")
+
+
+def check_capabilities(values: Sequence[str], where: str) -> tuple[str, ...]:
+    """A server's opted-in client capabilities: each one of :data:`CLIENT_CAPABILITIES`, in that order."""
+    for value in values:
+        if value not in CLIENT_CAPABILITIES:
+            raise ConfigError(f"{where}: {str(value)!r} is not a client capability (expected: "
+                              f"{', '.join(CLIENT_CAPABILITIES)})")
+    return tuple(c for c in CLIENT_CAPABILITIES if c in values)
+
+
+def check_approve(values: Sequence[str], where: str) -> tuple[str, ...]:
+    """A server's tools that need approval: non-empty names (``*``: every tool), each once."""
+    out: list[str] = []
+    for value in values:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: a tool name must be a non-empty string")
+        if value.strip() not in out:
+            out.append(value.strip())
+    return tuple(out)
 
 OutputFormat = Literal["json", "human"]
 
@@ -70,6 +95,20 @@ class EgressConfig:
 
 
 @attrs.frozen
+class EventSubscriptionConfig:
+    """One MCP event a reactive daemon wakes on (``--on-event SERVER:EVENT``, ``on_events:``): the event type
+    ``event`` of the declared server ``server``, with the subscription ``arguments`` sent on every poll."""
+
+    server: str
+    event: str
+    arguments: Mapping[str, object] = attrs.field(factory=dict, converter=dict, hash=False)
+
+    @property
+    def shown(self) -> str:
+        return f"{self.server}:{self.event}"
+
+
+@attrs.frozen
 class McpServerConfig:
     """One declared MCP server. ``headers`` values are templates that may hold secret references."""
 
@@ -90,6 +129,12 @@ class McpServerConfig:
     pin: Mapping[str, str] | None = attrs.field(default=None, converter=_optional_mapping)
     #: The protocol era to speak (docs/mcp-client.md, Eras): ``auto`` probes; ``legacy``/``modern`` never switch.
     era: EraChoice = defaults.MCP_ERA
+    #: The tools that need a person's approval before each call (``approve:``, ``--approve SERVER__TOOL``;
+    #: ``*``: every tool). docs/approvals.md.
+    approve: tuple[str, ...] = ()
+    #: The client capabilities declared to this server (``capabilities:``, ``--mcp-capabilities``): a subset of
+    #: ``elicitation``, ``sampling``. Empty (the default): ``capabilities: {}``, both answered -32601.
+    capabilities: tuple[str, ...] = ()
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)
@@ -110,6 +155,11 @@ class Config:
     intelligence: tuple[str, ...] = ()
     intelligence_token: str | None = None
     model: str = defaults.MODEL
+    #: ``--models``: the models a ``subagent.spawn`` may choose (its ``model``) besides the run's own; empty: only
+    #: the run's own model.
+    models: tuple[str, ...] = ()
+    #: ``--price MODEL=IN/OUT`` / ``prices:``: each model's price (agentd.prices: picodollars per token).
+    prices: Mapping[str, Price] = attrs.field(factory=dict, converter=dict)
     stream_intelligence: bool = False
     # MCP servers and TLS
     mcp: tuple[McpServerConfig, ...] = ()
@@ -123,6 +173,8 @@ class Config:
     mode: Mode = "once"
     subscribe: tuple[str, ...] = ()
     continue_uris: tuple[str, ...] = ()
+    #: MCP events the reactive daemon wakes on (agentd.reactive.events).
+    on_events: tuple[EventSubscriptionConfig, ...] = ()
     interval: float | None = None
     cron: str | None = None
     cron_tz: str | None = None
@@ -143,6 +195,8 @@ class Config:
     spawn_rate: int = defaults.SPAWN_RATE
     spawn_burst: int = defaults.SPAWN_BURST
     token_ceiling: int = defaults.TOKEN_CEILING
+    #: ``--budget-usd``: the whole tree's money budget in picodollars (agentd.prices); None: no money budget.
+    budget_usd: int | None = None
     cancel_grace: float = defaults.CANCEL_GRACE
     term_grace: float = defaults.TERM_GRACE
     pong_timeout: float = defaults.PONG_TIMEOUT
@@ -223,6 +277,17 @@ class Config:
                 ConfigError: one line naming the bad value (exit 2).
             """
             ...
+
+    def usable_models(self) -> tuple[str, ...]:
+        """The models this run and its subagents may call: its own, then ``models`` (each once)."""
+        return tuple(dict.fromkeys((self.model, *self.models)))
+
+    def price(self) -> Price | None:
+        """The run's own model's price when every model the tree may use has one (then the run reports what it
+        cost); None when any lacks one: a sum that counted an unpriced model as free would mislead."""
+        if not self.prices or any(m not in self.prices for m in self.usable_models()):
+            return None
+        return self.prices[self.model]
 
     def server(self, name: str) -> McpServerConfig:
         """The declared server called ``name`` (KeyError if none)."""

@@ -13,6 +13,8 @@
         tags: [sensitive_data]               # Rule of Two (docs/security.md); none: untrusted_input
         pin: {search: 3f1c...e9}             # or pin_file: fs.pins.yaml (docs/security.md, Catalogue pinning)
         era: auto                            # default; legacy | modern: speak only that era (docs/mcp-client.md)
+        approve: [delete_file]               # a person approves each call first (docs/approvals.md)
+        capabilities: [elicitation]          # opt in: elicitation, sampling (docs/mcp-client.md); default none
 
 Relative paths (TLS files, ``{{secret-file:...}}``) are relative to the file's directory.
 """
@@ -26,7 +28,7 @@ from typing import Any, Final
 import attrs
 
 from agentd import defaults
-from agentd.config.model import McpServerConfig, TlsConfig, check_era
+from agentd.config.model import McpServerConfig, TlsConfig, check_approve, check_capabilities, check_era
 from agentd.config.structure import Duration, structure
 from agentd.errors import ConfigError
 from agentd.mcp.tool_hash import HASH_PATTERN
@@ -57,6 +59,8 @@ class _ServerEntry:
     pin: dict[str, str] | None = None
     pin_file: str | None = None
     era: str = defaults.MCP_ERA
+    approve: list[str] | None = None
+    capabilities: list[str] | None = None
 
 
 def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind: str = "server",
@@ -81,6 +85,9 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
             raise ConfigError(f"unknown key 'pin' @ {what} (catalogue pins are for MCP servers)")
         if entry.era != defaults.MCP_ERA and not tags:
             raise ConfigError(f"unknown key 'era' @ {what} (protocol eras are for MCP servers)")
+        if (entry.approve is not None or entry.capabilities is not None) and not tags:
+            key = "approve" if entry.approve is not None else "capabilities"
+            raise ConfigError(f"unknown key {key!r} @ {what} ({key} is for MCP servers)")
         tls = None
         if entry.tls is not None:
             tls = TlsConfig(*(rebase(p, base_dir) for p in (entry.tls.ca, entry.tls.cert, entry.tls.key)))
@@ -96,6 +103,8 @@ def load_servers(raw: Any, base_dir: str, *, section: str = "mcp_servers", kind:
             tags=None if entry.tags is None else tuple(entry.tags),
             pin=load_pins(entry.pin, entry.pin_file, base_dir, what) if tags else None,
             era=check_era(entry.era, f"{what}.era"),
+            approve=check_approve(entry.approve or (), f"{what}.approve"),
+            capabilities=check_capabilities(entry.capabilities or (), f"{what}.capabilities"),
         )
         check_server(server, what=what)
         if any(other.name == server.name for other in servers):

@@ -212,12 +212,16 @@ def check_operator_egress(what: str, url: str, policy: EgressPolicy) -> None:
 
 def _check_modes(config: Config) -> None:
     mode = config.mode
-    if mode == "reactive" and not (config.subscribe or config.continue_uris):
-        raise ConfigError("--mode reactive needs at least one --subscribe URI (or --continue URI)")
-    if mode != "reactive" and (config.subscribe or config.continue_uris):
-        flag = "--subscribe" if config.subscribe else "--continue"
+    if mode == "reactive" and not (config.subscribe or config.continue_uris or config.on_events):
+        raise ConfigError("--mode reactive needs at least one --subscribe URI (or --continue URI, or --on-event)")
+    if mode != "reactive" and (config.subscribe or config.continue_uris or config.on_events):
+        flag = "--subscribe" if config.subscribe else "--continue" if config.continue_uris else "--on-event"
         raise ConfigError(f"{flag} needs --mode reactive (the mode is {mode})")
     names = {server.name for server in config.mcp}
+    if config.on_events:
+        from agentd.config.on_events import check as check_on_events
+
+        check_on_events(config.on_events, names)
     for value in config.subscribe:
         split_subscription(value, names)
     for value in config.continue_uris:
@@ -291,6 +295,24 @@ def _check_numbers(config: Config) -> None:
     for field, flag in _POSITIVE_DURATIONS:
         if getattr(config, field) <= 0:
             raise ConfigError(f"{flag} must be > 0")
+    _check_money(config)
+
+
+def _check_money(config: Config) -> None:
+    """``--models`` names real models; a money budget prices every model the tree may call (a model without a
+    price would count as free: the budget could never stop it)."""
+    for name in config.models:
+        if not name or len(name) > 256 or any(c.isspace() or not c.isprintable() for c in name):
+            raise ConfigError(f"--models: {name[:64]!r} is not a model name")
+    if config.budget_usd is None:
+        return
+    if config.budget_usd <= 0:
+        raise ConfigError("--budget-usd must be more than 0")
+    unpriced = [m for m in config.usable_models() if m not in config.prices]
+    if unpriced:
+        raise ConfigError(
+            f"--budget-usd: model {unpriced[0]!r} has no price; give one with --price {unpriced[0]}=IN/OUT "
+            "(US dollars per million input / output tokens) or in the config file's prices:")
 
 
 def _check_serve(config: Config, env: Mapping[str, str]) -> None:

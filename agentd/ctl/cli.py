@@ -3,6 +3,7 @@
 ::
 
     agentd ctl status | pause | resume | lame-duck [--off] | cancel RUN [--reason TEXT] | reload
+               | approvals | approve ID | deny ID [REASON] | answer ID JSON
                [--socket PATH] [--state-dir PATH] [--timeout SECONDS]
 
 Why blocking and stdlib-only: a command is one short request and one answer, and an operator's tool should
@@ -37,13 +38,17 @@ MAX_ANSWER: Final = 16 * 1024 * 1024
 #: Draws a command's answer for a person: (command, answer).
 Show = Callable[[str, Mapping[str, Any]], None]
 
-COMMANDS: Final = ("status", "pause", "resume", "lame-duck", "cancel", "reload")
+COMMANDS: Final = ("status", "pause", "resume", "lame-duck", "cancel", "reload", "approvals", "approve", "deny",
+                   "answer")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd ctl", description="Operator controls of a running agentd.")
     p.add_argument("command", choices=COMMANDS)
-    p.add_argument("run", nargs="?", help="cancel: the run id or subagent handle")
+    p.add_argument("run", nargs="?", help="cancel: the run id or subagent handle; approve, deny, answer: the id "
+                                          "agentd ctl approvals lists")
+    p.add_argument("text", nargs="?", help="deny: the reason the model is told; answer: the form's values as a JSON "
+                                           "object (or decline, cancel)")
     p.add_argument("--socket", help="the control socket (default: $AGENTD_CTL_SOCKET, else STATE_DIR/ctl.sock)")
     p.add_argument("--state-dir", help="the daemon's state directory (default: $AGENTD_STATE_DIR)")
     p.add_argument("--off", action="store_true", help="lame-duck: end the lame duck")
@@ -55,6 +60,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _request(options: argparse.Namespace) -> dict[str, Any]:
+    command = options.command
+    if command in ("approve", "deny", "answer"):
+        if not options.run:
+            raise ConfigError(f"agentd ctl {command}: ID is required (agentd ctl approvals lists them)")
+        if command == "approve" and options.text:
+            raise ConfigError("agentd ctl approve: takes only ID")
+        if command == "deny":
+            return {"op": "deny", "id": options.run, **({"reason": options.text} if options.text else {})}
+        if command == "answer":
+            return {"op": "answer", "id": options.run, "content": _content(options.text)}
+        return {"op": "approve", "id": options.run}
+    if options.text:
+        raise ConfigError(f"agentd ctl {command}: too many arguments")
     if options.command == "cancel":
         if not options.run:
             raise ConfigError("agentd ctl cancel: RUN is required (a run id or a subagent handle)")
@@ -64,6 +82,21 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
     if options.command == "lame-duck":
         return {"op": "lame-duck", "on": not options.off}
     return {"op": options.command}
+
+
+def _content(text: str | None) -> Any:
+    """``answer``'s JSON: the form's values (an object), or ``decline`` / ``cancel``."""
+    if text is None:
+        raise ConfigError("agentd ctl answer: JSON is required (the form's values as an object, or decline, cancel)")
+    if text.strip() in ("decline", "cancel"):
+        return text.strip()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"agentd ctl answer: the answer is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigError("agentd ctl answer: the answer must be a JSON object (or decline, cancel)")
+    return value
 
 
 def ctl_main(args: Sequence[str], env: Mapping[str, str], *, socket_envs: Sequence[str] = (),

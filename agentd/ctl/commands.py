@@ -12,6 +12,10 @@ An answer with ``error`` is a refusal (exit 1); nothing here raises for bad inpu
 - ``lame-duck`` (``{"on": false}`` ends it).
 - ``cancel``: a run by its run id (the daemon's once run or a wake), else a subagent or served run by its
   handle (``0.3``, ``served.2``).
+- ``approvals``: what waits for a person (agentd.approvals): tool calls marked ``approve``, servers' questions
+  (elicitation). ``approve ID`` sends the call (once); ``deny ID [REASON]`` never sends it and the model is told
+  why; ``answer ID CONTENT`` answers a question with the form's values, checked against its schema (``decline``
+  or ``cancel`` instead of the content: the MCP actions). docs/approvals.md.
 - ``reload``: re-read the config (agentd.ctl.reload decides what may change), the same as SIGHUP. What
   reopens connections (MCP servers, intelligence endpoints) is staged first; one stage failing (a required
   server unreachable) discards them all and the running config is kept (outcome ``failed``).
@@ -40,6 +44,7 @@ from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.telemetry.health import current_health
 
 if TYPE_CHECKING:
+    from agentd.approvals import Approvals
     from agentd.journal.store import JournalStore
 
 #: The daemon-state namespace (``--state-dir``) of the operator's switches that survive a restart.
@@ -65,6 +70,8 @@ class Controls:
     snapshot: Callable[[], Mapping[str, Any] | None] = lambda: None
     #: ``--cluster``: the member's slots and last capacity read (None: not a cluster member).
     cluster: Callable[[], Mapping[str, Any] | None] = lambda: None
+    #: The queue of what waits for a person (None: this daemon has none, so nothing waits).
+    approvals: Approvals | None = None
     reloads: int = 0
     _reload_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -88,7 +95,12 @@ class Controls:
             return await self.cancel(target, str(request.get("reason") or "cancelled by the operator")[:200])
         if op == "reload":
             return await self.reload(trigger="ctl")
-        return {"error": f"unknown command {str(op)[:64]!r} (status, pause, resume, lame-duck, cancel, reload)"}
+        if op == "approvals":
+            return {"approvals": [item.to_json() for item in self.approvals.pending()] if self.approvals else []}
+        if op in ("approve", "deny", "answer"):
+            return self.decide(op, request)
+        return {"error": f"unknown command {str(op)[:64]!r} (status, pause, resume, lame-duck, cancel, reload, "
+                         "approvals, approve, deny, answer)"}
 
     # -- the commands ----------------------------------------------------------------------------------
 
@@ -106,6 +118,7 @@ class Controls:
             "ready": self._ready(),
             "runs": [entry.to_json() for entry in self.operator.runs()],
             "held": self.operator.held,
+            "approvals": len(self.approvals.pending()) if self.approvals is not None else 0,
             "supervisor": {"draining": stats.draining, "live": live, "counts": stats.counts,
                            "tokens_used": stats.tokens_used, "fork_server_pid": stats.fork_server_pid},
             "capacity": {"max_subagents": caps.max_subagents, "live_subagents": live,
@@ -134,6 +147,34 @@ class Controls:
             self.log.warn("ctl.cancel", run=target, kind="subagent", reason=reason)
             return {"cancelled": target, "kind": "subagent", "status": view.status}
         return {"cancelled": target, "kind": "subagent", "status": "cancelling"}
+
+    def decide(self, op: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """``approve`` / ``deny`` an approval, ``answer`` an elicitation (see the module docstring)."""
+        from agentd.approvals import MAX_REASON, Decision
+
+        item_id = request.get("id")
+        if not isinstance(item_id, str) or not item_id:
+            return {"error": '"id" must name a pending approval (agentd ctl approvals lists them)'}
+        item = self.approvals.get(item_id) if self.approvals is not None else None
+        if item is None:
+            return {"error": f"nothing waits under id {item_id[:64]!r} (decided already, or its run ended; "
+                             "agentd ctl approvals lists what waits)"}
+        if op == "answer":
+            if item.kind != "elicitation":
+                return {"error": f"{item_id} is a tool call to approve: use agentd ctl approve or deny"}
+            decision = _answer(request.get("content"), item.schema or {})
+            if isinstance(decision, str):
+                return {"error": decision}
+        else:
+            if item.kind != "approval":
+                return {"error": f"{item_id} is a question (elicitation): use agentd ctl answer ID JSON"}
+            reason = request.get("reason")
+            decision = Decision("approve") if op == "approve" else Decision(
+                "deny", str(reason)[:MAX_REASON] if reason else "denied by the operator")
+        assert self.approvals is not None
+        self.approvals.decide(item_id, decision)
+        self.log.warn("ctl.decide", id=item_id, kind=item.kind, action=decision.action, run=item.run_id)
+        return {"id": item_id, "kind": item.kind, "action": decision.action, "run_id": item.run_id}
 
     async def reload(self, *, trigger: str) -> dict[str, Any]:
         """Re-read the config; apply it whole or not at all (see agentd.ctl.reload)."""
@@ -204,6 +245,29 @@ class Controls:
             self.log.warn("journal.write_failed", namespace=OPERATOR_STATE, error=str(exc))
             return False
         return True
+
+
+def _answer(content: Any, schema: Mapping[str, Any]) -> Any:
+    """An elicitation's :class:`~agentd.approvals.Decision` from ``answer``'s content (the form's values, checked
+    against the requested schema; ``"decline"``/``"cancel"`` for those actions), or why it cannot be one."""
+    from agentd.approvals import Decision
+    from agentd.mcp.schemas import CheckTooCostly, SchemaUnusable, compile_schema, first_error
+
+    if content in ("decline", "cancel"):
+        return Decision(content)
+    if not isinstance(content, dict):
+        return 'the answer must be a JSON object (the form\'s values), or "decline" or "cancel"'
+    compiled = compile_schema(dict(schema))
+    if compiled.validator is None:
+        return f"the requested schema cannot be checked ({compiled.error or compiled.unusable}): decline instead"
+    try:
+        error = first_error(compiled.validator, content)
+    except (CheckTooCostly, SchemaUnusable) as exc:
+        return f"the answer cannot be checked against the requested schema ({exc})"
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"the answer does not match the requested schema{f' at {where}' if where else ''}: {error.message}"
+    return Decision("accept", content=content)
 
 
 async def restore_operator(operator: Operator, journal: JournalStore | None, log: EventLog) -> None:

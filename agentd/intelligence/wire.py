@@ -33,11 +33,13 @@ class MalformedReply(ValueError):
 @attrs.frozen
 class Usage:
     """Tokens one reply consumed; ``+`` accumulates them over a run. ``estimated_tokens`` of them are an
-    estimate (a reply cut before the gateway reported its usage: agentd.intelligence.tally)."""
+    estimate (a reply cut before the gateway reported its usage: agentd.intelligence.tally). ``cost`` is what
+    they cost in picodollars (agentd.prices), set by the loop when the run is priced (the gateway never does)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated_tokens: int = 0
+    cost: int | None = None
 
     @property
     def total(self) -> int:
@@ -49,6 +51,7 @@ class Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
             self.estimated_tokens + other.estimated_tokens,
+            self.cost if other.cost is None else (self.cost or 0) + other.cost,
         )
 
 

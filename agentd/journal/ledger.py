@@ -18,6 +18,10 @@ ledger books the slice as exhausted, records the excess as the slice's ``over`` 
 it: nothing is left unrecorded), reports it in :class:`Overdrawn`, and the caller stops the run. When that
 slice ends, its ``over`` is charged to its parent like any spend (past the parent's own free tokens it stays
 ``over`` there), so the books of a tree always add up to every token its runs were told they used.
+
+The ledger counts whole units and knows nothing of tokens: a tree with a money budget (``--budget-usd``) keeps
+a second ledger in picodollars (agentd.prices) with the same rules, saved in the same state entry as the
+token books (under ``usd``), so both are written in one durable write and restored together.
 """
 
 from __future__ import annotations
@@ -228,14 +232,33 @@ class Ledger:
         return ledger
 
 
-async def save_ledger(store: JournalStore, tree: str, ledger: Ledger, *, namespace: str = NAMESPACE) -> None:
-    """Persist ``ledger`` as the run tree ``tree``'s books (one durable state write)."""
-    await store.put_state(namespace, {tree: ledger.snapshot()})
+#: The key of a tree's money books inside its saved token books.
+MONEY_KEY: Final = "usd"
+
+
+async def save_ledger(store: JournalStore, tree: str, ledger: Ledger, *, namespace: str = NAMESPACE,
+                      money: Ledger | None = None) -> None:
+    """Persist ``ledger`` (and ``money``, its money books) as the run tree ``tree``'s books (one durable state
+    write)."""
+    snapshot = ledger.snapshot()
+    if money is not None:
+        snapshot[MONEY_KEY] = money.snapshot()
+    await store.put_state(namespace, {tree: snapshot})
 
 
 async def load_ledger(store: JournalStore, tree: str, *, namespace: str = NAMESPACE) -> Ledger | None:
+    books = await load_books(store, tree, namespace=namespace)
+    return None if books is None else books[0]
+
+
+async def load_books(store: JournalStore, tree: str, *,
+                     namespace: str = NAMESPACE) -> tuple[Ledger, Ledger | None] | None:
+    """The run tree ``tree``'s saved token books and money books (None when it saved none)."""
     data = (await store.get_state(namespace)).get(tree)
-    return None if data is None else Ledger.restore(data)
+    if data is None:
+        return None
+    money = data.get(MONEY_KEY) if isinstance(data, dict) else None
+    return Ledger.restore(data), None if money is None else Ledger.restore(money)
 
 
 async def drop_ledger(store: JournalStore, tree: str, *, namespace: str = NAMESPACE) -> None:

@@ -9,7 +9,9 @@ messages, as the loop holds them). The loop calls the recorder through its narro
 - ``replied(step, message, ...)``: one batch per step, committed *before* any of the step's tool calls is
   sent (write-ahead): the assistant message, one ``ToolCallRequested`` per call, the step's usage;
 - ``observed(step, call_id, ok, text)``: one call's observation, committed as soon as the loop made it;
-- ``task_started(step, call_id, task_id)``: a call the server runs as a task, once the task exists.
+- ``task_started(step, call_id, task_id)``: a call the server runs as a task, once the task exists;
+- ``approval_pending`` / ``approval_decided``: a call marked ``approve`` waits for a person, and how they decided
+  (a pending call never decided was never sent: the resumed run asks again).
 
 Both are durable (``durable=True``): committed so that a crash of the store itself (PostgreSQL's server, the
 OS under SQLite) keeps them, before the loop acts on them; so are spawns and children's ends. Only a reply
@@ -33,6 +35,8 @@ from typing import Any
 import attrs
 
 from agentd.journal.records import (
+    ApprovalDecided,
+    ApprovalPending,
     ChildResult,
     ModelReply,
     RunEnded,
@@ -71,6 +75,11 @@ class PendingCall:
     arguments: str
     #: The task the call started on its server (``tool.task``), if it became one.
     task_id: str | None = None
+    #: A call marked ``approve``: ``approve`` or ``deny`` once a person decided (``approval.decided``), else None
+    #: (never decided: it was never sent, and the resumed run asks again).
+    approval: str | None = None
+    #: The reason a person gave when denying it.
+    reason: str | None = None
 
 
 @attrs.frozen
@@ -118,6 +127,10 @@ def rebuild(journal: RunJournal) -> Rebuilt:
             call = requested.get(record.call_id)
             if call is not None:
                 requested[record.call_id] = attrs.evolve(call, task_id=record.task_id)
+        elif isinstance(record, ApprovalDecided):
+            call = requested.get(record.call_id)
+            if call is not None:
+                requested[record.call_id] = attrs.evolve(call, approval=record.action, reason=record.reason)
         elif isinstance(record, ToolCallOutcome):
             requested.pop(record.call_id, None)
             messages.append({"role": "tool", "tool_call_id": record.call_id, "content": str(record.result)})
@@ -179,6 +192,15 @@ class RunRecorder:
     async def task_started(self, step: int, call_id: str, task_id: str) -> None:
         """A call became a task on its server: committed (durably) before agentd polls it."""
         await self._append([ToolTaskStarted(step, call_id, task_id)], durable=True)
+
+    async def approval_pending(self, step: int, call_id: str, server: str, tool: str,
+                               arguments: Mapping[str, Any]) -> None:
+        """A call waits for a person: committed (durably) before the wait, so a crash leaves it asked again."""
+        await self._append([ApprovalPending(step, call_id, server, tool, dict(arguments))], durable=True)
+
+    async def approval_decided(self, step: int, call_id: str, action: str, reason: str | None) -> None:
+        """A person decided: committed (durably) before an approved call is sent."""
+        await self._append([ApprovalDecided(step, call_id, action, reason)], durable=True)
 
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
                       run: str | None = None, warm: bool = False) -> None:

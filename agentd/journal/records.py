@@ -86,6 +86,30 @@ class ToolTaskStarted:
 
 
 @attrs.frozen
+class ApprovalPending:
+    """A tool call marked ``approve`` waits for a person (agentd.approvals), committed before the wait: a resumed
+    run asks again for a call with no ``approval.decided``, and never sends it unasked."""
+
+    KIND: ClassVar[str] = "approval.pending"
+    step: int
+    call_id: str
+    server: str
+    tool: str
+    arguments: Any = None  # the summary a person was shown (short values whole, secrets redacted)
+
+
+@attrs.frozen
+class ApprovalDecided:
+    """A person's decision on a pending approval: ``approve`` (the call is sent next) or ``deny`` (never sent)."""
+
+    KIND: ClassVar[str] = "approval.decided"
+    step: int
+    call_id: str
+    action: str  # approve | deny
+    reason: str | None = None
+
+
+@attrs.frozen
 class Spawned:
     KIND: ClassVar[str] = "spawn"
     step: int
@@ -200,7 +224,7 @@ class BudgetRefunded:
 
 Record = (
     RunStarted | ModelReply | ToolCallRequested | ToolCallOutcome | ToolTaskStarted | Spawned | ChildResult | Usage
-    | RunEnded | ClaimTaken
+    | RunEnded | ClaimTaken | ApprovalPending | ApprovalDecided
     | SubscriptionAdded | SubscriptionRemoved | ScheduleAdded | ScheduleFired | HandleState
     | BudgetReserved | BudgetCharged | BudgetRefunded
 )  # fmt: skip
@@ -211,7 +235,7 @@ KINDS: Final[Mapping[str, type[Any]]] = {
         RunStarted, ModelReply, ToolCallRequested, ToolCallOutcome, ToolTaskStarted, Spawned, ChildResult, Usage,
         RunEnded,
         ClaimTaken, SubscriptionAdded, SubscriptionRemoved, ScheduleAdded, ScheduleFired, HandleState,
-        BudgetReserved, BudgetCharged, BudgetRefunded,
+        BudgetReserved, BudgetCharged, BudgetRefunded, ApprovalPending, ApprovalDecided,
     )
 }  # fmt: skip
 

@@ -16,6 +16,7 @@ import attrs
 
 from agentd import defaults
 from agentd.loop.result import RunStatus, RunUsage
+from agentd.prices import Price
 
 DEFAULT_MAX_STEPS = defaults.MAX_STEPS
 DEFAULT_MAX_TOKENS = defaults.MAX_TOKENS
@@ -40,12 +41,15 @@ class Limits:
 class BudgetMeter:
     """Counts one run's steps and tokens against its :class:`Limits`. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    __slots__ = ("limits", "steps", "usage")
+    __slots__ = ("limits", "price", "steps", "usage")
 
-    def __init__(self, limits: Limits, steps: int = 0, usage: RunUsage | None = None) -> None:
+    def __init__(self, limits: Limits, steps: int = 0, usage: RunUsage | None = None,
+                 price: Price | None = None) -> None:
         self.limits = limits
         self.steps = steps
-        self.usage = RunUsage() if usage is None else usage
+        #: The run's model's price (agentd.prices), when the run is priced: every reply's cost is counted.
+        self.price = price
+        self.usage = (RunUsage() if price is None else RunUsage(cost=0)) if usage is None else usage
 
     def exhausted(self) -> RunStatus | None:
         """The budget that forbids another model call, or ``None`` when the run may continue."""
@@ -55,5 +59,8 @@ class BudgetMeter:
             return RunStatus.EXHAUSTED_TOKENS
         return None
 
-    def add_usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> None:
-        self.usage = self.usage.add(prompt_tokens, completion_tokens, estimated_tokens)
+    def add_usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> int | None:
+        """Count one reply; returns what it cost in picodollars (None: the run is not priced)."""
+        cost = None if self.price is None else self.price.cost(prompt_tokens, completion_tokens)
+        self.usage = self.usage.add(prompt_tokens, completion_tokens, estimated_tokens, cost)
+        return cost

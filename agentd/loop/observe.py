@@ -5,6 +5,8 @@ Three kinds, each labelled so the model can tell them apart (spec §1.4):
 * a tool result, ``isError`` or not: the tool ran; its content is the observation;
 * a rejection: agentd did not send the call (unknown tool, arguments not JSON or not valid against the
   tool's ``inputSchema``), so the model can correct itself;
+* a denial: a person (or the lack of one) refused a call marked ``approve``; it was not sent, and the reason
+  is given;
 * a fault: the server or transport failed the request (a JSON-RPC error, a broken connection); it is
   not the tool's output, and the text says so.
 
@@ -61,6 +63,11 @@ def tool_result(text: str, *, is_error: bool) -> str:
 
 def rejection(reason: str) -> str:
     return f"[agentd rejected this call; it was not sent] {reason}"
+
+
+def denied(server: str, tool: str, reason: str) -> str:
+    return (f"[agentd: a person denied this call to {tool!r} on server {server!r}; it was not sent] "
+            f"Reason: {reason}")
 
 
 def fault(server: str, tool: str, reason: str) -> str:

@@ -22,6 +22,8 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     EXHAUSTED_STEPS = "exhausted_steps"
     EXHAUSTED_TOKENS = "exhausted_tokens"
+    #: The tree's money budget (``--budget-usd``) is spent.
+    EXHAUSTED_BUDGET = "exhausted_budget"
     DEADLINE = "deadline"
     INTELLIGENCE_FAILED = "intelligence_failed"
     MCP_FAILED = "mcp_failed"
@@ -35,12 +37,14 @@ class RunStatus(enum.StrEnum):
         return self in _BUDGET
 
 
-_BUDGET = frozenset({RunStatus.EXHAUSTED_STEPS, RunStatus.EXHAUSTED_TOKENS, RunStatus.DEADLINE})
+_BUDGET = frozenset({RunStatus.EXHAUSTED_STEPS, RunStatus.EXHAUSTED_TOKENS, RunStatus.EXHAUSTED_BUDGET,
+                     RunStatus.DEADLINE})
 
 _EXIT = {
     RunStatus.COMPLETED: ExitCode.OK,
     RunStatus.EXHAUSTED_STEPS: ExitCode.BUDGET,
     RunStatus.EXHAUSTED_TOKENS: ExitCode.BUDGET,
+    RunStatus.EXHAUSTED_BUDGET: ExitCode.BUDGET,
     RunStatus.DEADLINE: ExitCode.BUDGET,
     RunStatus.INTELLIGENCE_FAILED: ExitCode.INTELLIGENCE,
     RunStatus.MCP_FAILED: ExitCode.MCP_REQUIRED,
@@ -57,34 +61,45 @@ class RunUsage:
 
     ``estimated_tokens`` says how many of them are an estimate: a reply cut (a deadline, a cancellation) before
     the gateway reported its usage is counted from what it had streamed (agentd.intelligence.tally).
+
+    ``cost`` is what those tokens cost in picodollars (agentd.prices: exact integers), each reply priced by the
+    model that made it; None when the run is not priced (no ``--price`` for its models): then no ``cost_usd``.
     """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated_tokens: int = 0
+    cost: int | None = None
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0) -> RunUsage:
+    def add(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0,
+            cost: int | None = None) -> RunUsage:
         return RunUsage(self.prompt_tokens + prompt_tokens, self.completion_tokens + completion_tokens,
-                        self.estimated_tokens + estimated_tokens)
+                        self.estimated_tokens + estimated_tokens,
+                        self.cost if cost is None else (self.cost or 0) + cost)
 
     def __add__(self, other: RunUsage) -> RunUsage:
         if not isinstance(other, RunUsage):
             return NotImplemented
-        return self.add(other.prompt_tokens, other.completion_tokens, other.estimated_tokens)
+        return self.add(other.prompt_tokens, other.completion_tokens, other.estimated_tokens, other.cost)
 
-    def to_json(self) -> dict[str, int]:
-        """``{prompt_tokens, completion_tokens, total_tokens}``, and ``estimated_tokens`` when some are."""
-        out = {
+    def to_json(self) -> dict[str, Any]:
+        """``{prompt_tokens, completion_tokens, total_tokens}``, ``estimated_tokens`` when some are, and
+        ``cost_usd`` (a JSON number of US dollars) when the run is priced."""
+        out: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
         if self.estimated_tokens:
             out["estimated_tokens"] = self.estimated_tokens
+        if self.cost is not None:
+            from agentd.prices import usd
+
+            out["cost_usd"] = usd(self.cost)
         return out
 
     @classmethod
@@ -97,7 +112,13 @@ class RunUsage:
             value = raw.get(key, 0)
             return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
-        return cls(count("prompt_tokens"), count("completion_tokens"), count("estimated_tokens"))
+        cost = raw.get("cost_usd")
+        priced = None
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+            from agentd.prices import parse_usd
+
+            priced = parse_usd(round(cost, 12), "cost_usd")
+        return cls(count("prompt_tokens"), count("completion_tokens"), count("estimated_tokens"), priced)
 
 
 @attrs.frozen

@@ -47,7 +47,7 @@ from agentd.events import EventLog
 from agentd.ids import call_key, new_key_nonce
 from agentd.intelligence.tally import CallTally, tallying
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
-from agentd.loop import observe
+from agentd.loop import approval, observe
 from agentd.loop.budgets import BudgetMeter, Limits
 from agentd.loop.catalogue import Catalogue, Entry, catalogue_key, catalogues_for
 from agentd.loop.control import ChildJournal, ControlContext, ControlToolRegistry
@@ -57,6 +57,7 @@ from agentd.loop.prompt import initial_messages, system_prompt
 from agentd.loop.result import RunResult, RunStatus
 from agentd.mcp import failure_policy, schemas
 from agentd.operator import current_operator
+from agentd.prices import BUDGET_USD, Price, usd
 from agentd.telemetry import metrics
 from agentd.telemetry.spans import chat_span, end_chat_span, tool_span
 
@@ -67,10 +68,11 @@ MAX_HISTORY_OBSERVATION_CHARS = 256_000
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
-#: Called with each model reply's usage increment; may be async (the supervisor's tree ceiling). A true answer
-#: says the run's token ceiling (its tree's, or its slice of it) is spent: the run ends ``exhausted_tokens``
-#: at this reply, making no further model request.
-UsageHook = Callable[[Usage], Awaitable[bool | None] | bool | None]
+#: Called with each model reply's usage increment (its ``cost`` set when the run is priced); may be async (the
+#: supervisor's tree ceiling). A true answer says the run's token ceiling (its tree's, or its slice of it) is
+#: spent: the run ends ``exhausted_tokens`` at this reply, making no further model request; :data:`BUDGET_USD`
+#: says the tree's money budget is: the run ends ``exhausted_budget``.
+UsageHook = Callable[[Usage], Awaitable[bool | str | None] | bool | str | None]
 
 
 class ToolObserver(Protocol):
@@ -107,6 +109,11 @@ class StepJournal(Protocol):
 
     async def task_started(self, step: int, call_id: str, task_id: str) -> None: ...
 
+    async def approval_pending(self, step: int, call_id: str, server: str, tool: str,
+                               arguments: Mapping[str, Any]) -> None: ...
+
+    async def approval_decided(self, step: int, call_id: str, action: str, reason: str | None) -> None: ...
+
 
 @attrs.frozen
 class Resume:
@@ -120,6 +127,9 @@ class Resume:
     pending: tuple[ToolCall, ...] = ()
     #: Of those, the ones the server runs as tasks: call id → task id (polled again, never re-called).
     tasks: Mapping[str, str] = attrs.field(factory=dict)
+    #: Of those, the ones marked ``approve`` that a person decided: call id → (``approve``/``deny``, reason). One
+    #: marked and not listed here was never sent: the resumed run asks again.
+    approvals: Mapping[str, tuple[str, str | None]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -137,15 +147,40 @@ class RunRequest:
     #: The random part of this run's tool-call idempotency keys (agentd.ids.call_key): fresh for every request,
     #: the journaled one for a resumed run (agentd.run.journal_run).
     key_nonce: str = attrs.field(factory=new_key_nonce)
+    #: The run's model's price (agentd.prices) when the run is priced: each reply's cost is counted in its usage
+    #: and told to ``on_usage`` (the tree's money budget).
+    price: Price | None = None
 
 
 class _Run:
     """Mutable state of one run; never shared between runs. (A plain class: this module loads at a once run's
     start-up, where an attrs class of this size costs a few milliseconds of CPU to build.)"""
 
-    __slots__ = ("_kept", "best_text", "catalogue", "controls", "down", "elided", "failing", "faults_in_a_row",
-                 "intel", "journal", "last_ok", "last_outcome", "log", "messages", "meter", "observation_chars",
-                 "observer", "on_usage", "pool", "reprompted", "request", "resume_tasks")
+    __slots__ = (
+        "_kept",
+        "approved",
+        "best_text",
+        "catalogue",
+        "controls",
+        "down",
+        "elided",
+        "failing",
+        "faults_in_a_row",
+        "intel",
+        "journal",
+        "last_ok",
+        "last_outcome",
+        "log",
+        "messages",
+        "meter",
+        "observation_chars",
+        "observer",
+        "on_usage",
+        "pool",
+        "reprompted",
+        "request",
+        "resume_tasks",
+    )
 
     def __init__(self, request: RunRequest, pool: ToolPool, intel: Intelligence, controls: ControlToolRegistry,
                  log: EventLog, on_usage: UsageHook | None, meter: BudgetMeter, *,
@@ -176,6 +211,8 @@ class _Run:
         self.down: set[str] = set()
         #: A resumed run's calls whose server runs them as tasks (call id → task id): polled, not called again.
         self.resume_tasks: dict[str, str] = dict(request.resume.tasks) if request.resume is not None else {}
+        #: A resumed run's calls a person approved before the crash: not asked again.
+        self.approved: set[str] = set()
 
     # -- catalogue -------------------------------------------------------------------------------
 
@@ -206,14 +243,18 @@ class _Run:
             except trio.Cancelled:
                 await self.cut_reply(step, tally)  # the deadline, a drain's end, a cancel: count what it cost
                 raise
-            end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason)
+            end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason,
+                          cost=None if self.meter.price is None
+                          else self.meter.price.cost(reply.usage.prompt_tokens, reply.usage.completion_tokens))
         metrics.gateway_call(time.perf_counter() - called, "ok")
-        metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens)
-        self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
-        spent_out = False
+        cost = self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens, cost=cost)
+        spent_out: bool | str | None = False
         if self.on_usage is not None:
-            verdict = self.on_usage(reply.usage)
-            spent_out = bool(await verdict if inspect.isawaitable(verdict) else verdict)
+            usage = reply.usage
+            verdict = self.on_usage(usage if cost is None else Usage(usage.prompt_tokens, usage.completion_tokens,
+                                                                     usage.estimated_tokens, cost))
+            spent_out = await verdict if inspect.isawaitable(verdict) else verdict
         if reply.content and reply.content.strip():
             self.best_text = reply.content
         self.log.info(
@@ -228,6 +269,11 @@ class _Run:
         if self.journal is not None:
             await self.journal.replied(step, self.messages[-1], reply.usage.prompt_tokens,
                                        reply.usage.completion_tokens)
+        if spent_out == BUDGET_USD:
+            # The money budget, like the token ceiling below: this reply spent it, nothing more is asked.
+            _budget_event(self.log, BUDGET_USD, self)
+            return self.finish(RunStatus.EXHAUSTED_BUDGET, self.best_text,
+                               error="the money budget is spent (--budget-usd)")
         if spent_out:
             # The token ceiling holds here as for every subagent: this reply crossed it, so nothing it asked for
             # runs and no further model request is made. Its tokens are counted (above) and committed (replied).
@@ -241,10 +287,27 @@ class _Run:
             return self.final(reply)
         for index, call in enumerate(reply.tool_calls):
             ended = await self.run_call(call, catalogue, step, index)
-            if self.journal is not None:
+            if self.journal is not None and self.messages[-1].get("tool_call_id") == call.id:  # not: drained waiting
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
+        return None
+
+    async def budget_left(self) -> RunResult | None:
+        """Before a priced run's first model call: ask the tree's books (a zero report) whether any money or
+        tokens are left, so a run restarted after its tree spent its budget makes no request at all."""
+        if self.on_usage is None:
+            return None
+        verdict = self.on_usage(Usage(cost=0))
+        spent_out = await verdict if inspect.isawaitable(verdict) else verdict
+        if spent_out == BUDGET_USD:
+            _budget_event(self.log, BUDGET_USD, self)
+            return self.finish(RunStatus.EXHAUSTED_BUDGET, self.best_text,
+                               error="the money budget is spent (--budget-usd)")
+        if spent_out:
+            _budget_event(self.log, "token_ceiling", self)
+            return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
+                               error="the token ceiling is spent (--token-ceiling)")
         return None
 
     async def cut_reply(self, step: int, tally: CallTally) -> None:
@@ -254,7 +317,9 @@ class _Run:
         if not cut.total:
             return
         usage = cut.usage()
-        self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        cost = self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        if cost is not None:
+            usage = Usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, cost)
         self.log.warn("loop.cut_reply", step=step, prompt_tokens=usage.prompt_tokens,
                       completion_tokens=usage.completion_tokens, estimated=cut.estimated)
         if self.on_usage is not None:
@@ -270,13 +335,24 @@ class _Run:
         order = _call_order(resume.messages, resume.pending)
         for call, index in zip(resume.pending, order, strict=True):
             entry = catalogue.resolve(call.name)
-            if entry is not None and (entry.idempotent or call.id in self.resume_tasks or self.resumes(entry, call)):
+            decided = resume.approvals.get(call.id)
+            if entry is not None and entry.server is not None and decided is not None and decided[0] == "deny":
+                # denied before the crash, its observation not committed: never sent, the model is told again
+                self.observe(call, observe.denied(entry.server, entry.name, decided[1] or "no reason given"),
+                             "denied", entry, step, time.perf_counter())
+                ended = None
+            elif (entry is not None and entry.server is not None and decided is None
+                  and approval.needed(self.pool, entry.server, entry.name)):
+                ended = await self.run_call(call, catalogue, step, index)  # never approved, never sent: ask again
+            elif entry is not None and (entry.idempotent or call.id in self.resume_tasks or self.resumes(entry, call)):
+                if decided is not None:
+                    self.approved.add(call.id)
                 ended = await self.run_call(call, catalogue, step, index)
             else:
                 self.observe(call, observe.unknown_outcome(entry.name if entry else call.name), "unknown", entry,
                              step, time.perf_counter())
                 ended = None
-            if self.journal is not None:
+            if self.journal is not None and self.messages[-1].get("tool_call_id") == call.id:
                 await self.journal.observed(step, call.id, self.last_ok, self.messages[-1]["content"])
             if ended is not None:
                 return ended
@@ -427,13 +503,23 @@ class _Run:
                 return self.finish(RunStatus.COMPLETED, self.best_text)
             return None
         assert entry.server is not None
+        if call.id not in self.approved and approval.needed(self.pool, entry.server, entry.name):
+            denial = await self.ask(call, entry, arguments, step)
+            if denial is _DRAINED:  # stopping while a person was asked: unsent, undecided, asked again on resume
+                drain = current_drain()
+                return self.finish(RunStatus.CANCELLED, self.best_text, error=f"drained ({drain.reason})",
+                                   drained=True)
+            if denial is not None:
+                self.observe(call, observe.denied(entry.server, entry.name, denial), "denied", entry, step, started)
+                return None
         try:
             request = self.request
-            result = await self.pool.call_tool(
-                entry.server, entry.name, arguments, run_id=request.run_id,
-                idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
-                resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_journal(step, call.id),
-            )
+            with self.answering(entry.server):
+                result = await self.pool.call_tool(
+                    entry.server, entry.name, arguments, run_id=request.run_id,
+                    idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
+                    resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_journal(step, call.id),
+                )
         except McpError as exc:
             return self.server_failed(call, entry, exc, step, started)
         self.faults_in_a_row = 0
@@ -449,6 +535,53 @@ class _Run:
             is_error=result.is_error,
         )
         return None
+
+    def answering(self, server: str) -> contextlib.AbstractContextManager[None]:
+        """While a call to ``server`` runs: what answers its elicitation and sampling requests, when the host opted
+        it in (agentd.loop.asks); otherwise nothing (the client refuses both, as it declares neither)."""
+        conn = self.pool.connections.get(server)
+        if not getattr(getattr(conn, "config", None), "capabilities", ()):
+            return contextlib.nullcontext()
+        from agentd.approvals import answering
+        from agentd.loop.asks import ServerAsks
+
+        async def count(usage: Usage) -> None:
+            self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens)
+            if self.on_usage is not None:
+                verdict = self.on_usage(usage)
+                if inspect.isawaitable(verdict):
+                    await verdict
+
+        return answering(ServerAsks(self.request.run_id, self.log, self.intel, count,
+                                    lambda: bool(self.meter.limits.max_tokens)
+                                    and self.meter.usage.total_tokens >= self.meter.limits.max_tokens))
+
+    async def ask(self, call: ToolCall, entry: Entry, arguments: Mapping[str, Any], step: int) -> str | None:
+        """Hold a call marked ``approve`` until a person decides (agentd.approvals): None when approved, else why
+        it was denied (:data:`_DRAINED`: the process is stopping, nothing decided). Committed before the wait and
+        after the decision, so a crash never sends it unasked."""
+        assert entry.server is not None
+        from agentd.approvals import current_approvals  # a run with no marked tool never loads it
+
+        shown = approval.summary(arguments, self.log.redactor)
+        queue = current_approvals()
+        fields: dict[str, Any] = {"step": step, "call_id": call.id, "server": entry.server, "tool": entry.name}
+        if queue is None:  # nobody can be asked in this process: denied at once, nothing hangs
+            self.log.warn("approval.decided", **fields, action="deny", reason=approval.NOBODY, waited_s=0.0)
+            return approval.NOBODY
+        if self.journal is not None:
+            await self.journal.approval_pending(step, call.id, entry.server, entry.name, shown)
+        item = queue.approval(self.request.run_id, entry.server, entry.name, shown)
+        self.log.warn("approval.pending", id=item.id, **fields,
+                      arguments=self.log.content(json.dumps(shown, ensure_ascii=False)))
+        decision = await queue.wait(item, current_drain())
+        if decision is None:
+            return _DRAINED
+        self.log.warn("approval.decided", id=item.id, **fields, action=decision.action, reason=decision.reason,
+                      waited_s=round(time.time() - item.created, 3))
+        if self.journal is not None:
+            await self.journal.approval_decided(step, call.id, decision.action, decision.reason)
+        return None if decision.approved else (decision.reason or "no reason given")
 
     def _task_journal(self, step: int, call_id: str) -> Callable[[str], Awaitable[None]] | None:
         """What commits a call's task id (``tool.task``) before it is polled, when the run is journaled."""
@@ -557,6 +690,9 @@ class _Run:
             self.observer.completed(step, call, entry, kind, is_error, fields["ms"], text)
 
 
+#: What :meth:`_Run.ask` returns when a drain ended the wait: the run stops as drained, the call unsent.
+_DRAINED = "\x00drained"
+
 #: Arguments up to this long are checked on the event loop (microseconds for any sane schema, and the check's
 #: budget caps a hostile one); longer ones, where checks get costly, in a worker thread.
 _INLINE_CHECK_CHARS = 4096
@@ -640,8 +776,8 @@ async def run_loop(
     ``observer`` (optional) sees every tool call's request, start and end; ``journal`` (optional) commits
     every step (see the module docstring); ``request.resume`` starts from a recovered conversation.
     """
-    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits), observer=observer,
-               journal=journal)
+    run = _Run(request, pool, intel, controls, log, on_usage, BudgetMeter(request.limits, price=request.price),
+               observer=observer, journal=journal)
     system = system_prompt(
         instructions=pool.instructions(), resources=pool.resources(), output_contract=request.output_contract
     )
@@ -670,6 +806,8 @@ async def run_loop(
         try:
             if request.resume is not None:
                 result = await run.recover(request.resume)
+            if result is None and request.price is not None:
+                result = await run.budget_left()
             while result is None:
                 if operator is not None and entry is not None:  # the operator's pause holds the next turn
                     entry.step = run.meter.steps
@@ -712,6 +850,7 @@ def _budget_event(log: EventLog, which: str, run: _Run) -> None:
         tokens=run.meter.usage.total_tokens,
         max_tokens=limits.max_tokens,
         deadline=limits.deadline,
+        **({} if run.meter.usage.cost is None else {"cost_usd": usd(run.meter.usage.cost)}),
     )
 
 

@@ -15,7 +15,10 @@ capabilities: the tasks extension on ``tools/call`` and ``tasks/*``, agentd.mcp.
 
 :meth:`receive` takes any parsed message and returns the events it causes: a response or error for a
 pending request, the answer to a server-to-client request (``ping`` → ``{}``, ``roots/list`` →
-``{"roots": []}``, anything else → -32601), or a notification to route. :meth:`cancel` says what to send
+``{"roots": []}``, anything else → -32601), or a notification to route. A host may opt one server in to client
+capabilities (``elicitation``, ``sampling``: :attr:`ClientSession.declared`); only then does the handshake
+declare them (and the modern wire's per-request capabilities), and only then is such a request handed to
+the caller to answer (:class:`ServerRequestReceived`) instead of refused. :meth:`cancel` says what to send
 when a request is abandoned: ``notifications/cancelled`` on the legacy wire, nothing for ``initialize`` or
 on the modern wire (there, closing the response stream is the cancellation).
 """
@@ -39,6 +42,9 @@ from agentd.mcp.versions import (
     MODERN_VERSIONS,
     Era,
 )
+
+#: The server-to-client requests a host may opt a server in to, by the capability that declares them.
+_DECLARABLE = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling"}
 
 
 def no_roots() -> dict[str, Any]:
@@ -92,6 +98,14 @@ class ServerRequestAnswered:
 
 
 @attrs.frozen
+class ServerRequestReceived:
+    """The server asked for something this session declared (elicitation, sampling): the caller answers it
+    (:meth:`ClientSession.answer` builds the reply) and sends the reply back."""
+
+    request: Request
+
+
+@attrs.frozen
 class NotificationReceived:
     method: str
     params: dict[str, Any]
@@ -104,7 +118,7 @@ class Unexpected:
     message: Message
 
 
-Event = ResponseReceived | ErrorReceived | ServerRequestAnswered | NotificationReceived | Unexpected
+Event = ResponseReceived | ErrorReceived | ServerRequestAnswered | ServerRequestReceived | NotificationReceived | Unexpected
 
 
 def is_modern_refusal(error: ErrorResponse) -> bool:
@@ -145,6 +159,9 @@ class ClientSession:
     #: Frozen at the end of the handshake; gates every later request.
     capabilities: dict[str, Any] = attrs.field(factory=dict)
     pending: dict[RequestId, str] = attrs.field(factory=dict)
+    #: The client capabilities the host opted this server in to (``elicitation``, ``sampling``); empty (the
+    #: default): the handshake declares ``capabilities: {}`` and both requests are refused with -32601.
+    declared: tuple[str, ...] = ()
     _ids: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
     _initialize_id: RequestId | None = None
 
@@ -158,7 +175,7 @@ class ClientSession:
             "initialize",
             {
                 "protocolVersion": LATEST_LEGACY,
-                "capabilities": {},
+                "capabilities": self.declared_capabilities(),
                 "clientInfo": self._wire_info(),
             },
         )
@@ -296,8 +313,29 @@ class ClientSession:
                 return Unexpected(message)
             return ErrorReceived(message.id, method, message)
         if isinstance(message, Request):
+            if self.declares(message.method):
+                return ServerRequestReceived(message)
             return ServerRequestAnswered(message, self._answer(message))
         return NotificationReceived(message.method, message.params or {})
+
+    def declares(self, method: str) -> bool:
+        """Whether a server's ``method`` (``elicitation/create``, ``sampling/createMessage``) is one this session
+        declared the capability for, so the caller answers it."""
+        capability = _DECLARABLE.get(method)
+        return capability is not None and capability in self.declared
+
+    def declared_capabilities(self) -> dict[str, Any]:
+        """The client capabilities this session declares: ``{}`` unless the host opted the server in."""
+        return {name: {} for name in self.declared}
+
+    @staticmethod
+    def answer(request: Request, result: dict[str, Any] | None, error: tuple[int, str] | None = None
+               ) -> Response | ErrorResponse:
+        """The reply to a :class:`ServerRequestReceived`: its ``result``, or ``error`` (code, message)."""
+        if error is not None or result is None:
+            code, text = error or (jsonrpc.INTERNAL_ERROR, "no answer")
+            return ErrorResponse(request.id, code, text)
+        return Response(request.id, result)
 
     def _answer(self, request: Request) -> Response | ErrorResponse:
         if request.method == "ping":
@@ -322,4 +360,4 @@ class ClientSession:
         return {"name": self.client_info.name, "version": self.client_info.version}
 
     def _envelope(self, params: dict[str, Any], version: str, method: str | None = None) -> dict[str, Any]:
-        return meta.with_envelope(params, version, self._wire_info(), method)
+        return meta.with_envelope(params, version, self._wire_info(), method, self.declared)

@@ -7,10 +7,11 @@ and an opaque ``requestState``. The client sends the original request again unde
 other request. :func:`follow_up` turns one result into the next request's params (or says the result is final,
 or refuses it), as data; the exchange does the sending, each round under a fresh id.
 
-agentd declares no client capabilities, so its answers are the refusals the schema allows:
+By default agentd declares no client capabilities, so its answers are the refusals the schema allows:
 ``elicitation/create`` → ``{"action": "decline"}`` and ``roots/list`` → ``{"roots": []}`` (what the legacy wire
 answers too). ``sampling/createMessage`` has no refusal form and any other method is unknown: the call then fails
-as a protocol error. A round with only ``requestState`` waits a little before it goes back (the server is still
+as a protocol error. Where the host opted the server in (``elicitation``, ``sampling``), the caller answers those
+requests itself and hands the answers in (``answers``, by key). A round with only ``requestState`` waits a little before it goes back (the server is still
 busy), and the rounds are capped, so a server that never completes cannot hold a call (the call timeout bounds
 the whole in time as well).
 """
@@ -43,9 +44,12 @@ class FollowUp:
     delay: float
 
 
-def follow_up(method: str, params: Mapping[str, Any] | None, result: Mapping[str, Any], rounds: int) -> FollowUp | None:
+def follow_up(method: str, params: Mapping[str, Any] | None, result: Mapping[str, Any], rounds: int,
+              answers: Mapping[str, dict[str, Any]] | None = None) -> FollowUp | None:
     """None when ``result`` is final; the next round when the server asked for input (``rounds`` follow-ups
-    were sent already). Raises :class:`ResultTypeError` when agentd cannot act on the result."""
+    were sent already). ``answers``: what the caller answered itself, by key (an opted-in elicitation or
+    sampling request); the rest get :func:`answer`. Raises :class:`ResultTypeError` when agentd cannot act on the
+    result."""
     kind = result.get("resultType", "complete")
     if kind == "task" and method == "tools/call":
         return None  # a task handle (the tasks extension): agentd.client.tasks polls it
@@ -64,7 +68,9 @@ def follow_up(method: str, params: Mapping[str, Any] | None, result: Mapping[str
         raise ResultTypeError("requestState must be a string")
     out = {k: v for k, v in (params or {}).items() if k not in _ROUND_FIELDS}
     if requests:
-        out["inputResponses"] = {key: answer(request) for key, request in requests.items()}
+        given = answers or {}
+        out["inputResponses"] = {key: given[key] if key in given else answer(request)
+                                 for key, request in requests.items()}
     if state is not None:
         out["requestState"] = state
     delay = 0.0 if requests else min(STATE_ONLY_DELAY * 2**rounds, STATE_ONLY_DELAY_CAP)

@@ -26,6 +26,10 @@ IDEMPOTENCY_FIELD: Final = "idempotencyKey"
 #: The tasks extension (SEP-2663), declared in the client capabilities of the requests in :data:`TASK_METHODS`.
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 TASK_METHODS: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel"})
+#: The events extension (SEP-3415), declared in the client capabilities of the requests in :data:`EVENT_METHODS`.
+EVENTS_EXTENSION: Final = "io.modelcontextprotocol/events"
+EVENT_METHODS: Final = frozenset({"events/list", "events/poll", "events/stream", "events/subscribe",
+                                  "events/unsubscribe"})
 
 
 def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, key: str,
@@ -38,18 +42,26 @@ def tool_call_params(name: str, arguments: Mapping[str, Any], *, run_id: str, ke
     return params
 
 
-def client_capabilities(method: str | None) -> dict[str, Any]:
+def client_capabilities(method: str | None, declared: tuple[str, ...] = ()) -> dict[str, Any]:
     """agentd's per-request client capabilities on the 2026-07-28 wire: the tasks extension on ``tools/call``
-    and ``tasks/*`` (agentd.mcp.tasks), nothing else."""
-    return {"extensions": {TASKS_EXTENSION: {}}} if method in TASK_METHODS else {}
+    and ``tasks/*`` (agentd.mcp.tasks), the events extension on ``events/*`` (agentd.mcp.events), and what the
+    host opted this server in to (``declared``: elicitation, sampling), nothing else."""
+    out: dict[str, Any] = {}
+    if method in TASK_METHODS:
+        out["extensions"] = {TASKS_EXTENSION: {}}
+    elif method in EVENT_METHODS:
+        out["extensions"] = {EVENTS_EXTENSION: {}}
+    for name in declared:
+        out[name] = {}
+    return out
 
 
 def with_envelope(params: dict[str, Any], version: str, client_info: Mapping[str, Any],
-                  method: str | None = None) -> dict[str, Any]:
+                  method: str | None = None, declared: tuple[str, ...] = ()) -> dict[str, Any]:
     """``params`` with the modern envelope merged into its ``_meta`` (capabilities: :func:`client_capabilities`)."""
     meta = dict(params.get("_meta") or {})
     meta[PROTOCOL_VERSION] = version
-    meta[CLIENT_CAPABILITIES] = client_capabilities(method)
+    meta[CLIENT_CAPABILITIES] = client_capabilities(method, declared)
     meta[CLIENT_INFO] = dict(client_info)
     params["_meta"] = meta
     return params

@@ -33,9 +33,10 @@ import attrs
 
 from agentd.mcp import jsonrpc, meta
 
-#: The extension's identifier, in ``server/discover``'s ``capabilities.extensions`` and in the per-request client
-#: capabilities an ``events/*`` request must carry.
-EXTENSION: Final = "io.modelcontextprotocol/events"
+#: The extension's identifier (one declaration, :data:`agentd.mcp.meta.EVENTS_EXTENSION`, shared with the client
+#: side), in ``server/discover``'s ``capabilities.extensions`` and in the per-request client capabilities an
+#: ``events/*`` request must carry.
+EXTENSION: Final = meta.EVENTS_EXTENSION
 #: The methods agentd answers (poll delivery only: ``events/stream`` and ``events/subscribe`` are not offered, and
 #: no event type lists them, which the extension allows: no delivery mode is mandatory).
 METHODS: Final = frozenset({"events/list", "events/poll"})

@@ -11,6 +11,10 @@ imports it (agentd.daemon), so the database driver stays off every other path.
   nobody owned the subscription is processed once, at least. Failover time is the lease TTL (the dead owner's
   lease expiring) plus one claim tick (``ttl / 3``) plus the subscribe and read.
 - A wake is recorded (fenced) before its run starts (:meth:`ClusterReactive.record`); refused, it does not run.
+- MCP event subscriptions (``--on-event``) are rows too, keyed ``event:SERVER/NAME``: the member holding one
+  delivers it (agentd.reactive.events, attached with :meth:`ClusterReactive.attach_events`) from the cursor
+  recorded in the row's ``digest`` (JSON; none recorded: from now). A wake records the cursor after its
+  occurrences (fenced) before its run starts, a quiet stretch advances it; the next owner resumes from there.
 - Self-scheduled runs: :meth:`ClusterReactive.schedule` enqueues a ``schedule`` work item due ``after`` seconds
   from now on the database's clock (agentd.cluster.work), so the run fires once in the cluster on whichever
   member claims it, as a cron occurrence does.
@@ -18,6 +22,7 @@ imports it (agentd.daemon), so the database driver stays off every other path.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -33,7 +38,7 @@ from agentd.cluster.subscriptions import SubLease, Subscriptions
 from agentd.cluster.work import enqueue_in
 from agentd.events import EventLog
 from agentd.journal.errors import JournalError
-from agentd.reactive.shared import Notify
+from agentd.reactive.shared import EventOwner, Notify
 from agentd.reactive.watch import MISSING, Origin, Watcher, content_digest
 
 Conn = psycopg.Connection[Any]
@@ -43,6 +48,17 @@ _ORIGINS: Final = {"config": Origin.CONFIG, "self": Origin.SELF}
 
 def digest_of(contents: Sequence[Mapping[str, Any]] | None) -> str:
     return MISSING if contents is None else content_digest(list(contents))
+
+
+def _cursor_of(digest: str | None) -> str | None:
+    """An event subscription's recorded cursor (JSON in the ``digest`` column; nothing recorded: None)."""
+    if digest is None:
+        return None
+    try:
+        value = json.loads(digest)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 @attrs.define(eq=False)
@@ -68,6 +84,38 @@ class ClusterReactive:
     _lost: set[str] = attrs.field(factory=set, init=False)
     _share: int = attrs.field(default=0, init=False)
     _kick: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _events: EventOwner | None = attrs.field(default=None, init=False)
+
+    def attach_events(self, owner: EventOwner) -> None:
+        self._events = owner
+
+    async def _drop(self, watcher: Watcher, lease: SubLease) -> None:
+        """Stop watching (or delivering) what ``lease`` names on this member."""
+        if self._events is not None and self._events.owns(lease.uri):
+            self._events.stop(lease.uri)
+            return
+        await watcher.unwatch(lease.uri, _ORIGINS[lease.origin])
+
+    async def record_event(self, key: str, cursor: str | None, *, wake: bool) -> bool:
+        held = self._held.get(key)
+        if held is None or key in self._lost:
+            if wake:
+                self.log.warn("cluster.subscription_fenced", uri=key, token=None, reason="not held by this member")
+            return False
+        try:
+            if wake:
+                await self.subs.record(held.lease, json.dumps(cursor))
+            else:
+                await self.subs.advance(held.lease, json.dumps(cursor))
+            return True
+        except LeaseLost as exc:
+            self.log.warn("cluster.subscription_fenced", uri=key, token=held.lease.token, reason=str(exc))
+            self._lose(key)
+            return False
+        except JournalError as exc:  # unreachable now: a wake does not run; a quiet cursor waits for the next
+            if wake:
+                self.log.warn("cluster.subscription_fenced", uri=key, token=held.lease.token, reason=str(exc))
+            return False
 
     @property
     def held(self) -> list[str]:
@@ -217,7 +265,7 @@ class ClusterReactive:
         for uri in sorted(self._lost):
             entry = self._held.pop(uri, None)
             if entry is not None:
-                await watcher.unwatch(uri, _ORIGINS[entry.lease.origin])
+                await self._drop(watcher, entry.lease)
         self._lost.clear()
         await self._save_declared()
         # Declared ones no longer declared (a reload dropped them), and any beyond the share, go back.
@@ -229,7 +277,7 @@ class ClusterReactive:
         if surplus:
             for entry in surplus:
                 self._held.pop(entry.lease.uri, None)
-                await watcher.unwatch(entry.lease.uri, _ORIGINS[entry.lease.origin])
+                await self._drop(watcher, entry.lease)
             await self.subs.release([h.lease for h in surplus])
             for entry in surplus:
                 self.log.info("cluster.subscription_released", uri=entry.lease.uri, token=entry.lease.token,
@@ -246,6 +294,12 @@ class ClusterReactive:
         """Subscribe as the new owner and read after subscribing: a change since the last recorded wake is one."""
         entry = _Held(lease, trio.current_time() + self.ttl)
         self._held[lease.uri] = entry
+        if self._events is not None and self._events.owns(lease.uri):
+            cursor = _cursor_of(lease.digest)
+            self._events.start(lease.uri, cursor)
+            self.log.info("cluster.subscription_owned", uri=lease.uri, token=lease.token, origin=lease.origin,
+                          cursor="recorded" if cursor is not None else "now")
+            return
         server = self._declared.get(lease.uri, lease.server) if lease.origin == "config" else lease.server
         try:
             with trio.fail_after(self.ttl / 2):

@@ -86,7 +86,8 @@ def loop_run_job(
         if add_controls is not None:
             add_controls(controls, run_id)
         request = RunRequest(instruction=job.instruction, run_id=run_id, limits=limits,
-                             output_contract=output_contract, seed=job.seed)
+                             output_contract=output_contract, seed=job.seed,
+                             price=cfg.price() if cfg is not None else None)
         run_log = log.bind(run_id=run_id)
         journaled = None
         if journal is not None:
@@ -145,8 +146,8 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
             register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
     def usage_for(run_id: str) -> UsageHook:
-        async def on_usage(usage: Usage) -> bool:
-            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
+        async def on_usage(usage: Usage) -> bool | str:
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, usage.cost)
             return await root.authority.report_usage(root.handle, frame, tree=run_id)
 
         return on_usage
@@ -195,6 +196,9 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
 
         for uri in ctx.watcher.orphans(pool.connections, subscribed):
             await ctx.watcher.forget(uri, "its MCP server was removed or replaced by a reload")
+    if new.on_events != old.on_events:
+        ctx.log.warn("config.warning", reason="on_events / --on-event changed: MCP event subscriptions are read at "
+                     "start; restart the daemon to apply the change")
     if ctx.watcher is None or new.subscribe == old.subscribe:
         return
     names = list(ctx.server_names)
@@ -204,7 +208,8 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
     before = {uri: server for server, uri in (split_subscription(v, names) for v in old.subscribe)}
     after = {uri: server for server, uri in (split_subscription(v, names) for v in new.subscribe)}
     if ctx.shared is not None:  # the cluster re-owns: dropped ones are handed back, new ones claimed
-        await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)])
+        events = ctx.events.declared() if ctx.events is not None else []
+        await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)] + events)
         return
     for uri in sorted(before.keys() - after.keys()):
         if not owned(uri):

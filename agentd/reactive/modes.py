@@ -8,8 +8,9 @@ fire goes through :meth:`DaemonRuns.run`, so it is an ordinary run with its own 
 * ``schedule``: ``--interval`` fires at a fixed rate from the start (the first fire is immediate; a
   fire that overruns skips the slots it missed rather than piling up), ``--cron`` fires at each
   matching UTC minute.
-* ``reactive``: subscribe each ``--subscribe``/``--continue`` URI, then wake on updates through the
-  router; no run happens until something changes.
+* ``reactive``: subscribe each ``--subscribe``/``--continue`` URI (and ``--on-event`` MCP event,
+  agentd.reactive.events), then wake on updates and events through the router; no run happens until something
+  changes.
 
 Every mode has the reactive machinery running, so an agent in ``loop`` mode may subscribe itself too.
 
@@ -38,12 +39,13 @@ from agentd.errors import AgentdError, ConfigError, flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult, RunStatus
 from agentd.reactive.continue_route import ContinueRoute, OpenSession
+from agentd.reactive.events import EventRoute
 from agentd.reactive.router import Router, Wake
 from agentd.reactive.runs import FAILED_STATUSES, DaemonRuns, Job
 from agentd.reactive.shared import Shared
 from agentd.reactive.wake_budget import WakeBudget
-from agentd.reactive.wake_prompt import wake_instruction, wakes_instruction
-from agentd.reactive.watch import Origin, ResourcePool, Watcher, read_current
+from agentd.reactive.wake_prompt import events_instruction, wake_instruction, wakes_instruction
+from agentd.reactive.watch import CLEANUP_TIMEOUT, Origin, ResourcePool, Watcher, read_current
 from agentd.telemetry import metrics
 
 WallClock = Callable[[], float]
@@ -78,6 +80,8 @@ class DaemonContext:
     #: ``--cluster``: the cluster owns the subscriptions (each watched by the one member holding its lease) and
     #: the agent's self-scheduled runs (agentd.reactive.shared).
     shared: Shared | None = None
+    #: ``--on-event``: the MCP event subscriptions, routed through the router like resource updates.
+    events: EventRoute | None = None
 
 
 def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
@@ -90,6 +94,7 @@ def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
         "running": runs.active,
         "subscriptions": [view.to_json() for view in ctx.watcher.view()] if ctx.watcher is not None else [],
         "wakes": attrs.asdict(router.stats) if router is not None else None,
+        **({"events": ctx.events.view()} if ctx.events is not None else {}),
         "lifetime_tokens": {"spent": runs.budget.spent, "limit": runs.budget.limit},
     }
 
@@ -125,6 +130,8 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             await nursery.start(runs.serve)
             if ctx.pool is not None:
                 await _start_reactivity(ctx, nursery)
+            if ctx.events is not None:
+                await ctx.events.arm(cfg.on_events, nursery)
             await _arm(ctx)
             if ctx.shared is not None and ctx.watcher is not None and ctx.router is not None:
                 await nursery.start(ctx.shared.serve, ctx.watcher, ctx.router.notify)
@@ -259,6 +266,8 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
                         budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
                                           per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
+    if cfg.on_events:
+        ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state, shared=ctx.shared)
     ctx.runs.watcher = ctx.watcher
     if cfg.continue_uris:
         if ctx.open_session is None:
@@ -305,7 +314,7 @@ async def _arm(ctx: DaemonContext) -> None:
     # Armed concurrently (bounded): each is a read, a subscribe and a read, and a daemon may watch thousands.
     await ctx.watcher.watch_many(list(wanted.values()))
     if ctx.shared is not None:
-        await ctx.shared.declare(declared)
+        await ctx.shared.declare(declared + (ctx.events.declared() if ctx.events is not None else []))
 
 
 async def _wake(ctx: DaemonContext, wake: Wake) -> None:
@@ -318,6 +327,9 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     runs = ctx.runs
     await runs.backoff_gate()
     if not runs.accepting:
+        return
+    if ctx.events is not None and any(ctx.events.owns(item.uri) for item in wake.items):
+        await _wake_events(ctx, ctx.events, wake)
         return
     if wake.also:
         read = await _read_batch(ctx, wake)
@@ -337,6 +349,48 @@ async def _wake(ctx: DaemonContext, wake: Wake) -> None:
     if result is not None and result.status in FAILED_STATUSES:
         ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
                                                  status=result.status.value, error=result.error or "")
+
+
+async def _wake_events(ctx: DaemonContext, route: EventRoute, wake: Wake) -> None:
+    """A wake carrying MCP events (agentd.reactive.events): every occurrence pending for its subscriptions, and
+    the resources a batched wake took along, read now. The cursors after the occurrences are journaled once the
+    run has ended."""
+    taken = [t for item in wake.items if route.owns(item.uri) and (t := route.take(item.uri)) is not None]
+    others = [item for item in wake.items if not route.owns(item.uri)]
+    ran = False
+    try:
+        changed: list[tuple[str, str | None, Any]] = []
+        if others:
+            read = await _read_batch(ctx, attrs.evolve(others[0], also=tuple(others[1:])))
+            changed = [(item.uri, server, contents) for item, server, contents in read]
+        if taken and ctx.shared is not None:  # recorded under this member's lease first, or not run here
+            fenced = [item for item in taken if not await route.fenced(item)]
+            for item in fenced:
+                await route.done(item, ran=False)
+            taken = [item for item in taken if item not in fenced]
+        if not taken and not changed:
+            return
+        for item in taken:
+            ctx.log.info("reactive.wake", uri=item.key, server=item.server, event_type=item.name, seq=wake.seq,
+                         occurrences=len(item.occurrences), gap=item.gap,
+                         wait_ms=round((trio.current_time() - wake.first_update_at) * 1000, 3))
+        metrics.woke(sum(len(t.occurrences) for t in taken) + len(changed))
+        prompt = events_instruction(_instruction(ctx), taken, changed)
+
+        async def started(run_id: str) -> None:
+            for item in taken:
+                await route.started(item, run_id)
+
+        result = await ctx.runs.run(Job("wake", ctx.log.redactor.scrub(prompt), wake.uri, started=started))
+        ran = result is not None
+        if result is not None and result.status in FAILED_STATUSES:
+            ctx.log.bind(run_id=result.run_id).warn("reactive.wake_failed", uri=wake.uri, seq=wake.seq,
+                                                     status=result.status.value, error=result.error or "")
+    finally:
+        # The cursors are journaled even when the wake is being cancelled (shielded, bounded).
+        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT):
+            for item in taken:
+                await route.done(item, ran=ran)
 
 
 Read = tuple[Wake, "str | None", "list[Any] | None"]

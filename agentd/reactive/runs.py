@@ -56,6 +56,8 @@ class Job:
     seed_runs: tuple[str, ...] | None = None
     #: The run id of a wake an earlier process left unfinished: this run resumes it (``--state-dir``).
     resume: str | None = None
+    #: Awaited with the run id just before the run starts (an event wake journals which run carries its cursor).
+    started: Callable[[str], Awaitable[None]] | None = attrs.field(default=None, eq=False)
 
 
 #: Runs one ordinary run: ``(job, run_id, controls, limits) -> RunResult``. The daemon's adapter opens
@@ -181,6 +183,8 @@ class DaemonRuns:
             log.info("run.start", mode="daemon", trigger=job.trigger, uri=job.uri,
                      instruction=log.content(job.instruction), max_tokens=max_tokens)
             try:
+                if job.started is not None:
+                    await job.started(run_id)
                 result = await self.run_job(job, run_id, controls, limits)
             except Exception as exc:  # one crashed run is an outcome; the daemon goes on
                 log.error("run.failed", error=f"{type(exc).__name__}: {exc}", trigger=job.trigger, uri=job.uri)

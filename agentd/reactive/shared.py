@@ -21,6 +21,20 @@ from agentd.reactive.watch import Watcher
 Notify = Callable[[str, "str | None"], None]
 
 
+class EventOwner(Protocol):
+    """The MCP event subscriptions (agentd.reactive.events.EventRoute) a member polls only while it holds them."""
+
+    def owns(self, key: str) -> bool: ...
+
+    def start(self, key: str, cursor: str | None) -> None:
+        """Deliver the subscription ``key`` from ``cursor`` (None: from now) on this member."""
+        ...
+
+    def stop(self, key: str) -> None:
+        """Stop delivering ``key`` here (another member owns it now); what was pending is the next owner's."""
+        ...
+
+
 class Shared(Protocol):
     """A member's part in the cluster's subscriptions and self-scheduled runs."""
 
@@ -48,4 +62,13 @@ class Shared(Protocol):
 
     async def schedule(self, after: float, instruction: str) -> bool:
         """A run the agent scheduled for itself, fired once in the cluster ``after`` seconds from now."""
+        ...
+
+    def attach_events(self, owner: EventOwner) -> None:
+        """Event subscriptions (rows keyed ``event:SERVER/NAME``) are delivered by ``owner`` while held."""
+        ...
+
+    async def record_event(self, key: str, cursor: str | None, *, wake: bool) -> bool:
+        """An event subscription's cursor, recorded under this member's lease (``wake``: a wake carrying the
+        occurrences before it is about to run). False: the lease is not ours (fenced) and the wake must not run."""
         ...

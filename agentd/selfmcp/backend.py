@@ -34,6 +34,8 @@ class ServedSpawn:
     task: bool = False
     #: Told the handle as soon as the supervisor mints it (before the child logs a line).
     on_admitted: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
+    #: The model the child calls (``--models`` allows it); None: the agent's own.
+    model: str | None = None
 
 
 @attrs.frozen

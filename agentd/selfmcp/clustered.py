@@ -98,6 +98,9 @@ class ClusterBackend:
     async def spawn(self, request: ServedSpawn) -> str | Refusal:
         if not self.queues(request):
             return await self.local.spawn(request)
+        if request.model is not None:  # a queued row runs as a member's own run, on that member's model
+            return Refusal("spawn refused: an async spawn queued in the cluster runs on the members' own model; "
+                           "leave out 'model' (or spawn it sync or warm)", cap="model")
         handle = PREFIX + new_run_id()
         payload: dict[str, Any] = {"instruction": request.instruction}
         if request.output_contract is not None:

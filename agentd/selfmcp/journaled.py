@@ -94,13 +94,16 @@ class Kept:
     #: Spawned as an MCP task (``tasks/list`` after a restart), and when (wall clock; its ``createdAt``).
     task: bool = False
     created_at: float | None = None
+    #: The model the spawn chose (``subagent.spawn``'s ``model``): a resumed or re-opened child calls it too.
+    model: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"warm": self.warm, "instruction": self.instruction, "output_contract": self.output_contract,
                 "tool_scope": list(self.tool_scope) if self.tool_scope is not None else None,
                 "status": self.status, "done": self.done, "partial": self.partial, "result": self.result, "turns": self.turns,
                 "history": self.history, "ended_at": self.ended_at, "owner": self.owner, "run": self.run,
-                "pending": self.pending, "task": self.task, "created_at": self.created_at}
+                "pending": self.pending, "task": self.task, "created_at": self.created_at,
+                **({"model": self.model} if self.model is not None else {})}
 
     @classmethod
     def from_json(cls, handle: str, data: Mapping[str, Any]) -> Kept:
@@ -116,7 +119,8 @@ class Kept:
                    pending=data.get("pending") if isinstance(data.get("pending"), str) else None,
                    run=data.get("run") if isinstance(data.get("run"), str) else None,
                    task=data.get("task") is True,
-                   created_at=data.get("created_at") if isinstance(data.get("created_at"), (int, float)) else None)
+                   created_at=data.get("created_at") if isinstance(data.get("created_at"), (int, float)) else None,
+                   model=data.get("model") if isinstance(data.get("model"), str) else None)
 
     def view(self) -> RunView:
         return RunView(self.handle, self.status, self.done, self.partial, self.result, self.turns)
@@ -195,7 +199,7 @@ class JournaledBackend:
         continued = Caller(MANAGEMENT.origin, MANAGEMENT.handle, tree=kept.handle)
         answer = await self.local.supervisor.spawn(continued, SpawnRequest(
             instruction=kept.instruction, output_contract=kept.output_contract, tool_scope=kept.tool_scope,
-            async_=True, journal_run=kept.run))
+            async_=True, journal_run=kept.run, model=kept.model))
         if isinstance(answer, SupervisorRefusal):
             kept.status, kept.done, kept.result, kept.ended_at = LOST, True, f"{LOST_REASON} ({answer.message})", now
             self.log.info("serve.restored", handle=kept.handle, status=kept.status, run=kept.run)
@@ -249,7 +253,8 @@ class JournaledBackend:
             return answer
         kept = self._kept[answer] = Kept(answer, request.warm, request.instruction, request.output_contract,
                                          request.tool_scope, live=answer, pending=request.instruction,
-                                         owner=request.owner, run=run, task=request.task, created_at=time.time())
+                                         owner=request.owner, run=run, task=request.task, created_at=time.time(),
+                                         model=request.model)
         kept.reopened.set()
         now = self.local.view(answer)
         await self._record(kept, now or kept.view(), save=True)  # before the peer gets the handle
@@ -278,7 +283,7 @@ class JournaledBackend:
         claims = self.owners.claims(kept.owner)  # the new child's lines are the session owner's from the first
         answer = await self.local.supervisor.spawn(continued, SpawnRequest(
             instruction=message, output_contract=kept.output_contract, tool_scope=kept.tool_scope, warm=True,
-            history=tuple(kept.history), on_admitted=claims))
+            history=tuple(kept.history), on_admitted=claims, model=kept.model))
         if isinstance(answer, SupervisorRefusal):
             claims.release()
             kept.status, kept.done, kept.result, kept.pending = "failed", True, answer.message, None

@@ -1,4 +1,4 @@
-"""Compose the self-MCP from a :class:`~agentd.config.model.Config`: surface + ASGI app + hypercorn.
+"""Compose the self-MCP from a :class:`~agentd.config.model.Config`: surface + ASGI app + HTTP server.
 
 The daemon calls ``await nursery.start(serve_self_mcp, config, backend, ...)`` in its own nursery;
 ``shutdown_trigger`` is the drain latch. Returns once serving has stopped and open streams were drained.

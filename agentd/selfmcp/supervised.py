@@ -37,6 +37,7 @@ class SupervisorBackend:
             warm=request.warm,
             on_admitted=request.on_admitted,
             journal_run=journal_run,
+            model=request.model,
         ))
         if isinstance(answer, SupervisorRefusal):
             self._refused += 1

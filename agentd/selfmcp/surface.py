@@ -529,6 +529,7 @@ class SelfMcpSurface:
             owner=ctx.principal.key,
             on_admitted=admitted,
             task=task,
+            model=str(arguments["model"]) if arguments.get("model") is not None else None,
         )
         queues = getattr(self.backend, "queues", None)  # --cluster: an async spawn is a queued row
         queued = bool(queues(spawn)) if queues is not None else False

@@ -68,6 +68,7 @@ TOOLS: Final[list[dict[str, Any]]] = [
                 "tool_scope": {"type": "array", "items": {"type": "string"}},
                 "async": {"type": "boolean", "default": False},
                 "warm": {"type": "boolean", "default": False},
+                "model": {"type": "string"},
             },
             "required": ["instruction"],
         },

@@ -16,6 +16,7 @@ import trio
 
 from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
+from agentd.prices import BUDGET_USD
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.telemetry import metrics
 
@@ -36,6 +37,11 @@ class Tokens(Protocol):
     @property
     def total(self) -> int: ...
 
+    @property
+    def cost(self) -> int | None:
+        """What they cost in picodollars (agentd.prices); None: not priced."""
+        ...
+
 
 class Authority(Protocol):
     """``tree`` names the root's run tree a root-level spawn or the root's own usage belongs to (the
@@ -48,9 +54,10 @@ class Authority(Protocol):
 
     async def release(self, handle: str) -> None: ...
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool:
-        """Count ``usage`` for ``handle``; True when the root's own run (``handle`` is the root) must make no
-        further model call: past the ceiling, past its slice, or nothing left. A subagent past its slice
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
+        """Count ``usage`` for ``handle``; true when the root's own run (``handle`` is the root) must make no
+        further model call: past the ceiling, past its slice, or nothing left (``"budget_usd"``,
+        agentd.loop.runner.BUDGET_USD, when it is the money budget that is spent). A subagent past its slice
         is cancelled by the root instead (its report answers False below the root)."""
         ...
 
@@ -114,15 +121,27 @@ class LocalAuthority:
             await self._save(key)
         self.on_change()
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
         past = self.ledger.add_tokens(usage.total, handle, tree)
+        broke = spent_out = False
+        if usage.cost is not None:
+            spent = self.ledger.add_cost(usage.cost, handle, tree)
+            if spent is not None:
+                from agentd.journal.ledger import Overdrawn
+
+                if isinstance(spent, Overdrawn):
+                    broke = spent_out = True
+                else:
+                    spent_out = spent.remaining <= 0
         await self._save(key)
         own = handle == self.ledger.root
-        if past and not own:
+        if (past or broke) and not own:
             self.on_ceiling(handle)
         self.on_change()
+        if own and spent_out:
+            return BUDGET_USD
         return own and (past or self.ledger.spent_out(handle, tree))
 
     async def report_metrics(self, delta: MetricsDelta) -> None:
@@ -149,17 +168,19 @@ class LocalAuthority:
         self._loaded.add(tree)
         assert self.store is not None
         namespace, name = stored
-        from agentd.journal.ledger import load_ledger
+        from agentd.journal.ledger import load_books
 
         try:
-            saved = await load_ledger(self.store, name, namespace=namespace)
+            books = await load_books(self.store, name, namespace=namespace)
         except JournalError as exc:  # unreadable books: start afresh rather than refuse every spawn
             self.log.warn("journal.write_failed", namespace=namespace, error=str(exc))
             return
-        if saved is not None:
-            ended = self.ledger.adopt(tree, saved)
+        if books is not None:
+            saved, money = books
+            ended = self.ledger.adopt(tree, saved, money)
+            extra = {} if money is None else {"spent_usd_pico": money.committed() + money.overdrawn()}
             self.log.info("budget.restored", tree=name, committed=saved.committed(),
-                          ceiling=saved.ceiling, ended=ended)
+                          ceiling=saved.ceiling, ended=ended, **extra)
 
     async def _save(self, tree: str) -> None:
         stored = self._stored_as(tree)
@@ -171,7 +192,7 @@ class LocalAuthority:
         from agentd.journal.ledger import save_ledger
 
         try:
-            await save_ledger(self.store, name, book, namespace=namespace)
+            await save_ledger(self.store, name, book, namespace=namespace, money=self.ledger.existing_money(tree))
         except JournalError as exc:
             self.log.warn("journal.write_failed", namespace=namespace, error=str(exc))
 
@@ -236,12 +257,13 @@ class RemoteAuthority:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
         from agentd.supervisor.messages import Usage
 
         try:
             await self.channel.send(usage if isinstance(usage, Usage) else Usage(usage.prompt_tokens,
-                                                                                 usage.completion_tokens))
+                                                                                 usage.completion_tokens,
+                                                                                 cost=usage.cost))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         return False  # the root decides, and cancels a subtree past its slice

@@ -22,6 +22,14 @@ slice for the child out of what its parent has left (``budget``, default :func:`
 child's usage is charged to its slice, a child past its slice is reported like a tree past its ceiling (its
 subtree is cancelled), and what a child did not spend is refunded when it is released.
 
+The money budget (``--budget-usd``, in picodollars: agentd.prices) is a second set of books beside the
+tokens', the same :class:`~agentd.journal.ledger.Ledger` with the same rules: each spawn reserves a money
+slice out of what its caller has left (an even share of it, like the default token slice), a reply's cost
+is charged to the slice of the run that made it (the child prices it with its own model), a child past its
+money slice is cancelled, what it did not spend is refunded at its release, and the run tree's books are
+saved and restored with the tokens' (agentd.supervisor.authority). A caller with no money left cannot spawn
+(``budget_usd``).
+
 A served spawn (``served.N``) opens a run tree of its own whose books have ``served.N`` as their root: their
 ceiling is the spawn's ``budget`` (at most ``token_ceiling``; default the whole ceiling), its children
 (``served.N.1`` ...) reserve slices from it like the agent's own. A served warm session re-opened after a
@@ -42,7 +50,7 @@ from agentd import defaults
 from agentd.rule_of_two import check_trifecta
 
 if TYPE_CHECKING:  # the books load with the first admission or usage report (a once run's first reply)
-    from agentd.journal.ledger import Ledger
+    from agentd.journal.ledger import Charged, Ledger, Overdrawn
 
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
@@ -54,6 +62,8 @@ class Caps:
     max_children: int = defaults.MAX_CHILDREN
     max_subagents: int = defaults.MAX_SUBAGENTS
     token_ceiling: int = defaults.TOKEN_CEILING
+    #: The money budget of each run tree, in picodollars (agentd.prices); None: no money budget.
+    budget_usd: int | None = None
     spawn_burst: int = defaults.SPAWN_BURST
     spawn_rate: float = defaults.SPAWN_RATE
 
@@ -155,7 +165,7 @@ class TreeLedger:
     """Who is alive in the tree, with which scope, and how many tokens the tree has used. (A plain class, like
     the token bucket.)"""
 
-    __slots__ = ("_books", "_bucket", "_children", "_live", "_minted", "_tree_of", "_tree_tokens", "caps",
+    __slots__ = ("_books", "_bucket", "_children", "_live", "_minted", "_money", "_tree_of", "_tree_tokens", "caps",
                  "draining", "root", "root_scope", "server_tags", "tokens_used")
 
     def __init__(self, caps: Caps, root_scope: frozenset[str], root: str = "0", tokens_used: int = 0,
@@ -178,6 +188,8 @@ class TreeLedger:
         self._tree_tokens: OrderedDict[str, int] = OrderedDict()
         #: Run tree -> its reservation books (the agent's own trees; bounded like the counts).
         self._books: OrderedDict[str, Ledger] = OrderedDict()
+        #: Run tree -> its money books (``caps.budget_usd``), kept like the token books.
+        self._money: OrderedDict[str, Ledger] = OrderedDict()
         self._bucket = TokenBucket(caps.spawn_burst, caps.spawn_rate)
 
     @property
@@ -212,16 +224,40 @@ class TreeLedger:
             self._books.move_to_end(tree)  # most recently used last: a busy tree is never the one forgotten
         return book
 
-    def adopt(self, tree: str, book: Ledger) -> list[str]:
-        """Take over ``tree``'s books as an earlier process saved them: its subagents did not survive, so
-        their slices end (spent booked, the rest refunded); returns their handles. The tree's count starts
-        from what the books say was spent."""
+    def money(self, tree: str) -> Ledger | None:
+        """Run tree ``tree``'s money books (opened on first use with the whole ``budget_usd``, free), or None
+        when there is no money budget."""
+        if self.caps.budget_usd is None:
+            return None
+        book = self._money.get(tree)
+        if book is None:
+            from agentd.journal.ledger import Ledger
+
+            book = self._money[tree] = Ledger(self.caps.budget_usd)
+            while len(self._money) > TREES_KEPT:
+                self._money.popitem(last=False)
+        else:
+            self._money.move_to_end(tree)
+        return book
+
+    def existing_money(self, tree: str) -> Ledger | None:
+        return self._money.get(tree)
+
+    def adopt(self, tree: str, book: Ledger, money: Ledger | None = None) -> list[str]:
+        """Take over ``tree``'s books (its token books and, when saved, its money books) as an earlier process
+        saved them: its subagents did not survive, so their slices end (spent booked, the rest refunded);
+        returns their handles. The tree's count starts from what the books say was spent."""
         from agentd.journal.ledger import ROOT
 
         ended: list[str] = []
         for handle in book.open_handles():
             if handle != ROOT and handle in book:
                 ended.extend(book.end(handle).ended)
+        if money is not None and self.caps.budget_usd is not None:
+            for handle in money.open_handles():
+                if handle != ROOT and handle in money:
+                    money.end(handle)
+            self._money[tree] = money
         self._books[tree] = book
         self._tree_tokens[tree] = max(self._tree_tokens.get(tree, 0), book.committed() + book.overdrawn())
         return ended
@@ -333,6 +369,18 @@ class TreeLedger:
                     f"left of token_ceiling={ceiling}",
                     cap="token_budget",
                 )
+        money = self.money(tree) if slice_of is not None else None
+        money_want = 0
+        if money is not None and slice_of is not None and slice_of in money:
+            from agentd.prices import usd_text
+
+            money_left = money.available(slice_of)
+            money_want = default_slice(money_left, self.caps.max_children - children, depth, self.caps.max_depth,
+                                       money.ceiling, children)
+            if money_want <= 0:
+                return Refusal(
+                    f"spawn refused: budget_usd={usd_text(money.ceiling)} reached: handle {caller} has no money "
+                    "left for a subagent", cap="budget_usd")
         wait = self._bucket.take(now)
         if wait > 0:
             return Refusal(
@@ -351,6 +399,8 @@ class TreeLedger:
             self.book(tree, ceiling=want)
         elif slice_of is not None:
             self.book(tree).reserve(handle, want, parent=slice_of)
+            if money is not None and money_want > 0:
+                money.reserve(handle, money_want, parent=slice_of)
         return Admission(handle=handle, depth=depth_of(handle), scope=scope, budget=want or None)
 
     def mint_after(self, parent: str, n: int) -> None:
@@ -366,9 +416,13 @@ class TreeLedger:
         book = self._books.get(tree)
         if book is not None and handle in book:
             book.end(handle)
+        money = self._money.get(tree)
+        if money is not None and handle in money:
+            money.end(handle)
         over = tree if is_served_root(handle) and not self.draining else None
         if over is not None:
             self._books.pop(over, None)  # its count stays (``tree_tokens``), like a wake's
+            self._money.pop(over, None)
         # Children end before their parents (the nursery tree), so an ending subagent has none live, and a wide
         # tree's hundreds of endings each cost O(1); a subtree still recorded under it is swept as one.
         under = [handle] if self._children.get(handle, 0) == 0 else [h for h in self._live if is_within(h, handle)]
@@ -405,6 +459,25 @@ class TreeLedger:
 
             overdrawn = isinstance(book.charge(self._slice(who), n), Overdrawn)
         return overdrawn or total > self.ceiling_of(key)
+
+    def add_cost(self, cost: int, handle: str | None = None, tree: str = "") -> Charged | Overdrawn | None:
+        """Charge ``cost`` picodollars spent by ``handle`` (default the root, in run tree ``tree``) to its money
+        slice: the ledger's decision (``Charged`` with what is left, or ``Overdrawn``: the money budget is spent
+        there), or None without a money budget (or a slice to charge)."""
+        if self.caps.budget_usd is None:
+            return None
+        who = self.root if handle is None else handle
+        money = self.money(self.tree_of(who, tree))
+        where = self._slice(who)
+        if money is None or where not in money:
+            return None
+        return money.charge(where, max(0, cost))
+
+    def money_spent_out(self, handle: str | None = None, tree: str = "") -> bool:
+        """Has ``handle`` (default the root, in ``tree``) no money left (its slice of ``budget_usd`` spent)?"""
+        who = self.root if handle is None else handle
+        money = self._money.get(self.tree_of(who, tree))
+        return money is not None and self._slice(who) in money and money.available(self._slice(who)) <= 0
 
     def spent_out(self, handle: str | None = None, tree: str = "") -> bool:
         """Has ``handle`` (default the root, in run tree ``tree``) nothing left to spend: its slice used up, or

@@ -5,10 +5,11 @@ the one round trip (a nested child asking the root for spawn admission) correlat
 by ``ref`` instead of JSON-RPC ids, so both directions stay plain notifications.
 
 Down (parent → child): ``spawn`` (the run payload, first frame, secrets included), ``ping``, ``cancel``,
-``inject`` (a warm session's next message), ``admitted``.
+``inject`` (a warm session's next message), ``admitted``, ``answered``.
 Up (child → parent): ``ready``, ``pong``, ``progress``, ``usage`` (token deltas of the child's whole
 subtree), ``result``, ``failed``, ``admit``, ``release``, ``metrics`` (a descendant's metric observations,
-passed up unchanged to the root when the root has metrics on).
+passed up unchanged to the root when the root has metrics on), ``ask`` (a question for a person, answered by
+``answered``: the same ``ref`` round trip as ``admit``).
 
 Decoding is strict about field types and lenient about unknown fields, so either side may grow.
 Hand-rolled rather than cattrs because the child imports this on its start-up path.
@@ -126,6 +127,8 @@ class Usage:
     prompt_tokens: int = attrs.field(default=0, validator=_int)
     completion_tokens: int = attrs.field(default=0, validator=_int)
     estimated_tokens: int = attrs.field(default=0, validator=_int)
+    #: What they cost in picodollars (agentd.prices), each reply priced by its run's model; None: not priced.
+    cost: int | None = attrs.field(default=None, validator=optional(_int))
 
     @property
     def total(self) -> int:
@@ -178,14 +181,41 @@ class MetricsDelta:
     observations: list[Any] = attrs.field(factory=list, validator=_list)
 
 
-Down: TypeAlias = Spawn | Ping | Cancel | Inject | Admitted
-Up: TypeAlias = Ready | Pong | Progress | Usage | Result | Failed | Admit | Release | MetricsDelta
+@attrs.frozen
+class Ask:
+    """A question for a person from a run in the child's subtree (agentd.approvals): a tool call to approve, or a
+    server's elicitation, forwarded up to the root's queue; the parent answers with :class:`Answered`."""
+
+    METHOD: ClassVar[str] = "ask"
+    ref: int = attrs.field(validator=_int)
+    kind: str = attrs.field(validator=_str)  # approval | elicitation
+    run_id: str = attrs.field(validator=_str)
+    server: str = attrs.field(validator=_str)
+    tool: str | None = attrs.field(default=None, validator=optional(_str))
+    summary: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
+    message: str | None = attrs.field(default=None, validator=optional(_str))
+    schema: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
+
+
+@attrs.frozen
+class Answered:
+    """A person's answer to :class:`Ask` (or the refusal when nobody can be asked)."""
+
+    METHOD: ClassVar[str] = "answered"
+    ref: int = attrs.field(validator=_int)
+    action: str = attrs.field(validator=_str)
+    reason: str | None = attrs.field(default=None, validator=optional(_str))
+    content: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
+
+
+Down: TypeAlias = Spawn | Ping | Cancel | Inject | Admitted | Answered
+Up: TypeAlias = Ready | Pong | Progress | Usage | Result | Failed | Admit | Release | MetricsDelta | Ask
 Message: TypeAlias = Down | Up
 
 _TYPES: dict[str, type[Any]] = {
     cls.METHOD: cls
     for cls in (Spawn, Ping, Cancel, Inject, Admitted, Ready, Pong, Progress, Usage, Result, Failed, Admit, Release,
-                MetricsDelta)
+                MetricsDelta, Ask, Answered)
 }
 
 

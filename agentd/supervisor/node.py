@@ -31,6 +31,7 @@ from agentd.supervisor.liveness import Liveness, LivenessSettings
 from agentd.supervisor.messages import (
     Admit,
     Admitted,
+    Ask,
     Cancel,
     Failed,
     Inject,
@@ -48,6 +49,7 @@ from agentd.supervisor.messages import (
 )
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "refused", "exhausted_steps", "exhausted_tokens",
+                      "exhausted_budget",
                       "deadline", "stalled", "loop_detected"})
 _STDERR_LINE_CAP = 8192
 
@@ -363,7 +365,8 @@ class SubagentNode:
         elif isinstance(message, Usage):
             self.usage_tokens += message.total
             prompt, completion = max(0, message.prompt_tokens), max(0, message.completion_tokens)
-            self.usage = self.usage.add(prompt, completion, min(max(0, message.estimated_tokens), prompt + completion))
+            self.usage = self.usage.add(prompt, completion, min(max(0, message.estimated_tokens), prompt + completion),
+                                        None if message.cost is None else max(0, message.cost))
             self.on_change()
             await self.authority.report_usage(self.handle, message)
         elif isinstance(message, Result):
@@ -390,8 +393,20 @@ class SubagentNode:
                 await self.authority.release(message.handle)
         elif isinstance(message, Progress):
             pass
+        elif isinstance(message, Ask):
+            nursery.start_soon(self._ask, message, channel)
         else:
             raise ChannelBroken(f"unexpected {message.METHOD!r} frame from a child")
+
+    async def _ask(self, request: Ask, channel: ControlChannel) -> None:
+        """A question for a person from this child's subtree: asked here (or further up), answered down."""
+        from agentd.supervisor.asks import answer_ask
+
+        answer = await answer_ask(request)
+        try:
+            await channel.send(answer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     async def _admit(self, request: Admit, channel: ControlChannel) -> None:
         # A child may only spawn under its own handle: the caller it claims is checked, not trusted.

@@ -102,6 +102,9 @@ class SpawnRequest:
     #: own run so that a spawn made again after a crash names the same run and resumes it; None: the child
     #: is not journaled (no journal, a warm session).
     journal_run: str | None = None
+    #: The model the child calls (``--models`` is the allow-list: :meth:`Supervisor.model_refusal`); None: the
+    #: spawner's own.
+    model: str | None = None
 
 
 @attrs.frozen
@@ -206,6 +209,11 @@ class Supervisor:
             metrics.spawn_refused("lame_duck")
             return self._refused(caller, Refusal("spawn refused: lame duck, no new served runs are accepted",
                                                  retryable=True, cap="lame_duck"))
+        if request.model is not None:
+            wrong = self.model_refusal(request.model)
+            if wrong is not None:  # before any admission: nothing is reserved, no process starts
+                metrics.spawn_refused("model")
+                return self._refused(caller, wrong)
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
@@ -246,6 +254,17 @@ class Supervisor:
         if request.warm:
             return await node.wait_turn()
         return node.view()
+
+    def model_refusal(self, model: str) -> Refusal | None:
+        """Why a spawn may not choose ``model``: the allow-list is the spawner's ``models`` (``--models``)
+        and its own model; with no ``--models``, only its own."""
+        own = self.child_config.get("model")
+        allowed = [own] if isinstance(own, str) else []
+        allowed += [m for m in self.child_config.get("models") or () if isinstance(m, str) and m not in allowed]
+        if model in allowed:
+            return None
+        return Refusal(f"spawn refused: model {model[:200]!r} is not allowed here (allowed: "
+                       f"{', '.join(allowed) or 'none'}; --models)", cap="model")
 
     def _pings(self) -> IdlePings:
         if self._idle_pings is None:
@@ -328,6 +347,8 @@ class Supervisor:
         from agentd.supervisor.messages import RunPayload
 
         config = dict(self.child_config)
+        if request.model is not None:
+            config["model"] = request.model  # the child's gateway requests carry it; its replies are priced by it
         servers = [s for s in config.get("mcp_servers", ()) if s.get("name") in admitted.scope]
         config["mcp_servers"] = servers
         config["a2a_peers"] = [p for p in config.get("a2a_peers", ()) if p.get("name") in admitted.scope]

@@ -36,6 +36,8 @@ SPAWN_SCHEMA: Mapping[str, Any] = {
         "token_budget": {"type": "integer", "minimum": 1,
                          "description": "Tokens reserved for the subagent and its own subagents out of what "
                                         "you have left (default: half of it); unused tokens come back."},
+        "model": {"type": "string", "minLength": 1,
+                  "description": "The model the subagent calls, one of those allowed (default: yours)."},
     },
     "required": ["instruction"],
     "additionalProperties": False,
@@ -79,6 +81,7 @@ def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None) 
         warm=warm,
         token_budget=int(arguments["token_budget"]) if arguments.get("token_budget") is not None else None,
         journal_run=None if warm else journal_run,
+        model=str(arguments["model"]) if arguments.get("model") is not None else None,
     )
 
 

@@ -106,7 +106,8 @@ def child_secrets(cfg: Config, env: Mapping[str, str]) -> dict[str, str]:
 def settings_from_config(cfg: Config) -> SupervisorSettings:
     return SupervisorSettings(
         caps=Caps(max_depth=cfg.max_depth, max_children=cfg.max_children, max_subagents=cfg.max_subagents,
-                  token_ceiling=cfg.token_ceiling, spawn_rate=float(cfg.spawn_rate), spawn_burst=cfg.spawn_burst),
+                  token_ceiling=cfg.token_ceiling, budget_usd=cfg.budget_usd, spawn_rate=float(cfg.spawn_rate),
+                  spawn_burst=cfg.spawn_burst),
         graces=Graces(cancel=cfg.cancel_grace, term=cfg.term_grace),
         liveness=LivenessSettings(pong_timeout=cfg.pong_timeout, progress_timeout=cfg.progress_timeout),
         drain_timeout=cfg.drain_timeout,

@@ -25,10 +25,13 @@ from agentd.patterns import Pattern
 from agentd.telemetry import schema
 from agentd.telemetry.recorder import Recorder
 from agentd.telemetry.schema import (
+    CAPS,
     GATEWAY_DURATION_BUCKETS,
     JOURNAL_LAG_BUCKETS,
     MCP_DURATION_BUCKETS,
+    SERVED_OUTCOMES,
     TOKEN_BUCKETS,
+    TOOL_OUTCOMES,
     Instrument,
 )
 
@@ -38,13 +41,6 @@ if TYPE_CHECKING:
 
 #: Breaker states as gauge values.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
-#: The caps a spawn refusal can name (anything else is ``other``).
-CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "spawn_rate", "draining", "tool_scope",
-               "caller")
-#: Served request outcomes.
-SERVED_OUTCOMES: Final = ("ok", "error", "tool_error", "refused")
-#: Tool call outcomes.
-TOOL_OUTCOMES: Final = ("result", "tool_error", "rejected", "fault")
 #: The MCP methods agentd's client sends; any other method is counted as ``other``.
 MCP_METHODS: Final = frozenset({
     "initialize", "server/discover", "ping", "tools/list", "tools/call", "resources/list", "resources/read",
@@ -67,6 +63,7 @@ class Sink(Protocol):
 
     def run_ended(self, status: str, depth: str) -> None: ...
     def step(self, input_tokens: int, output_tokens: int, depth: str) -> None: ...
+    def cost(self, usd: float, depth: str) -> None: ...
     def tool_call(self, server: str, outcome: str, depth: str) -> None: ...
     def mcp_request(self, method: str, server: str, seconds: float, error_type: str) -> None: ...
     def gateway_call(self, seconds: float, outcome: str) -> None: ...
@@ -145,6 +142,9 @@ class Deltas:
 
     def step(self, input_tokens: int, output_tokens: int, depth: str) -> None:
         self._add(["step", input_tokens, output_tokens])
+
+    def cost(self, usd: float, depth: str) -> None:
+        self._add(["cost", usd])
 
     def tool_call(self, server: str, outcome: str, depth: str) -> None:
         self._add(["tool", server, outcome])
@@ -270,9 +270,20 @@ def run_ended(status: str, depth: str = OWN_DEPTH) -> None:
         sink.run_ended(status, depth)
 
 
-def step(input_tokens: int, output_tokens: int, depth: str = OWN_DEPTH) -> None:
+def step(input_tokens: int, output_tokens: int, depth: str = OWN_DEPTH, *, cost: int | None = None) -> None:
+    """One model call's tokens, and what it cost in picodollars when the run is priced (agentd.prices)."""
+    if not _sinks:
+        return
     for sink in _sinks:
         sink.step(max(0, input_tokens), max(0, output_tokens), depth)
+    if cost is not None and cost > 0:
+        spent(cost / 10**12, depth)
+
+
+def spent(usd: float, depth: str = OWN_DEPTH) -> None:
+    """US dollars the tree's model calls cost (a float is fine here: a metric, not the budget's books)."""
+    for sink in _sinks:
+        sink.cost(usd, depth)
 
 
 def tool_call(server: str | None, outcome: str, depth: str = OWN_DEPTH) -> None:
@@ -376,6 +387,9 @@ def merge(depth: int, observations: Iterable[Any]) -> int:
         kind, args = item[0], item[1:]
         if kind == "step" and _ints(args, 2):
             step(args[0], args[1], label)
+        elif kind == "cost" and len(args) == 1 and isinstance(args[0], int | float) \
+                and not isinstance(args[0], bool) and 0 < args[0] < 10**6:
+            spent(float(args[0]), label)
         elif kind == "run" and _strs(args, 1):
             run_ended(_bounded("status", args[0]) if _STATUS.fullmatch(args[0]) else "other", label)
         elif kind == "tool" and _strs(args, 2):

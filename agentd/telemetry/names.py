@@ -55,6 +55,8 @@ AGENTD_AGENT_PATH: Final = "agentd.agent.path"
 AGENTD_RUN_STATUS: Final = "agentd.run.status"
 AGENTD_STEPS: Final = "agentd.run.steps"
 AGENTD_SERVER: Final = "agentd.mcp.server"
+#: A chat span's (one reply) or an agent span's (the run's own replies) cost in US dollars, when priced.
+AGENTD_COST_USD: Final = "agentd.cost_usd"
 
 # --- W3C trace context -----------------------------------------------------------------------------------
 TRACEPARENT: Final = "traceparent"

@@ -30,6 +30,9 @@ class Recorder:
         self.record(schema.TOKENS, input_tokens, ("input", depth))
         self.record(schema.TOKENS, output_tokens, ("output", depth))
 
+    def cost(self, usd: float, depth: str) -> None:
+        self.record(schema.COST, usd, (depth,))
+
     def tool_call(self, server: str, outcome: str, depth: str) -> None:
         self.record(schema.TOOL_CALLS, 1, (server, outcome, depth))
 

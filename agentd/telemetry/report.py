@@ -3,7 +3,7 @@
 The recorder sits on the root's event sink. Every run in the tree reports through it: the root's own
 lines directly, each subagent's as ``subagent.stderr`` lines that its parent relays (nested ones relayed
 again at every level), which the recorder unwraps. From ``run.start``/``run.end`` it builds one node per
-run (handle, status, steps, tokens, duration, children), from ``tool.result`` each server's call and
+run (handle, status, steps, tokens, its own replies' cost when priced, duration, children), from ``tool.result`` each server's call and
 error counts, and from ``subagent.refused``/``budget.exhausted`` the budget ledger.
 
 The file holds one JSON document per run tree (JSON Lines): the root run, each daemon wake, each served
@@ -56,6 +56,8 @@ class _Node:
     error: str | None = None
     #: The tool calls in flight (``tool.call`` seen, its ``tool.result`` not yet): call id -> tool name.
     calls: dict[str, str] = attrs.field(factory=dict)
+    #: What the run's own replies cost in US dollars (``cost_usd`` of its usage; priced runs only).
+    cost_usd: float | None = None
 
     def to_json(self, children: list[dict[str, Any]]) -> dict[str, Any]:
         duration = (round(self.ended - self.started, 3)
@@ -68,6 +70,8 @@ class _Node:
         }
         if self.error:
             doc["error"] = self.error
+        if self.cost_usd is not None:
+            doc["cost_usd"] = self.cost_usd
         return doc
 
 
@@ -127,6 +131,7 @@ class Recorder:
             if isinstance(raw, dict):
                 node.input_tokens = int(raw.get("prompt_tokens") or 0)
                 node.output_tokens = int(raw.get("completion_tokens") or 0)
+                node.cost_usd = _cost(raw, node.cost_usd)
             return self.node_view(node)
         self._count(event, line, run_id, handle)
         if event in ("tool.call", "tool.result"):
@@ -160,7 +165,7 @@ class Recorder:
         return {"event": "tree.node", "run_id": node.run_id.split("/", 1)[0], "handle": node.handle,
                 "parent": node.handle.rpartition(".")[0] or None, "status": node.status, "steps": node.steps,
                 "tokens": node.input_tokens + node.output_tokens, "tools": list(node.calls.values()),
-                "elapsed_s": elapsed}
+                "elapsed_s": elapsed, **({} if node.cost_usd is None else {"cost_usd": node.cost_usd})}
 
     def nodes(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` nodes as :meth:`node_view` (a new stream subscriber's snapshot)."""
@@ -176,6 +181,8 @@ class Recorder:
             usage: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
             node.input_tokens = int(usage.get("prompt_tokens") or 0)
             node.output_tokens = int(usage.get("completion_tokens") or 0)
+            own = usage.get("own")
+            node.cost_usd = _cost(own if isinstance(own, dict) else usage, node.cost_usd)
             node.ended = _epoch(line.get("ts"))
             node.calls.clear()
             if line.get("error"):
@@ -237,13 +244,15 @@ class Recorder:
             "tokens": {"input": 0, "output": 0, "total": 0}, "duration_s": None,
             "children": [build(r) for r in roots]}
         total = sum(n.input_tokens + n.output_tokens for n in nodes.values())
+        costs = [n.cost_usd for n in nodes.values() if n.cost_usd is not None]
+        spent = {"cost_usd": round(sum(costs), 12)} if costs else {}
         servers = {name: attrs.asdict(c) for name, c in sorted(self._servers.get(key, {}).items())}
         return {
             "run_id": key.split("#", 1)[0],
             "tree": top,
             "nodes": len(nodes),
             "servers": servers,
-            "budget": {"tokens_used": total, **dict(self.caps), "refusals": self._refusals.get(key, []),
+            "budget": {"tokens_used": total, **spent, **dict(self.caps), "refusals": self._refusals.get(key, []),
                        "exhausted": self._budget.get(key, [])},
         }
 
@@ -259,13 +268,24 @@ class Recorder:
 # --- rendering ---------------------------------------------------------------------------------------------
 
 
-def _rows(node: Mapping[str, Any], indent: int = 0) -> Iterable[list[str]]:
+def _cost(usage: Mapping[str, Any], before: float | None) -> float | None:
+    value = usage.get("cost_usd")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else before
+
+
+def _priced(node: Mapping[str, Any]) -> bool:
+    return "cost_usd" in node or any(_priced(c) for c in node.get("children") or [] if isinstance(c, Mapping))
+
+
+def _rows(node: Mapping[str, Any], indent: int = 0, priced: bool = False) -> Iterable[list[str]]:
     tokens = node.get("tokens") or {}
     duration = node.get("duration_s")
+    cost = node.get("cost_usd")
     yield ["  " * indent + str(node.get("handle")), str(node.get("status")), str(node.get("steps")),
-           str(tokens.get("total", 0)), "-" if duration is None else f"{duration:.3f}"]
+           str(tokens.get("total", 0)), *([("-" if cost is None else f"{cost:.6f}")] if priced else []),
+           "-" if duration is None else f"{duration:.3f}"]
     for child in node.get("children") or []:
-        yield from _rows(child, indent + 1)
+        yield from _rows(child, indent + 1, priced)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -281,7 +301,10 @@ def render(documents: Iterable[Mapping[str, Any]]) -> str:
     out: list[str] = []
     for doc in documents:
         out.append(f"run {doc.get('run_id')}  ({doc.get('nodes')} node(s))")
-        out.append(_table(["handle", "status", "steps", "tokens", "seconds"], list(_rows(doc.get("tree") or {}))))
+        tree = doc.get("tree") or {}
+        priced = _priced(tree)
+        out.append(_table(["handle", "status", "steps", "tokens", *(["usd"] if priced else []), "seconds"],
+                          list(_rows(tree, priced=priced))))
         servers = doc.get("servers") or {}
         if servers:
             out.append("")

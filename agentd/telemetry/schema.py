@@ -32,8 +32,19 @@ TOKEN_BUCKETS: Final = tuple(float(4 ** n) for n in range(14))
 #: Journal commit lag buckets (seconds), agentd's own: a local SQLite commit is ~ms, a shared store's tens of ms.
 JOURNAL_LAG_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
+#: The caps a spawn refusal can name (anything else is ``other``).
+CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "spawn_rate", "draining", "tool_scope",
+               "caller", "budget_usd", "model")
+#: Served request outcomes.
+SERVED_OUTCOMES: Final = ("ok", "error", "tool_error", "refused")
+#: Tool call outcomes.
+TOOL_OUTCOMES: Final = ("result", "tool_error", "rejected", "fault")
 #: What the GenAI convention puts on every chat metric (OTLP only).
 CHAT_ATTRIBUTES: Final = ((names.GEN_AI_OPERATION_NAME, names.OP_CHAT), (names.GEN_AI_PROVIDER_NAME, names.PROVIDER_OPENAI))
+
+
+def _values(*values: str) -> str:
+    return ", ".join(f"`{value}`" for value in values)
 
 
 @attrs.frozen
@@ -89,10 +100,14 @@ TOKENS: Final = Instrument(
     (Label("kind", "gen_ai.token.type", "`input`, `output`"), DEPTH), otel_kind="histogram", buckets=TOKEN_BUCKETS,
     otel_constants=CHAT_ATTRIBUTES, doc="OTLP has one observation per model call, buckets from the GenAI convention "
                                         "(1 … 67108864, powers of 4)")
+COST: Final = Instrument(
+    "agentd_cost_usd", "agentd.cost", "counter", "USD", "What the tree's model calls cost in US dollars (priced runs), "
+    "by depth", (DEPTH,), doc="priced runs only (`--price`); each reply at the price of the model that made it; a "
+                              "float here, the budget's books are integers")
 TOOL_CALLS: Final = Instrument(
     "agentd_tool_calls", "agentd.tool.calls", "counter", "{call}",
     "Tool calls by server (agentd = control tools), outcome and depth",
-    (SERVER, Label("outcome", "agentd.outcome", "`result`, `tool_error`, `rejected`, `fault`"), DEPTH))
+    (SERVER, Label("outcome", "agentd.outcome", _values(*TOOL_OUTCOMES)), DEPTH))
 MCP_DURATION: Final = Instrument(
     "mcp_client_operation_duration_seconds", "mcp.client.operation.duration", "histogram", "s",
     "Duration of MCP requests the tree sent",
@@ -115,8 +130,7 @@ SUBAGENTS_LIVE: Final = Instrument(
     "Live subagents of the whole tree by depth (root process)", (DEPTH,), doc="counted at the root's chokepoint")
 SPAWN_REFUSALS: Final = Instrument(
     "agentd_spawn_refusals", "agentd.spawn.refusals", "counter", "{spawn}", "Spawns refused at the chokepoint, by cap",
-    (Label("cap", "agentd.cap", "`max_depth`, `max_children`, `max_subagents`, `token_ceiling`, `spawn_rate`, "
-                                "`draining`, `tool_scope`, `caller`, `other`"),), doc="whole tree")
+    (Label("cap", "agentd.cap", _values(*CAPS, "other")),), doc="whole tree")
 WAKES: Final = Instrument("agentd_wakes", "agentd.wakes", "counter", "{wake}",
                           "Reactive wakes (runs started by an update, a timer or a cron)")
 COALESCED: Final = Instrument("agentd_coalesced_updates", "agentd.coalesced_updates", "counter", "{update}",
@@ -125,7 +139,7 @@ SERVED_SESSIONS: Final = Instrument("agentd_served_sessions", "agentd.served.ses
                                     "Open self-MCP sessions", doc="legacy wire")
 SERVED_REQUESTS: Final = Instrument(
     "agentd_served_requests", "agentd.served.requests", "counter", "{request}", "Self-MCP requests by outcome",
-    (Label("outcome", "agentd.outcome", "`ok`, `error`, `tool_error`, `refused`"),))
+    (Label("outcome", "agentd.outcome", _values(*SERVED_OUTCOMES)),))
 JOURNAL_LAG: Final = Instrument(
     "agentd_journal_commit_lag_seconds", "agentd.journal.commit.lag", "histogram", "s",
     "Time from a step's end to its journal commit (--state-dir)", buckets=JOURNAL_LAG_BUCKETS,
@@ -153,7 +167,7 @@ PROCESS_MEMORY: Final = Instrument(
     otel_kind="updown", doc="the root process (Linux); Prometheus also has the other `process_*` series")
 
 #: The recorded instruments (everything but :data:`PROCESS_MEMORY`), in the docs' order.
-RECORDED: Final = (RUNS, STEPS, TOKENS, TOOL_CALLS, MCP_DURATION, GATEWAY_DURATION, FAILOVERS, BREAKER,
+RECORDED: Final = (RUNS, STEPS, TOKENS, COST, TOOL_CALLS, MCP_DURATION, GATEWAY_DURATION, FAILOVERS, BREAKER,
                    SUBAGENTS_LIVE, SPAWN_REFUSALS, WAKES, COALESCED, SERVED_SESSIONS, SERVED_REQUESTS, JOURNAL_LAG,
                    JOURNAL_QUEUE, CLUSTER_MEMBER_FREE, CLUSTER_MEMBERS, CLUSTER_FREE, CLUSTER_QUEUED, CLUSTER_OLDEST)
 #: Every series family agentd exports.

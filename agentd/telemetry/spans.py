@@ -35,9 +35,12 @@ def agent_span(agent_path: str, run_id: str, model: str, instruction: str) -> Ab
     return telemetry.span(f"{names.OP_INVOKE_AGENT} {AGENT_NAME}", attributes=attributes)
 
 
-def end_agent_span(span: Span, status: str, steps: int, input_tokens: int, output_tokens: int) -> None:
+def end_agent_span(span: Span, status: str, steps: int, input_tokens: int, output_tokens: int,
+                   cost: int | None = None) -> None:
     if not span.is_recording():
         return
+    if cost is not None:
+        span.set_attribute(names.AGENTD_COST_USD, cost / 10**12)
     span.set_attribute(names.AGENTD_RUN_STATUS, status)
     span.set_attribute(names.AGENTD_STEPS, steps)
     span.set_attribute(names.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
@@ -58,9 +61,11 @@ def chat_span(model: str, provider: str = names.PROVIDER_OPENAI) -> AbstractCont
 
 
 def end_chat_span(span: Span, input_tokens: int, output_tokens: int, finish_reason: str | None,
-                  response_model: str | None = None) -> None:
+                  response_model: str | None = None, cost: int | None = None) -> None:
     if not span.is_recording():
         return
+    if cost is not None:
+        span.set_attribute(names.AGENTD_COST_USD, cost / 10**12)
     span.set_attribute(names.GEN_AI_USAGE_INPUT_TOKENS, input_tokens)
     span.set_attribute(names.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)
     if finish_reason:

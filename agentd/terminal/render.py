@@ -112,6 +112,9 @@ def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) 
     if doc.get("error"):
         console.print(Text(f"agentd ctl {command}: {visible_line(str(doc['error']))}", style="bold red"), markup=False)
         return
+    if command == "approvals":
+        _approvals_table(doc, console)
+        return
     if command != "status":
         for key, value in doc.items():
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
@@ -128,6 +131,8 @@ def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) 
     console.print(Text(f"subagents {capacity.get('live_subagents')} live of {capacity.get('max_subagents')}"
                        f" · {supervisor.get('tokens_used')} tokens used · held {doc.get('held')}"
                        f" · {'accepting' if capacity.get('accepting') else 'not accepting'}", style="dim"))
+    if doc.get("approvals"):
+        console.print(Text(f"{doc['approvals']} waiting for a person (agentd ctl approvals)", style="yellow"))
     runs = doc.get("runs") or []
     if runs:
         table = Table(title_justify="left", expand=False)
@@ -143,6 +148,31 @@ def ctl_text(command: str, doc: Mapping[str, Any], out: TextIO, *, color: bool) 
     if config.get("path") or config.get("reloads"):
         console.print(Text(f"config {config.get('path') or '(command line)'} · {config.get('reloads')} reloads",
                            style="dim"))
+
+
+def _approvals_table(doc: Mapping[str, Any], console: Any) -> None:
+    """``agentd ctl approvals``: one row per item that waits (a tool call, or a server's question)."""
+    items = list(doc.get("approvals") or [])
+    if not items:
+        console.print(Text("nothing waits for a person", style="dim"))
+        return
+    table = Table(title="waiting for a person", title_justify="left", expand=False)
+    for column in ("id", "what", "run", "details", "waiting"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", "waiting"))
+    for item in items:
+        if item.get("kind") == "approval":
+            what = str(item.get("tool"))
+            args = item.get("arguments") or {}
+            details = ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                                for k, v in args.items()) or "(no arguments)"
+        else:
+            what = f"question from {item.get('server')}"
+            fields = ", ".join(map(str, ((item.get("schema") or {}).get("properties") or {}).keys()))
+            details = f"{item.get('message')}" + (f" [fields: {fields}]" if fields else "")
+        table.add_row(_plain(item.get("id")), _plain(what), _plain(item.get("run_id")), Text(visible(details)),
+                      f"{item.get('waiting_s')} s")
+    console.print(table)
+    console.print(Text("agentd ctl approve ID · deny ID [REASON] · answer ID JSON", style="dim"))
 
 
 def _when(ts: Any) -> str:

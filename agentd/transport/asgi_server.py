@@ -458,14 +458,15 @@ class McpAsgiApp:
             # the declared length is all there is (the HTTP layer enforces it): no wait for the end
             return not message.get("more_body", False) or size == declared
 
-        # hypercorn's ``receive`` is a memory channel's: what already arrived (a small body comes with its
-        # request) is taken without a timeout scope or a checkpoint; the timed loop waits for the rest.
-        channel = getattr(receive, "__self__", None)
+        # agentd's server's ``receive`` (like a memory channel's) has a ``receive_nowait``: what already arrived
+        # (a small body comes with its request) is taken without a timeout scope or a checkpoint; the timed loop
+        # waits for the rest.
+        take = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
         done = False
-        if isinstance(channel, trio.MemoryReceiveChannel):
+        if take is not None:
             try:
                 while not done:
-                    done = complete(channel.receive_nowait())
+                    done = complete(take())
             except trio.WouldBlock:
                 pass
         if not done:

@@ -1,5 +1,5 @@
 """``--metrics-addr``: Prometheus exposition at ``GET /metrics`` (plus the ``/healthz`` and ``/readyz``
-probes), served by the same hypercorn plumbing, connection guard and TLS as the self-MCP server.
+probes), served by the same HTTP server, connection guard and TLS as the self-MCP server.
 
 A loopback listener needs no authentication. A non-loopback one follows the self-MCP's rules (config
 validation refuses it otherwise): ``--serve-bearer`` is required on ``/metrics`` when set, and with

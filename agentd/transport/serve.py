@@ -1,20 +1,20 @@
-"""Serve an ASGI app with hypercorn's HTTP protocols inside agentd's nursery: TLS, mTLS, rotation.
+"""Serve an ASGI app inside agentd's nursery: bind, TLS, mTLS, certificate rotation, graceful shutdown.
 
 ``serve_mcp`` binds, reports the bound URLs through ``task_status``, and returns once
 ``shutdown_trigger`` fires and every connection has finished (open streams are told first through
-``app.drain()``; connections still busy after ``graceful_timeout`` are cut). The accept loop and the
-per-connection guard are agentd's own (:mod:`agentd.transport.connections`), not hypercorn's worker, so one
-connection's failure never ends the daemon. hypercorn gets a context *proxy* whose ``wrap_bio`` (the one call trio's
-``SSLListener`` makes per connection) uses the newest :class:`ssl.SSLContext`, so rotated certificate,
-key and client-CA files take effect for new connections without a restart. (Switching contexts in an SNI
-callback would not do: OpenSSL keeps the first context's verify settings, so a rotated client CA would
-be ignored.)
+``app.drain()``; connections still busy after ``graceful_timeout`` are cut). The HTTP server is agentd's own:
+the accept loop and per-connection guard (:mod:`agentd.transport.connections`), HTTP/1.1 on h11, WebSocket on
+wsproto, HTTP/2 on h2 (see docs/design/served-edge.md for why not hypercorn). trio's ``SSLListener`` gets a
+context *proxy* whose ``wrap_bio`` (the one call it makes per connection) uses the newest
+:class:`ssl.SSLContext`, so rotated certificate, key and client-CA files take effect for new connections
+without a restart. (Switching contexts in an SNI callback would not do: OpenSSL keeps the first context's
+verify settings, so a rotated client CA would be ignored.)
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,15 +23,17 @@ from urllib.parse import urlsplit
 
 import attrs
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.utils import repr_socket_addr, wrap_app
 
 from agentd import defaults
 from agentd.errors import ConfigError
 from agentd.events import EventLog, null_log
 from agentd.loopback import is_loopback_host
-from agentd.transport.connections import H2_MAX_STREAMS, ConnectionLimits, Connections
+from agentd.transport.connections import ConnectionLimits, Connections
 from agentd.transport.resource_server import OAuthSettings
+from agentd.transport.served import Settings
+
+#: Pending connections the kernel queues before ``accept``.
+LISTEN_BACKLOG = 100
 
 
 class DrainableApp(Protocol):
@@ -140,7 +142,7 @@ class ReloadingTls:
 
     @property
     def front(self) -> ssl.SSLContext:
-        """What hypercorn (and trio's SSLListener) holds: every new connection wraps with ``current``."""
+        """What trio's SSLListener holds: every new connection wraps with ``current``."""
         return cast(ssl.SSLContext, _ContextProxy(self))
 
     def _files(self) -> list[Path]:
@@ -194,32 +196,6 @@ class _ContextProxy:
         return getattr(self._source.current, name)
 
 
-class _Config(HypercornConfig):
-    """hypercorn's config, but with our (reloading) TLS context."""
-
-    def __init__(self, context: ssl.SSLContext | None) -> None:
-        super().__init__()
-        self._agentd_context = context
-
-    @property
-    def ssl_enabled(self) -> bool:
-        return self._agentd_context is not None
-
-    def create_ssl_context(self) -> ssl.SSLContext | None:
-        return self._agentd_context
-
-
-class _EventHandler(logging.Handler):
-    """hypercorn's error log, as agentd events (stderr carries JSON lines only)."""
-
-    def __init__(self, log: EventLog) -> None:
-        super().__init__(logging.WARNING)
-        self._log = log
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._log.warn("serve.request", error=record.getMessage()[:500])
-
-
 @attrs.frozen
 class Serving:
     """What ``task_status.started`` reports."""
@@ -228,40 +204,26 @@ class Serving:
     port: int
 
 
-def hypercorn_config(cfg: ServeConfig, context: ssl.SSLContext | None, log: EventLog) -> HypercornConfig:
-    config = _Config(context)
-    host = cfg.host
-    config.bind = [f"[{host}]:{cfg.port}" if ":" in host else f"{host}:{cfg.port}"]
-    config.keep_alive_timeout = cfg.header_timeout
-    config.graceful_timeout = cfg.graceful_timeout
-    config.ssl_handshake_timeout = cfg.header_timeout
-    config.accesslog = None
-    config.include_server_header = False  # do not advertise the server software; one header less per reply
-    # hypercorn closes a keep-alive connection after 1000 requests by default; a peer driving an agent over
-    # mTLS would pay a full handshake for that, so let long-lived connections live (idle ones still time out).
-    config.keep_alive_max_requests = 100_000
-    config.h2_max_concurrent_streams = H2_MAX_STREAMS
-    errors = logging.getLogger(f"agentd.serve.{id(config)}")
-    errors.propagate = False
-    errors.handlers = [_EventHandler(log)]
-    config.errorlog = errors
-    return config
+def settings(cfg: ServeConfig) -> Settings:
+    return Settings(idle_timeout=cfg.header_timeout, http2=cfg.http2, websocket_paths=cfg.websocket_paths)
 
 
-def _listeners(config: HypercornConfig) -> tuple[list[trio.abc.Listener[Any]], list[str]]:
-    sockets = config.create_sockets()
-    listeners: list[trio.abc.Listener[Any]] = []
-    binds = []
-    for sock in sockets.secure_sockets:
-        sock.listen(config.backlog)
-        listeners.append(trio.SSLListener(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
-                                          cast(ssl.SSLContext, config.create_ssl_context()), https_compatible=True))
-        binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
-    for sock in sockets.insecure_sockets:
-        sock.listen(config.backlog)
-        listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
-        binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
-    return listeners, binds
+async def _listener(cfg: ServeConfig, context: ssl.SSLContext | None) -> tuple[trio.abc.Listener[Any], str]:
+    host = cfg.host.strip("[]")
+    sock = trio.socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        await sock.bind((host, cfg.port))
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    bound_host, port = sock.getsockname()[:2]
+    where = f"[{bound_host}]:{port}" if ":" in bound_host else f"{bound_host}:{port}"
+    listener: trio.abc.Listener[Any] = trio.SocketListener(sock)
+    if context is None:
+        return listener, f"http://{where}"
+    return trio.SSLListener(listener, context, https_compatible=True), f"https://{where}"
 
 
 async def serve_mcp(
@@ -279,12 +241,11 @@ async def serve_mcp(
     check_serve_config(cfg)
     tls = (ReloadingTls(cfg.cert, cfg.key, cfg.client_ca, log, http2=cfg.http2)
            if cfg.tls and cfg.cert and cfg.key else None)
-    config = hypercorn_config(cfg, tls.front if tls is not None else None, log)
-    limits = ConnectionLimits(max_connections=cfg.max_connections, max_per_client=cfg.max_per_client,
-                              http2=cfg.http2, websocket_paths=cfg.websocket_paths)
-    connections = Connections(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, limits, log)
-    listeners, binds = _listeners(config)
-    serving = Serving(tuple(binds), int(binds[0].rsplit(":", 1)[1]) if binds else cfg.port)
+    limits = ConnectionLimits(max_connections=cfg.max_connections, max_per_client=cfg.max_per_client)
+    connections = Connections(app, settings(cfg), limits, log)
+    listener, bind = await _listener(cfg, tls.front if tls is not None else None)
+    listeners, binds = [listener], [bind]
+    serving = Serving(tuple(binds), int(bind.rsplit(":", 1)[1]))
     if on_bound is not None:
         on_bound(serving)
     async with trio.open_nursery() as nursery:
@@ -306,7 +267,7 @@ async def serve_mcp(
             # ``terminated`` is set, busy ones after their current response. Whatever is left at the grace
             # deadline is cut.
             app.drain()
-            await connections.context.terminated.set()
+            connections.drain()
             handlers.cancel_scope.deadline = trio.current_time() + cfg.graceful_timeout
         nursery.cancel_scope.cancel()  # served and drained: stop the certificate watcher too
     log.info("serve.stop")

@@ -4,8 +4,8 @@ Targets, each in its own process pinned to CPU 0 (the client runs on CPU 1):
 
 - ``agentd``: agentd's self-MCP (``McpAsgiApp`` over the sans-io core) as the daemon serves it (``serve_mcp``),
   legacy wire with a session, JSON responses;
-- ``floor``: a bare ASGI app on hypercorn's own trio worker (``hypercorn.trio.serve``, agentd's hypercorn
-  config) that ``json.loads`` the body and answers the same bytes agentd's ``status`` answers, with no
+- ``floor``: a bare ASGI app on hypercorn's own trio worker (``hypercorn.trio.serve``, agentd's serving
+  limits as config) that ``json.loads`` the body and answers the same bytes agentd's ``status`` answers, with no
   checks and no routing (the floor of this stack);
 - ``sdk``: the official Python SDK (``MCPServer`` with a ``status`` tool), stateful, JSON responses,
   on the same hypercorn trio worker;
@@ -46,11 +46,20 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 # -- servers (run in a child process) ----------------------------------------------------------------------
 
 def _hypercorn_config(port: int) -> Any:
-    """The hypercorn config agentd serves with (``agentd.transport.serve.hypercorn_config``): same for every target."""
-    from agentd.events import null_log
-    from agentd.transport.serve import ServeConfig, hypercorn_config
+    """The hypercorn config of every hypercorn target: agentd's serving limits (the idle limit, no ``server``
+    header, long-lived keep-alive connections), as agentd served with when it ran on hypercorn's protocols."""
+    from hypercorn.config import Config
 
-    return hypercorn_config(ServeConfig(f"http://127.0.0.1:{port}/mcp"), None, null_log())
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.keep_alive_timeout = 10.0
+    config.graceful_timeout = 3.0
+    config.ssl_handshake_timeout = 10.0
+    config.accesslog = None
+    config.include_server_header = False
+    config.keep_alive_max_requests = 100_000
+    config.h2_max_concurrent_streams = 32
+    return config
 
 
 #: What agentd's ``status`` tool answers in the benchmark (its fields and value types), for the floor to echo.
@@ -123,7 +132,7 @@ def _agentd_surface() -> Any:
 
 
 def serve_agentd(port: int) -> None:
-    """The daemon's own serving path (``serve_mcp``: agentd's accept loop around hypercorn's protocols)."""
+    """The daemon's own serving path (``serve_mcp``: agentd's accept loop and its own HTTP/1.1 on h11)."""
     import trio
 
     from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
@@ -388,7 +397,7 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
     async def measure(app: Any, agentd: bool) -> dict[str, float]:
         port = _free_port()
         async with trio.open_nursery() as nursery:
-            if agentd:  # the daemon's serving path: agentd's accept loop around hypercorn's protocols
+            if agentd:  # the daemon's serving path: agentd's accept loop and its own HTTP/1.1 on h11
                 from agentd.transport.serve import ServeConfig, serve_mcp
 
                 await nursery.start(lambda task_status: serve_mcp(

@@ -26,9 +26,9 @@ def params_of(req: Req) -> dict[str, Any]:
     return params
 
 
-def scripted(script: Any) -> Any:
+def scripted(script: Any, declared: tuple[str, ...] = ()) -> Any:
     """A modern peer whose tools/call and resources/read answers come from ``script(req)`` (None: default)."""
-    base = modern_peer()
+    base = modern_peer(declared=declared)
 
     async def handler(req: Req, resp: Resp) -> None:
         if req.method == "POST" and req.rpc_method in ("tools/call", "resources/read"):
@@ -116,3 +116,43 @@ async def test_a_server_that_never_completes_fails_the_call_after_the_round_cap(
                 await pool.call_tool("s", "t", {})
         nursery.cancel_scope.cancel()
     assert fake.methods().count("tools/call") == MAX_ROUNDS + 1
+
+
+async def test_an_opted_in_server_gets_the_run_s_answers_and_declares_them_per_request() -> None:
+    """``capabilities: [elicitation, sampling]``: each request's envelope declares both, and the embedded
+    requests are answered by what the run installed (agentd.approvals.answering) instead of refused."""
+    from agentd.approvals import answering
+
+    def script(req: Req) -> dict[str, Any] | None:
+        params = params_of(req)
+        if params.get("name") == "ask" and "inputResponses" not in params:
+            return {"resultType": "input_required", "requestState": STATE, "inputRequests": {
+                "confirm": {"method": "elicitation/create", "params": {"message": "sure?", "requestedSchema": {}}},
+                "draft": {"method": "sampling/createMessage", "params": {"messages": []}}}}
+        if params.get("name") == "ask":
+            return {"resultType": "complete", "content": [{"type": "text", "text": "asked"}]}
+        return None
+
+    asked: list[tuple[str, str]] = []
+
+    async def answer(server_name: str, method: str, params: Any) -> dict[str, Any]:
+        asked.append((server_name, method))
+        if method == "elicitation/create":
+            return {"action": "accept", "content": {"ok": True}}
+        return {"role": "assistant", "content": {"type": "text", "text": "draft"}, "model": "m"}
+
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(serve_fake, scripted(script, ("elicitation", "sampling")))
+        opted = server(fake.url, era="modern", capabilities=("elicitation", "sampling"))
+        async with open_mcp_pool([opted], log=Events().log) as pool:
+            with trio.fail_after(10), answering(answer):
+                got = await pool.call_tool("s", "ask", {})
+        nursery.cancel_scope.cancel()
+    assert got.content == [{"type": "text", "text": "asked"}]
+    assert asked == [("s", "elicitation/create"), ("s", "sampling/createMessage")]
+    asks = [params_of(r) for r in fake.requests if r.rpc_method == "tools/call"]
+    assert asks[1]["inputResponses"] == {"confirm": {"action": "accept", "content": {"ok": True}},
+                                         "draft": {"role": "assistant", "content": {"type": "text", "text": "draft"},
+                                                   "model": "m"}}
+    declared = asks[0]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+    assert declared["elicitation"] == {} and declared["sampling"] == {}

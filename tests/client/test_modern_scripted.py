@@ -20,8 +20,10 @@ CAPS = {"tools": {"listChanged": True}, "resources": {"subscribe": True}}
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
 
 
-def modern_peer(*, listen: Any = None, overrides: dict[str, Any] | None = None, refusal: int = -32602):  # type: ignore[no-untyped-def]
-    """A handshake-less peer; ``listen(req, resp)`` scripts subscriptions/listen, ``overrides`` other results."""
+def modern_peer(*, listen: Any = None, overrides: dict[str, Any] | None = None, refusal: int = -32602,  # type: ignore[no-untyped-def]
+                declared: tuple[str, ...] = ()):
+    """A handshake-less peer; ``listen(req, resp)`` scripts subscriptions/listen, ``overrides`` other results;
+    ``declared``: the client capabilities the host opted this server in to (expected in every envelope)."""
 
     async def handler(req: Req, resp: Resp) -> None:
         method = req.rpc_method
@@ -34,7 +36,7 @@ def modern_peer(*, listen: Any = None, overrides: dict[str, Any] | None = None, 
         meta = (req.json.get("params") or {}).get("_meta") or {}
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
         # agentd declares the tasks extension on tools/call and tasks/* only (agentd.mcp.tasks)
-        assert meta["io.modelcontextprotocol/clientCapabilities"] == client_capabilities(method)
+        assert meta["io.modelcontextprotocol/clientCapabilities"] == client_capabilities(method, declared)
         assert req.headers["mcp-protocol-version"] == "2026-07-28" and req.headers["mcp-method"] == method
         assert "mcp-session-id" not in req.headers
         if method == "server/discover":

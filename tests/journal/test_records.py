@@ -28,6 +28,8 @@ SAMPLES = [
     r.BudgetReserved("h-2", "root", 500),
     r.BudgetCharged("h-2", 20),
     r.BudgetRefunded("h-2", 480),
+    r.ApprovalPending(1, "c1", "pay", "charge", {"amount": 3, "token": "***"}),
+    r.ApprovalDecided(1, "c1", "deny", "too much"),
 ]
 
 

@@ -271,6 +271,14 @@ def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0, tas
             "--page-size", str(page_size), *(["--tasks"] if tasks else [])]
 
 
+def events_server_argv(*, port: int = 0, next_poll_ms: int = 1000, push: bool = False,
+                       heartbeat: float = 30.0) -> list[str]:
+    """argv of the events-extension peer (tests/peers/servers/events_server.py, 2026-07-28 only; ``push``: it
+    offers ticket.created by events/stream too)."""
+    return [sys.executable, str(SERVERS / "events_server.py"), "--port", str(port), "--next-poll-ms",
+            str(next_poll_ms), "--heartbeat", str(heartbeat), *(["--push"] if push else [])]
+
+
 def everything_server_dir() -> Path:
     return NODE_MODULES / "@modelcontextprotocol" / "server-everything"
 

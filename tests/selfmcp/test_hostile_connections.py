@@ -178,32 +178,33 @@ async def test_http2_floods_close_only_the_flooding_connection() -> None:
     _clean(log)
 
 
-async def test_a_failing_connection_is_contained_logged_and_closed() -> None:
-    """The containment itself, with a failure no bound prevents: DATA that arrives (legally) after the server
-    answered and ended the stream makes hypercorn's h2 protocol raise ``KeyError``. Before, that ended the
-    process; now that one connection is closed and ``serve.connection_error`` names the class, nothing more."""
+async def test_a_late_request_body_after_the_answer_leaves_the_connection_usable() -> None:
+    """DATA that arrives (legally) after the server answered and ended the stream: hypercorn's h2 protocol raised
+    ``KeyError`` there (contained by the connection guard, then the connection closed). agentd's own HTTP/2 drops
+    the late body (its flow-control window returned) and the same connection serves the next stream."""
     log: list[str] = []
     async with _daemon("--serve-http2", log=log) as url:
-        for _ in range(3):
-            conn = _h2_client()
-            conn.send_headers(1, [(":method", "POST"), (":path", "/nope"), (":scheme", "http"),
-                                  (":authority", "127.0.0.1")])
-            sock = await trio.open_tcp_stream("127.0.0.1", _port(url))
-            async with sock:
+        conn = _h2_client()
+        sock = await trio.open_tcp_stream("127.0.0.1", _port(url))
+        async with sock:
+            for stream_id in (1, 3, 5):
+                conn.send_headers(stream_id, [(":method", "POST"), (":path", "/nope"), (":scheme", "http"),
+                                              (":authority", "127.0.0.1")])
                 await sock.send_all(conn.data_to_send())
                 ended = False
                 with trio.fail_after(10):
                     while not ended:
                         data = await sock.receive_some(65536)
                         assert data
-                        ended = any(isinstance(e, h2.events.StreamEnded) for e in conn.receive_data(data))
-                conn.send_data(1, b"late body", end_stream=True)
-                await _send(sock, conn.data_to_send())
-                await _until_closed(sock, 10)
-            await _served(url)
+                        events = conn.receive_data(data)
+                        ended = any(isinstance(e, h2.events.StreamEnded) for e in events)
+                        assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in events)
+                        await _send(sock, conn.data_to_send())
+                conn.send_data(stream_id, b"late body", end_stream=True)
+                await sock.send_all(conn.data_to_send())
+        await _served(url)
     _clean(log)
-    errors = [json.loads(line) for line in log if '"serve.connection_error"' in line]
-    assert errors and errors[0]["error"] == "KeyError" and errors[0]["level"] == "warn"
+    assert not any('"serve.connection_error"' in line for line in log)
 
 
 async def test_an_idle_http2_connection_kept_alive_by_pings_is_closed() -> None:

@@ -1,8 +1,8 @@
-"""The served path's per-request cost in hypercorn's connection runner (agentd.transport.connections).
+"""The served path's per-request cost in agentd's HTTP/1.1 runner (agentd.transport.http11).
 
 A sized HTTP/1.1 response leaves in one write (head and body together, no empty write for its end), while a
 streamed one (SSE, no ``Content-Length``) still sends its head at once; a keep-alive request starts one task
-(hypercorn's for the app), not also a fresh idle timer; and the idle limit still closes an idle connection.
+(the app's), not also a fresh idle timer; and the idle limit still closes an idle connection.
 """
 
 from __future__ import annotations
@@ -11,15 +11,10 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypercorn.events import Event, RawData
-from hypercorn.trio.task_group import TaskGroup
-from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
-from hypercorn.utils import wrap_app
 
-from agentd.events import null_log
-from agentd.transport.connections import _H11
-from agentd.transport.serve import ServeConfig, hypercorn_config, serve_mcp
+from agentd.transport.http11 import Http11
+from agentd.transport.serve import ServeConfig, serve_mcp, settings
+from agentd.transport.served import Served
 
 REQUEST = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -33,24 +28,55 @@ async def _sized(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"{}"})
 
 
-async def _writes(app: Any, *, until: trio.Event | None = None) -> list[bytes]:
-    """The bytes hypercorn's HTTP/1.1 protocol (agentd's subclass) hands the socket, one entry per write."""
-    writes: list[bytes] = []
+class _Recorded(trio.abc.Stream):
+    """The server's end of a real socket pair, each ``send_all`` recorded."""
 
-    async def sink(event: Event) -> None:
-        if isinstance(event, RawData):
-            writes.append(event.data)
+    def __init__(self, inner: trio.SocketStream) -> None:
+        self.inner = inner
+        self.writes: list[bytes] = []
 
-    config = hypercorn_config(ServeConfig("http://127.0.0.1:1/mcp"), None, null_log())
-    async with TaskGroup() as group:
-        protocol = _H11(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, WorkerContext(None), group,
-                        ConnectionState({}), False, ("127.0.0.1", 1), ("127.0.0.1", 2), sink)
-        await protocol.handle(RawData(REQUEST))
-        await trio.testing.wait_all_tasks_blocked()
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _read_until(stream: trio.SocketStream, end: bytes) -> bytes:
+    got = b""
+    with trio.fail_after(10):
+        while end not in got:
+            chunk = await stream.receive_some(65536)
+            assert chunk, got
+            got += chunk
+    return got
+
+
+async def _writes(app: Any, *, until: trio.Event | None = None, end: bytes = b"}") -> list[bytes]:
+    """The bytes the HTTP/1.1 runner hands the socket for one request, one entry per write."""
+    errors: list[BaseException] = []
+    ours, theirs = trio.socket.socketpair()
+    server = _Recorded(trio.SocketStream(ours))
+    async with trio.SocketStream(theirs) as client, trio.open_nursery() as nursery:
+        served = Served(settings(ServeConfig("http://127.0.0.1:1/mcp")), trio.current_time())
+        connection = Http11(server, app, served, scheme="http", client=None, server=None, on_app_error=errors.append)
+        nursery.start_soon(connection.run)
+        await client.send_all(REQUEST)
+        await _read_until(client, b"\r\n\r\n" if until is not None else end)
         if until is not None:
             until.set()
-            await trio.testing.wait_all_tasks_blocked()
-    return writes
+            await _read_until(client, end)
+        connection.close()
+    await server.aclose()
+    assert not errors
+    return server.writes
 
 
 async def test_a_sized_response_leaves_in_one_write() -> None:
@@ -70,7 +96,7 @@ async def test_a_streamed_response_sends_its_head_before_its_first_event() -> No
         await go.wait()
         await send({"type": "http.response.body", "body": b"data: x\n\n", "more_body": False})
 
-    writes = await _writes(sse, until=go)
+    writes = await _writes(sse, until=go, end=b"data: x")
     assert heads and writes[0].startswith(b"HTTP/1.1 200 ") and writes[0].endswith(b"\r\n\r\n")
     assert b"data: x" in b"".join(writes[1:])
 
@@ -80,7 +106,7 @@ async def test_an_app_that_ends_without_a_body_still_sends_the_head() -> None:
         await receive()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
 
-    writes = await _writes(headless)
+    writes = await _writes(headless, end=b"\r\n\r\n")
     assert writes and writes[0].startswith(b"HTTP/1.1 200 ")
 
 
@@ -123,7 +149,7 @@ async def test_keep_alive_requests_start_no_idle_timer_task_and_idle_connections
             for _ in range(20):
                 await _request(stream)
             trio.lowlevel.remove_instrument(spawns)
-            assert spawns.count == 20  # hypercorn's one task per request for the app; no idle timer restarts
+            assert spawns.count == 20  # one task per request, the app's; no idle timer restarts
             with trio.fail_after(5):  # idle past the 0.5 s limit: the server closes the connection
                 assert await stream.receive_some(65536) == b""
         nursery.cancel_scope.cancel()

@@ -20,6 +20,7 @@ SPAWN_SCHEMA = {
         "tool_scope": {"type": "array", "items": {"type": "string"}},
         "async": {"type": "boolean", "default": False},
         "warm": {"type": "boolean", "default": False},
+        "model": {"type": "string"},
     },
     "required": ["instruction"],
 }

@@ -26,10 +26,9 @@ from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_ca
 
 ROOT = Caller(Origin.STDIO, "0")
 
-#: Never on a child's path (no MCP servers, telemetry off): CLIs and their renderers (rich and click come
-#: with ``import httpx`` when installed), the served side, YAML, JWT and crypto, OpenTelemetry, the A2A SDK
+#: Never on a child's path (no MCP servers, telemetry off): CLIs and their renderers, the served side, YAML, JWT and crypto, OpenTelemetry, the A2A SDK
 #: and pydantic, and the daemon's own modes and terminal views.
-NEVER = ("rich", "click", "pygments", "markdown_it", "hypercorn", "yaml", "jwt", "cryptography",
+NEVER = ("rich", "click", "pygments", "markdown_it", "hypercorn", "wsproto", "yaml", "jwt", "cryptography",
          "opentelemetry", "google", "pydantic", "a2a", "starlette", "uvicorn",
          "agentd.daemon", "agentd.selfmcp", "agentd.terminal", "agentd.reactive")
 
@@ -40,11 +39,21 @@ def _imported(text_: str) -> set[str]:
     return {m.group(1) for m in _IMPORT.finditer(text_)}
 
 
+#: httpx imports its own optional command-line client (click, rich, pygments) whenever click is installed, as it
+#: is in the test environment (uvicorn needs it) and is not beside agentd alone: that import is httpx's, not
+#: agentd's, so the children here run as they would where agentd is installed on its own.
+_SITECUSTOMIZE = 'import sys\nsys.modules.setdefault("httpx._main", None)\n'
+
+
 def _importtime_python(tmp_path: Path) -> tuple[Path, Path]:
     """A Python for the children that records its imports (``-X importtime``) into the returned file."""
     record = tmp_path / "importtime.txt"
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} -X importtime "$@" 2>>{record}\n')
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                      f'exec {sys.executable} -X importtime "$@" 2>>{record}\n')
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return record, python
 

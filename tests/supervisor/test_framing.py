@@ -111,7 +111,8 @@ async def test_a_result_json_cannot_take_as_it_is_goes_out_as_attrs_asdict_conve
     got = await receiver.receive()
     assert got == Result(status="completed", result={"tags": ["b"], "usage": {"prompt_tokens": 1,
                                                                                "completion_tokens": 0,
-                                                                               "estimated_tokens": 0}})
+                                                                               "estimated_tokens": 0,
+                                                                               "cost": None}})
 
 
 def test_payload_repr_hides_secrets():

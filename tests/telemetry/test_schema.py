@@ -36,7 +36,7 @@ def metrics_off_afterwards():
 def _every_call() -> None:
     """Each facade function once, failing outcomes included (so optional OTLP attributes appear too)."""
     metrics.run_ended("completed")
-    metrics.step(10, 5)
+    metrics.step(10, 5, cost=2_500_000_000)  # picodollars: 0.0025 USD
     metrics.tool_call("fs", "result")
     metrics.mcp_request("tools/call", "fs", 0.01, "tool_error")
     metrics.gateway_call(0.2, "error")

@@ -198,13 +198,11 @@ class ModernPeer:
                 result.setdefault("resultType", "complete")
                 await _json(send, 200, {"jsonrpc": "2.0", "id": rid, "result": result})
                 return
-            handler = {
-                "server/discover": self.discover,
-                "tools/list": self.tools_list,
-                "tools/call": self.tools_call,
-                "resources/list": self.resources_list,
-                "resources/read": self.resources_read,
-            }.get(rpc_method)
+            stream = self.streams().get(rpc_method)
+            if stream is not None:
+                await stream(rid, params, receive, send)
+                return
+            handler = self.handlers().get(rpc_method)
             if handler is None:
                 raise RpcError(404, METHOD_NOT_FOUND, f"Method not found: {rpc_method}")
             result = await _cancel_on_disconnect(receive, functools.partial(handler, params),
@@ -217,6 +215,20 @@ class ModernPeer:
         result.setdefault("resultType", "complete")
         result.setdefault("_meta", {})[META_SERVER_INFO] = SERVER_INFO
         await _json(send, 200, {"jsonrpc": "2.0", "id": rid, "result": result})
+
+    def streams(self) -> dict[str, Any]:
+        """Requests answered with a stream of their own, by method: ``(rid, params, receive, send)``."""
+        return {}
+
+    def handlers(self) -> dict[str, Any]:
+        """The request handlers by method (a subclass adds its own: tests/peers/servers/events_server.py)."""
+        return {
+            "server/discover": self.discover,
+            "tools/list": self.tools_list,
+            "tools/call": self.tools_call,
+            "resources/list": self.resources_list,
+            "resources/read": self.resources_read,
+        }
 
     def check_envelope(self, method: str, params: Any, headers: dict[str, str]) -> None:
         meta = params.get("_meta") if isinstance(params, dict) else None

@@ -1,0 +1,139 @@
+"""What a run answers when a server it calls asks the client something: elicitation and sampling.
+
+agentd declares no client capabilities by default (``capabilities: {}``, both requests refused with -32601: the
+smallest injection surface). A host opts one server in (``--mcp-capabilities NAME=elicitation,sampling``,
+``mcp_servers[].capabilities``); then a request that arrives during one of this run's tool calls to that server
+is answered here (the MCP client finds :class:`ServerAsks` through agentd.approvals.current_answerer):
+
+- ``elicitation/create`` (a form: ``message`` and ``requestedSchema``) is queued for a person like an approval
+  (``agentd ctl approvals`` shows it, ``agentd ctl answer ID JSON`` answers it, checked against the schema).
+  A subagent's queue forwards it up the tree to the root's (agentd.supervisor.asks). Where nobody can be asked
+  (a once run with no state directory and no control socket) it is declined at once, so the tool call goes on
+  and nothing hangs. A URL-mode request is
+  declined: agentd opens no browser.
+- ``sampling/createMessage`` is one chat request through the run's own gateway and model (the server's system
+  prompt and messages; no tools are ever offered to it), counted in the run's usage and budgets like the run's
+  own model calls; refused once the run's token budget is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from agentd.approvals import Refused, current_approvals
+from agentd.drain import current_drain
+from agentd.errors import IntelligenceError
+from agentd.events import EventLog
+from agentd.intelligence.wire import Usage
+from agentd.loop.ports import Intelligence
+from agentd.mcp import jsonrpc
+
+#: The longest question text kept from a server.
+MAX_MESSAGE: Final = 4000
+#: Why an elicitation is declined without asking.
+NOBODY: Final = "nobody can be asked here (run agentd with --state-dir or --ctl-socket)"
+#: The most messages one sampling request may carry.
+MAX_SAMPLING_MESSAGES: Final = 200
+
+#: Counts a sampling reply's usage in the run (its meter and the tree's ceiling).
+Count = Callable[[Usage], Awaitable[None]]
+
+
+class ServerAsks:
+    """One run's answers to its servers' requests (see the module docstring). (A plain class: one per run.)"""
+
+    __slots__ = ("count", "intel", "log", "run_id", "spent")
+
+    def __init__(self, run_id: str, log: EventLog, intel: Intelligence, count: Count,
+                 spent: Callable[[], bool]) -> None:
+        self.run_id = run_id
+        self.log = log
+        self.intel = intel
+        self.count = count
+        self.spent = spent
+
+    async def __call__(self, server: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        if method == "elicitation/create":
+            return await self.elicit(server, params)
+        if method == "sampling/createMessage":
+            return await self.sample(server, params)
+        raise Refused(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method[:64]}")
+
+    async def elicit(self, server: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        message = str(params.get("message") or "")[:MAX_MESSAGE]
+        schema = params.get("requestedSchema")
+        fields = {"server": server}
+        if params.get("mode", "form") != "form" or not isinstance(schema, dict):
+            self.log.warn("elicitation.decided", **fields, action="decline", waited_s=0.0,
+                          reason="only form requests (message and requestedSchema) are answered")
+            return {"action": "decline"}
+        queue = current_approvals()
+        if queue is None:
+            self.log.warn("elicitation.decided", **fields, action="decline", waited_s=0.0, reason=NOBODY)
+            return {"action": "decline"}
+        item = queue.elicitation(self.run_id, server, message, schema)
+        properties = schema.get("properties")
+        self.log.warn("elicitation.pending", id=item.id, **fields, message=self.log.content(message),
+                      fields=[str(k)[:64] for k in list(properties)[:32]] if isinstance(properties, dict) else [])
+        decision = await queue.wait(item, current_drain())
+        if decision is None:  # the process is stopping: the question is withdrawn
+            self.log.info("elicitation.decided", id=item.id, **fields, action="cancel", waited_s=0.0,
+                          reason="agentd is draining")
+            return {"action": "cancel"}
+        self.log.info("elicitation.decided", id=item.id, **fields, action=decision.action,
+                      waited_s=round(time.time() - item.created, 3))
+        if decision.action == "accept":
+            return {"action": "accept", "content": dict(decision.content or {})}
+        return {"action": decision.action}
+
+    async def sample(self, server: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        messages = params.get("messages")
+        if not isinstance(messages, list) or not messages or len(messages) > MAX_SAMPLING_MESSAGES:
+            raise Refused(jsonrpc.INVALID_PARAMS, f"messages must be a list of 1 to {MAX_SAMPLING_MESSAGES} messages")
+        chat: list[dict[str, Any]] = []
+        system = params.get("systemPrompt")
+        if isinstance(system, str) and system.strip():
+            chat.append({"role": "system", "content": system})
+        for item in messages:
+            if not isinstance(item, dict) or item.get("role") not in ("user", "assistant"):
+                raise Refused(jsonrpc.INVALID_PARAMS, "each message needs a role of user or assistant")
+            chat.append({"role": item["role"], "content": _text(item.get("content"))})
+        fields: dict[str, Any] = {"server": server, "messages": len(chat), "max_tokens": params.get("maxTokens")}
+        if self.spent():
+            self.log.warn("sampling.request", **fields, outcome="refused", prompt_tokens=0, completion_tokens=0,
+                          error="the run's token budget is spent")
+            raise Refused(jsonrpc.INTERNAL_ERROR, "the client's token budget for this run is spent")
+        try:
+            reply = await self.intel.complete(chat, ())
+        except IntelligenceError as exc:
+            self.log.warn("sampling.request", **fields, outcome="failed", prompt_tokens=0, completion_tokens=0,
+                          error=str(exc))
+            raise Refused(jsonrpc.INTERNAL_ERROR, "the client's model call failed") from None
+        await self.count(reply.usage)
+        self.log.info("sampling.request", **fields, outcome="ok", prompt_tokens=reply.usage.prompt_tokens,
+                      completion_tokens=reply.usage.completion_tokens)
+        return {"role": "assistant", "content": {"type": "text", "text": reply.content or ""},
+                "model": str(getattr(self.intel, "model", "")),
+                "stopReason": "maxTokens" if reply.finish_reason == "length" else "endTurn"}
+
+
+def _text(content: Any) -> str:
+    """A sampling message's content (one block or a list of them) as chat text: text verbatim, media labelled."""
+    blocks = content if isinstance(content, list) else [content]
+    parts: list[str] = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif block.get("type") in ("image", "audio"):
+            parts.append(f"[{block['type']}: {block.get('mimeType', 'unknown type')}, not shown]")
+        else:
+            parts.append(json.dumps(block, ensure_ascii=False, default=str)[:MAX_MESSAGE])
+    return "\n".join(parts)
+
+
+__all__ = ["MAX_MESSAGE", "NOBODY", "Count", "ServerAsks"]

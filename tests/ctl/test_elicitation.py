@@ -1,0 +1,147 @@
+"""Elicitation and sampling against npm server-everything, which registers its ``trigger-elicitation-request`` and
+``trigger-sampling-request`` tools only for a client that declares the capability. Default: agentd declares
+none, so neither tool exists. Opted in (``--mcp-capabilities``): a question lands in ``agentd ctl approvals`` and
+``agentd ctl answer`` answers it (checked against the server's schema); without anyone to ask it is declined at
+once; a sampling request goes through agentd's own gateway with no tools, and its tokens count in the run's
+usage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from agentd.mcp.client_session import ClientSession
+from agentd.mcp.types import Implementation
+from tests.ctl.daemon import Daemon, ctl, daemon
+from tests.peers import launch
+from tests.peers.gateway import Rule, ScriptedGateway, scripted_gateway, text, tool_call
+
+pytestmark = pytest.mark.interop
+
+ELICIT = "ev__trigger-elicitation-request"
+SAMPLE = "ev__trigger-sampling-request"
+
+
+def chats(gw: ScriptedGateway) -> list[object]:
+    return [r for r in gw.requests if r.path.endswith("/chat/completions")]
+
+
+def last_tool_message(gw: ScriptedGateway) -> str:
+    return [str(m.get("content")) for m in chats(gw)[-1].messages if m.get("role") == "tool"][-1]  # type: ignore[attr-defined]
+
+
+async def questions(d: Daemon, sock: str, timeout: float = 60) -> list[dict[str, object]]:
+    with trio.fail_after(timeout):
+        while True:
+            assert d.alive(), d.stderr.read_text()[-3000:]
+            code, doc = await ctl("approvals", "--socket", sock)
+            if code == 0 and doc["approvals"]:
+                return list(doc["approvals"])
+            await trio.sleep(0.05)
+
+
+def test_the_handshake_declares_only_what_the_host_opted_in() -> None:
+    info = Implementation(name="agentd", version="1")
+    assert ClientSession(info).start_initialize().params["capabilities"] == {}  # type: ignore[index]
+    opted = ClientSession(info, declared=("elicitation",))
+    assert opted.start_initialize().params["capabilities"] == {"elicitation": {}}  # type: ignore[index]
+
+
+async def test_by_default_the_server_sees_no_capability(tmp_path, everything_server: launch.PeerProcess):
+    async with scripted_gateway(default=text("fine")) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--instruction", "Look."]
+        async with daemon(argv, tmp_path) as d:
+            code, _ = await d.wait()
+        assert code == 0
+        offered = chats(gw)[0].tool_names  # type: ignore[attr-defined]
+        assert "ev__echo" in offered and ELICIT not in offered and SAMPLE not in offered
+
+
+async def test_a_question_is_answered_through_ctl_checked_against_its_schema(
+        tmp_path, everything_server: launch.PeerProcess):
+    sock = str(tmp_path / "agentd.sock")
+    rules = [Rule({"last_role": "tool"}, text("thanks"))]
+    async with scripted_gateway(rules=rules, default=tool_call(ELICIT, {})) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=elicitation", "--ctl-socket", sock, "--instruction", "Ask me.", "--deadline", "120s"]
+        async with daemon(argv, tmp_path) as d:
+            [item] = await questions(d, sock)
+            assert item["kind"] == "elicitation" and item["server"] == "ev"
+            assert item["message"] == "Please provide inputs for the following fields:"
+            schema = item["schema"]
+            assert isinstance(schema, dict) and schema["required"] == ["name"]
+            code, doc = await ctl("approve", str(item["id"]), "--socket", sock)
+            assert code == 1 and "answer" in doc["error"]
+            code, doc = await ctl("answer", str(item["id"]), json.dumps({"integer": 500}), "--socket", sock)
+            assert code == 1 and "does not match the requested schema" in doc["error"]  # still waits
+            code, doc = await ctl("answer", str(item["id"]), json.dumps({"name": "Ada", "integer": 7}),
+                                  "--socket", sock)
+            assert code == 0 and doc["action"] == "accept"
+            code, result = await d.wait()
+        assert code == 0 and result["result"] == "thanks"
+        observed = last_tool_message(gw)
+        assert "- Name: Ada" in observed and "- Favorite Integer: 7" in observed
+        assert [e["action"] for e in d.events("elicitation.decided")] == ["accept"]
+
+
+async def test_with_nobody_to_ask_a_question_is_declined_at_once(tmp_path, everything_server: launch.PeerProcess):
+    rules = [Rule({"last_role": "tool"}, text("declined"))]
+    async with scripted_gateway(rules=rules, default=tool_call(ELICIT, {})) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=elicitation", "--instruction", "Ask me.", "--deadline", "120s"]
+        async with daemon(argv, tmp_path) as d:
+            code, result = await d.wait()
+        assert code == 0 and result["result"] == "declined"
+        assert "declined" in last_tool_message(gw)
+        assert [e["action"] for e in d.events("elicitation.decided")] == ["decline"]
+
+
+async def test_sampling_uses_the_run_gateway_without_tools_and_counts_its_tokens(
+        tmp_path, everything_server: launch.PeerProcess):
+    rules = [Rule({"no_tools": True}, text("a sampled line", usage={"prompt_tokens": 40, "completion_tokens": 9})),
+             Rule({"last_role": "tool"}, text("relayed"))]
+    async with scripted_gateway(rules=rules, default=tool_call(SAMPLE, {"prompt": "say hi"})) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=sampling", "--instruction", "Sample.", "--deadline", "120s", "--model", "m-1"]
+        async with daemon(argv, tmp_path) as d:
+            code, result = await d.wait()
+        assert code == 0 and result["result"] == "relayed"
+        sampled = [r for r in chats(gw) if not r.tool_names]  # type: ignore[attr-defined]
+        assert len(sampled) == 1 and sampled[0].body["model"] == "m-1"  # type: ignore[attr-defined]
+        assert [m["role"] for m in sampled[0].messages] == ["system", "user"]  # type: ignore[attr-defined]
+        assert "say hi" in sampled[0].messages[1]["content"]  # type: ignore[attr-defined]
+        assert "a sampled line" in last_tool_message(gw)
+        usage = result["usage"]
+        assert usage["prompt_tokens"] == 10 + 40 + 10 and usage["completion_tokens"] == 5 + 9 + 5
+        [event] = d.events("sampling.request")
+        assert event["outcome"] == "ok" and event["prompt_tokens"] == 40
+
+
+async def test_a_subagent_s_question_reaches_the_person_at_the_root(tmp_path, everything_server: launch.PeerProcess):
+    from tests.peers.gateway import RecordedRequest
+
+    def said(request: RecordedRequest) -> str:
+        return " ".join(str(m.get("content")) for m in request.messages[:2] if m.get("role") in ("system", "user"))
+
+    def reply(request: RecordedRequest) -> dict[str, object]:
+        last = request.messages[-1] if request.messages else {}
+        if "CHILD" in said(request):
+            return text(f"child saw: {last.get('content')}") if last.get("role") == "tool" else tool_call(ELICIT, {})
+        if last.get("role") == "tool":
+            return text(f"parent got: {last.get('content')}")
+        return tool_call("subagent_spawn", {"instruction": "CHILD: ask the user"})
+
+    sock = str(tmp_path / "agentd.sock")
+    async with scripted_gateway(default=reply) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=elicitation", "--ctl-socket", sock, "--instruction", "PARENT: delegate", "--deadline", "120s"]
+        async with daemon(argv, tmp_path) as d:
+            [item] = await questions(d, sock)
+            assert item["kind"] == "elicitation" and item["server"] == "ev"
+            code, _ = await ctl("answer", str(item["id"]), json.dumps({"name": "Grace"}), "--socket", sock)
+            assert code == 0
+            code, result = await d.wait()
+        assert code == 0 and "- Name: Grace" in str(result["result"])
+        assert len(chats(gw)) == 4

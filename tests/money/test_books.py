@@ -1,0 +1,88 @@
+"""The money budget's decisions as data: prices read exactly, each spawn's money slice reserved out of its
+caller's, a child's cost charged to its slice and the rest refunded at its release, a caller with no money
+left refused, and the books saved and adopted with the token books through the state store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentd.errors import ConfigError
+from agentd.journal.ledger import MONEY_KEY, NAMESPACE, ROOT, Charged, Overdrawn
+from agentd.journal.sqlite import open_journal
+from agentd.prices import PICO_PER_USD, Price, parse_price_flag, parse_price_table, parse_usd, usd, usd_text
+from agentd.supervisor.authority import LocalAuthority
+from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger
+from agentd.supervisor.messages import Usage
+
+DOLLAR = PICO_PER_USD
+
+
+def ledger(budget: int | None = DOLLAR, **caps: object) -> TreeLedger:
+    return TreeLedger(Caps(**{"spawn_burst": 100_000, "budget_usd": budget, **caps}),  # type: ignore[arg-type]
+                      root_scope=frozenset())
+
+
+def admitted(decision: Admission | Refusal) -> Admission:
+    assert isinstance(decision, Admission), decision
+    return decision
+
+
+def test_prices_and_amounts_are_read_exactly() -> None:
+    model, price = parse_price_flag("gpt-x=0.15/0.6")
+    assert model == "gpt-x" and price == Price(150_000, 600_000)  # picodollars per token
+    # 10 million tokens at $0.15/M and 1 at $0.60/M: no float drift, to the picodollar
+    assert price.cost(10_000_000, 1) == 1_500_000_600_000
+    assert usd(price.cost(10_000_000, 1)) == 1.5000006 and usd_text(price.cost(3, 0)) == "0.00000045"
+    assert parse_usd("$2.50") == 2_500_000_000_000 and parse_usd(0.1, "x") == DOLLAR // 10
+    assert parse_price_table({"m": {"input": 3, "output": "15"}}, "$.prices") == {"m": Price(3_000_000, 15_000_000)}
+    for bad, says in (("m=1", "IN/OUT"), ("=1/2", "MODEL=IN/OUT"), ("m=-1/2", "non-negative"),
+                      ("m=1/x", "expected a number"), ("m=0.0000001/1", "more than 6 decimal places")):
+        with pytest.raises(ConfigError, match=says):
+            parse_price_flag(bad)
+    with pytest.raises(ConfigError, match=r"\$.prices.m: expected \{input"):
+        parse_price_table({"m": {"input": 1}}, "$.prices")
+
+
+def test_a_childs_cost_is_charged_to_its_slice_and_the_rest_refunded() -> None:
+    led = ledger(max_children=3)
+    child = admitted(led.admit("0", None, 0.0))
+    money = led.existing_money("")
+    assert money is not None
+    assert money.available(child.handle) == DOLLAR // 4  # an even share among the root and 3 free slots
+    assert isinstance(led.add_cost(DOLLAR // 10, child.handle), Charged)
+    led.release(child.handle)
+    assert money.available(ROOT) == DOLLAR - DOLLAR // 10  # spent booked to the root, the rest back
+    assert isinstance(led.add_cost(DOLLAR, None), Overdrawn) and led.money_spent_out()
+    refused = led.admit("0", None, 0.0)
+    assert isinstance(refused, Refusal) and refused.cap == "budget_usd" and "budget_usd=1 reached" in refused.message
+
+
+def test_a_child_past_its_money_slice_is_reported_and_no_budget_means_no_books() -> None:
+    led = ledger(max_children=1)
+    child = admitted(led.admit("0", None, 0.0))
+    assert isinstance(led.add_cost(DOLLAR // 2 + 1, child.handle), Overdrawn)
+    unpriced = ledger(None)
+    admitted(unpriced.admit("0", None, 0.0))
+    assert unpriced.add_cost(10**15) is None and unpriced.existing_money("") is None
+
+
+async def test_the_money_books_are_saved_with_the_token_books_and_adopted(tmp_path: Path) -> None:
+    async with open_journal(str(tmp_path)) as store:
+        first = LocalAuthority(ledger(), store=store, run_id="run-1")
+        child = await first.admit("0", None)
+        assert isinstance(child, Admission)
+        await first.report_usage(child.handle, Usage(100, 10, cost=DOLLAR // 100))
+        verdict = await first.report_usage("0", Usage(100, 10, cost=DOLLAR // 2))
+        assert verdict is False
+        saved = (await store.get_state(NAMESPACE))["run-1"]
+        assert saved[MONEY_KEY]["slices"][ROOT][2] == DOLLAR // 2
+
+        again = LocalAuthority(ledger(), store=store, run_id="run-1")  # a restarted process
+        # the child's slice ended with the first process: what it spent is the root's, the rest refunded
+        left = DOLLAR - DOLLAR // 2 - DOLLAR // 100
+        assert await again.report_usage("0", Usage(0, 0, cost=left - 1)) is False
+        money = again.ledger.existing_money("")
+        assert money is not None and money.available(ROOT) == 1
+        assert await again.report_usage("0", Usage(0, 0, cost=1)) == "budget_usd"  # spent to the picodollar
