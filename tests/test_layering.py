@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -256,6 +257,14 @@ def _upward_edges() -> list[str]:
                 out.append(f"{path.relative_to(REPO)}:{lineno} ({LAYERS[mine][0]}) imports {target} "
                            f"({LAYERS[theirs][0]})")
     return out
+
+
+def test_the_architecture_page_shows_the_same_layers_in_the_same_order() -> None:
+    """docs/architecture.md's layer table names the units of each layer of :data:`LAYERS`, lowest first."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text[text.index("| layer (lowest first) |"):].split("\n\n")[0].splitlines()[2:]
+    shown = [frozenset(re.findall(r"`([^`]+)`", row.split("|")[2])) for row in table]
+    assert shown == [units for _, units in LAYERS]
 
 
 def test_every_unit_has_a_layer() -> None:
