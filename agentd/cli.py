@@ -377,7 +377,14 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
             secrets.resolve(config.intelligence_token)
 
     async def check_all() -> tuple[dict[str, Any], int]:
-        doc, code = await run_check(config.mcp, log=log, secrets=secrets)
+        if any(server.credentials is not None for server in config.mcp):  # oauth / client_credentials connections
+            from agentd.client.credentials import use_credentials
+            from agentd.connections.source import HostCredentials
+
+            with use_credentials(HostCredentials(env, config.egress.policy(), config.runtime_module)):
+                doc, code = await run_check(config.mcp, log=log, secrets=secrets)
+        else:
+            doc, code = await run_check(config.mcp, log=log, secrets=secrets)
         if config.intelligence:  # the gateway was given (flag, environment or file): check it too
             from agentd.intelligence.check import check_gateway
 

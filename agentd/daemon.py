@@ -32,14 +32,15 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 
 from agentd import telemetry
-from agentd.config.model import Config
+from agentd.client.credentials import CredentialSource, use_credentials
+from agentd.config.model import Config, McpServerConfig
 from agentd.drain import current_drain
 from agentd.errors import ConfigError
 from agentd.events import EventLog, LevelDial, Sink, stream_sink
 from agentd.ids import new_run_id
 from agentd.intelligence.wire import Usage
 from agentd.loop.control import ControlToolRegistry
-from agentd.loop.result import RunResult, RunStatus
+from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loopback import is_loopback_host
 from agentd.operator import Operator, use_operator
 from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
@@ -52,6 +53,8 @@ from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EVENTS_PATH, EventBus, use_bus
 
 if TYPE_CHECKING:
+    import httpx
+
     from agentd.cluster.join import Cluster
     from agentd.cluster.member import Execute
     from agentd.cluster.work import WorkItem
@@ -153,6 +156,7 @@ async def main(
     # health asks the drain latch (current in the asking task, as before) and the operator through these
     health = Health(mode=cfg.mode, draining=lambda: current_drain().requested, lame_duck=lambda: operator.lame_duck)
     with (use_health(health), use_bus(bus), use_operator(operator), _people(cfg),
+          use_credentials(_HostCredentials(cfg, os.environ if env is None else env)),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
             return await _main(cfg, log, runner, env, run_id, operator, reload, beside)
@@ -180,6 +184,25 @@ def _people(cfg: Config) -> contextlib.AbstractContextManager[Any]:
     return use_approvals(Approvals())
 
 
+class _HostCredentials:
+    """The daemon's credential source for OAuth / client-credentials connections (agentd.client.credentials):
+    agentd.connections.source.HostCredentials, imported on the first such connection (a run without one, and a
+    reload that adds one later, pay nothing until then)."""
+
+    __slots__ = ("_cfg", "_env", "_source")
+
+    def __init__(self, cfg: Config, env: Mapping[str, str]) -> None:
+        self._cfg, self._env = cfg, env
+        self._source: CredentialSource | None = None
+
+    def auth_for(self, server: McpServerConfig, log: EventLog) -> httpx.Auth:
+        if self._source is None:
+            from agentd.connections.source import HostCredentials
+
+            self._source = HostCredentials(self._env, self._cfg.egress.policy(), self._cfg.runtime_module)
+        return self._source.auth_for(server, log)
+
+
 async def _main(
     cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str,
     operator: Operator, reload: Loader | None, beside: Callable[[], Awaitable[None]] | None = None,
@@ -204,7 +227,12 @@ async def _main(
         if where:
             log.bind(comp="proc").info("proc.ready", mode=cfg.mode, **where)
         if cluster is not None:
-            await daemon.start(cluster.serve, _cluster_executor(cfg, log, env))
+            from agentd.cluster.store import child_locator
+
+            # The subagents of the member's own run and wakes journal in the shared database too (unfenced, as
+            # those runs are); a claimed item's, fenced by its lease (_cluster_executor).
+            supervisor.journal_at = child_locator(cluster.store, None)
+            await daemon.start(cluster.serve, _cluster_executor(cfg, log, env, supervisor, cluster))
         if (health := current_health()) is not None:
             health.started = True
         try:
@@ -290,15 +318,36 @@ def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
     return ClusterReactive(subs, cluster.log, cluster.ttl, payload)
 
 
-def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None) -> Execute:
+def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None, supervisor: Supervisor,
+                      cluster: Cluster) -> Execute:
     """How a member runs a claimed item: one run of this daemon's configuration with the item's instruction,
-    journaled through the item's fenced journal (a re-claimed item resumes from its last committed step)."""
+    journaled through the item's fenced journal (a re-claimed item resumes from its last committed step).
+
+    The run is its own run tree (``Caller.tree`` is the item's id) with the ``subagent.*`` tools; its subagents
+    journal their runs (``ITEM/STEP.CALL``) in the same database, each process with its own connection, every
+    commit fenced by the item's lease (agentd.cluster.store.open_fenced_journal): after a failover the member
+    that took the item over resumes them from their journals, and a member that lost it commits nothing."""
+    from agentd.cluster.store import child_locator
 
     async def execute(item: WorkItem, journal: JournalStore) -> RunResult:
         payload = item.payload
         contract = payload.get("output_contract")
-        return await run_config(cfg, run_id=item.work_id, log=log, env=env, instruction=str(payload["instruction"]),
-                                output_contract=contract if isinstance(contract, str) else None, journal=journal)
+        controls = ControlToolRegistry()
+        if cfg.max_depth > 0:
+            register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle, tree=item.work_id,
+                                                                 own_tree_only=True))
+        supervisor.journal_trees[item.work_id] = child_locator(cluster.store, item.lease)
+
+        async def settle() -> RunUsage:
+            return await supervisor.settle_run(item.work_id)
+
+        try:
+            return await run_config(cfg, run_id=item.work_id, log=log, env=env,
+                                    instruction=str(payload["instruction"]),
+                                    output_contract=contract if isinstance(contract, str) else None, journal=journal,
+                                    controls=controls, settle=settle)
+        finally:
+            supervisor.journal_trees.pop(item.work_id, None)
 
     return execute
 

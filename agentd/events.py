@@ -87,7 +87,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "sampling.request",
         "model.tool.requested", "model.tool.started", "model.tool.completed",
         # supervisor and subagents
-        "subagent.spawn", "subagent.refused", "subagent.ready", "subagent.result", "subagent.failed",
+        "subagent.spawn", "subagent.resumed", "subagent.refused", "subagent.ready", "subagent.result", "subagent.failed",
         "subagent.exit", "subagent.stuck", "subagent.cancel", "subagent.sigterm", "subagent.sigkill",
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
@@ -97,7 +97,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
-        "events.received", "events.poll_failed", "events.poll_recovered", "events.data_cut",
+        "events.received", "events.polled", "events.poll_failed", "events.poll_recovered", "events.data_cut",
         "trigger.dropped",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",

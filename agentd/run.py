@@ -422,10 +422,16 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
                     tasks={p.call_id: p.task_id for p in state.pending if p.task_id is not None},
                     approvals={p.call_id: (p.approval, p.reason) for p in state.pending if p.approval is not None})
     recorder.earlier_children = state.children
-    if state.open_children:  # subagents do not survive their parent: recorded lost, not run again
-        await recorder.lost(state.open_children, state.warm_children)
+    recorder.child_runs = state.child_runs
+    # Subagents do not survive their parent: an async one with a journaled run resumes under its handle (the
+    # run's subagent tools, ControlToolRegistry.resume), any other is recorded lost (a warm one interrupted).
+    recorder.resumable = state.resumable
+    resuming = {child.handle for child in state.resumable}
+    lost = [h for h in state.open_children if h not in resuming]
+    if lost:
+        await recorder.lost(lost, state.warm_children)
     log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending),
-             lost_children=list(state.open_children))
+             lost_children=lost, resumed_children=sorted(resuming))
     # The calls are named as the first process named them (an older journal has no nonce: keys without one).
     nonce = state.started.key_nonce if state.started is not None else None
     return Journaled(attrs.evolve(request, resume=resume, key_nonce=nonce or ""), recorder)
@@ -444,6 +450,16 @@ async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
         await drop_ledger(journaled.recorder.store, journaled.recorder.run_id)  # a finished run needs no books
     except JournalError:
         pass  # the next start forgets them (open_state)
+
+
+async def continue_children(recorder: RunRecorder, controls: ControlToolRegistry | None) -> None:
+    """A resumed run's async subagents continue beside it (its subagent tools resume them under their
+    handles); any its tools did not take up is recorded lost."""
+    if controls is not None:
+        await controls.resume(recorder)
+    left = recorder.resumable_children()
+    if left:
+        await recorder.lost([child.handle for child in left])
 
 
 def _recorded(run_id: str, status: str, recorded: Any, error: str | None) -> RunResult:
@@ -562,6 +578,8 @@ async def run_config(
                 deadline=request.limits.deadline)
         resolver = SecretResolver(env=env, redactor=log.redactor)
         try:
+            if journaled is not None and request.resume is not None:
+                await continue_children(journaled.recorder, controls)
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
                                 deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers,
                                 egress=cfg.egress.policy()) as opened:
@@ -593,6 +611,7 @@ __all__ = [
     "Gateway",
     "Journaled",
     "Opened",
+    "continue_children",
     "ended",
     "is_cancellation",
     "journal_end",

@@ -24,6 +24,8 @@ class ChildContext:
     history: list[dict[str, Any]] = attrs.field(factory=list)
     #: Why the session was cancelled (set by the session as it cancels the turn), or None.
     cancelled: str | None = None
+    #: The session's credential source for OAuth / client-credentials connections (agentd.child.turn), or None.
+    credentials: Any = None
 
     async def usage(self, prompt_tokens: int, completion_tokens: int, estimated_tokens: int = 0,
                     cost: int | None = None) -> None:

@@ -133,6 +133,7 @@ class _Session:
                 nursery.start_soon(self._watch_parent)
                 if not (self.payload.test or {}).get("ignore_sigterm"):
                     nursery.start_soon(self._on_sigterm)
+                journal = self.payload.journal or {}  # where this child's own children journal: where it does
                 with self._session_scope:
                     async with open_supervisor(
                         settings=settings, authority=self._authority, handle=self.payload.handle,
@@ -141,7 +142,8 @@ class _Session:
                         secrets=self.payload.secrets,
                         test_script=_nested_script if self.payload.test is not None else None,
                         fork_server=self.forks is not None, fork_connection=self.forks,
-                        journal_dir=str(self.payload.journal["state_dir"]) if self.payload.journal else None,
+                        journal_dir=str(journal["state_dir"]) if isinstance(journal.get("state_dir"), str) else None,
+                        journal_at={"cluster": journal["cluster"]} if isinstance(journal.get("cluster"), dict) else None,
                     ) as sup:
                         ctx = self._ctx = ChildContext(self.payload, self.channel, sup,
                                                        history=list(self.payload.history), cancelled=self._cancelled)

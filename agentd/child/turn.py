@@ -8,6 +8,7 @@ earlier turns are seeded into the next turn so the conversation continues.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from agentd.child.context import KEEPS_RUN_OPEN, ChildContext
 from agentd.supervisor.messages import Result, RunPayload
 
 if TYPE_CHECKING:
+    from agentd.config.model import Config
     from agentd.events import Redactor
     from agentd.journal.store import JournalStore
 
@@ -68,7 +70,7 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
         tracing.enable(settings)
 
     try:
-        with tracing.remote_parent(telemetry):
+        with tracing.remote_parent(telemetry), _credentials(ctx, cfg):
             async with _journal(payload, log.redactor) as journal:
                 run_id = _run_id(payload, log.run_id)
                 try:
@@ -94,6 +96,21 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     # A child that answered with JSON hands its parent the value, not a string holding it.
     return Result(status=str(result.status.value), partial=bool(result.partial),
                   result=structured_answer(result.result))
+
+
+def _credentials(ctx: ChildContext, cfg: Config) -> contextlib.AbstractContextManager[object]:
+    """The child's credential source for OAuth / client-credentials connections (agentd.connections.source),
+    built on the first turn that needs one from the payload's secrets and kept for the session's later turns
+    (their tokens are reused); a child without such a connection imports nothing for it."""
+    if ctx.credentials is None:
+        if not any(server.credentials is not None for server in cfg.mcp):
+            return contextlib.nullcontext()
+        from agentd.connections.source import HostCredentials
+
+        ctx.credentials = HostCredentials(ctx.payload.secrets, cfg.egress.policy(), cfg.runtime_module)
+    from agentd.client.credentials import use_credentials
+
+    return use_credentials(ctx.credentials)
 
 
 async def _journal_cancelled(journal: JournalStore, run_id: str, reason: str) -> None:
@@ -122,23 +139,35 @@ def _run_id(payload: RunPayload, tree: str) -> str:
 @asynccontextmanager
 async def _journal(payload: RunPayload, redactor: Redactor) -> AsyncIterator[JournalStore | None]:
     """The tree's journal, when the parent asked this child to journal its run (docs/durability.md): the same
-    SQLite file as the root's, its own connection (WAL: writers of several processes take turns, each waits
+    SQLite file as the root's (or, in a cluster, the same database, fenced by the tree's work item), its own connection (WAL: writers of several processes take turns, each waits
     up to the busy timeout), with the run's known secret values redacted from what it writes, as the root's.
     Imported only then: an unjournaled child never loads sqlite3."""
     where = payload.journal
-    if where is None or not isinstance(where.get("state_dir"), str) or not isinstance(where.get("run_id"), str):
+    if where is None or not isinstance(where.get("run_id"), str) or not (
+            isinstance(where.get("state_dir"), str) or isinstance(where.get("cluster"), dict)):
         yield None
         return
     from agentd.errors import ConfigError
     from agentd.journal.errors import JournalError
-    from agentd.journal.sqlite import open_journal
 
     opened = False
     try:
-        async with open_journal(where["state_dir"], redactor=redactor) as journal:
+        async with _open(where, redactor) as journal:
             opened = True
             yield journal
     except JournalError as exc:
         if opened:  # a write failure of the run: its own outcome
             raise
         raise ConfigError(f"the tree's journal: {exc}") from None
+
+
+def _open(where: dict[str, Any], redactor: Redactor) -> contextlib.AbstractAsyncContextManager[JournalStore]:
+    """The tree's SQLite file, or in a cluster its shared database with every commit fenced by the lease of the
+    work item the tree runs (agentd.cluster.store.open_fenced_journal: psycopg only for such a child)."""
+    if isinstance(where.get("cluster"), dict):
+        from agentd.cluster.store import open_fenced_journal
+
+        return open_fenced_journal(where["cluster"], redactor=redactor)
+    from agentd.journal.sqlite import open_journal
+
+    return open_journal(str(where["state_dir"]), redactor=redactor)

@@ -1,4 +1,4 @@
-"""The server-push side of a connection: the legacy standing GET stream and the pinger, the modern
+"""The server-push side of a connection: the legacy standing GET stream, the pinger (both eras), the modern
 ``subscriptions/listen`` loop; and the timings of the liveness and reconnect machinery.
 
 It exists so every long-lived stream (what the live phase of a connection runs in its nursery) is in one
@@ -26,6 +26,7 @@ from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportE
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc, meta
 from agentd.mcp.streamable_http import LAST_EVENT_ID, Body
+from agentd.mcp.versions import Era
 from agentd.transport.http_client import ConnectionLost
 
 
@@ -128,6 +129,16 @@ class PushStreams:
                 task_status.started()
 
     async def pinger(self) -> None:
+        """After ``ping_interval`` with nothing from the server, ask it something cheap, bounded by
+        ``ping_timeout``; ``ping_misses`` unanswered in a row mark the connection stale (broken: it reconnects).
+
+        The legacy wire asks ``ping``. The 2026-07-28 wire removed ``ping`` (and has no session whose loss a
+        404 would reveal), so an idle modern connection asks ``server/discover`` instead: every modern server
+        must answer it, it is stateless and has no side effect, and an answer proves what a ping would (the
+        endpoint is there and speaks). Any answer counts, an error one too; a listen stream's notifications
+        and every response are activity, so a busy connection is never asked.
+        """
+        method = "server/discover" if self.exchange.session.era is Era.MODERN else "ping"
         last_ping = trio.current_time()
         misses = 0
         while True:
@@ -137,7 +148,7 @@ class PushStreams:
             last_ping = trio.current_time()
             try:
                 with trio.fail_after(self.tuning.ping_timeout):
-                    await self.exchange.request_once("ping", None)
+                    await self.exchange.request_once(method, None)
                 misses = 0
             except McpRpcError:
                 misses = 0  # an error answer is still an answer

@@ -5,7 +5,8 @@ It connects (handshake, catalogue), reports itself started, then alternates two 
 
 * **live**: a nursery holding what the era needs: on the legacy wire the standing GET stream (when the
   server can push anything), the pinger and the catalogue refresher; on the modern wire one
-  ``subscriptions/listen`` stream and the refresher. Any of them (or a request that finds the transport
+  ``subscriptions/listen`` stream, the pinger (``server/discover`` when idle: that wire has no ``ping``) and
+  the refresher. Any of them (or a request that finds the transport
   gone, or a 404 on the session) marks the connection *broken*, which cancels the live nursery;
 * **reconnect**: jittered exponential backoff until a new handshake succeeds, then every watched URI is
   re-subscribed and exactly one synthesized ``updated`` per URI is delivered, so a change missed while
@@ -270,6 +271,7 @@ class ServerConnection:
                 live.start_soon(self.streams.pinger)
             else:
                 await live.start(self.streams.listen_loop)
+                live.start_soon(self.streams.pinger)  # server/discover when idle: the wire has no ping
             live.start_soon(self.catalogue.refresher)
             if task_status is not None:
                 self._started = True

@@ -132,8 +132,10 @@ class EventPoller:
                 self.log.info("events.poll_recovered", server=self.server, event_type=self.name, failures=failures)
                 failures = 0
             await self.on_batch(result)
-            await trio.sleep(events.poll_delay(result, default=self.poll_default, floor=self.poll_floor,
-                                               cap=self.poll_cap))
+            delay = events.poll_delay(result, default=self.poll_default, floor=self.poll_floor, cap=self.poll_cap)
+            self.log.debug("events.polled", server=self.server, event_type=self.name, count=len(result.events),
+                           next_poll_s=round(delay, 3))
+            await trio.sleep(delay)
 
     async def poll_once(self) -> events.PollResult:
         """One ``events/poll`` from :attr:`cursor`; advances it. A malformed answer is

@@ -295,11 +295,20 @@ class McpPool:
             if owned:
                 await _close_client(client)
             return
+        auth = config.auth if isinstance(config.auth, httpx.Auth) else None
+        if auth is None and config.credentials is not None:
+            try:
+                auth = _credential_auth(config, self.log)
+            except McpConnectError as exc:
+                failed[config.name] = self._fail(config, exc)
+                if owned:
+                    await _close_client(client)
+                return
         conn = ServerConnection(
             config,
             HttpTransport(
                 client, config.url, server=config.name, max_body=max_body,
-                auth=config.auth if isinstance(config.auth, httpx.Auth) else None,
+                auth=auth,
             ),
             self.log,
             self._on_update,
@@ -483,6 +492,19 @@ def _client_for(
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc.__class__.__name__
         return McpConnectError(f"MCP server {config.name!r}: TLS material cannot be loaded ({reason})", server=config.name)
+
+
+def _credential_auth(config: McpServerConfig, log: EventLog) -> httpx.Auth:
+    """The per-request auth the installed credential source builds for ``config`` (agentd.client.credentials)."""
+    from agentd.client.credentials import current_credentials
+
+    source = current_credentials()
+    if source is None:
+        assert config.credentials is not None
+        raise McpConnectError(
+            f"MCP server {config.name!r}: auth type {config.credentials.type} needs agentd's credential source, "
+            "which this process does not have (a library caller passes McpServerConfig.auth)", server=config.name)
+    return source.auth_for(config, log)
 
 
 @asynccontextmanager

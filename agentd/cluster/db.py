@@ -91,6 +91,12 @@ class Database:
         except psycopg.Error as exc:
             raise JournalError(f"cluster database {self.where}: {what} failed ({_reason(exc)})") from None
 
+    def locator(self) -> dict[str, Any]:
+        """How a child process of this member reaches the same database (its run's journal): the connection
+        string, the password and the display name. Holds the password: sent only over the private channel to
+        a child (agentd.supervisor), never logged, written or put in argv or the environment."""
+        return {"conninfo": self._conninfo, "password": self._password, "where": self.where}
+
     async def call(self, work: Callable[[psycopg.Connection[Any]], T], what: str = "query") -> T:
         return await trio.to_thread.run_sync(lambda: self.run(work, what), limiter=self._limiter)
 

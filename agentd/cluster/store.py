@@ -187,9 +187,11 @@ class PgJournal:
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
         return await self._submit(run_id, records, durable, None)
 
-    async def append_fenced(self, lease: Lease, records: Sequence[Record], *, durable: bool = False) -> int:
-        """:meth:`append` to ``lease.run_id`` only while ``lease`` holds; else LeaseLost and nothing written."""
-        return await self._submit(lease.run_id, records, durable, lease)
+    async def append_fenced(self, lease: Lease, records: Sequence[Record], *, durable: bool = False,
+                            run_id: str | None = None) -> int:
+        """:meth:`append` to ``lease.run_id`` (or ``run_id``, a run of its tree: a subagent's) only while
+        ``lease`` holds; else LeaseLost and nothing written."""
+        return await self._submit(run_id or lease.run_id, records, durable, lease)
 
     async def _submit(self, run_id: str, records: Sequence[Record], durable: bool, lease: Lease | None) -> int:
         if not records:
@@ -367,7 +369,9 @@ class _Through:
 
 @attrs.define(eq=False)
 class FencedJournal(_Through):
-    """The JournalStore a claimed run writes through: every append is fenced by the run's lease.
+    """The JournalStore a claimed run writes through: every append is fenced by the run's lease. The runs of its
+    subagents (``RUN/...``, docs/durability.md) are fenced by the same lease: a member that lost the item can
+    commit nothing for any run of its tree.
 
     While the database is unreachable an append waits and retries with backoff (the run pauses at its next
     commit instead of failing); once it is back, the commit goes through if the lease still holds and
@@ -378,12 +382,12 @@ class FencedJournal(_Through):
     on_unavailable: Callable[[ClusterUnavailable, int], None] | None = None
 
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
-        if run_id != self.lease.run_id:
-            raise LeaseLost(f"run {run_id!r}: not the leased run {self.lease.run_id!r}")
+        if run_id != self.lease.run_id and not run_id.startswith(self.lease.run_id + "/"):
+            raise LeaseLost(f"run {run_id!r}: not the leased run {self.lease.run_id!r} or one of its subagents'")
         attempt = 0
         while True:
             try:
-                return await self.store.append_fenced(self.lease, records, durable=durable)
+                return await self.store.append_fenced(self.lease, records, durable=durable, run_id=run_id)
             except ClusterUnavailable as exc:
                 attempt += 1
                 if self.on_unavailable is not None:
@@ -410,6 +414,33 @@ class MemberJournal(_Through):
 
     async def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
         await self.store.put_state(self._ns(namespace), changes)
+
+
+def child_locator(store: PgJournal, lease: Lease | None) -> dict[str, Any]:
+    """Where the subagents of a run journal (:func:`open_fenced_journal` in the child): the database and the
+    lease of the work item the run is (None: a member's own run or wake, which no lease fences). Holds the
+    password: for the private channel to a child only."""
+    return {"cluster": {**store.db.locator(), "lease": None if lease is None else attrs.asdict(lease)}}
+
+
+@asynccontextmanager
+async def open_fenced_journal(located: Mapping[str, Any], *, redactor: Redactor | None = None
+                              ) -> AsyncIterator[JournalStore]:
+    """A subagent's journal in a cluster: its own connection to the member's database (``located``, from
+    :func:`child_locator`), every append fenced by the lease of the work item its tree runs, if it runs one, so
+    a child of a member that lost the item commits nothing. Raises ClusterUnavailable or ClusterSchemaError
+    when it cannot be opened; closed, shielded and bounded, on exit."""
+    leased = located.get("lease")
+    password = located.get("password")
+    if redactor is not None and isinstance(password, str) and password:
+        redactor.add(password)
+    db = await open_database(str(located["conninfo"]), password if isinstance(password, str) else None,
+                             str(located.get("where") or "cluster database"), application="agentd-child")
+    store = PgJournal(db, redactor=redactor)
+    try:
+        yield FencedJournal(store, Lease(**leased)) if isinstance(leased, dict) else _Through(store)
+    finally:
+        await store.aclose()
 
 
 async def open_database(conninfo: str, password: str | None, where: str, *, migrate: bool = False,

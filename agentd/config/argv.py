@@ -303,7 +303,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     # agentd run MANIFEST (only)
     Flag("--runtime-module", "runtime_module", "path",
          "a trusted Python module: tool_adapter, connection_credentials, authorize callbacks", _MANIFEST, "PATH",
-         env=False, file=False, commands=("run",)),
+         env=False, file=False, commands=_AND_RUN),
     Flag("--stream", "stream", "bool", "every event to stdout as JSON lines, then the result", _MANIFEST,
          env=False, file=False, commands=("run",)),
     Flag("--user", "user", "str", "the user this run acts for (given to authorize callbacks and tools)",

@@ -42,7 +42,14 @@ import attrs
 
 from agentd import defaults
 from agentd.config.egress import load_egress
-from agentd.config.model import EgressConfig, EraChoice, McpServerConfig, TlsConfig, check_era
+from agentd.config.model import (
+    ConnectionCredentials,
+    EgressConfig,
+    EraChoice,
+    McpServerConfig,
+    TlsConfig,
+    check_era,
+)
 from agentd.config.servers import load_pins, load_servers
 from agentd.config.structure import EnvRef, FieldError, converter, register_aliases, str_or_env, structure
 from agentd.config.validate import check_operator_egress
@@ -391,13 +398,28 @@ def load_connections(raw: Any, env: Mapping[str, str], base_dir: str) -> tuple[M
                 f"connection name {name!r} must start with a letter and use letters, digits, '-' and single '_' "
                 f"(never '__', the tool-name separator) @ {where}"
             )
-        if isinstance(entry.auth, AuthOAuth | AuthClientCredentials):
-            raise ConfigError(
-                f"auth type {entry.auth.type} needs the host's runtime module or a token exchange, which only "
-                f"'agentd run MANIFEST --config ...' provides; plain agentd supports none and bearer @ {where}.auth"
-            )
-        servers.append(_allowlisted_server(connection_from_entry(name, entry, env, where, base_dir)))
+        server = _allowlisted_server(connection_from_entry(name, entry, env, where, base_dir))
+        credentials = connection_credentials(entry.auth)
+        servers.append(server if credentials is None else attrs.evolve(server, credentials=credentials))
     return tuple(servers)
+
+
+def connection_credentials(auth: Auth) -> ConnectionCredentials | None:
+    """An ``oauth`` / ``client_credentials`` entry as the server's credential settings (references only), for
+    the process that connects to build its token source from (agentd.client.credentials); None otherwise."""
+    if isinstance(auth, AuthOAuth):
+        return ConnectionCredentials(type="oauth", profile=auth.profile)
+    if isinstance(auth, AuthClientCredentials):
+        return ConnectionCredentials(
+            type="client_credentials",
+            client_id=auth.client_id.template(),
+            client_secret=auth.client_secret.template() if auth.client_secret is not None else None,
+            private_key=auth.private_key.template() if auth.private_key is not None else None,
+            scopes=tuple(auth.scopes),
+            token_endpoint_auth_method=auth.token_endpoint_auth_method,
+            signing_algorithm=auth.signing_algorithm,
+        )
+    return None
 
 
 def _allowlisted_server(connection: Connection) -> McpServerConfig:

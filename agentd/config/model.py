@@ -109,6 +109,25 @@ class EventSubscriptionConfig:
 
 
 @attrs.frozen
+class ConnectionCredentials:
+    """How a host ``connections:`` entry authenticates beyond a header, as data: ``client_credentials``
+    (discovery, then a token request; agentd.connections.auth) or ``oauth`` (the runtime module's credential
+    provider, by ``profile``). Secret values stay references (``{{secret:NAME}}``), so a child agentd gets
+    exactly the values they name in its payload and builds its own token source; the process that connects
+    turns this into per-request auth through the installed credential source (agentd.client.credentials)."""
+
+    type: Literal["oauth", "client_credentials"]
+    profile: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    #: A PEM private key reference (``private_key_jwt``).
+    private_key: str | None = None
+    scopes: tuple[str, ...] = ()
+    token_endpoint_auth_method: str | None = None
+    signing_algorithm: str | None = None
+
+
+@attrs.frozen
 class McpServerConfig:
     """One declared MCP server. ``headers`` values are templates that may hold secret references."""
 
@@ -138,6 +157,9 @@ class McpServerConfig:
     #: Per-request authentication (an ``httpx.Auth``, e.g. agentd.connections.auth): adds credentials to
     #: every request and may retry once on 401. Not configuration text: set by agentd.connections only.
     auth: object | None = attrs.field(default=None, eq=False, repr=False)
+    #: A host connection's OAuth / client-credentials settings (references only); the connecting process
+    #: builds ``auth`` from them (agentd.client.credentials). None: headers alone authenticate.
+    credentials: ConnectionCredentials | None = None
     #: A zero-argument factory of the ``httpx.AsyncClient`` for this server (a host's HTTP policy: transport,
     #: event hooks, redirects). None: agentd's own client (no redirects). Set by agentd.connections only.
     http_client: object | None = attrs.field(default=None, eq=False, repr=False)
@@ -168,6 +190,9 @@ class Config:
     tls_ca: str | None = None
     # the config file itself
     config_path: str | None = None
+    #: ``--runtime-module``: the trusted Python module whose ``connection_credentials`` serves ``auth: oauth``
+    #: connections (agentd.connections.runtime); a child agentd loads the same file for its own connections.
+    runtime_module: str | None = None
     validate_config: bool = False
     # modes
     mode: Mode = "once"

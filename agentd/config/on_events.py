@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agentd.config.model import EventSubscriptionConfig
+import attrs
+
+from agentd.config.model import EventSubscriptionConfig, McpServerConfig
 from agentd.errors import ConfigError
 
 _KEYS = ("server", "event", "arguments")
@@ -64,16 +66,32 @@ def merge(from_file: Sequence[EventSubscriptionConfig], flags: Iterable[str]) ->
     return tuple(merged)
 
 
-def check(subscriptions: Sequence[EventSubscriptionConfig], servers: Iterable[str]) -> None:
-    """Every subscription names a declared server, and no subscription is given twice."""
+def check(subscriptions: Sequence[EventSubscriptionConfig], servers: Iterable[str],
+          legacy: Iterable[str] = ()) -> None:
+    """Every subscription names a declared server that may speak 2026-07-28 (not in ``legacy``: ``era:
+    legacy``), and no subscription is given twice."""
     names = set(servers)
+    pinned = set(legacy)
     seen: set[tuple[str, str, str]] = set()
     for sub in subscriptions:
         if sub.server not in names:
             known = ", ".join(sorted(names)) or "none"
             raise ConfigError(f"--on-event {sub.shown!r}: no MCP server named {sub.server!r} is declared "
                               f"(declared: {known})")
+        if sub.server in pinned:
+            raise ConfigError(f"--on-event {sub.shown!r}: server {sub.server!r} is pinned to the 2025-11-25 protocol "
+                              "(era: legacy), and MCP events need 2026-07-28; drop the pin or the subscription")
         key = (sub.server, sub.event, repr(sorted(sub.arguments.items())))
         if key in seen:
             raise ConfigError(f"on_events: {sub.shown!r} is given twice with the same arguments")
         seen.add(key)
+
+
+def speaking_events(servers: Sequence[McpServerConfig], subscriptions: Sequence[EventSubscriptionConfig]
+                    ) -> tuple[McpServerConfig, ...]:
+    """``servers`` as the daemon connects them: one that an ``--on-event`` subscription names, with ``era:
+    auto``, starts on the 2026-07-28 wire. MCP events exist only there, and ``auto`` sends ``initialize``
+    first, so a server that speaks both eras (agentd itself) would settle on 2025-11-25, without events."""
+    watched = {sub.server for sub in subscriptions}
+    return tuple(attrs.evolve(server, era="modern") if server.name in watched and server.era == "auto" else server
+                 for server in servers)

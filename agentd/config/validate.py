@@ -69,6 +69,7 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_servers(config.a2a_peers, env, kind="a2a peer")  # same rules: headers' secrets, TLS files
     _check_distinct_names(config)
     _check_file(config.tls_ca, "--tls-ca")
+    _check_credentials(config)
     _check_operator_egress(config)
     if purpose == "check":
         if not config.mcp and not config.intelligence:
@@ -82,6 +83,15 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_serve(config, env)
     _check_telemetry(config, env)
     _check_cluster(config)
+
+
+def _check_credentials(config: Config) -> None:
+    """An ``auth: oauth`` connection needs the runtime module whose provider serves it (the file must exist)."""
+    _check_file(config.runtime_module, "--runtime-module")
+    for server in config.mcp:
+        if server.credentials is not None and server.credentials.type == "oauth" and config.runtime_module is None:
+            raise ConfigError(f"connection {server.name!r} uses auth type oauth: give --runtime-module PATH (a "
+                              "module exporting connection_credentials)")
 
 
 def _check_cluster(config: Config) -> None:
@@ -221,7 +231,7 @@ def _check_modes(config: Config) -> None:
     if config.on_events:
         from agentd.config.on_events import check as check_on_events
 
-        check_on_events(config.on_events, names)
+        check_on_events(config.on_events, names, (server.name for server in config.mcp if server.era == "legacy"))
     for value in config.subscribe:
         split_subscription(value, names)
     for value in config.continue_uris:

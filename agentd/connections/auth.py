@@ -9,7 +9,8 @@ they are trio code like everything else.
   resolved (and registered with the redactor) by the pool at connect time.
 * :class:`ProviderAuth` (``oauth``): the runtime module's credential provider returns ready headers
   (with an optional expiry), ``authorization_required`` or ``unavailable``. A ready credential is reused
-  until shortly before it expires, then asked for again with ``force_refresh=True``.
+  until shortly before it expires, then asked for again with ``force_refresh=True``; one already past its
+  expiry is first dropped with ``invalidate_credential(reason="expired")``.
 * :class:`ClientCredentialsAuth` (``client_credentials``): discovery (RFC 9728 protected-resource metadata
   from the ``WWW-Authenticate`` challenge or the well-known URL, then RFC 8414 / OIDC authorization-server
   metadata), the token request (``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``,
@@ -182,9 +183,15 @@ class ProviderAuth(httpx.Auth):
     async def credential(self, *, force: bool) -> Credential:
         cached = self._credential
         if not force and cached is not None:
-            if cached.expires_at is None or cached.expires_at - self.clock() > REFRESH_SKEW:
+            left = None if cached.expires_at is None else cached.expires_at - self.clock()
+            if left is None or left > REFRESH_SKEW:
                 return cached
-            force = True  # about to expire: renew before it does
+            if left <= 0:
+                # Past its expiry (a daemon idle longer than the credential lives): the provider drops it first,
+                # as the host-configuration design asks, then is asked for a fresh one.
+                self.log.info("connection.auth", connection=self.alias, type="oauth", status="expired", refresh=True)
+                await self.invalidate("expired")
+            force = True  # expired or about to: renew before it is refused
         get = member(self.provider, "get_credential", "getCredential")
         if not callable(get):
             raise ConnectionAuthError(

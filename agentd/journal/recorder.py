@@ -83,6 +83,16 @@ class PendingCall:
 
 
 @attrs.frozen
+class OpenChild:
+    """An async child an earlier process of the run left running, whose own run is journaled (``run``): a
+    resumed parent resumes it under the same handle, with the arguments of the call that spawned it."""
+
+    handle: str
+    run: str
+    arguments: Mapping[str, Any]
+
+
+@attrs.frozen
 class Rebuilt:
     """A run as its journal has it: how it started, the conversation after the instruction, and where it is."""
 
@@ -99,6 +109,10 @@ class Rebuilt:
     children: tuple[str, ...] = ()
     #: The warm sessions among them.
     warm_children: frozenset[str] = frozenset()
+    #: The open children that can resume (async, with a journaled run and the spawn call's arguments).
+    resumable: tuple[OpenChild, ...] = ()
+    #: Every journaled child's run id -> its handle (a spawn made again finds the child it started).
+    child_runs: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def rebuild(journal: RunJournal) -> Rebuilt:
@@ -110,6 +124,9 @@ def rebuild(journal: RunJournal) -> Rebuilt:
     children: dict[str, None] = {}
     spawned: list[str] = []
     warm: set[str] = set()
+    calls: dict[int, list[ToolCallRequested]] = {}  # every requested call, by step (a spawn's arguments)
+    runs: dict[str, str] = {}
+    async_runs: dict[str, OpenChild] = {}
     steps = prompt = completion = 0
     for entry in journal.entries:
         record = entry.record
@@ -123,6 +140,7 @@ def rebuild(journal: RunJournal) -> Rebuilt:
         elif isinstance(record, ToolCallRequested):
             arguments = record.arguments if isinstance(record.arguments, str) else json.dumps(record.arguments)
             requested[record.call_id] = PendingCall(record.step, record.call_id, record.name, arguments)
+            calls.setdefault(record.step, []).append(record)
         elif isinstance(record, ToolTaskStarted):
             call = requested.get(record.call_id)
             if call is not None:
@@ -142,12 +160,31 @@ def rebuild(journal: RunJournal) -> Rebuilt:
             spawned.append(record.handle)
             if record.warm:
                 warm.add(record.handle)
+            if record.run is not None:
+                runs[record.run] = record.handle
+                spawn = _spawn_arguments(record, calls.get(record.step, ()))
+                if spawn is not None and spawn.get("async") and not spawn.get("warm") and not record.warm:
+                    async_runs[record.handle] = OpenChild(record.handle, record.run, spawn)
         elif isinstance(record, ChildResult):
             children.pop(record.handle, None)
         elif isinstance(record, RunEnded):
             ended = record
     return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()),
-                   tuple(children), tuple(spawned), frozenset(warm))
+                   tuple(children), tuple(spawned), frozenset(warm),
+                   tuple(async_runs[h] for h in children if h in async_runs), runs)
+
+
+def _spawn_arguments(spawn: Spawned, calls: Sequence[ToolCallRequested]) -> Mapping[str, Any] | None:
+    """The arguments of the call that started ``spawn``'s child: the one whose id its run ends with
+    (``PARENT/STEP.CALL``, agentd.supervisor.graph.child_run); None if none (a graph node)."""
+    for call in calls:
+        if spawn.run is not None and spawn.run.endswith(f"/{call.step}.{call.call_id}"):
+            try:
+                arguments = call.arguments if isinstance(call.arguments, dict) else json.loads(call.arguments or "{}")
+            except (TypeError, ValueError):
+                return None
+            return arguments if isinstance(arguments, dict) else None
+    return None
 
 
 @attrs.define(eq=False)
@@ -161,6 +198,20 @@ class RunRecorder:
     earlier_children: tuple[str, ...] = ()
     #: How each child an earlier process left running ended for this run (:meth:`lost`): status and result.
     _earlier_ends: dict[str, tuple[str, str]] = attrs.field(factory=dict, init=False)
+    #: The async children an earlier process left running that resume with the run (set when it is resumed;
+    #: :meth:`resumable_children` hands them out once).
+    resumable: tuple[OpenChild, ...] = ()
+    #: Every child an earlier process spawned with a journaled run: run id -> handle.
+    child_runs: Mapping[str, str] = attrs.field(factory=dict)
+
+    def resumable_children(self) -> tuple[OpenChild, ...]:
+        """The async children to resume under their handles (once: a second call gets none)."""
+        found, self.resumable = self.resumable, ()
+        return found
+
+    def child_of_run(self, run: str) -> str | None:
+        """The handle an earlier process gave the child that journals ``run`` (a spawn made again), or None."""
+        return self.child_runs.get(run)
 
     def journaled_children(self) -> tuple[str, ...]:
         return self.earlier_children
@@ -214,12 +265,14 @@ class RunRecorder:
             self._children_ended.add(handle)
             await self._append([ChildResult(handle, status, result)])
 
-    async def lost(self, handles: Sequence[str], warm: frozenset[str] = frozenset()) -> None:
+    async def lost(self, handles: Sequence[str], warm: frozenset[str] = frozenset(), reason: str = "") -> None:
         """Children a crash left without an end: their processes died with the parent; recorded ``lost`` (a warm
-        session among ``warm``: ``interrupted``, its conversation cannot be re-opened)."""
+        session among ``warm``: ``interrupted``, its conversation cannot be re-opened; ``reason``: why an async
+        one could not resume)."""
         self._children_ended.update(handles)
         for h in handles:
-            self._earlier_ends[h] = (INTERRUPTED, INTERRUPTED_CHILD) if h in warm else ("lost", LOST_CHILD)
+            self._earlier_ends[h] = (INTERRUPTED, INTERRUPTED_CHILD) if h in warm else (
+                "lost", f"{LOST_CHILD} ({reason})" if reason else LOST_CHILD)
         await self._append([ChildResult(h, *self._earlier_ends[h]) for h in handles])
 
     async def ended(self, status: str, result: Any, error: str | None) -> None:
@@ -233,5 +286,5 @@ class RunRecorder:
             journal_queue(-1)
 
 
-__all__ = ["INTERRUPTED", "INTERRUPTED_CHILD", "LOST_CHILD", "PendingCall", "Rebuilt", "RunRecorder", "config_digest",
+__all__ = ["INTERRUPTED", "INTERRUPTED_CHILD", "LOST_CHILD", "OpenChild", "PendingCall", "Rebuilt", "RunRecorder", "config_digest",
            "rebuild"]

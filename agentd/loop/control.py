@@ -13,12 +13,15 @@ A registry belongs to one run (no global state); build a fresh one per run.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
 from agentd.events import EventLog
+
+if TYPE_CHECKING:
+    from agentd.journal.recorder import OpenChild
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 #: Names already checked against ``_NAME``: every run registers the same few tools again (bounded all the same).
@@ -42,6 +45,19 @@ class ChildJournal(Protocol):
     def earlier_end(self, handle: str) -> tuple[str, str] | None:
         """Status and result of a child an earlier process of this run left running (``lost``, a warm session
         ``interrupted``), or None."""
+        ...
+
+    def resumable_children(self) -> tuple[OpenChild, ...]:
+        """The async children an earlier process of this run left running that resume under their handles
+        (handed out once)."""
+        ...
+
+    def child_of_run(self, run: str) -> str | None:
+        """The handle an earlier process of this run gave the child journaling ``run``, or None."""
+        ...
+
+    async def lost(self, handles: Sequence[str], warm: frozenset[str] = frozenset(), reason: str = "") -> None:
+        """Record children an earlier process left running that do not continue (``reason``: why not)."""
         ...
 
 
@@ -78,6 +94,8 @@ class ControlResult:
 
 
 Handler = Callable[[Mapping[str, Any], ControlContext], Awaitable[ControlResult]]
+#: Continues, for a resumed journaled run, what an earlier process of it left running (ControlToolRegistry).
+Resumer = Callable[[ChildJournal], Awaitable[None]]
 
 
 @attrs.frozen
@@ -105,10 +123,21 @@ class ControlTool:
 class ControlToolRegistry:
     """The control tools one run offers, in registration order. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_resumers", "_tools")
 
     def __init__(self, tools: dict[str, ControlTool] | None = None) -> None:
         self._tools: dict[str, ControlTool] = {} if tools is None else tools
+        self._resumers: list[Resumer] = []
+
+    def on_resume(self, resumer: Resumer) -> None:
+        """Have ``resumer`` continue what a tool of this registry left running when its journaled run is
+        resumed (the ``subagent.*`` tools resume the run's async children), before the loop starts."""
+        self._resumers.append(resumer)
+
+    async def resume(self, journal: ChildJournal) -> None:
+        """A journaled run is resumed: each resumer continues its part, in registration order."""
+        for resumer in self._resumers:
+            await resumer(journal)
 
     def register(self, tool: ControlTool) -> None:
         if tool.name in self._tools:

@@ -21,6 +21,7 @@ import trio
 from agentd.a2a.client import A2aPeers
 from agentd.client.pool import McpPool
 from agentd.config.model import Config
+from agentd.config.on_events import speaking_events
 from agentd.config.validate import split_subscription
 from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
@@ -39,6 +40,7 @@ from agentd.reactive.shared import Shared
 from agentd.reactive.watch import Origin as WatchOrigin
 from agentd.run import (
     Gateway,
+    continue_children,
     ended,
     journal_end,
     journal_run,
@@ -96,6 +98,8 @@ def loop_run_job(
             if journaled.recorded is not None:
                 return journaled.recorded
             request = journaled.request
+            if request.resume is not None:
+                await continue_children(journaled.recorder, controls)
         with agent_span(log.agent_path, run_id, str(getattr(intel, "model", "default")), job.instruction) as span:
             result = await run_with(request, pool=pool, intel=intel, controls=controls, log=run_log,
                                     on_usage=usage_for(run_id) if usage_for is not None else on_usage, peers=peers,
@@ -245,7 +249,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True, model=cfg.model,
             intelligence=gateway.shown())
     try:
-        async with open_run(gateway, cfg.mcp, log=log, secrets=resolver, run_id=log.run_id,
+        async with open_run(gateway, speaking_events(cfg.mcp, cfg.on_events), log=log, secrets=resolver, run_id=log.run_id,
                             a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")

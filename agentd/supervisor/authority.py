@@ -45,11 +45,12 @@ class Tokens(Protocol):
 
 class Authority(Protocol):
     """``tree`` names the root's run tree a root-level spawn or the root's own usage belongs to (the
-    token ceiling is per run tree; see agentd.supervisor.caps). Only the root's authority uses it."""
+    token ceiling is per run tree; see agentd.supervisor.caps). Only the root's authority uses it. ``handle``
+    re-admits a resumed run's child under the handle an earlier process gave it (TreeLedger.admit)."""
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
-        budget: int | None = None,
+        budget: int | None = None, handle: str | None = None,
     ) -> Admission | Refusal: ...
 
     async def release(self, handle: str) -> None: ...
@@ -92,14 +93,14 @@ class LocalAuthority:
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
-        budget: int | None = None,
+        budget: int | None = None, handle: str | None = None,
     ) -> Admission | Refusal:
         if not served:
             await self._load(self.ledger.tree_key(caller, tree))
         elif tree:  # a re-opened served session continues its earlier tree
             await self._load(tree)
         decision = self.ledger.admit(caller, tool_scope, trio.current_time(), served=served, tree=tree,
-                                     budget=budget)
+                                     budget=budget, handle=handle)
         if isinstance(decision, Refusal):
             metrics.spawn_refused(decision.cap)
         else:
@@ -226,7 +227,7 @@ class RemoteAuthority:
 
     async def admit(
         self, caller: str, tool_scope: Iterable[str] | None, *, served: bool = False, tree: str = "",
-        budget: int | None = None,
+        budget: int | None = None, handle: str | None = None,
     ) -> Admission | Refusal:
         from agentd.supervisor.messages import Admit, Admitted
 
@@ -235,7 +236,7 @@ class RemoteAuthority:
         self._pending[ref] = send
         try:
             scope = None if tool_scope is None else list(tool_scope)
-            await self.channel.send(Admit(ref=ref, caller=caller, tool_scope=scope, budget=budget))
+            await self.channel.send(Admit(ref=ref, caller=caller, tool_scope=scope, budget=budget, handle=handle))
             answer = await receive.receive()
         finally:
             del self._pending[ref]

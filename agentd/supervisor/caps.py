@@ -277,12 +277,16 @@ class TreeLedger:
 
     def admit(
         self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False, tree: str = "",
-        budget: int | None = None,
+        budget: int | None = None, handle: str | None = None,
     ) -> Admission | Refusal:
         """Decide one spawn by ``caller`` in run tree ``tree`` (the root's run; nested callers use their
         ancestor's; a served spawn opens its own, or names a re-opened session's earlier one); on success the
         child is counted live until :meth:`release`. ``budget`` is the token slice asked for (default
-        :func:`default_slice` of what the caller has left; a served spawn's: its tree's ceiling)."""
+        :func:`default_slice` of what the caller has left; a served spawn's: its tree's ceiling).
+
+        ``handle`` resumes a child an earlier process of the caller's (resumed) run spawned under that handle
+        (its async child, whose handle the model holds): the child is admitted under it again (it must be the
+        caller's own child and not live), past the spawn rate (it is not new work), within every other cap."""
         if self.draining:
             return Refusal("spawn refused: draining, no new subagents are accepted", cap="draining")
         caller_scope = self.scope_of(caller)
@@ -314,6 +318,11 @@ class TreeLedger:
                            cap="max_depth")
         parent = "served" if served else caller
         n = self._minted.get(parent, 0) + 1
+        if handle is not None:
+            number = handle.rpartition(".")[2]
+            if served or parent_of(handle) != caller or not number.isdigit() or handle in self._live:
+                return Refusal(f"spawn refused: {handle} cannot be resumed by handle {caller}", cap="caller")
+            n = int(number)
         # A served spawn is a run tree of its own, or continues a re-opened session's earlier one (``tree``).
         tree = (tree or f"{parent}.{n}") if served else self.tree_of(caller, tree)
         used = self.tree_tokens(tree)
@@ -381,7 +390,7 @@ class TreeLedger:
                 return Refusal(
                     f"spawn refused: budget_usd={usd_text(money.ceiling)} reached: handle {caller} has no money "
                     "left for a subagent", cap="budget_usd")
-        wait = self._bucket.take(now)
+        wait = self._bucket.take(now) if handle is None else 0.0
         if wait > 0:
             return Refusal(
                 f"spawn refused: spawn rate limit (burst {self.caps.spawn_burst}, "
@@ -389,7 +398,7 @@ class TreeLedger:
                 retryable=True,
                 retry_after=wait, cap="spawn_rate",
             )
-        self._minted[parent] = n
+        self._minted[parent] = max(n, self._minted.get(parent, 0))
         handle = f"{parent}.{n}"
         self._live[handle] = scope
         self._children[parent] = children + 1

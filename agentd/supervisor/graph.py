@@ -103,13 +103,13 @@ def check_graph(nodes: Sequence[GraphNode]) -> list[str]:
     return order
 
 
-def number_after_journaled(supervisor: Supervisor, caller: Caller, ctx: ControlContext) -> None:
+def number_after_journaled(supervisor: Supervisor, caller: Caller, journal: ChildJournal | None) -> None:
     """A resumed run's new children are numbered after those an earlier process spawned: a handle in the
     run's journal (and in the model's conversation) never names two children."""
     ledger = getattr(supervisor.authority, "ledger", None)
-    if ctx.journal is None or ledger is None:
+    if journal is None or ledger is None:
         return
-    numbers = [int(n) for parent, _, n in (h.rpartition(".") for h in ctx.journal.journaled_children())
+    numbers = [int(n) for parent, _, n in (h.rpartition(".") for h in journal.journaled_children())
                if parent == caller.handle and n.isdigit()]
     if numbers:
         ledger.mint_after(caller.handle, max(numbers))
@@ -180,7 +180,7 @@ def graph_tool(supervisor: Supervisor, caller: Caller) -> ControlTool:
     async def handler(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         nodes = [GraphNode.from_json(n) for n in arguments["nodes"]]
         try:
-            number_after_journaled(supervisor, caller, ctx)
+            number_after_journaled(supervisor, caller, ctx.journal)
             results = await run_graph(supervisor, caller, nodes, journal=ctx.journal, step=ctx.step,
                                       run=child_run(ctx))
         except GraphError as exc:

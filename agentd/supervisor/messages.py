@@ -161,6 +161,8 @@ class Admit:
     tool_scope: list[str] | None = attrs.field(default=None, validator=optional(_list))
     #: The token slice asked for (``token_budget``); None: the default share.
     budget: int | None = attrs.field(default=None, validator=optional(_int))
+    #: The handle a resumed run's child is admitted under again (its earlier process's); None: a new one.
+    handle: str | None = attrs.field(default=None, validator=optional(_str))
 
 
 @attrs.frozen

@@ -413,7 +413,8 @@ class SubagentNode:
         if not is_within(request.caller, self.handle):
             decision: Any = Refusal(f"spawn refused: handle {request.caller} is outside {self.handle}")
         else:
-            decision = await self.authority.admit(request.caller, request.tool_scope, budget=request.budget)
+            decision = await self.authority.admit(request.caller, request.tool_scope, budget=request.budget,
+                                                  handle=request.handle)
         if isinstance(decision, Refusal):
             answer = Admitted(ref=request.ref, refusal=decision.message, retryable=decision.retryable)
         else:

@@ -80,6 +80,9 @@ class Caller:
     #: token ceiling is per wake); "" is the once-mode run. Ignored below the root. A MANAGEMENT spawn opens
     #: its own tree unless this names a served tree to continue (a re-opened warm session's ``served.N``).
     tree: str = ""
+    #: Reach only the children spawned in ``tree`` (a cluster work item's run, which may be any tenant's: the
+    #: runs of one member share its handles). False: every child under ``handle`` (a daemon's wakes share them).
+    own_tree_only: bool = False
 
 
 @attrs.frozen
@@ -105,6 +108,9 @@ class SpawnRequest:
     #: The model the child calls (``--models`` is the allow-list: :meth:`Supervisor.model_refusal`); None: the
     #: spawner's own.
     model: str | None = None
+    #: Resume a child an earlier process of the caller's run spawned under this handle (the model holds it):
+    #: admitted under it again (agentd.supervisor.caps.TreeLedger.admit); None: a new handle.
+    handle: str | None = None
 
 
 @attrs.frozen
@@ -146,8 +152,8 @@ class Supervisor:
 
     __slots__ = ("_changed", "_ended", "_fork_lock", "_fork_server", "_idle_pings", "_nodes", "_own_spent",
                  "_per_spawn", "_spent", "_state_changed", "authority", "child_config", "draining", "fork_connection",
-                 "handle", "journal_dir", "lame_duck", "log", "nursery", "secrets", "settings", "telemetry",
-                 "test_script", "use_fork_server")
+                 "handle", "journal_at", "journal_dir", "journal_trees", "lame_duck", "log", "nursery", "secrets",
+                 "settings", "telemetry", "test_script", "use_fork_server")
 
     def __init__(
         self, nursery: trio.Nursery, authority: Authority, handle: str = "0",
@@ -155,12 +161,18 @@ class Supervisor:
         secrets: Mapping[str, str] | None = None, telemetry: Mapping[str, Any] | None = None,
         log: EventLog | None = None, test_script: TestScript | None = None, draining: bool = False,
         lame_duck: bool = False, use_fork_server: bool = False, fork_connection: int | None = None,
-        journal_dir: str | None = None,
+        journal_dir: str | None = None, journal_at: Mapping[str, Any] | None = None,
     ) -> None:
         self.nursery = nursery
         #: The tree's state directory (``--state-dir``): a child whose request names a ``journal_run`` journals
         #: its own steps there. None: children are not journaled.
         self.journal_dir = journal_dir
+        #: Where children journal when it is not a state directory: a cluster member's run tree's fenced journal
+        #: (``{"cluster": ...}``, agentd.cluster.store.open_fenced_journal), as this process's own parent said.
+        self.journal_at = journal_at
+        #: Per run tree of the agent's own runs (``Caller.tree``), where its children journal: a cluster work
+        #: item's run, fenced by the item's lease (agentd.daemon sets it while the item runs).
+        self.journal_trees: dict[str, Mapping[str, Any]] = {}
         self.authority = authority
         self.handle = handle
         self.settings = SupervisorSettings() if settings is None else settings
@@ -217,7 +229,7 @@ class Supervisor:
         admitted = await self.authority.admit(
             self.handle if caller.origin is Origin.MANAGEMENT else caller.handle,
             request.tool_scope, served=caller.origin is Origin.MANAGEMENT, tree=caller.tree,
-            budget=request.token_budget,
+            budget=request.token_budget, handle=request.handle,
         )
         if isinstance(admitted, Refusal):
             return self._refused(caller, admitted)
@@ -233,7 +245,7 @@ class Supervisor:
 
         _, node_settings, _, env = self._shared()
         node = SubagentNode(
-            handle=admitted.handle, payload=self._payload(admitted, request), authority=self.authority,
+            handle=admitted.handle, payload=self._payload(admitted, request, caller), authority=self.authority,
             log=self.log.bind(agent_path=admitted.handle, comp="supervisor"),
             settings=node_settings, fork_server=fork_server, on_change=self.notify_changed, env=env,
             idle_pings=self._pings(), tree=caller.tree if caller.origin is Origin.STDIO else None,
@@ -343,7 +355,14 @@ class Supervisor:
             self._nodes.pop(oldest, None)
         self.notify_changed()
 
-    def _payload(self, admitted: Admission, request: SpawnRequest) -> RunPayload:
+    def journal_of(self, tree: str = "") -> dict[str, Any] | None:
+        """Where a child spawned in run tree ``tree`` journals its run (without its run id); None: nowhere."""
+        found = self.journal_trees.get(tree) or self.journal_at
+        if found is not None:
+            return dict(found)
+        return {"state_dir": self.journal_dir} if self.journal_dir is not None else None
+
+    def _payload(self, admitted: Admission, request: SpawnRequest, caller: Caller) -> RunPayload:
         from agentd.supervisor.messages import RunPayload
 
         config = dict(self.child_config)
@@ -356,14 +375,14 @@ class Supervisor:
         test = self.test_script(request, admitted.handle) if self.test_script is not None else None
         trace = {k: v for k, v in self.telemetry.items() if k not in (TRACEPARENT, TRACESTATE)}
         telemetry.inject(trace)  # the spawning span (the caller's execute_tool) is the child's parent
+        where = self.journal_of(caller.tree) if request.journal_run is not None and not request.warm else None
         return RunPayload(
             handle=admitted.handle, depth=admitted.depth, instruction=request.instruction,
             output_contract=request.output_contract, context=list(request.context), warm=request.warm,
             history=list(request.history),
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
             supervision=self._shared()[2], telemetry=trace, test=test,
-            journal={"state_dir": self.journal_dir, "run_id": request.journal_run}
-            if request.journal_run is not None and self.journal_dir is not None and not request.warm else None,
+            journal={**where, "run_id": request.journal_run} if where is not None else None,
         )
 
     # -- by handle ------------------------------------------------------------------------------
@@ -374,6 +393,8 @@ class Supervisor:
             owned = handle.startswith("served.")
         else:
             owned = is_within(handle, caller.handle) and handle != caller.handle
+            if caller.own_tree_only and node is not None and node.tree != caller.tree:
+                owned = False  # another run tree's child (another cluster item's, maybe another tenant's)
         if node is None or not owned:
             return Refusal(f"unknown subagent handle {handle[:200]}")
         return node
@@ -594,6 +615,7 @@ async def open_supervisor(
     ledger_store: JournalStore | None = None,
     run_id: str = "",
     journal_dir: str | None = None,
+    journal_at: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Supervisor]:
     """A supervisor whose async/warm subagents live no longer than this block.
 
@@ -618,7 +640,7 @@ async def open_supervisor(
             child_config={} if child_config is None else child_config,  # a ChildConfig is not read before a spawn
             secrets=secrets or {}, telemetry=telemetry or {},
             log=log or null_log(), test_script=test_script, use_fork_server=fork_server,
-            fork_connection=fork_connection, journal_dir=journal_dir,
+            fork_connection=fork_connection, journal_dir=journal_dir, journal_at=journal_at,
         )
         sup_ref.append(sup)
         try:

@@ -13,7 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
+import attrs
+
+from agentd.loop.control import ChildJournal, ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.graph import child_run, graph_tool, number_after_journaled
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
@@ -86,9 +88,10 @@ def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None) 
 
 
 def resumes(arguments: Mapping[str, Any]) -> bool:
-    """A synchronous spawn lost in a crash is made again: its child resumes its journaled run (or replays its
-    result). An async or warm one is not: its handle was the answer, and that is what was lost."""
-    return not arguments.get("async") and not arguments.get("warm")
+    """A spawn lost in a crash is made again: its child resumes its journaled run (or replays its result). A
+    synchronous one answers its result; an async one its handle (the same child the earlier process started,
+    if its spawn was journaled: :func:`subagent_tools`). A warm one is not: a session is not journaled."""
+    return not arguments.get("warm")
 
 
 async def journaled(ctx: ControlContext, outcome: RunView | Refusal) -> RunView | Refusal:
@@ -110,12 +113,36 @@ def answer(ctx: ControlContext, handle: str, outcome: RunView | Refusal) -> Cont
 
 
 
+async def resume_children(supervisor: Supervisor, caller: Caller, journal: ChildJournal) -> None:
+    """A resumed run's async children continue: each is spawned again under the handle the model holds, with
+    the arguments it was spawned with, and resumes its journaled run (or replays its recorded end), so a
+    later ``subagent.status``/``await`` of that handle answers as if nothing had happened. One that cannot be
+    spawned (draining, a cap) is recorded ``lost`` with the refusal."""
+    number_after_journaled(supervisor, caller, journal)
+    for child in journal.resumable_children():
+        request = attrs.evolve(spawn_request(child.arguments, child.run), async_=True, handle=child.handle)
+        outcome = await supervisor.spawn(caller, request)
+        if isinstance(outcome, Refusal):
+            await journal.lost([child.handle], reason=outcome.message)
+        supervisor.log.info("subagent.resumed", handle=child.handle, run=child.run,
+                            status="lost" if isinstance(outcome, Refusal) else outcome.status)
+
+
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         request = spawn_request(arguments, child_run(ctx))
-        number_after_journaled(supervisor, caller, ctx)
+        number_after_journaled(supervisor, caller, ctx.journal)
+        earlier = (ctx.journal.child_of_run(request.journal_run)
+                   if ctx.journal is not None and request.journal_run is not None else None)
+        if earlier is not None and request.async_:
+            # This async spawn was made again after a crash and the earlier process had started its child:
+            # the answer is that child's handle (resumed with the run, or resumed now to replay its end).
+            view = supervisor.status(caller, earlier)
+            if not isinstance(view, Refusal):
+                return reply(await journaled(ctx, view))
+            request = attrs.evolve(request, handle=earlier)
         outcome = await supervisor.spawn(caller, request)
-        if ctx.journal is not None and not isinstance(outcome, Refusal):
+        if ctx.journal is not None and not isinstance(outcome, Refusal) and request.handle is None:
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget,
                                       request.journal_run, request.warm)
         return reply(await journaled(ctx, outcome))
@@ -170,3 +197,8 @@ def register_subagent_tools(registry: ControlToolRegistry, supervisor: Superviso
     for tool in subagent_tools(supervisor, caller):
         registry.register(tool)
     registry.register(graph_tool(supervisor, caller))
+
+    async def resume(journal: ChildJournal) -> None:
+        await resume_children(supervisor, caller, journal)
+
+    registry.on_resume(resume)

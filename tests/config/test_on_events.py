@@ -62,3 +62,18 @@ def test_the_cli_exits_2_naming_the_mistake() -> None:
     assert proc.returncode == 2
     [line] = [json.loads(line) for line in proc.stderr.splitlines() if '"config.invalid"' in line]
     assert line["error"] == "--on-event 'nope:t': no MCP server named 'nope' is declared (declared: ev)"
+
+
+def test_a_server_events_come_from_starts_on_the_2026_wire_unless_pinned_to_2025(tmp_path: Path) -> None:
+    from agentd.config.on_events import speaking_events
+
+    config = tmp_path / "c.yaml"
+    config.write_text("mcp_servers:\n  - {name: ev, url: 'http://127.0.0.1:9/mcp'}\n"
+                      "  - {name: other, url: 'http://127.0.0.1:9/other'}\n")
+    cfg = load_config(["--config", str(config), "--mode", "reactive", "--instruction", "x", "--intelligence", "test",
+                       "--on-event", "ev:ticket.created"], env={})
+    eras = {s.name: s.era for s in speaking_events(cfg.mcp, cfg.on_events)}
+    assert eras == {"ev": "modern", "other": "auto"}
+    with pytest.raises(ConfigError, match="pinned to the 2025-11-25 protocol"):
+        load_config(["--config", str(config), "--mode", "reactive", "--instruction", "x", "--intelligence", "test",
+                     "--on-event", "ev:ticket.created", "--mcp-era", "ev=legacy"], env={})

@@ -11,6 +11,8 @@ import trio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from agentd.connections.auth import ProviderAuth
+from agentd.events import EventLog
 from tests.connections.helpers import connection, run, write
 from tests.connections.peer import mcp_peer
 from tests.peers.gateway import scripted_gateway, text, tool_call
@@ -226,7 +228,10 @@ async def get_credential(request):
     return {"status": "ready", "headers": {"Authorization": "Bearer short-lived-token"},
             "expiresAt": (time.time() + 10) * 1000}
 
-connectionCredentials = {"getCredential": get_credential}
+async def invalidate_credential(request):
+    note("invalidate", request["reason"])  # never: a credential inside the window has not expired yet
+
+connectionCredentials = {"getCredential": get_credential, "invalidateCredential": invalidate_credential}
 """
 
 
@@ -240,6 +245,36 @@ async def test_oauth_refreshes_before_expiry(tmp_path):
     calls = provider_calls(tmp_path)
     assert calls[0] == ["get", False] and all(c == ["get", True] for c in calls[1:])
     assert len(calls) == len(peer.headers_seen) >= 3  # one renewal per request, never a 401
+
+
+async def test_oauth_credential_past_its_expiry_is_invalidated_as_expired_first():
+    """Renewal inside the 60 s window asks again without invalidating; a credential found already past its
+    expiry (an idle daemon) is dropped with ``reason: "expired"`` first. In process, on a hand-set clock."""
+    now = [1_000_000.0]
+    calls: list[tuple[str, bool, str | None]] = []
+
+    class Provider:
+        def get_credential(self, request):
+            calls.append(("get", request.forceRefresh, None))
+            return {"status": "ready", "headers": {"Authorization": f"Bearer token-{len(calls)}"},
+                    "expiresAt": now[0] + 100}
+
+        async def invalidate_credential(self, request):
+            calls.append(("invalidate", request.forceRefresh, request["reason"]))
+
+    lines: list[dict] = []
+    auth = ProviderAuth(Provider(), "docs", "docs", "p", "http://127.0.0.1:9/mcp", EventLog(sink=lines.append),
+                        clock=lambda: now[0])
+    first = await auth.credential(force=False)
+    assert await auth.credential(force=False) is first  # 100 s left: cached
+    now[0] += 50  # 50 s left: inside the renewal window, not expired
+    await auth.credential(force=False)
+    assert calls == [("get", False, None), ("get", True, None)]
+    now[0] += 500  # long past the renewed credential's expiry
+    third = await auth.credential(force=False)
+    assert calls[2:] == [("invalidate", False, "expired"), ("get", True, None)]
+    assert third.headers["Authorization"] == "Bearer token-4"
+    assert [e.get("status") for e in lines if e["event"] == "connection.auth"].count("expired") == 1
 
 
 def test_rs256_assertion_verifies_and_challenge_parses():

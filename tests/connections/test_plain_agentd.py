@@ -135,7 +135,11 @@ def test_same_url_mcp_flag_keeps_the_allowlist_and_conflict_is_2(tmp_path: Path)
     ({"tools": ["search"], "auth": {"type": "bearer", "token": "literal-secret-123456"}}, {},
      "literal secrets are not accepted) @ $.connections['docs'].auth.token"),
     ({"tools": ["search"], "mode": "write"}, {}, "got 'write' @ $.connections['docs'].mode"),
-    ({"tools": ["search"], "auth": {"type": "oauth", "profile": "p"}}, {}, "plain agentd supports none and bearer @ $.connections.docs.auth"),
+    ({"tools": ["search"], "auth": {"type": "oauth", "profile": "p"}}, {},
+     "connection 'docs' uses auth type oauth: give --runtime-module PATH"),
+    ({"tools": ["search"], "auth": {"type": "client_credentials", "clientId": {"env": "CC_ID"},
+                                    "clientSecret": {"env": "CC_SECRET_MISSING"}}}, {"CC_ID": "agent"},
+     "environment variable CC_SECRET_MISSING is not set @ $.connections.docs.auth.clientSecret"),
 ])
 def test_validation_errors_name_their_path_and_exit_2_before_side_effects(
     tmp_path: Path, connection: dict[str, Any], env: dict[str, str], message: str

@@ -1,6 +1,6 @@
-"""A run's subagents are journaled (``spawn``, ``child.result``) and ``agentd journal show`` lists them; a child
-that was running when its parent was SIGKILLed is recorded ``lost`` by the resumed parent and not run again (its
-non-idempotent tool call happens once)."""
+"""A run's subagents are journaled (``spawn``, ``child.result``) and ``agentd journal show`` lists them; an async
+child that was running when its parent was SIGKILLed is resumed by the resumed parent under its handle, from its
+own journal (its non-idempotent tool call in flight happens once), and answers the parent's await."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _records(state: Any) -> list[dict[str, Any]]:
     return [{"kind": kind, **json.loads(body)} for _, _, kind, body in rows]
 
 
-async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_lost_after_sigkill(tmp_path):
+async def test_spawns_and_child_results_are_journaled_and_a_running_child_resumes_after_sigkill(tmp_path):
     state = tmp_path / "state"
     hold, held = trio.Event(), []
 
@@ -56,9 +56,11 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
         if not held:
             held.append(True)
             return text("never", wait=hold)  # the parent's next reply hangs: killed here
-        if observed == 2:  # resumed: one more child, numbered after the journaled ones
+        if observed == 2:  # resumed: the slow child resumed under its handle
+            return tool_call("subagent_await", {"handle": "0.2"})
+        if observed == 3:  # one more child, numbered after the journaled ones
             return tool_call("subagent_spawn", {"instruction": "QUICK: once more"})
-        return text("done without the slow child")
+        return text("done with the slow child")
 
     async with counting_peer() as peer, scripted_gateway(default=reply) as gw:
         argv = ["--intelligence", gw.url, "--mcp", f"pay={peer.origin}/mcp", "--instruction", "PARENT: delegate",
@@ -73,9 +75,9 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
         async with daemon(argv, tmp_path, "second") as d:
             code, result = await d.wait(timeout=90)
         stderr = d.stderr.read_text()
-        assert code == 0 and result["result"] == "done without the slow child", stderr[-3000:]
-        assert peer.count("charge") == 1  # the lost child was not run again
-        assert '"lost_children":["0.2"]' in stderr.replace(" ", "")
+        assert code == 0 and result["result"] == "done with the slow child", stderr[-3000:]
+        assert peer.count("charge") == 1 and len(peer.received) == 1  # its call in flight was not made again
+        assert '"lost_children":[],"resumed_children":["0.2"]' in stderr.replace(" ", "")
         del gw
 
     records = _records(state)
@@ -84,7 +86,7 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
     assert [(s["handle"], s["instruction"]) for s in spawns] == [
         ("0.1", "QUICK: say done"), ("0.2", "SLOW-CHILD: charge order 5"), ("0.3", "QUICK: once more")]
     assert results["0.1"]["status"] == "completed" and results["0.1"]["result"] == "quick done"
-    assert results["0.2"]["status"] == "lost" and results["0.3"]["status"] == "completed"
+    assert results["0.2"]["status"] == "completed" and results["0.3"]["status"] == "completed"
 
     with trio.fail_after(30):
         shown = await trio.run_process([sys.executable, "-m", "agentd", "journal", "show", RUN, "--state-dir",
@@ -92,7 +94,7 @@ async def test_spawns_and_child_results_are_journaled_and_a_running_child_is_los
     lines = json.loads(shown.stdout)["records"]
     assert [(r["kind"], r.get("handle"), r.get("status")) for r in lines if r["kind"] in ("spawn", "child.result")
             ] == [("spawn", "0.1", None), ("child.result", "0.1", "completed"), ("spawn", "0.2", None),
-                  ("child.result", "0.2", "lost"), ("spawn", "0.3", None), ("child.result", "0.3", "completed")]
+                  ("child.result", "0.2", "completed"), ("spawn", "0.3", None), ("child.result", "0.3", "completed")]
 
 
 async def test_graph_nodes_are_journaled_like_spawns(tmp_path):

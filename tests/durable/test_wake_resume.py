@@ -65,7 +65,7 @@ async def test_a_wake_in_flight_at_sigkill_is_resumed_and_its_lost_call_is_not_r
     assert kinds.count("run.started") == 1 and kinds[-1] == "run.ended" and kinds.count("tool.outcome") == 1
 
 
-async def test_a_resumed_wakes_lost_child_handle_is_not_given_to_a_new_wakes_child(tmp_path):
+async def test_a_resumed_wakes_child_handle_is_not_given_to_a_new_wakes_child(tmp_path):
     state = tmp_path / "state"
     hold, held, fresh = trio.Event(), [], []
 
@@ -105,5 +105,7 @@ async def test_a_resumed_wakes_lost_child_handle_is_not_given_to_a_new_wakes_chi
         records = [(kind, json.loads(body)) for _, _, kind, body in rows]
         return [(kind, r["handle"], r.get("status", "")) for kind, r in records if kind in ("spawn", "child.result")]
 
-    assert children(f"{RUN}.1") == [("spawn", "0.1", ""), ("child.result", "0.1", "lost")]
+    # the resumed wake's async child resumed under its handle (the wake ended without awaiting it)
+    assert children(f"{RUN}.1") == [("spawn", "0.1", "")]
+    assert '"event": "subagent.resumed"' in (tmp_path / "2.stderr").read_text()
     assert children(f"{RUN}.2") == [("spawn", "0.2", ""), ("child.result", "0.2", "completed")]

@@ -104,6 +104,22 @@ def test_rate_refusal_is_retryable_and_does_not_mint():
     assert led.admit("0", None, 1.0).handle == "0.2"
 
 
+def test_a_resumed_runs_child_is_readmitted_under_its_handle():
+    """A resumed run's async child comes back under the handle the model holds: only the caller's own child,
+    only when not live, past the spawn rate (it is not new work), and later handles are minted after it."""
+    led = ledger(spawn_burst=1, spawn_rate=0.001)
+    led.mint_after("0", 3)  # the resumed run's numbering is past its journaled children
+    again = led.admit("0", None, 0.0, handle="0.2")
+    assert isinstance(again, Admission) and (again.handle, again.depth) == ("0.2", 1), again
+    assert led.admit("0", None, 0.0, handle="0.7").handle == "0.7"  # the bucket is empty: not asked
+    for caller, handle in (("0", "0.2"), ("0", "0.1.1"), ("0.2", "0.3"), ("0", "0.x")):
+        refused = led.admit(caller, None, 0.0, handle=handle)
+        assert isinstance(refused, Refusal) and refused.cap == "caller", (caller, handle, refused)
+    led.release("0.7")
+    led._bucket = TokenBucket(8, 2.0)
+    assert led.admit("0", None, 0.0).handle == "0.8"
+
+
 def test_draining_refuses_everything():
     led = ledger()
     led.draining = True

@@ -79,6 +79,21 @@ async def test_handles_are_scoped_to_the_callers_subtree(root):
             assert isinstance(sup.status(Caller(Origin.MANAGEMENT), "0.1"), Refusal)
 
 
+async def test_a_caller_kept_to_its_own_tree_sees_only_the_children_spawned_in_it(root):
+    """The runs of cluster work items share the member's handles: one item's run never reaches another's child."""
+    with trio.fail_after(20):
+        async with root() as sup:
+            item_a = Caller(Origin.STDIO, "0", tree="job-a", own_tree_only=True)
+            item_b = Caller(Origin.STDIO, "0", tree="job-b", own_tree_only=True)
+            view = await sup.spawn(item_a, req(["hang"], async_=True))
+            assert not isinstance(view, Refusal) and view.handle == "0.1"
+            assert sup.status(item_a, "0.1").status == "running"
+            for other in (item_b, Caller(Origin.STDIO, "0", tree="job-a/x", own_tree_only=True)):
+                assert isinstance(sup.status(other, "0.1"), Refusal)
+                assert isinstance(await sup.cancel(other, "0.1"), Refusal)
+            assert not isinstance(sup.status(Caller(Origin.STDIO, "0", tree="job-b"), "0.1"), Refusal)  # a wake's
+
+
 async def test_served_spawns_get_served_handles(root):
     with trio.fail_after(20):
         async with root() as sup:
