@@ -12,8 +12,10 @@ values to the process's sinks, and with none enabled it is one global read of an
 Label values come from closed sets (statuses, outcomes, caps, MCP methods agentd sends) or from
 configuration (declared server names, gateway endpoints), and the few open ones (an error type, a
 server name a child reports) are capped in number, so the number of series stays bounded.
-The series themselves are declared once, in :mod:`agentd.telemetry.schema`; both backends are
-built from that table through one :class:`agentd.telemetry.recorder.Recorder`, and docs/observability.md's table is generated from it.
+
+The series themselves are declared once, in :mod:`agentd.telemetry.schema`: both backends are built from
+that table, one :class:`agentd.telemetry.recorder.Recorder` maps each call below to its instruments, and
+docs/observability.md's table is generated from it.
 """
 
 from __future__ import annotations
