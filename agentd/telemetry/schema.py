@@ -8,14 +8,13 @@ key beside each Prometheus name and label; a different kind on either side (toke
 and an OTLP histogram, as the GenAI convention has it); OTLP attributes that are constant (``chat``,
 ``openai``) or left out for one value (``error.type`` when the call succeeded).
 
-Plain data (attrs and the attribute keys of agentd.telemetry.names): the facade reads it on the path that is free while metrics are off.
+Plain data, no import but the attribute keys of agentd.telemetry.names: the facade loads it at a once
+run's start-up, metrics on or off.
 """
 
 from __future__ import annotations
 
 from typing import Final, Literal
-
-import attrs
 
 from agentd.telemetry import names
 
@@ -47,43 +46,50 @@ def _values(*values: str) -> str:
     return ", ".join(f"`{value}`" for value in values)
 
 
-@attrs.frozen
 class Label:
-    """One label: its Prometheus name, its OTLP attribute key, and what values it takes (for the docs)."""
+    """One label: its Prometheus name, its OTLP attribute key, and what values it takes (for the docs).
 
-    prom: str
-    otel: str
-    values: str = ""
-    #: The value for which OTLP leaves the attribute out (``error.type`` is absent on success).
-    omit: str | None = None
+    (Plain classes with slots, never changed after construction: this module loads at a once run's start-up,
+    where two attrs classes cost a millisecond and a half of CPU; identity is their equality and hash.)
+    """
+
+    __slots__ = ("omit", "otel", "prom", "values")
+
+    def __init__(self, prom: str, otel: str, values: str = "", omit: str | None = None) -> None:
+        self.prom = prom
+        self.otel = otel
+        self.values = values
+        #: The value for which OTLP leaves the attribute out (``error.type`` is absent on success).
+        self.omit = omit
 
 
-@attrs.frozen
 class Instrument:
     """One series family on both wires. ``prom`` is the Prometheus name without the ``_total`` a counter gets."""
 
-    prom: str
-    otel: str
-    kind: Kind
-    unit: str
-    description: str
-    labels: tuple[Label, ...] = ()
-    #: The OTLP kind when it is not ``kind`` (the conventions' choice).
-    otel_kind: Kind | None = None
-    buckets: tuple[float, ...] = ()
-    #: Fixed OTLP attributes on every point.
-    otel_constants: tuple[tuple[str, str], ...] = ()
-    #: What the docs add to the description (label values, when the series exists).
-    doc: str = ""
+    __slots__ = ("buckets", "description", "doc", "exposed", "kind", "labels", "otel", "otel_constants",
+                 "otlp_kind", "prom", "unit")
 
-    @property
-    def otlp_kind(self) -> Kind:
-        return self.otel_kind or self.kind
+    def __init__(self, prom: str, otel: str, kind: Kind, unit: str, description: str, labels: tuple[Label, ...] = (),
+                 *, otel_kind: Kind | None = None, buckets: tuple[float, ...] = (),
+                 otel_constants: tuple[tuple[str, str], ...] = (), doc: str = "") -> None:
+        self.prom = prom
+        self.otel = otel
+        self.kind = kind
+        self.unit = unit
+        self.description = description
+        self.labels = labels
+        #: The OTLP kind (``kind`` unless the conventions choose another).
+        self.otlp_kind: Kind = otel_kind or kind
+        self.buckets = buckets
+        #: Fixed OTLP attributes on every point.
+        self.otel_constants = otel_constants
+        #: What the docs add to the description (label values, when the series exists).
+        self.doc = doc
+        #: The name a Prometheus scrape shows.
+        self.exposed = prom + "_total" if kind == "counter" else prom
 
-    @property
-    def exposed(self) -> str:
-        """The name a Prometheus scrape shows."""
-        return self.prom + "_total" if self.kind == "counter" else self.prom
+    def __repr__(self) -> str:
+        return f"Instrument({self.prom!r}, {self.otel!r})"
 
 
 DEPTH: Final = Label("depth", "agentd.agent.depth", "`0` the root process's own, `1` its children, …")
