@@ -152,7 +152,10 @@ async def main(
     bus = EventBus()
     if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
         log = log.bind(sink=_tee(log.sink, bus.publish))
-    with (use_health(Health(mode=cfg.mode)), use_bus(bus), use_operator(Operator()) as operator, _people(cfg),
+    operator = Operator()
+    # health asks the drain latch (current in the asking task, as before) and the operator through these
+    health = Health(mode=cfg.mode, draining=lambda: current_drain().requested, lame_duck=lambda: operator.lame_duck)
+    with (use_health(health), use_bus(bus), use_operator(operator), _people(cfg),
           use_credentials(_HostCredentials(cfg, os.environ if env is None else env)),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:

@@ -6,12 +6,15 @@ the CLI maps it to, so the table in docs/cli.md lives in exactly one place::
     AgentdError                      1  generic failure
     ├── ConfigError                  2  bad config or usage, raised before any side effect
     ├── IntelligenceError            4  every gateway unreachable, auth failure, malformed reply
-    └── McpError                     1  anything about an MCP peer
-        ├── McpConnectError          6  handshake failed (the CLI uses 6 only for *required* servers)
-        ├── McpTransportError        1  the HTTP exchange broke (reset, refused, bad status, timeout)
-        ├── McpProtocolError         1  the peer sent something that is not valid MCP (garbage, oversize)
-        └── McpRpcError              1  a JSON-RPC error response: a fault, never a model observation
-            └── ResourceNotFound     1  -32002 (or -32602 on the modern wire) with ``data.uri``
+    ├── McpError                     1  anything about an MCP peer
+    │   ├── McpConnectError          6  handshake failed (the CLI uses 6 only for *required* servers)
+    │   ├── McpTransportError        1  the HTTP exchange broke (reset, refused, bad status, timeout)
+    │   ├── McpProtocolError         1  the peer sent something that is not valid MCP (garbage, oversize)
+    │   └── McpRpcError              1  a JSON-RPC error response: a fault, never a model observation
+    │       └── ResourceNotFound     1  -32002 (or -32602 on the modern wire) with ``data.uri``
+    └── A2aError                     1  anything about an A2A peer (``peer`` names it)
+        ├── A2aConnectError          6  its Agent Card could not be fetched or is invalid (*required* peers)
+        └── A2aRpcError              1  a JSON-RPC error response from the peer: a fault, not a task outcome
 
 Messages never contain secret values: callers pass names, URLs and sizes, not headers or bodies.
 """

@@ -108,8 +108,9 @@ class McpPool:
     """The run's MCP servers behind one interface. (A plain class: this module loads at a once run's start-up,
     where an attrs class of this size costs a few milliseconds of CPU to build.)"""
 
-    __slots__ = ("_nursery", "_opening", "_pending", "_pending_event", "_receive", "_retiring", "_scopes", "_send",
-                 "_sink", "connections", "declared", "eras", "failed", "log", "run_id")
+    # __weakref__: the loop keeps what it built from this pool's tools for as long as the pool lives
+    __slots__ = ("__weakref__", "_nursery", "_opening", "_pending", "_pending_event", "_receive", "_retiring",
+                 "_scopes", "_send", "_sink", "connections", "declared", "eras", "failed", "log", "run_id")
 
     def __init__(self, log: EventLog, run_id: str, declared: list[McpServerConfig] | None = None,
                  eras: EraCache | None = None) -> None:

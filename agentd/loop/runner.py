@@ -49,7 +49,7 @@ from agentd.intelligence.tally import CallTally, tallying
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.loop import approval, observe
 from agentd.loop.budgets import BudgetMeter, Limits
-from agentd.loop.catalogue import Catalogue, Entry, build_catalogue, catalogue_key
+from agentd.loop.catalogue import Catalogue, Entry, catalogue_key, catalogues_for
 from agentd.loop.control import ChildJournal, ControlContext, ControlToolRegistry
 from agentd.loop.distill import Distillate, distill, parse_json_answer
 from agentd.loop.ports import Intelligence, ToolPool
@@ -221,7 +221,7 @@ class _Run:
         if self.down:
             tools = tuple(t for t in tools if t.server not in self.down)
         if self.catalogue is None or self.catalogue.key != catalogue_key(tools, controls):
-            self.catalogue = build_catalogue(tools, controls, log=self.log)
+            self.catalogue = catalogues_for(self.pool).build(tools, controls, log=self.log)
         return self.catalogue
 
     # -- one step --------------------------------------------------------------------------------

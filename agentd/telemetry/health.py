@@ -7,7 +7,9 @@ is not draining or in the operator's lame duck (``agentd ctl lame-duck``), and e
 part (the MCP pool: every required server connected) passes.
 
 The daemon opens one :class:`Health` and makes it current for its tasks (a contextvar, as the drain
-latch), so two daemons in one trio process do not share one.
+latch), so two daemons in one trio process do not share one. It hands health the questions "draining?"
+and "lame duck?" as callables: the drain latch and the operator sit above telemetry (they log through
+the event log, which traces through telemetry), so health asks them nothing by name.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ from typing import Any, Final
 
 import trio
 
-from agentd.drain import current_drain
-from agentd.operator import current_operator
 from agentd.telemetry.private_files import open_private
 
 #: How often the heartbeat stamps the tick, and how often the health file is rewritten (seconds).
@@ -31,13 +31,20 @@ TICK_INTERVAL: Final = 0.25
 FILE_INTERVAL: Final = 1.0
 
 
+def _never() -> bool:
+    return False
+
+
 class Health:
     """The daemon's liveness and readiness. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    __slots__ = ("_checks", "_next", "mode", "started", "tick")
+    __slots__ = ("_checks", "_draining", "_lame_duck", "_next", "mode", "started", "tick")
 
-    def __init__(self, mode: str = "once", started: bool = False, tick: float | None = None) -> None:
+    def __init__(self, mode: str = "once", started: bool = False, tick: float | None = None, *,
+                 draining: Callable[[], bool] = _never, lame_duck: Callable[[], bool] = _never) -> None:
         self.mode = mode
+        self._draining = draining
+        self._lame_duck = lame_duck
         self.started = started
         self.tick = tick
         self._checks: dict[int, Callable[[], bool]] = {}
@@ -54,12 +61,11 @@ class Health:
 
     @property
     def draining(self) -> bool:
-        return current_drain().requested
+        return self._draining()
 
     @property
     def lame_duck(self) -> bool:
-        operator = current_operator()
-        return operator is not None and operator.lame_duck
+        return self._lame_duck()
 
     def ready(self) -> bool:
         if not self.started or self.draining or self.lame_duck:
@@ -142,9 +148,9 @@ PROBES: Final = frozenset({"/healthz", "/readyz"})
 
 def probe(path: str) -> tuple[int, bytes]:
     """The answer to ``GET /healthz`` (200 while the loop turns: answering proves it) or ``GET /readyz``
-    (200 when ready, else 503)."""
+    (200 when ready, else 503; outside a daemon, which alone knows what ready means, 200)."""
     if path == "/healthz":
         return 200, b"ok\n"
     health = _CURRENT.get()
-    ready = health.ready() if health is not None else not current_drain().requested
+    ready = health.ready() if health is not None else True
     return (200, b"ok\n") if ready else (503, b"not ready\n")

@@ -12,7 +12,10 @@ values to the process's sinks, and with none enabled it is one global read of an
 Label values come from closed sets (statuses, outcomes, caps, MCP methods agentd sends) or from
 configuration (declared server names, gateway endpoints), and the few open ones (an error type, a
 server name a child reports) are capped in number, so the number of series stays bounded.
-docs/observability.md lists the schema.
+
+The series themselves are declared once, in :mod:`agentd.telemetry.schema`: both backends are built from
+that table, one :class:`agentd.telemetry.recorder.Recorder` maps each call below to its instruments, and
+docs/observability.md's table is generated from it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,17 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from agentd.patterns import Pattern
-from agentd.telemetry.names import (
+from agentd.telemetry import schema
+from agentd.telemetry.recorder import Recorder
+from agentd.telemetry.schema import (
+    CAPS,
     GATEWAY_DURATION_BUCKETS,
     JOURNAL_LAG_BUCKETS,
     MCP_DURATION_BUCKETS,
+    SERVED_OUTCOMES,
     TOKEN_BUCKETS,
+    TOOL_OUTCOMES,
+    Instrument,
 )
 
 if TYPE_CHECKING:
@@ -34,13 +43,6 @@ if TYPE_CHECKING:
 
 #: Breaker states as gauge values.
 BREAKER_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
-#: The caps a spawn refusal can name (anything else is ``other``).
-CAPS: Final = ("max_depth", "max_children", "max_subagents", "token_ceiling", "spawn_rate", "draining", "tool_scope",
-               "caller", "budget_usd", "model")
-#: Served request outcomes.
-SERVED_OUTCOMES: Final = ("ok", "error", "tool_error", "refused")
-#: Tool call outcomes.
-TOOL_OUTCOMES: Final = ("result", "tool_error", "rejected", "fault")
 #: The MCP methods agentd's client sends; any other method is counted as ``other``.
 MCP_METHODS: Final = frozenset({
     "initialize", "server/discover", "ping", "tools/list", "tools/call", "resources/list", "resources/read",
@@ -79,126 +81,40 @@ class Sink(Protocol):
     def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None: ...
 
 
-class Metrics:
-    """The Prometheus registry and every series agentd exports (built only when metrics are enabled)."""
+class Metrics(Recorder):
+    """The Prometheus registry with every declared series (built only when metrics are enabled)."""
 
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
         from prometheus_client.process_collector import ProcessCollector
 
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        ProcessCollector(registry=registry)  # process_resident_memory_bytes and friends (Linux)
-        self.runs = Counter("agentd_runs", "Agent-loop runs of the tree, by final status and depth",
-                            ["status", "depth"], registry=registry)
-        self.steps = Counter("agentd_steps", "Loop steps (model calls) of the tree, by depth", ["depth"],
-                             registry=registry)
-        self.tokens = Counter("agentd_tokens", "Model tokens used by the tree's runs, by kind and depth",
-                              ["kind", "depth"], registry=registry)
-        self.cost_usd = Counter("agentd_cost_usd", "What the tree's model calls cost in US dollars (priced runs), "
-                                "by depth", ["depth"], registry=registry)
-        self.tool_calls = Counter("agentd_tool_calls",
-                                  "Tool calls by server (agentd = control tools), outcome and depth",
-                                  ["server", "outcome", "depth"], registry=registry)
-        self.mcp_duration = Histogram(
-            "mcp_client_operation_duration_seconds", "Duration of MCP requests the tree sent",
-            ["mcp_method_name", "server", "error_type"], buckets=MCP_DURATION_BUCKETS, registry=registry)
-        self.gateway_duration = Histogram(
-            "agentd_gateway_request_duration_seconds", "Duration of model calls, failover included, by outcome",
-            ["outcome"], buckets=GATEWAY_DURATION_BUCKETS, registry=registry)
-        self.failovers = Counter("agentd_gateway_failovers", "Model calls that moved on to the next endpoint",
-                                 registry=registry)
-        self.breaker_state = Gauge("agentd_gateway_breaker_state", "Endpoint breaker: 0 closed, 1 half-open, 2 open",
-                                   ["endpoint"], registry=registry)
-        self.live = Gauge("agentd_subagents_live", "Live subagents of the whole tree by depth (root process)",
-                          ["depth"], registry=registry)
-        self.refusals = Counter("agentd_spawn_refusals", "Spawns refused at the chokepoint, by cap",
-                                ["cap"], registry=registry)
-        self.wakes = Counter("agentd_wakes", "Reactive wakes (runs started by an update, a timer or a cron)",
-                             registry=registry)
-        self.coalesced = Counter("agentd_coalesced_updates", "Resource updates merged into a pending wake",
-                                 registry=registry)
-        self.sessions = Gauge("agentd_served_sessions", "Open self-MCP sessions", registry=registry)
-        self.served = Counter("agentd_served_requests", "Self-MCP requests by outcome", ["outcome"],
-                              registry=registry)
-        self.journal_lag = Histogram(
-            "agentd_journal_commit_lag_seconds", "Time from a step's end to its journal commit (--state-dir)",
-            buckets=JOURNAL_LAG_BUCKETS, registry=registry)
-        self.journal_pending = Gauge("agentd_journal_queue", "Journal commits waiting or in progress (--state-dir)",
-                                     registry=registry)
-        self.cluster_member_free = Gauge("agentd_cluster_member_free_slots",
-                                         "This member's free slots (--cluster-capacity less what it runs)",
-                                         registry=registry)
-        self.cluster_members = Gauge("agentd_cluster_members", "Live cluster members (heartbeat within the TTL)",
-                                     registry=registry)
-        self.cluster_free = Gauge("agentd_cluster_free_slots", "Free slots over all live members", registry=registry)
-        self.cluster_queued = Gauge("agentd_cluster_queue_depth", "Cluster work items no member has claimed",
-                                    registry=registry)
-        self.cluster_oldest = Gauge("agentd_cluster_oldest_queued_age_seconds",
-                                    "How long the oldest unclaimed cluster work item has waited (0: none)",
-                                    registry=registry)
+        ProcessCollector(registry=registry)  # schema.PROCESS_MEMORY: process_resident_memory_bytes and friends (Linux)
+        self.series: dict[Instrument, Any] = {}
+        for inst in schema.RECORDED:
+            names = [label.prom for label in inst.labels]
+            if inst.kind == "histogram":
+                made: Any = Histogram(inst.prom, inst.description, names, buckets=inst.buckets, registry=registry)
+            else:
+                made = (Counter if inst.kind == "counter" else Gauge)(inst.prom, inst.description, names,
+                                                                     registry=registry)
+            self.series[inst] = made
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
-    # -- Sink ----------------------------------------------------------------------------------------
-
-    def run_ended(self, status: str, depth: str) -> None:
-        self.runs.labels(status, depth).inc()
-
-    def step(self, input_tokens: int, output_tokens: int, depth: str) -> None:
-        self.steps.labels(depth).inc()
-        self.tokens.labels("input", depth).inc(input_tokens)
-        self.tokens.labels("output", depth).inc(output_tokens)
-
-    def cost(self, usd: float, depth: str) -> None:
-        self.cost_usd.labels(depth).inc(usd)
-
-    def tool_call(self, server: str, outcome: str, depth: str) -> None:
-        self.tool_calls.labels(server, outcome, depth).inc()
-
-    def mcp_request(self, method: str, server: str, seconds: float, error_type: str) -> None:
-        self.mcp_duration.labels(method, server, error_type).observe(seconds)
-
-    def gateway_call(self, seconds: float, outcome: str) -> None:
-        self.gateway_duration.labels(outcome).observe(seconds)
-
-    def failover(self) -> None:
-        self.failovers.inc()
-
-    def breaker(self, endpoint: str, value: int) -> None:
-        self.breaker_state.labels(endpoint).set(value)
-
-    def subagents_live(self, depth: str, count: int) -> None:
-        self.live.labels(depth).set(count)
-
-    def spawn_refused(self, cap: str) -> None:
-        self.refusals.labels(cap).inc()
-
-    def woke(self, coalesced: int) -> None:
-        self.wakes.inc()
-        if coalesced:
-            self.coalesced.inc(coalesced)
-
-    def served_session(self, delta: int) -> None:
-        self.sessions.inc(delta)
-
-    def served_request(self, outcome: str) -> None:
-        self.served.labels(outcome).inc()
-
-    def journal_commit(self, seconds: float) -> None:
-        self.journal_lag.observe(seconds)
-
-    def journal_queue(self, delta: int) -> None:
-        self.journal_pending.inc(delta)
-
-    def cluster_capacity(self, member_free_slots: int, members: int, free_slots: int, queued: int, oldest_age: float) -> None:
-        self.cluster_member_free.set(member_free_slots)
-        self.cluster_members.set(members)
-        self.cluster_free.set(free_slots)
-        self.cluster_queued.set(queued)
-        self.cluster_oldest.set(oldest_age)
+    def record(self, instrument: Instrument, value: float, labels: tuple[str, ...] = ()) -> None:
+        series = self.series[instrument]
+        if labels:
+            series = series.labels(*labels)
+        if instrument.kind == "histogram":
+            series.observe(value)
+        elif instrument.kind == "gauge":
+            series.set(value)
+        else:
+            series.inc(value)
 
 
 class Deltas:
@@ -526,4 +442,4 @@ def otel_enabled() -> bool:
 
 
 __all__: Final[Any] = ("GATEWAY_DURATION_BUCKETS", "JOURNAL_LAG_BUCKETS", "MCP_DURATION_BUCKETS", "TOKEN_BUCKETS",
-                       "Deltas", "Metrics", "Sink", "current", "disable", "enable", "enable_otel", "merge")
+                       "Deltas", "Metrics", "Recorder", "Sink", "current", "disable", "enable", "enable_otel", "merge")

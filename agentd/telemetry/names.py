@@ -1,4 +1,4 @@
-"""The span names, attribute keys, metric names and bucket boundaries agentd's telemetry uses, in one place.
+"""The span names and attribute keys agentd's traces use, in one place (metrics: agentd/telemetry/schema.py).
 
 They follow the OpenTelemetry GenAI and MCP semantic conventions (``invoke_agent``, ``chat``,
 ``execute_tool``, ``{mcp.method.name} {target}``). The ``opentelemetry-semantic-conventions`` package marks
@@ -55,6 +55,8 @@ AGENTD_AGENT_PATH: Final = "agentd.agent.path"
 AGENTD_RUN_STATUS: Final = "agentd.run.status"
 AGENTD_STEPS: Final = "agentd.run.steps"
 AGENTD_SERVER: Final = "agentd.mcp.server"
+#: A chat span's (one reply) or an agent span's (the run's own replies) cost in US dollars, when priced.
+AGENTD_COST_USD: Final = "agentd.cost_usd"
 
 # --- W3C trace context -----------------------------------------------------------------------------------
 TRACEPARENT: Final = "traceparent"
@@ -64,47 +66,3 @@ TRACESTATE: Final = "tracestate"
 def mcp_span_name(method: str, target: str | None) -> str:
     """``{mcp.method.name} {target}`` (the tool name or resource URI), or the method alone."""
     return f"{method} {target}" if target else method
-
-# --- metric names (OTLP) ---------------------------------------------------------------------------------
-# The conventions' own where they exist; agentd's elsewhere. Prometheus names are in agentd.telemetry.metrics.
-METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
-METRIC_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
-METRIC_MCP_DURATION: Final = "mcp.client.operation.duration"
-METRIC_PROCESS_MEMORY: Final = "process.memory.usage"
-METRIC_RUNS: Final = "agentd.runs"
-METRIC_STEPS: Final = "agentd.steps"
-#: What the tree's model calls cost, in US dollars (priced runs only: ``--price``).
-METRIC_COST: Final = "agentd.cost"
-#: A chat span's (one reply) or an agent span's (the run's own replies) cost in US dollars, when priced.
-AGENTD_COST_USD: Final = "agentd.cost_usd"
-METRIC_TOOL_CALLS: Final = "agentd.tool.calls"
-METRIC_FAILOVERS: Final = "agentd.gateway.failovers"
-METRIC_BREAKER: Final = "agentd.gateway.breaker.state"
-METRIC_SUBAGENTS_LIVE: Final = "agentd.subagents.live"
-METRIC_SPAWN_REFUSALS: Final = "agentd.spawn.refusals"
-METRIC_WAKES: Final = "agentd.wakes"
-METRIC_COALESCED: Final = "agentd.coalesced_updates"
-METRIC_SERVED_SESSIONS: Final = "agentd.served.sessions"
-METRIC_SERVED_REQUESTS: Final = "agentd.served.requests"
-METRIC_JOURNAL_LAG: Final = "agentd.journal.commit.lag"
-METRIC_JOURNAL_QUEUE: Final = "agentd.journal.queue"
-METRIC_CLUSTER_MEMBER_FREE: Final = "agentd.cluster.member.free_slots"
-METRIC_CLUSTER_MEMBERS: Final = "agentd.cluster.members"
-METRIC_CLUSTER_FREE: Final = "agentd.cluster.free_slots"
-METRIC_CLUSTER_QUEUED: Final = "agentd.cluster.queue.depth"
-METRIC_CLUSTER_OLDEST: Final = "agentd.cluster.queue.oldest_age"
-#: ``mcp.client.operation.duration`` bucket boundaries from the MCP semantic conventions (seconds).
-MCP_DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-#: ``gen_ai.client.operation.duration`` bucket boundaries from the GenAI semantic conventions (seconds).
-GATEWAY_DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                                   40.96, 81.92)
-#: ``gen_ai.client.token.usage`` bucket boundaries from the GenAI conventions (1 … 4**13, powers of 4).
-TOKEN_BUCKETS: Final = tuple(float(4 ** n) for n in range(14))
-#: Journal commit lag buckets (seconds), agentd's own: a local SQLite commit is ~ms, a shared store's tens of ms.
-JOURNAL_LAG_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-#: Metric attributes (beyond the span attributes above).
-GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
-AGENTD_DEPTH: Final = "agentd.agent.depth"
-AGENTD_OUTCOME: Final = "agentd.outcome"
-AGENTD_CAP: Final = "agentd.cap"
-AGENTD_ENDPOINT: Final = "agentd.gateway.endpoint"

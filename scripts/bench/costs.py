@@ -39,9 +39,9 @@ from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.pa
 from agentd.client.models import ToolInfo, ToolResult  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage  # noqa: E402
+from agentd.loop import catalogue  # noqa: E402
 from agentd.loop.budgets import Limits  # noqa: E402
 from agentd.loop.builtin import resource_read_tool  # noqa: E402
-from agentd.loop.catalogue import build_catalogue  # noqa: E402
 from agentd.loop.control import ControlToolRegistry  # noqa: E402
 from agentd.reactive.selftools import SelfRequests, self_tools  # noqa: E402
 from agentd.supervisor.graph import graph_tool  # noqa: E402
@@ -97,7 +97,8 @@ class Pool:
     def instructions(self) -> dict[str, str]:
         return {}
 
-    async def call_tool(self, server: str, tool: str, arguments: Any, *, run_id: str) -> ToolResult:
+    async def call_tool(self, server: str, tool: str, arguments: Any, *, run_id: str, idempotency_key: str = "",
+                        resume_task: str | None = None, on_task: Any = None) -> ToolResult:
         return ToolResult([{"type": "text", "text": "ok"}], False)
 
     async def read_resource(self, uri: str, server: str | None = None) -> Any:
@@ -144,7 +145,13 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
     log = EventLog(sink=sink(), run_id="bench")
     tools = pool.tools()
     out["controls"] = len(list(wake_controls(pool)))
-    out["catalogue_ms"] = best_ms(lambda: build_catalogue(pool.tools(), wake_controls(pool), log=log), n, repeat)
+    if hasattr(catalogue, "catalogues_for"):  # the pool's Catalogues, as a run finds it
+        def build() -> Any:
+            return catalogue.catalogues_for(pool).build(pool.tools(), wake_controls(pool), log=log)
+    else:  # an older tree (module-level caches)
+        def build() -> Any:
+            return catalogue.build_catalogue(pool.tools(), wake_controls(pool), log=log)
+    out["catalogue_ms"] = best_ms(build, n, repeat)
     out["tools"] = len(tools)
 
     from agentd.loop.runner import RunRequest

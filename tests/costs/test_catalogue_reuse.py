@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from typing import Any
 
 import attrs
 
 from agentd.events import EventLog
 from agentd.loop import catalogue
-from agentd.loop.catalogue import build_catalogue
+from agentd.loop.catalogue import Catalogues, catalogues_for
 from agentd.loop.control import ControlContext, ControlResult, ControlTool
 
 
@@ -40,9 +42,10 @@ def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     control_schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
     lines: list[dict[str, Any]] = []
     log = EventLog(sink=lines.append)
+    cats = Catalogues()  # a pool's: a daemon's every wake builds from the same pool
     # Control tools are registered afresh per wake (new objects, same module-level schema).
-    first = build_catalogue(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
-    second = build_catalogue(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
+    first = cats.build(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
+    second = cats.build(tools, [ControlTool("resource.read", "read", control_schema, _noop)], log=log)
     assert first is second  # no run's objects in it: one catalogue serves every wake offering the same tools
     for wire, entry in first.entries.items():
         assert second.entries[wire].validator is entry.validator
@@ -54,13 +57,13 @@ def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
     assert len([x for x in lines if x["event"] == "mcp.catalogue"]) == 1  # one event per load, not per tool
     # Re-listed but unchanged (new, equal objects): nothing new to audit. A changed list is a new load
     # and is audited again, and so is the same list on another sink (another daemon's log).
-    build_catalogue([Tool(t.server, t.name, t.description, t.input_schema) for t in tools], [], log=log)
+    cats.build([Tool(t.server, t.name, t.description, t.input_schema) for t in tools], [], log=log)
     assert _audited(lines) == 20
     changed = [*tools[:-1], Tool("srv", "t19", "a new description", _schema(19))]
-    build_catalogue(changed, [], log=log)
+    cats.build(changed, [], log=log)
     assert _audited(lines) == 40
     other: list[dict[str, Any]] = []
-    build_catalogue(tools, [], log=EventLog(sink=other.append))
+    cats.build(tools, [], log=EventLog(sink=other.append))
     assert _audited(other) == 20
     entry = second.resolve("srv__t3")
     assert entry is not None and entry.check({"p3": 1}) is None and "required" in (entry.check({}) or "")
@@ -68,31 +71,31 @@ def test_rebuilt_catalogue_reuses_validators_and_logs_each_load_once() -> None:
 
 def test_a_new_schema_object_is_compiled_for_itself() -> None:
     """The identity cache never hands one schema's validator to another (new list from the pool)."""
+    cats = Catalogues()
     strict = Tool("srv", "t", "", {"type": "object", "required": ["a"]})
     loose = Tool("srv", "t", "", {"type": "object"})
-    a = build_catalogue([strict], []).resolve("srv__t")
-    b = build_catalogue([loose], []).resolve("srv__t")
+    a = cats.build([strict], []).resolve("srv__t")
+    b = cats.build([loose], []).resolve("srv__t")
     assert a is not None and b is not None
     assert a.check({}) is not None and b.check({}) is None
     # And a changed tool list changes the wire names the map hands out.
-    both = build_catalogue([strict, Tool("other", "t", "", {})], [])
+    both = cats.build([strict, Tool("other", "t", "", {})], [])
     assert set(both.entries) == {"srv__t", "other__t"}
 
 
 def test_a_rebuilt_catalogue_costs_a_fraction_of_a_cold_one() -> None:
     """CPU, not wall time: the second build of the same tools must skip schema checks and serialisation."""
     tools = [Tool("srv", f"t{i}", "d", _schema(i)) for i in range(30)]
-    catalogue._PREPARED.clear()
-    catalogue._VALIDATORS.clear()
-    catalogue._BUILT.clear()
+    cats = Catalogues()
+    catalogue.VALIDATORS.clear()
     catalogue._name_map.cache_clear()
     start = time.process_time()
-    build_catalogue(tools, [])
+    cats.build(tools, [])
     cold = time.process_time() - start
     assert catalogue._name_map.cache_info().misses == 1
     start = time.process_time()
     for _ in range(10):
-        build_catalogue(tools, [])
+        cats.build(tools, [])
     warm = (time.process_time() - start) / 10
     assert catalogue._name_map.cache_info().misses == 1  # names, schemas and wire forms: built once
     assert warm < cold / 3, (warm, cold)
@@ -105,13 +108,14 @@ async def _other(arguments: Any, ctx: ControlContext) -> ControlResult:
 def test_a_shared_catalogue_follows_changed_control_tools() -> None:
     """A control tool registered anew with the same definition shares the catalogue; a changed one (description,
     schema) is offered as it is now, not as it was cached."""
+    cats = Catalogues()
     tools = [Tool("srv", "t", "d", _schema(0))]
     schema = {"type": "object", "properties": {"uri": {"type": "string"}}}
     first = ControlTool("subscribe", "watch a URI", schema, _noop)
     second = ControlTool("subscribe", "watch a URI", schema, _other)  # the next wake's registry: same tool, anew
-    assert build_catalogue(tools, [first]) is build_catalogue(tools, [second])
+    assert cats.build(tools, [first]) is cats.build(tools, [second])
     changed = ControlTool("subscribe", "watch a URI now", {"type": "object"}, _noop)
-    offered = {t.name: t for t in build_catalogue(tools, [changed]).chat_tools}
+    offered = {t.name: t for t in cats.build(tools, [changed]).chat_tools}
     assert offered["subscribe"].description == "watch a URI now"
     assert offered["subscribe"].parameters == {"type": "object"}
 
@@ -126,6 +130,7 @@ async def test_each_run_calls_its_own_control_tool_through_a_shared_catalogue() 
 
     schema = {"type": "object", "properties": {}}
     answers: list[str] = []
+    pool = MemoryPool()  # one pool for both runs, as a daemon's wakes have: one Catalogues, one catalogue
     for answer in ("from the first run", "from the second run"):
         async def handler(arguments: Any, ctx: ControlContext, answer: str = answer) -> ControlResult:
             return ControlResult.text(answer)
@@ -133,7 +138,7 @@ async def test_each_run_calls_its_own_control_tool_through_a_shared_catalogue() 
         registry = ControlToolRegistry()
         registry.register(ControlTool("probe", "answers", schema, handler))
         model = ScriptedModel([tools_reply(call("probe", {})), final("done")])
-        await run_with(RunRequest("go", f"run-{len(answers)}"), pool=MemoryPool(), intel=model,
+        await run_with(RunRequest("go", f"run-{len(answers)}"), pool=pool, intel=model,
                        log=EventLog(sink=lambda line: None), controls=registry)
         answers.append(next(m["content"] for m in model.requests[1][0] if m["role"] == "tool"))
     assert answers == ["from the first run", "from the second run"]
@@ -164,3 +169,16 @@ def test_resource_awareness_follows_a_relisted_pool() -> None:
     many = [ResourceInfo("srv", f"test://{i}", f"r{i}") for i in range(3)]
     assert "(showing 2 of 3 resources" in resource_catalogue(many, 2)
     assert "showing" not in resource_catalogue(many[:2], 2)
+
+
+def test_a_pools_catalogues_live_as_long_as_the_pool() -> None:
+    """One :class:`Catalogues` per pool: the same for every run on it, another for another pool, gone with it."""
+    from tests.loop.scripted import MemoryPool
+
+    pool, other = MemoryPool(), MemoryPool()
+    cats = catalogues_for(pool)
+    assert catalogues_for(pool) is cats and catalogues_for(other) is not cats
+    owned = weakref.ref(cats)
+    del cats, pool
+    gc.collect()
+    assert owned() is None
