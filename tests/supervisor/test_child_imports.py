@@ -36,13 +36,15 @@ _IMPORT = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)")
 
 
 def _imported(text_: str) -> set[str]:
-    return {m.group(1) for m in _IMPORT.finditer(text_)}
+    """The modules ``-X importtime`` lists, less click: the sitecustomize below refuses it, and importtime lists a
+    refused import too."""
+    return {m.group(1) for m in _IMPORT.finditer(text_)} - {"click"}
 
 
-#: httpx imports its own optional command-line client (click, rich, pygments) whenever click is installed, as it
-#: is in the test environment (uvicorn needs it) and is not beside agentd alone: that import is httpx's, not
-#: agentd's, so the children here run as they would where agentd is installed on its own.
-_SITECUSTOMIZE = 'import sys\nsys.modules.setdefault("httpx._main", None)\n'
+#: httpx imports its own optional command-line client (click, rich, pygments) whenever click can be imported, as
+#: it can in the test environment (uvicorn needs it) and cannot beside agentd alone: that import is httpx's, not
+#: agentd's, so the children here run as they would where agentd is installed on its own (click refused).
+_SITECUSTOMIZE = 'import sys\nsys.modules.setdefault("click", None)\n'
 
 
 def _importtime_python(tmp_path: Path) -> tuple[Path, Path]:
