@@ -25,6 +25,7 @@ import trio
 from agentd.defaults import CONNECT_TIMEOUT
 from agentd.events import EventLog
 from agentd.intelligence.endpoints import OFFLINE, display, parse_endpoints
+from agentd.intelligence.gateway import cause_in
 from agentd.secrets import SecretResolver
 from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import MetadataRefused, new_client
@@ -61,17 +62,6 @@ class GatewayCheck:
 def models_url(completions: str) -> str:
     """``…/chat/completions`` → ``…/models`` (the endpoint's base, as the gateway serves both under it)."""
     return completions.removesuffix("/chat/completions") + "/models"
-
-
-def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def model_ids(body: bytes) -> list[str] | None:
@@ -138,14 +128,14 @@ async def _check_one(client: httpx.AsyncClient, completions: str, model: str, to
                             f"the proxy {display(proxy)} (HTTPS_PROXY/HTTP_PROXY/ALL_PROXY) would not open a tunnel "
                             "to the gateway; set NO_PROXY for it, or fix the proxy" if proxy else None)
     except httpx.HTTPError as exc:
-        refused = _cause(exc, MetadataRefused)
+        refused = cause_in(exc, MetadataRefused)
         if refused is not None:
             return GatewayCheck(endpoint, False, None, "unchecked", None, str(refused))
-        failure = _cause(exc, ssl.SSLCertVerificationError)
+        failure = cause_in(exc, ssl.SSLCertVerificationError)
         if isinstance(failure, ssl.SSLCertVerificationError):
             return GatewayCheck(endpoint, True, "failed", "unchecked", None, "TLS certificate verification failed",
                                 gateway_verify_hint(failure))
-        if _cause(exc, ssl.SSLError) is not None:
+        if cause_in(exc, ssl.SSLError) is not None:
             return GatewayCheck(endpoint, True, "failed", "unchecked", None, "TLS handshake failed",
                                 "the gateway does not speak TLS there, or only a protocol this Python refuses; "
                                 "check the URL's scheme and port")

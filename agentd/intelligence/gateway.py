@@ -101,10 +101,10 @@ E = TypeVar("E", bound=BaseException)
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     """Does ``kind`` appear in the cause/context chain (httpx on trio wraps SSL errors twice)?"""
-    return _cause(exc, kind) is not None
+    return cause_in(exc, kind) is not None
 
 
-def _cause(exc: BaseException, kind: type[E]) -> E | None:
+def cause_in(exc: BaseException, kind: type[E]) -> E | None:
     """The first ``kind`` in ``exc``'s cause/context chain."""
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -197,10 +197,10 @@ class Gateway:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.ConnectError as exc:
-            refused = _cause(exc, MetadataRefused)
+            refused = cause_in(exc, MetadataRefused)
             if refused is not None:
                 raise self._fatal(str(refused)) from None
-            failure = _cause(exc, ssl.SSLCertVerificationError)
+            failure = cause_in(exc, ssl.SSLCertVerificationError)
             if failure is not None:
                 raise Retryable(f"TLS certificate verification failed: {gateway_verify_hint(failure)}",
                                 here=False) from None

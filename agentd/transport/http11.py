@@ -17,13 +17,20 @@ the deadline of the scope the reader reads in, see :mod:`agentd.transport.served
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final, cast
 
 import h11
 import trio
 
-from agentd.transport.served import READ_SIZE, REASONS, App, Message, Scope, Served, http_date, http_scope
+from agentd.transport.served import (
+    READ_SIZE,
+    REASONS,
+    Message,
+    Runner,
+    Scope,
+    http_date,
+    http_scope,
+)
 from agentd.transport.websocket import WebSocket, is_websocket_upgrade
 
 #: Unread request body a connection buffers before it stops reading (the app reads as it goes).
@@ -114,19 +121,11 @@ class _Exchange:
                 self.wake()
 
 
-class Http11:
+class Http11(Runner):
     """Serves one HTTP/1.1 connection until the peer closes, the idle limit passes, or it is closed."""
 
-    def __init__(self, stream: trio.abc.Stream, app: App, served: Served, *, scheme: str,
-                 client: tuple[str, int] | None, server: tuple[str, int] | None,
-                 on_app_error: Callable[[BaseException], None]) -> None:
-        self.stream = stream
-        self.app = app
-        self.served = served
-        self.scheme = scheme
-        self.client = client
-        self.server = server
-        self.on_app_error = on_app_error
+    def setup(self) -> None:
+        served = self.served
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=served.settings.max_head)
         self.exchange: _Exchange | None = None
         self.websocket: WebSocket | None = None

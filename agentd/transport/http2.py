@@ -15,7 +15,6 @@ A request body is acknowledged (flow control) as the app reads it, so a peer can
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final, cast
 
 import attrs
@@ -27,7 +26,7 @@ import h2.exceptions
 import h2.settings
 import trio
 
-from agentd.transport.served import READ_SIZE, App, Message, Scope, Served, http_scope
+from agentd.transport.served import READ_SIZE, Message, Runner, Scope, http_scope
 
 _CONTROL: Final = (h2.events.PingReceived, h2.events.RemoteSettingsChanged, h2.events.PriorityUpdated,
                    h2.events.StreamReset)
@@ -128,19 +127,11 @@ class _Stream:
         await self.connection.flush()
 
 
-class Http2:
+class Http2(Runner):
     """Serves one HTTP/2 connection until the peer closes, the idle limit passes, or a bound closes it."""
 
-    def __init__(self, stream: trio.abc.Stream, app: App, served: Served, *, scheme: str,
-                 client: tuple[str, int] | None, server: tuple[str, int] | None,
-                 on_app_error: Callable[[BaseException], None]) -> None:
-        self.stream = stream
-        self.app = app
-        self.served = served
-        self.scheme = scheme
-        self.client = client
-        self.server = server
-        self.on_app_error = on_app_error
+    def setup(self) -> None:
+        served = self.served
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: served.settings.h2_max_streams,

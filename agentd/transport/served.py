@@ -54,6 +54,27 @@ class Settings:
     h2_max_control_per_second: int = 100
 
 
+class Runner:
+    """What the accept loop hands a protocol runner (agentd.transport.http11, agentd.transport.http2): the
+    connection's stream, the app, its own record, and what the app's scope says of it. Each runner sets up its
+    protocol state in :meth:`setup`."""
+
+    def __init__(self, stream: trio.abc.Stream, app: App, served: Served, *, scheme: str,
+                 client: tuple[str, int] | None, server: tuple[str, int] | None,
+                 on_app_error: Callable[[BaseException], None]) -> None:
+        self.stream = stream
+        self.app = app
+        self.served = served
+        self.scheme = scheme
+        self.client = client
+        self.server = server
+        self.on_app_error = on_app_error
+        self.setup()
+
+    def setup(self) -> None:
+        """The protocol's own state (a subclass's)."""
+
+
 @attrs.define(eq=False)
 class Served:
     """One admitted connection, as the accept loop sees it."""
