@@ -131,7 +131,7 @@ def test_bash_offers_what_the_flag_table_says(scripts: dict[str, Path], tmp_path
     run_flags = offered("--")
     assert {flag.name for flag in FLAGS if "agentd" in flag.commands} <= set(run_flags)
     assert {"--no-otel", "--version", "--help"} <= set(run_flags)
-    assert "--runtime-module" not in run_flags and "--db" not in run_flags  # agentd run's, transcript's
+    assert "--runtime-module" in run_flags and "--db" not in run_flags  # plain agentd takes a runtime module too (its connection_credentials); --db is transcript's
     assert run_flags == _names("")
     for command in SUBCOMMANDS:
         assert offered(command.name, "--") == _names(command.name), command.name
