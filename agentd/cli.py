@@ -179,7 +179,7 @@ def main(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         if argv and argv[0] == "report":
             return _report(argv[1:])
         if argv and argv[0] == "top":
-            from agentd.telemetry.top import top_main
+            from agentd.terminal.top import top_main
 
             return top_main(argv[1:], env)
         if argv and argv[0] == "journal":

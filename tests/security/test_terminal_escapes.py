@@ -39,6 +39,13 @@ def test_visible_escapes_every_control_but_newline_and_tab_and_keeps_the_text() 
     assert visible("ünïcödé ✓") == "ünïcödé ✓"
 
 
+def test_bidirectional_controls_are_shown_not_obeyed() -> None:
+    # "Trojan Source": an override drawn raw reorders the rest of the line ("fs__read\u202e" ... reads reversed).
+    tricky = "fs__delete\u202e\u2066daer__sf\u2069\u202c \u200f\u061c"
+    assert visible(tricky) == "fs__delete\\u202e\\u2066daer__sf\\u2069\\u202c \\u200f\\u061c"
+    assert visible("שלום عربي") == "שלום عربي"  # right-to-left text itself stays as it is
+
+
 def test_json_output_escapes_c1_and_del_and_stays_the_same_json() -> None:
     text = escape_controls(json.dumps({"error": HOSTILE}, ensure_ascii=False))
     assert "\x9b" not in text and "\x7f" not in text and "\\u009b" in text

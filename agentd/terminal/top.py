@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import io
 import json
 import os
 import ssl
@@ -28,8 +30,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import trio
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from agentd.backoff import exponential
+from agentd.terminal.visible import visible_line
 
 REDRAW_INTERVAL: Final = 0.1
 RECENT_LINES: Final = 8
@@ -111,18 +117,41 @@ class View:
         self.dirty = True
         return True
 
-    def render(self, width: int = 100) -> str:
-        rows = self.rows()
-        lines = [f"agentd top  [{self.status}]  j/k move  space collapse/expand  q quit", ""]
-        lines.append(f"{'handle':<30} {'status':<16} {'steps':>6} {'tokens':>9}  run")
-        for index, (key, node, depth) in enumerate(rows):
+    def render(self, width: int = 100, *, color: bool = False) -> str:
+        """The whole screen, drawn with rich: a table of the visible nodes and the recent lines. Every string
+        from the daemon (handles, statuses, tool names, event fields: model- or server-supplied text among
+        them) is shown with its control characters made visible, so none can move the cursor or restyle
+        the terminal."""
+        out = io.StringIO()
+        console = Console(file=out, width=width, color_system="standard" if color else None, no_color=not color,
+                          force_terminal=color, highlight=False, emoji=False)
+        head = Text("agentd top  ", style="bold")
+        head.append(f"[{visible_line(self.status)}]", style="green" if self.status == "connected" else "yellow")
+        head.append("  j/k move  space collapse/expand  q quit", style="dim")
+        console.print(head)
+        table = Table(box=None, expand=False, pad_edge=False, show_edge=False)
+        for column, justify in (("handle", "left"), ("status", "left"), ("steps", "right"), ("tokens", "right"),
+                                ("elapsed", "right"), ("tools", "left"), ("run", "left")):
+            table.add_column(column, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+        for index, (key, node, depth) in enumerate(self.rows()):
             mark = "+" if key in self.collapsed else " "
             pointer = ">" if index == self.selected else " "
-            handle = ("  " * depth + mark + str(node.get("handle")))[:29]
-            lines.append(f"{pointer}{handle:<29} {node.get('status')!s:<16} {node.get('steps', 0)!s:>6} "
-                         f"{node.get('tokens', 0)!s:>9}  {node.get('run_id')}")
-        lines += ["", "recent:"] + [f"  {line}" for line in self.recent]
-        return "\x1b[H\x1b[2J" + "\r\n".join(line[:width] for line in lines) + "\r\n"
+            status = str(node.get("status"))
+            tone = "green" if status == "completed" else "yellow" if status == "running" else "red"
+            elapsed = node.get("elapsed_s")
+            tools = node.get("tools") or []
+            table.add_row(
+                Text(pointer + "  " * depth + mark + visible_line(str(node.get("handle"))),
+                     style="reverse" if index == self.selected else ""),
+                Text(visible_line(status), style=tone), str(node.get("steps", 0)), str(node.get("tokens", 0)),
+                f"{elapsed:.0f} s" if isinstance(elapsed, int | float) else "—",
+                Text(visible_line(", ".join(map(str, tools))) if isinstance(tools, list) else "", style="cyan"),
+                Text(visible_line(str(node.get("run_id"))), style="dim"))
+        console.print(table)
+        console.print(Text("recent:", style="bold"))
+        for line in self.recent:
+            console.print(Text("  " + visible_line(line)), overflow="ellipsis", no_wrap=True)
+        return "\x1b[H\x1b[2J" + out.getvalue().replace("\n", "\r\n")
 
 
 def _order(handle: str) -> list[int]:
@@ -210,22 +239,23 @@ async def _keys(view: View, done: trio.CancelScope) -> None:
                 return
 
 
-async def _draw(view: View, out: TextIO) -> None:
+async def _draw(view: View, out: TextIO, color: bool) -> None:
     while True:
         if view.dirty:
             view.dirty = False
             width = (os.get_terminal_size(out.fileno()).columns if out.isatty() else 0) or DEFAULT_WIDTH
-            out.write(view.render(width))
+            out.write(view.render(width, color=color))
             out.flush()
         await trio.sleep(REDRAW_INTERVAL)
 
 
-async def run_top(url: str, headers: list[tuple[bytes, bytes]], tls: ssl.SSLContext | None = None) -> int:
+async def run_top(url: str, headers: list[tuple[bytes, bytes]], tls: ssl.SSLContext | None = None, *,
+                  color: bool = False) -> int:
     view = View()
     with _raw_terminal(sys.stdin):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_follow, url, headers, view, tls)
-            nursery.start_soon(_draw, view, sys.stdout)
+            nursery.start_soon(_draw, view, sys.stdout, color)
             nursery.start_soon(_keys, view, nursery.cancel_scope)
     sys.stdout.write("\r\n")
     return 0
@@ -259,4 +289,6 @@ def top_main(args: Sequence[str], env: dict[str, str]) -> int:
     except (ValueError, AgentdError) as exc:
         sys.stderr.write(json.dumps({"event": "config.invalid", "level": "error", "error": str(exc)}) + "\n")
         return 2
-    return trio.run(run_top, url, headers, tls)
+    from agentd.terminal.mode import color_allowed
+
+    return trio.run(functools.partial(run_top, url, headers, tls, color=color_allowed(env) and sys.stdout.isatty()))
