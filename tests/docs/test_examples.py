@@ -103,6 +103,35 @@ def test_every_marked_example_says_why_and_examples_exist() -> None:
                 assert NOT_RUN.match(line.strip()), f"{path.name}:{number}: malformed marker {line!r}"
 
 
+#: A line of a fence without a language that is a command someone would type (``$ `` prompt optional); a synopsis
+#: (``[FLAG]``, ``a|b``, ``...``) is a description, not an example.
+COMMAND = re.compile(r"^\s*(\$ )?(agentd|docker|kubectl|systemctl|pipx?|curl|eval|journalctl) ")
+SYNOPSIS = re.compile(r"\[|\||\.\.\.|…")
+
+
+def test_a_command_in_a_fence_without_a_language_is_marked_with_why_it_is_not_run() -> None:
+    """Every doc example is run by the suite or says why not: a command shown in a plain fence (which the runner
+    above does not run) must carry the not-run marker with its reason, or become an ``sh`` block that runs."""
+    unmarked = []
+    for path in DOCS:
+        lines = path.read_text().split("\n")
+        index = 0
+        while index < len(lines):
+            fence = FENCE.match(lines[index])
+            if fence is None:
+                index += 1
+                continue
+            end = index + 1
+            while not lines[end].startswith("```"):
+                end += 1
+            body = lines[index + 1:end]
+            typed = [b for b in body if COMMAND.match(b) and not SYNOPSIS.search(b.split("#")[0])]
+            if not fence["lang"] and typed and not (index and NOT_RUN.match(lines[index - 1].strip())):
+                unmarked.append(f"{path.name}:{index + 1}: {typed[0].strip()[:80]}")
+            index = end + 1
+    assert unmarked == []
+
+
 # -- shell ------------------------------------------------------------------------------------------------
 
 
