@@ -286,9 +286,9 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
             _print_json({"valid": True, "config": effective_config(config)})
             return 0
         promise.promise(config.run_id, log.redactor)
-        if config.output == "human":
-            from agentd.terminal.mode import color_allowed
+        from agentd.terminal.mode import color_allowed, wants_human
 
+        if wants_human(config.output, sys.stdout):  # unset: for a person at a terminal, the JSON through a pipe
             promise.human, promise.color = True, color_allowed(env)
         log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
                  config_path=config.config_path)
@@ -429,21 +429,25 @@ def _completion(args: list[str]) -> int:
 
 
 def _report(args: list[str]) -> int:
-    """``agentd report FILE [--json]``: a ``--report-file`` as tables for a person (``--json``: the documents)."""
+    """``agentd report FILE [--json]``: a ``--report-file`` as tables for a person at a terminal; through a pipe, or
+    with ``--json``, the documents as one JSON object."""
     import argparse
 
     from agentd.telemetry.report import load, render
 
     parser = argparse.ArgumentParser(prog="agentd report", description="Render a --report-file for a person.")
     parser.add_argument("file", help="the file --report-file wrote")
-    parser.add_argument("--json", action="store_true", help="print the documents as one JSON object instead")
+    parser.add_argument("--json", action="store_true",
+                        help="print the documents as one JSON object even at a terminal (through a pipe it is JSON)")
     options = parser.parse_args(args)
     try:
         docs = load(options.file)
     except (OSError, ValueError) as exc:
         _fail(f"agentd report {options.file}: cannot read ({getattr(exc, 'strerror', None) or exc})", 2)
         return 2
-    if options.json:
+    from agentd.terminal.mode import is_terminal
+
+    if options.json or not is_terminal(sys.stdout):
         _print_json({"trees": docs})
     else:
         from agentd.terminal.visible import visible

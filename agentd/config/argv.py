@@ -277,8 +277,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          f"stderr: human (a live view), json (JSON lines) or auto = human at a terminal (default {D.LOG_FORMAT})",
          _LOG, choices=("auto", "human", "json"), commands=_AND_CHECK),
     Flag("--output", "output", "choice",
-         "stdout: json (one result document, the default for a run) or human (the result for a person; "
-         "agentd check: a table, the default at a terminal)", _LOG, choices=("json", "human"),
+         "stdout: json (one result document) or human (the result for a person; agentd check: a table); "
+         "unset: human at a terminal, json through a pipe", _LOG, choices=("json", "human"),
          commands=_AND_CHECK),
     Flag("--json", "check_json", "bool", "print the JSON report even at a terminal (same as --output json)",
          _LOG, env=False, file=False, commands=("check",)),

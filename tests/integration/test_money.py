@@ -71,10 +71,10 @@ async def test_cost_usd_is_the_trees_each_reply_at_its_own_models_price(tmp_path
     [tree] = [json.loads(line) for line in report.read_text().splitlines()]
     assert tree["tree"]["cost_usd"] == 0.01125 and tree["tree"]["children"][0]["cost_usd"] == 0.0005, tree
     assert tree["budget"]["cost_usd"] == 0.01175 and tree["budget"]["budget_usd"] == 1, tree["budget"]
-    capsys.readouterr()
-    assert cli_main(["report", str(report)], env={}) == 0
-    table = capsys.readouterr().out
-    assert "usd" in table and "0.011250" in table and "0.000500" in table, table
+    from tests.terminal.pty_run import run_in_pty
+
+    code, table, _ = run_in_pty(["report", str(report)], stdout_tty=True)
+    assert code == 0 and "usd" in table and "0.011250" in table and "0.000500" in table, table
 
 
 async def test_the_root_stops_at_the_reply_that_spends_the_money_budget() -> None:

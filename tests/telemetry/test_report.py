@@ -46,12 +46,16 @@ async def test_the_report_holds_every_node_server_counts_and_the_ledger(tmp_path
     assert doc["budget"]["tokens_used"] == total and doc["budget"]["token_ceiling"] == 2_000_000
     assert SECRET not in report.read_text()
 
+    from tests.terminal.pty_run import run_in_pty
+
+    code, table, _ = run_in_pty(["report", str(report)], stdout_tty=True)  # at a terminal: for a person
+    assert code == 0 and "0.1.1" in table and "completed" in table and "fix" in table
+    assert "token_ceiling=2000000" in table and '"trees"' not in table
     capsys.readouterr()
-    assert cli_main(["report", str(report)], env={}) == 0
-    table = capsys.readouterr().out
-    assert "0.1.1" in table and "completed" in table and "fix" in table and "token_ceiling=2000000" in table
-    assert cli_main(["report", str(report), "--json"], env={}) == 0
+    assert cli_main(["report", str(report)], env={}) == 0  # through a pipe: the JSON
     assert json.loads(capsys.readouterr().out)["trees"][0]["tree"]["handle"] == "0"
+    code, forced, _ = run_in_pty(["report", str(report), "--json"], stdout_tty=True)
+    assert code == 0 and json.loads(forced.strip().splitlines()[-1])["trees"][0]["tree"]["handle"] == "0"
 
 
 def test_report_of_a_missing_file_is_a_clear_error(tmp_path: Path, capsys) -> None:

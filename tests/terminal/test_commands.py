@@ -143,3 +143,16 @@ def test_output_human_still_prints_a_crash() -> None:
     assert outcome.code == 1
     assert outcome.stdout.startswith("crashed · 0 steps")
     assert "error: OSError" in outcome.stdout and "Address already in use" in outcome.stdout
+
+
+def test_a_run_at_a_terminal_prints_its_result_for_a_person_and_json_when_asked() -> None:
+    run = ["--instruction", "say hi", "--intelligence", "test", "--log-format", "json"]
+    code, screen, _ = run_in_pty(run, stdout_tty=True)  # the pty has the JSON event lines of stderr too
+    lines = [line.strip() for line in screen.splitlines()]
+    assert code == 0 and any(line.startswith("completed · ") for line in lines), screen
+    assert not any(line.startswith('{"run_id"') for line in lines), screen
+    code, screen, _ = run_in_pty([*run, "--output", "json"], stdout_tty=True)
+    [document] = [line for line in (line.strip() for line in screen.splitlines()) if line.startswith('{"run_id"')]
+    assert code == 0 and json.loads(document)["status"] == "completed"
+    piped = run_agentd(run)  # through a pipe: the one JSON document, as scripts expect
+    assert piped.code == 0 and piped.document["status"] == "completed"
