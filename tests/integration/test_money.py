@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.cli import main as cli_main
 from agentd.client import open_mcp_pool
 from agentd.config.model import McpServerConfig
 from agentd.events import EventLog
