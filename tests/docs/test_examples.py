@@ -73,23 +73,29 @@ class Example:
         return f"{self.doc}:{self.line}:{self.lang}"
 
 
+def fences(path: Path) -> Iterator[tuple[int, str, list[str], str | None]]:
+    """Each fenced block of ``path``: its fence's line (1-based), language, lines, and the not-run reason
+    marked before it (None: not marked)."""
+    lines = path.read_text().split("\n")
+    index = 0
+    while index < len(lines):
+        fence = FENCE.match(lines[index])
+        if fence is None:
+            index += 1
+            continue
+        end = index + 1
+        while not lines[end].startswith("```"):
+            end += 1
+        marker = NOT_RUN.match(lines[index - 1].strip()) if index else None
+        yield index + 1, fence["lang"], lines[index + 1:end], marker["why"] if marker else None
+        index = end + 1
+
+
 def examples() -> Iterator[Example]:
     for path in DOCS:
-        lines = path.read_text().split("\n")
-        index = 0
-        while index < len(lines):
-            fence = FENCE.match(lines[index])
-            if fence is None:
-                index += 1
-                continue
-            end = index + 1
-            while not lines[end].startswith("```"):
-                end += 1
-            if fence["lang"] in ("sh", "yaml", "json"):
-                marker = NOT_RUN.match(lines[index - 1].strip()) if index else None
-                yield Example(path.name, index + 1, fence["lang"], "\n".join(lines[index + 1:end]),
-                              marker["why"] if marker else None)  # fmt: skip
-            index = end + 1
+        for line, lang, body, why in fences(path):
+            if lang in ("sh", "yaml", "json"):
+                yield Example(path.name, line, lang, "\n".join(body), why)
 
 
 ALL = list(examples())
@@ -114,21 +120,10 @@ def test_a_command_in_a_fence_without_a_language_is_marked_with_why_it_is_not_ru
     above does not run) must carry the not-run marker with its reason, or become an ``sh`` block that runs."""
     unmarked = []
     for path in DOCS:
-        lines = path.read_text().split("\n")
-        index = 0
-        while index < len(lines):
-            fence = FENCE.match(lines[index])
-            if fence is None:
-                index += 1
-                continue
-            end = index + 1
-            while not lines[end].startswith("```"):
-                end += 1
-            body = lines[index + 1:end]
+        for line, lang, body, why in fences(path):
             typed = [b for b in body if COMMAND.match(b) and not SYNOPSIS.search(b.split("#")[0])]
-            if not fence["lang"] and typed and not (index and NOT_RUN.match(lines[index - 1].strip())):
-                unmarked.append(f"{path.name}:{index + 1}: {typed[0].strip()[:80]}")
-            index = end + 1
+            if not lang and typed and why is None:
+                unmarked.append(f"{path.name}:{line}: {typed[0].strip()[:80]}")
     assert unmarked == []
 
 
