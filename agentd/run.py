@@ -35,6 +35,7 @@ from agentd import defaults
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool, StagedServers
 from agentd.config.model import Config, McpServerConfig
+from agentd.config.on_events import speaking_events
 from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
 from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
@@ -217,8 +218,8 @@ def _reloadable_connections(intel: Intelligence, pool: McpPool, *, log: EventLog
                 open_intelligence, list(after.endpoints), model=after.model, token=after.token, stream=after.stream,
                 log=log, secrets=secrets, egress=egress))
         if tuple(new.mcp) != tuple(old.mcp):
-            try:
-                staged.servers = await pool.stage(new.mcp)
+            try:  # as the daemon connected them: a server an --on-event names on the 2026-07-28 wire
+                staged.servers = await pool.stage(speaking_events(new.mcp, new.on_events))
             except BaseException:
                 staged.discard()
                 raise

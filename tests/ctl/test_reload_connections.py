@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+import trio
 
 from tests.ctl.daemon import Daemon, ctl, daemon
 from tests.durable.peer import counting_peer
@@ -189,3 +190,35 @@ async def test_a_reactive_daemon_moves_a_replaced_servers_subscription_and_drops
             d.proc.send_signal(signal.SIGTERM)
             code, _ = await d.wait()
         assert code == 0, d.stderr.read_text()[-2000:]
+
+
+async def test_a_reload_keeps_an_event_servers_2026_connection_and_its_subscription(tmp_path):
+    """A server an --on-event names connects on the 2026-07-28 wire (era auto would settle on 2025-11-25 with a
+    server that speaks both); a reload that adds another server must see it as unchanged, not reconnect it
+    with era auto, and the subscription keeps waking."""
+    from tests.peers import launch
+    from tests.reactive.events_peer import emit, side
+
+    sock = str(tmp_path / "agentd.sock")
+    file = tmp_path / "agentd.yaml"
+    events = "on_events:\n  - {server: ev, event: ticket.created}\n"
+    async with scripted_gateway(default=text("handled")) as gw, counting_peer() as books, \
+            launch.peer_server(launch.events_server_argv()) as peer:
+        entry = f"  - name: ev\n    url: {peer.url}\n"
+        file.write_text(f"mode: reactive\nintelligence: {gw.url}\n{events}mcp_servers:\n{entry}")
+        async with daemon(["--config", str(file), "--instruction", "Handle tickets.", "--ctl-socket", sock],
+                          tmp_path) as d:
+            with trio.fail_after(60):  # armed and polled once: its null cursor means "from now"
+                while not (await side(peer.url, "/_test/events"))["polls"]:
+                    assert d.alive(), d.stderr.read_text()[-3000:]
+                    await trio.sleep(0.05)
+            file.write_text(f"mode: reactive\nintelligence: {gw.url}\n{events}mcp_servers:\n{entry}"
+                            f"{server('books', books.origin)}")
+            code, doc = await reload(sock)
+            assert code == 0 and doc["mcp"] == {"added": ["books"], "removed": [], "changed": []}, doc
+            [ticket] = await emit(peer.url, {"title": "after the reload"})
+            await d.until(lambda: any(ticket in str(r.messages) for r in chats(gw)))
+            d.proc.send_signal(signal.SIGTERM)
+            code, _ = await d.wait()
+        assert code == 0
+        assert [e["era"] for e in d.events("mcp.era") if e.get("server") == "ev"] == ["modern"]
