@@ -43,18 +43,16 @@ def _imported(text_: str) -> set[str]:
 
 #: httpx imports its own optional command-line client (click, rich, pygments) whenever click can be imported, as
 #: it can in the test environment (uvicorn needs it) and cannot beside agentd alone: that import is httpx's, not
-#: agentd's, so the children here run as they would where agentd is installed on its own (click refused).
-_SITECUSTOMIZE = 'import sys\nsys.modules.setdefault("click", None)\n'
+#: agentd's, so the children here run as they would where agentd is installed on its own, with the start-up
+#: bench's site directory that refuses click (scripts/bench/plain_site says why).
+PLAIN_SITE = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "plain_site"
 
 
 def _importtime_python(tmp_path: Path) -> tuple[Path, Path]:
     """A Python for the children that records its imports (``-X importtime``) into the returned file."""
     record = tmp_path / "importtime.txt"
     python = tmp_path / "python"
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" '
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{PLAIN_SITE}${{PYTHONPATH:+:$PYTHONPATH}}" '
                       f'exec {sys.executable} -X importtime "$@" 2>>{record}\n')
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return record, python
