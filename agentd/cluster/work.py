@@ -11,6 +11,8 @@ within its capacity, so work survives the member that accepted it. The rules, ea
   conditional upsert of :func:`agentd.cluster.store.claim_in`), and appends ``claim.taken`` to the item's
   run journal, all in the SAME transaction: a claim is in the journal exactly when it happened. However many
   items it takes, a claim is two statements (:data:`CLAIM_SQL`, :data:`CLAIMED_SQL`) in one transaction.
+  Under concurrent claims one may take fewer items than it asked for: a row another member committed first is
+  passed over (never taken twice), and the member claims again at its next wake.
 - :meth:`Queue.heartbeat` records the member as alive and renews the leases of what it runs; a lease that
   is not renewed (the member died, or was partitioned longer than the TTL) expires and the next claim
   takes the item, whose run resumes from its journal on the new owner.

@@ -164,9 +164,10 @@ async def test_approvals_appear_on_the_events_stream(tmp_path):
     from tests.telemetry.test_events_stream import _serving
 
     sock = str(tmp_path / "agentd.sock")
+    subscribed = trio.Event()  # /events replays no past line: the model asks for the call once the test listens
     async with (
         scripted_gateway(rules=[Rule({"last_role": "tool"}, text("ok"))],
-                         default=tool_call("pay__charge", {"key": "k5"})) as gw,
+                         default={**tool_call("pay__charge", {"key": "k5"}), "wait": subscribed}) as gw,
         counting_peer() as peer,
         trio.open_nursery() as nursery,
     ):
@@ -176,6 +177,9 @@ async def test_approvals_appear_on_the_events_stream(tmp_path):
             "--deadline", "120s"], {})
         got: list[dict[str, object]] = []
         async with open_websocket_url(base.replace("http://", "ws://") + "/events") as ws:
+            with trio.fail_after(30):  # the stream has begun (the tree's snapshot): this subscriber is live
+                got.append(json.loads(await ws.get_message()))
+            subscribed.set()
             with trio.fail_after(30):
                 while not any(m.get("event") == "approval.pending" for m in got):
                     got.append(json.loads(await ws.get_message()))
