@@ -32,7 +32,7 @@ error: "Type: short message"}`` (the message scrubbed of secret values and cut s
 Configuration errors (exit 2) keep stdout empty: nothing ran.
 
 Start-up stays cheap: this module imports only the standard library at the top (not even attrs: its two
-values are a plain class and a ``NamedTuple``), so ``--help`` and the subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, hypercorn,
+values are a plain class and a ``NamedTuple``), so ``--help`` and the subagent re-exec (``AGENT_SUBAGENT=1``, dispatched before any parsing) never load httpx, httpcore,
 jsonschema or rich (rich only once a human view was chosen).
 """
 

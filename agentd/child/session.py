@@ -11,7 +11,7 @@ watches it (a pidfd): when the parent dies, the child cancels its own subtree an
 reaches EOF then, which ends the session the same way. Forked children also have ``PR_SET_PDEATHSIG``. Its fd 1 is
 pointed at stderr once the channel has its own copy, so a stray ``print`` cannot corrupt a frame.
 
-Imports are kept to what a child uses: no httpx/hypercorn on this path unless the turn runner needs them.
+Imports are kept to what a child uses: no httpx and no HTTP server on this path unless the turn runner needs them.
 """
 
 from __future__ import annotations

@@ -48,7 +48,19 @@ from agentd.mcp.sse import encode_event
 from agentd.selfmcp.backend import RunView
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, Supervisor, is_terminal
-from agentd.transport.asgi_server import McpAsgiApp, Receive, Scope, Send
+from agentd.transport.asgi import (
+    Receive,
+    Scope,
+    Send,
+    TooLarge,
+    discard_body,
+    read_body,
+    request_headers,
+    send_reply,
+)
+from agentd.transport.asgi_server import McpAsgiApp
+from agentd.transport.gate import parse_authority
+from agentd.transport.mounts import Mount
 from agentd.transport.tenancy import LOCAL, Owners, Principal
 
 RPC_PATH: Final = "/a2a"
@@ -445,44 +457,33 @@ async def _reply(send: Send, status: int, body: bytes, content_type: str = "appl
 
 
 class A2aMount:
-    """One ASGI app for the listener: A2A paths to the service, everything else to the self-MCP app.
+    """The A2A endpoint's app on the listener: its paths (:meth:`mounts`) go in front of the listener's table.
 
-    The self-MCP app's gate (Host/Origin, bearer) and body reader are reused as they are, so both
+    The listener's gate (Host/Origin, bearer or OAuth token) and body bounds are reused as they are, so both
     protocols are guarded by the same rules.
     """
 
     def __init__(self, mcp: McpAsgiApp, service: A2aService, *, scheme: str, instruction: str | None,
                  servers: Sequence[str], log: EventLog | None = None) -> None:  # fmt: skip
-        self.mcp = mcp
+        self.gate = mcp.gate
+        self.max_body = mcp.options.max_body
+        self.body_timeout = mcp.options.body_timeout
         self.service = service
         self.scheme = scheme
         self.instruction = instruction
         self.servers = tuple(servers)
         self.log = log or null_log()
-        self._gatekeeper = McpAsgiApp(mcp.handler, attrs.evolve(mcp.options, paths=CARD_PATHS | {RPC_PATH}),
-                                      log=mcp.log, core=mcp.core)  # fmt: skip
 
-    def drain(self) -> None:
-        self.mcp.drain()
+    def mounts(self) -> list[Mount]:
+        """The A2A paths (with trailing slashes too), for :meth:`McpAsgiApp.mount`."""
+        return [Mount(path, self, slashes=True) for path in sorted(CARD_PATHS | {RPC_PATH})]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path.rstrip("/") not in CARD_PATHS | {RPC_PATH}:
-            await self.mcp(scope, receive, send)
-            return
-        from agentd.transport.asgi_server import (
-            _discard_body,
-            _headers,
-            _send_reply,
-            _TooLarge,
-            parse_authority,
-        )
-
-        headers = _headers(scope)
-        refusal = self._gatekeeper._gate(scope, headers)
-        principal = await self._gatekeeper.authenticate(headers) if refusal is None else refusal
+        path = scope["path"]
+        headers = request_headers(scope)
+        principal = await self.gate.admit(headers)
         if not isinstance(principal, Principal):
-            await _send_reply(send, principal)
+            await send_reply(send, principal)
             return
         if path.rstrip("/") in CARD_PATHS:
             if scope["method"] != "GET":
@@ -498,12 +499,12 @@ class A2aMount:
             await _reply(send, 405, b"method not allowed", "text/plain")
             return
         try:
-            body = await self._gatekeeper._read_body(headers, receive)
-        except _TooLarge:
-            self.log.info("serve.refused", reason="body_too_large", limit=self.mcp.options.max_body)
-            await _discard_body(headers, receive)
+            body = await read_body(headers, receive, limit=self.max_body, timeout=self.body_timeout)
+        except TooLarge:
+            self.log.info("serve.refused", reason="body_too_large", limit=self.max_body)
+            await discard_body(headers, receive)
             await _reply(send, 413, _error(None, jsonrpc.INVALID_REQUEST,
-                                           f"request body exceeds {self.mcp.options.max_body} bytes"))  # fmt: skip
+                                           f"request body exceeds {self.max_body} bytes"))  # fmt: skip
             return
         except trio.TooSlowError:
             await _reply(send, 408, _error(None, jsonrpc.INVALID_REQUEST, "request body too slow"))

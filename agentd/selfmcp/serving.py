@@ -23,9 +23,10 @@ from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.served_events import ServedEvents
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
 from agentd.telemetry.stream import EVENTS_PATH
-from agentd.transport.asgi_server import LOOPBACK_HOSTS, AsgiOptions, McpAsgiApp
+from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
+from agentd.transport.gate import LOOPBACK_HOSTS
 from agentd.transport.resource_server import OAuthSettings, ResourceServer
-from agentd.transport.serve import DrainableApp, ServeConfig, Serving, serve_mcp
+from agentd.transport.serve import ServeConfig, Serving, serve_mcp
 
 if TYPE_CHECKING:
     from agentd.cluster.store import PgJournal
@@ -107,8 +108,7 @@ async def serve_self_mcp(
     surface, app = build_app(config, backend, cfg, log, run_id=run_id, daemon_status=daemon_status, events=events)
     async with trio.open_nursery() as nursery:
         await nursery.start(surface.run)
-        served: DrainableApp = app
-        # --- A2A (--serve-a2a, docs/a2a.md): the same listener and gate, A2A paths to the A2A service ---
+        # --- A2A (--serve-a2a, docs/a2a.md): the same listener and gate, A2A paths mounted in front ---
         supervisor = getattr(backend, "supervisor", None)
         if config.serve_a2a and supervisor is not None:
             from agentd.selfmcp.a2a import A2aMount, A2aService, ServedLimits
@@ -119,8 +119,8 @@ async def serve_self_mcp(
                 busy=lambda: sum(1 for r in surface.runs.values() if r.final is None), owners=surface.owners,
             )  # fmt: skip
             await nursery.start(service.run)
-            served = A2aMount(app, service, scheme="https" if cfg.tls else "http", instruction=config.instruction,
-                              servers=[s.name for s in config.mcp], log=log)  # fmt: skip
+            app.mount(*A2aMount(app, service, scheme="https" if cfg.tls else "http", instruction=config.instruction,
+                                servers=[s.name for s in config.mcp], log=log).mounts())  # fmt: skip
         # --- end A2A ---
 
         async def trigger() -> None:
@@ -134,7 +134,7 @@ async def serve_self_mcp(
                 oauth.bind(served_url(cfg, serving))
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
-            await serve_mcp(served, cfg, shutdown_trigger=trigger, log=log, on_bound=bound,
+            await serve_mcp(app, cfg, shutdown_trigger=trigger, log=log, on_bound=bound,
                             task_status=task_status)
             nursery.cancel_scope.cancel()  # drained: the run watchers go too
 

@@ -4,55 +4,46 @@ probes), served by the same HTTP server, connection guard and TLS as the self-MC
 A loopback listener needs no authentication. A non-loopback one follows the self-MCP's rules (config
 validation refuses it otherwise): ``--serve-bearer`` is required on ``/metrics`` when set, and with
 ``--serve-client-ca`` the listener is TLS (``--serve-cert``/``--serve-key``) and requires client
-certificates. The probes answer without authentication and say nothing but ok or not.
+certificates. The probes answer without authentication and say nothing but ok or not. The port answers
+``GET`` and ``HEAD`` only (405 for any other method, on any path).
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Final
 
 import trio
 
 from agentd.events import EventLog
+from agentd.mcp.server_session import HttpReply
 from agentd.telemetry import health, metrics
+from agentd.transport.asgi import Receive, Scope, Send, send_reply
+from agentd.transport.mounts import Mount, Mounts
+from agentd.transport.probes_app import probes
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp
 
+METRICS_PATH: Final = "/metrics"
+METHOD_NOT_ALLOWED: Final = HttpReply(405, b"method not allowed\n", "text/plain")
+NOT_FOUND: Final = HttpReply(404, b"not found\n", "text/plain")
+UNAUTHORIZED: Final = HttpReply(401, b"unauthorized\n", "text/plain", headers=(("www-authenticate", "Bearer"),))
 
-class ObserveApp:
+
+class MetricsApp:
+    """``/metrics``: the current registry's exposition, behind ``--serve-bearer`` when it is set."""
+
     def __init__(self, bearer: str | None) -> None:
         self._bearer = bearer
 
-    def drain(self) -> None:
-        return None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["type"] != "http":
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._authorized(scope):
+            await send_reply(send, UNAUTHORIZED)
             return
-        path = scope.get("path", "")
-        if scope["method"] not in ("GET", "HEAD"):
-            await _reply(send, 405, b"method not allowed\n", "text/plain")
-        elif path in health.PROBES:
-            status, body = health.probe(path)
-            await _reply(send, status, body, "text/plain")
-        elif path != "/metrics":
-            await _reply(send, 404, b"not found\n", "text/plain")
-        elif not self._authorized(scope):
-            await _reply(send, 401, b"unauthorized\n", "text/plain", [(b"www-authenticate", b"Bearer")])
-        else:
-            registry = metrics.current()
-            body, content_type = registry.exposition() if registry is not None else (b"", "text/plain")
-            await _reply(send, 200, body, content_type)
+        registry = metrics.current()
+        body, content_type = registry.exposition() if registry is not None else (b"", "text/plain")
+        await send_reply(send, HttpReply(200, body, content_type))
 
-    def _authorized(self, scope: Any) -> bool:
+    def _authorized(self, scope: Scope) -> bool:
         if self._bearer is None:
             return True
         given = b""
@@ -63,12 +54,22 @@ class ObserveApp:
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._bearer.encode())
 
 
-async def _reply(send: Any, status: int, body: bytes, content_type: str,
-                 extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-               *(extra or [])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+class ObserveApp(Mounts):
+    """The metrics port's table: the probes and ``/metrics``; 404 elsewhere."""
+
+    def __init__(self, bearer: str | None) -> None:
+        super().__init__(http=[*(Mount(path, probes) for path in sorted(health.PROBES)),
+                               Mount(METRICS_PATH, MetricsApp(bearer))], fallback=_not_found)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+            await send_reply(send, METHOD_NOT_ALLOWED)
+            return
+        await super().__call__(scope, receive, send)
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    await send_reply(send, NOT_FOUND)
 
 
 async def serve_metrics(cfg: ServeConfig, log: EventLog,

@@ -6,7 +6,7 @@ framework. In the browser it opens the listener's own ``/events`` WebSocket and 
 lines. The daemon does nothing for it until a page is open: the files are read from the package at the
 first request and kept (a few kilobytes); the feed is ``/events``' own.
 
-The gate is ``/events``' (agentd.transport.asgi_server hands its checks in): Host and Origin (DNS
+The gate is the listener's (agentd.transport.gate, as for ``/events``): Host and Origin (DNS
 rebinding), then the listener's authentication: nothing on a listener without it, the TLS client
 certificate with mTLS, the ``Authorization`` header (the static bearer or an OAuth token, as a reverse
 proxy in front adds it). A browser alone cannot put a header on a page load or a WebSocket, so a listener
@@ -34,6 +34,8 @@ from typing import Any, Final
 import trio
 
 from agentd.mcp.server_session import HttpReply
+from agentd.transport.asgi import Receive, Scope, Send, request_headers, send_reply
+from agentd.transport.gate import Gate
 
 UI_PATH: Final = "/ui"
 UI_PREFIX: Final = "/ui/"
@@ -67,7 +69,6 @@ SESSION_LABEL: Final = b"agentd /ui/ session"
 LOGIN_MAX: Final = 4096
 LOGIN_TIMEOUT: Final = 10.0
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 #: The listener's checks: Host/Origin then the static bearer (None: passed), and the awaited rest (OAuth).
 Trust = Callable[[Mapping[str, str]], HttpReply | None]
 Authorize = Callable[[Mapping[str, str]], Awaitable[HttpReply | None]]
@@ -75,9 +76,16 @@ Authorize = Callable[[Mapping[str, str]], Awaitable[HttpReply | None]]
 _loaded: dict[str, bytes] = {}
 
 
-def is_ui_path(path: str) -> bool:
-    """Whether the listener hands ``path`` to this module."""
-    return path == UI_PATH or path.startswith(UI_PREFIX)
+class UiApp:
+    """The mounted app of :data:`UI_PATH` and every path under :data:`UI_PREFIX`."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gate = self.gate
+        await send_reply(send, await ui_answer(scope, request_headers(scope), receive, trust=gate.trust,
+                                               authorize=gate.authorize, bearer=gate.bearer))
 
 
 async def ui_answer(scope: Mapping[str, Any], headers: Mapping[str, str], receive: Receive, *, trust: Trust,
@@ -207,4 +215,4 @@ def _file(name: str) -> bytes:
     return body
 
 
-__all__ = ["CSP", "FILES", "UI_PREFIX", "is_ui_path", "session_value", "ui_answer", "ui_reply", "with_session"]
+__all__ = ["CSP", "FILES", "UI_PREFIX", "UiApp", "session_value", "ui_answer", "ui_reply", "with_session"]

@@ -17,7 +17,7 @@ numbers measure the servers, not httpx. Usage::
 
     .venv/bin/python scripts/bench/server.py [--seconds 3] [--reps 3]
     .venv/bin/python scripts/bench/server.py --app-only    # the ASGI app alone, no HTTP
-    .venv/bin/python scripts/bench/server.py --sched       # trio scheduler work per sequential call
+    .venv/bin/python scripts/bench/server.py --sched       # trio scheduler work, Python calls per sequential call
     .venv/bin/python scripts/bench/server.py --targets agentd,floor --baseline ../agentd-main  # before/after
 """
 
@@ -375,8 +375,12 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
     (hypercorn's own ``serve``), same hypercorn config.
 
     Server and client share one ``trio.run`` (the client's own steps are in both counts alike); a
-    ``trio.abc.Instrument`` counts tasks spawned, task steps and I/O waits while ``calls`` requests run.
+    ``trio.abc.Instrument`` counts tasks spawned, task steps and I/O waits while ``calls`` requests run, then
+    ``cProfile`` counts the Python function calls per round trip (client and server: the same client for
+    every target, so a difference is the server's; unlike CPU time, not moved by other load).
     """
+    import cProfile
+
     import trio
 
     from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
@@ -417,10 +421,16 @@ def sched_counts(calls: int = 2000) -> dict[str, dict[str, float]]:
             for _ in range(calls):
                 await conn.roundtrip(payload)
             trio.lowlevel.remove_instrument(counter)
+            profile = cProfile.Profile()  # deterministic, unlike CPU time on a loaded machine
+            profile.enable()
+            for _ in range(calls // 4):
+                await conn.roundtrip(payload)
+            profile.disable()
             await conn.stream.aclose()
             nursery.cancel_scope.cancel()
         return {"tasks_spawned": counter.spawned / calls, "task_steps": counter.steps / calls,
-                "io_waits": counter.io_waits / calls}
+                "io_waits": counter.io_waits / calls,
+                "python_calls": sum(entry.callcount for entry in profile.getstats()) / (calls // 4)}
 
     async def _serve_started(app: Any, port: int, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         from hypercorn.trio import serve

@@ -14,7 +14,7 @@ import json
 import pytest
 import trio
 
-from agentd.transport.asgi_server import Authority, parse_authority, parse_origin
+from agentd.transport.gate import Authority, parse_authority, parse_origin
 from tests.selfmcp.test_composition import worker
 from tests.selfmcp.test_hostile_connections import _port, _served
 

@@ -1,4 +1,4 @@
-"""Run agentd's self-MCP server in-process on 127.0.0.1 (hypercorn trio worker) over a test backend."""
+"""Run agentd's self-MCP server in-process on 127.0.0.1 (agentd's own HTTP server, as the daemon serves it) over a test backend."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ import pytest
 import trio
 
 from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
-from agentd.transport.asgi_server import DISCARD_MAX, DISCARD_TIME, AsgiOptions, McpAsgiApp
+from agentd.transport.asgi import DISCARD_MAX, DISCARD_TIME
+from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
 from tests.selfmcp.backend import TaskBackend
 from tests.selfmcp.certs import Pki, make_pki
 from tests.selfmcp.concurrent import hammer, kept_serving

@@ -4,14 +4,22 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
-import agentd.transport.asgi_server as asgi_server
+import pytest
+
 from agentd.selfmcp.tools import TOOL_NAMES
 
+#: The served surface's modules: the table and every app it mounts, with what they share.
+SERVED = ("asgi_server", "asgi", "mounts", "gate", "mcp_app", "mcp_handler", "sse_response", "events_app",
+          "probes_app", "resource_metadata_app", "ui_app")
 
-def test_transport_module_names_no_tool() -> None:
-    source = Path(asgi_server.__file__).read_text(encoding="utf-8")
+
+@pytest.mark.parametrize("name", SERVED)
+def test_transport_module_names_no_tool(name: str) -> None:
+    module = importlib.import_module(f"agentd.transport.{name}")
+    source = Path(str(module.__file__)).read_text(encoding="utf-8")
     assert "subagent" not in source.lower()  # grep-style: code, comments and docstrings
     strings = {node.value for node in ast.walk(ast.parse(source))
                if isinstance(node, ast.Constant) and isinstance(node.value, str)}
