@@ -7,7 +7,8 @@
 status, fires the subscriptions, and evicts the handle after ``retention`` seconds; for a warm session
 the watcher also notifies (without consuming) the subscribers each time a turn answers, the closest
 analogue of a terminal status for a session that stays open. Each end is also a served event
-(``subagent.finished``, agentd.selfmcp.served_events) that a 2026-07-28 client polls with ``events/poll``.
+(``subagent.finished``, agentd.selfmcp.served_events) that a 2026-07-28 client polls with ``events/poll`` or
+follows with ``events/stream``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from agentd.mcp.server_session import ServerIdentity
 from agentd.mcp.versions import Era
 from agentd.selfmcp import tasks
 from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
-from agentd.selfmcp.served_events import ServedEvents
+from agentd.selfmcp.served_events import EventStream, ServedEvents
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
 from agentd.transport.asgi_server import CallContext, ListenTicket
@@ -267,8 +268,24 @@ class SelfMcpSurface:
                                  {"requiredCapabilities": {"extensions": {served_events.EXTENSION: {}}}})
         if request.method == "events/list":
             return Response(request.id, served_events.catalogue())
+        if request.method == served_events.STREAM:  # reached only when the client does not accept SSE
+            return ErrorResponse(request.id, jsonrpc.INVALID_REQUEST, "events/stream answers as text/event-stream")
         try:
             return Response(request.id, self.events.poll(params, ctx.principal.owns))
+        except served_events.PollError as exc:
+            return ErrorResponse(request.id, exc.code, str(exc), exc.data)
+
+    def open_stream(self, request: Request, ctx: CallContext) -> EventStream | ErrorResponse | None:
+        """``events/stream`` (2026-07-28 wire): push delivery of the principal's own events, or the error that
+        refuses it before any stream opens; None for every other request."""
+        if ctx.era is not Era.MODERN or request.method != served_events.STREAM:
+            return None
+        params = request.params or {}
+        if not served_events.declares_extension(params):
+            return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+                                 {"requiredCapabilities": {"extensions": {served_events.EXTENSION: {}}}})
+        try:
+            return self.events.open_stream(params, ctx.principal.key, ctx.principal.owns, request.id)
         except served_events.PollError as exc:
             return ErrorResponse(request.id, exc.code, str(exc), exc.data)
 

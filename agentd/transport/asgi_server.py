@@ -10,8 +10,10 @@ time (408), then :meth:`ServerCore.route`. With OAuth on, the RFC 9728 metadata 
 
 Streams: a legacy session's GET stream (priming event, numbered replayable events, ``:`` keepalives),
 a modern ``subscriptions/listen`` stream (ack first, ``subscriptionId`` on every frame, final frame on
-drain), and long requests answered as SSE so keepalives flow while they run (which ones is the handler's
-call: :meth:`McpHandler.streams`; this module knows no tool names). All three share one skeleton
+drain), a modern request the handler answers with a stream of notifications (:meth:`McpHandler.open_stream`:
+the handler's frames, final frame on drain, ended when the reader takes no frame within
+``SERVE_EVENTS_SEND_TIMEOUT``), and long requests answered as SSE so keepalives flow while they run (which ones
+is the handler's call: :meth:`McpHandler.streams`; this module knows no tool names). All share one skeleton
 (:meth:`McpAsgiApp._sse`). A closed response stream ends the HTTP request; whether the run it started
 ends too is the handler's call (:attr:`CallContext.cancel_on_disconnect`: modern yes, legacy no).
 """
@@ -96,6 +98,22 @@ class ListenTicket:
     fire_now: list[str]
 
 
+class NotificationStream(Protocol):
+    """A modern request answered by a stream of frames (``events/stream``): the handler's, written in order."""
+
+    async def next_frame(self) -> dict[str, Any]:
+        """The next frame (waits as long as it must; bounded by the handler's own heartbeat)."""
+        ...
+
+    def final(self) -> dict[str, Any]:
+        """The frame that ends the stream when the server ends it (drain)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the stream holds; called once however it ends."""
+        ...
+
+
 class McpHandler(Protocol):
     identity: ServerIdentity
 
@@ -103,6 +121,11 @@ class McpHandler(Protocol):
 
     def streams(self, request: Request) -> bool:
         """Whether to answer ``request`` as SSE (when the peer accepts it) so keepalives flow while it runs."""
+        ...
+
+    def open_stream(self, request: Request, ctx: CallContext) -> NotificationStream | ErrorResponse | None:
+        """A modern request the handler answers as a stream of notifications, or the error refusing it before
+        any stream opens; None for a request answered the ordinary way."""
         ...
 
     def listen(self, uris: list[str], sink: Callable[[str], None], principal: Principal = LOCAL) -> ListenTicket: ...
@@ -616,6 +639,14 @@ class McpAsgiApp:
             await self._listen(request, headers, receive, send, principal)
             return
         ctx = CallContext(Era.MODERN, cancel_on_disconnect=True, principal=principal)
+        if "accept" not in headers or accepts(headers["accept"], EVENT_STREAM):
+            opened = self.handler.open_stream(request, ctx)
+            if isinstance(opened, ErrorResponse):
+                await _send_reply(send, self.core.modern_reply(post, opened))
+                return
+            if opened is not None:
+                await self._notification_stream(opened, receive, send)
+                return
         if "accept" in headers and accepts(headers["accept"], EVENT_STREAM) and self.handler.streams(request):
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
@@ -698,6 +729,26 @@ class McpAsgiApp:
             if self.draining.is_set():
                 await sse.send(core.listen_final(request.id))
 
+    async def _notification_stream(self, stream: NotificationStream, receive: Receive, send: Send) -> None:
+        """Write the handler's frames until the reader goes, the daemon drains (then the final frame) or the
+        reader takes no frame within ``SERVE_EVENTS_SEND_TIMEOUT`` (a stalled reader holds nothing more)."""
+        stalled = False
+        async with self._sse(send, receive, closed=stream.close) as sse:
+            with trio.CancelScope() as until_drain:
+                sse.nursery.start_soon(_cancel_on_event, self.draining, until_drain)
+                while not stalled:
+                    frame = await stream.next_frame()
+                    with trio.move_on_after(defaults.SERVE_EVENTS_SEND_TIMEOUT):
+                        await sse.send(_frame(frame))
+                        continue
+                    stalled = True
+            if stalled:
+                self.log.info("serve.stream_ended", reason="reader_stalled",
+                              timeout=defaults.SERVE_EVENTS_SEND_TIMEOUT)
+            elif self.draining.is_set():
+                with trio.move_on_after(1):
+                    await sse.send(_frame(stream.final()))
+
     # -- long answers as SSE -------------------------------------------------------------------------------
 
     async def _stream_answer(self, send: Send, receive: Receive, answer: Callable[[], Awaitable[Message]],
@@ -779,6 +830,10 @@ def _sse_start(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
                (b"x-accel-buffering", b"no")]
     headers.extend((k.encode(), v.encode()) for k, v in extra)
     return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
+def _frame(frame: Mapping[str, Any]) -> bytes:
+    return encode_event(json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=str))
 
 
 async def _body(send: Send, data: bytes) -> None:
