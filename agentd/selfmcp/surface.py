@@ -738,9 +738,12 @@ class SelfMcpSurface:
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": uri})
         return Response(request.id, {})
 
-    def listen(self, uris: list[str], sink: Sink, principal: Principal = LOCAL) -> ListenTicket:
+    def listen(self, uris: list[str], sink: Sink, principal: Principal = LOCAL, *, task_ids: tuple[str, ...] = (),
+               task_sink: Callable[[dict[str, Any]], None] | None = None) -> ListenTicket:
         """Register a modern listen stream; already-terminal URIs come back to be sent after the ack (only
-        ``principal``'s own handles are honored)."""
+        ``principal``'s own handles are honored). ``task_ids`` (the tasks extension): the caller's own served
+        tasks get ``notifications/tasks`` (their ``tasks/get`` body) when they end; one already ended comes back
+        to be sent after the ack. A served task goes from ``working`` to its end only, so that is its one change."""
         ticket = ListenTicket(honored=[], fire_now=[])
         for uri in dict.fromkeys(uris):
             run = self._subscribable(uri, principal)
@@ -751,10 +754,26 @@ class SelfMcpSurface:
                 ticket.fire_now.append(uri)
             else:
                 self.subscriptions.add(ticket, uri, sink)
+        for task_id in dict.fromkeys(task_ids):
+            run = self._mine(task_id, principal)
+            if run is None or not run.task or task_sink is None or len(ticket.tasks) >= self.limits.max_subscriptions:
+                continue
+            ticket.tasks.append(task_id)
+            if run.final is not None:
+                ticket.tasks_now.append(self._task_body(run, Era.MODERN))
+            else:
+                self.subscriptions.add((ticket, "tasks"), SUBAGENT_PREFIX + task_id,
+                                       self._task_pusher(run, task_sink))
         return ticket
+
+    def _task_pusher(self, run: ServedRun, task_sink: Callable[[dict[str, Any]], None]) -> Sink:
+        def pushed(uri: str) -> None:
+            task_sink(self._task_body(run, Era.MODERN))
+        return pushed
 
     def unlisten(self, ticket: ListenTicket) -> None:
         self.subscriptions.drop_peer(ticket)
+        self.subscriptions.drop_peer((ticket, "tasks"))
 
     def cancel_request(self, session_id: str, request_id: jsonrpc.RequestId) -> None:
         """``--serve-accept-cancel``: the legacy peer sent ``notifications/cancelled`` for a request of its session;

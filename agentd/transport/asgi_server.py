@@ -33,7 +33,7 @@ import trio
 
 from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
-from agentd.mcp import jsonrpc
+from agentd.mcp import jsonrpc, meta
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
 from agentd.mcp.server_session import (
     HttpReply,
@@ -92,10 +92,14 @@ class CallContext:
 
 @attrs.define(eq=False)
 class ListenTicket:
-    """One ``subscriptions/listen`` stream as the handler sees it."""
+    """One ``subscriptions/listen`` stream as the handler sees it: the URIs it honored (``fire_now``: already
+    changed, an update right after the ack), and the task ids it agreed to send ``notifications/tasks`` for
+    (``tasks_now``: the tasks whose status is to be sent right after the ack)."""
 
     honored: list[str]
     fire_now: list[str]
+    tasks: list[str] = attrs.field(factory=list)
+    tasks_now: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 class NotificationStream(Protocol):
@@ -128,7 +132,12 @@ class McpHandler(Protocol):
         any stream opens; None for a request answered the ordinary way."""
         ...
 
-    def listen(self, uris: list[str], sink: Callable[[str], None], principal: Principal = LOCAL) -> ListenTicket: ...
+    def listen(self, uris: list[str], sink: Callable[[str], None], principal: Principal = LOCAL, *,
+               task_ids: tuple[str, ...] = (), task_sink: Callable[[dict[str, Any]], None] | None = None,
+               ) -> ListenTicket:
+        """Register a modern listen stream: ``sink`` hears updated URIs, ``task_sink`` the current status of the
+        honored ``task_ids`` (a ``notifications/tasks`` body) each time it changes."""
+        ...
 
     def unlisten(self, ticket: ListenTicket) -> None: ...
 
@@ -674,10 +683,22 @@ class McpAsgiApp:
             await _send_reply(send, error_reply(406, jsonrpc.INVALID_REQUEST,
                                                 "subscriptions/listen answers as text/event-stream", id=request.id).http)
             return
-        wanted = ((request.params or {}).get("notifications") or {}).get("resourceSubscriptions") or []
+        notifications = (request.params or {}).get("notifications") or {}
+        wanted = notifications.get("resourceSubscriptions") or [] if isinstance(notifications, dict) else None
         if not isinstance(wanted, list) or not all(isinstance(u, str) for u in wanted):
             await _send_reply(send, error_reply(400, jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be strings",
                                                 id=request.id).http)
+            return
+        task_ids = notifications.get("taskIds") or []
+        if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+            await _send_reply(send, error_reply(400, jsonrpc.INVALID_PARAMS, "taskIds must be strings",
+                                                id=request.id).http)
+            return
+        if task_ids and not _declares(request.params or {}, meta.TASKS_EXTENSION):
+            await _send_reply(send, error_reply(400, jsonrpc.MISSING_CLIENT_CAPABILITY,
+                                                "Missing required client capability", id=request.id,
+                                                data={"requiredCapabilities": {"extensions": {
+                                                    meta.TASKS_EXTENSION: {}}}}).http)
             return
         if self._listens >= self.options.max_sessions:
             metrics.served_request("refused")
@@ -695,15 +716,15 @@ class McpAsgiApp:
                                                 f"({self.core.max_per_owner})",
                                                 id=request.id, headers=(("retry-after", "5"),)).http)
             return
-        sender, receiver = trio.open_memory_channel[str](256)
+        sender, receiver = trio.open_memory_channel[str | dict[str, Any]](256)
 
-        def sink(uri: str) -> None:
+        def sink(item: str | dict[str, Any]) -> None:
             try:
-                sender.send_nowait(uri)
+                sender.send_nowait(item)
             except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-        ticket = self.handler.listen(wanted, sink, principal)
+        ticket = self.handler.listen(wanted, sink, principal, task_ids=tuple(task_ids), task_sink=sink)
         core = self.core
         self._listens += 1
         self._listens_by[principal.key] = mine + 1
@@ -718,14 +739,19 @@ class McpAsgiApp:
             self.handler.unlisten(ticket)
 
         async with self._sse(send, receive, closed=closed) as sse:
-            await sse.send(core.listen_ack(request.id, ticket.honored))
+            await sse.send(core.listen_ack(request.id, ticket.honored, ticket.tasks if task_ids else None))
             for uri in ticket.fire_now:
                 await sse.send(core.listen_updated(request.id, uri))
+            for task in ticket.tasks_now:
+                await sse.send(core.listen_task(request.id, task))
             with trio.CancelScope() as until_drain:
                 sse.nursery.start_soon(_cancel_on_event, self.draining, until_drain)
                 while True:
-                    uri = await sse.wait(receiver.receive)
-                    await sse.send(core.listen_updated(request.id, uri))
+                    item = await sse.wait(receiver.receive)
+                    if isinstance(item, str):
+                        await sse.send(core.listen_updated(request.id, item))
+                    else:
+                        await sse.send(core.listen_task(request.id, item))
             if self.draining.is_set():
                 await sse.send(core.listen_final(request.id))
 
@@ -830,6 +856,14 @@ def _sse_start(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
                (b"x-accel-buffering", b"no")]
     headers.extend((k.encode(), v.encode()) for k, v in extra)
     return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
+def _declares(params: Mapping[str, Any], extension: str) -> bool:
+    """Does a modern request declare ``extension`` in its per-request client capabilities?"""
+    envelope = params.get("_meta")
+    caps = envelope.get(meta.CLIENT_CAPABILITIES) if isinstance(envelope, Mapping) else None
+    extensions = caps.get("extensions") if isinstance(caps, Mapping) else None
+    return isinstance(extensions, Mapping) and isinstance(extensions.get(extension), Mapping)
 
 
 def _frame(frame: Mapping[str, Any]) -> bytes:
