@@ -368,7 +368,27 @@ class SelfMcpSurface:
             if run.final is not None:
                 return Response(request.id, _text_result(self._terminal(run.final)))
             return Response(request.id, {"resultType": "task", **self._task_body(run, ctx.era)})
+        self._push_status(run, ctx)
         return Response(request.id, {"task": self._task_body(run, ctx.era)})
+
+    def _push_status(self, run: ServedRun, ctx: CallContext) -> None:
+        """2025-11-25 (``--serve-tasks``): the task's end is ``notifications/tasks/status`` (its ``tasks/get``
+        body) on the creating session's GET stream, which the experimental tasks allow a receiver to send; a
+        session past its subscription limit is left to polling."""
+        push, session = ctx.push, ctx.session_id
+        if push is None or session is None:
+            return
+        if run.final is not None:  # already ended: no watcher will fire
+            push("notifications/tasks/status", self._task_body(run, Era.LEGACY))
+            return
+
+        def pushed(uri: str) -> None:
+            push("notifications/tasks/status", self._task_body(run, Era.LEGACY))
+
+        try:
+            self.subscriptions.add((session, "tasks"), SUBAGENT_PREFIX + run.handle, pushed)
+        except SubscriptionLimit:
+            pass
 
     async def _task_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
                             ) -> Response | ErrorResponse:
@@ -797,3 +817,4 @@ class SelfMcpSurface:
 
     def session_closed(self, session_id: str) -> None:
         self.subscriptions.drop_peer(session_id)
+        self.subscriptions.drop_peer((session_id, "tasks"))

@@ -34,7 +34,7 @@ import trio
 from agentd import defaults, telemetry
 from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc, meta
-from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
+from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, Response
 from agentd.mcp.server_session import (
     HttpReply,
     HttpRequest,
@@ -81,6 +81,9 @@ class CallContext:
     session_id: str | None = None
     #: Pushes ``notifications/resources/updated{uri}`` onto this legacy session's GET stream.
     notify: Callable[[str], None] | None = None
+    #: Pushes any notification (``method``, ``params``) onto this legacy session's GET stream (replayable like
+    #: ``notify``'s; a session with no stream open keeps it for a resumed GET).
+    push: Callable[[str, dict[str, Any]], None] | None = None
     #: Modern wire: a closed response stream cancels the request (and what it started).
     cancel_on_disconnect: bool = False
     #: Who is calling (agentd.transport.tenancy): what it creates is its own, and it sees only that.
@@ -556,15 +559,21 @@ class McpAsgiApp:
         if ctx is not None and ctx.principal != principal:
             return attrs.evolve(ctx, principal=principal)
         if ctx is None:
-            def notify(uri: str) -> None:
-                seq, data = self.core.session_event(session, updated_notification(uri))
+            def push(method: str, params: dict[str, Any]) -> None:
+                seq, data = self.core.session_event(session, Notification(method, params))
                 channel = self._streams.get(session.id)
                 if channel is not None:
                     try:
                         channel.send_nowait((seq, data))
                     except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # stays in the replay buffer; a resumed GET gets it
-            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify, principal=principal)
+
+            def notify(uri: str) -> None:
+                note = updated_notification(uri)
+                push(note.method, dict(note.params or {}))
+
+            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify, principal=principal,
+                                                           push=push)
         return ctx
 
     def _end_session(self, session_id: str) -> None:

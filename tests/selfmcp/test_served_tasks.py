@@ -336,3 +336,30 @@ async def _frames(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         for event in decoder.feed(chunk):
             if event.data:
                 yield json.loads(event.data)
+
+
+async def test_a_legacy_task_pushes_its_end_on_the_sessions_get_stream() -> None:
+    """2025-11-25 with ``--serve-tasks``: a task's end is ``notifications/tasks/status`` (its ``tasks/get`` body)
+    on the GET stream of the session that created it; another session's stream does not get it."""
+    slow = trio.Event()
+    rules = [({"contains": SLOW}, text("fine", wait=slow))]
+    async with scripted_gateway(rules=rules, default=text("fine")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-tasks", "--intelligence", gw.url]
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            with trio.fail_after(60):
+                peer, other = LegacyPeer(client, worker.url), LegacyPeer(client, worker.url)
+                await peer.initialize()
+                await other.initialize()
+                async with client.stream("GET", worker.url, headers=peer.headers()) as mine, \
+                        client.stream("GET", worker.url, headers=other.headers()) as theirs, \
+                        aclosing(_frames(mine)) as frames, aclosing(_frames(theirs)) as their_frames:
+                    created = (await _result(peer, "tools/call", _spawn(SLOW, ttl=60000)))["task"]
+                    slow.set()
+                    pushed = await frames.__anext__()
+                    assert pushed["method"] == "notifications/tasks/status", pushed
+                    polled = await _result(peer, "tasks/get", {"taskId": created["taskId"]})
+                    assert pushed["params"] == polled, (pushed, polled)
+                    assert polled["status"] == "completed"
+                    await _result(other, "tools/call", _spawn("say fine", ttl=60000))  # its own task
+                    theirs_first = await their_frames.__anext__()
+                    assert theirs_first["params"]["taskId"] != created["taskId"], theirs_first
