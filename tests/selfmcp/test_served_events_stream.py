@@ -6,7 +6,8 @@ Against a real ``agentd --serve-mcp`` process (scripted gateway as its model), d
   happens (``notifications/events/event`` with the cursor after it), every frame naming the stream's request id;
 - SIGKILL of the server while a stream is live: a new stream opened with the last cursor the old one delivered
   finds every later event once (the log and its cursors are in the journal, ``--state-dir``);
-- a principal holds at most ``SERVE_EVENTS_STREAMS_PER_PRINCIPAL`` streams; one more is the extension's
+- a principal's stream delivers its own runs' events only; it holds at most ``SERVE_EVENTS_STREAMS_PER_PRINCIPAL``
+  streams; one more is the extension's
   ResourceExhausted (``-32013``) answered as plain JSON, and another principal is not affected;
 - a refused stream (bad cursor, unknown type, undeclared extension) is a JSON-RPC error with no stream opened.
 
@@ -140,14 +141,14 @@ async def test_a_stream_delivers_as_runs_end_and_resumes_after_sigkill(tmp_path:
                 assert len({e["eventId"] for e in answer["result"]["events"]}) == 4, answer
 
 
-async def test_streams_per_principal_are_capped_and_refusals_open_no_stream() -> None:
+async def test_streams_are_per_principal_capped_and_refusals_open_no_stream() -> None:
     cap = defaults.SERVE_EVENTS_STREAMS_PER_PRINCIPAL
     async with idp() as authority, scripted_gateway(default=text("fine")) as gw:
         argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-oauth-issuer", authority.issuer,
                 "--intelligence", gw.url]
         async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
             url = worker.url
-            auth = {sub: {"authorization": f"Bearer {authority.mint(aud=url, sub=sub)}"} for sub in ("alice", "bob")}
+            auth = {sub: {"authorization": f"Bearer {authority.mint(aud=url, sub=sub)}"} for sub in ("alice", "bob", "carol")}
             with trio.fail_after(60):
                 async def post(who: str, params: dict[str, Any]) -> dict[str, Any]:
                     r = await client.post(url, headers={**modern_headers("events/stream"), **auth[who]},
@@ -163,6 +164,29 @@ async def test_streams_per_principal_are_capped_and_refusals_open_no_stream() ->
                 for params, code in refused:
                     answer = await post("alice", params)
                     assert answer["error"]["code"] == code, (params, answer)
+                start_bob = decode_reply(await client.post(
+                    url, headers={**modern_headers("events/poll"), **auth["bob"]},
+                    json=rpc("events/poll", _params(name=FINISHED))))["result"]["cursor"]
+
+                # Per principal: bob's run ends first (its event is in the log before carol's), yet carol's
+                # stream delivers hers only.
+                async with client.stream("POST", url, headers={**modern_headers("events/stream"), **auth["carol"]},
+                                         json=rpc("events/stream", _params(name=FINISHED), "c")) as r:
+                    frames = Frames(r)
+                    assert (await frames.next())["method"] == "notifications/events/active"
+                    bob, carol = LegacyPeer(client, url, headers=auth["bob"]), LegacyPeer(client, url, headers=auth["carol"])
+                    await bob.initialize()
+                    await carol.initialize()
+                    theirs = await _spawn_async(bob, "say fine")
+                    while True:  # bob sees his own event (so it is in the log)
+                        answer = await client.post(url, headers={**modern_headers("events/poll"), **auth["bob"]},
+                                                   json=rpc("events/poll", _params(name=FINISHED, cursor=start_bob)))
+                        if decode_reply(answer)["result"]["events"]:
+                            break
+                        await trio.sleep(0.05)
+                    mine = await _spawn_async(carol, "say fine")
+                    event = await frames.next_event()
+                    assert event["data"]["handle"] == mine != theirs, event
 
                 opened: list[trio.CancelScope] = []
                 ready = trio.Semaphore(0)
