@@ -91,6 +91,13 @@ SERVE_TASK_INLINE_WAIT: Final = 1.0
 SERVE_EVENTS_KEPT: Final = 1000
 SERVE_EVENTS_MAX_AGE: Final = 24 * 3600.0
 SERVE_EVENTS_POLL_MS: Final = 2000
+#: Push delivery (``events/stream``): open streams one principal may hold, and the daemon in all; seconds between
+#: heartbeats on a quiet stream (the extension asks for at most 30); a stream whose reader takes longer than
+#: SERVE_EVENTS_SEND_TIMEOUT to accept one frame is ended (it reconnects with its cursor and loses nothing).
+SERVE_EVENTS_STREAMS_PER_PRINCIPAL: Final = 16
+SERVE_EVENTS_STREAMS: Final = 64
+SERVE_EVENTS_HEARTBEAT: Final = 15.0
+SERVE_EVENTS_SEND_TIMEOUT: Final = 30.0
 SERVE_MAX_CONNECTIONS: Final = 256
 SERVE_MAX_PER_CLIENT: Final = 64
 

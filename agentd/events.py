@@ -74,7 +74,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "mcp.retry", "mcp.server_down",
         "mcp.subscribe", "mcp.subscribe_degraded", "mcp.updated", "mcp.cancelled", "mcp.server_request",
         "mcp.protocol_error", "mcp.stream", "mcp.closed", "mcp.era",
-        "mcp.task", "mcp.task_input", "mcp.task_resumed", "mcp.task_cancelled", "mcp.task_cancel_failed",
+        "mcp.task", "mcp.task_pushed", "mcp.task_input", "mcp.task_resumed", "mcp.task_cancelled", "mcp.task_cancel_failed",
         # A2A client side (peers a run delegates to) and the served A2A endpoint
         "a2a.card", "a2a.card_failed", "a2a.skill_description", "a2a.delegate", "a2a.task_end", "a2a.cancel",
         "a2a.cancel_failed", "a2a.served",
@@ -92,12 +92,14 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "subagent.stderr", "subagent.drain", "graph.start", "graph.node", "graph.end",
         # the self-MCP server
         "serve.start", "serve.stop", "serve.request", "serve.refused", "serve.evicted", "serve.session",
-        "serve.cert_reload", "serve.updated", "serve.event", "serve.connection_error", "serve.jwks", "serve.restored",
+        "serve.cert_reload", "serve.updated", "serve.event", "serve.events_stream", "serve.stream_ended",
+        "serve.connection_error", "serve.jwks", "serve.restored",
         # reactive and daemon modes
         "trigger.armed", "trigger.fired", "resource.updated", "reactive.wake", "reactive.wake_failed",
         "reactive.throttled",
         "reactive.degraded", "reactive.unowned",
-        "events.received", "events.polled", "events.poll_failed", "events.poll_recovered", "events.data_cut",
+        "events.received", "events.polled", "events.stream_active", "events.poll_failed", "events.poll_recovered",
+        "events.data_cut",
         "trigger.dropped",
         "schedule.fire", "governor.backoff", "governor.breaker", "budget.exhausted", "budget.restored",
         "drain.start", "drain.end",

@@ -297,6 +297,8 @@ class ServerConnection:
             self.catalogue.want_refresh("tools", advertised=self.session.tools_list_changed())
         elif method == "notifications/resources/list_changed":
             self.catalogue.want_refresh("resources", advertised=self.session.resources_list_changed())
+        elif method in mcp_tasks.STATUS_NOTIFICATIONS:
+            self.subscriptions.task_status(params)
 
     # -- operations --------------------------------------------------------------------------------------
 
@@ -324,7 +326,7 @@ class ServerConnection:
             params = mcp_tasks.augment(params, round(defaults.TASK_TTL * 1000))
         try:
             with trio.fail_after(self.config.call_timeout):
-                wait = TaskWait(self.exchange, self.log, self.name, tool)
+                wait = TaskWait(self.exchange, self.log, self.name, tool, subscriptions=self.subscriptions)
                 task: mcp_tasks.Task | None = None
                 if resume_task is not None:
                     self.log.info("mcp.task_resumed", server=self.name, tool=tool, task_id=resume_task)

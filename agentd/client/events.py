@@ -236,6 +236,9 @@ class EventStream:
                           delivery="push", ended=frame.ended)
             return not frame.ended
         if frame.result is not None:
+            if message.method == "notifications/events/active":
+                self.log.debug("events.stream_active", server=self.server, event_type=self.name,
+                               truncated=frame.result.truncated)
             self.polls += 1
             self.cursor = frame.result.cursor
             await self.on_batch(frame.result)

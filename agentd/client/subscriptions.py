@@ -1,6 +1,8 @@
 """Resource subscriptions of a connection: the watched set, ``resources/subscribe`` on the legacy wire or the
 filter of the ``subscriptions/listen`` stream on the modern one, when a server cannot push an update at all,
-and delivering each update (real, or synthesized after a reconnect) to the pool.
+and delivering each update (real, or synthesized after a reconnect) to the pool. Also the task ids a tool call
+is waiting for (agentd.client.tasks): the modern listen filter asks for their status notifications
+(``taskIds``, the tasks extension), and a notification wakes the waiting poller early; polling stays the rule.
 
 It exists so the watched set, and the rendezvous between a ``subscribe`` call and the listen stream that
 must acknowledge it, have one owner. It asks through the :class:`~agentd.client.exchange.Exchange`; the
@@ -19,6 +21,7 @@ from agentd.client.exchange import Exchange, SessionGone
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpTransportError
 from agentd.events import EventLog
+from agentd.mcp import tasks as mcp_tasks
 from agentd.mcp.client_session import CapabilityMissing
 from agentd.mcp.versions import Era
 
@@ -42,6 +45,9 @@ class Subscriptions:
     acked: set[str] = attrs.field(factory=set)
     _listen_acks: int = 0
     _listen_acked: trio.Event = attrs.field(factory=trio.Event)
+    #: Task ids being waited for (agentd.client.tasks), each with the event a status notification sets (and
+    #: replaces): asked for on the modern listen stream (``taskIds``) when the server declares the extension.
+    tasks: dict[str, trio.Event] = attrs.field(factory=dict)
 
     @property
     def name(self) -> str:
@@ -60,7 +66,35 @@ class Subscriptions:
             want["resourcesListChanged"] = True
         if session.can_subscribe() and self.watched:
             want["resourceSubscriptions"] = list(self.watched)
+        if self.tasks and mcp_tasks.pushes_status(session.capabilities):
+            want["taskIds"] = list(self.tasks)
         return want or None
+
+    def watch_task(self, task_id: str) -> None:
+        """A task is being waited for: ask for its status notifications (modern: a new listen filter)."""
+        if task_id in self.tasks:
+            return
+        self.tasks[task_id] = trio.Event()
+        if self.exchange.session.era is Era.MODERN and mcp_tasks.pushes_status(self.exchange.session.capabilities):
+            self.listen_changed.set()
+
+    def unwatch_task(self, task_id: str) -> None:
+        if self.tasks.pop(task_id, None) is not None and self.exchange.session.era is Era.MODERN \
+                and mcp_tasks.pushes_status(self.exchange.session.capabilities):
+            self.listen_changed.set()
+
+    def task_nudge(self, task_id: str) -> trio.Event | None:
+        """What a status notification of ``task_id`` sets (None: not watched)."""
+        return self.tasks.get(task_id)
+
+    def task_status(self, params: dict[str, Any]) -> None:
+        """A status notification arrived: wake the task's poller (it asks ``tasks/get`` at once)."""
+        task_id = params.get("taskId")
+        nudge = self.tasks.get(task_id) if isinstance(task_id, str) else None
+        if nudge is not None and isinstance(task_id, str):
+            self.tasks[task_id] = trio.Event()
+            nudge.set()
+            self.log.debug("mcp.task_pushed", server=self.name, task_id=task_id, status=params.get("status"))
 
     def listen_settled(self) -> None:
         """The listen loop acted on the latest filter (acknowledged, or failed): wake ``subscribe`` calls."""

@@ -5,7 +5,9 @@ a handle, not the result. :class:`TaskWait` turns that handle into the tool's re
 :class:`~agentd.client.exchange.Exchange`: ``tasks/get`` at the server's interval until the task is terminal
 (2026-07-28: answering an ``input_required`` task with ``tasks/update`` where agentd can; 2025-11-25: handing
 the wait to ``tasks/result``, on whose stream the server asks), then the result. It holds no child process and
-no connection of its own: between polls it only sleeps.
+no connection of its own: between polls it only sleeps, and a status notification the server pushes for the task
+(``notifications/tasks`` on the modern listen stream, ``notifications/tasks/status`` on 2025-11-25) ends that
+sleep early (agentd.client.subscriptions asks for them); polling stays the rule, a push only comes sooner.
 
 Every wait is bounded by the caller's scope (the call timeout and the run's deadline: the connection wraps the
 whole call in both). A wait that ends any other way than with the task's end (cancelled, timed out) sends
@@ -23,6 +25,7 @@ import trio
 
 from agentd import defaults, telemetry
 from agentd.client.exchange import CLEANUP_GRACE, Exchange, SessionGone
+from agentd.client.subscriptions import Subscriptions
 from agentd.errors import McpError, McpProtocolError, McpRpcError
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc, tasks
@@ -48,6 +51,8 @@ class TaskWait:
     #: The task reached a terminal status (nothing left to cancel).
     _ended: bool = False
     _answered: set[str] = attrs.field(factory=set)
+    #: The connection's subscriptions: asks for the task's status notifications and hears them (None: poll only).
+    subscriptions: Subscriptions | None = None
 
     @property
     def era(self) -> Era:
@@ -85,15 +90,20 @@ class TaskWait:
 
     async def _wait(self, task: tasks.Task) -> dict[str, Any]:
         self._note(task)
-        while not task.terminal:
-            if task.status == "input_required":
-                if self.era is Era.LEGACY:
-                    break  # 2025-11-25: tasks/result carries the server's questions (answered by the session)
-                await self._update(task)
-            await trio.sleep(tasks.poll_delay(task, default=self.poll_default, floor=self.poll_floor,
-                                              cap=self.poll_cap))  # fmt: skip
-            task = await self._get(task.task_id)
-            self._note(task)
+        if self.subscriptions is not None and not task.terminal:
+            self.subscriptions.watch_task(task.task_id)
+        try:
+            while not task.terminal:
+                if task.status == "input_required":
+                    if self.era is Era.LEGACY:
+                        break  # 2025-11-25: tasks/result carries the server's questions (answered by the session)
+                    await self._update(task)
+                await self._pause(task)
+                task = await self._get(task.task_id)
+                self._note(task)
+        finally:
+            if self.subscriptions is not None:
+                self.subscriptions.unwatch_task(task.task_id)
         if self.era is Era.MODERN:
             try:
                 return tasks.modern_outcome(task)
@@ -103,6 +113,15 @@ class TaskWait:
             raise McpError(f"tools/call {self.tool}: the server cancelled the task {task.task_id!r}"
                            + (f" ({task.status_message})" if task.status_message else ""), server=self.server)
         return await self.exchange.request("tasks/result", tasks.get_params(task.task_id))
+
+    async def _pause(self, task: tasks.Task) -> None:
+        """The server's poll interval, or less: until a status notification for the task arrives."""
+        delay = tasks.poll_delay(task, default=self.poll_default, floor=self.poll_floor, cap=self.poll_cap)
+        nudge = self.subscriptions.task_nudge(task.task_id) if self.subscriptions is not None else None
+        with trio.move_on_after(delay):
+            if nudge is None:
+                await trio.sleep_forever()
+            await nudge.wait()
 
     async def _get(self, task_id: str) -> tasks.Task:
         result = await self.exchange.request("tasks/get", tasks.get_params(task_id))

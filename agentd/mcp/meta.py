@@ -23,9 +23,10 @@ IDEMPOTENCY_KEY: Final = META_PREFIX + "idempotency-key"
 #: The params field of the proposed standard (SEP-3182, not merged): sent too when the server declares
 #: ``capabilities.tools.idempotency``.
 IDEMPOTENCY_FIELD: Final = "idempotencyKey"
-#: The tasks extension (SEP-2663), declared in the client capabilities of the requests in :data:`TASK_METHODS`.
+#: The tasks extension (SEP-2663), declared in the client capabilities of the requests in :data:`TASK_METHODS`
+#: (``subscriptions/listen``: its filter may ask for ``notifications/tasks``).
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
-TASK_METHODS: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel"})
+TASK_METHODS: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel", "subscriptions/listen"})
 #: The events extension (SEP-3415), declared in the client capabilities of the requests in :data:`EVENT_METHODS`.
 EVENTS_EXTENSION: Final = "io.modelcontextprotocol/events"
 EVENT_METHODS: Final = frozenset({"events/list", "events/poll", "events/stream", "events/subscribe",

@@ -3,12 +3,14 @@
 Why it exists: a parent that spawned served subagents wants to learn that they finished without holding a
 connection open (``subagent.spawn`` with ``async``, then nothing). The Events extension
 (``io.modelcontextprotocol/events``, SEP-3415, defined for protocol 2026-07-28) is exactly that: a server lists
-event types (``events/list``) and a client asks "what happened since this cursor?" (``events/poll``). agentd
-serves it on the modern wire only (extensions are negotiated per request there); the 2025-11-25 served
-capability set stays exactly ``tools`` and ``resources.subscribe``.
+event types (``events/list``) and a client asks "what happened since this cursor?" (``events/poll``), or holds
+one request open per subscription and is told as it happens (``events/stream``, push delivery). agentd serves it
+on the modern wire only (extensions are negotiated per request there); the 2025-11-25 served capability set stays
+exactly ``tools`` and ``resources.subscribe``.
 
 What is decided here, as data, with no I/O: the catalogue (:data:`EVENT_TYPES`), the validation of a poll's
-parameters (:func:`parse_poll`), the cursor (:class:`Cursor`: an epoch naming one log, and a position in it), and
+parameters (:func:`parse_poll`; a stream's are the same), the frames of a push stream (:func:`stream_frame`),
+the cursor (:class:`Cursor`: an epoch naming one log, and a position in it), and
 :class:`EventLog`, the bounded log itself (count and age) and what one poll answers from it. Persistence (the
 journal with ``--state-dir``) and the surface's glue live in agentd.selfmcp.served_events.
 
@@ -37,9 +39,14 @@ from agentd.mcp import jsonrpc, meta
 #: side), in ``server/discover``'s ``capabilities.extensions`` and in the per-request client capabilities an
 #: ``events/*`` request must carry.
 EXTENSION: Final = meta.EVENTS_EXTENSION
-#: The methods agentd answers (poll delivery only: ``events/stream`` and ``events/subscribe`` are not offered, and
-#: no event type lists them, which the extension allows: no delivery mode is mandatory).
-METHODS: Final = frozenset({"events/list", "events/poll"})
+#: The methods agentd answers: poll and push delivery (``events/subscribe``, webhook delivery, is not offered and
+#: no event type lists it, which the extension allows: no delivery mode is mandatory; it also needs an
+#: authenticated principal, which a listener without OAuth does not have).
+#: Push delivery: one long-lived request per subscription, answered as an SSE stream of notifications.
+STREAM: Final = "events/stream"
+METHODS: Final = frozenset({"events/list", "events/poll", STREAM})
+#: The delivery modes every served event type lists.
+DELIVERY: Final = ("poll", "push")
 
 SUBAGENT_FINISHED: Final = "subagent.finished"
 BUDGET_EXHAUSTED: Final = "budget.exhausted"
@@ -70,7 +77,7 @@ EVENT_TYPES: Final[tuple[dict[str, Any], ...]] = (
             },
             "required": ["handle", "status"],
         },
-        "delivery": ["poll"],
+        "delivery": list(DELIVERY),
     },
     {
         "name": BUDGET_EXHAUSTED,
@@ -81,7 +88,7 @@ EVENT_TYPES: Final[tuple[dict[str, Any], ...]] = (
             "properties": {"handle": {"type": "string"}, "status": {"type": "string"}},
             "required": ["handle", "status"],
         },
-        "delivery": ["poll"],
+        "delivery": list(DELIVERY),
     },
 )
 NAMES: Final = frozenset(t["name"] for t in EVENT_TYPES)
@@ -98,6 +105,9 @@ _CURSOR_RE: Final = re.compile(r"^v1\.([0-9a-f]{16})\.([0-9]{1,18})$")
 
 #: The extension's error for an event type the server does not offer (``data: {kind: "event"}``).
 NOT_FOUND: Final = -32011
+#: The extension's ResourceExhausted (``data: {limit, max}``): here, a principal's open push streams (numbered
+#: in the same allocation as NotFound above).
+RESOURCE_EXHAUSTED: Final = -32013
 
 
 class PollError(Exception):
@@ -107,7 +117,16 @@ class PollError(Exception):
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.code = jsonrpc.INVALID_PARAMS
-        self.data: dict[str, str] = {"field": field}
+        self.data: dict[str, Any] = {"field": field}
+
+
+class StreamLimit(PollError):
+    """An ``events/stream`` past the open streams a principal (or the daemon) may hold."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"ResourceExhausted: at most {limit} open event streams", "name")
+        self.code = RESOURCE_EXHAUSTED
+        self.data = {"limit": "streams", "max": limit}
 
 
 class UnknownEvent(PollError):
@@ -263,6 +282,20 @@ class EventLog:
         return {"eventId": f"{self.epoch}.{event.seq}", "name": event.name, "timestamp": iso(event.at),
                 "data": dict(event.data), "cursor": self.cursor(event.seq)}
 
+    def start(self, cursor: Cursor | None) -> tuple[int, bool]:
+        """Where a push stream opened at ``cursor`` starts reading (a sequence number), and whether that skips
+        events (``truncated``): the head for ``null`` ("from now"), the oldest kept event's position for another
+        log's cursor or one whose next events the bounds dropped (:class:`PollError` for one past the head)."""
+        if cursor is None:
+            return self.head, False
+        if cursor.epoch != self.epoch:
+            return self.floor, True
+        if cursor.seq > self.head:
+            raise PollError("cursor is not a cursor this server returned", "cursor")
+        if cursor.seq < self.floor:
+            return self.floor, True
+        return cursor.seq, False
+
     def poll(self, request: PollRequest, visible: Callable[[str], bool], now: float, next_poll_ms: int,
              ) -> dict[str, Any]:
         """One ``events/poll`` answer (the result body; the wire adds ``resultType``)."""
@@ -300,6 +333,19 @@ class EventLog:
             position = max(position, self.head)
         return {"events": [self.occurrence(e) for e in found], "cursor": self.cursor(position), "hasMore": more,
                 "truncated": truncated, "nextPollMs": next_poll_ms}
+
+
+def stream_frame(kind: str, subscription: jsonrpc.RequestId, body: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``notifications/events/<kind>`` of a push stream (``active``, ``event``, ``heartbeat``): the stream's
+    request id in ``_meta["io.modelcontextprotocol/subscriptionId"]``, as on every frame of the stream."""
+    return {"jsonrpc": "2.0", "method": f"notifications/events/{kind}",
+            "params": {**body, "_meta": meta.subscription_meta(subscription)}}
+
+
+def stream_final(subscription: jsonrpc.RequestId) -> dict[str, Any]:
+    """The empty ``StreamEventsResult`` a stream the server ends (drain) closes with."""
+    return {"jsonrpc": "2.0", "id": subscription,
+            "result": {"resultType": "complete", "_meta": meta.subscription_meta(subscription)}}
 
 
 def catalogue() -> dict[str, Any]:

@@ -496,10 +496,14 @@ class ServerCore:
     # -- subscriptions/listen frames -------------------------------------------------------------------------
 
     @staticmethod
-    def listen_ack(request_id: jsonrpc.RequestId, honored: list[str]) -> bytes:
+    def listen_ack(request_id: jsonrpc.RequestId, honored: list[str], tasks: list[str] | None = None) -> bytes:
+        """The acknowledgement: the URIs honored, and (when task ids were asked for) the task ids the server agreed
+        to send ``notifications/tasks`` for (the tasks extension, SEP-2663)."""
         notifications: dict[str, Any] = {}
         if honored:
             notifications["resourceSubscriptions"] = honored
+        if tasks is not None:
+            notifications["taskIds"] = tasks
         note = Notification("notifications/subscriptions/acknowledged",
                             {"_meta": meta.subscription_meta(request_id), "notifications": notifications})
         return sse_message(note)
@@ -508,6 +512,11 @@ class ServerCore:
     def listen_updated(request_id: jsonrpc.RequestId, uri: str) -> bytes:
         note = Notification("notifications/resources/updated", {"_meta": meta.subscription_meta(request_id), "uri": uri})
         return sse_message(note)
+
+    @staticmethod
+    def listen_task(request_id: jsonrpc.RequestId, task: dict[str, Any]) -> bytes:
+        """``notifications/tasks``: one task's complete current state, as ``tasks/get`` answers it."""
+        return sse_message(Notification("notifications/tasks", {**task, "_meta": meta.subscription_meta(request_id)}))
 
     @staticmethod
     def listen_final(request_id: jsonrpc.RequestId) -> bytes:

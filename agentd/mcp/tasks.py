@@ -77,6 +77,18 @@ def call_mode(era: Era | None, support: str, capabilities: Mapping[str, Any]) ->
     return CallMode.TASK if legacy_tool_tasks(capabilities) else CallMode.UNUSABLE
 
 
+def pushes_status(capabilities: Mapping[str, Any]) -> bool:
+    """Can a 2026-07-28 server be asked for ``notifications/tasks`` (``subscriptions/listen`` with ``taskIds``)?
+    Only one that declares the extension in ``server/discover``."""
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, Mapping) and isinstance(extensions.get(EXTENSION), Mapping)
+
+
+#: The status notifications a server may push: the extension's (SEP-2663, on ``subscriptions/listen``) and the
+#: 2025-11-25 experimental tasks' (on whatever stream the server uses). Each carries the task, ``taskId`` first.
+STATUS_NOTIFICATIONS: Final = frozenset({"notifications/tasks", "notifications/tasks/status"})
+
+
 def unusable_reason() -> str:
     return ("its execution.taskSupport is 'required', but the server does not declare "
             "capabilities.tasks.requests.tools.call")

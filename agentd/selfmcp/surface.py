@@ -7,7 +7,8 @@
 status, fires the subscriptions, and evicts the handle after ``retention`` seconds; for a warm session
 the watcher also notifies (without consuming) the subscribers each time a turn answers, the closest
 analogue of a terminal status for a session that stays open. Each end is also a served event
-(``subagent.finished``, agentd.selfmcp.served_events) that a 2026-07-28 client polls with ``events/poll``.
+(``subagent.finished``, agentd.selfmcp.served_events) that a 2026-07-28 client polls with ``events/poll`` or
+follows with ``events/stream``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from agentd.mcp.server_session import ServerIdentity
 from agentd.mcp.versions import Era
 from agentd.selfmcp import tasks
 from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
-from agentd.selfmcp.served_events import ServedEvents
+from agentd.selfmcp.served_events import EventStream, ServedEvents
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
 from agentd.transport.asgi_server import CallContext, ListenTicket
@@ -267,8 +268,24 @@ class SelfMcpSurface:
                                  {"requiredCapabilities": {"extensions": {served_events.EXTENSION: {}}}})
         if request.method == "events/list":
             return Response(request.id, served_events.catalogue())
+        if request.method == served_events.STREAM:  # reached only when the client does not accept SSE
+            return ErrorResponse(request.id, jsonrpc.INVALID_REQUEST, "events/stream answers as text/event-stream")
         try:
             return Response(request.id, self.events.poll(params, ctx.principal.owns))
+        except served_events.PollError as exc:
+            return ErrorResponse(request.id, exc.code, str(exc), exc.data)
+
+    def open_stream(self, request: Request, ctx: CallContext) -> EventStream | ErrorResponse | None:
+        """``events/stream`` (2026-07-28 wire): push delivery of the principal's own events, or the error that
+        refuses it before any stream opens; None for every other request."""
+        if ctx.era is not Era.MODERN or request.method != served_events.STREAM:
+            return None
+        params = request.params or {}
+        if not served_events.declares_extension(params):
+            return ErrorResponse(request.id, jsonrpc.MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+                                 {"requiredCapabilities": {"extensions": {served_events.EXTENSION: {}}}})
+        try:
+            return self.events.open_stream(params, ctx.principal.key, ctx.principal.owns, request.id)
         except served_events.PollError as exc:
             return ErrorResponse(request.id, exc.code, str(exc), exc.data)
 
@@ -351,7 +368,27 @@ class SelfMcpSurface:
             if run.final is not None:
                 return Response(request.id, _text_result(self._terminal(run.final)))
             return Response(request.id, {"resultType": "task", **self._task_body(run, ctx.era)})
+        self._push_status(run, ctx)
         return Response(request.id, {"task": self._task_body(run, ctx.era)})
+
+    def _push_status(self, run: ServedRun, ctx: CallContext) -> None:
+        """2025-11-25 (``--serve-tasks``): the task's end is ``notifications/tasks/status`` (its ``tasks/get``
+        body) on the creating session's GET stream, which the experimental tasks allow a receiver to send; a
+        session past its subscription limit is left to polling."""
+        push, session = ctx.push, ctx.session_id
+        if push is None or session is None:
+            return
+        if run.final is not None:  # already ended: no watcher will fire
+            push("notifications/tasks/status", self._task_body(run, Era.LEGACY))
+            return
+
+        def pushed(uri: str) -> None:
+            push("notifications/tasks/status", self._task_body(run, Era.LEGACY))
+
+        try:
+            self.subscriptions.add((session, "tasks"), SUBAGENT_PREFIX + run.handle, pushed)
+        except SubscriptionLimit:
+            pass
 
     async def _task_request(self, request: Request, params: Mapping[str, Any], ctx: CallContext,
                             ) -> Response | ErrorResponse:
@@ -721,9 +758,12 @@ class SelfMcpSurface:
             return ErrorResponse(request.id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": uri})
         return Response(request.id, {})
 
-    def listen(self, uris: list[str], sink: Sink, principal: Principal = LOCAL) -> ListenTicket:
+    def listen(self, uris: list[str], sink: Sink, principal: Principal = LOCAL, *, task_ids: tuple[str, ...] = (),
+               task_sink: Callable[[dict[str, Any]], None] | None = None) -> ListenTicket:
         """Register a modern listen stream; already-terminal URIs come back to be sent after the ack (only
-        ``principal``'s own handles are honored)."""
+        ``principal``'s own handles are honored). ``task_ids`` (the tasks extension): the caller's own served
+        tasks get ``notifications/tasks`` (their ``tasks/get`` body) when they end; one already ended comes back
+        to be sent after the ack. A served task goes from ``working`` to its end only, so that is its one change."""
         ticket = ListenTicket(honored=[], fire_now=[])
         for uri in dict.fromkeys(uris):
             run = self._subscribable(uri, principal)
@@ -734,10 +774,26 @@ class SelfMcpSurface:
                 ticket.fire_now.append(uri)
             else:
                 self.subscriptions.add(ticket, uri, sink)
+        for task_id in dict.fromkeys(task_ids):
+            run = self._mine(task_id, principal)
+            if run is None or not run.task or task_sink is None or len(ticket.tasks) >= self.limits.max_subscriptions:
+                continue
+            ticket.tasks.append(task_id)
+            if run.final is not None:
+                ticket.tasks_now.append(self._task_body(run, Era.MODERN))
+            else:
+                self.subscriptions.add((ticket, "tasks"), SUBAGENT_PREFIX + task_id,
+                                       self._task_pusher(run, task_sink))
         return ticket
+
+    def _task_pusher(self, run: ServedRun, task_sink: Callable[[dict[str, Any]], None]) -> Sink:
+        def pushed(uri: str) -> None:
+            task_sink(self._task_body(run, Era.MODERN))
+        return pushed
 
     def unlisten(self, ticket: ListenTicket) -> None:
         self.subscriptions.drop_peer(ticket)
+        self.subscriptions.drop_peer((ticket, "tasks"))
 
     def cancel_request(self, session_id: str, request_id: jsonrpc.RequestId) -> None:
         """``--serve-accept-cancel``: the legacy peer sent ``notifications/cancelled`` for a request of its session;
@@ -761,3 +817,4 @@ class SelfMcpSurface:
 
     def session_closed(self, session_id: str) -> None:
         self.subscriptions.drop_peer(session_id)
+        self.subscriptions.drop_peer((session_id, "tasks"))

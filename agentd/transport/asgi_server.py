@@ -28,7 +28,7 @@ from agentd.transport import resource_metadata_app
 from agentd.transport.events_app import EventsApp
 from agentd.transport.gate import LOOPBACK_HOSTS, Gate
 from agentd.transport.mcp_app import EndpointLimits, McpEndpoint
-from agentd.transport.mcp_handler import CallContext, ListenTicket, McpHandler
+from agentd.transport.mcp_handler import CallContext, ListenTicket, McpHandler, NotificationStream
 from agentd.transport.mounts import Mount, Mounts
 from agentd.transport.probes_app import probes
 from agentd.transport.resource_server import ResourceServer
@@ -84,4 +84,4 @@ class McpAsgiApp(Mounts):
         self.draining.set()
 
 
-__all__ = ["AsgiOptions", "CallContext", "ListenTicket", "McpAsgiApp", "McpHandler"]
+__all__ = ["AsgiOptions", "CallContext", "ListenTicket", "McpAsgiApp", "McpHandler", "NotificationStream"]

@@ -4,10 +4,11 @@ Per request, in order: the listener's gate (:mod:`agentd.transport.gate`: Host/O
 OAuth token), body size (413 past ``max_body``) and body time (408), then :meth:`ServerCore.route`; what the
 core cannot answer goes to the :class:`~agentd.transport.mcp_handler.McpHandler`.
 
-Streams: a legacy session's GET stream (priming event, numbered replayable events, ``:`` keepalives), a
-modern ``subscriptions/listen`` stream (ack first, ``subscriptionId`` on every frame, final frame on drain),
-and long requests answered as SSE so keepalives flow while they run (which ones is the handler's call:
-:meth:`McpHandler.streams`; this module knows no tool names). All three share one skeleton
+Streams: a legacy session's GET stream (priming event, numbered replayable events, ``:`` keepalives), the
+modern long-lived streams (``subscriptions/listen`` and a handler's own notification stream such as
+``events/stream``: :mod:`agentd.transport.mcp_streams`), and long requests answered as SSE so keepalives flow
+while they run (which ones is the handler's call: :meth:`McpHandler.streams`; this module knows no tool names).
+All share one skeleton
 (:mod:`agentd.transport.sse_response`). A closed response stream ends the HTTP request; whether the run it
 started ends too is the handler's call (:attr:`CallContext.cancel_on_disconnect`: modern yes, legacy no).
 """
@@ -15,6 +16,7 @@ started ends too is the handler's call (:attr:`CallContext.cancel_on_disconnect`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import attrs
 import trio
@@ -22,7 +24,7 @@ import trio
 from agentd import telemetry
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc
-from agentd.mcp.jsonrpc import ErrorResponse, Message, Request, Response
+from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, Response
 from agentd.mcp.server_session import (
     HttpReply,
     HttpRequest,
@@ -48,7 +50,6 @@ from agentd.transport.asgi import (
     Send,
     TooLarge,
     cancel_on_disconnect,
-    cancel_on_event,
     discard_body,
     read_body,
     request_headers,
@@ -56,6 +57,7 @@ from agentd.transport.asgi import (
 )
 from agentd.transport.gate import Gate
 from agentd.transport.mcp_handler import CallContext, McpHandler
+from agentd.transport.mcp_streams import ModernStreams
 from agentd.transport.sse_response import sse_response
 from agentd.transport.tenancy import LOCAL, Principal
 
@@ -86,8 +88,8 @@ class McpEndpoint:
         self.draining = draining
         self._streams: dict[str, trio.MemorySendChannel[tuple[int, bytes]]] = {}
         self._contexts: dict[str, CallContext] = {}
-        self._listens = 0
-        self._listens_by: dict[str, int] = {}
+        self.modern_streams = ModernStreams(handler, core, keepalive=limits.keepalive,
+                                            max_listens=limits.max_listens, log=log, draining=draining)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = request_headers(scope)
@@ -166,15 +168,21 @@ class McpEndpoint:
         if ctx is not None and ctx.principal != principal:
             return attrs.evolve(ctx, principal=principal)
         if ctx is None:
-            def notify(uri: str) -> None:
-                seq, data = self.core.session_event(session, updated_notification(uri))
+            def push(method: str, params: dict[str, Any]) -> None:
+                seq, data = self.core.session_event(session, Notification(method, params))
                 channel = self._streams.get(session.id)
                 if channel is not None:
                     try:
                         channel.send_nowait((seq, data))
                     except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # stays in the replay buffer; a resumed GET gets it
-            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify, principal=principal)
+
+            def notify(uri: str) -> None:
+                note = updated_notification(uri)
+                push(note.method, dict(note.params or {}))
+
+            ctx = self._contexts[session.id] = CallContext(Era.LEGACY, session.id, notify, principal=principal,
+                                                           push=push)
         return ctx
 
     def _end_session(self, session_id: str) -> None:
@@ -256,9 +264,17 @@ class McpEndpoint:
                            principal: Principal = LOCAL) -> None:
         request = post.request
         if request.method == "subscriptions/listen":
-            await self._listen(request, headers, receive, send, principal)
+            await self.modern_streams.listen(request, headers, receive, send, principal)
             return
         ctx = CallContext(Era.MODERN, cancel_on_disconnect=True, principal=principal)
+        if "accept" not in headers or accepts(headers["accept"], EVENT_STREAM):
+            opened = self.handler.open_stream(request, ctx)
+            if isinstance(opened, ErrorResponse):
+                await send_reply(send, self.core.modern_reply(post, opened))
+                return
+            if opened is not None:
+                await self.modern_streams.notifications(opened, receive, send)
+                return
         if "accept" in headers and accepts(headers["accept"], EVENT_STREAM) and self.handler.streams(request):
             async def answer() -> Message:
                 return await self._dispatch(request, ctx)
@@ -279,64 +295,6 @@ class McpEndpoint:
             nursery.cancel_scope.cancel()
         if answers:
             await send_reply(send, self.core.modern_reply(post, answers[0]))
-
-    async def _listen(self, request: Request, headers: Mapping[str, str], receive: Receive, send: Send,
-                      principal: Principal = LOCAL) -> None:
-        if "accept" in headers and not accepts(headers["accept"], EVENT_STREAM):
-            await send_reply(send, error_reply(406, jsonrpc.INVALID_REQUEST,
-                                               "subscriptions/listen answers as text/event-stream", id=request.id).http)
-            return
-        wanted = ((request.params or {}).get("notifications") or {}).get("resourceSubscriptions") or []
-        if not isinstance(wanted, list) or not all(isinstance(u, str) for u in wanted):
-            await send_reply(send, error_reply(400, jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be strings",
-                                               id=request.id).http)
-            return
-        mine = self._listens_by.get(principal.key, 0)
-        if self._listens >= self.limits.max_listens:
-            await self._listen_refused(send, request, "", self.limits.max_listens)
-            return
-        if principal.bounded and mine >= self.core.max_per_owner:  # one principal cannot take every stream
-            await self._listen_refused(send, request, " for this client", self.core.max_per_owner)
-            return
-        sender, receiver = trio.open_memory_channel[str](256)
-
-        def sink(uri: str) -> None:
-            try:
-                sender.send_nowait(uri)
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-
-        ticket = self.handler.listen(wanted, sink, principal)
-        core = self.core
-        self._listens += 1
-        self._listens_by[principal.key] = mine + 1
-
-        def closed() -> None:
-            self._listens -= 1
-            left = self._listens_by.get(principal.key, 1) - 1
-            if left:
-                self._listens_by[principal.key] = left
-            else:
-                self._listens_by.pop(principal.key, None)
-            self.handler.unlisten(ticket)
-
-        async with sse_response(send, receive, keepalive=self.limits.keepalive, closed=closed) as sse:
-            await sse.send(core.listen_ack(request.id, ticket.honored))
-            for uri in ticket.fire_now:
-                await sse.send(core.listen_updated(request.id, uri))
-            with trio.CancelScope() as until_drain:
-                sse.nursery.start_soon(cancel_on_event, self.draining, until_drain)
-                while True:
-                    uri = await sse.wait(receiver.receive)
-                    await sse.send(core.listen_updated(request.id, uri))
-            if self.draining.is_set():
-                await sse.send(core.listen_final(request.id))
-
-    async def _listen_refused(self, send: Send, request: Request, whose: str, limit: int) -> None:
-        metrics.served_request("refused")
-        self.log.info("serve.refused", reason="listen_limit", status=503, limit=limit)
-        await send_reply(send, error_reply(503, jsonrpc.INTERNAL_ERROR, f"listen stream limit reached{whose} ({limit})",
-                                           id=request.id, headers=(("retry-after", "5"),)).http)
 
     # -- long answers as SSE -------------------------------------------------------------------------------
 

@@ -90,7 +90,8 @@ async def test_kill_and_restart_resubscribes_and_synthesizes_one_update() -> Non
 
 async def test_everything_server_task_tool_end_to_end(everything_server: launch.PeerProcess) -> None:
     """``simulate-research-query`` declares ``taskSupport: required``: agentd calls it as a 2025-11-25 task,
-    polls ``tasks/get`` at the server's interval, fetches ``tasks/result``, and ``agentd check`` lists it as
+    polls ``tasks/get`` at the server's interval (woken early by the ``notifications/tasks/status`` the server
+    pushes on the GET stream as the task moves on), fetches ``tasks/result``, and ``agentd check`` lists it as
     called as a task."""
     from agentd.client.check import run_check
 
@@ -103,6 +104,8 @@ async def test_everything_server_task_tool_end_to_end(everything_server: launch.
     task_events = events.named("mcp.task")
     assert task_events[0]["status"] == "working" and task_events[-1]["status"] == "completed"
     assert any("Analyzing content" in (e["message"] or "") for e in task_events)
+    pushed = events.named("mcp.task_pushed")
+    assert pushed and {e["task_id"] for e in pushed} == {task_events[0]["task_id"]}, pushed
     with trio.fail_after(30):
         doc, code = await run_check([server(everything_server.url, "ev")], log=Events().log, secrets=None)
     assert code == 0

@@ -66,3 +66,27 @@ async def test_check_lists_the_modern_task_tool_as_plain(task_peer: launch.PeerP
         doc, code = await run_check([server(task_peer.url, "m")], log=Events().log, secrets=None)
     assert code == 0
     assert {t["name"]: t["calledAs"] for t in doc["servers"][0]["tools"]}["research"] == "plain"
+
+
+@pytest.fixture(scope="module")
+def pushing_peer() -> Iterator[launch.PeerProcess]:
+    """Tasks that suggest a 10-minute poll interval (agentd keeps at most 30 s), and push their end."""
+    with launch.start_peer(launch.modern_server_argv(tasks=True, push_tasks=True, poll_ms=600_000)) as peer:
+        yield peer
+
+
+async def test_a_pushed_status_wakes_the_poller(pushing_peer: launch.PeerProcess) -> None:
+    """agentd asks for the task's ``notifications/tasks`` on its listen stream (``taskIds``, the extension
+    declared) and polls ``tasks/get`` as soon as one arrives: the call returns long before the 30 s poll interval
+    would have let it (the bound below is that interval: without the push the call cannot end inside it)."""
+    events = Events()
+    async with open_mcp_pool([server(pushing_peer.url, "m")], log=events.log) as pool:
+        with trio.fail_after(20):
+            got = await pool.call_tool("m", "research", {"topic": "tides", "seconds": 0.5})
+    assert got.content == [{"type": "text", "text": "researched tides"}]
+    (task_id,) = {e["task_id"] for e in events.named("mcp.task")}
+    state = await trio.to_thread.run_sync(launch.tasks_state, pushing_peer.url)
+    assert [task_id] in state["listens"] and state["pushed"] == [task_id]
+    assert [e["task_id"] for e in events.named("mcp.task_pushed")] == [task_id]
+    assert events.named("mcp.task_pushed")[0]["status"] == "completed"
+    assert [e["status"] for e in events.named("mcp.task")] == ["working", "completed"]

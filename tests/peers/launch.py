@@ -265,10 +265,13 @@ def legacy_sdk_server_argv(
     return argv
 
 
-def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0, tasks: bool = False) -> list[str]:
-    """argv of the 2026-07-28-only raw ASGI peer (``tasks``: it speaks the tasks extension)."""
+def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0, tasks: bool = False,
+                       push_tasks: bool = False, poll_ms: int | None = None) -> list[str]:
+    """argv of the 2026-07-28-only raw ASGI peer (``tasks``: it speaks the tasks extension; ``push_tasks``: it
+    pushes ``notifications/tasks`` on listens naming task ids; ``poll_ms``: the interval its tasks suggest)."""
     return [sys.executable, str(SERVERS / "modern_only_server.py"), "--port", str(port), "--tools", str(tools),
-            "--page-size", str(page_size), *(["--tasks"] if tasks else [])]
+            "--page-size", str(page_size), *(["--tasks"] if tasks else []),
+            *(["--push-tasks"] if push_tasks else []), *(["--poll-ms", str(poll_ms)] if poll_ms is not None else [])]
 
 
 def events_server_argv(*, port: int = 0, next_poll_ms: int = 1000, push: bool = False,

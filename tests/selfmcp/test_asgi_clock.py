@@ -153,6 +153,9 @@ class SlowHandler:
         await trio.sleep(40)
         return Response(request.id, {"method": request.method})
 
+    def open_stream(self, request: Request, ctx: CallContext) -> None:
+        return None
+
     def listen(self, uris: list[str], sink: Callable[[str], None]) -> ListenTicket:
         return ListenTicket(honored=[], fire_now=[])
 

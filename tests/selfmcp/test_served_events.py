@@ -2,7 +2,7 @@
 the scripted gateway as its model, driven by raw JSON-RPC over httpx:
 
 - ``server/discover`` declares ``io.modelcontextprotocol/events``; ``events/list`` lists ``subagent.finished`` and
-  ``budget.exhausted`` (poll delivery); the 2025-11-25 ``initialize`` is unchanged and has no ``events/*``;
+  ``budget.exhausted`` (poll and push delivery; push: tests/selfmcp/test_served_events_stream.py); the 2025-11-25 ``initialize`` is unchanged and has no ``events/*``;
 - async spawns made over a 2025-11-25 session show up as ``subagent.finished`` to a modern-wire poller;
 - with ``--state-dir``, a cursor handed out before a SIGKILL goes on after the restart: every event once, none
   twice, the end of a run resumed after the restart included;
@@ -88,7 +88,7 @@ async def test_legacy_spawns_show_up_to_a_modern_poller_and_cursors_survive_sigk
                 listed = (await _modern(client, url, "events/list", {}))["result"]
                 types = {t["name"]: t for t in listed["events"]}
                 assert set(types) == {"subagent.finished", "budget.exhausted"}, listed
-                assert all(t["delivery"] == ["poll"] and "inputSchema" in t and "payloadSchema" in t
+                assert all(t["delivery"] == ["poll", "push"] and "inputSchema" in t and "payloadSchema" in t
                            for t in types.values())
 
                 peer = LegacyPeer(client, url)
@@ -180,9 +180,11 @@ async def test_peer_garbage_gets_the_right_errors() -> None:
                 assert unknown["error"]["code"] == -32011 and unknown["error"]["data"] == {"kind": "event"}, unknown
                 undeclared = await _modern(client, url, "events/poll", {"name": "subagent.finished"}, extension=False)
                 assert undeclared["error"]["code"] == -32021, undeclared
-                for method in ("events/stream", "events/subscribe"):  # poll delivery only
-                    answer = await _modern(client, url, method, {"name": "subagent.finished"})
-                    assert answer["error"]["code"] == -32601, (method, answer)
+                answer = await _modern(client, url, "events/subscribe", {"name": "subagent.finished"})
+                assert answer["error"]["code"] == -32601, answer  # no webhook delivery
+                for params in bad:  # a stream is refused the same way, at once, before any stream opens
+                    answer = await _modern(client, url, "events/stream", params)
+                    assert answer["error"]["code"] == -32602, (params, answer)
                 # A cursor of another log (an agentd restarted without a journal): what is kept, truncated.
                 other = "v1.0123456789abcdef.5"
                 foreign = await _poll(client, url, other)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
 HOLD = "HOLD: wait for the test"
 SLOW = "SLOW: answer when the test says"
+LATER = "LATER: answer when the test says"
 SERVED = {"tools": {}, "resources": {"subscribe": True}}
 
 
@@ -260,3 +263,103 @@ async def test_the_modern_wire_serves_the_tasks_extension_by_default() -> None:
                                           json=_modern(method, {"taskId": held["taskId"]}))
                     assert r.json()["error"]["code"] == -32601, (method, r.text)
         release.set()
+
+
+async def test_served_tasks_push_their_status_to_a_listen_naming_them() -> None:
+    """SEP-2663 status notifications: a ``subscriptions/listen`` whose filter names served task ids (declaring the
+    extension) is acknowledged with the caller's own tasks, and each gets one ``notifications/tasks`` (its
+    ``tasks/get`` body) when it ends; a task that already ended comes right after the acknowledgement. agentd's
+    own client, calling a served spawn that becomes a task, asks for it and is woken by it."""
+    from agentd.client import open_mcp_pool
+    from tests.client.helpers import Events, server
+
+    slow, later = trio.Event(), trio.Event()
+    rules = [({"contains": SLOW}, text("fine", wait=slow)), ({"contains": LATER}, text("later answer", wait=later))]
+    async with scripted_gateway(rules=rules, default=text("fine")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--intelligence", gw.url]
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            url = worker.url
+            with trio.fail_after(60):
+                created = (await _post_modern(client, url, "tools/call", {
+                    "name": "subagent.spawn", "arguments": {"instruction": SLOW}}))["result"]
+                assert created["resultType"] == "task", created
+                task_id = created["taskId"]
+                listen = {"notifications": {"taskIds": [task_id, "served.nope"]}}
+                r = await client.post(url, headers=modern_headers("subscriptions/listen"),
+                                      json=_modern("subscriptions/listen", listen, extension=False))
+                assert r.status_code == 400 and r.json()["error"]["code"] == -32021, r.text
+                async with client.stream("POST", url, headers=modern_headers("subscriptions/listen"),
+                                         json=_modern("subscriptions/listen", listen, id=7)) as stream, \
+                        aclosing(_frames(stream)) as frames:
+                    ack = await frames.__anext__()
+                    assert ack["method"] == "notifications/subscriptions/acknowledged"
+                    assert ack["params"]["notifications"] == {"taskIds": [task_id]}, ack
+                    slow.set()
+                    pushed = await frames.__anext__()
+                    assert pushed["method"] == "notifications/tasks", pushed
+                    assert pushed["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": 7}
+                    polled = (await _post_modern(client, url, "tasks/get", {"taskId": task_id}))["result"]
+                    assert pushed["params"]["taskId"] == task_id and pushed["params"]["status"] == "completed"
+                    assert pushed["params"]["result"] == polled["result"], (pushed, polled)
+                async with client.stream("POST", url, headers=modern_headers("subscriptions/listen"),
+                                         json=_modern("subscriptions/listen", listen, id=8)) as stream, \
+                        aclosing(_frames(stream)) as frames:
+                    await frames.__anext__()  # the ack; the ended task's status comes right after it
+                    assert (await frames.__anext__())["params"]["status"] == "completed"
+
+            # agentd's own client: the served spawn becomes a task; its end is pushed and wakes the poller.
+            events = Events()
+            async with open_mcp_pool([server(url, "child", era="modern")], log=events.log) as pool:
+                with trio.fail_after(60):
+                    async with trio.open_nursery() as nursery:
+                        got: list[Any] = []
+
+                        async def call() -> None:
+                            got.append(await pool.call_tool("child", "subagent.spawn", {"instruction": LATER}))
+
+                        nursery.start_soon(call)
+                        while not any(e.get("listen") == "acknowledged" and "taskIds" in (e.get("notifications") or {})
+                                      for e in events.named("mcp.stream")):
+                            await trio.sleep(0.05)  # the poller asked for the task's status pushes
+                        later.set()
+            [result] = got
+            assert "later answer" in json.dumps(result.structured), result
+            (task_id,) = {e["task_id"] for e in events.named("mcp.task")}
+            assert [e["task_id"] for e in events.named("mcp.task_pushed")] == [task_id]
+
+
+async def _frames(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    from agentd.mcp.sse import SseDecoder
+
+    decoder = SseDecoder()
+    async for chunk in response.aiter_bytes():
+        for event in decoder.feed(chunk):
+            if event.data:
+                yield json.loads(event.data)
+
+
+async def test_a_legacy_task_pushes_its_end_on_the_sessions_get_stream() -> None:
+    """2025-11-25 with ``--serve-tasks``: a task's end is ``notifications/tasks/status`` (its ``tasks/get`` body)
+    on the GET stream of the session that created it; another session's stream does not get it."""
+    slow = trio.Event()
+    rules = [({"contains": SLOW}, text("fine", wait=slow))]
+    async with scripted_gateway(rules=rules, default=text("fine")) as gw:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-tasks", "--intelligence", gw.url]
+        async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:
+            with trio.fail_after(60):
+                peer, other = LegacyPeer(client, worker.url), LegacyPeer(client, worker.url)
+                await peer.initialize()
+                await other.initialize()
+                async with client.stream("GET", worker.url, headers=peer.headers()) as mine, \
+                        client.stream("GET", worker.url, headers=other.headers()) as theirs, \
+                        aclosing(_frames(mine)) as frames, aclosing(_frames(theirs)) as their_frames:
+                    created = (await _result(peer, "tools/call", _spawn(SLOW, ttl=60000)))["task"]
+                    slow.set()
+                    pushed = await frames.__anext__()
+                    assert pushed["method"] == "notifications/tasks/status", pushed
+                    polled = await _result(peer, "tasks/get", {"taskId": created["taskId"]})
+                    assert pushed["params"] == polled, (pushed, polled)
+                    assert polled["status"] == "completed"
+                    await _result(other, "tools/call", _spawn("say fine", ttl=60000))  # its own task
+                    theirs_first = await their_frames.__anext__()
+                    assert theirs_first["params"]["taskId"] != created["taskId"], theirs_first

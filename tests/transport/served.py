@@ -36,7 +36,12 @@ class EchoHandler:
             await trio.sleep(0)
         return Response(request.id, {"method": request.method, "era": ctx.era.value, "who": ctx.principal.key})
 
-    def listen(self, uris: list[str], sink: Callable[[str], None], principal: Principal = LOCAL) -> ListenTicket:
+    def open_stream(self, request: Request, ctx: CallContext) -> None:
+        return None
+
+    def listen(self, uris: list[str], sink: Callable[[str], None], principal: Principal = LOCAL, *,
+               task_ids: tuple[str, ...] = (), task_sink: Callable[[dict[str, Any]], None] | None = None,
+               ) -> ListenTicket:
         return ListenTicket(honored=list(uris), fire_now=[])
 
     def unlisten(self, ticket: ListenTicket) -> None:

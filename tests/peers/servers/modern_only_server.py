@@ -26,6 +26,12 @@ the result inline; with ``ask`` the task goes ``input_required`` half way (one e
 a ``tasks/update`` answers it. ``tasks/cancel`` marks the task ``cancelled``. ``tasks/*`` requests must declare
 the extension (else -32021) and carry ``Mcp-Name: <taskId>`` (else -32020); an unknown task is -32602.
 ``GET /_test/tasks`` shows every task, the ``tasks/update`` answers and the cancelled ids.
+
+With ``--push-tasks`` (and ``--tasks``) it also pushes task status as the extension describes: a
+``subscriptions/listen`` whose filter names ``taskIds`` (declaring the extension, else -32021) is acknowledged with
+the ids it knows, and each of those tasks that reaches ``completed`` (without ``ask``) gets one
+``notifications/tasks`` carrying the task as ``tasks/get`` shows it; ``GET /_test/tasks`` lists the ``taskIds``
+each such listen asked for (``listens``) and the notifications sent (``pushed``).
 """
 
 from __future__ import annotations
@@ -82,9 +88,11 @@ def _decode_header_value(value: str) -> str:
 
 class ModernPeer:
     def __init__(self, *, filler_tools: int, page_size: int, keepalive: float, tasks: bool = False,
-                 poll_ms: int = 200) -> None:
+                 poll_ms: int = 200, push_tasks: bool = False) -> None:
         self.page_size = page_size
-        self.with_tasks, self.poll_ms = tasks, poll_ms
+        self.with_tasks, self.poll_ms, self.push_tasks = tasks, poll_ms, push_tasks
+        self.task_listens: list[list[str]] = []
+        self.tasks_pushed: list[str] = []
         self.tasks: dict[str, dict[str, Any]] = {}
         self.task_updates: list[dict[str, Any]] = []
         self.tasks_cancelled: list[str] = []
@@ -428,6 +436,16 @@ class ModernPeer:
             honored["resourcesListChanged"] = True
         if uris:
             honored["resourceSubscriptions"] = uris
+        task_ids: list[str] = []
+        if self.push_tasks and wanted.get("taskIds"):
+            caps = params.get("_meta", {}).get(META_CAPS)
+            extensions = caps.get("extensions") if isinstance(caps, dict) else None
+            if not isinstance(extensions, dict) or not isinstance(extensions.get(TASKS_EXT), dict):
+                raise RpcError(400, MISSING_CAPABILITY, "Missing required client capability",
+                               {"requiredCapabilities": {"extensions": {TASKS_EXT: {}}}})
+            task_ids = [t for t in wanted["taskIds"] if isinstance(t, str) and t in self.tasks]
+            honored["taskIds"] = task_ids
+            self.task_listens.append(list(wanted["taskIds"]))
         send_ch, recv_ch = trio.open_memory_channel[Any](256)
         key = self._next_listen
         self._next_listen += 1
@@ -442,6 +460,8 @@ class ModernPeer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
                 nursery.start_soon(self._keepalive, send)
+                for task_id in task_ids:
+                    nursery.start_soon(self._push_when_done, task_id, send_ch)
                 async for note in recv_ch:
                     if note == "drop":
                         nursery.cancel_scope.cancel()
@@ -463,6 +483,17 @@ class ModernPeer:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except Exception:
                 pass
+
+    async def _push_when_done(self, task_id: str, channel: Any) -> None:
+        """One ``notifications/tasks`` when the task completes (a task that asks is left to polling)."""
+        task = self.tasks[task_id]
+        if task["ask"] or task["cancelled"]:
+            return
+        await trio.sleep_until(task["started"] + task["seconds"])
+        view = self._task_view(task_id)
+        if view["status"] == "completed":
+            self.tasks_pushed.append(task_id)
+            channel.send_nowait({"method": "notifications/tasks", "params": view})
 
     async def _keepalive(self, send: Any) -> None:
         while True:
@@ -497,7 +528,8 @@ class ModernPeer:
             await _json(send, 200, {"rpc": query["rpc"]})
         elif path == "/_test/tasks":
             await _json(send, 200, {"tasks": {task_id: self._task_view(task_id) for task_id in self.tasks},
-                                    "updates": self.task_updates, "cancelled": self.tasks_cancelled})
+                                    "updates": self.task_updates, "cancelled": self.tasks_cancelled,
+                                    "listens": self.task_listens, "pushed": self.tasks_pushed})
         elif path == "/_test/stats":
             await _json(send, 200, {"listens": len(self.listens), "requests": self.requests,
                                     "request_ids": self.request_ids, "broken_calls": self.broken_calls})
@@ -585,7 +617,7 @@ async def _plain(send: Any, status: int, body: bytes, extra: list[tuple[bytes, b
 
 async def main(args: argparse.Namespace) -> None:
     app = ModernPeer(filler_tools=args.tools, page_size=args.page_size, keepalive=args.keepalive, tasks=args.tasks,
-                     poll_ms=args.poll_ms)
+                     poll_ms=args.poll_ms, push_tasks=args.push_tasks)
     config = Config()
     config.bind = [f"{args.host}:{args.port}"]
     config.loglevel = "WARNING"
@@ -606,6 +638,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keepalive", type=float, default=15.0, help="seconds between ': ping' comments on listens")
     p.add_argument("--tasks", action="store_true", help="speak the tasks extension; list the task tool research")
     p.add_argument("--poll-ms", type=int, default=200, help="the pollIntervalMs the tasks suggest")
+    p.add_argument("--push-tasks", action="store_true", help="push notifications/tasks on listens naming taskIds")
     return p.parse_args(argv)
 
 
