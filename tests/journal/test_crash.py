@@ -21,8 +21,6 @@ import sys, trio
 from agentd.journal.records import RunStarted
 from agentd.journal.sqlite import open_journal
 from tests.journal.helpers import step
-from tests.waiting import until
-from tests.waiting import until
 
 async def main(state_dir):
     async with open_journal(state_dir) as journal:
