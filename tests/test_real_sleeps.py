@@ -25,10 +25,32 @@ CLOCK_FIXTURES = {"autojump_clock", "mock_clock"}
 MARKERS = ("# real time:", "# virtual time:")
 
 
-def _is_sleep(call: ast.Call) -> bool:
+def _sleep_names(tree: ast.Module) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """The module's names for the clock modules (``import trio as t``) and for their sleeps (``from time import
+    sleep``)."""
+    modules = {module: module for module, _ in SLEEPS}
+    functions: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    modules[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module in modules:
+            for alias in node.names:
+                if (node.module, alias.name) in SLEEPS:
+                    functions[alias.asname or alias.name] = (node.module, alias.name)
+    return modules, functions
+
+
+def _is_sleep(call: ast.Call, modules: dict[str, str], functions: dict[str, tuple[str, str]]) -> bool:
     func = call.func
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-            and (func.value.id, func.attr) in SLEEPS):
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        named = (modules.get(func.value.id, ""), func.attr)
+    elif isinstance(func, ast.Name):
+        named = functions.get(func.id, ("", ""))
+    else:
+        return False
+    if named not in SLEEPS:
         return False
     # trio.sleep(0) is a checkpoint, not time passing
     return not (call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value == 0)
@@ -67,12 +89,13 @@ def unexplained_sleeps(source: str, name: str = "<source>") -> list[str]:
     tree = ast.parse(source)
     lines = source.splitlines()
     comments = _comments(source)
+    modules, functions = _sleep_names(tree)
     found: list[str] = []
 
     def visit(node: ast.AST, clocked: bool) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             clocked = clocked or _on_a_clock(node)
-        if (isinstance(node, ast.Call) and _is_sleep(node) and not clocked
+        if (isinstance(node, ast.Call) and _is_sleep(node, modules, functions) and not clocked
                 and not _reasoned(comments, lines, node)):
             found.append(f"{name}:{node.lineno}: {lines[node.lineno - 1].strip()}")
         for child in ast.iter_child_nodes(node):
@@ -113,3 +136,5 @@ async def helper():
 '''
     assert [hit.split(": ", 1)[1] for hit in unexplained_sleeps(source)] == [
         "await trio.sleep(0.5)  # real time:", "await trio.sleep(0.05)", "await trio.sleep_until(3)"]
+    renamed = "import trio as t\nfrom time import sleep as nap\nasync def f():\n    await t.sleep(1)\n    nap(1)\n"
+    assert [hit.split(": ", 1)[1] for hit in unexplained_sleeps(renamed)] == ["await t.sleep(1)", "nap(1)"]
