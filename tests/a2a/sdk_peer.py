@@ -55,7 +55,7 @@ class EchoExecutor(AgentExecutor):
         elif word == "reject":
             await updater.reject(new_text_message("the echo agent rejects this", role=2))
         elif word == "drop":
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # real time: the peer answers late, after the client dropped its stream
             await updater.add_artifact([new_text_part(f"echo: {text}")], name="echo")
             await updater.complete()
         elif word == "slow":

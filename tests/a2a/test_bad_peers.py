@@ -97,7 +97,7 @@ class BrokenPeer:
                                                "artifact": {"artifactId": "a", "parts": [{"text": "y" * 500}]}}})
             while True:  # until the client goes away (the send fails) or the server stops
                 await send({"type": "http.response.body", "body": frame(update), "more_body": True})
-                await trio.sleep(0.002)
+                await trio.sleep(0.002)  # real time: a peer's endless stream, paced so the client reads it
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
 

@@ -14,6 +14,7 @@ import agentd
 from agentd.events import EventLog
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = [pytest.mark.interop]
 
@@ -30,10 +31,11 @@ def _cfg(*args: str) -> agentd.Config:
 
 
 async def _wait_cancelled(url: str, before: int) -> dict[str, Any]:
-    with trio.fail_after(10):
-        while len(records := await trio.to_thread.run_sync(launch.cancelled, url)) <= before:
-            await trio.sleep(0.05)
-    return records[-1]
+    async def more() -> list[dict[str, Any]] | None:
+        records = await trio.to_thread.run_sync(launch.cancelled, url)
+        return records if len(records) > before else None
+
+    return (await until(more, timeout=10, what="the peer recorded the cancel"))[-1]
 
 
 async def test_run_deadline_cancels_the_inflight_call(peer: launch.PeerProcess) -> None:
@@ -97,7 +99,7 @@ async def test_sigterm_drain_timeout_cancels_the_inflight_call(peer: launch.Peer
                     events += [json.loads(line) for line in complete if line.strip()]
                     if any(e["event"] == "tool.call" for e in events):
                         break
-                await trio.sleep(0.3)  # the tools/call is on the wire
+                await trio.sleep(0.3)  # real time: the tools/call is on the wire to the real peer
                 proc.send_signal(signal.SIGTERM)
                 async for chunk in proc.stderr:
                     buffer += chunk
@@ -131,9 +133,9 @@ async def test_subagent_cancelled_by_its_parent_cancels_the_inflight_call(
             async with open_root_supervisor(cfg, log=EventLog(sink=lines.append), env={}) as sup:
                 view = await sup.spawn(root, SpawnRequest("child task", async_=True))
                 assert not isinstance(view, Exception) and hasattr(view, "handle"), view
-                while launch.stats(peer.url)["requests"].get("tools/call", 0) <= calls:
-                    await trio.sleep(0.05)
-                await trio.sleep(0.2)
+                await until(lambda: launch.stats(peer.url)["requests"].get("tools/call", 0) > calls, timeout=40,
+                            what="the child's tools/call at the peer")
+                await trio.sleep(0.2)  # real time: the peer's slow tool is running when the cancel comes
                 ended = await sup.cancel(root, view.handle, "the parent changed its mind")
                 assert getattr(ended, "status", None) == "cancelled", ended
     record = await _wait_cancelled(peer.url, before)

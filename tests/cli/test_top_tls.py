@@ -17,6 +17,7 @@ import trio
 from tests.peers.gateway import scripted_gateway, text
 from tests.selfmcp.certs import make_pki
 from tests.telemetry.test_events_stream import _serving
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,9 +53,7 @@ async def test_top_connects_to_a_daemon_with_a_private_ca(tmp_path: Path) -> Non
             "--instruction", "go", "--intelligence", gw.url, "--serve-mcp", "https://127.0.0.1:0/mcp",
             "--serve-cert", str(pki.server.cert), "--serve-key", str(pki.server.key)], {})
         assert base.startswith("https://")
-        with trio.fail_after(30):
-            while not any(e["event"] == "run.end" for e in events):
-                await trio.sleep(0.02)
+        await until(lambda: any(e["event"] == "run.end" for e in events), timeout=30, what="run.end")
         untrusted = await _screen_until([base + "/mcp"], [b"certificate not trusted"])
         trusted = await _screen_until([base + "/mcp", "--tls-ca", str(pki.ca)], [b"[connected]", b"completed"])
         latch.request("test")

@@ -17,6 +17,7 @@ from agentd.errors import McpError
 from agentd.events import EventLog
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -29,9 +30,7 @@ def _expected_hash(tool: dict[str, Any]) -> str:
 
 
 async def _wait_for(events: Events, name: str, count: int) -> list[dict[str, Any]]:
-    with trio.fail_after(20):
-        while len(events.named(name)) < count:
-            await trio.sleep(0.02)
+    await until(lambda: len(events.named(name)) >= count, timeout=20, what=f"{count} {name}")
     return events.named(name)
 
 
@@ -72,9 +71,7 @@ async def test_log_content_carries_the_full_text(sdk_server_factory: Callable[..
     lines: list[dict[str, Any]] = []
     log = EventLog(sink=lines.append, level="debug", log_content=True)
     async with open_mcp_pool([server(peer.url, "s")], log=log):
-        with trio.fail_after(20):
-            while not [x for x in lines if x["event"] == "mcp.catalogue"]:
-                await trio.sleep(0.02)
+        await until(lambda: [x for x in lines if x["event"] == "mcp.catalogue"], timeout=20, what="mcp.catalogue")
     (event,) = [x for x in lines if x["event"] == "mcp.catalogue"]
     add = next(t for t in event["tools"] if t["name"] == "add")
     assert add["description"] == "Add two integers."

@@ -14,6 +14,7 @@ from agentd.mcp.versions import Era
 from tests.client.fakeserver import mcp_answer, serve_fake
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 
 def test_origin_is_scheme_host_port() -> None:
@@ -55,13 +56,10 @@ async def test_later_pools_and_reconnects_skip_initialize() -> None:
         async with open_mcp_pool([server(url, "m")], log=events.log, eras=eras, tuning=tuning) as pool:
             conn = pool.connections["m"]
             peer.stop()
-            with trio.fail_after(20):  # the listen drops, the re-listen is refused: the connection is lost
-                while conn.connected:
-                    await trio.sleep(0.02)
+            # the listen drops, the re-listen is refused: the connection is lost
+            await until(lambda: not conn.connected, timeout=20, what="the connection lost")
             peer = launch.start_peer(launch.modern_server_argv(port=port))
-            with trio.fail_after(20):
-                while conn.generation < 2 or not conn.connected:
-                    await trio.sleep(0.05)
+            await until(lambda: conn.generation >= 2 and conn.connected, timeout=20, what="the reconnect")
             assert conn.era is Era.MODERN
             requests = launch.stats(url)["requests"]
             assert "initialize" not in requests and requests["server/discover"] == 1

@@ -109,10 +109,10 @@ async def test_an_unsent_tools_call_is_resent_only_when_idempotent(tool: str, se
         port = int(first.url.rsplit(":", 1)[1].split("/")[0])
         async with open_mcp_pool([server(first.url)], log=events.log, tuning=TUNING) as pool:
             first.stop()
-            await trio.sleep(0.05)
+            await trio.sleep(0.05)  # real time: the fake server's listener closes in its own task
 
             async def come_back() -> None:
-                await trio.sleep(0.1)
+                await trio.sleep(0.1)  # real time: the call's first try finds the port closed
                 nursery.start_soon(serve_fake, _script({}), port)
 
             with trio.fail_after(20):

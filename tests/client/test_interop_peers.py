@@ -9,6 +9,7 @@ from agentd.client import Tuning, open_mcp_pool
 from agentd.errors import McpRpcError, ResourceNotFound
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -70,9 +71,7 @@ async def test_kill_and_restart_resubscribes_and_synthesizes_one_update() -> Non
                 assert await pool.subscribe("test://counter")
             # Kill the peer mid-subscription (its own context exit would wait for the pool to end).
             first.proc.kill()
-            with trio.fail_after(20):
-                while pool.connections["sdk"].connected:
-                    await trio.sleep(0.05)
+            await until(lambda: not pool.connections["sdk"].connected, timeout=20, what="the connection lost")
             async with launch.peer_server(argv) as second:
                 assert second.url == url
                 with trio.fail_after(30):

@@ -11,6 +11,7 @@ from agentd.client import open_mcp_pool
 from agentd.errors import McpProtocolError, McpRpcError, ResourceNotFound
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -107,9 +108,7 @@ async def test_tools_list_changed_refreshes_the_catalogue(peer: launch.PeerProce
     async with open_mcp_pool([server(peer.url, "sdk")], log=events.log) as pool:
         before = len(pool.tools())
         name = await trio.to_thread.run_sync(launch.add_tool, peer.url, None)
-        with trio.fail_after(20):
-            while name not in [t.name for t in pool.tools()]:
-                await trio.sleep(0.02)
+        await until(lambda: name in [t.name for t in pool.tools()], timeout=20, what="the new tool listed")
         assert len(pool.tools()) == before + 1
     assert events.named("mcp.list_changed")[0]["advertised"] is True
 
@@ -119,8 +118,6 @@ async def test_abandoned_call_is_cancelled_on_the_server(peer: launch.PeerProces
     async with open_mcp_pool([server(peer.url, "sdk")], log=Events().log) as pool:
         with trio.move_on_after(0.5):
             await pool.call_tool("sdk", "slow", {"seconds": 30})
-        with trio.fail_after(10):
-            while not launch.cancelled(peer.url):
-                await trio.sleep(0.05)
+        await until(lambda: launch.cancelled(peer.url), timeout=10, what="the peer recorded the cancel")
     record = launch.cancelled(peer.url)[-1]
     assert record["via"] == "notification" and record["reason"] == "the request was cancelled"

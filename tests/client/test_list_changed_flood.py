@@ -13,6 +13,7 @@ from agentd.client.pool import open_mcp_pool
 from tests.client.fakeserver import serve_fake
 from tests.client.helpers import Events, server
 from tests.peers.hostile import BEHAVIOURS
+from tests.waiting import until
 
 
 async def test_a_list_changed_flood_is_coalesced() -> None:
@@ -21,9 +22,8 @@ async def test_a_list_changed_flood_is_coalesced() -> None:
         peer = await nursery.start(serve_fake, BEHAVIOURS["get_flood"])
         async with open_mcp_pool([server(peer.url, "s")], log=events.log):
             started = trio.current_time()
-            with trio.fail_after(30):
-                while len(events.named("mcp.list_changed")) < 2:  # the flood is being read
-                    await trio.sleep(0.05)
+            await until(lambda: len(events.named("mcp.list_changed")) >= 2, timeout=30, what="the flood read")
+            # real time: the fake peer floods over a real socket for three relist intervals
             await trio.sleep(3 * defaults.RELIST_INTERVAL)
             elapsed = trio.current_time() - started
             listed = sum(1 for r in peer.requests if r.rpc_method == "tools/list")

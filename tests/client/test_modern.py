@@ -13,6 +13,7 @@ from agentd.errors import McpRpcError, ResourceNotFound
 from agentd.mcp.versions import Era
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -70,16 +71,14 @@ async def test_listen_delivers_updates_and_drops_synthesize(fresh_modern: launch
             assert (update.uri, update.synthesized) == ("test://counter", False)
             # tools/list_changed over listen refreshes the catalogue.
             name = await trio.to_thread.run_sync(launch.add_tool, url, "late_tool")
-            while name not in [t.name for t in pool.tools()]:
-                await trio.sleep(0.02)
+            await until(lambda: name in [t.name for t in pool.tools()], timeout=20, what="the new tool listed")
             # A graceful end (final frame) re-listens without synthesizing anything.
             def acks() -> int:
                 return len([e for e in events.named("mcp.stream") if e.get("listen") == "acknowledged"])
 
             before = acks()
             await trio.to_thread.run_sync(launch._side_door, url, "/_test/close_listens")
-            while acks() == before:
-                await trio.sleep(0.02)
+            await until(lambda: acks() != before, timeout=20, what="the re-listen acknowledged")
             await launch.abump(url, "test://counter")
             update = await updates.receive()
             assert (update.uri, update.synthesized) == ("test://counter", False)
@@ -91,9 +90,8 @@ async def test_abandoning_a_call_closes_its_stream(fresh_modern: launch.PeerProc
     async with open_mcp_pool([server(fresh_modern.url, "m")], log=Events().log) as pool:
         with trio.move_on_after(0.5):
             await pool.call_tool("m", "slow", {"seconds": 30})
-        with trio.fail_after(10):
-            while not await trio.to_thread.run_sync(launch.cancelled, fresh_modern.url):
-                await trio.sleep(0.05)
+        await until(lambda: trio.to_thread.run_sync(launch.cancelled, fresh_modern.url), timeout=10,
+                    what="the peer recorded the cancel")
     record = launch.cancelled(fresh_modern.url)[-1]
     assert record["via"] == "disconnect" and record["method"] == "tools/call"
     assert "notifications/cancelled" not in launch.stats(fresh_modern.url)["requests"]

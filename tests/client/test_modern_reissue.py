@@ -14,6 +14,7 @@ from agentd.client import EraCache, ResponseStreamBroken, Tuning, open_mcp_pool
 from agentd.errors import McpTransportError
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -114,9 +115,9 @@ async def test_listen_broken_before_its_ack_is_reissued(peer: launch.PeerProcess
             # the loop retries with backoff and the new listen then carries the URI.
             await trio.to_thread.run_sync(lambda: launch.break_next(url, "subscriptions/listen", count=2))
             assert await pool.subscribe("test://static") is False
-            while not any("test://static" in (e.get("notifications") or {}).get("resourceSubscriptions", [])
-                          for e in events.named("mcp.stream") if e.get("listen") == "acknowledged"):
-                await trio.sleep(0.02)
+            await until(lambda: any("test://static" in (e.get("notifications") or {}).get("resourceSubscriptions", [])
+                                    for e in events.named("mcp.stream") if e.get("listen") == "acknowledged"),
+                        timeout=20, what="a listen acknowledged with test://static")
             await launch.abump(url, "test://static")
             update = await updates.receive()
             assert (update.uri, update.synthesized) == ("test://static", False)

@@ -11,6 +11,7 @@ from agentd.client import open_mcp_pool
 from agentd.errors import McpConnectError, McpError
 from tests.client.helpers import Events, server
 from tests.durable.peer import counting_peer
+from tests.waiting import until
 
 
 async def test_a_call_in_flight_finishes_on_the_replaced_connection_then_it_closes():
@@ -26,22 +27,18 @@ async def test_a_call_in_flight_finishes_on_the_replaced_connection_then_it_clos
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call_in_flight)
-            with trio.fail_after(10):
-                while not old_peer.received:
-                    await trio.sleep(0.01)
+            await until(lambda: old_peer.received, timeout=10, what="the call at the old peer")
             staged = await pool.stage([server(f"{new_peer.origin}/mcp", "pay"), server(f"{new_peer.origin}/mcp", "books")])
             assert staged.changes.to_json() == {"added": ["books"], "removed": [], "changed": ["pay"]}
             assert pool.connections == {"pay": old}  # staged, not in use yet
             await pool.commit(staged)
             assert list(pool.connections) == ["pay", "books"] and pool.connections["pay"] is not old
             assert {t.name for t in pool.tools()} == {"lookup", "charge"}
-            await trio.sleep(0.2)
+            await trio.sleep(0.2)  # real time: a window for a wrong close of the old connection to show
             assert old.connected and not old.exchange.closing  # held open for the call in flight
             old_peer.gate.set()
         assert answers == ["lookup k1 done (execution #1)"]  # answered on the old connection
-        with trio.fail_after(10):
-            while not old.exchange.closing:
-                await trio.sleep(0.01)
+        await until(lambda: old.exchange.closing, timeout=10, what="the old connection closing")
         await pool.call_tool("pay", "lookup", {"key": "k2"})
         assert [c["key"] for c in new_peer.executed] == ["k2"] and len(old_peer.executed) == 1
 
@@ -72,8 +69,6 @@ async def test_a_removed_server_stays_callable_until_the_turns_in_flight_passed(
         await pool.call_tool("gone", "lookup", {"key": "late"})  # the turn in flight listed it: still served
         assert [c["key"] for c in gone_peer.executed] == ["late"]
         turned.set()
-        with trio.fail_after(10):
-            while not gone.exchange.closing:
-                await trio.sleep(0.01)
+        await until(lambda: gone.exchange.closing, timeout=10, what="the removed connection closing")
         with pytest.raises(McpError, match="no connected MCP server named 'gone'"):
             await pool.call_tool("gone", "lookup", {"key": "later"})

@@ -15,6 +15,7 @@ from agentd.client import open_mcp_pool
 from agentd.client.check import run_check
 from tests.client.helpers import Events, server
 from tests.peers import launch
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -50,8 +51,7 @@ async def test_an_abandoned_task_is_cancelled(task_peer: launch.PeerProcess) -> 
         with trio.move_on_after(30) as deadline:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(pool.call_tool, "m", "research", {"topic": "forever", "seconds": 3600})
-                while not events.named("mcp.task"):
-                    await trio.sleep(0.05)
+                await until(lambda: events.named("mcp.task"), timeout=30, what="mcp.task")
                 nursery.cancel_scope.cancel()  # the run is cancelled while its task is working
         assert not deadline.cancelled_caught
     (task_id,) = {e["task_id"] for e in events.named("mcp.task")}

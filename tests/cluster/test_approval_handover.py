@@ -16,11 +16,21 @@ import trio
 
 from agentd.cluster.store import open_pg_journal
 from agentd.cluster.work import enqueue
-from tests.cluster.test_members import ROOT, _env, _is_done, _member_argv, _owners, _pid_of, _wait_for
+from tests.cluster.test_members import (
+    ROOT,
+    _env,
+    _is_done,
+    _joined,
+    _member_argv,
+    _owners,
+    _pid_of,
+    _wait_for,
+)
 from tests.ctl.daemon import ctl
 from tests.durable.peer import counting_peer
 from tests.peers.gateway import Rule, scripted_gateway, text, tool_call
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 
 @asynccontextmanager
@@ -36,11 +46,9 @@ async def _two_members(argv: list[str], tmp_path: Path) -> AsyncIterator[list[tu
             proc = await trio.lowlevel.open_process([*argv, "--ctl-socket", sock], stdout=subprocess.DEVNULL,
                                                     stderr=log, env=_env(), cwd=ROOT)
             members.append((proc, sock))
-        with trio.fail_after(60):
-            for i in range(2):
-                while b'"cluster.joined"' not in (tmp_path / f"member{i}.stderr").read_bytes():
-                    assert members[i][0].poll() is None, (tmp_path / f"member{i}.stderr").read_text()[-3000:]
-                    await trio.sleep(0.05)
+        for i in range(2):
+            await until(lambda i=i: _joined(members[i][0], tmp_path / f"member{i}.stderr"), timeout=60,
+                        what=f"member{i} joined")
         yield members
     finally:
         for proc, _ in members:

@@ -25,10 +25,11 @@ from agentd.cluster.work import Queue, WorkItem, enqueue
 from agentd.events import EventLog
 from agentd.journal.records import RunEnded
 from agentd.selfmcp.clustered import ClusterBackend
-from tests.cluster.test_members import ROOT, _env, _served_url, _wait_for
+from tests.cluster.test_members import ROOT, _env, _joined, _served_url, _wait_for
 from tests.ctl.daemon import ctl
 from tests.peers.gateway import scripted_gateway
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 TTL = 3.0  # the heartbeat (and so the capacity read) every second
 
@@ -40,10 +41,7 @@ async def _member(tmp_path: Path, name: str, argv: Sequence[str]) -> AsyncIterat
         proc = await trio.lowlevel.open_process([sys.executable, "-m", "agentd", *argv], stdout=subprocess.DEVNULL,
                                                 stderr=log, env=_env(), cwd=ROOT)
         try:
-            with trio.fail_after(60):
-                while b'"cluster.joined"' not in log_path.read_bytes():
-                    assert proc.poll() is None, log_path.read_text()[-3000:]
-                    await trio.sleep(0.05)
+            await until(lambda: _joined(proc, log_path), timeout=60, what=f"{name} joined")
             yield proc
         finally:
             if proc.poll() is None:
@@ -57,12 +55,12 @@ def _base(dsn: str, gw_url: str, capacity: int) -> list[str]:
             "--cluster-capacity", str(capacity), "--deadline", "120s"]
 
 
-def _metrics_url(log: Path) -> str:
+def _metrics_url(log: Path) -> str | None:
     for line in log.read_text().splitlines():
         event = json.loads(line)
         if event.get("event") == "serve.start" and event.get("comp") == "metrics":
             return str(event["urls"][0])
-    raise AssertionError("no metrics serve.start")
+    return None
 
 
 def _gauges(body: str) -> dict[str, float]:
@@ -82,8 +80,7 @@ async def test_queue_depth_free_slots_and_oldest_age_reach_metrics_ctl_status_an
                                         "--ctl-socket", sock]):
             for i in range(5):
                 assert await enqueue(store, f"job-{i}", "run", {"instruction": f"job {i}"})
-            await trio.sleep(0.2)
-            url = _metrics_url(tmp_path / "a.stderr")
+            url = await until(lambda: _metrics_url(tmp_path / "a.stderr"), timeout=30, what="the metrics port")
             async with httpx.AsyncClient(timeout=10) as client:
 
                 async def settled() -> dict[str, float] | None:
@@ -217,13 +214,12 @@ async def _watch_an_end_elsewhere(nursery: trio.Nursery, other: PgJournal, watch
         ended.append(time.monotonic())
 
     nursery.start_soon(wait)
-    await trio.sleep(2.5)  # the run is running elsewhere: the watcher does not poll meanwhile
+    # real time: the run goes on in a real database for a while; the watcher does not poll it meanwhile
+    await trio.sleep(2.5)
     assert _CountingJournal.reads == 1
     await other.append(handle, [RunEnded("completed", {"status": "completed", "done": True, "result": "ok"})])
     await Queue(other, "runner", None, 1).finish(item.lease)
     finished = time.monotonic()
-    with trio.fail_after(FALLBACK_POLL):
-        while not ended:
-            await trio.sleep(0.01)
+    await until(lambda: ended, timeout=FALLBACK_POLL, what="the watcher saw the end")
     assert ended[0] - finished < 1.5  # the notification, not the 5 s fallback
     assert len(watch) == 0  # no waiter left behind

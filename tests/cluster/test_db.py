@@ -12,6 +12,7 @@ from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable
 from agentd.journal.errors import JournalError
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 
 async def test_a_cancelled_statement_is_unavailable_and_the_next_call_reconnects(pg_dsn: str) -> None:
@@ -26,8 +27,7 @@ async def test_a_cancelled_statement_is_unavailable_and_the_next_call_reconnects
             return bool(rows and rows[0][0])
 
         async def cancel_the_sleep() -> None:
-            while not await operator.call(cancel, "cancel"):
-                await trio.sleep(0.05)
+            await until(lambda: operator.call(cancel, "cancel"), timeout=30, what="the sleep cancelled")
 
         caught: JournalError | None = None
         with trio.fail_after(30):

@@ -26,6 +26,7 @@ from tests.durable.peer import counting_peer
 from tests.journal.helpers import WallClock, step
 from tests.peers.gateway import Rule, scripted_gateway, text, tool_call
 from tests.postgres import PASSWORD, USER
+from tests.waiting import until
 
 #: Crash trials: the step's commit racing the server's crash is what is tested, so it is tried more than once.
 TRIALS = 5
@@ -185,9 +186,8 @@ async def test_a_database_crash_after_a_non_idempotent_call_never_gets_it_sent_t
             logs.mkdir()
             async with _members(_member_argv(pg_dsn, gw, peer), 2, logs) as procs:
                 await enqueue(store, f"job-{i}", "run", {"instruction": f"charge order {i}"})
-                with trio.fail_after(60):
-                    while not any(c["key"] == f"k{i}" for c in peer.executed):
-                        await trio.sleep(0.002)
+                await until(lambda i=i: any(c["key"] == f"k{i}" for c in peer.executed), timeout=60,
+                            what="the charge executed (and held)")
                 _crash(pg_server)
                 try:  # the member that sent it dies too (its host was lost), before the server is back
                     victim = procs[_claimed_by(logs, f"job-{i}")]

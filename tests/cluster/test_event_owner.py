@@ -16,6 +16,7 @@ from tests.cluster.test_members import _member_argv, _members
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text
 from tests.reactive.events_peer import emit, side
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -35,9 +36,7 @@ def _wakes_with(gw: Any, event_id: str) -> int:
 
 
 async def _until(check: Any, timeout: float = 60) -> None:
-    with trio.fail_after(timeout):
-        while not check():
-            await trio.sleep(0.05)
+    await until(check, timeout=timeout)
 
 
 @pytest.mark.parametrize("push", [False, True], ids=["poll", "stream"])
@@ -52,9 +51,10 @@ async def test_one_member_delivers_and_the_next_owner_resumes_from_the_recorded_
             owner = 0 if _owned(tmp_path, 0) else 1
             other = 1 - owner
             assert _owned(tmp_path, owner)[0]["cursor"] == "now"
-            with trio.fail_after(30):  # its first poll (or stream) is "from now"
-                while not (await side(peer.url, "/_test/events"))["streams" if push else "polls"]:
-                    await trio.sleep(0.05)
+            async def first_read() -> Any:  # its first poll (or stream) is "from now"
+                return (await side(peer.url, "/_test/events"))["streams" if push else "polls"]
+
+            await until(first_read, timeout=30, what="the owner's first poll or stream")
             [first] = await emit(peer.url, {"title": "one owner"})
             await _until(lambda: _wakes_with(gw, first) == 1)  # its cursor was recorded before its run started
             procs[owner].send_signal(signal.SIGKILL)
@@ -62,5 +62,5 @@ async def test_one_member_delivers_and_the_next_owner_resumes_from_the_recorded_
             await _until(lambda: bool(_owned(tmp_path, other)))
             assert _owned(tmp_path, other)[0]["cursor"] == "recorded"
             await _until(lambda: all(_wakes_with(gw, i) for i in missed))
-            await trio.sleep(1.5)  # a window for a wrong second wake to show
+            await trio.sleep(1.5)  # real time: a window for a wrong second wake of the real members to show
         assert [_wakes_with(gw, i) for i in (first, *missed)] == [1, 1, 1]

@@ -24,6 +24,7 @@ from agentd.journal.records import ClaimTaken, RunEnded
 from tests.durable.peer import CountingPeer, counting_peer
 from tests.peers.gateway import Rule, ScriptedGateway, scripted_gateway, text, tool_call
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 ROOT = str(Path(__file__).resolve().parents[2])
 TTL = 3.0
@@ -51,11 +52,9 @@ async def _members(argv: Sequence[str], n: int, tmp_path: Path) -> AsyncIterator
             logs.append(log)
             procs.append(await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=log,
                                                           env=_env(), cwd=ROOT))
-        with trio.fail_after(60):
-            for i in range(n):
-                while b'"cluster.joined"' not in (tmp_path / f"member{i}.stderr").read_bytes():
-                    assert procs[i].poll() is None, (tmp_path / f"member{i}.stderr").read_text()[-3000:]
-                    await trio.sleep(0.05)
+        for i in range(n):
+            await until(lambda i=i: _joined(procs[i], tmp_path / f"member{i}.stderr"), timeout=60,
+                        what=f"member{i} joined")
         yield procs
     finally:
         for proc in procs:
@@ -68,13 +67,14 @@ async def _members(argv: Sequence[str], n: int, tmp_path: Path) -> AsyncIterator
             log.close()
 
 
+def _joined(proc: trio.Process, log: Path) -> bool:
+    """The member has joined the cluster; it must not have exited (else fail with its log's tail)."""
+    assert proc.poll() is None, log.read_text()[-3000:]
+    return b'"cluster.joined"' in log.read_bytes()
+
+
 async def _wait_for(check: Callable[[], Any], timeout: float = 60) -> Any:
-    with trio.fail_after(timeout):
-        while True:
-            got = await check()
-            if got:
-                return got
-            await trio.sleep(0.05)
+    return await until(check, timeout=timeout)
 
 
 async def _owners(store: PgJournal, work_id: str) -> list[str]:
@@ -183,7 +183,7 @@ async def test_a_paused_stale_owner_commits_nothing(pg_dsn, tmp_path):
             index = procs.index(stale)
             log = tmp_path / f"member{index}.stderr"
             await _wait_for(lambda: _logged(log, ('"cluster.fenced"', '"cluster.lease_lost"')), 30)
-            await trio.sleep(0.5)  # give a (wrong) commit or tool call the chance to land
+            await trio.sleep(0.5)  # real time: give a (wrong) commit or tool call of the real daemon the chance to land
             after = await store.read_run("job-1")
         assert before is not None and after is not None and after.entries == before.entries
         assert peer.count("charge") == 0 and peer.received == []

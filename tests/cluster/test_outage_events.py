@@ -14,6 +14,7 @@ from agentd.cluster.work import Queue, WorkItem, enqueue
 from agentd.events import EventLog
 from agentd.journal.records import RunStarted
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 
 async def test_an_outage_only_a_running_commit_saw_is_followed_by_available(pg_server: Any, pg_dsn: str) -> None:
@@ -30,8 +31,7 @@ async def test_an_outage_only_a_running_commit_saw_is_followed_by_available(pg_s
         return [str(line.get("event")) for line in lines if str(line.get("event")).startswith("cluster.")]
 
     async def seen(name: str) -> None:
-        while name not in events():
-            await trio.sleep(0.05)
+        await until(lambda: name in events(), timeout=90, what=name)
 
     with trio.fail_after(90):
         async with open_pg_journal(pg_dsn, PASSWORD) as store, trio.open_nursery() as nursery:

@@ -18,6 +18,7 @@ from agentd.journal.records import RunEnded, RunStarted
 from agentd.secrets import SecretResolver
 from tests.journal.helpers import WallClock, step
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 
 def _sql(dsn: str, statement: str) -> None:
@@ -117,9 +118,7 @@ async def test_a_fenced_append_waits_for_the_database_and_then_commits(pg_server
                     done.append(await fenced.append("r1", step(0)))
 
                 nursery.start_soon(commit)
-                with trio.fail_after(30):
-                    while len(retries) < 2:
-                        await trio.sleep(0.05)
+                await until(lambda: len(retries) >= 2, timeout=30, what="two retries")
                 assert done == []
                 await trio.to_thread.run_sync(pg_server.start)
                 restarted = True

@@ -24,6 +24,7 @@ from agentd.reactive.clustered import ClusterReactive, digest_of
 from agentd.reactive.watch import Watcher
 from tests.journal.helpers import WallClock
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 SCOPE = scope_of("WATCH the counter")
 
@@ -191,10 +192,7 @@ class _Running:
 
 
 async def _wait_for(condition: Any, what: str, timeout: float = 20) -> None:
-    with trio.move_on_after(timeout) as waited:
-        while not condition():
-            await trio.sleep(0.05)
-    assert not waited.cancelled_caught, f"not within {timeout} s: {what}"
+    await until(condition, timeout=timeout, what=what)
 
 
 async def _start(nursery: trio.Nursery, store: PgJournal, resources: Resources, name: str, uris: list[str],
@@ -228,7 +226,7 @@ async def test_one_member_watches_each_subscription_and_the_next_owner_wakes_onc
                 members = [await _start(nursery, s, resources, f"m{i}", ["test://counter"], ttl)
                            for i, s in enumerate(stores)]
                 await _wait_for(lambda: any(m.reactive.held for m in members), "an owner")
-                await trio.sleep(ttl)  # a few more ticks: nobody else takes it
+                await trio.sleep(ttl)  # real time: a few more lease ticks in the real database: nobody else takes it
                 [owner] = [m for m in members if m.reactive.held]
                 [other] = [m for m in members if m is not owner]
                 assert owner.pool.subscribed == {"test://counter"} and other.pool.subscribed == set()
@@ -247,7 +245,7 @@ async def test_one_member_watches_each_subscription_and_the_next_owner_wakes_onc
                 read = await other.pool.read_resource("test://counter")
                 assert await owner.reactive.record("test://counter", read.contents) is False
                 assert await other.reactive.record("test://counter", read.contents) is True
-                await trio.sleep(ttl)
+                await trio.sleep(ttl)  # real time: a lease's length in the real database for a wrong wake to show
                 assert other.woke == ["test://counter"] and len(owner.woke) == 1  # once each, no more
                 nursery.cancel_scope.cancel()
         rows = await stores[0].db.call(lambda conn: conn.execute(

@@ -17,6 +17,7 @@ from agentd.events import EventLog
 from agentd.journal.records import ClaimTaken, RunEnded, RunStarted
 from tests.journal.helpers import WallClock, step
 from tests.postgres import PASSWORD
+from tests.waiting import until
 
 
 async def _stores(stack: AsyncExitStack, dsn: str, n: int, clock: WallClock | None = None) -> list[PgJournal]:
@@ -125,6 +126,10 @@ async def _done(store: PgJournal, n: int) -> int:
     return sum(1 for v in views if v is not None and v.status == "done")
 
 
+async def _all_done(store: PgJournal, n: int) -> bool:
+    return await _done(store, n) >= n
+
+
 async def test_members_run_work_once_each_spread_over_both(pg_dsn):
     """Two member loops (each listening for NOTIFY): all work runs exactly once, on both, and finishes."""
     ran: dict[str, list[str]] = {}
@@ -139,7 +144,7 @@ async def test_members_run_work_once_each_spread_over_both(pg_dsn):
             async def execute(item: WorkItem, journal: FencedJournal) -> None:
                 ran.setdefault(item.work_id, []).append(member)
                 await journal.append(item.work_id, [RunStarted("d", item.payload["instruction"])])
-                await trio.sleep(0.05)
+                await trio.sleep(0.05)  # real time: a run's length, so one member cannot take every item alone
                 await journal.append(item.work_id, [RunEnded("completed", member)])
             return execute
 
@@ -149,11 +154,10 @@ async def test_members_run_work_once_each_spread_over_both(pg_dsn):
             async with trio.open_nursery() as nursery:
                 for m in members:
                     await nursery.start(m.serve)
-                await trio.sleep(0.3)  # both idle, listening
+                await trio.sleep(0.3)  # real time: both idle, listening on their real database connections
                 for i in range(8):
                     await enqueue(stores[2], f"w{i}", "spawn", {"instruction": f"job {i}"})
-                while await _done(stores[2], 8) < 8:
-                    await trio.sleep(0.05)
+                await until(lambda: _all_done(stores[2], 8), timeout=60, what="8 items done")
                 nursery.cancel_scope.cancel()
         assert sorted(ran) == [f"w{i}" for i in range(8)]
         assert all(len(who) == 1 for who in ran.values())
@@ -178,8 +182,7 @@ async def test_an_item_that_cannot_run_ends_failed_and_the_member_goes_on(pg_dsn
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 await nursery.start(member.serve)
-                while await _done(store, 2) < 2:
-                    await trio.sleep(0.05)
+                await until(lambda: _all_done(store, 2), timeout=30, what="2 items done")
                 nursery.cancel_scope.cancel()
         bad = await store.read_run("w0")
         assert bad is not None and bad.summary.status == "failed"
@@ -265,8 +268,11 @@ async def test_cancel_ends_a_queued_item_at_once_and_a_running_one_through_its_o
                 await nursery.start(member.serve)
                 await started.wait()
                 assert await request_cancel(store, "running") is True
-                while (seen := await view(store, "running")) is None or seen.status != "done":
-                    await trio.sleep(0.05)
+                async def cancelled() -> bool:
+                    seen = await view(store, "running")
+                    return seen is not None and seen.status == "done"
+
+                await until(cancelled, timeout=30, what="the running item done")
                 nursery.cancel_scope.cancel()
         run = await store.read_run("running")
         assert run is not None and run.summary.status == "cancelled"

@@ -216,6 +216,7 @@ class PeerApp:
             self.calls.append({"name": params["name"], "arguments": params.get("arguments")})
             self.called.set()
             if params["name"] == "slow":
+                # real time: the peer's slow tool, a call in flight for a real client
                 await trio.sleep(float(params["arguments"].get("seconds", 1)))
             text = f"{params['name']}: {json.dumps(params.get('arguments'), sort_keys=True)}"
             if self.echo_header is not None:

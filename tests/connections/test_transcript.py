@@ -17,6 +17,7 @@ from agentd.connections.transcript import read_run
 from tests.connections.helpers import connection, files, run
 from tests.connections.peer import mcp_peer
 from tests.peers.gateway import scripted_gateway, text, tool_call
+from tests.waiting import until
 
 ARG = "argument-value-31337"
 
@@ -116,14 +117,13 @@ async def test_sigkill_mid_run_loses_nothing_and_show_prints_it(tmp_path):
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env()
         )
         try:
-            with trio.fail_after(30):
-                while not peer.calls:  # the tool call is in flight on the server
-                    await trio.sleep(0.02)
-                while True:  # and its request is committed (the writer runs concurrently with the call)
-                    doc = read_run(str(db), "killed-run")
-                    if doc and any(e["kind"] == "model.reply" for e in doc["entries"]):
-                        break
-                    await trio.sleep(0.02)
+            await until(lambda: peer.calls, timeout=30, what="the tool call in flight on the server")
+
+            def committed() -> bool:  # and its request is committed (the writer runs concurrently with the call)
+                doc = read_run(str(db), "killed-run")
+                return bool(doc and any(e["kind"] == "model.reply" for e in doc["entries"]))
+
+            await until(committed, timeout=30, what="the model reply committed")
         finally:
             proc.send_signal(signal.SIGKILL)
             with trio.fail_after(10):

@@ -14,6 +14,8 @@ from typing import Any
 import attrs
 import trio
 
+from tests.waiting import until
+
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -47,20 +49,20 @@ class Daemon:
 
     async def until(self, ready: Callable[[], Any], timeout: float = 60) -> None:
         """Poll ``ready()`` (a condition on the outside world) until it holds; the daemon must stay up."""
-        with trio.fail_after(timeout):
-            while not ready():
-                assert self.alive(), self.stderr.read_text()[-3000:]
-                await trio.sleep(0.05)
+        def up_and_ready() -> Any:
+            assert self.alive(), self.stderr.read_text()[-3000:]
+            return ready()
+
+        await until(up_and_ready, timeout=timeout)
 
     async def until_status(self, sock: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60
                            ) -> dict[str, Any]:
-        with trio.fail_after(timeout):
-            while True:
-                assert self.alive(), self.stderr.read_text()[-3000:]
-                code, doc = await ctl("status", "--socket", sock)
-                if code == 0 and check(doc):
-                    return doc
-                await trio.sleep(0.05)
+        async def status() -> dict[str, Any] | None:
+            assert self.alive(), self.stderr.read_text()[-3000:]
+            code, doc = await ctl("status", "--socket", sock)
+            return doc if code == 0 and check(doc) else None
+
+        return dict(await until(status, timeout=timeout, what="the status"))
 
     async def wait(self, timeout: float = 60) -> tuple[int, dict[str, Any]]:
         with trio.fail_after(timeout):

@@ -15,6 +15,7 @@ import trio
 from tests.ctl.daemon import Daemon, ctl, daemon, env, kill
 from tests.durable.peer import counting_peer
 from tests.peers.gateway import Rule, ScriptedGateway, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -30,13 +31,12 @@ def tool_messages(gw: ScriptedGateway) -> list[str]:
 
 async def waiting(d: Daemon, sock: str, count: int = 1, timeout: float = 60) -> list[dict[str, object]]:
     """Poll ``agentd ctl approvals`` until ``count`` items wait; the daemon must stay up."""
-    with trio.fail_after(timeout):
-        while True:
-            assert d.alive(), d.stderr.read_text()[-3000:]
-            code, doc = await ctl("approvals", "--socket", sock)
-            if code == 0 and len(doc["approvals"]) >= count:
-                return list(doc["approvals"])
-            await trio.sleep(0.05)
+    async def pending() -> list[dict[str, object]] | None:
+        assert d.alive(), d.stderr.read_text()[-3000:]
+        code, doc = await ctl("approvals", "--socket", sock)
+        return list(doc["approvals"]) if code == 0 and len(doc["approvals"]) >= count else None
+
+    return list(await until(pending, timeout=timeout, what=f"{count} approvals waiting"))
 
 
 async def test_approve_sends_once_deny_never_sends_and_the_model_reads_why(tmp_path):
@@ -192,9 +192,7 @@ async def test_approvals_appear_on_the_events_stream(tmp_path):
                     got.append(json.loads(await ws.get_message()))
         decided = next(m for m in got if m.get("event") == "approval.decided")
         assert decided["action"] == "approve" and decided["id"] == pending["id"]
-        with trio.fail_after(30):
-            while peer.count("charge") < 1:
-                await trio.sleep(0.02)
+        await until(lambda: peer.count("charge") >= 1, timeout=30, what="the charge sent")
         latch.request("test")
     assert peer.count("charge") == 1
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import trio
 
 from agentd.mcp.client_session import ClientSession
 from agentd.mcp.types import Implementation
 from tests.ctl.daemon import Daemon, ctl, daemon
 from tests.peers import launch
 from tests.peers.gateway import Rule, ScriptedGateway, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -33,13 +33,12 @@ def last_tool_message(gw: ScriptedGateway) -> str:
 
 
 async def questions(d: Daemon, sock: str, timeout: float = 60) -> list[dict[str, object]]:
-    with trio.fail_after(timeout):
-        while True:
-            assert d.alive(), d.stderr.read_text()[-3000:]
-            code, doc = await ctl("approvals", "--socket", sock)
-            if code == 0 and doc["approvals"]:
-                return list(doc["approvals"])
-            await trio.sleep(0.05)
+    async def asked() -> list[dict[str, object]] | None:
+        assert d.alive(), d.stderr.read_text()[-3000:]
+        code, doc = await ctl("approvals", "--socket", sock)
+        return list(doc["approvals"]) if code == 0 and doc["approvals"] else None
+
+    return list(await until(asked, timeout=timeout, what="a question waiting"))
 
 
 def test_the_handshake_declares_only_what_the_host_opted_in() -> None:

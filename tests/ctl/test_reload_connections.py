@@ -9,13 +9,14 @@ settings only a restart changes are refused by name. Header secrets never appear
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 import pytest
-import trio
 
 from tests.ctl.daemon import Daemon, ctl, daemon
 from tests.durable.peer import counting_peer
 from tests.peers.gateway import RecordedRequest, ScriptedGateway, scripted_gateway, text
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -208,10 +209,11 @@ async def test_a_reload_keeps_an_event_servers_2026_connection_and_its_subscript
         file.write_text(f"mode: reactive\nintelligence: {gw.url}\n{events}mcp_servers:\n{entry}")
         async with daemon(["--config", str(file), "--instruction", "Handle tickets.", "--ctl-socket", sock],
                           tmp_path) as d:
-            with trio.fail_after(60):  # armed and polled once: its null cursor means "from now"
-                while not (await side(peer.url, "/_test/events"))["polls"]:
-                    assert d.alive(), d.stderr.read_text()[-3000:]
-                    await trio.sleep(0.05)
+            async def polled() -> Any:  # armed and polled once: its null cursor means "from now"
+                assert d.alive(), d.stderr.read_text()[-3000:]
+                return (await side(peer.url, "/_test/events"))["polls"]
+
+            await until(polled, timeout=60, what="the first poll")
             file.write_text(f"mode: reactive\nintelligence: {gw.url}\n{events}mcp_servers:\n{entry}"
                             f"{server('books', books.origin)}")
             code, doc = await reload(sock)

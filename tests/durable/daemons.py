@@ -11,6 +11,8 @@ from pathlib import Path
 
 import trio
 
+from tests.waiting import until
+
 #: The repository root (the daemons run from it, importing this checkout's agentd).
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -36,10 +38,11 @@ async def daemon(argv: Sequence[str], stderr: Path) -> AsyncIterator[trio.Proces
 
 async def wait_until(proc: trio.Process, stderr: Path, ready: Callable[[], bool]) -> None:
     """Poll ``ready()`` (at most 60 s), failing with ``stderr``'s tail if ``proc`` exits first."""
-    with trio.fail_after(60):
-        while not ready():
-            assert proc.poll() is None, stderr.read_text()[-3000:]
-            await trio.sleep(0.05)
+    def up_and_ready() -> bool:
+        assert proc.poll() is None, stderr.read_text()[-3000:]
+        return ready()
+
+    await until(up_and_ready, timeout=60)
 
 
 async def daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bool]) -> None:

@@ -17,8 +17,10 @@ import pytest
 import trio
 
 from agentd.journal.sqlite import JournalFile, db_path
+from tests.durable.daemons import wait_until
 from tests.durable.peer import CountingPeer, counting_peer
 from tests.peers.gateway import Rule, ScriptedGateway, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 ROOT = str(Path(__file__).resolve().parents[2])
 RUN = "pay-1"
@@ -63,10 +65,7 @@ async def _start_and_kill(argv: Sequence[str], ready: Any, tmp_path: Path) -> No
         proc = await trio.lowlevel.open_process(list(argv), stdout=subprocess.DEVNULL, stderr=err, env=_env(),
                                                 cwd=ROOT)
         try:
-            with trio.fail_after(60):
-                while not ready():
-                    assert proc.poll() is None, (tmp_path / "killed.stderr").read_text()[-3000:]
-                    await trio.sleep(0.02)
+            await wait_until(proc, tmp_path / "killed.stderr", ready)
         finally:
             proc.send_signal(signal.SIGKILL)
             with trio.fail_after(10):
@@ -179,9 +178,8 @@ async def test_a_sigterm_drained_run_resumes_with_the_same_run_id(tmp_path):
         with open(tmp_path / "drained.stderr", "wb") as err:
             proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=err, env=_env(), cwd=ROOT)
             try:
-                with trio.fail_after(60):
-                    while not ("tool.outcome" in _kinds(state) and len(gw.requests) == 2):
-                        await trio.sleep(0.02)
+                await until(lambda: "tool.outcome" in _kinds(state) and len(gw.requests) == 2, timeout=60,
+                            what="the tool's outcome and the second model request")
                 proc.send_signal(signal.SIGTERM)
                 with trio.fail_after(30):
                     await proc.wait()

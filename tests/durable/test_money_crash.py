@@ -16,6 +16,7 @@ from agentd.journal.sqlite import JournalFile, db_path
 from tests.ctl.daemon import daemon, kill
 from tests.durable.peer import counting_peer
 from tests.peers.gateway import scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -98,6 +99,5 @@ async def test_a_warm_served_session_keeps_its_model_across_a_sigkill(tmp_path):
                 async with client(worker) as pool:
                     sent = await pool.call_tool("worker", "subagent.send", {"handle": "served.1", "message": "WARM-2"})
                     assert sent.is_error is False, sent
-                    while len(gw.requests) == before:
-                        await trio.sleep(0.05)
+                    await until(lambda: len(gw.requests) > before, timeout=90, what="the next model request")
         assert {r.body.get("model") for r in gw.requests} == {"small"}  # the re-opened session too

@@ -22,6 +22,7 @@ from agentd.journal.sqlite import JournalFile, db_path
 from agentd.secrets import SecretResolver
 from tests.integration.agents import Worker, agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -82,11 +83,13 @@ async def _turn(pool: Any, handle: str, message: str, turns: int | None) -> dict
     """Send ``message``; the view once the session answered it (``turns``) or, with None, once it ended."""
     sent = await _structured(pool, "subagent.send", {"handle": handle, "message": message})
     assert sent["accepted"] is True, sent
-    while True:
+
+    async def answered() -> dict[str, Any] | None:
         view = await _structured(pool, "subagent.status", {"handle": handle})
-        if view["done"] or (turns is not None and view.get("turns") == turns and view["status"] == "awaiting_turn"):
-            return view
-        await trio.sleep(0.05)
+        return view if view["done"] or (turns is not None and view.get("turns") == turns
+                                        and view["status"] == "awaiting_turn") else None
+
+    return dict(await until(answered, timeout=60, what=f"{handle} answered"))
 
 
 async def test_a_served_tree_spends_within_its_ceiling_across_a_sigkill(tmp_path: Path) -> None:
@@ -101,12 +104,12 @@ async def test_a_served_tree_spends_within_its_ceiling_across_a_sigkill(tmp_path
                                                                       "warm": True})
                     assert warm["handle"] == "served.1" and warm["result"] == "noted 42", warm
                     # served.1 spent 1000 + 400, its subagent served.1.1 600 of its 2000 slice (1400 came back)
-                    while _root(state, "served.1") != [None, CEILING, 2000]:
-                        await trio.sleep(0.05)
+                    await until(lambda: _root(state, "served.1") == [None, CEILING, 2000], timeout=60,
+                                what="served.1's books at 2000")
                     lost = await _structured(pool, "subagent.spawn", {"instruction": "ASYNC: wait", "async": True})
                     assert lost["handle"] == "served.2"
-                    while not any("ASYNC" in str(r.messages) for r in gw.requests):
-                        await trio.sleep(0.05)
+                    await until(lambda: any("ASYNC" in str(r.messages) for r in gw.requests), timeout=60,
+                                what="the async spawn's model request")
             assert any("GRANDCHILD" in str(r.messages) for r in gw.requests)
             os.kill(worker.pid, signal.SIGKILL)
 
@@ -124,8 +127,8 @@ async def test_a_served_tree_spends_within_its_ceiling_across_a_sigkill(tmp_path
                     assert view["result"] == "the number was 42" and not view["done"], view
                     restored = [(e["tree"], e["committed"], e["ceiling"]) for e in worker.named("budget.restored")]
                     assert ("served.1", 2000, CEILING) in restored, restored
-                    while _root(state, "served.1") != [None, CEILING, 5000]:  # the re-opened session's turn
-                        await trio.sleep(0.05)
+                    await until(lambda: _root(state, "served.1") == [None, CEILING, 5000], timeout=60,
+                                what="the re-opened session's turn in the books")
 
                     view = await _turn(pool, "served.1", "WARM-3: and then?", None)
                     assert view["done"] and view["status"] == "cancelled", view  # 7000 > 6000: stopped

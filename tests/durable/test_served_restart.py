@@ -23,6 +23,7 @@ from agentd.secrets import SecretResolver
 from tests.durable.peer import counting_peer
 from tests.integration.agents import Worker, agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -68,16 +69,18 @@ async def test_served_handles_answer_after_a_sigkill_and_a_warm_session_continue
                                                                       "warm": True})
                     assert (slow["handle"], warm["handle"]) == ("served.1", "served.2")
                     assert warm["result"] == "noted 42" and warm["turns"] == 1, warm
-                    while peer.count("charge") < 1:
-                        await trio.sleep(0.05)
+                    await until(lambda: peer.count("charge") >= 1, timeout=90, what="the charge at the peer")
             os.kill(worker.pid, signal.SIGKILL)
 
         async with agentd_worker(argv) as worker:
             with trio.fail_after(90):
                 async with _client(worker) as pool:
-                    while not (resumed := await _structured(pool, "subagent.status", {"handle": "served.1"}))["done"]:
-                        assert resumed["status"] == "running", resumed
-                        await trio.sleep(0.05)
+                    async def ended() -> dict[str, Any] | None:
+                        view = await _structured(pool, "subagent.status", {"handle": "served.1"})
+                        assert view["done"] or view["status"] == "running", view
+                        return view if view["done"] else None
+
+                    resumed = await until(ended, timeout=90, what="served.1 ended")
                     assert resumed["status"] == "completed" and resumed["result"] == "charged", resumed
                     unknown = [m for r in gw.requests for m in r.messages if m.get("role") == "tool"]
                     assert any("may or may not have run" in text_of(m.get("content")) for m in unknown), unknown
@@ -93,12 +96,14 @@ async def test_served_handles_answer_after_a_sigkill_and_a_warm_session_continue
                     sent = await _structured(pool, "subagent.send", {"handle": "served.2",
                                                                      "message": "WARM-2: which number?"})
                     assert sent["accepted"] is True, sent
-                    while True:
+                    async def answered() -> dict[str, Any] | None:
                         view = await _structured(pool, "subagent.status", {"handle": "served.2"})
                         if view.get("turns") == 2 and view["status"] == "awaiting_turn":
-                            break
+                            return view
                         assert not view["done"], view
-                        await trio.sleep(0.05)
+                        return None
+
+                    view = await until(answered, timeout=90, what="served.2's second turn")
                     assert view["result"] == "the number was 42", view
 
                     fresh = await _structured(pool, "subagent.spawn", {"instruction": "hello", "async": True})

@@ -19,7 +19,8 @@ from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from tests.durable.peer import counting_peer
 from tests.integration.agents import Worker, agentd_worker, text_of
-from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.peers.gateway import RecordedRequest, ScriptedGateway, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -71,16 +72,22 @@ async def test_every_served_handle_answers_after_repeated_sigkills(tmp_path: Pat
                         sent = await _structured(pool, "subagent.send", {"handle": warm["handle"],
                                                                          "message": "WARM-HANG: and now?"})
                         assert sent["accepted"] is True, sent
-                        while len(peer.received) < 2 or not any("WARM-HANG" in str(r.messages) for r in gw.requests):
-                            await trio.sleep(0.05)
+                        def in_flight(gw: ScriptedGateway = gw) -> bool:
+                            return len(peer.received) >= 2 and any("WARM-HANG" in str(r.messages)
+                                                                   for r in gw.requests)
+
+                        await until(in_flight, timeout=90, what="both charges and the warm session's model call")
                 os.kill(worker.pid, signal.SIGKILL)
 
             async with agentd_worker(argv) as worker:
                 with trio.fail_after(90):
                     async with _client(worker) as pool:
                         for key, handle in handles.items():
-                            while not (view := await _structured(pool, "subagent.status", {"handle": handle}))["done"]:
-                                await trio.sleep(0.05)
+                            async def ended(handle: str = handle) -> dict[str, Any] | None:
+                                view = await _structured(pool, "subagent.status", {"handle": handle})
+                                return view if view["done"] else None
+
+                            view = await until(ended, timeout=90, what=f"{handle} ended")
                             assert view["status"] == "completed" and str(view["result"]).startswith(f"{key}: "), view
                             if HOLDS[key] == "before":
                                 assert "may or may not have run" in view["result"], view

@@ -8,6 +8,7 @@ gateway for both.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ import trio
 from tests.integration.agents import agentd_worker
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 from tests.selfmcp.harness import LegacyPeer
+from tests.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -38,20 +40,21 @@ async def test_a_cancelled_legacy_parent_ends_its_childs_run_with_serve_accept_c
                            "--mcp-era", "child=legacy", "--intelligence", gw.url, "--drain-timeout", "1"]
             with trio.fail_after(90):
                 async with agentd_worker(parent_argv, serving=False) as parent:
-                    while not _child_requests(gw.requests):  # the child's run is in its model call
-                        await trio.sleep(0.05)
+                    await until(lambda: _child_requests(gw.requests), timeout=90,
+                                what="the child's run in its model call")
                     parent.drain()  # the parent is cancelled: its run, and the tool call in flight
                 await child.wait_event(lambda e: e.get("event") == "serve.request"
                                        and e.get("method") == "notifications/cancelled")
                 async with httpx.AsyncClient(timeout=30) as client:
                     peer = LegacyPeer(client, child.url)
                     await peer.initialize()
-                    while True:
+
+                    async def ended() -> dict[str, Any] | None:
                         status = await peer.call("tools/call", {"name": "subagent.status",
                                                                 "arguments": {"handle": "served.1"}})
                         view = status["result"]["structuredContent"]
-                        if view["done"]:
-                            break
-                        await trio.sleep(0.05)
+                        return view if view["done"] else None
+
+                    view = await until(ended, timeout=90, what="served.1 ended")
                 assert view["status"] == "cancelled", view
     assert _child_requests(gw.requests) == 1  # no further model request after the cancel

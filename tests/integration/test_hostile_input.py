@@ -71,7 +71,7 @@ async def test_lone_surrogates_are_a_parse_error_and_the_daemon_keeps_serving() 
             r = await _raw(peer, _call("subagent.spawn", '{"instruction":"smile \\ud83d\\ude00"}'))
             assert r.status_code == 200, r.text
             assert "error" not in decode_reply(r), r.text
-            await trio.sleep(0.5)  # let the spawned child (if any) start and report
+            await trio.sleep(0.5)  # real time: the spawned child (a real process, if any) starts and reports
             await _status_ok(peer)
         assert os.waitpid(worker.pid, os.WNOHANG) == (0, 0), "the daemon exited"
     assert worker.returncode == 0, worker.events[-5:]
@@ -97,7 +97,7 @@ async def test_millions_of_tool_scope_items_are_refused_without_freezing_the_dae
         with trio.fail_after(10):  # was 40-50 s of a frozen event loop
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(hostile)
-                await trio.sleep(0.2)
+                await trio.sleep(0.2)  # real time: the real daemon is busy with the hostile request
                 await _status_ok(probe)  # answered while the hostile request is being handled
         reply = answered[0]
         text = json.dumps(reply)

@@ -20,6 +20,7 @@ from agentd.events import EventLog
 from agentd.secrets import SecretResolver
 from tests.integration.agents import agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -40,9 +41,8 @@ def _tool_texts(request: RecordedRequest) -> list[str]:
 
 
 async def _until(predicate: Any) -> None:
-    """Poll a condition on external processes (bounded by the caller's ``fail_after``)."""
-    while not predicate():
-        await trio.sleep(0.02)
+    """Poll a condition on external processes."""
+    await until(predicate, timeout=120)
 
 
 async def test_served_and_own_spawns_share_max_subagents() -> None:
@@ -92,8 +92,10 @@ async def test_served_and_own_spawns_share_max_subagents() -> None:
                         status = await pool.read_resource("agent://status", server="worker")
                         return int(json.loads(status.contents[0]["text"])["spawns"]["running"])
 
-                    while await running():
-                        await trio.sleep(0.02)
+                    async def none_running() -> bool:
+                        return await running() == 0
+
+                    await until(none_running, timeout=120, what="no spawn running")
 
                     # 2. The agent's own run holds the only slot: a served spawn is refused as isError.
                     root_gate[1].set()

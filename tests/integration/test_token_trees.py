@@ -14,6 +14,7 @@ import trio
 from agentd.supervisor.caps import TREES_KEPT, Admission, Caps, Refusal, TreeLedger
 from tests.integration.agents import agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.waiting import until
 
 
 def ledger(ceiling: int = 100) -> TreeLedger:
@@ -89,9 +90,7 @@ async def test_daemon_wakes_each_get_the_whole_ceiling() -> None:
         argv = ["--mode", "loop", "--interval", "0", "--token-ceiling", "20", "--intelligence", gw.url,
                 "--instruction", "WAKE-TASK", "--drain-timeout", "1"]
         async with agentd_worker(argv, serving=False) as daemon:
-            with trio.fail_after(60):
-                while len(wakes) < 3:  # the model requests of other processes: poll, bounded
-                    await trio.sleep(0.02)
+            await until(lambda: len(wakes) >= 3, timeout=60, what="three wakes")
         assert daemon.returncode == 0
     finals = [r for r in gw.requests if any(m.get("role") == "tool" for m in r.messages)
               and "CHILD-TASK" not in " ".join(text_of(m.get("content")) for m in r.messages if m.get("role") == "user")]

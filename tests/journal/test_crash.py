@@ -14,6 +14,7 @@ from agentd.journal.cli import journal_main
 from agentd.journal.records import RunStarted, Usage
 from agentd.journal.sqlite import DB_NAME, JournalFile, open_journal
 from tests.journal.helpers import step
+from tests.waiting import until
 
 WRITER = """
 import sys, trio
@@ -58,10 +59,11 @@ async def test_sigkill_mid_write_leaves_a_readable_journal(tmp_path, capsys):
     proc = await trio.lowlevel.open_process([sys.executable, str(script), str(tmp_path)], cwd=root,
                                             env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
     try:
-        with trio.fail_after(60):
-            while await _committed_steps(str(tmp_path / DB_NAME)) < 200:
-                assert proc.poll() is None, "the writer died on its own"
-                await trio.sleep(0.05)
+        async def enough() -> bool:
+            assert proc.poll() is None, "the writer died on its own"
+            return await _committed_steps(str(tmp_path / DB_NAME)) >= 200
+
+        await until(enough, timeout=60, what="200 committed steps")
     finally:
         proc.send_signal(signal.SIGKILL)
         with trio.fail_after(10):

@@ -66,7 +66,7 @@ async def test_a_blocked_disk_never_blocks_the_event_loop(tmp_path):
             nursery.start_soon(append)
             ticks = 0
             for _ in range(50):
-                await trio.sleep(0.002)
+                await trio.sleep(0.002)  # real time: the loop runs on while SQLite's lock holds the append off
                 ticks += 1
             assert ticks == 50 and not done.is_set()
             blocker.execute("COMMIT")
@@ -131,7 +131,7 @@ async def test_writers_take_turns_on_the_lock_file_and_go_on_without_it_after_th
             fcntl.flock(lock, fcntl.LOCK_EX)  # another writer (an open file description of its own) holds it
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(journal.append, "waits", [RunStarted("d", "go")])
-                await trio.sleep(0.3)
+                await trio.sleep(0.3)  # real time: the append waits on a real file lock, not on trio's clock
                 assert _runs(tmp_path / DB_NAME) == []  # not committed while the lock is held
                 fcntl.flock(lock, fcntl.LOCK_UN)
             assert _runs(tmp_path / DB_NAME) == ["waits"]

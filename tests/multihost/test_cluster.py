@@ -45,6 +45,7 @@ from tests.peers.gateway import (
     tool_calls,
 )
 from tests.selfmcp.certs import Pki, make_pki
+from tests.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -134,6 +135,12 @@ class Member:
         netns.kill_group(self.proc.pid)
 
 
+def _up(member: Member, *events: str) -> bool:
+    """The member still runs (else fail with its log's tail) and has logged each of ``events``."""
+    assert member.proc.poll() is None, member.log.read_text()[-3000:]
+    return all(member.named(event) for event in events)
+
+
 @attrs.define(eq=False)
 class Site:
     net: netns.Network
@@ -157,15 +164,19 @@ class Site:
                 try:
                     return await self.store.db.call(lambda conn: conn.execute(query, args).fetchall(), "test query")
                 except ClusterUnavailable:
-                    await trio.sleep(0.2)
+                    await trio.sleep(0.2)  # real time: a real PostgreSQL server is restarting
+
+    async def status_is(self, work_id: str, status: str) -> bool:
+        return (await self.sql("SELECT status FROM agentd_work WHERE work_id = %s", work_id))[0][0] == status
 
     async def done(self) -> int:
         return int((await self.sql("SELECT count(*) FROM agentd_work WHERE status = 'done'"))[0][0])
 
     async def wait_done(self, count: int, timeout: float) -> None:
-        with trio.fail_after(timeout):
-            while await self.done() < count:
-                await trio.sleep(0.1)
+        async def enough() -> bool:
+            return await self.done() >= count
+
+        await until(enough, timeout=timeout, what=f"{count} items done")
 
     async def owners(self, work_id: str) -> list[str]:
         run = await self.store.read_run(work_id)
@@ -226,11 +237,8 @@ async def site(tmp_path: Path, model: Model, *, members: int, ttl: float, capaci
         parts = {"pki": pki, "gw": gw, "peer": peer, "dsn": dsn, "tmp_path": tmp_path}
         started = [await _start_member(stack, parts, host, i, ttl=ttl, capacity=capacity)
                    for i, host in enumerate(net.hosts[:members])]
-        with trio.fail_after(90):
-            for member in started:
-                while not (member.named("cluster.joined") and member.named("serve.start")):
-                    assert member.proc.poll() is None, member.log.read_text()[-3000:]
-                    await trio.sleep(0.05)
+        for member in started:
+            await until(lambda m=member: _up(m, "cluster.joined", "serve.start"), timeout=90, what="the member up")
         yield Site(net, pg, dsn, store, gw, peer, pki, started, tmp_path)
 
 
@@ -301,15 +309,11 @@ async def test_a_sigkilled_members_work_finishes_elsewhere_within_ttl_plus_2s(tm
             await enqueue(s.store, "held", "run", {"instruction": "CHILD-held charge it"})
             for i in range(8):
                 await enqueue(s.store, f"other{i}", "run", {"instruction": f"CHILD-other{i} charge it"})
-            with trio.fail_after(30):
-                while model.asked["held"] < 1:
-                    await trio.sleep(0.05)
+            await until(lambda: model.asked["held"] >= 1, timeout=30, what="held's model call")
             victim = s.member_of("held")
             victim.kill()
             killed_at = trio.current_time()
-            with trio.fail_after(30):
-                while (await s.sql("SELECT status FROM agentd_work WHERE work_id = 'held'"))[0][0] != "done":
-                    await trio.sleep(0.05)
+            await until(lambda: s.status_is("held", "done"), timeout=30, what="held done")
             took = trio.current_time() - killed_at
             await s.wait_done(9, 60)
             owners = await s.owners("held")
@@ -331,26 +335,21 @@ async def test_a_cut_off_owner_loses_the_work_and_commits_nothing_when_its_link_
     with trio.fail_after(150):
         async with site(tmp_path, model, members=2, ttl=ttl) as s:
             await enqueue(s.store, "cut", "run", {"instruction": "CHILD-cut charge it"})
-            with trio.fail_after(30):
-                while model.asked["cut"] < 1:
-                    await trio.sleep(0.05)
+            await until(lambda: model.asked["cut"] >= 1, timeout=30, what="cut's model call")
             old = s.member_of("cut")
             old.host.link_down()
             cut_at = trio.current_time()
-            with trio.fail_after(60):
-                while (await s.sql("SELECT status FROM agentd_work WHERE work_id = 'cut'"))[0][0] != "done":
-                    await trio.sleep(0.05)
+            await until(lambda: s.status_is("cut", "done"), timeout=60, what="cut done")
             moved = trio.current_time() - cut_at
             before = await s.store.read_run("cut")
             assert s.charges() == Counter({"cut": 1})  # by the new owner
             release.set()  # the old owner's model answers now: charge the card (it cannot reach the database)
+            # real time: the cut-off daemon (a real process) tries its charge and commit while its link is down
             await trio.sleep(1.0)
             old.host.link_up()
-            with trio.fail_after(60):
-                while not (old.named("cluster.fenced") or old.named("cluster.lease_lost")):
-                    assert old.proc.poll() is None, old.log.read_text()[-3000:]
-                    await trio.sleep(0.1)
-            await trio.sleep(1.0)  # a (wrong) commit or charge would land meanwhile
+            await until(lambda: _up(old) and (old.named("cluster.fenced") or old.named("cluster.lease_lost")),
+                        timeout=60, what="the old owner fenced")
+            await trio.sleep(1.0)  # real time: a window for a (wrong) commit or charge of the real daemon to land
             after = await s.store.read_run("cut")
             owners = await s.owners("cut")
             finished = [e for e in old.named("cluster.finished") if e.get("work") == "cut"]
@@ -371,12 +370,10 @@ async def test_the_database_restarting_mid_load_loses_nothing(tmp_path: Path) ->
         async with site(tmp_path, model, members=3, ttl=15) as s:
             result = await run_parent(s)
             assert result["status"] == "completed", result
-            with trio.fail_after(60):
-                while await s.done() < 10:
-                    await trio.sleep(0.05)
+            await s.wait_done(10, 60)
             await trio.to_thread.run_sync(s.pg.stop)  # mid-load: some done, some running, some queued
             stopped_with = len(s.peer.executed)
-            await trio.sleep(2.0)
+            await trio.sleep(2.0)  # real time: the real members run on without their database for a while
             await trio.to_thread.run_sync(s.pg.start)
             await s.wait_done(60, 120)
             rows = await s.sql("SELECT w.work_id, r.status FROM agentd_work w JOIN agentd_runs r "
@@ -406,10 +403,8 @@ async def test_a_subscription_wakes_exactly_one_member_also_after_its_owner_dies
 
     async def count_wakes(base: int) -> int:
         """The wakes since ``base`` once the first came (bounded), after a settle for any duplicate to show."""
-        with trio.fail_after(45):
-            while len(wakes) == base:
-                await trio.sleep(0.05)
-        await trio.sleep(2.0)  # a second wake of the same update would have asked its model by now
+        await until(lambda: len(wakes) > base, timeout=45, what="a wake")
+        await trio.sleep(2.0)  # real time: a second wake of the same update would have asked its model by now
         return len(wakes) - base
 
     with trio.fail_after(180):
@@ -432,14 +427,10 @@ async def test_a_subscription_wakes_exactly_one_member_also_after_its_owner_dies
                 proc = await stack.enter_async_context(host.run(argv, env=TOKEN_ENV, stdout=subprocess.DEVNULL,
                                                                 stderr=log, cwd=str(ROOT)))
                 members.append(Member(host, proc, log_path))
-            with trio.fail_after(60):
-                # Every member is up; exactly one subscribed on the server (the owner).
-                while not (all(m.named("cluster.joined") for m in members)
-                           and any(m.named("trigger.armed") for m in members)):
-                    for member in members:
-                        assert member.proc.poll() is None, member.log.read_text()[-3000:]
-                    await trio.sleep(0.05)
-            await trio.sleep(1.0)  # both members' subscription loops took part at least once
+            # Every member is up; exactly one subscribed on the server (the owner).
+            await until(lambda: all(_up(m, "cluster.joined") for m in members)
+                        and any(m.named("trigger.armed") for m in members), timeout=60, what="one member armed")
+            await trio.sleep(1.0)  # real time: both real members' subscription loops took part at least once
             armed = [m for m in members if m.named("trigger.armed")]
             assert len(armed) == 1, "both members subscribed on the server"
             woke: list[int] = []
@@ -502,9 +493,8 @@ async def _claim_past_a_cut_transaction(ttl: float) -> None:
         host.link_down()
         cut_at = trio.current_time()
         survivor = Queue(store, "survivor", None, 1)
-        with trio.fail_after(ttl + IDLE_IN_TRANSACTION_TIMEOUT + 10):
-            while not (claimed := await survivor.claim(1, ttl)):
-                await trio.sleep(0.1)
+        claimed = await until(lambda: survivor.claim(1, ttl), timeout=ttl + IDLE_IN_TRANSACTION_TIMEOUT + 10,
+                              what="the item claimed past the cut transaction")
         took = trio.current_time() - cut_at
     assert [c.work_id for c in claimed] == ["locked"] and claimed[0].lease.token > item.lease.token
     assert took < ttl + IDLE_IN_TRANSACTION_TIMEOUT + 5, took

@@ -21,6 +21,7 @@ from tests.integration.agents import agentd_worker, events_of, run_agentd, text_
 from tests.peers import netns
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 from tests.selfmcp.certs import Pki, make_pki
+from tests.waiting import until
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
@@ -76,12 +77,8 @@ async def test_hosts_reach_each_other_and_a_cut_link_is_silence() -> None:
             await stream.aclose()
         # Host.run: a process group inside the host, killed as a whole (the backgrounded child too).
         async with b.run(["sh", "-c", "sleep 300 & exec sleep 301"]):
-            with trio.fail_after(5):
-                while len(netns._pids_in(b.name)) < 2:
-                    await trio.sleep(0.02)
-        with trio.fail_after(5):
-            while netns._pids_in(b.name):
-                await trio.sleep(0.02)
+            await until(lambda: len(netns._pids_in(b.name)) >= 2, timeout=5, what="both processes in the host")
+        await until(lambda: not netns._pids_in(b.name), timeout=5, what="the host's processes gone")
 
 
 async def test_cleanup_after_a_failing_test_and_of_a_killed_run() -> None:
@@ -92,9 +89,7 @@ async def test_cleanup_after_a_failing_test_and_of_a_killed_run() -> None:
         async with netns.network(2, root_link=True) as net:
             tag = net.tag
             inside = subprocess.Popen([*net.hosts[1].exec_prefix, "sleep", "300"])
-            with trio.fail_after(5):
-                while not netns._pids_in(net.hosts[1].name):
-                    await trio.sleep(0.02)
+            await until(lambda: netns._pids_in(net.hosts[1].name), timeout=5, what="the process in the host")
             raise RuntimeError("the test failed")
     assert inside is not None
     assert inside.wait(timeout=5) == -9
@@ -106,9 +101,8 @@ async def test_cleanup_after_a_failing_test_and_of_a_killed_run() -> None:
     netns.ip("netns", "add", stale)
     orphan = subprocess.Popen(["ip", "netns", "exec", stale, "sleep", "300"])
     try:
-        with trio.fail_after(5):
-            while not netns._pids_in(stale) and stale in netns.namespaces():
-                await trio.sleep(0.02)
+        await until(lambda: netns._pids_in(stale) or stale not in netns.namespaces(), timeout=5,
+                    what="the orphan in the stale namespace")
         async with netns.hosts(1) as (only,):
             assert stale not in netns.namespaces()
             assert netns.cleanup_stale() == [] and only.name in netns.namespaces()

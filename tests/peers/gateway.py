@@ -380,6 +380,7 @@ class GatewayApp:
         if reply.get("echo_last"):
             reply = {**reply, "content": _text_of(request.last_message.get("content"))}
         if reply.get("delay"):
+            # real time: the scripted model's think time, as the script sets it (virtual under autojump_clock)
             await trio.sleep(float(reply["delay"]))
         if reply.get("wait") is not None:
             await reply["wait"].wait()
@@ -427,7 +428,7 @@ class GatewayApp:
         for event in events:
             await send({"type": "http.response.body", "body": event, "more_body": True})
             if reply.get("chunk_delay"):
-                await trio.sleep(float(reply["chunk_delay"]))
+                await trio.sleep(float(reply["chunk_delay"]))  # real time: the script's pace between stream chunks
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -147,7 +147,8 @@ async def _stall_list(req: Req, resp: Resp) -> None:
 
 async def _endless_paging(req: Req, resp: Resp) -> None:
     if req.method == "POST" and req.rpc_method == "tools/list":
-        await trio.sleep(0.05)  # slow enough that 1024 pages take longer than any deadline a test sets
+        # real time: slow enough that 1024 pages over a real socket take longer than any deadline a test sets
+        await trio.sleep(0.05)
         page = int((req.json.get("params") or {}).get("cursor") or "0") + 1
         await resp.json(result(req, {"tools": [{"name": f"t{page}", "inputSchema": {"type": "object"}}],
                                      "nextCursor": str(page)}))

@@ -24,6 +24,8 @@ from typing import Any
 
 import trio
 
+from tests.waiting import until_sync
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVERS = Path(__file__).resolve().parent / "servers"
 PEERS_DIR = REPO_ROOT / ".peers"
@@ -328,15 +330,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 def wait_for_port(host: str, port: int, *, timeout: float = STARTUP_TIMEOUT) -> None:
     import socket
 
-    deadline = time.monotonic() + timeout
-    while True:
+    def listening() -> bool:
         try:
             with socket.create_connection((host, port), timeout=0.5):
-                return
+                return True
         except OSError:
-            if time.monotonic() > deadline:
-                raise PeerStartError(f"nothing listening on {host}:{port} after {timeout}s") from None
-            time.sleep(0.05)
+            return False
+
+    try:
+        until_sync(listening, timeout=timeout, what=f"a listener on {host}:{port}")
+    except TimeoutError:
+        raise PeerStartError(f"nothing listening on {host}:{port} after {timeout}s") from None
 
 
 def start_everything_server(*, timeout: float = STARTUP_TIMEOUT) -> PeerProcess:

@@ -95,7 +95,7 @@ async def poke_until_seen(
         async def keep_poking() -> None:
             while True:
                 await poke()
-                await trio.sleep(interval)
+                await trio.sleep(interval)  # real time: the real server's stream attaches unseen; the caller bounds this
 
         nursery.start_soon(keep_poking)
         seen = await read_sse_until(response, predicate)

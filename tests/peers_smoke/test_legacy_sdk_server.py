@@ -91,7 +91,7 @@ async def test_subscription_cancel_and_list_changed() -> None:
                     # A cancel that overtakes its request is ignored by the server: repeat until it lands.
                     while not (recorded := launch.cancelled(peer.url)):
                         await s.notify("notifications/cancelled", {"requestId": 55, "reason": "enough"})
-                        await trio.sleep(0.3)
+                        await trio.sleep(0.3)  # real time: give the real server's answer to each try a moment
                     nursery.cancel_scope.cancel()
                 counter = await s.request("resources/read", {"uri": "test://counter"})
     assert any(m.get("method") == "notifications/resources/updated" and m["params"]["uri"] == "test://counter"

@@ -15,6 +15,7 @@ from tests.peers.rawclient import (
     modern_request,
     read_sse_until,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 SUB = "io.modelcontextprotocol/subscriptionId"
@@ -103,11 +104,15 @@ async def test_listen_ack_updates_and_graceful_close() -> None:
                                          json=body) as stream:
                     assert stream.headers["content-type"].startswith("text/event-stream")
                     async with trio.open_nursery() as nursery:
+                        async def listening() -> bool:
+                            return bool((await trio.to_thread.run_sync(launch.stats, peer.url))["listens"])
+
                         async def poke() -> None:
-                            await trio.sleep(0.2)
+                            await until(listening, timeout=15, what="the listen registered")
                             await launch.abump(peer.url)
                             await launch.abump(peer.url, "test://other")  # not subscribed: never delivered
                             await trio.to_thread.run_sync(launch.add_tool, peer.url, "late")
+                            # real time: the notifications go out on the real stream before it is closed
                             await trio.sleep(0.2)
                             await trio.to_thread.run_sync(launch._side_door, peer.url, "/_test/close_listens")
                         nursery.start_soon(poke)
@@ -129,8 +134,8 @@ async def test_closing_the_response_cancels_the_call() -> None:
                 with trio.move_on_after(0.3):
                     await modern_request(client, peer.url, "tools/call",
                                          {"name": "slow", "arguments": {"seconds": 30}}, name="slow")
-                while not (recorded := await trio.to_thread.run_sync(launch.cancelled, peer.url)):
-                    await trio.sleep(0.05)
+                recorded = await until(lambda: trio.to_thread.run_sync(launch.cancelled, peer.url), timeout=10,
+                                       what="the disconnect recorded as a cancel")
     assert recorded[0]["via"] == "disconnect" and recorded[0]["method"] == "tools/call"
 
 
@@ -154,6 +159,7 @@ async def test_listen_keepalive_and_abrupt_drop() -> None:
         assert dropped
         assert '"io.modelcontextprotocol/subscriptionId":9' in raw and '"resourcesListChanged":true' in raw
         assert '"result"' not in raw  # abrupt: no final result frame
-        with trio.fail_after(5):
-            while (await trio.to_thread.run_sync(launch.stats, peer.url))["listens"]:
-                await trio.sleep(0.05)
+        async def no_listens() -> bool:
+            return not (await trio.to_thread.run_sync(launch.stats, peer.url))["listens"]
+
+        await until(no_listens, timeout=5, what="the dropped listen gone")

@@ -19,6 +19,7 @@ from tests.peers.rawclient import (
     modern_request,
     poke_until_seen,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -179,7 +180,7 @@ async def test_cancellation_is_recorded(mutable_peer) -> None:
                 # A cancel that overtakes its request is ignored by the server: repeat until it lands.
                 while not any(c["requestId"] == 77 for c in launch.cancelled(peer.url)):
                     await s.notify("notifications/cancelled", {"requestId": 77, "reason": "test says stop"})
-                    await trio.sleep(0.3)
+                    await trio.sleep(0.3)  # real time: give the real server's answer to each try a moment
                 nursery.cancel_scope.cancel()
             resource = await s.request("resources/read", {"uri": "test://cancelled"})
     recorded = [c for c in json.loads(resource["contents"][0]["text"]) if c["requestId"] == 77]
@@ -218,7 +219,7 @@ async def test_modern_disconnect_cancels_slow_call(mutable_peer) -> None:
             with trio.move_on_after(0.5):
                 await modern_request(client, peer.url, "tools/call", {"name": "slow", "arguments": {"seconds": 31}},
                                      name="slow")
-            while not (found := [c for c in launch.cancelled(peer.url) if c["via"] == "disconnect"]):
-                await trio.sleep(0.05)
+            found = await until(lambda: [c for c in launch.cancelled(peer.url) if c["via"] == "disconnect"],
+                                timeout=15, what="the disconnect recorded as a cancel")
     [entry] = found
     assert entry["via"] == "disconnect" and entry["reason"] is None

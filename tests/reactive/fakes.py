@@ -105,7 +105,7 @@ class ScriptedModel:
     async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ChatTool]) -> ModelReply:
         self.requests.append((trio.current_time(), str(messages[-1].get("content") or "")))
         if self.delay:
-            await trio.sleep(self.delay)
+            await trio.sleep(self.delay)  # virtual time: the model's think time; its tests run on autojump_clock
         return self.script(messages, tools)
 
 
@@ -130,7 +130,7 @@ class TimedJobs:
         from agentd.loop.result import RunUsage
 
         self.started.append((trio.current_time(), job, run_id, limits))
-        await trio.sleep(self.duration)
+        await trio.sleep(self.duration)  # virtual time: a run's length; its tests run on autojump_clock
         status = self.status(len(self.started)) if callable(self.status) else self.status
         return RunResult(run_id=run_id, status=status, usage=RunUsage(self.tokens, 0))
 

@@ -15,6 +15,7 @@ from agentd import defaults
 from tests.peers import launch
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text
 from tests.reactive.live import config, live_daemon
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -55,7 +56,7 @@ async def test_every_uris_last_wake_reads_its_final_value() -> None:
             start = trio.current_time()
             async with trio.open_nursery() as senders:
                 for i in range(UPDATES):
-                    await trio.sleep_until(start + i / RATE)
+                    await trio.sleep_until(start + i / RATE)  # real time: updates at a set rate to a real daemon
                     senders.start_soon(bump, rng.choice(URIS))
 
             def last_reads() -> dict[str, int]:
@@ -64,10 +65,10 @@ async def test_every_uris_last_wake_reads_its_final_value() -> None:
                     reads.update(_reads(request))
                 return reads
 
-            with trio.fail_after(90):
-                while any(last_reads().get(uri) != value for uri, value in final.items()):
-                    await trio.sleep(0.1)
-            await trio.sleep(2 * defaults.DEBOUNCE + 0.2)  # quiet: a late wake with an older value would show
+            await until(lambda: all(last_reads().get(uri) == value for uri, value in final.items()), timeout=90,
+                        what="every URI's last wake read its final value")
+            # real time: quiet, for a late wake of the real daemon with an older value to show
+            await trio.sleep(2 * defaults.DEBOUNCE + 0.2)
             assert sum(final.values()) == UPDATES
             touched = {uri: value for uri, value in last_reads().items() if uri in final}
             assert touched == final

@@ -12,6 +12,7 @@ import trio
 
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -40,11 +41,12 @@ async def test_sigterm_during_a_wake_drains_and_exits_0(no_leftover_children: No
                 stdout.extend(chunk)
 
         async def seen(name: str, timeout: float = 20, **fields: object) -> None:
-            with trio.fail_after(timeout):
-                while not any(e["event"] == name and all(e.get(k) == v for k, v in fields.items()) for e in lines):
-                    if proc.returncode is not None:
-                        raise AssertionError(f"agentd exited {proc.returncode}: {[e['event'] for e in lines]}")
-                    await trio.sleep(0.02)
+            def logged() -> bool:
+                if proc.returncode is not None:
+                    raise AssertionError(f"agentd exited {proc.returncode}: {[e['event'] for e in lines]}")
+                return any(e["event"] == name and all(e.get(k) == v for k, v in fields.items()) for e in lines)
+
+            await until(logged, timeout=timeout, what=name)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -52,9 +54,7 @@ async def test_sigterm_during_a_wake_drains_and_exits_0(no_leftover_children: No
                 nursery.start_soon(read_stdout)
                 await seen("trigger.armed")
                 await launch.abump(peer.url)
-                with trio.fail_after(20):
-                    while not gw.requests:
-                        await trio.sleep(0.02)
+                await until(lambda: gw.requests, timeout=20, what="the wake's model call")
                 proc.send_signal(signal.SIGTERM)  # the wake's model call is still in flight (1 s)
                 with trio.fail_after(20):
                     code = await proc.wait()

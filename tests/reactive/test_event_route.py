@@ -5,6 +5,7 @@ only when its run began (the daemon resumes that run); a wake whose run never be
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -17,6 +18,7 @@ from agentd.journal.sqlite import open_journal
 from agentd.reactive.events import EVENT_CURSORS, EventRoute
 from tests.peers import launch
 from tests.reactive.events_peer import emit, side
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -37,11 +39,11 @@ async def test_a_pending_wake_decides_where_polling_resumes(tmp_path: Path, bega
                 route = EventRoute(pool, lambda key, server: notified.append(key), state=journal)
                 async with trio.open_nursery() as nursery:
                     await route.arm([SUB], nursery)
-                    with trio.fail_after(30):
-                        while not (await side(peer.url, "/_test/events"))["polls"]:
-                            await trio.sleep(0.05)
-                        while not began and not notified:
-                            await trio.sleep(0.05)
+                    async def polled() -> Any:
+                        return (await side(peer.url, "/_test/events"))["polls"]
+
+                    await until(polled, timeout=30, what="the first poll")
+                    await until(lambda: began or notified, timeout=30, what="the pending wake notified")
                     nursery.cancel_scope.cancel()
         first = (await side(peer.url, "/_test/events"))["polls"][0]
         assert first["cursor"] == resumes_at

@@ -4,6 +4,8 @@ checked for the occurrences' data; garbage from the server is an error event, no
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -14,6 +16,7 @@ from tests.peers.gateway import scripted_gateway, text
 from tests.reactive.events_peer import emit, side
 from tests.reactive.live import config, live_daemon
 from tests.reactive.test_live import wake_prompts
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -22,16 +25,18 @@ TICKETS = EventSubscriptionConfig("ev", "ticket.created")
 
 async def first_poll(url: str, count: int = 1) -> None:
     """Until the daemon has polled ``count`` times (the first poll, cursor null, is "from now")."""
-    with trio.fail_after(30):
-        while len((await side(url, "/_test/events"))["polls"]) < count:
-            await trio.sleep(0.05)
+    async def polled() -> bool:
+        return len((await side(url, "/_test/events"))["polls"]) >= count
+
+    await until(polled, timeout=30, what=f"{count} polls")
 
 
 async def stream_open(url: str) -> None:
     """Until the daemon's events/stream is open (its starting position is "now")."""
-    with trio.fail_after(30):
-        while not (await side(url, "/_test/events"))["open_streams"]:
-            await trio.sleep(0.05)
+    async def open_streams() -> Any:
+        return (await side(url, "/_test/events"))["open_streams"]
+
+    await until(open_streams, timeout=30, what="the events stream open")
 
 
 async def test_an_event_wakes_the_daemon_with_its_data() -> None:

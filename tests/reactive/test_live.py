@@ -11,6 +11,7 @@ from agentd.errors import ExitCode
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.reactive.live import config, live_daemon
+from tests.waiting import until
 
 pytestmark = pytest.mark.interop
 
@@ -36,7 +37,7 @@ async def test_one_update_one_wake_with_the_new_content() -> None:
         async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,))) as daemon:
             assert await launch.abump(peer.url) == 1
             await daemon.events.wait_for("run.end", trigger="wake")
-            await trio.sleep(0.3)  # quiet period: nothing else may wake
+            await trio.sleep(0.3)  # real time: quiet, for a wrong second wake of the real daemon to show
             result = await daemon.stop()
         assert result.exit_code is ExitCode.OK
         [prompt] = wake_prompts(gw)
@@ -57,7 +58,7 @@ async def test_burst_of_50_gives_few_wakes_and_the_last_reads_the_final_state() 
             with trio.fail_after(20):
                 while not wake_prompts(gw) or contents_of(wake_prompts(gw)[-1]) != "50":
                     await daemon.events.wait_for("run.end", count=len(daemon.wake_ends()) + 1, trigger="wake")
-            await trio.sleep(0.5)
+            await trio.sleep(0.5)  # real time: quiet, for any wake of the real daemon still due to show
             await daemon.stop()
         prompts = wake_prompts(gw)
     assert 1 <= len(prompts) <= 6, [contents_of(p) for p in prompts]
@@ -74,7 +75,7 @@ async def test_two_uris_wake_independently() -> None:
             await launch.abump(peer.url, COUNTER)
             await launch.abump(peer.url, COUNTER)
             await daemon.events.wait_for("run.end", trigger="wake", uri=COUNTER)
-            await trio.sleep(0.3)
+            await trio.sleep(0.3)  # real time: quiet, for a wrong extra wake of the real daemon to show
             await daemon.stop()
     by_uri = {e["uri"] for e in daemon.wake_ends()}
     assert by_uri == {COUNTER, other}
@@ -93,7 +94,7 @@ async def test_server_restart_between_updates_wakes_with_post_restart_content() 
                 await daemon.events.wait_for("run.end", trigger="wake")
                 # Kill the server; the counter state dies with it.
                 await peer_stop(peer)
-                await trio.sleep(0.2)
+                await daemon.events.wait_for("mcp.disconnected", server="srv")
                 async with launch.peer_server(argv) as again:
                     # The client reconnects, re-subscribes and synthesizes one update: the wake reads 0.
                     with trio.fail_after(30):
@@ -189,7 +190,7 @@ async def test_poll_degradation_when_the_server_cannot_subscribe() -> None:
         cfg = config(gw.url, {"nosub": peer.url}, subscribe=(polled,), poll_interval=0.1)
         async with live_daemon(cfg) as daemon:
             await daemon.events.wait_for("reactive.degraded")
-            await trio.sleep(0.3)  # a few polls of an unchanged resource: no wake
+            await trio.sleep(0.3)  # real time: a few polls (0.1 s apart) of an unchanged resource: no wake
             assert not gw.requests
             await trio.to_thread.run_sync(lambda: launch._side_door(peer.url, "/_test/bump", uri=polled))
             await daemon.events.wait_for("run.end", trigger="wake")
@@ -210,9 +211,7 @@ async def test_drain_during_a_wake_finishes_it_unsubscribes_and_exits_0() -> Non
             launch.peer_server(launch.sdk_server_argv()) as peer:
         async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,), drain_timeout=10)) as daemon:
             await launch.abump(peer.url)
-            with trio.fail_after(10):
-                while not gw.requests:
-                    await trio.sleep(0.01)
+            await until(lambda: gw.requests, timeout=10, what="the wake's model call")
             daemon.drain.set()
             await launch.abump(peer.url)  # during the drain: not taken
             result = await daemon.stop()
@@ -298,7 +297,7 @@ async def test_a_change_while_the_subscribe_is_in_flight_is_not_lost(uri: str) -
     async with scripted_gateway(default=text("noted")) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
         async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(f"srv:{uri}",))) as daemon:
             await daemon.events.wait_for("run.end", trigger="wake", uri=uri, timeout=20)
-            await trio.sleep(0.3)
+            await trio.sleep(0.3)  # real time: quiet, for a wrong second wake of the real daemon to show
             await daemon.stop()
     prompts = wake_prompts(gw)
     assert len(prompts) >= 1 and contents_of(prompts[-1]) == "1", prompts

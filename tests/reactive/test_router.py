@@ -23,9 +23,9 @@ class Resources:
         self.max_running[wake.uri] = max(self.max_running.get(wake.uri, 0), self.running[wake.uri])
         self.max_total = max(self.max_total, sum(self.running.values()))
         try:
-            await trio.sleep(0.001)  # the read's round trip
+            await trio.sleep(0.001)  # virtual time: the read's round trip (every test here is on autojump_clock)
             self.reads.append((wake.uri, self.state.get(wake.uri, 0), trio.current_time()))
-            await trio.sleep(self.work)
+            await trio.sleep(self.work)  # virtual time: the wake's work (every test here is on autojump_clock)
         finally:
             self.running[wake.uri] -= 1
 

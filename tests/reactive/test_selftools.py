@@ -20,7 +20,7 @@ class FixedAwaiter:
     async def await_resource(self, uri: str, condition: Condition | None, timeout: float) -> AwaitOutcome:
         self.calls.append((uri, condition, timeout))
         if uri == "slow://":
-            await trio.sleep(timeout)
+            await trio.sleep(timeout)  # virtual time: only the autojump_clock test awaits slow://
             return AwaitOutcome(uri, None, timeout, 0)
         return AwaitOutcome(uri, [{"uri": uri, "text": '{"state": "ready"}'}], 0.5, 2)
 

@@ -14,12 +14,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import until_sync
 
 _LISTENER = """
 import socket, threading, pathlib, sys
@@ -79,11 +80,11 @@ def recording_host(prefix: str, address: str, name: str, port: int, tmp_path: Pa
         (etc / "hosts").write_text(f"127.0.0.1 localhost\n{address} {name}\n")
         process = subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-c", textwrap.dedent(_LISTENER),
                                     str(received), str(ready), address, str(port)])
-        deadline = time.monotonic() + 10
-        while not ready.exists():
+        def started() -> bool:
             assert process.poll() is None, "the listener died"
-            assert time.monotonic() < deadline, "the listener did not start"
-            time.sleep(0.02)
+            return ready.exists()
+
+        until_sync(started, timeout=10, what="the listener started")
         yield namespace, received
     finally:
         if process is not None:

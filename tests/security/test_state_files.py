@@ -27,6 +27,7 @@ from agentd.secrets import SecretResolver
 from agentd.selfmcp.journaled import NAMESPACE
 from agentd.telemetry.private_files import open_private, prepare_database
 from tests.integration.agents import agentd_worker
+from tests.waiting import until
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
@@ -103,8 +104,7 @@ async def test_a_served_daemon_keeps_its_state_files_0600_and_never_journals_a_s
                 answer: Any = await pool.call_tool("worker", "subagent.spawn", {
                     "instruction": f"log in with the token {TOKEN} and say hi", "warm": True})
                 assert answer.structured is not None and answer.structured["handle"] == "served.1", answer
-            while not health.exists():
-                await trio.sleep(0.05)
+            await until(health.exists, timeout=60, what="health.json")
         files = {p.name: _mode(p) for p in state.iterdir() if not p.name.endswith(".sock")}
         assert {"journal.sqlite3", "journal.sqlite3-wal", "journal.sqlite3-shm", "health.json"} <= set(files), files
         assert set(files.values()) == {0o600}, files

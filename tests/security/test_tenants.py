@@ -29,6 +29,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+from tests import waiting
 from tests.integration.agents import agentd_worker
 from tests.security.idp import Idp, idp
 from tests.selfmcp.harness import ACCEPT, LegacyPeer, modern_headers, modern_meta, rpc
@@ -166,11 +167,11 @@ async def _a2a(client: httpx.AsyncClient, url: str, token: str, method: str, par
 
 
 async def _done(peer: LegacyPeer, handle: str) -> dict[str, Any]:
-    while True:
+    async def ended() -> dict[str, Any] | None:
         view = await _good(peer, handle)
-        if view["done"]:
-            return view
-        await trio.sleep(0.05)
+        return view if view["done"] else None
+
+    return dict(await waiting.until(ended, timeout=60, what=f"{handle} ended"))
 
 
 @pytest.mark.slow

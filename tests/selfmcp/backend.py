@@ -57,6 +57,7 @@ class TaskBackend:
                     await run.wake.wait()
                     run.wake = trio.Event()
             else:
+                # real time: the fake run's length ("sleep=N"); virtual in the autojump_clock tests
                 await trio.sleep(delay)
             status = "failed" if "fail" in text else "completed"
             run.view = RunView(run.handle, status, True, False, {"echo": text, "messages": list(run.inbox)})

@@ -150,7 +150,7 @@ class SlowHandler:
         return request.method.startswith("slow/")
 
     async def handle(self, request: Request, ctx: CallContext) -> Response | ErrorResponse:
-        await trio.sleep(40)
+        await trio.sleep(40)  # virtual time: a slow handler, in the autojump_clock test below
         return Response(request.id, {"method": request.method})
 
     def open_stream(self, request: Request, ctx: CallContext) -> None:

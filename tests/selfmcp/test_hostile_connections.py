@@ -22,6 +22,7 @@ import trio
 
 from tests.selfmcp.harness import LegacyPeer
 from tests.selfmcp.test_composition import worker
+from tests.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -40,6 +41,15 @@ async def _served(url: str) -> None:
             await peer.initialize()
             result = await peer.call("tools/call", {"name": "status", "arguments": {}})
             assert "run_id" in result["result"]["structuredContent"]
+
+
+async def _serves(url: str, *passing: type[BaseException]) -> bool:
+    """``_served``, False on one of the ``passing`` failures (the server is not back yet)."""
+    try:
+        await _served(url)
+    except passing:
+        return False
+    return True
 
 
 def _clean(log: list[str]) -> None:
@@ -222,7 +232,7 @@ async def test_an_idle_http2_connection_kept_alive_by_pings_is_closed() -> None:
                     conn.ping(b"keepaliv")
                     if not await _send(sock, conn.data_to_send()):
                         return
-                    await trio.sleep(1)
+                    await trio.sleep(1)  # real time: a PING each second, well inside the daemon's 10 s idle limit
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(ping)
@@ -265,16 +275,11 @@ async def test_connections_past_the_caps_are_closed_and_logged_without_traceback
                             assert await extra.receive_some(1) == b""
                         except trio.BrokenResourceError:
                             pass
-                await trio.sleep(0.2)
+                await trio.sleep(0.2)  # real time: one refusal per 0.2 s, which the 5-a-second log limit lets through
         for sock in socks:
             await sock.aclose()
-        with trio.fail_after(10):
-            while True:  # the server notices the closes
-                try:
-                    await _served(url)
-                    break
-                except (httpx.HTTPError, AssertionError):
-                    await trio.sleep(0.2)
+        await until(lambda: _serves(url, httpx.HTTPError, AssertionError), timeout=10,
+                    what="served again once the server noticed the closes")
     refusals = [json.loads(line) for line in log if '"serve.refused"' in line]
     assert any(r.get("reason") == "client_connection_limit" for r in refusals)
     assert len(refusals) < 24 and any(r.get("suppressed") for r in refusals)
@@ -301,16 +306,12 @@ async def test_accept_errors_under_a_small_descriptor_limit_do_not_end_the_serve
         socks = []
         for _ in range(150):
             socks.append(await trio.open_tcp_stream("127.0.0.1", port))
-        await trio.sleep(1)
+        await until(lambda: any('"reason": "accept"' in line for line in log), timeout=20,
+                    what="an accept error under the descriptor limit")
         for sock in socks:
             await sock.aclose()
-        with trio.fail_after(20):
-            while True:
-                try:
-                    await _served(url)
-                    break
-                except (httpx.HTTPError, AssertionError, trio.TooSlowError):
-                    await trio.sleep(0.5)
+        await until(lambda: _serves(url, httpx.HTTPError, AssertionError, trio.TooSlowError), timeout=20,
+                    what="served again once descriptors were free")
     _clean(log)
     assert any('"reason": "accept"' in line for line in log)
 

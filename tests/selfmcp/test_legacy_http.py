@@ -10,6 +10,7 @@ import trio
 
 from agentd.mcp.sse import SseDecoder
 from tests.selfmcp.harness import ACCEPT, LegacyPeer, Served, read_events, rpc, serving
+from tests.waiting import until
 
 
 async def test_initialize_declares_exactly_the_surface() -> None:
@@ -198,8 +199,7 @@ async def _sync_spawn_then_cancel(s: Served, client: httpx.AsyncClient, instruct
     cancel = rpc("notifications/cancelled", {"requestId": 5, "reason": "the parent was cancelled"}, None)
     async with client.stream("POST", s.url, headers=peer.headers(), json=body) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
-        while not s.backend.runs:
-            await trio.sleep(0.01)
+        await until(lambda: s.backend.runs, timeout=10, what="the run started")
         # Another session's notification naming the same id, and one naming another id, cancel nothing.
         assert (await client.post(s.url, headers=other.headers(), json=cancel)).status_code == 202
         wrong = rpc("notifications/cancelled", {"requestId": 6}, None)

@@ -19,6 +19,7 @@ from tests.selfmcp.harness import (
     rpc,
     serving,
 )
+from tests.waiting import until
 
 
 def _params(**extra: object) -> dict:
@@ -180,11 +181,9 @@ async def test_closing_a_sync_spawn_stream_cancels_the_run_on_modern_only() -> N
             async with client.stream("POST", s.url, headers=modern_headers("tools/call", "subagent.spawn"),
                                      json=rpc("tools/call", params)) as r:
                 assert r.headers["content-type"].startswith("text/event-stream")
-                while not s.backend.runs:
-                    await trio.sleep(0.01)
+                await until(lambda: s.backend.runs, timeout=5, what="the run started")
             # the response stream is closed: the run is cancelled
-            while not s.backend.cancelled:
-                await trio.sleep(0.01)
+            await until(lambda: s.backend.cancelled, timeout=5, what="the run cancelled")
         assert s.backend.cancelled == ["served.1"]
         assert s.backend.runs["served.1"].view.status == "cancelled"
 
@@ -199,8 +198,7 @@ async def test_legacy_disconnect_does_not_cancel() -> None:
         with trio.fail_after(5):
             async with client.stream("POST", s.url, headers=peer.headers(), json=body) as r:
                 assert r.headers["content-type"].startswith("text/event-stream")
-                while not s.backend.runs:
-                    await trio.sleep(0.01)
+                await until(lambda: s.backend.runs, timeout=5, what="the run started")
             await s.backend.runs["served.1"].done.wait()
         assert s.backend.cancelled == []
         assert s.backend.runs["served.1"].view.status == "completed"

@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.selfmcp.harness import ACCEPT, LegacyPeer, rpc
+from tests.waiting import until_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD_MAX = 3.0
@@ -67,16 +67,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
              "--serve-max-per-client", "1000"],
             stdout=subprocess.DEVNULL, stderr=sink, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        url = None
-        limit = time.monotonic() + 60
-        while url is None:  # readiness: the serve.start event (polled; the daemon writes its log to a file)
+        def started() -> str | None:  # readiness: the serve.start event (the daemon writes its log to a file)
             assert proc.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < limit, "no serve.start within 60 s"
-            for line in log.read_text().splitlines():
-                event = json.loads(line)
-                if event.get("event") == "serve.start":
-                    url = event["urls"][0]
-            time.sleep(0.05)
+            starts = [e for e in map(json.loads, log.read_text().splitlines()) if e.get("event") == "serve.start"]
+            return str(starts[0]["urls"][0]) if starts else None
+
+        url = until_sync(started, timeout=60, what="serve.start")
         if not url.endswith("/mcp"):
             url += "/mcp"
         yield Daemon(url, proc.pid, log)

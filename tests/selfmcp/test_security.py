@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,12 +15,21 @@ from agentd.selfmcp.surface import SelfMcpLimits
 from agentd.transport.serve import ServeConfig, check_serve_config
 from tests.selfmcp.certs import issue, make_ca, make_pki
 from tests.selfmcp.harness import ACCEPT, LegacyPeer, rpc, serving
+from tests.waiting import until
 
 TOKEN = "s3cret-token-for-tests"
 
 
 async def _well_behaved(peer: LegacyPeer) -> None:
     assert (await peer.call("ping"))["result"] == {}
+
+
+async def _handshaken(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> httpx.Response | None:
+    """The answer to ``body``, or None while the TLS handshake is refused (the new files not read yet)."""
+    try:
+        return await client.post(url, headers=ACCEPT, json=body)
+    except httpx.TransportError:
+        return None
 
 
 async def test_bearer_wrong_missing_and_tampered_are_401() -> None:
@@ -188,15 +198,9 @@ async def test_certificate_rotation_without_restart(tmp_path: Path) -> None:
             shutil.copy(rotated.cert, live / "server.crt.tmp")
             (live / "server.key.tmp").replace(live / "server.key")
             (live / "server.crt.tmp").replace(live / "server.crt")
-            with trio.fail_after(5):
-                while True:
-                    try:
-                        r = await trusts_new.post(s.url, headers=ACCEPT, json=rpc("initialize", {
-                            "protocolVersion": "2025-11-25", "capabilities": {},
-                            "clientInfo": {"name": "x", "version": "0"}}))
-                        break
-                    except httpx.TransportError:
-                        await trio.sleep(0.05)
+            init = rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                      "clientInfo": {"name": "x", "version": "0"}})
+            r = await until(lambda: _handshaken(trusts_new, s.url, init), timeout=5, what="the rotated cert served")
             assert r.status_code == 200
 
 
@@ -247,13 +251,7 @@ async def test_client_ca_rotation_without_restart(tmp_path: Path) -> None:
             # the operator now trusts the other CA only
             shutil.copy(pki.rogue_ca, tmp_path / "next.crt")
             (tmp_path / "next.crt").replace(live_ca)
-            with trio.fail_after(5):
-                while True:
-                    try:
-                        r = await rogue.post(url, headers=ACCEPT, json=init)
-                        break
-                    except httpx.TransportError:
-                        await trio.sleep(0.05)
+            r = await until(lambda: _handshaken(rogue, url, init), timeout=5, what="the new client CA trusted")
             assert r.status_code == 200
             fresh = httpx.AsyncClient(verify=pki.client_context(pki.client), timeout=5)
             async with fresh:

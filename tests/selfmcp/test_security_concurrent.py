@@ -22,6 +22,7 @@ from tests.selfmcp.backend import TaskBackend
 from tests.selfmcp.certs import Pki, make_pki
 from tests.selfmcp.concurrent import hammer, kept_serving
 from tests.selfmcp.harness import ACCEPT, LegacyPeer, decode_reply, modern_headers, rpc, serving
+from tests.waiting import until
 
 TOKEN = "s3cret-token-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -528,7 +529,7 @@ async def test_the_probe_fails_when_the_server_stalls() -> None:
 
         async def stalled(request: Any, ctx: Any) -> Any:
             if request.method == "tools/call" and stall.is_set():
-                await trio.sleep(1.0)
+                await trio.sleep(1.0)  # real time: the served handler stalls past the real probe's max gap
             return await real(request, ctx)
 
         stall = trio.Event()
@@ -538,7 +539,7 @@ async def test_the_probe_fails_when_the_server_stalls() -> None:
                 with trio.fail_after(5):
                     await probe.wait_rounds(3)
                 stall.set()
-                await trio.sleep(0.6)
+                await trio.sleep(0.6)  # real time: longer than the probe's 0.4 s gap, on its clock
 
 
 async def test_the_probe_fails_when_the_server_goes_away() -> None:
@@ -548,9 +549,7 @@ async def test_the_probe_fails_when_the_server_goes_away() -> None:
                 with trio.fail_after(5):
                     await probe.wait_rounds(3)
                 s.stop.set()  # drain: the listener closes, the probe's next round fails
-                with trio.fail_after(5):
-                    while not probe.failures:
-                        await trio.sleep(0.05)
+                await until(lambda: probe.failures, timeout=5, what="the probe's failure")
 
 
 # -- the rest of a refused body: read, but bounded (in memory, on the autojump clock) -----------------------
@@ -573,7 +572,7 @@ async def _refuse_oversized(declared: int | None, *, dribble: float) -> tuple[in
 
         async def receive() -> dict[str, Any]:
             nonlocal read
-            await trio.sleep(dribble)
+            await trio.sleep(dribble)  # virtual time: the peer's pace, in the autojump_clock test below
             read += 1024
             return {"type": "http.request", "body": b"x" * 1024, "more_body": True}
 

@@ -27,6 +27,7 @@ from tests.integration.agents import agentd_worker
 from tests.peers.gateway import scripted_gateway, text
 from tests.security.idp import idp
 from tests.selfmcp.harness import MODERN, LegacyPeer, decode_reply, modern_headers, rpc
+from tests.waiting import until
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
@@ -57,12 +58,15 @@ async def _poll(client: httpx.AsyncClient, url: str, cursor: str | None, *, head
 async def _poll_until(client: httpx.AsyncClient, url: str, cursor: str, want: int, **kw: Any) -> list[dict[str, Any]]:
     """Poll from ``cursor`` on until ``want`` events came (each poll goes on from the last one's cursor)."""
     seen: list[dict[str, Any]] = []
-    while len(seen) < want:
+
+    async def enough() -> bool:
+        nonlocal cursor
         result = await _poll(client, url, cursor, **kw)
         seen.extend(result["events"])
         cursor = result["cursor"]
-        if len(seen) < want:
-            await trio.sleep(0.05)
+        return len(seen) >= want
+
+    await until(enough, timeout=60, what=f"{want} events")
     return seen
 
 
@@ -110,8 +114,8 @@ async def test_legacy_spawns_show_up_to_a_modern_poller_and_cursors_survive_sigk
                 [event2] = await _poll_until(client, url, after_first, 1)  # not seen by the "poller" below
                 assert event2["data"]["handle"] == second
                 held = await _spawn_async(peer, HOLD)  # still running when agentd dies
-                while not any(HOLD in json.dumps(r.body) for r in gw.requests):
-                    await trio.sleep(0.05)
+                await until(lambda: any(HOLD in json.dumps(r.body) for r in gw.requests), timeout=60,
+                            what="the held run's model call")
             os.kill(worker.pid, signal.SIGKILL)
 
         async with agentd_worker(argv) as worker, httpx.AsyncClient(timeout=30) as client:

@@ -36,6 +36,7 @@ from tests.peers.gateway import scripted_gateway, text
 from tests.peers.launch import ensure_mcp1_venv
 from tests.security.idp import idp
 from tests.selfmcp.harness import MODERN, LegacyPeer, decode_reply, modern_headers, rpc
+from tests.waiting import until
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
@@ -58,10 +59,14 @@ async def _error(peer: LegacyPeer, method: str, params: dict[str, Any]) -> dict[
 
 
 async def _until(peer: LegacyPeer, task_id: str, status: str) -> dict[str, Any]:
-    while (task := await _result(peer, "tasks/get", {"taskId": task_id}))["status"] != status:
+    async def reached() -> dict[str, Any] | None:
+        task = await _result(peer, "tasks/get", {"taskId": task_id})
+        if task["status"] == status:
+            return task
         assert task["status"] == "working", task
-        await trio.sleep(0.05)
-    return task
+        return None
+
+    return dict(await until(reached, timeout=60, what=f"task {task_id} {status}"))
 
 
 def _spawn(instruction: str, **task: Any) -> dict[str, Any]:
@@ -244,9 +249,11 @@ async def test_the_modern_wire_serves_the_tasks_extension_by_default() -> None:
                 assert created["resultType"] == "task" and created["status"] == "working", created
                 assert {"taskId", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"} <= set(created)
                 slow.set()
-                while (task := (await _post_modern(client, url, "tasks/get", {"taskId": created["taskId"]}))[
-                        "result"])["status"] == "working":
-                    await trio.sleep(0.05)
+                async def finished() -> dict[str, Any] | None:
+                    task = (await _post_modern(client, url, "tasks/get", {"taskId": created["taskId"]}))["result"]
+                    return None if task["status"] == "working" else task
+
+                task = await until(finished, timeout=60, what="the task finished")
                 assert task["status"] == "completed", task
                 assert _without_handle({k: task["result"][k] for k in shared}) == \
                     _without_handle({k: plain[k] for k in shared})

@@ -15,6 +15,7 @@ import trio.testing
 from agentd.transport.http11 import Http11
 from agentd.transport.serve import ServeConfig, serve_mcp, settings
 from agentd.transport.served import Served
+from tests.waiting import until
 
 REQUEST = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -157,13 +158,14 @@ async def test_keep_alive_requests_start_no_idle_timer_task_and_idle_connections
 
 async def test_a_peer_gone_mid_request_frees_its_connection_slot() -> None:
     """The idle-limit task must not outlive a connection that closed while busy (its slot would leak)."""
-    answered = trio.Event()
+    answered, running = trio.Event(), trio.Event()
 
     class Waits(_App):
         async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 return
             if scope["path"] == "/slow":
+                running.set()
                 while (await receive())["type"] != "http.disconnect":
                     pass
                 return
@@ -176,15 +178,19 @@ async def test_a_peer_gone_mid_request_frees_its_connection_slot() -> None:
                                                                    task_status=task_status))
         first = await trio.open_tcp_stream("127.0.0.1", serving.port)
         await first.send_all(REQUEST.replace(b"/mcp", b"/slow"))
-        await trio.sleep(0.2)
+        with trio.fail_after(10):
+            await running.wait()
         await first.aclose()  # gone while its request runs
-        with trio.fail_after(10):  # well inside the 30 s idle limit
-            while not answered.is_set():
-                second = await trio.open_tcp_stream("127.0.0.1", serving.port)
-                try:
-                    await _request(second)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    await trio.sleep(0.1)  # still refused: the first connection's slot is not free yet
-                finally:
-                    await second.aclose()
+
+        async def admitted() -> bool:
+            second = await trio.open_tcp_stream("127.0.0.1", serving.port)
+            try:
+                await _request(second)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return False  # still refused: the first connection's slot is not free yet
+            finally:
+                await second.aclose()
+            return answered.is_set()
+
+        await until(admitted, timeout=10, what="the freed slot")  # well inside the 30 s idle limit
         nursery.cancel_scope.cancel()

@@ -13,6 +13,7 @@ from agentd.selfmcp.supervised import SupervisorBackend
 from agentd.selfmcp.surface import AgentInfo, SelfMcpSurface
 from agentd.supervisor.supervisor import open_supervisor
 from agentd.transport.asgi_server import CallContext
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +102,7 @@ async def test_retention_evicts_the_run_from_the_supervisor_too() -> None:
                 done = await _call(surface, "subagent.spawn", {"instruction": "hello"})
                 assert done["structuredContent"]["status"] == "completed"
                 handles.append(done["structuredContent"]["handle"])
-            while surface.runs:  # retention 0: each watcher evicts right after the terminal status
-                await trio.sleep(0.01)
+            # retention 0: each watcher evicts right after the terminal status
+            await until(lambda: not surface.runs, timeout=30, what="the runs evicted")
             assert not any(sup.statistics().node(h) for h in handles)
             nursery.cancel_scope.cancel()

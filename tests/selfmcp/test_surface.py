@@ -225,7 +225,7 @@ class _SlowToDie:
         return getattr(self.inner, name)
 
     async def cancel(self, handle: str) -> object:
-        await trio.sleep(20)
+        await trio.sleep(20)  # virtual time: a slow cancel, in the autojump_clock test below
         view = await self.inner.cancel(handle)
         self.cancel_finished = True
         return view

@@ -75,6 +75,7 @@ async def test_a_child_without_progress_is_stuck_but_pongs_keep_an_idle_one_aliv
             assert view.result["error"] == "stuck: no progress for 3 s"
             # An idle warm session is not stalling: it outlives more than one progress timeout.
             warm = await sup.spawn(ROOT, req(["echo"], warm=True))
+            # real time: more than the 3 s progress timeout passes for the real child processes too
             await trio.sleep(4.5)
             assert sup.status(ROOT, warm.handle).status == "awaiting_turn"
             assert (await sup.send(ROOT, warm.handle, "hi")).result["message"] == "hi"

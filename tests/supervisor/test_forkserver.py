@@ -16,6 +16,7 @@ import trio
 from agentd.supervisor.caps import Refusal
 from tests.peers import proctree
 from tests.supervisor.conftest import ROOT, req, script
+from tests.waiting import until
 
 
 async def test_forked_children_run_sync_async_and_warm(root, events):
@@ -131,12 +132,10 @@ async def test_a_nested_forked_child_ends_when_its_parent_is_killed(root):
                 return [p.pid for p in proctree.descendants().values()
                         if p.ppid == server and p.pid != child and not p.zombie]
 
-            while not grandchildren():  # bounded by fail_after
-                await trio.sleep(0.05)
+            await until(grandchildren, timeout=60, what="the grandchild")
             [grandchild] = grandchildren()
             os.kill(child, signal.SIGKILL)  # no ladder, no cancel: the grandchild sees its parent die
-            while grandchild in grandchildren():
-                await trio.sleep(0.05)
+            await until(lambda: grandchild not in grandchildren(), timeout=60, what="the grandchild gone")
             assert (await sup.await_(ROOT, "0.1")).status == "failed"
             # The tree's fork server outlives the child: the next spawn is forked as before.
             assert (await sup.spawn(ROOT, req(["result", "again"]))).result == "again"
@@ -177,10 +176,9 @@ async def _pipelined_launches(pause: float) -> dict[int, int]:
                         os.close(fd)
                 asked.append(int(json.loads(data)["env"]["N"]))
             for i in asked:
-                await trio.sleep(pause)
+                await trio.sleep(pause)  # virtual time: 8 s apart on autojump_clock, or 0 (a checkpoint)
                 await peer.send(json.dumps({"spawned": 1000 + i}).encode())
-            while len(launched) < 3:
-                await trio.sleep(0.01)
+            await until(lambda: len(launched) >= 3, timeout=60, what="three launches")
         finally:
             with trio.CancelScope(shield=True):
                 await server.aclose()  # ends its reader (and so the nursery) whatever happened

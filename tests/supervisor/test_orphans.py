@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import trio
@@ -15,6 +14,7 @@ import trio
 from agentd.events import EventLog, stream_sink
 from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
 from tests.supervisor.conftest import FAST_GRACES, ROOT, _from_instruction, req, script
+from tests.waiting import until_sync
 
 _HOLDER = """
 import json, sys, trio
@@ -64,10 +64,8 @@ def test_sigkilling_the_supervisor_process_leaves_no_process_of_its_tree(mode, n
             assert len(tree) >= (3 if mode == "fork" else 2)
             holder.kill()
             holder.wait(timeout=10)
-            deadline = time.monotonic() + 10
-            while any(_alive(p) for p in tree) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not [p for p in tree if _alive(p)], "orphans survived the supervisor"
+            until_sync(lambda: not any(_alive(p) for p in tree), timeout=10,
+                       what="no orphan outlives the supervisor")
         finally:
             if holder.poll() is None:
                 holder.kill()
@@ -81,7 +79,7 @@ async def test_idle_children_outlive_trio_worker_threads(root):
         async with root() as plain, root(fork_server=True) as forked:
             a = await plain.spawn(ROOT, req(["echo"], warm=True))
             b = await forked.spawn(ROOT, req(["echo"], warm=True))
-            await trio.sleep(12.5)
+            await trio.sleep(12.5)  # real time: trio's idle worker threads exit after ~10 s of the real clock
             assert (await plain.send(ROOT, a.handle, "still there?")).result["message"] == "still there?"
             assert (await forked.send(ROOT, b.handle, "still there?")).result["message"] == "still there?"
 

@@ -12,6 +12,7 @@ from agentd.supervisor.caps import Refusal
 from agentd.supervisor.tools import register_subagent_tools
 from tests.peers import proctree
 from tests.supervisor.conftest import ROOT, req, script
+from tests.waiting import until
 
 
 def nested(*steps, **kw):
@@ -82,8 +83,11 @@ async def test_cancelling_a_parent_ends_its_whole_subtree_deepest_first(root, ev
             # Processes that predate the spawn (session-scoped peers of this xdist worker) are not the subtree.
             before = set(proctree.descendants())
             await sup.spawn(ROOT, req(["spawn", nested(["spawn", nested(["hang"])])], async_=True))
-            while len(tree := [p for p in proctree.descendants() if p not in before]) < 3:  # admitted, then started
-                await trio.sleep(0.05)
+            def subtree() -> list[int] | None:
+                tree = [p for p in proctree.descendants() if p not in before]
+                return tree if len(tree) >= 3 else None  # admitted, then started
+
+            tree = await until(subtree, timeout=30, what="the three processes of the subtree")
             await sup.cancel(ROOT, "0.1")
             assert sup.statistics().tree_live == frozenset()
             assert not [p for p in proctree.descendants() if p in tree]

@@ -15,6 +15,7 @@ from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
 from tests.peers.gateway import scripted_gateway, text
+from tests.waiting import until
 
 
 async def _serving(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> tuple[str, DrainLatch,
@@ -28,9 +29,7 @@ async def _serving(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) 
             await main(cfg, log=EventLog(sink=events.append, level=cfg.log_level), env=env)
 
     nursery.start_soon(daemon)
-    with trio.fail_after(20):
-        while not any(e["event"] == "serve.start" for e in events):
-            await trio.sleep(0.02)
+    await until(lambda: any(e["event"] == "serve.start" for e in events), timeout=20, what="serve.start")
     url = next(e for e in events if e["event"] == "serve.start")["urls"][0]
     return url.split("/mcp")[0].rstrip("/"), latch, events
 
@@ -41,9 +40,7 @@ async def test_a_subscriber_sees_the_run_tree_and_the_event_lines():
         base, latch, events = await _serving(nursery, ["--instruction", "go", "--intelligence", gw.url,
                                                        "--serve-mcp", "http://127.0.0.1:0/mcp",
                                                        "--log-level", "debug"], {})
-        with trio.fail_after(20):
-            while not any(e["event"] == "run.end" for e in events):
-                await trio.sleep(0.02)
+        await until(lambda: any(e["event"] == "run.end" for e in events), timeout=20, what="run.end")
         got: list[dict[str, Any]] = []
         async with open_websocket_url(base.replace("http://", "ws://") + "/events") as ws:
             with trio.fail_after(10):
@@ -115,9 +112,7 @@ async def test_agentd_top_draws_the_tree_in_a_pty_and_quits_on_q():
             trio.open_nursery() as nursery:
         base, latch, events = await _serving(nursery, ["--instruction", "go", "--intelligence", gw.url,
                                                        "--serve-mcp", "http://127.0.0.1:0/mcp"], {})
-        with trio.fail_after(20):
-            while not any(e["event"] == "run.end" for e in events):
-                await trio.sleep(0.02)
+        await until(lambda: any(e["event"] == "run.end" for e in events), timeout=20, what="run.end")
         master, slave = os.openpty()
         proc = await trio.lowlevel.open_process([sys.executable, "-m", "agentd", "top", base + "/mcp"], cwd=root,
                                                 stdin=slave, stdout=slave, stderr=subprocess.PIPE)

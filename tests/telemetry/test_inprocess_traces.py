@@ -21,6 +21,7 @@ from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.telemetry.otlp import otlp_receiver
 from tests.telemetry.test_traces import _mcp
+from tests.waiting import until
 
 
 @pytest.fixture(autouse=True)
@@ -47,9 +48,7 @@ async def test_the_self_mcp_server_continues_the_clients_trace():
             done.set()
 
         nursery.start_soon(daemon)
-        with trio.fail_after(20):
-            while not any(e["event"] == "serve.start" for e in events):
-                await trio.sleep(0.02)
+        await until(lambda: any(e["event"] == "serve.start" for e in events), timeout=20, what="serve.start")
         url = next(e for e in events if e["event"] == "serve.start")["urls"][0]  # the endpoint, path included
         with telemetry.span("harness") as harness:
             async with open_mcp_pool([McpServerConfig("self", url)], log=null_log()) as pool:

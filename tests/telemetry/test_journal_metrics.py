@@ -24,6 +24,7 @@ from agentd.telemetry import metrics
 from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.telemetry.test_metrics import _mcp, _samples
+from tests.waiting import until
 
 
 @pytest.fixture(autouse=True)
@@ -50,9 +51,7 @@ async def test_journal_lag_and_queue_in_metrics_and_the_journal_on_the_event_str
             ended.set()
 
         nursery.start_soon(daemon)
-        with trio.fail_after(30):
-            while not any(e["event"] == "run.end" for e in events):
-                await trio.sleep(0.05)
+        await until(lambda: any(e["event"] == "run.end" for e in events), timeout=30, what="run.end")
         starts = [e for e in events if e["event"] == "serve.start"]
         metrics_url = next(e for e in starts if e["comp"] == "metrics")["urls"][0]
         serve_url = next(e for e in starts if e["comp"] != "metrics")["urls"][0]

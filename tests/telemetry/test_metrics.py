@@ -24,6 +24,7 @@ from agentd.events import EventLog
 from agentd.telemetry import metrics
 from tests.client.fakeserver import Req, Resp, mcp_answer, result, serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
+from tests.waiting import until
 
 
 async def _mcp(req: Req, resp: Resp) -> None:
@@ -71,13 +72,12 @@ async def test_metrics_health_file_and_probes_after_a_run_with_known_counts(tmp_
             ended.set()
 
         nursery.start_soon(daemon)
-        with trio.fail_after(30):
-            while not any(e["event"] == "run.end" for e in events):
-                await trio.sleep(0.05)
+        await until(lambda: any(e["event"] == "run.end" for e in events), timeout=30, what="run.end")
+        def both_started() -> list[dict[str, Any]] | None:
             starts = [e for e in events if e["event"] == "serve.start"]
-            while len(starts) < 2:
-                await trio.sleep(0.05)
-                starts = [e for e in events if e["event"] == "serve.start"]
+            return starts if len(starts) >= 2 else None
+
+        starts = await until(both_started, timeout=30, what="both serve.start")
         metrics_url = next(e for e in starts if e["comp"] == "metrics")["urls"][0]
         serve_url = next(e for e in starts if e["comp"] != "metrics")["urls"][0]
         async with httpx.AsyncClient() as client:
@@ -91,9 +91,12 @@ async def test_metrics_health_file_and_probes_after_a_run_with_known_counts(tmp_
         assert (health.status_code, health.text) == (200, "ok\n")
         assert (ready.status_code, ready.text) == (200, "ok\n")
         assert metrics_ready.status_code == 200
-        with trio.fail_after(10):  # rewritten about every second: the first write may predate readiness
-            while not (doc := json.loads(health_file.read_text()))["ready"]:
-                await trio.sleep(0.1)
+        # rewritten about every second: the first write may predate readiness
+        def ready() -> dict[str, Any] | None:
+            doc = json.loads(health_file.read_text())
+            return doc if doc["ready"] else None
+
+        doc = await until(ready, timeout=10, what="health.json ready")
         assert doc["alive"] is True and doc["ready"] is True and doc["draining"] is False
         assert doc["mode"] == "once" and doc["supervisor_tick_age_ms"] < 5000
         latch.request("test")

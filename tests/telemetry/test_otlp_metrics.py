@@ -24,6 +24,7 @@ from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.telemetry.otlp import ReceivedPoint, otlp_receiver
 from tests.telemetry.test_metrics import _mcp
+from tests.waiting import until
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5}
 KEY = "k-METRICS-SECRET-77"
@@ -111,9 +112,8 @@ async def test_metrics_are_exported_periodically_while_the_daemon_runs():
             done.set()
 
         nursery.start_soon(daemon)
-        with trio.fail_after(30):  # a served daemon has no run: its exports carry at least its memory
-            while len(receiver.metric_exports) < 3:
-                await trio.sleep(0.05)
+        # a served daemon has no run: its exports carry at least its memory
+        await until(lambda: len(receiver.metric_exports) >= 3, timeout=30, what="three metric exports")
         latch.request("test")
         with trio.fail_after(30):
             await done.wait()

@@ -26,6 +26,7 @@ from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway
 from tests.telemetry.otlp import otlp_receiver
 from tests.telemetry.test_traces import _decide, _mcp
+from tests.waiting import until
 
 
 @pytest.fixture(autouse=True)
@@ -63,9 +64,8 @@ async def _scrape_after_a_tree(*extra: str) -> tuple[dict[tuple[str, tuple[tuple
             ended.set()
 
         nursery.start_soon(daemon)
-        with trio.fail_after(90):
-            while not any(e["event"] == "run.end" and e["agent_path"] == "0" for e in events):
-                await trio.sleep(0.05)
+        await until(lambda: any(e["event"] == "run.end" and e["agent_path"] == "0" for e in events), timeout=90,
+                    what="the root's run.end")
         url = next(e for e in events if e["event"] == "serve.start" and e["comp"] == "metrics")["urls"][0]
         async with httpx.AsyncClient() as client:
             scraped = await client.get(url)

@@ -14,6 +14,7 @@ from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
 from agentd.transport.ui_app import CSP, session_value
+from tests.waiting import until
 
 TOKEN = "ui-serve-token-1234"
 
@@ -29,9 +30,7 @@ async def _serving(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) 
             await main(cfg, log=EventLog(sink=events.append, level=cfg.log_level), env=env)
 
     nursery.start_soon(daemon)
-    with trio.fail_after(20):
-        while not any(e["event"] == "serve.start" for e in events):
-            await trio.sleep(0.02)
+    await until(lambda: any(e["event"] == "serve.start" for e in events), timeout=20, what="serve.start")
     url = next(e for e in events if e["event"] == "serve.start")["urls"][0]
     return url.split("/mcp")[0].rstrip("/"), latch, events
 

@@ -87,7 +87,7 @@ class LegacyPeer:
         async def slow(seconds: float, ctx: Context) -> str:  # type: ignore[type-arg]
             rid = ctx.request_id
             try:
-                await anyio.sleep(seconds)
+                await anyio.sleep(seconds)  # real time: the peer's slow tool, a call in flight for a real client
             except anyio.get_cancelled_exc_class():
                 reason = self.cancel_reasons.pop(str(rid), None)
                 self.cancelled.append({"requestId": _as_id(rid), "reason": reason, "via": "notification"})

@@ -295,7 +295,7 @@ class ModernPeer:
                     "isError": False}
         if name == "slow":
             seconds = float(args.get("seconds", 1.0))
-            await trio.sleep(seconds)
+            await trio.sleep(seconds)  # real time: the peer's slow tool, a call in flight for a real client
             return {"content": [{"type": "text", "text": f"slept {seconds}"}], "isError": False}
         if name == "research" and self.with_tasks:
             return self.create_task(params, args)
@@ -497,7 +497,7 @@ class ModernPeer:
 
     async def _keepalive(self, send: Any) -> None:
         while True:
-            await trio.sleep(self.keepalive)
+            await trio.sleep(self.keepalive)  # real time: the peer's keep-alive interval on a real stream
             await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
 
     # -- side doors ------------------------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ class TestPeer:
     async def _slow(self, ctx: ServerRequestContext[Any], seconds: float) -> types.CallToolResult:
         rid = ctx.request_id
         try:
-            await anyio.sleep(seconds)
+            await anyio.sleep(seconds)  # real time: the peer's slow tool, a call in flight for a real client
         except anyio.get_cancelled_exc_class():
             # A legacy notifications/cancelled arrives (and is recorded) before the scope is cancelled; a modern
             # client cancels by closing the response stream, which leaves no reason.
@@ -304,7 +304,7 @@ class TestPeer:
             self.subscribers.setdefault(uri, weakref.WeakSet()).add(connection)
         if uri == "test://racy-notify":
             await self.bump(uri)
-            await anyio.sleep(0.2)  # the update is on its way before the answer
+            await anyio.sleep(0.2)  # real time: the update is on its way to a real client before the answer
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams

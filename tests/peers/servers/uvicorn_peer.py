@@ -42,6 +42,6 @@ async def serve_app(app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         if task.done():
             await task
             raise SystemExit("server exited before it started")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # real time: uvicorn has no start event; the launcher bounds this peer's start
     print(f"LISTENING http://{host}:{bound}/mcp", flush=True)
     await task
