@@ -23,6 +23,7 @@ from tests.peers.launch import free_port
 from tests.reactive.live import config, live_daemon
 from tests.reactive.test_live import wake_prompts
 from tests.selfmcp.harness import LegacyPeer
+from tests.waiting import until
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -75,8 +76,8 @@ async def test_the_parent_stream_survives_a_sigkilled_child_and_wakes_once_per_r
                     first = await _spawn(peer, "say first")
                     await parent.events.wait_for("run.end", trigger="wake")
                     held = await _spawn(peer, HOLD)  # still running when the child dies
-                    while not any(HOLD in json.dumps(r.body) for r in child_gw.requests):
-                        await trio.sleep(0.05)
+                    await until(lambda: any(HOLD in json.dumps(r.body) for r in child_gw.requests), timeout=60,
+                                what="the held run's model request")
                     os.kill(child.pid, signal.SIGKILL)
                     await parent.events.wait_for("events.poll_failed")  # the stream broke
                     async with agentd_worker(argv):  # back on the same address, its journal read

@@ -42,6 +42,7 @@ from tests.security.idp import idp
 from tests.selfmcp.backend import TaskBackend
 from tests.selfmcp.harness import MODERN, LegacyPeer, decode_reply, modern_headers, rpc
 from tests.selfmcp.test_asgi_clock import Exchange
+from tests.waiting import until
 
 EXTENSION = "io.modelcontextprotocol/events"
 SUB = "io.modelcontextprotocol/subscriptionId"
@@ -178,12 +179,12 @@ async def test_streams_are_per_principal_capped_and_refusals_open_no_stream() ->
                     await bob.initialize()
                     await carol.initialize()
                     theirs = await _spawn_async(bob, "say fine")
-                    while True:  # bob sees his own event (so it is in the log)
+                    async def bob_sees_it() -> bool:  # bob sees his own event (so it is in the log)
                         answer = await client.post(url, headers={**modern_headers("events/poll"), **auth["bob"]},
                                                    json=rpc("events/poll", _params(name=FINISHED, cursor=start_bob)))
-                        if decode_reply(answer)["result"]["events"]:
-                            break
-                        await trio.sleep(0.05)
+                        return bool(decode_reply(answer)["result"]["events"])
+
+                    await until(bob_sees_it, timeout=60, what="bob's own subagent.finished")
                     mine = await _spawn_async(carol, "say fine")
                     event = await frames.next_event()
                     assert event["data"]["handle"] == mine != theirs, event
@@ -226,7 +227,7 @@ async def test_streams_are_per_principal_capped_and_refusals_open_no_stream() ->
                         if not refusals:
                             break
                         assert refusals.pop()["error"]["code"] == wire.RESOURCE_EXHAUSTED
-                        await trio.sleep(0.05)
+                        await trio.sleep(0.05)  # real time: the server sees the closed stream go only after its reader does
                     nursery.cancel_scope.cancel()
 
 

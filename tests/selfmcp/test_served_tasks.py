@@ -325,9 +325,10 @@ async def test_served_tasks_push_their_status_to_a_listen_naming_them() -> None:
                             got.append(await pool.call_tool("child", "subagent.spawn", {"instruction": LATER}))
 
                         nursery.start_soon(call)
-                        while not any(e.get("listen") == "acknowledged" and "taskIds" in (e.get("notifications") or {})
-                                      for e in events.named("mcp.stream")):
-                            await trio.sleep(0.05)  # the poller asked for the task's status pushes
+                        await until(lambda: any(e.get("listen") == "acknowledged"
+                                                and "taskIds" in (e.get("notifications") or {})
+                                                for e in events.named("mcp.stream")),
+                                    timeout=50, what="the poller asking for the task's status pushes")
                         later.set()
             [result] = got
             assert "later answer" in json.dumps(result.structured), result

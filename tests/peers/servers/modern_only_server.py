@@ -489,7 +489,7 @@ class ModernPeer:
         task = self.tasks[task_id]
         if task["ask"] or task["cancelled"]:
             return
-        await trio.sleep_until(task["started"] + task["seconds"])
+        await trio.sleep_until(task["started"] + task["seconds"])  # real time: the fixture's task runs this long
         view = self._task_view(task_id)
         if view["status"] == "completed":
             self.tasks_pushed.append(task_id)
