@@ -25,8 +25,11 @@ still serialises the writers; the flock only shortens the wait). The kernel drop
 Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`, so the batches of concurrent
 runs that queue while one transaction is on the worker thread share the next transaction and its one fsync.
 
-Schema: a ``meta`` table holds ``schema_version``. A file with a newer version, or a database that is not a
-journal, is refused with :class:`~agentd.journal.errors.JournalSchemaError` before anything is written.
+Schema: declared once for both stores (agentd.journal.schema), rendered for SQLite by agentd.journal.ddl. A
+``meta`` table holds ``schema_version``. A file with a newer version, or a database that is not a journal, is
+refused with :class:`~agentd.journal.errors.JournalSchemaError` before anything is written; an older one is
+brought up to date by the first writer to open it (migrations only add, so a reader of either version
+reads it), in the same write transaction that re-reads its version.
 
 Leases: one process owns the file, so :meth:`SqliteJournal.claim` and friends are in-memory bookkeeping
 with the same contract (a live lease of another owner refuses a claim; tokens only grow).
@@ -47,6 +50,7 @@ import attrs
 import trio
 
 from agentd.events import Redactor
+from agentd.journal.ddl import SQLITE
 from agentd.journal.errors import JournalError, JournalSchemaError
 from agentd.journal.group import GroupCommit, Pending
 from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
@@ -58,8 +62,8 @@ if TYPE_CHECKING:
 
 #: The journal's file name inside the state directory.
 DB_NAME: Final = "journal.sqlite3"
-#: The schema this agentd writes; a file with a larger one is refused.
-SCHEMA_VERSION: Final = 1
+#: The schema this agentd writes (agentd.journal.schema, as SQLite holds it); a file with a larger one is refused.
+SCHEMA_VERSION: Final = SQLITE.version
 #: Seconds SQLite waits for a lock held by another connection (a reader such as ``agentd journal``).
 BUSY_TIMEOUT: Final = 10.0
 #: Bound on closing the store when its owner is cancelled.
@@ -69,24 +73,6 @@ LOCK_SUFFIX: Final = "-lock"
 #: First and longest pause between tries of a writers' lock another process holds, seconds.
 LOCK_POLL_MIN: Final = 0.00005
 LOCK_POLL_MAX: Final = 0.002
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, status TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL,
-    parent TEXT, next_seq INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at) WHERE ended_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS runs_running ON runs (started_at) WHERE ended_at IS NULL;
-CREATE TABLE IF NOT EXISTS entries (
-    run_id TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS state (
-    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at REAL NOT NULL,
-    PRIMARY KEY (namespace, key)
-) WITHOUT ROWID;
-"""
 
 T = TypeVar("T")
 
@@ -156,18 +142,26 @@ class JournalFile:
             if str(mode).lower() != "wal":
                 raise JournalError(f"journal {self.path}: cannot enable WAL mode (got {mode})")
             self.conn.execute("PRAGMA synchronous=NORMAL")
-            if version is None:
+            if version is None or version < SCHEMA_VERSION:
                 with self._writing():
-                    self._create_schema()
+                    self._migrate()
         except sqlite3.Error as exc:
             self._rollback()
             raise JournalError(f"journal {self.path}: cannot initialise ({exc})") from None
 
-    def _create_schema(self) -> None:
+    def _migrate(self) -> None:
+        """Create the schema, or add what this agentd's version brought, under the write lock: the version is
+        read again there, so two writers opening one new file at once create it once."""
         self.conn.execute("BEGIN IMMEDIATE")
-        for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-            self.conn.execute(statement)
-        self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        row = None
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        before = int(row[0]) if row is not None else 0
+        if before < SCHEMA_VERSION:
+            for statement in SQLITE.migration(before):
+                self.conn.execute(statement)
+            self.conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) "
+                              "DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))  # fmt: skip
         self.conn.execute("COMMIT")
 
     @contextmanager

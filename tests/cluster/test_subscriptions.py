@@ -346,11 +346,11 @@ async def test_the_agents_own_requests_become_cluster_rows(pg_dsn):
 async def test_a_version_1_schema_is_migrated_forward(pg_dsn):
     import psycopg
 
-    from agentd.cluster import migrations
     from agentd.cluster.store import open_database
+    from tests.journal import released_schemas
 
     with psycopg.connect(pg_dsn, password=PASSWORD, autocommit=True) as conn:
-        for statement in filter(None, (s.strip() for s in migrations.MIGRATIONS[0][1].split(";"))):
+        for statement in released_schemas.statements(released_schemas.POSTGRES_V1):
             conn.execute(statement.encode())
         conn.execute("INSERT INTO agentd_meta (key, value) VALUES ('schema_version', '1')")
         conn.execute("INSERT INTO agentd_work (work_id, kind, payload, created_at, not_before) "
