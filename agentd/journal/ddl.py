@@ -36,6 +36,8 @@ class Dialect:
     false: str
     #: After a key-ordered table's closing parenthesis.
     key_ordered: str = ""
+    #: Whether the dialect has sequences (SQLite has none: a counter must be of a scope it does not hold).
+    counters: bool = True
     schema: Schema = SCHEMA
 
     @property
@@ -83,6 +85,8 @@ class Dialect:
             + (f" WHERE {i.where}" if i.where is not None else "")
             for t in schema.tables for i in t.indexes if i.since > before
         ]
+        if schema.counters and not self.counters:
+            raise ValueError(f"journal schema: {self.name} has no sequences, yet holds {schema.counters[0].name}")
         counters = [f"CREATE SEQUENCE {self.named(c.name)}" for c in schema.counters if c.since > before]
         return (*tables, *columns, *indexes, *counters)
 
@@ -91,7 +95,7 @@ class Dialect:
 SQLITE: Final = Dialect(
     "sqlite", "",
     {"text": "TEXT", "real": "REAL", "integer": "INTEGER", "bigint": "BIGINT", "boolean": "BOOLEAN"},
-    frozenset({"journal"}), true="1", false="0", key_ordered=" WITHOUT ROWID",
+    frozenset({"journal"}), true="1", false="0", key_ordered=" WITHOUT ROWID", counters=False,
 )
 #: The cluster's PostgreSQL database: the journal and the cluster's own tables, each name prefixed ``agentd_``.
 POSTGRES: Final = Dialect(

@@ -115,9 +115,6 @@ class Schema:
             sinces += [table.since, *(c.since for c in table.columns), *(i.since for i in table.indexes)]
         return max(sinces, default=0)
 
-    def table(self, name: str) -> Table:
-        return next(t for t in self.tables if t.name == name)
-
 
 def _t(name: str) -> Column:
     return Column(name, "text")

@@ -164,3 +164,9 @@ def test_a_later_version_migrates_to_what_a_fresh_database_of_it_is(base: Dialec
 def test_a_declaration_that_could_not_migrate_is_refused(table, reason):
     with pytest.raises(ValueError, match=reason):
         table()
+
+
+def test_sqlite_cannot_be_given_a_sequence():
+    shared_counter = Schema(SCHEMA.tables, (Counter("fence", "journal"),))
+    with pytest.raises(ValueError, match="sqlite has no sequences, yet holds fence"):
+        attrs.evolve(SQLITE, schema=shared_counter).migration(0)
