@@ -43,7 +43,7 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loopback import is_loopback_host
 from agentd.operator import Operator, use_operator
-from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
+from agentd.run import Beside, Opened, open_state, outcome_of, reraise_if_not_an_outcome, run_config
 from agentd.secrets import SecretResolver
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
@@ -558,7 +558,8 @@ async def _once(
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
     shared: Shared | None = None,
 ) -> RunResult:
-    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
+    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains, and,
+    with an MCP server, the in-run ``subscribe`` and ``await_resource`` (agentd.reactive.once).
 
     When the run ends its own subagents (``0.*``) are cancelled, as a finishing parent's are; served
     runs (``served.N``) on the same supervisor keep running until the daemon drains.
@@ -575,7 +576,8 @@ async def _once(
     try:
         # Its result counts its subagents' usage once they ended (root.settle_run ends those left running).
         return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,
-                                journal=journal, settle=root.settle_run)
+                                journal=journal, settle=root.settle_run,
+                                beside=_in_run_waits(cfg, log, controls) if cfg.mcp else None)
     except BaseException:
         drain = current_drain()
         if drain.requested:  # cut by the drain's end: its subagents' usage still shows in the final document
@@ -585,6 +587,15 @@ async def _once(
         raise
     finally:
         root.cancel_own_subtree("parent ended")
+
+
+def _in_run_waits(cfg: Config, log: EventLog, controls: ControlToolRegistry) -> Beside:
+    def beside(opened: Opened) -> contextlib.AbstractAsyncContextManager[None]:
+        from agentd.reactive.once import in_run_waits  # the watcher: only for a once run with an MCP server
+
+        return in_run_waits(opened, controls, log, cfg.poll_interval)
+
+    return beside
 
 
 async def _daemon_mode(

@@ -98,6 +98,10 @@ class Opened:
         return max(self.end - trio.current_time(), 1e-3) if self.end != math.inf else math.inf
 
 
+#: Held open around a run's loop once its pool is open (``run_config(beside=...)``).
+Beside = Callable[[Opened], contextlib.AbstractAsyncContextManager[None]]
+
+
 def limits_of(cfg: Config) -> Limits:
     return Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
 
@@ -543,6 +547,7 @@ async def run_config(
     journal: JournalStore | None = None,
     parent: str | None = None,
     settle: Callable[[], Awaitable[RunUsage]] | None = None,
+    beside: Beside | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
@@ -550,7 +555,9 @@ async def run_config(
     subset, limits and context seed. Emits ``run.start`` and ``run.end``. With ``journal`` the run is
     journaled, resumed when unfinished, or answered from the journal when already finished. ``settle`` (the
     supervisor's, for a run that may spawn) is awaited once the loop has its result: it ends the subagents
-    the run left running and returns what its subagents used, which the result's usage counts.
+    the run left running and returns what its subagents used, which the result's usage counts. ``beside``
+    (the once run's in-run ``subscribe``, agentd.reactive.once) is held open around the loop once the run's
+    pool is: what it enters may register control tools on ``controls`` that use that pool.
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -586,10 +593,11 @@ async def run_config(
                                 egress=cfg.egress.policy()) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
                 rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
-                with _reloadable_model(opened.intel):
-                    result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
-                                            controls=controls, on_usage=on_usage, peers=opened.peers,
-                                            journal=journaled.recorder if journaled is not None else None)
+                async with beside(opened) if beside is not None else contextlib.nullcontext():
+                    with _reloadable_model(opened.intel):
+                        result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
+                                                controls=controls, on_usage=on_usage, peers=opened.peers,
+                                                journal=journaled.recorder if journaled is not None else None)
         except BaseException as exc:
             reraise_if_not_an_outcome(exc, log)
             if isinstance(flatten(exc), ConnectDeadline):
@@ -608,6 +616,7 @@ async def run_config(
 
 
 __all__ = [
+    "Beside",
     "ConnectDeadline",
     "Gateway",
     "Journaled",
