@@ -153,6 +153,12 @@ async def open_run(
         raise ConnectDeadline(f"the run deadline ({deadline:g} s) passed while connecting")
 
 
+@asynccontextmanager
+async def _held(opened: Opened) -> AsyncIterator[Opened]:
+    """What another owner opened and closes (``run_config(shared=...)``)."""
+    yield opened
+
+
 def _open_gateway(gateway: Gateway, *, log: EventLog, secrets: SecretResolver, egress: EgressPolicy | None,
                   swappable: bool = False) -> contextlib.AbstractAsyncContextManager[Intelligence]:
     """The intelligence client for ``gateway``; ``swappable`` (under an operator): one a reload may replace."""
@@ -548,6 +554,7 @@ async def run_config(
     parent: str | None = None,
     settle: Callable[[], Awaitable[RunUsage]] | None = None,
     beside: Beside | None = None,
+    shared: Opened | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
@@ -557,7 +564,9 @@ async def run_config(
     supervisor's, for a run that may spawn) is awaited once the loop has its result: it ends the subagents
     the run left running and returns what its subagents used, which the result's usage counts. ``beside``
     (the once run's in-run ``subscribe``, agentd.reactive.once) is held open around the loop once the run's
-    pool is: what it enters may register control tools on ``controls`` that use that pool.
+    pool is: what it enters may register control tools on ``controls`` that use that pool. ``shared`` (a
+    cluster member's claimed runs, as a daemon's wakes share the daemon's) is an already open gateway client,
+    MCP pool and A2A peers the run uses instead of opening its own.
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -590,9 +599,10 @@ async def run_config(
                 await continue_children(journaled.recorder, controls)
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
                                 deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers,
-                                egress=cfg.egress.policy()) as opened:
+                                egress=cfg.egress.policy()) if shared is None else _held(shared) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
-                rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
+                rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining())) \
+                    if shared is None else request
                 async with beside(opened) if beside is not None else contextlib.nullcontext():
                     with _reloadable_model(opened.intel):
                         result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
