@@ -12,9 +12,9 @@ same on every member (:meth:`ClusterBackend.lookup`, for a handle this member di
 watches it like its own, so its subscribers get the terminal update).
 
 Watching a handle costs one read of the shared journal, then a wait for the item's ``NOTIFY agentd_done``
-(agentd.cluster.watch, heard by the member's listener) with a slow bounded re-read as the fallback
-(:data:`~agentd.cluster.watch.FALLBACK_POLL`), so an end reaches subscribers on every member at once without
-a poll per watched handle on the member's one connection.
+(agentd.cluster.watch, heard by the member's listener) with the member's one read of every watched handle's
+state every :data:`~agentd.cluster.watch.FALLBACK_POLL` as the fallback, so an end reaches subscribers on
+every member at once without a poll per watched handle on the member's one connection.
 
 Ownership (agentd.transport.tenancy): the spawning principal goes into the row's payload (``principal``), so
 every member answers a cluster handle to its owner only (and to an operator); a row without one (enqueued
@@ -38,7 +38,7 @@ import trio
 
 from agentd.cluster.errors import ClusterUnavailable
 from agentd.cluster.store import PgJournal
-from agentd.cluster.watch import FALLBACK_POLL, DoneWatch
+from agentd.cluster.watch import FALLBACK_POLL, WAITER_FALLBACK, DoneWatch
 from agentd.cluster.work import enqueue, request_cancel, view
 from agentd.ids import new_run_id
 from agentd.journal.errors import JournalError
@@ -105,10 +105,13 @@ async def read_tasks(store: PgJournal, principal: str | None, ended_since: float
 
 
 async def read_view(store: PgJournal, handle: str) -> RunView | None:
-    """A cluster handle's state from the shared journal: running until its run's ``run.ended``."""
+    """A cluster handle's state from the shared journal: running until its row is done (one read), then its
+    run's ``run.ended`` (a second read, once)."""
     seen = await view(store, handle)
     if seen is None:
         return None
+    if seen.status != "done":  # its run.ended commits no later than the row is marked done
+        return RunView(handle, "running", False)
     run = await store.read_run(handle)
     ended = rebuild(run).ended if run is not None else None
     if ended is None:
@@ -207,8 +210,11 @@ class ClusterBackend:
     async def wait(self, handle: str) -> RunView:
         if not is_cluster_handle(handle):
             return await self.local.wait(handle)
+        # With the member's listener, the member looks at every watched handle's state at once every
+        # FALLBACK_POLL (agentd.cluster.member): this waiter reads its own only as a last resort.
+        wait = FALLBACK_POLL if self.watch is None else WAITER_FALLBACK
         while True:
-            seen = await self._until_done(handle, FALLBACK_POLL)
+            seen = await self._until_done(handle, wait)
             if seen is not None:
                 return seen
 
