@@ -330,9 +330,11 @@ def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
 
 async def _claimed_runs_share(cfg: Config, log: EventLog, env: Mapping[str, str] | None, *,
                               task_status: trio.TaskStatus[Opened] = trio.TASK_STATUS_IGNORED) -> None:
-    """The gateway client, MCP pool and A2A peers a member's claimed runs share, open for the member's life (as
-    a daemon's wakes share the daemon's): a thousand runs waiting at once hold a thousand conversations, not a
-    thousand pools. A required server that cannot be reached fails the member at its start (exit 6)."""
+    """The MCP pool a member's claimed runs share, open for the member's life (as a daemon's wakes share the
+    daemon's; a reload reopens its servers once): a thousand runs waiting at once hold a thousand conversations,
+    not a thousand pools and their catalogues. Each run still opens its own model client, so a thousand model
+    calls do not queue on one client's few connections or trip one breaker together. A required server that
+    cannot be reached fails the member at its start (exit 6)."""
     async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=SecretResolver(env=env, redactor=log.redactor),
                         run_id=log.run_id, a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
         task_status.started(opened)
