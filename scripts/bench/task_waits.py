@@ -205,7 +205,7 @@ def section(r: dict[str, Any], command: str) -> str:
         "every heartbeat; the MCP pool is the member's, shared) besides the task wait itself, which is a sleeping trio task between polls. The serving member's is "
         "the served handle, its task state and its watch of the row's end.",
         "",
-        "Before two changes made with this benchmark (2026-12-07, 200 tasks, same command otherwise): a claimed "
+        "Before two changes made with this benchmark (2026-12-07, 200 tasks polled every 5 s, loaded machine): a claimed "
         "run opened an MCP pool of its own (its connection, session and tool catalogue: 84 KiB measured alone), "
         "245 KiB of RSS per task being polled (now the member's runs share one pool, as a daemon's wakes do: "
         "79.5 KiB at 200); and every watched cluster handle re-read its row and its run every 5 s, 13.5 ms of the "
@@ -215,7 +215,10 @@ def section(r: dict[str, Any], command: str) -> str:
         "then a thousand runs' model calls queue on its four connections and trip its one breaker together (in "
         "that run 255 of the 1,000 runs ended `intelligence_failed` before their first answer), so each run keeps "
         "its own. The CPU of a poll is mostly the HTTP request itself (httpx, httpcore and the socket's system "
-        "calls, in a profile of the working member).",
+        "calls, in a profile of the working member). With `--poll-ms 5000` at load 18.6 the single-process peer "
+        "did not keep up (882 polls in 60 s of 12,000) and the figure per poll came out at 6.3 ms: 1,000 polls due "
+        "at once open as many connections to the shared pool's server and keep 32 alive, so most polls connect "
+        "anew.",
     ])
 
 
