@@ -43,7 +43,16 @@ from agentd.loop.control import ControlToolRegistry
 from agentd.loop.result import RunResult, RunStatus, RunUsage
 from agentd.loopback import is_loopback_host
 from agentd.operator import Operator, use_operator
-from agentd.run import open_state, outcome_of, reraise_if_not_an_outcome, run_config
+from agentd.run import (
+    Beside,
+    Gateway,
+    Opened,
+    open_run,
+    open_state,
+    outcome_of,
+    reraise_if_not_an_outcome,
+    run_config,
+)
 from agentd.secrets import SecretResolver
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
@@ -232,7 +241,8 @@ async def _main(
             # The subagents of the member's own run and wakes journal in the shared database too (unfenced, as
             # those runs are); a claimed item's, fenced by its lease (_cluster_executor).
             supervisor.journal_at = child_locator(cluster.store, None)
-            await daemon.start(cluster.serve, _cluster_executor(cfg, log, env, supervisor, cluster))
+            shared = await daemon.start(_claimed_runs_share, cfg, log, env) if cfg.cluster_capacity > 0 else None
+            await daemon.start(cluster.serve, _cluster_executor(cfg, log, env, supervisor, cluster, shared))
         if (health := current_health()) is not None:
             health.started = True
         try:
@@ -318,8 +328,21 @@ def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
     return ClusterReactive(subs, cluster.log, cluster.ttl, payload)
 
 
+async def _claimed_runs_share(cfg: Config, log: EventLog, env: Mapping[str, str] | None, *,
+                              task_status: trio.TaskStatus[Opened] = trio.TASK_STATUS_IGNORED) -> None:
+    """The MCP pool a member's claimed runs share, open for the member's life (as a daemon's wakes share the
+    daemon's; a reload reopens its servers once): a thousand runs waiting at once hold a thousand conversations,
+    not a thousand pools and their catalogues. Each run still opens its own model client, so a thousand model
+    calls do not queue on one client's few connections or trip one breaker together. A required server that
+    cannot be reached fails the member at its start (exit 6)."""
+    async with open_run(Gateway.of(cfg), cfg.mcp, log=log, secrets=SecretResolver(env=env, redactor=log.redactor),
+                        run_id=log.run_id, a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
+        task_status.started(opened)
+        await trio.sleep_forever()
+
+
 def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None, supervisor: Supervisor,
-                      cluster: Cluster) -> Execute:
+                      cluster: Cluster, shared: Opened | None = None) -> Execute:
     """How a member runs a claimed item: one run of this daemon's configuration with the item's instruction,
     journaled through the item's fenced journal (a re-claimed item resumes from its last committed step).
 
@@ -345,7 +368,7 @@ def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None,
             return await run_config(cfg, run_id=item.work_id, log=log, env=env,
                                     instruction=str(payload["instruction"]),
                                     output_contract=contract if isinstance(contract, str) else None, journal=journal,
-                                    controls=controls, settle=settle)
+                                    controls=controls, settle=settle, shared=shared)
         finally:
             supervisor.journal_trees.pop(item.work_id, None)
 
@@ -558,7 +581,8 @@ async def _once(
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
     shared: Shared | None = None,
 ) -> RunResult:
-    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains.
+    """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains, and,
+    with an MCP server, the in-run ``subscribe`` and ``await_resource`` (agentd.reactive.once).
 
     When the run ends its own subagents (``0.*``) are cancelled, as a finishing parent's are; served
     runs (``served.N``) on the same supervisor keep running until the daemon drains.
@@ -575,7 +599,8 @@ async def _once(
     try:
         # Its result counts its subagents' usage once they ended (root.settle_run ends those left running).
         return await run_config(cfg, run_id=log.run_id, log=log, env=env, controls=controls, on_usage=on_usage,
-                                journal=journal, settle=root.settle_run)
+                                journal=journal, settle=root.settle_run,
+                                beside=_in_run_waits(cfg, log, controls) if cfg.mcp else None)
     except BaseException:
         drain = current_drain()
         if drain.requested:  # cut by the drain's end: its subagents' usage still shows in the final document
@@ -585,6 +610,15 @@ async def _once(
         raise
     finally:
         root.cancel_own_subtree("parent ended")
+
+
+def _in_run_waits(cfg: Config, log: EventLog, controls: ControlToolRegistry) -> Beside:
+    def beside(opened: Opened) -> contextlib.AbstractAsyncContextManager[None]:
+        from agentd.reactive.once import in_run_waits  # the watcher: only for a once run with an MCP server
+
+        return in_run_waits(opened, controls, log, cfg.poll_interval)
+
+    return beside
 
 
 async def _daemon_mode(

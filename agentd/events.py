@@ -75,6 +75,7 @@ VOCABULARY: Final[frozenset[str]] = frozenset(
         "mcp.subscribe", "mcp.subscribe_degraded", "mcp.updated", "mcp.cancelled", "mcp.server_request",
         "mcp.protocol_error", "mcp.stream", "mcp.closed", "mcp.era",
         "mcp.task", "mcp.task_pushed", "mcp.task_input", "mcp.task_resumed", "mcp.task_cancelled", "mcp.task_cancel_failed",
+        "mcp.task_poll_failed",
         # A2A client side (peers a run delegates to) and the served A2A endpoint
         "a2a.card", "a2a.card_failed", "a2a.skill_description", "a2a.delegate", "a2a.task_end", "a2a.cancel",
         "a2a.cancel_failed", "a2a.served",

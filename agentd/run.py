@@ -98,6 +98,10 @@ class Opened:
         return max(self.end - trio.current_time(), 1e-3) if self.end != math.inf else math.inf
 
 
+#: Held open around a run's loop once its pool is open (``run_config(beside=...)``).
+Beside = Callable[[Opened], contextlib.AbstractAsyncContextManager[None]]
+
+
 def limits_of(cfg: Config) -> Limits:
     return Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
 
@@ -113,8 +117,10 @@ async def open_run(
     deadline: float = math.inf,
     a2a_peers: Sequence[McpServerConfig] = (),
     egress: EgressPolicy | None = None,
+    pool: McpPool | None = None,
 ) -> AsyncIterator[Opened]:
     """Open the intelligence, the MCP pool and the A2A peers for one run (or one daemon's life) and hold them.
+    With ``pool`` (its owner opened it, closes it and applies reloads to it) ``servers`` are not opened.
 
     ``deadline`` (seconds from now) bounds the opening too; once both are open the block owns the rest of the
     time (``Opened.remaining()``), and this scope stops binding. ``egress`` (the config file's ``egress.allow``)
@@ -135,18 +141,26 @@ async def open_run(
             async with (
                 _open_gateway(gateway, log=log, secrets=secrets, egress=egress, swappable=operator is not None
                               ) as intel,
-                open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id, egress=egress) as pool,
+                open_mcp_pool(servers, log=log, secrets=secrets, run_id=run_id, egress=egress) if pool is None
+                else _held(pool) as opened_pool,
                 _open_peers(a2a_peers, log=log, secrets=secrets, egress=egress) as peers,
             ):
                 opening.deadline = math.inf
                 connected = True
-                with _reloadable_connections(intel, pool, log=log, secrets=secrets, egress=egress):
-                    yield Opened(intel, pool, peers, end)
+                with _reloadable_connections(intel, opened_pool, log=log, secrets=secrets, egress=egress,
+                                             servers_too=pool is None):
+                    yield Opened(intel, opened_pool, peers, end)
     except BaseException:
         if connected or not opening.cancel_called:
             raise
     if not connected:  # cut short by the deadline (whatever the half-open connections raised meanwhile)
         raise ConnectDeadline(f"the run deadline ({deadline:g} s) passed while connecting")
+
+
+@asynccontextmanager
+async def _held(pool: McpPool) -> AsyncIterator[McpPool]:
+    """A pool another owner opened and closes (``run_config(shared=...)``)."""
+    yield pool
 
 
 def _open_gateway(gateway: Gateway, *, log: EventLog, secrets: SecretResolver, egress: EgressPolicy | None,
@@ -198,10 +212,12 @@ class _Reopened:
 
 
 def _reloadable_connections(intel: Intelligence, pool: McpPool, *, log: EventLog, secrets: SecretResolver,
-                            egress: EgressPolicy | None) -> contextlib.AbstractContextManager[None]:
+                            egress: EgressPolicy | None, servers_too: bool = True
+                            ) -> contextlib.AbstractContextManager[None]:
     """Under an operator, a reload reopens this run's intelligence endpoints and MCP servers (agentd.ctl.reload):
     opened beside the running ones, swapped in at once (the next model call, the next turn's catalogue), the
-    replaced ones closed when their calls in flight finished."""
+    replaced ones closed when their calls in flight finished. Not ``servers_too``: the pool is another's, whose
+    owner reopens its servers."""
     operator = current_operator()
     if operator is None:
         return contextlib.nullcontext()
@@ -217,7 +233,7 @@ def _reloadable_connections(intel: Intelligence, pool: McpPool, *, log: EventLog
             staged.endpoints = await intel.stage(functools.partial(
                 open_intelligence, list(after.endpoints), model=after.model, token=after.token, stream=after.stream,
                 log=log, secrets=secrets, egress=egress))
-        if tuple(new.mcp) != tuple(old.mcp):
+        if servers_too and tuple(new.mcp) != tuple(old.mcp):
             try:  # as the daemon connected them: a server an --on-event names on the 2026-07-28 wire
                 staged.servers = await pool.stage(speaking_events(new.mcp, new.on_events))
             except BaseException:
@@ -543,6 +559,8 @@ async def run_config(
     journal: JournalStore | None = None,
     parent: str | None = None,
     settle: Callable[[], Awaitable[RunUsage]] | None = None,
+    beside: Beside | None = None,
+    shared: Opened | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
@@ -550,7 +568,11 @@ async def run_config(
     subset, limits and context seed. Emits ``run.start`` and ``run.end``. With ``journal`` the run is
     journaled, resumed when unfinished, or answered from the journal when already finished. ``settle`` (the
     supervisor's, for a run that may spawn) is awaited once the loop has its result: it ends the subagents
-    the run left running and returns what its subagents used, which the result's usage counts.
+    the run left running and returns what its subagents used, which the result's usage counts. ``beside``
+    (the once run's in-run ``subscribe``, agentd.reactive.once) is held open around the loop once the run's
+    pool is: what it enters may register control tools on ``controls`` that use that pool. ``shared`` (a
+    cluster member's claimed runs, as a daemon's wakes share the daemon's pool) is what another owner opened:
+    the run uses its MCP pool instead of opening its own (the model client and A2A peers are still the run's).
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -583,13 +605,15 @@ async def run_config(
                 await continue_children(journaled.recorder, controls)
             async with open_run(gateway, declared, log=log, secrets=resolver, run_id=run_id,
                                 deadline=request.limits.deadline, a2a_peers=cfg.a2a_peers,
-                                egress=cfg.egress.policy()) as opened:
+                                egress=cfg.egress.policy(), pool=shared.pool if shared is not None else None
+                                ) as opened:
                 # The loop owns what is left of the deadline (its own move_on_after keeps the best result so far).
                 rest = attrs.evolve(request, limits=attrs.evolve(request.limits, deadline=opened.remaining()))
-                with _reloadable_model(opened.intel):
-                    result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
-                                            controls=controls, on_usage=on_usage, peers=opened.peers,
-                                            journal=journaled.recorder if journaled is not None else None)
+                async with beside(opened) if beside is not None else contextlib.nullcontext():
+                    with _reloadable_model(opened.intel):
+                        result = await run_with(rest, pool=opened.pool, intel=opened.intel, log=log,
+                                                controls=controls, on_usage=on_usage, peers=opened.peers,
+                                                journal=journaled.recorder if journaled is not None else None)
         except BaseException as exc:
             reraise_if_not_an_outcome(exc, log)
             if isinstance(flatten(exc), ConnectDeadline):
@@ -608,6 +632,7 @@ async def run_config(
 
 
 __all__ = [
+    "Beside",
     "ConnectDeadline",
     "Gateway",
     "Journaled",

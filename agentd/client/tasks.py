@@ -10,7 +10,8 @@ no connection of its own: between polls it only sleeps, and a status notificatio
 sleep early (agentd.client.subscriptions asks for them); polling stays the rule, a push only comes sooner.
 
 Every wait is bounded by the caller's scope (the call timeout and the run's deadline: the connection wraps the
-whole call in both). A wait that ends any other way than with the task's end (cancelled, timed out) sends
+whole call in both); a poll the connection fails is tried again within them, as the task runs on at the
+server. A wait that ends any other way than with the task's end (cancelled, timed out) sends
 ``tasks/cancel``, shielded and bounded by ``CLEANUP_GRACE``. Each status (and status message) the task reports
 becomes one ``mcp.task`` event.
 """
@@ -26,7 +27,7 @@ import trio
 from agentd import defaults, telemetry
 from agentd.client.exchange import CLEANUP_GRACE, Exchange, SessionGone
 from agentd.client.subscriptions import Subscriptions
-from agentd.errors import McpError, McpProtocolError, McpRpcError
+from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError
 from agentd.events import EventLog
 from agentd.mcp import jsonrpc, tasks
 from agentd.mcp.client_session import ResultTypeError
@@ -99,7 +100,7 @@ class TaskWait:
                         break  # 2025-11-25: tasks/result carries the server's questions (answered by the session)
                     await self._update(task)
                 await self._pause(task)
-                task = await self._get(task.task_id)
+                task = await self._poll(task.task_id)
                 self._note(task)
         finally:
             if self.subscriptions is not None:
@@ -122,6 +123,20 @@ class TaskWait:
             if nudge is None:
                 await trio.sleep_forever()
             await nudge.wait()
+
+    async def _poll(self, task_id: str) -> tasks.Task:
+        """``tasks/get`` during the wait. A poll the connection failed (the request's own retries spent: a reset,
+        a reconnect under way) does not end the task, which runs on at the server: it is logged and tried again
+        after a growing pause (at most the interval cap), for as long as the caller's bounds allow."""
+        failures = 0
+        while True:
+            try:
+                return await self._get(task_id)
+            except McpTransportError as exc:
+                failures += 1
+                self.log.warn("mcp.task_poll_failed", server=self.server, tool=self.tool, task_id=task_id,
+                              attempt=failures, error=str(exc))  # fmt: skip
+                await trio.sleep(min(self.poll_cap, self.poll_default * 2 ** min(failures - 1, 5)))
 
     async def _get(self, task_id: str) -> tasks.Task:
         result = await self.exchange.request("tasks/get", tasks.get_params(task_id))

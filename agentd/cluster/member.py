@@ -37,7 +37,7 @@ from agentd.cluster.capacity import CapacityBoard, read_capacity
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
 from agentd.cluster.store import FencedJournal
-from agentd.cluster.watch import DoneWatch
+from agentd.cluster.watch import FALLBACK_POLL, DoneWatch
 from agentd.cluster.work import CANCELLED, DONE_CHANNEL, WORK_CHANNEL, Queue, WorkItem
 from agentd.errors import flatten, leaves
 from agentd.events import EventLog
@@ -89,6 +89,8 @@ class Member:
                 nursery.start_soon(self._heartbeat)
                 if self.listen_db is not None:
                     nursery.start_soon(self._listen, self.listen_db)
+                if self.watch is not None:
+                    nursery.start_soon(self._look_at_watched, self.watch)
                 task_status.started()
                 await self._claim_loop(nursery)
         finally:
@@ -176,6 +178,19 @@ class Member:
                     self._wake.set()
                 elif self.watch is not None:
                     self.watch.done(payload)
+
+    async def _look_at_watched(self, watch: DoneWatch) -> None:
+        """Every FALLBACK_POLL, one read of every watched item's state: an end whose notification was lost
+        reaches its waiters by then (a failed read is tried again at the next look)."""
+        while True:
+            await trio.sleep(FALLBACK_POLL)
+            watched = watch.watched()
+            try:
+                ended = await self.queue.finished(watched)
+            except JournalError:
+                continue
+            for work_id in ended:
+                watch.done(work_id)
 
     async def _claim_loop(self, nursery: trio.Nursery) -> None:
         failures = 0

@@ -8,6 +8,9 @@ own connection) also LISTENs on :data:`~agentd.cluster.work.DONE_CHANNEL` and ha
 :meth:`DoneWatch.done`, which wakes its waiters at once. The waiters still look again every
 :data:`FALLBACK_POLL` seconds (a notification is lost while the listener reconnects, and the listener then
 wakes everyone with :meth:`DoneWatch.recheck`), so a lost notification delays an answer, never loses it.
+That look is the member's, one read for every watched item (agentd.cluster.member), not one per waiter: a
+thousand handles watched cost one statement every :data:`FALLBACK_POLL`; a waiter's own re-read comes only
+every :data:`WAITER_FALLBACK`, should that look itself fail for so long.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from typing import Final
 import attrs
 import trio
 
-#: Longest a waiter sleeps without a notification before reading the item's state again.
+#: Longest a watched item's end goes unseen without a notification: the member then reads every watched item's
+#: state at once.
 FALLBACK_POLL: Final = 5.0
+#: Longest a waiter sleeps before reading its item's state itself (the member's look failed meanwhile).
+WAITER_FALLBACK: Final = 60.0
 
 
 @attrs.define(eq=False)
@@ -59,6 +65,10 @@ class DoneWatch:
         entries, self._waiting = self._waiting, {}
         for entry in entries.values():
             entry.event.set()
+
+    def watched(self) -> list[str]:
+        """The items someone waits on now."""
+        return list(self._waiting)
 
     def __len__(self) -> int:
         return len(self._waiting)

@@ -254,6 +254,15 @@ class Queue:
         ).fetchall(), "read")
         return {r[0] for r in rows}
 
+    async def finished(self, work_ids: Sequence[str]) -> set[str]:
+        """Which of ``work_ids`` are done (one read, however many)."""
+        if not work_ids:
+            return set()
+        rows = await self.db.call(lambda conn: conn.execute(
+            "SELECT work_id FROM agentd_work WHERE work_id = ANY(%s) AND status = 'done'", (list(work_ids),)
+        ).fetchall(), "read")
+        return {r[0] for r in rows}
+
     async def claim(self, limit: int, ttl: float) -> list[WorkItem]:
         """Claim up to ``limit`` open items whose lease is free or expired (see the module docstring)."""
         if limit <= 0:

@@ -181,7 +181,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          f"schedule: the time zone --cron is read in, an IANA name such as Europe/Berlin (default {D.CRON_TIME_ZONE})",
          _MODES, "ZONE"),
     Flag("--poll-interval", "poll_interval", "duration",
-         "reactive: poll resources/read at this interval when a server cannot subscribe (default: off)",
+         "reactive, and a once run's subscribe/await_resource: poll resources/read at this interval when a "
+         "server cannot subscribe (default: off)",
          _MODES, "DURATION"),
     Flag("--debounce", "debounce", "duration", f"reactive: coalescing window per URI (default {_s(D.DEBOUNCE)})",
          _MODES, "DURATION"),

@@ -9,6 +9,11 @@ and never look at the target server at call time.
 ``await_resource`` is different: it blocks inside the run until the next update of a URI satisfies
 its condition (subscribing for the duration if nobody watches it yet) and returns the fresh contents,
 or a timeout observation. It needs an :class:`Awaiter` (``agentd.reactive.watch``).
+
+A once run has no "after the run" (the process ends with it), so its ``subscribe`` (:func:`once_tools`) is
+the in-run kind: it waits, subscribed for the duration, for the next update of the URI and returns the fresh
+contents (``await_resource`` without a condition), bounded by ``timeout_s`` and the run's deadline. The once
+run offers ``await_resource`` too, and neither ``unsubscribe`` nor ``schedule`` (nothing would apply them).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, Final, Literal, Protocol
 
 import attrs
 
-from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
+from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry, Handler
 from agentd.reactive.condition import OPS, Condition, ConditionError
 
 MAX_SUBSCRIPTION_REQUESTS: Final = 16
@@ -152,43 +157,83 @@ def _schedule_tool(requests: SelfRequests) -> ControlTool:
     )
 
 
-def _await_tool(awaiter: Awaiter) -> ControlTool:
+def _await_handler(awaiter: Awaiter, name: str = "await_resource") -> Handler:
+    """The handler of ``await_resource`` (and of a once run's ``subscribe``, ``name`` in its messages)."""
+
     async def handler(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
         uri = _uri(arguments)
         if uri is None:
-            return ControlResult.text("await_resource: uri must be a non-empty string", is_error=True)
+            return ControlResult.text(f"{name}: uri must be a non-empty string", is_error=True)
         timeout = arguments.get("timeout_s", DEFAULT_AWAIT_TIMEOUT)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_AWAIT_TIMEOUT:
-            return ControlResult.text(f"await_resource: timeout_s must be in (0, {MAX_AWAIT_TIMEOUT:g}]",
+            return ControlResult.text(f"{name}: timeout_s must be in (0, {MAX_AWAIT_TIMEOUT:g}]",
                                       is_error=True)
         condition = None
         if arguments.get("condition") is not None:
             try:
                 condition = Condition.from_arguments(arguments["condition"])
             except ConditionError as exc:
-                return ControlResult.text(f"await_resource: {exc}", is_error=True)
+                return ControlResult.text(f"{name}: {exc}", is_error=True)
         outcome = await awaiter.await_resource(uri, condition, float(timeout))
         summary = {"uri": uri, "timed_out": outcome.contents is None, "waited_s": round(outcome.waited_s, 3),
                    "updates_seen": outcome.updates_seen}
         if outcome.contents is None:
             return ControlResult(
-                ({"type": "text", "text": f"await_resource: no matching update of {uri} within {timeout:g} s"},),
+                ({"type": "text", "text": f"{name}: no matching update of {uri} within {timeout:g} s"},),
                 structured=summary,
             )
-        head = {"type": "text", "text": f"await_resource: {uri} {'matched' if condition else 'updated'} after "
+        head = {"type": "text", "text": f"{name}: {uri} {'matched' if condition else 'updated'} after "
                 f"{outcome.updates_seen} update(s), {outcome.waited_s:.3g} s; its current content:"}
         items = tuple(_content_item(uri, item) for item in outcome.contents)
         return ControlResult((head, *items) if items else (head, {"type": "text", "text": "(empty resource)"}),
                              structured=summary)
 
+    return handler
+
+
+def _await_tool(awaiter: Awaiter) -> ControlTool:
     return ControlTool(
         name="await_resource",
         description="Wait until the MCP resource `uri` is updated and its content satisfies `condition` "
         "(a JSON Pointer into the JSON content and an op), then return the fresh content; "
         "returns a timeout observation after `timeout_s` seconds.",
         input_schema=_AWAIT_SCHEMA,
+        handler=_await_handler(awaiter),
+    )
+
+
+_ONCE_SUBSCRIBE_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "uri": _URI_SCHEMA,
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_AWAIT_TIMEOUT,
+                      "default": DEFAULT_AWAIT_TIMEOUT},
+    },
+    "required": ["uri"],
+    "additionalProperties": False,
+}
+
+
+def _once_subscribe_tool(awaiter: Awaiter) -> ControlTool:
+    """``subscribe`` in a once run: wait here for the next update of ``uri`` and return what it is now."""
+    wait = _await_handler(awaiter, "subscribe")
+
+    async def handler(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
+        return await wait({key: arguments[key] for key in ("uri", "timeout_s") if key in arguments}, ctx)
+
+    return ControlTool(
+        name="subscribe",
+        description="Wait until the MCP resource `uri` changes, then return its fresh content (this run "
+        "is a once run: the subscription lasts for this call only, at most `timeout_s` seconds and the run's "
+        "deadline; a timeout is an observation, not an error).",
+        input_schema=_ONCE_SUBSCRIBE_SCHEMA,
         handler=handler,
     )
+
+
+def once_tools(awaiter: Awaiter) -> list[ControlTool]:
+    """A once run's self-tools: the in-run ``subscribe`` and ``await_resource``."""
+    return [_once_subscribe_tool(awaiter), _await_tool(awaiter)]
 
 
 def _content_item(uri: str, item: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -12,9 +12,9 @@ same on every member (:meth:`ClusterBackend.lookup`, for a handle this member di
 watches it like its own, so its subscribers get the terminal update).
 
 Watching a handle costs one read of the shared journal, then a wait for the item's ``NOTIFY agentd_done``
-(agentd.cluster.watch, heard by the member's listener) with a slow bounded re-read as the fallback
-(:data:`~agentd.cluster.watch.FALLBACK_POLL`), so an end reaches subscribers on every member at once without
-a poll per watched handle on the member's one connection.
+(agentd.cluster.watch, heard by the member's listener) with the member's one read of every watched handle's
+state every :data:`~agentd.cluster.watch.FALLBACK_POLL` as the fallback, so an end reaches subscribers on
+every member at once without a poll per watched handle on the member's one connection.
 
 Ownership (agentd.transport.tenancy): the spawning principal goes into the row's payload (``principal``), so
 every member answers a cluster handle to its owner only (and to an operator); a row without one (enqueued
@@ -28,6 +28,7 @@ member's supervisor runs for the served surface); what the cluster runs is bound
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final
@@ -37,7 +38,7 @@ import trio
 
 from agentd.cluster.errors import ClusterUnavailable
 from agentd.cluster.store import PgJournal
-from agentd.cluster.watch import FALLBACK_POLL, DoneWatch
+from agentd.cluster.watch import FALLBACK_POLL, WAITER_FALLBACK, DoneWatch
 from agentd.cluster.work import enqueue, request_cancel, view
 from agentd.ids import new_run_id
 from agentd.journal.errors import JournalError
@@ -46,6 +47,8 @@ from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
 
 #: The prefix of a cluster-wide handle.
 PREFIX: Final = "cluster."
+#: The payload key of a spawn made as an MCP task: its ``createdAt`` (wall clock), the same on every member.
+TASK_KEY: Final = "task_created"
 #: How long ``subagent.cancel`` of a cluster handle waits for the run's end before answering its state, and
 #: how often it re-reads meanwhile (the caller is waiting: a lost notification costs at most this).
 CANCEL_WAIT: Final = 10.0
@@ -56,22 +59,59 @@ def is_cluster_handle(handle: str) -> bool:
     return handle.startswith(PREFIX)
 
 
-async def read_principal(store: PgJournal, handle: str) -> str:
-    """The principal that spawned a cluster handle, from its row's payload ("" when none is recorded)."""
-    row = await store.db.call(lambda conn: conn.execute(
-        "SELECT payload FROM agentd_work WHERE work_id = %s", (handle,)).fetchone(), "read")
-    if row is None:
-        return ""
-    payload = json.loads(row[0]) if isinstance(row[0], str | bytes) else row[0]
-    principal = payload.get("principal") if isinstance(payload, Mapping) else None
+def _payload(value: Any) -> Mapping[str, Any]:
+    payload = json.loads(value) if isinstance(value, str | bytes) else value
+    return payload if isinstance(payload, Mapping) else {}
+
+
+def _principal(payload: Mapping[str, Any]) -> str:
+    principal = payload.get("principal")
     return principal if isinstance(principal, str) else ""
 
 
+def _task_created(payload: Mapping[str, Any]) -> float | None:
+    created = payload.get(TASK_KEY)
+    return float(created) if isinstance(created, int | float) and not isinstance(created, bool) else None
+
+
+async def read_principal(store: PgJournal, handle: str) -> tuple[str, float | None]:
+    """The principal that spawned a cluster handle ("" when none is recorded) and, for one spawned as an MCP
+    task, its ``createdAt`` (wall clock), from its row's payload."""
+    row = await store.db.call(lambda conn: conn.execute(
+        "SELECT payload FROM agentd_work WHERE work_id = %s", (handle,)).fetchone(), "read")
+    if row is None:
+        return "", None
+    payload = _payload(row[0])
+    return _principal(payload), _task_created(payload)
+
+
+async def read_tasks(store: PgJournal, principal: str | None, ended_since: float) -> list[str]:
+    """The cluster handles spawned as MCP tasks by ``principal`` (None: by anyone) that have not ended, or
+    ended after ``ended_since`` (wall clock), oldest first: what ``tasks/list`` shows on any member."""
+
+    def work(conn: Any) -> list[Any]:
+        return list(conn.execute(
+            "SELECT work_id, payload FROM agentd_work WHERE kind = 'spawn' AND payload LIKE %s "
+            "AND (finished_at IS NULL OR finished_at > %s) ORDER BY created_at", (f'%"{TASK_KEY}"%', ended_since),
+        ).fetchall())
+
+    rows = await store.db.call(work, "read")
+    found = []
+    for work_id, value in rows:
+        payload = _payload(value)
+        if _task_created(payload) is not None and (principal is None or _principal(payload) == principal):
+            found.append(str(work_id))
+    return found
+
+
 async def read_view(store: PgJournal, handle: str) -> RunView | None:
-    """A cluster handle's state from the shared journal: running until its run's ``run.ended``."""
+    """A cluster handle's state from the shared journal: running until its row is done (one read), then its
+    run's ``run.ended`` (a second read, once)."""
     seen = await view(store, handle)
     if seen is None:
         return None
+    if seen.status != "done":  # its run.ended commits no later than the row is marked done
+        return RunView(handle, "running", False)
     run = await store.read_run(handle)
     ended = rebuild(run).ended if run is not None else None
     if ended is None:
@@ -89,6 +129,8 @@ class ClusterBackend:
     _views: dict[str, RunView] = attrs.field(factory=dict)
     #: Cluster handle -> the principal that spawned it (from the row's payload).
     _owners: dict[str, str] = attrs.field(factory=dict)
+    #: Cluster handle -> createdAt (wall clock) of one spawned as an MCP task (from the row's payload).
+    _tasks: dict[str, float] = attrs.field(factory=dict)
     _enqueued: int = 0
 
     def queues(self, request: ServedSpawn) -> bool:
@@ -107,6 +149,8 @@ class ClusterBackend:
             payload["output_contract"] = request.output_contract
         if request.owner:
             payload["principal"] = request.owner
+        if request.task:
+            payload[TASK_KEY] = time.time()
         try:
             await enqueue(self.store, handle, "spawn", payload)
         except JournalError as exc:
@@ -115,6 +159,8 @@ class ClusterBackend:
         self._enqueued += 1
         self._views[handle] = RunView(handle, "running", False)
         self._owners[handle] = request.owner
+        if request.task:
+            self._tasks[handle] = payload[TASK_KEY]
         return handle
 
     async def send(self, handle: str, message: str) -> Refusal | None:
@@ -124,6 +170,7 @@ class ClusterBackend:
         if is_cluster_handle(handle):
             self._views.pop(handle, None)
             self._owners.pop(handle, None)
+            self._tasks.pop(handle, None)
         else:
             self.local.forget(handle)
 
@@ -137,7 +184,9 @@ class ClusterBackend:
         try:
             found = await read_view(self.store, handle)
             if found is not None:
-                self._owners[handle] = await read_principal(self.store, handle)
+                self._owners[handle], created = await read_principal(self.store, handle)
+                if created is not None:
+                    self._tasks[handle] = created
             return found
         except JournalError:
             return None
@@ -146,11 +195,26 @@ class ClusterBackend:
         """The principal a cluster handle belongs to (known once spawned here or looked up)."""
         return self._owners.get(handle, "")
 
+    def task_of(self, handle: str) -> float | None:
+        """When a cluster handle was spawned as an MCP task (wall clock, the spawning member's), or None."""
+        return self._tasks.get(handle)
+
+    async def tasks(self, principal: str | None, ended_since: float) -> list[str]:
+        """The cluster handles spawned as MCP tasks by ``principal`` (None: anyone's) on any member, not ended
+        or ended after ``ended_since`` (``tasks/list``; none while the database is away)."""
+        try:
+            return await read_tasks(self.store, principal, ended_since)
+        except JournalError:
+            return []
+
     async def wait(self, handle: str) -> RunView:
         if not is_cluster_handle(handle):
             return await self.local.wait(handle)
+        # With the member's listener, the member looks at every watched handle's state at once every
+        # FALLBACK_POLL (agentd.cluster.member): this waiter reads its own only as a last resort.
+        wait = FALLBACK_POLL if self.watch is None else WAITER_FALLBACK
         while True:
-            seen = await self._until_done(handle, FALLBACK_POLL)
+            seen = await self._until_done(handle, wait)
             if seen is not None:
                 return seen
 

@@ -340,8 +340,9 @@ class JournaledBackend:
         kept = self._kept.get(handle)
         return kept.created_at if kept is not None else None
 
-    def tasks(self) -> list[str]:
-        """The journaled handles spawned as MCP tasks (``tasks/list`` asks after a restart)."""
+    async def tasks(self, principal: str | None, ended_since: float) -> list[str]:
+        """The journaled handles spawned as MCP tasks (``tasks/list`` asks after a restart; the surface keeps
+        the caller's own, and an ended one for as long as it keeps any)."""
         return [handle for handle, kept in self._kept.items() if kept.task]
 
     async def lookup(self, handle: str) -> RunView | None:

@@ -394,8 +394,9 @@ class SelfMcpSurface:
                             ) -> Response | ErrorResponse:
         method = request.method
         if method == "tasks/list":  # the caller's tasks (an ended one for --serve-retention), journaled ones too
-            journaled = getattr(self.backend, "tasks", None)
-            for handle in journaled() if journaled is not None else ():
+            kept = getattr(self.backend, "tasks", None)  # journaled ones (--state-dir), other members' (--cluster)
+            since = time.time() - self.limits.retention
+            for handle in await kept(None if ctx.principal.operator else ctx.principal.key, since) if kept else ():
                 await self._look_up(handle)
             mine = sorted((r for r in self.runs.values() if r.task and ctx.principal.owns(r.owner)),
                           key=lambda r: r.created_at)

@@ -90,3 +90,20 @@ async def test_a_pushed_status_wakes_the_poller(pushing_peer: launch.PeerProcess
     assert [e["task_id"] for e in events.named("mcp.task_pushed")] == [task_id]
     assert events.named("mcp.task_pushed")[0]["status"] == "completed"
     assert [e["status"] for e in events.named("mcp.task")] == ["working", "completed"]
+
+
+async def test_a_poll_the_connection_fails_is_tried_again_and_the_task_still_answers(
+        task_peer: launch.PeerProcess) -> None:
+    """The first ``tasks/get`` breaks, and so does its re-issue (the request's own retries spent): the task runs on
+    at the server, so the wait polls it again and the call returns the task's result, the tool called once."""
+    events = Events()
+    async with open_mcp_pool([server(task_peer.url, "m")], log=events.log) as pool:
+        calls_before = launch.stats(task_peer.url)["requests"].get("tools/call", 0)
+        await trio.to_thread.run_sync(lambda: launch.break_next(task_peer.url, "tasks/get", count=2))
+        with trio.fail_after(30):
+            got = await pool.call_tool("m", "research", {"topic": "storms", "seconds": 0.5})
+    assert got.content == [{"type": "text", "text": "researched storms"}]
+    assert launch.stats(task_peer.url)["requests"]["tools/call"] == calls_before + 1
+    [failed] = events.named("mcp.task_poll_failed")
+    assert failed["attempt"] == 1 and failed["task_id"] == events.named("mcp.task")[0]["task_id"]
+    assert not events.named("mcp.task_cancelled")

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, PgJournal, open_database, open_pg_journal
-from agentd.cluster.watch import FALLBACK_POLL, DoneWatch
+from agentd.cluster.watch import FALLBACK_POLL, WAITER_FALLBACK, DoneWatch
 from agentd.cluster.work import Queue, WorkItem, enqueue
 from agentd.events import EventLog
 from agentd.journal.records import RunEnded
@@ -175,8 +175,9 @@ class _CountingJournal(PgJournal):
 
 
 async def test_a_cluster_handles_end_reaches_a_watcher_on_another_member_through_notify(pg_dsn):
-    """A member watching a cluster handle another member runs reads it once, then waits for the ``done``
-    notification: no reads while it runs, and the end arrives well within the fallback re-read period."""
+    """A member watching a cluster handle another member runs reads its row once (open: its run is not read),
+    then waits for the ``done`` notification: no reads while it runs, and the end arrives well within the
+    fallback look."""
     _CountingJournal.reads = 0
     async with open_pg_journal(pg_dsn, PASSWORD) as other:
         watcher_db = await open_database(pg_dsn, PASSWORD, "test", application="watcher")
@@ -216,10 +217,49 @@ async def _watch_an_end_elsewhere(nursery: trio.Nursery, other: PgJournal, watch
     nursery.start_soon(wait)
     # real time: the run goes on in a real database for a while; the watcher does not poll it meanwhile
     await trio.sleep(2.5)
-    assert _CountingJournal.reads == 1
+    assert _CountingJournal.reads == 0
     await other.append(handle, [RunEnded("completed", {"status": "completed", "done": True, "result": "ok"})])
     await Queue(other, "runner", None, 1).finish(item.lease)
     finished = time.monotonic()
     await until(lambda: ended, timeout=FALLBACK_POLL, what="the watcher saw the end")
     assert ended[0] - finished < 1.5  # the notification, not the 5 s fallback
     assert len(watch) == 0  # no waiter left behind
+
+
+async def test_an_end_whose_notification_is_lost_reaches_the_waiter_at_the_members_look(pg_dsn):
+    """Without a listener (every notification lost) the member's one look at every watched handle, each
+    FALLBACK_POLL, finds the ends: two waiters of two handles learn theirs long before their own fallback."""
+    async with open_pg_journal(pg_dsn, PASSWORD) as other, open_pg_journal(pg_dsn, PASSWORD) as watcher:
+        watch = DoneWatch()
+
+        async def never(item: WorkItem, journal: FencedJournal) -> None:
+            raise AssertionError("capacity 0 runs nothing")
+
+        async with trio.open_nursery() as nursery:
+            member = Member(Queue(watcher, "watcher", None, 0), never, EventLog(sink=lambda e: None), ttl=TTL,
+                            listen_db=None, watch=watch)
+            await nursery.start(member.serve)
+            handles = ["cluster.lost-1", "cluster.lost-2"]
+            items = []
+            for handle in handles:
+                assert await enqueue(other, handle, "spawn", {"instruction": "x"})
+                items += await Queue(other, "runner", None, 1).claim(1, ttl=30)
+            backend = ClusterBackend(cast(Any, None), watcher, watch)
+            ended: list[str] = []
+
+            async def wait(handle: str) -> None:
+                view = await backend.wait(handle)
+                assert view.done and view.status == "completed"
+                ended.append(handle)
+
+            for handle in handles:
+                nursery.start_soon(wait, handle)
+            await until(lambda: len(watch) >= 2, timeout=30, what="both handles watched")
+            for item in items:
+                await other.append(item.work_id, [RunEnded("completed", {"status": "completed", "done": True,
+                                                                          "result": "ok"})])
+                await Queue(other, "runner", None, 1).finish(item.lease)
+            # the member's look, not each waiter's own re-read
+            await until(lambda: len(ended) >= 2, timeout=WAITER_FALLBACK - 10, what="both waiters saw their end")
+            assert sorted(ended) == handles and len(watch) == 0
+            nursery.cancel_scope.cancel()
