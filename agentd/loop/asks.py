@@ -10,7 +10,10 @@ is answered here (the MCP client finds :class:`ServerAsks` through agentd.approv
   A subagent's queue forwards it up the tree to the root's (agentd.supervisor.asks). Where nobody can be asked
   (a once run with no state directory and no control socket) it is declined at once, so the tool call goes on
   and nothing hangs. A URL-mode request is
-  declined: agentd opens no browser.
+  declined: agentd opens no browser. With a journal the question is committed before the wait
+  (``elicitation.pending``) and its settling after (``elicitation.decided``, an answer's values included), before
+  the server is answered: after a crash the server's request is gone, and the resumed run records the question
+  ``cancel`` (agentd.run) while its call is settled like any call whose outcome was lost.
 - ``sampling/createMessage`` is one chat request through the run's own gateway and model (the server's system
   prompt and messages; no tools are ever offered to it), counted in the run's usage and budgets like the run's
   own model calls; refused once the run's token budget is spent.
@@ -21,7 +24,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
+
+import trio
 
 from agentd.approvals import Refused, current_approvals
 from agentd.drain import current_drain
@@ -35,6 +40,11 @@ from agentd.mcp import jsonrpc
 MAX_MESSAGE: Final = 4000
 #: Why an elicitation is declined without asking.
 NOBODY: Final = "nobody can be asked here (run agentd with --state-dir or --ctl-socket)"
+#: Why a question was withdrawn while agentd stops.
+DRAINING: Final = "agentd is draining"
+#: Why a resumed run records a question that waited when its process stopped (agentd.run).
+LOST: Final = ("the process that held this question stopped before it was answered; the server's request ended "
+               "with it")
 #: The most messages one sampling request may carry.
 MAX_SAMPLING_MESSAGES: Final = 200
 
@@ -42,18 +52,33 @@ MAX_SAMPLING_MESSAGES: Final = 200
 Count = Callable[[Usage], Awaitable[None]]
 
 
+class AskJournal(Protocol):
+    """The run's journal, as far as questions go (agentd.journal.recorder.RunRecorder)."""
+
+    async def elicitation_pending(self, step: int, call_id: str, server: str, message: str,
+                                  schema: Mapping[str, Any]) -> None: ...
+
+    async def elicitation_decided(self, step: int, call_id: str, action: str, content: Mapping[str, Any] | None,
+                                  reason: str | None = None) -> None: ...
+
+
 class ServerAsks:
     """One run's answers to its servers' requests (see the module docstring). (A plain class: one per run.)"""
 
-    __slots__ = ("count", "intel", "log", "run_id", "spent")
+    __slots__ = ("call_id", "count", "intel", "journal", "log", "run_id", "spent", "step")
 
     def __init__(self, run_id: str, log: EventLog, intel: Intelligence, count: Count,
-                 spent: Callable[[], bool]) -> None:
+                 spent: Callable[[], bool], *, journal: AskJournal | None = None, step: int = 0,
+                 call_id: str = "") -> None:
         self.run_id = run_id
         self.log = log
         self.intel = intel
         self.count = count
         self.spent = spent
+        #: The run's journal (``--state-dir``), and the tool call the questions belong to.
+        self.journal = journal
+        self.step = step
+        self.call_id = call_id
 
     async def __call__(self, server: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         if method == "elicitation/create":
@@ -74,6 +99,8 @@ class ServerAsks:
         if queue is None:
             self.log.warn("elicitation.decided", **fields, action="decline", waited_s=0.0, reason=NOBODY)
             return {"action": "decline"}
+        if self.journal is not None:
+            await self.journal.elicitation_pending(self.step, self.call_id, server, message, schema)
         item = queue.elicitation(self.run_id, server, message, schema)
         properties = schema.get("properties")
         self.log.warn("elicitation.pending", id=item.id, **fields, message=self.log.content(message),
@@ -81,13 +108,24 @@ class ServerAsks:
         decision = await queue.wait(item, current_drain())
         if decision is None:  # the process is stopping: the question is withdrawn
             self.log.info("elicitation.decided", id=item.id, **fields, action="cancel", waited_s=0.0,
-                          reason="agentd is draining")
+                          reason=DRAINING)
+            await self.record("cancel", None, DRAINING)
             return {"action": "cancel"}
         self.log.info("elicitation.decided", id=item.id, **fields, action=decision.action,
                       waited_s=round(time.time() - item.created, 3))
         if decision.action == "accept":
-            return {"action": "accept", "content": dict(decision.content or {})}
+            content = dict(decision.content or {})
+            await self.record("accept", content, None)
+            return {"action": "accept", "content": content}
+        await self.record(decision.action, None, decision.reason)
         return {"action": decision.action}
+
+    async def record(self, action: str, content: Mapping[str, Any] | None, reason: str | None) -> None:
+        """Journal how the question was settled, before the server is told (shielded: the answer is sent next,
+        and a cancel that interrupts the write must not leave it unrecorded)."""
+        if self.journal is not None:
+            with trio.CancelScope(shield=True):
+                await self.journal.elicitation_decided(self.step, self.call_id, action, content, reason)
 
     async def sample(self, server: str, params: Mapping[str, Any]) -> dict[str, Any]:
         messages = params.get("messages")
@@ -136,4 +174,4 @@ def _text(content: Any) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["MAX_MESSAGE", "NOBODY", "Count", "ServerAsks"]
+__all__ = ["DRAINING", "LOST", "MAX_MESSAGE", "NOBODY", "AskJournal", "Count", "ServerAsks"]
