@@ -546,7 +546,8 @@ class _Run:
         """While a call to ``server`` runs: what answers its elicitation and sampling requests, when the host opted
         it in (agentd.loop.asks); otherwise nothing (the client refuses both, as it declares neither)."""
         conn = self.pool.connections.get(server)
-        if not getattr(getattr(conn, "config", None), "capabilities", ()):
+        declared: tuple[str, ...] = getattr(getattr(conn, "config", None), "capabilities", ()) or ()
+        if not declared:
             return contextlib.nullcontext()
         from agentd.approvals import answering
         from agentd.loop.asks import ServerAsks
@@ -561,7 +562,8 @@ class _Run:
         return answering(ServerAsks(self.request.run_id, self.log, self.intel, count,
                                     lambda: bool(self.meter.limits.max_tokens)
                                     and self.meter.usage.total_tokens >= self.meter.limits.max_tokens,
-                                    journal=self.journal, step=step, call_id=call_id))
+                                    journal=self.journal, step=step, call_id=call_id,
+                                    sampling_tools="sampling.tools" in declared))
 
     async def ask(self, call: ToolCall, entry: Entry, arguments: Mapping[str, Any], step: int) -> str | None:
         """Hold a call marked ``approve`` until a person decides (agentd.approvals): None when approved, else why
