@@ -249,11 +249,10 @@ class _Run:
             except trio.Cancelled:
                 await self.cut_reply(step, tally)  # the deadline, a drain's end, a cancel: count what it cost
                 raise
+            cost = self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)  # priced once
             end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason,
-                          cost=None if self.meter.price is None
-                          else self.meter.price.cost(reply.usage.prompt_tokens, reply.usage.completion_tokens))
+                          cost=cost)
         metrics.gateway_call(time.perf_counter() - called, "ok")
-        cost = self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens, cost=cost)
         spent_out: bool | str | None = False
         if self.on_usage is not None:
