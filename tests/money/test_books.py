@@ -49,8 +49,11 @@ def test_prices_and_amounts_are_read_exactly() -> None:
 def test_amounts_are_written_as_the_exact_decimal_without_decimal_arithmetic(pico: int) -> None:
     import decimal
 
+    from agentd.loop.result import RunUsage
+
     exact = decimal.Decimal(pico).scaleb(-12)
     assert usd(pico) == float(exact)  # the nearest float, as Decimal rounds it
+    assert RunUsage(cost=pico).to_json()["cost_usd"] == float(exact)  # the loop.step line's, written inline
     text = format(exact, "f")
     assert usd_text(pico) == (text.rstrip("0").rstrip(".") if "." in text else text)
 
