@@ -56,13 +56,16 @@ class Decision:
 class Pending:
     """One item that waits for a person. (A plain class with slots: a daemon may hold a thousand.)"""
 
-    __slots__ = ("_done", "created", "decision", "id", "kind", "message", "run_id", "schema", "server", "summary",
-                 "tool")
+    __slots__ = ("_done", "created", "decision", "id", "kind", "message", "path", "run_id", "schema", "server",
+                 "summary", "tool")
 
     def __init__(self, id: str, kind: Kind, run_id: str, server: str, *, tool: str | None = None,
                  summary: Mapping[str, Any] | None = None, message: str | None = None,
-                 schema: Mapping[str, Any] | None = None) -> None:
+                 schema: Mapping[str, Any] | None = None, path: str | None = None) -> None:
         self.id = id
+        #: The served handle of the subagent that asks (its ``agent_path``), None for this process's own runs:
+        #: whose it is on ``/events`` and in the served ``approval.pending`` event (agentd.transport.tenancy).
+        self.path = path
         self.kind = kind
         self.run_id = run_id
         self.server = server
@@ -86,39 +89,69 @@ class Pending:
         out["waiting_s"] = round(max(0.0, time.time() - self.created), 3)
         return out
 
+    def waiting_line(self) -> dict[str, Any]:
+        """The ``approval.waiting`` line the live view (``/events``, ``/ui/``) shows while it waits: what
+        ``agentd ctl approvals`` shows of it, with the asking subagent's ``agent_path``."""
+        return {"event": "approval.waiting", **self.to_json(), **({"agent_path": self.path} if self.path else {})}
+
+    def settled_line(self) -> dict[str, Any]:
+        """The ``approval.settled`` line once it waits no more: the ``action`` decided, or ``withdrawn`` (its run
+        ended or was drained first)."""
+        return {"event": "approval.settled", "id": self.id, "kind": self.kind, "run_id": self.run_id,
+                "action": self.decision.action if self.decision is not None else "withdrawn",
+                **({"agent_path": self.path} if self.path else {})}
+
 
 #: Sends an item up to where a person can answer it (a subagent's parent, agentd.supervisor.asks): the decision.
 Forward = Callable[[Pending], Awaitable[Decision]]
+#: Told of each item as it starts waiting (``True``) and once it waits no more (``False``, its ``decision`` set
+#: when one was made): the live view and the served events (agentd.daemon, agentd.selfmcp.surface). Must not
+#: block or raise.
+Watch = Callable[[Pending, bool], None]
 
 
 class Approvals:
     """The queue (see the module docstring). Ids are short and count up per process: ``1``, ``2``, …
 
     ``forward`` (a subagent's queue): every item is sent up the tree instead of waiting here, so the question
-    reaches the person at the root."""
+    reaches the person at the root. ``watchers`` are told of each item as it comes and goes (:data:`Watch`)."""
 
-    __slots__ = ("_count", "_pending", "forward")
+    __slots__ = ("_count", "_pending", "forward", "watchers")
 
     def __init__(self, forward: Forward | None = None) -> None:
         self._pending: dict[str, Pending] = {}
         self._count = 0
         self.forward = forward
+        self.watchers: list[Watch] = []
 
     def _add(self, item: Pending) -> Pending:
         self._pending[item.id] = item
+        for watch in self.watchers:
+            watch(item, True)
+        return item
+
+    def _remove(self, item_id: str) -> Pending | None:
+        item = self._pending.pop(item_id, None)
+        if item is not None:
+            for watch in self.watchers:
+                watch(item, False)
         return item
 
     def _next_id(self) -> str:
         self._count += 1
         return str(self._count)
 
-    def approval(self, run_id: str, server: str, tool: str, summary: Mapping[str, Any]) -> Pending:
-        """Queue a tool call for approval (``summary``: its arguments as a person may see them)."""
-        return self._add(Pending(self._next_id(), "approval", run_id, server, tool=tool, summary=summary))
+    def approval(self, run_id: str, server: str, tool: str, summary: Mapping[str, Any], *,
+                 path: str | None = None) -> Pending:
+        """Queue a tool call for approval (``summary``: its arguments as a person may see them; ``path``: the
+        asking subagent's handle)."""
+        return self._add(Pending(self._next_id(), "approval", run_id, server, tool=tool, summary=summary, path=path))
 
-    def elicitation(self, run_id: str, server: str, message: str, schema: Mapping[str, Any]) -> Pending:
+    def elicitation(self, run_id: str, server: str, message: str, schema: Mapping[str, Any], *,
+                    path: str | None = None) -> Pending:
         """Queue a server's question (its ``message`` and ``requestedSchema``)."""
-        return self._add(Pending(self._next_id(), "elicitation", run_id, server, message=message, schema=schema))
+        return self._add(Pending(self._next_id(), "elicitation", run_id, server, message=message, schema=schema,
+                                 path=path))
 
     def pending(self) -> list[Pending]:
         """What waits now, oldest first."""
@@ -130,10 +163,11 @@ class Approvals:
     def decide(self, item_id: str, decision: Decision) -> Pending | None:
         """Settle ``item_id`` with ``decision`` (the caller checked it fits the item's kind); None: no such item
         waits (never queued, already decided, or its run ended)."""
-        item = self._pending.pop(item_id, None)
+        item = self._pending.get(item_id)
         if item is None:
             return None
         item.decision = decision
+        self._remove(item_id)
         item._done.set()
         return item
 
@@ -155,7 +189,7 @@ class Approvals:
                     nursery.start_soon(first, item._done.wait)
                     nursery.start_soon(first, drain.wait)
         finally:
-            self._pending.pop(item.id, None)
+            self._remove(item.id)
         return item.decision
 
 
@@ -218,6 +252,7 @@ __all__ = [
     "Kind",
     "Pending",
     "Refused",
+    "Watch",
     "answering",
     "current_answerer",
     "current_approvals",

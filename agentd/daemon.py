@@ -164,7 +164,7 @@ async def main(
     operator = Operator()
     # health asks the drain latch (current in the asking task, as before) and the operator through these
     health = Health(mode=cfg.mode, draining=lambda: current_drain().requested, lame_duck=lambda: operator.lame_duck)
-    with (use_health(health), use_bus(bus), use_operator(operator), _people(cfg),
+    with (use_health(health), use_bus(bus), use_operator(operator), _people(cfg, bus),
           use_credentials(_HostCredentials(cfg, os.environ if env is None else env)),
           telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
         try:
@@ -182,15 +182,26 @@ async def main(
                                                        f"({exc.strerror})")
 
 
-def _people(cfg: Config) -> contextlib.AbstractContextManager[Any]:
+def _people(cfg: Config, bus: EventBus) -> contextlib.AbstractContextManager[Any]:
     """The queue of what waits for a person (agentd.approvals), where one can answer: a daemon with a control
     socket (``--ctl-socket``, or ``--state-dir``'s). Without one, an approval is denied and an elicitation
-    declined at once."""
+    declined at once. When the daemon serves, what waits is on ``/events`` (and so on ``/ui/``) for as long as
+    it waits: ``approval.waiting``, held for every new subscriber, then ``approval.settled``."""
     if cfg.ctl_socket is None and cfg.state_dir is None:
         return contextlib.nullcontext()
-    from agentd.approvals import Approvals, use_approvals
+    from agentd.approvals import Approvals, Pending, use_approvals
 
-    return use_approvals(Approvals())
+    queue = Approvals()
+    if cfg.serve_mcp is not None:
+        def show(item: Pending, waiting: bool) -> None:
+            key = f"approval {item.id}"
+            if waiting:
+                bus.hold(key, item.waiting_line)
+            else:
+                bus.release(key, item.settled_line())
+
+        queue.watchers.append(show)
+    return use_approvals(queue)
 
 
 class _HostCredentials:

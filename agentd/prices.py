@@ -6,7 +6,9 @@ could not be compared with the budget exactly. Money is counted in *picodollars*
 given in US dollars per million tokens, so a price of ``P`` dollars per million tokens is ``P * 10^6``
 picodollars per token, a whole number for any price written with up to six decimal places. A reply's cost,
 ``prompt * input + completion * output``, is then exact, and so is every sum of costs. Decimal is used only
-to read what a person wrote (``--price``, ``--budget-usd``, ``prices:``), never to add.
+to read what a person wrote (``--price``, ``--budget-usd``, ``prices:``), never to add, and never on a step:
+an amount is written out as dollars with integer arithmetic (:func:`usd`, :func:`usd_text`), since every step's
+``loop.step`` event carries the run's cost.
 
 A leaf (no agentd imports but :mod:`agentd.errors`): the config, the loop and the supervisor all use it.
 """
@@ -43,8 +45,10 @@ class Price:
     output: int
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """What a reply of that many tokens cost, in picodollars (exact)."""
-        return max(0, prompt_tokens) * self.input + max(0, completion_tokens) * self.output
+        """What a reply of that many tokens cost, in picodollars (exact; a negative count costs nothing). Two
+        integer products on every priced step: no Decimal, no lookup (the run's meter holds its model's price)."""
+        return ((prompt_tokens * self.input if prompt_tokens > 0 else 0)
+                + (completion_tokens * self.output if completion_tokens > 0 else 0))
 
 
 def _decimal(text: str | int | float, what: str, places: int) -> int:
@@ -104,11 +108,14 @@ def parse_price_table(raw: object, where: str) -> dict[str, Price]:
 
 
 def usd(picodollars: int) -> float:
-    """Picodollars as the JSON number of dollars (exact to the picodollar as a decimal, shortest float)."""
-    return float(decimal.Decimal(picodollars).scaleb(-USD_PLACES))
+    """Picodollars as the JSON number of dollars: the float nearest the exact decimal amount (Python's true
+    division of two integers is correctly rounded, so this is ``float(Decimal(picodollars) / 10**12)``, without
+    the Decimal)."""
+    return picodollars / PICO_PER_USD
 
 
 def usd_text(picodollars: int) -> str:
     """Picodollars as dollars for a person (``0.000123``): trailing zeros dropped."""
-    text = format(decimal.Decimal(picodollars).scaleb(-USD_PLACES), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    whole, part = divmod(abs(picodollars), PICO_PER_USD)
+    sign = "-" if picodollars < 0 else ""
+    return f"{sign}{whole}.{part:012d}".rstrip("0").rstrip(".") if part else f"{sign}{whole}"

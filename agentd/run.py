@@ -447,6 +447,13 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     lost = [h for h in state.open_children if h not in resuming]
     if lost:
         await recorder.lost(lost, state.warm_children)
+    if state.unanswered:  # a server's question that waited: its request died with that process
+        from agentd.loop.asks import LOST
+
+        for question in state.unanswered:
+            await recorder.elicitation_decided(question.step, question.call_id, "cancel", None, LOST)
+            log.warn("elicitation.decided", server=question.server, step=question.step, call_id=question.call_id,
+                     action="cancel", waited_s=None, reason=LOST)
     log.info("run.resumed", steps=state.steps, records=prior.summary.records, pending=len(resume.pending),
              lost_children=lost, resumed_children=sorted(resuming))
     # The calls are named as the first process named them (an older journal has no nonce: keys without one).

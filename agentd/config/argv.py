@@ -154,8 +154,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "a person approves each call of this tool first (repeatable; agentd ctl approvals / approve / deny; "
          "SERVER__* marks every tool of a server)", _MCP, "SERVER__TOOL", env=False, file=False),
     Flag("--mcp-capabilities", "mcp_capabilities", "list",
-         "declare client capabilities to a declared server (repeatable; elicitation, sampling; default none: "
-         "capabilities {} and -32601 for both)", _MCP, "NAME=CAP[,CAP]", env=False, file=False),
+         "declare client capabilities to a declared server (repeatable; elicitation, sampling, sampling.tools; "
+         "default none: capabilities {} and -32601 for both)", _MCP, "NAME=CAP[,CAP]", env=False, file=False),
     Flag("--allow-trifecta", "allow_trifecta", "bool",
          "run although the servers together bring untrusted input, sensitive data and external "
          "communication (audited; never inherited by subagents)", _MCP, env=False),

@@ -229,8 +229,8 @@ def _apply_era(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tu
 
 
 def _apply_capabilities(servers: tuple[McpServerConfig, ...], flags: Sequence[str]) -> tuple[McpServerConfig, ...]:
-    """``--mcp-capabilities name=elicitation,sampling`` replaces that server's opted-in client capabilities."""
-    return _per_server(servers, flags, flag="--mcp-capabilities", expected="elicitation,sampling",
+    """``--mcp-capabilities name=elicitation,sampling,sampling.tools`` replaces that server's opted-in client capabilities."""
+    return _per_server(servers, flags, flag="--mcp-capabilities", expected="elicitation,sampling,sampling.tools",
                        field="capabilities",
                        parse=lambda text, name: check_capabilities(_tags(text, name), f"--mcp-capabilities {name}"))
 

@@ -35,8 +35,9 @@ def check_era(value: str, where: str) -> EraChoice:
     raise ConfigError(f"{where}: {value!r} is not an era (expected one of: {', '.join(ERA_CHOICES)})")
 
 
-#: The client capabilities a host may declare to a server (``capabilities:``, ``--mcp-capabilities``).
-CLIENT_CAPABILITIES: tuple[str, ...] = ("elicitation", "sampling")
+#: The client capabilities a host may declare to a server (``capabilities:``, ``--mcp-capabilities``):
+#: ``sampling.tools`` lets the server offer its tools to a sampling request (and implies ``sampling``).
+CLIENT_CAPABILITIES: tuple[str, ...] = ("elicitation", "sampling", "sampling.tools")
 
 
 def check_capabilities(values: Sequence[str], where: str) -> tuple[str, ...]:
@@ -45,7 +46,8 @@ def check_capabilities(values: Sequence[str], where: str) -> tuple[str, ...]:
         if value not in CLIENT_CAPABILITIES:
             raise ConfigError(f"{where}: {str(value)!r} is not a client capability (expected: "
                               f"{', '.join(CLIENT_CAPABILITIES)})")
-    return tuple(c for c in CLIENT_CAPABILITIES if c in values)
+    wanted = set(values) | ({"sampling"} if "sampling.tools" in values else set())
+    return tuple(c for c in CLIENT_CAPABILITIES if c in wanted)
 
 
 def check_approve(values: Sequence[str], where: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@
         pin: {search: 3f1c...e9}             # or pin_file: fs.pins.yaml (docs/security.md, Catalogue pinning)
         era: auto                            # default; legacy | modern: speak only that era (docs/mcp-client.md)
         approve: [delete_file]               # a person approves each call first (docs/approvals.md)
-        capabilities: [elicitation]          # opt in: elicitation, sampling (docs/mcp-client.md); default none
+        capabilities: [elicitation]          # opt in: elicitation, sampling, sampling.tools (docs/mcp-client.md); default none
 
 Relative paths (TLS files, ``{{secret-file:...}}``) are relative to the file's directory.
 """

@@ -11,7 +11,10 @@ messages, as the loop holds them). The loop calls the recorder through its narro
 - ``observed(step, call_id, ok, text)``: one call's observation, committed as soon as the loop made it;
 - ``task_started(step, call_id, task_id)``: a call the server runs as a task, once the task exists;
 - ``approval_pending`` / ``approval_decided``: a call marked ``approve`` waits for a person, and how they decided
-  (a pending call never decided was never sent: the resumed run asks again).
+  (a pending call never decided was never sent: the resumed run asks again);
+- ``elicitation_pending`` / ``elicitation_decided``: a server's question during a call, and its answer (one never
+  answered is :attr:`Rebuilt.unanswered`: its server request died with the process, the resumed run records it
+  ``cancel``).
 
 Which commits are durable (``durable=True``: flushed so that a crash of the store itself, the OS under
 SQLite or PostgreSQL's server, keeps them, before the commit returns) follows what agentd does next OUTSIDE
@@ -44,6 +47,8 @@ from agentd.journal.records import (
     ApprovalDecided,
     ApprovalPending,
     ChildResult,
+    ElicitationDecided,
+    ElicitationPending,
     ModelReply,
     RunEnded,
     RunStarted,
@@ -119,6 +124,8 @@ class Rebuilt:
     resumable: tuple[OpenChild, ...] = ()
     #: Every journaled child's run id -> its handle (a spawn made again finds the child it started).
     child_runs: Mapping[str, str] = attrs.field(factory=dict)
+    #: Servers' questions that waited for a person when the process stopped (no ``elicitation.decided``).
+    unanswered: tuple[ElicitationPending, ...] = ()
 
 
 def rebuild(journal: RunJournal) -> Rebuilt:
@@ -133,6 +140,7 @@ def rebuild(journal: RunJournal) -> Rebuilt:
     calls: dict[int, list[ToolCallRequested]] = {}  # every requested call, by step (a spawn's arguments)
     runs: dict[str, str] = {}
     async_runs: dict[str, OpenChild] = {}
+    questions: list[ElicitationPending] = []
     steps = prompt = completion = 0
     for entry in journal.entries:
         record = entry.record
@@ -155,6 +163,13 @@ def rebuild(journal: RunJournal) -> Rebuilt:
             call = requested.get(record.call_id)
             if call is not None:
                 requested[record.call_id] = attrs.evolve(call, approval=record.action, reason=record.reason)
+        elif isinstance(record, ElicitationPending):
+            questions.append(record)
+        elif isinstance(record, ElicitationDecided):
+            for index, asked in enumerate(questions):  # the oldest open question of that call
+                if asked.call_id == record.call_id and asked.step == record.step:
+                    del questions[index]
+                    break
         elif isinstance(record, ToolCallOutcome):
             requested.pop(record.call_id, None)
             messages.append({"role": "tool", "tool_call_id": record.call_id, "content": str(record.result)})
@@ -177,7 +192,7 @@ def rebuild(journal: RunJournal) -> Rebuilt:
             ended = record
     return Rebuilt(started, ended, tuple(messages), steps, prompt, completion, tuple(requested.values()),
                    tuple(children), tuple(spawned), frozenset(warm),
-                   tuple(async_runs[h] for h in children if h in async_runs), runs)
+                   tuple(async_runs[h] for h in children if h in async_runs), runs, tuple(questions))
 
 
 def _spawn_arguments(spawn: Spawned, calls: Sequence[ToolCallRequested]) -> Mapping[str, Any] | None:
@@ -261,6 +276,17 @@ class RunRecorder:
     async def approval_decided(self, step: int, call_id: str, action: str, reason: str | None) -> None:
         """A person decided: committed (durably) before an approved call is sent."""
         await self._append([ApprovalDecided(step, call_id, action, reason)], durable=True)
+
+    async def elicitation_pending(self, step: int, call_id: str, server: str, message: str,
+                                  schema: Mapping[str, Any]) -> None:
+        """A server's question waits for a person: committed (durably) before the wait."""
+        await self._append([ElicitationPending(step, call_id, server, message, dict(schema))], durable=True)
+
+    async def elicitation_decided(self, step: int, call_id: str, action: str, content: Mapping[str, Any] | None,
+                                  reason: str | None = None) -> None:
+        """How it was settled (an answer's values included): committed (durably) before the server is answered."""
+        await self._append([ElicitationDecided(step, call_id, action, dict(content) if content is not None else None,
+                                               reason)], durable=True)
 
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
                       run: str | None = None, warm: bool = False) -> None:

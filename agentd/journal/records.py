@@ -110,6 +110,35 @@ class ApprovalDecided:
 
 
 @attrs.frozen
+class ElicitationPending:
+    """A server's question (``elicitation/create``) during the tool call ``call_id`` waits for a person, committed
+    before the wait. The question lives on the server's open request: after a crash that request is gone, so a
+    resumed run records it ``cancel`` (:class:`ElicitationDecided`) and settles the call like any call whose
+    outcome was lost."""
+
+    KIND: ClassVar[str] = "elicitation.pending"
+    step: int
+    call_id: str
+    server: str
+    message: str
+    schema: Any = None  # the form the server asked for (``requestedSchema``)
+
+
+@attrs.frozen
+class ElicitationDecided:
+    """How a question was settled: ``accept`` (with ``content``, the form's values as sent to the server),
+    ``decline`` or ``cancel`` (``reason``: why, when agentd settled it: nobody could be asked, a drain, a
+    restart)."""
+
+    KIND: ClassVar[str] = "elicitation.decided"
+    step: int
+    call_id: str
+    action: str  # accept | decline | cancel
+    content: Any = None
+    reason: str | None = None
+
+
+@attrs.frozen
 class Spawned:
     KIND: ClassVar[str] = "spawn"
     step: int
@@ -224,7 +253,7 @@ class BudgetRefunded:
 
 Record = (
     RunStarted | ModelReply | ToolCallRequested | ToolCallOutcome | ToolTaskStarted | Spawned | ChildResult | Usage
-    | RunEnded | ClaimTaken | ApprovalPending | ApprovalDecided
+    | RunEnded | ClaimTaken | ApprovalPending | ApprovalDecided | ElicitationPending | ElicitationDecided
     | SubscriptionAdded | SubscriptionRemoved | ScheduleAdded | ScheduleFired | HandleState
     | BudgetReserved | BudgetCharged | BudgetRefunded
 )  # fmt: skip
@@ -235,7 +264,8 @@ KINDS: Final[Mapping[str, type[Any]]] = {
         RunStarted, ModelReply, ToolCallRequested, ToolCallOutcome, ToolTaskStarted, Spawned, ChildResult, Usage,
         RunEnded,
         ClaimTaken, SubscriptionAdded, SubscriptionRemoved, ScheduleAdded, ScheduleFired, HandleState,
-        BudgetReserved, BudgetCharged, BudgetRefunded, ApprovalPending, ApprovalDecided,
+        BudgetReserved, BudgetCharged, BudgetRefunded, ApprovalPending, ApprovalDecided, ElicitationPending,
+        ElicitationDecided,
     )
 }  # fmt: skip
 

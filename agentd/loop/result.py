@@ -96,10 +96,8 @@ class RunUsage:
         }
         if self.estimated_tokens:
             out["estimated_tokens"] = self.estimated_tokens
-        if self.cost is not None:
-            from agentd.prices import usd
-
-            out["cost_usd"] = usd(self.cost)
+        if self.cost is not None:  # agentd.prices.usd, inline: every step's loop.step line writes this
+            out["cost_usd"] = self.cost / 1_000_000_000_000  # picodollars as dollars, correctly rounded
         return out
 
     @classmethod

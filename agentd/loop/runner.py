@@ -114,6 +114,12 @@ class StepJournal(Protocol):
 
     async def approval_decided(self, step: int, call_id: str, action: str, reason: str | None) -> None: ...
 
+    async def elicitation_pending(self, step: int, call_id: str, server: str, message: str,
+                                  schema: Mapping[str, Any]) -> None: ...
+
+    async def elicitation_decided(self, step: int, call_id: str, action: str, content: Mapping[str, Any] | None,
+                                  reason: str | None = None) -> None: ...
+
 
 @attrs.frozen
 class Resume:
@@ -243,11 +249,10 @@ class _Run:
             except trio.Cancelled:
                 await self.cut_reply(step, tally)  # the deadline, a drain's end, a cancel: count what it cost
                 raise
+            cost = self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)  # priced once
             end_chat_span(span, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.finish_reason,
-                          cost=None if self.meter.price is None
-                          else self.meter.price.cost(reply.usage.prompt_tokens, reply.usage.completion_tokens))
+                          cost=cost)
         metrics.gateway_call(time.perf_counter() - called, "ok")
-        cost = self.meter.add_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
         metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens, cost=cost)
         spent_out: bool | str | None = False
         if self.on_usage is not None:
@@ -514,7 +519,7 @@ class _Run:
                 return None
         try:
             request = self.request
-            with self.answering(entry.server):
+            with self.answering(entry.server, step, call.id):
                 result = await self.pool.call_tool(
                     entry.server, entry.name, arguments, run_id=request.run_id,
                     idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
@@ -536,11 +541,12 @@ class _Run:
         )
         return None
 
-    def answering(self, server: str) -> contextlib.AbstractContextManager[None]:
+    def answering(self, server: str, step: int, call_id: str) -> contextlib.AbstractContextManager[None]:
         """While a call to ``server`` runs: what answers its elicitation and sampling requests, when the host opted
         it in (agentd.loop.asks); otherwise nothing (the client refuses both, as it declares neither)."""
         conn = self.pool.connections.get(server)
-        if not getattr(getattr(conn, "config", None), "capabilities", ()):
+        declared: tuple[str, ...] = getattr(getattr(conn, "config", None), "capabilities", ()) or ()
+        if not declared:
             return contextlib.nullcontext()
         from agentd.approvals import answering
         from agentd.loop.asks import ServerAsks
@@ -554,7 +560,9 @@ class _Run:
 
         return answering(ServerAsks(self.request.run_id, self.log, self.intel, count,
                                     lambda: bool(self.meter.limits.max_tokens)
-                                    and self.meter.usage.total_tokens >= self.meter.limits.max_tokens))
+                                    and self.meter.usage.total_tokens >= self.meter.limits.max_tokens,
+                                    journal=self.journal, step=step, call_id=call_id,
+                                    sampling_tools="sampling.tools" in declared))
 
     async def ask(self, call: ToolCall, entry: Entry, arguments: Mapping[str, Any], step: int) -> str | None:
         """Hold a call marked ``approve`` until a person decides (agentd.approvals): None when approved, else why

@@ -326,7 +326,7 @@ class ClientSession:
 
     def declared_capabilities(self) -> dict[str, Any]:
         """The client capabilities this session declares: ``{}`` unless the host opted the server in."""
-        return {name: {} for name in self.declared}
+        return meta.declared_object(self.declared)
 
     @staticmethod
     def answer(request: Request, result: dict[str, Any] | None, error: tuple[int, str] | None = None

@@ -52,8 +52,19 @@ def client_capabilities(method: str | None, declared: tuple[str, ...] = ()) -> d
         out["extensions"] = {TASKS_EXTENSION: {}}
     elif method in EVENT_METHODS:
         out["extensions"] = {EVENTS_EXTENSION: {}}
+    out.update(declared_object(declared))
+    return out
+
+
+def declared_object(declared: tuple[str, ...]) -> dict[str, Any]:
+    """The capabilities object of what the host opted a server in to: ``elicitation`` -> ``{"elicitation": {}}``,
+    a dotted one as a sub-capability (``sampling.tools`` -> ``{"sampling": {"tools": {}}}``)."""
+    out: dict[str, Any] = {}
     for name in declared:
-        out[name] = {}
+        head, _, sub = name.partition(".")
+        entry = out.setdefault(head, {})
+        if sub:
+            entry[sub] = {}
     return out
 
 

@@ -50,6 +50,8 @@ DELIVERY: Final = ("poll", "push")
 
 SUBAGENT_FINISHED: Final = "subagent.finished"
 BUDGET_EXHAUSTED: Final = "budget.exhausted"
+APPROVAL_PENDING: Final = "approval.pending"
+APPROVAL_DECIDED: Final = "approval.decided"
 
 #: Subscription arguments: optional, a handle to watch one run only.
 _ARGUMENTS_SCHEMA: Final[dict[str, Any]] = {
@@ -87,6 +89,48 @@ EVENT_TYPES: Final[tuple[dict[str, Any], ...]] = (
             "type": "object",
             "properties": {"handle": {"type": "string"}, "status": {"type": "string"}},
             "required": ["handle", "status"],
+        },
+        "delivery": list(DELIVERY),
+    },
+    {
+        "name": APPROVAL_PENDING,
+        "description": "something waits for a person: a tool call marked approve (its tool as server__tool and a "
+                       "summary of its arguments, secrets shown as ***) or a server's question (kind elicitation: "
+                       "its message and schema); decide it with agentd ctl approve, deny or answer and its id",
+        "inputSchema": _ARGUMENTS_SCHEMA,
+        "payloadSchema": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "kind": {"type": "string", "enum": ["approval", "elicitation"]},
+                "run_id": {"type": "string"},
+                "handle": {"type": "string"},
+                "server": {"type": "string"},
+                "tool": {"type": "string"},
+                "summary": {"type": "object"},
+                "message": {"type": "string"},
+                "schema": {"type": "object"},
+            },
+            "required": ["id", "kind", "run_id"],
+        },
+        "delivery": list(DELIVERY),
+    },
+    {
+        "name": APPROVAL_DECIDED,
+        "description": "what waited for a person waits no more: the action decided (approve, deny, accept, "
+                       "decline, cancel), or withdrawn when its run ended or agentd stopped first",
+        "inputSchema": _ARGUMENTS_SCHEMA,
+        "payloadSchema": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "kind": {"type": "string"},
+                "run_id": {"type": "string"},
+                "handle": {"type": "string"},
+                "action": {"type": "string"},
+                "reason": {"type": "string"},
+            },
+            "required": ["id", "kind", "run_id", "action"],
         },
         "delivery": list(DELIVERY),
     },

@@ -3,7 +3,9 @@
 Why it exists: the surface (agentd.selfmcp.surface) learns when a served run ends, whatever wire spawned it; this
 module turns that into events (``subagent.finished``, and ``budget.exhausted`` when that is why it ended) in one
 bounded log (agentd.mcp.served_events.EventLog) that a modern-wire client polls with ``events/poll`` or follows
-with ``events/stream`` (:class:`EventStream`: push delivery).
+with ``events/stream`` (:class:`EventStream`: push delivery). What waits for a person (agentd.approvals)
+becomes ``approval.pending`` and, once decided, ``approval.decided`` (:meth:`ServedEvents.approvals`), each its
+subagent's owner's.
 
 A push stream holds no copy of the log: it is a position in it (its cursor) and at most one poll's worth of frames
 (``MAX_EVENTS``) waiting to be written, so a slow or dead reader costs the same as a quiet one; the transport ends
@@ -24,6 +26,7 @@ one member.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections import deque
@@ -40,8 +43,10 @@ from agentd.journal.errors import JournalError
 from agentd.mcp import jsonrpc
 from agentd.mcp import served_events as wire
 from agentd.mcp.served_events import Cursor, EventLog, PollRequest, Stored
+from agentd.transport.tenancy import LOCAL_KEY
 
 if TYPE_CHECKING:
+    from agentd.approvals import Approvals, Pending
     from agentd.journal.store import JournalStore
 
 #: The journal's daemon-state namespace of the log: ``meta`` (epoch, head, floor) and ``e.<seq>`` per event.
@@ -134,6 +139,26 @@ class ServedEvents:
                 return
         await self.finished(handle, owner, view)
 
+    async def approvals(self, queue: Approvals, owner_of: Callable[[str | None], str | None]) -> None:
+        """Until cancelled: each item of ``queue`` is ``approval.pending`` as it starts waiting and
+        ``approval.decided`` once it waits no more, owned by ``owner_of(item.path)`` (the asking subagent's
+        principal; the operator's for the daemon's own runs). The watcher only queues (it must not block); this
+        task journals, in order."""
+        send, receive = trio.open_memory_channel[tuple[str, str, dict[str, Any]]](math.inf)
+
+        def watch(item: Pending, waiting: bool) -> None:
+            owner = owner_of(item.path) or LOCAL_KEY
+            send.send_nowait((wire.APPROVAL_PENDING, owner, _pending_data(item)) if waiting
+                             else (wire.APPROVAL_DECIDED, owner, _decided_data(item)))
+
+        queue.watchers.append(watch)
+        try:
+            async with receive:
+                async for name, owner, data in receive:
+                    await self.emit(name, owner, data)
+        finally:
+            queue.watchers.remove(watch)
+
     def poll(self, params: Mapping[str, Any], visible: Callable[[str], bool]) -> dict[str, Any]:
         """One ``events/poll`` (raises :class:`agentd.mcp.served_events.PollError`)."""
         request = wire.parse_poll(params)
@@ -225,6 +250,29 @@ class EventStream:
             self.closed = True
             self.pending.clear()
             self.served.open.discard(self)
+
+
+def _pending_data(item: Pending) -> dict[str, Any]:
+    shown = item.to_json()
+    data: dict[str, Any] = {"id": item.id, "kind": item.kind, "run_id": item.run_id, "server": item.server}
+    if item.path:
+        data["handle"] = item.path
+    if item.kind == "approval":
+        data.update(tool=shown["tool"], summary=shown["arguments"])
+    else:
+        data.update(message=shown["message"], schema=shown["schema"])
+    return data
+
+
+def _decided_data(item: Pending) -> dict[str, Any]:
+    decision = item.decision
+    data: dict[str, Any] = {"id": item.id, "kind": item.kind, "run_id": item.run_id,
+                            "action": decision.action if decision is not None else "withdrawn"}
+    if item.path:
+        data["handle"] = item.path
+    if decision is not None and decision.reason:
+        data["reason"] = decision.reason
+    return data
 
 
 def _int(value: Any) -> int:

@@ -195,9 +195,14 @@ class SelfMcpSurface:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
         self._started = trio.current_time()
+        from agentd.approvals import current_approvals
+
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await self._catch_up()
+            queue = current_approvals()
+            if queue is not None:  # what waits for a person: approval.pending / approval.decided events
+                nursery.start_soon(self.events.approvals, queue, self.owners.owner_of_path)
             task_status.started()
             await trio.sleep_forever()
 

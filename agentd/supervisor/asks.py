@@ -65,16 +65,19 @@ class RemoteAsker:
             send.send_nowait(answer)
 
 
-async def answer_ask(request: Ask) -> Answered:
-    """A parent's side: the child's question in this process's queue (the root's, or forwarded further up)."""
+async def answer_ask(request: Ask, path: str | None = None) -> Answered:
+    """A parent's side: the child's question in this process's queue (the root's, or forwarded further up);
+    ``path``: the handle of the child it came from (whose it is on ``/events`` and in the served events)."""
     refusal = _refusal(request.kind)
     queue = current_approvals()
     if queue is None or request.kind not in ("approval", "elicitation"):
         return Answered(ref=request.ref, action=refusal, reason=NOBODY)
     if request.kind == "approval":
-        item = queue.approval(request.run_id, request.server, request.tool or "?", request.summary or {})
+        item = queue.approval(request.run_id, request.server, request.tool or "?", request.summary or {},
+                              path=path)
     else:
-        item = queue.elicitation(request.run_id, request.server, request.message or "", request.schema or {})
+        item = queue.elicitation(request.run_id, request.server, request.message or "", request.schema or {},
+                                 path=path)
     decision = await queue.wait(item, current_drain())
     if decision is None:  # the root is stopping: the child's tree is ending with it
         return Answered(ref=request.ref, action=refusal if request.kind == "approval" else "cancel",

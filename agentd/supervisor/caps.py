@@ -52,6 +52,10 @@ from agentd.rule_of_two import check_trifecta
 if TYPE_CHECKING:  # the books load with the first admission or usage report (a once run's first reply)
     from agentd.journal.ledger import Charged, Ledger, Overdrawn
 
+#: The books' root slice (agentd.journal.ledger.ROOT, which the ledger tests hold equal): the slice name a usage
+#: report charges for the root, spelled here so the hot path imports nothing per call.
+ROOT_SLICE: Final = "root"
+
 #: Token counts of at most this many run trees are kept (a daemon makes one per wake); the oldest go first.
 TREES_KEPT: Final = 1024
 
@@ -271,9 +275,9 @@ class TreeLedger:
         return self.caps.token_ceiling if book is None else min(book.ceiling, self.caps.token_ceiling)
 
     def _slice(self, handle: str) -> str:
-        from agentd.journal.ledger import ROOT
-
-        return ROOT if handle == self.root or is_served_root(handle) else handle
+        """The slice ``handle`` spends from (the root's and a served root's: the books' root slice). On every
+        usage report: the books' root name is :data:`ROOT_SLICE`, not imported here per call."""
+        return ROOT_SLICE if handle == self.root or is_served_root(handle) else handle
 
     def admit(
         self, caller: str, tool_scope: Iterable[str] | None, now: float, *, served: bool = False, tree: str = "",

@@ -402,7 +402,7 @@ class SubagentNode:
         """A question for a person from this child's subtree: asked here (or further up), answered down."""
         from agentd.supervisor.asks import answer_ask
 
-        answer = await answer_ask(request)
+        answer = await answer_ask(request, self.handle)
         try:
             await channel.send(answer)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -5,7 +5,8 @@ The bus sits on the root's event sink, like the report recorder, and never block
 bounded buffer, and a subscriber that falls behind loses the oldest lines it has not read (it is told how
 many in a ``stream.dropped`` message) instead of slowing the daemon. A new subscriber first gets the daemon's
 latest :data:`STICKY` lines (``journal.opened``: written before anyone could subscribe), a snapshot of the
-newest nodes, then the live lines.
+newest nodes, the *held* lines (what waits for a person now, :meth:`EventBus.hold`, each drawn afresh), then
+the live lines.
 """
 
 from __future__ import annotations
@@ -69,12 +70,13 @@ class Subscriber:
 class EventBus:
     """The fan-out of the root's event lines to the subscribers. (A plain class: a once run builds it at start-up, where an attrs class costs about a millisecond of CPU.)"""
 
-    __slots__ = ("_recorder", "_sticky", "_subscribers")
+    __slots__ = ("_held", "_recorder", "_sticky", "_subscribers")
 
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
         self._subscribers: set[Subscriber] = set()
         self._sticky: dict[str, Mapping[str, Any]] = {}
+        self._held: dict[str, Callable[[], Mapping[str, Any]]] = {}
 
     @property
     def recorder(self) -> Recorder:
@@ -96,6 +98,17 @@ class EventBus:
             if node is not None:
                 subscriber.offer(node)
 
+    def hold(self, key: str, line: Callable[[], Mapping[str, Any]]) -> None:
+        """Publish ``line()`` and offer it afresh to every new subscriber until :meth:`release` (a state that
+        lasts, like an approval waiting for a person: a page opened later shows it, with its time so far)."""
+        self._held[key] = line
+        self.publish(line())
+
+    def release(self, key: str, line: Mapping[str, Any]) -> None:
+        """Stop holding ``key``'s line, and publish ``line`` (what ended it)."""
+        if self._held.pop(key, None) is not None:
+            self.publish(line)
+
     @property
     def full(self) -> bool:
         return len(self._subscribers) >= MAX_SUBSCRIBERS
@@ -109,6 +122,8 @@ class EventBus:
             subscriber.offer(line)
         for node in self.recorder.nodes(SNAPSHOT_NODES):
             subscriber.offer(node)
+        for held in self._held.values():
+            subscriber.offer(held())
         self._subscribers.add(subscriber)
         try:
             yield subscriber

@@ -98,14 +98,20 @@ class Owners:
         if principal.operator:
             return True
         path = line.get("handle") if line.get("event") == "tree.node" else line.get("agent_path")
-        if not isinstance(path, str) or not path:
-            return False
+        owner = self.owner_of_path(path) if isinstance(path, str) else None
+        return owner is not None and principal.owns(owner)
+
+    def owner_of_path(self, path: str | None) -> str | None:
+        """The owner of the served handle a node path (``1.2.3``) is under, or None (no tracked handle: the
+        daemon's own runs, or a handle no longer tracked)."""
+        if not path:
+            return None
         parts = path.split(".")
         for end in range(1, len(parts) + 1):
             owner = self._owner.get(".".join(parts[:end]))
             if owner is not None:
-                return principal.owns(owner)
-        return False
+                return owner
+        return None
 
 
 class Claims:

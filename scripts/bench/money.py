@@ -41,62 +41,112 @@ def authority(store: object, run_id: str, budget: int | None) -> LocalAuthority:
     return books
 
 
-async def rounds(steps: int, count: int) -> list[tuple[float, float]]:
+async def one_step(journal: object, run: str, batch: object, books: LocalAuthority, meter: BudgetMeter,
+                   reply: Usage) -> float:
+    """One step of ``run``, as the loop and the root's authority do it: its records, the reply counted by the
+    run's meter (priced when the meter has a price) and written into the ``loop.step`` line's usage, the usage
+    reported to the tree's books (charged and saved). Its process CPU."""
+    c0 = time.process_time()
+    await journal.append(run, batch)  # type: ignore[attr-defined]
+    cost = meter.add_usage(reply.prompt_tokens, reply.completion_tokens)
+    meter.usage.to_json()  # the loop.step event's usage (its cost_usd when priced)
+    await books.report_usage("0", reply if cost is None else Usage(reply.prompt_tokens, reply.completion_tokens, 0,
+                                                                   cost))
+    return time.process_time() - c0
+
+
+async def rounds(steps: int, count: int, control: bool) -> list[tuple[float, float, float | None]]:
+    """Per round: CPU per step of the tokens-only run, of the priced run and (``control``) of a second
+    tokens-only run, the runs' steps interleaved A B B A (neither kind always goes first)."""
     batches = [step(n) for n in range(steps)]
     results = []
     with tempfile.TemporaryDirectory() as state:
         async with open_journal(state) as journal:
             for r in range(count):
-                plain = authority(journal, f"plain-{r}", None)
-                money = authority(journal, f"money-{r}", 10**6 * PICO_PER_USD)
-                meter_plain = BudgetMeter(Limits(max_tokens=0))
-                meter_money = BudgetMeter(Limits(max_tokens=0), price=Price(3_000_000, 15_000_000))
-                plain_cpu = money_cpu = 0.0
+                kinds = ["plain", "money", *(["again"] if control else [])]
+                books = {k: authority(journal, f"{k}-{r}", 10**6 * PICO_PER_USD if k == "money" else None)
+                         for k in kinds}
+                meters = {k: BudgetMeter(Limits(max_tokens=0), price=Price(3_000_000, 15_000_000) if k == "money"
+                                         else None) for k in kinds}
+                cpu = dict.fromkeys(kinds, 0.0)
                 for n, batch in enumerate(batches):
                     reply = Usage(1200 + n, 60)
-                    c0 = time.process_time()
-                    await journal.append(f"plain-{r}", batch)
-                    meter_plain.add_usage(reply.prompt_tokens, reply.completion_tokens)
-                    await plain.report_usage("0", reply)
-                    plain_cpu += time.process_time() - c0
-                    c0 = time.process_time()
-                    await journal.append(f"money-{r}", batch)
-                    cost = meter_money.add_usage(reply.prompt_tokens, reply.completion_tokens)
-                    await money.report_usage("0", Usage(reply.prompt_tokens, reply.completion_tokens, 0, cost))
-                    money_cpu += time.process_time() - c0
-                results.append((plain_cpu / steps * 1000, money_cpu / steps * 1000))
+                    for k in (kinds if n % 2 == 0 else kinds[::-1]):
+                        cpu[k] += await one_step(journal, f"{k}-{r}", batch, books[k], meters[k], reply)
+                results.append((cpu["plain"] / steps * 1000, cpu["money"] / steps * 1000,
+                                cpu["again"] / steps * 1000 if control else None))
     return results
+
+
+def summary(measured: list[tuple[float, float, float | None]]) -> dict[str, float]:
+    """Medians over the rounds: the two tokens-only runs, the priced run, the priced run against the mean of the
+    tokens-only ones (they stand first and last in turn, the priced run between them), and the two tokens-only
+    runs against each other (what two identical runs differ by here: the noise floor)."""
+    return {
+        "plain": statistics.median(p for p, _, _ in measured),
+        "again": statistics.median(a for _, _, a in measured if a is not None),
+        "money": statistics.median(m for _, m, _ in measured),
+        "ratio": statistics.median(2 * m / (p + a) for p, m, a in measured if a is not None),
+        "control": statistics.median(a / p for p, _, a in measured if a is not None),
+    }
+
+
+def previous(tree: str, steps: int, count: int) -> dict[str, float]:
+    """The same measurement with an older agentd (``tree``: a checkout) first on the import path."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, __file__, "--steps", str(steps), "--rounds", str(count), "--json"],
+                          env={**os.environ, "PYTHONPATH": tree}, capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--previous", help="a checkout of an older tree, measured the same way first")
+    parser.add_argument("--json", action="store_true", help="print the medians as one JSON line")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    measured = trio.run(rounds, args.steps, args.rounds)
-    plain = statistics.median(p for p, _ in measured)
-    money = statistics.median(m for _, m in measured)
-    ratio = statistics.median(m / p for p, m in measured)
+    before = previous(args.previous, args.steps, args.rounds) if args.previous else None
+    now = summary(trio.run(rounds, args.steps, args.rounds, True))
+    if args.json:
+        import json
+
+        print(json.dumps(now))
+        return
     load = open("/proc/loadavg").read().split()[0]
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    earlier = "" if before is None else (
+        f"| tokens and money, the tree before this change (same command, `--previous`) | {before['money']:.3f} ms "
+        f"| {before['ratio']:.3f} |\n")
     text = (
         f"{SECTION}\n\n"
-        f"Command: `.venv/bin/python scripts/bench/money.py --steps {args.steps} --rounds {args.rounds} --write` "
-        f"(2-core VM, {stamp}, 1-minute load average {load} at the end; medians of {args.rounds} interleaved "
-        "rounds). A journaled step with the token ceiling's books (the step's 4 records, the reply's usage report "
-        "charging the tree's books and saving them) against the same step with `--budget-usd` and `--price` (the "
-        "reply priced by the loop's meter, the cost in the report, the money books charged and saved with the "
-        "token books in the same write). Process CPU per step (trio thread and journal worker thread).\n\n"
-        "| step | process CPU per step | ratio |\n|---|---|---|\n"
-        f"| tokens only | {plain:.3f} ms | 1 |\n"
-        f"| tokens and money | {money:.3f} ms | {ratio:.3f} |\n\n"
-        f"Cost accounting adds {100 * (ratio - 1):+.1f} % of a step's CPU (target: at most 2 %"
-        f"{'' if ratio <= 1.02 else ': not met'}). The money books are integers (picodollars, agentd/prices.py): "
-        "pricing a reply is two multiplications, charging it one ledger decision; most of the excess is the "
-        "larger saved document (the money slices encoded beside the token slices in the same state write), the "
-        "rest the money ledger's charge. The next step, if it matters: save a compact money snapshot (the slices' "
-        "parents are the token books'), or keep the encoded books and patch only the charged slice.\n"
+        f"Command: `.venv/bin/python scripts/bench/money.py --steps {args.steps} --rounds {args.rounds}"
+        f"{' --previous DIR' if before else ''} --write` (2-core VM, {stamp}, **loaded**: 1-minute load average "
+        f"{load} at the end, shared with other sessions; medians of {args.rounds} rounds). Each round runs three "
+        "journaled runs step by step, interleaved, the order turned around every step (A B C, C B A): two with "
+        "the token ceiling's books only (a step: its 4 records, the reply counted by the run's meter and written "
+        "into the `loop.step` line's usage, the usage reported to the tree's books, charged and saved) and one "
+        "with `--budget-usd` and `--price` (the reply also priced by the meter, the cost in the `loop.step` "
+        "usage and in the report, the money books charged and saved with the token books in the same write). "
+        "Process CPU per step (trio thread and journal worker thread).\n\n"
+        "| step | process CPU per step | against tokens only |\n|---|---|---|\n"
+        f"| tokens only (A) | {now['plain']:.3f} ms | 1 |\n"
+        f"| tokens only again (B: the noise floor, B ÷ A) | {now['again']:.3f} ms | {now['control']:.3f} |\n"
+        f"| tokens and money | {now['money']:.3f} ms | {now['ratio']:.3f} |\n"
+        f"{earlier}\n"
+        f"Cost accounting adds {100 * (now['ratio'] - 1):+.1f} % of a step's CPU (target: at most 2 %"
+        f"{'' if now['ratio'] <= 1.02 else ': not met'})"
+        + ("" if before is None else f", from {100 * (before['ratio'] - 1):+.1f} % before this change") + ". "
+        "The money is integers (picodollars, agentd/prices.py): a reply is priced once per step (two integer "
+        "products with the price the run's meter holds: no lookup, no Decimal) and written out as dollars by "
+        "integer division (the `loop.step` usage's `cost_usd` had gone through Decimal on every step); charging "
+        "it is one ledger decision. What is left is the money books' share of the saved document (its slices "
+        "encoded beside the token slices in the same state write) and the ledger's charge.\n"
     )
     print(text)
     if args.write:

@@ -30,6 +30,18 @@ def test_file_entries_and_flags_merge(tmp_path: Path) -> None:
     assert servers["fs"].approve == ("*",) and servers["fs"].capabilities == ("elicitation",)
 
 
+def test_sampling_tools_implies_sampling_and_declares_it_as_a_sub_capability(tmp_path: Path) -> None:
+    from agentd.mcp.client_session import ClientSession
+    from agentd.mcp.types import Implementation
+
+    cfg = load(tmp_path, SERVERS, "--mcp", "fs=https://fs.example/mcp", "--mcp-capabilities", "fs=sampling.tools")
+    declared = {s.name: s for s in cfg.mcp}["fs"].capabilities
+    assert declared == ("sampling", "sampling.tools")
+    session = ClientSession(Implementation(name="agentd", version="1"), declared=declared)
+    assert session.start_initialize().params["capabilities"] == {"sampling": {"tools": {}}}  # type: ignore[index]
+    assert session.declares("sampling/createMessage") and not session.declares("elicitation/create")
+
+
 def test_by_default_nothing_needs_approval_and_nothing_is_declared() -> None:
     cfg = Config.from_argv(["--instruction", "x", "--intelligence", "test", "--mcp", "a=https://a.example/mcp"],
                            env={})

@@ -144,3 +144,57 @@ async def test_a_subagent_s_question_reaches_the_person_at_the_root(tmp_path, ev
             code, result = await d.wait()
         assert code == 0 and "- Name: Grace" in str(result["result"])
         assert len(chats(gw)) == 4
+
+
+def journal_records(state: object, run_id: str) -> list[dict[str, object]]:
+    import subprocess
+    import sys
+
+    from tests.ctl.daemon import ROOT, env
+
+    shown = subprocess.run([sys.executable, "-m", "agentd", "journal", "export", run_id, "--state-dir", str(state)],
+                           capture_output=True, check=True, env=env(), cwd=ROOT, timeout=60)
+    return list(json.loads(shown.stdout)["records"])
+
+
+async def test_a_question_is_journaled_its_answer_recorded_and_after_sigkill_it_is_recorded_cancelled(
+        tmp_path, everything_server: launch.PeerProcess):
+    """With ``--state-dir`` a question is committed before the wait and its answer after. A SIGKILL while one
+    waits ends the server's request with the process: the restarted run records the question ``cancel``, tells
+    the model the call's outcome is unknown (the tool is not idempotent), lists nothing, and goes on: here the
+    model asks again, and that question is answered and recorded."""
+    from tests.ctl.daemon import kill
+
+    state = tmp_path / "state"
+    sock = str(state / "ctl.sock")
+    rules = [Rule({"last_contains": "may or may not have run"}, tool_call(ELICIT, {})),
+             Rule({"last_role": "tool"}, text("thanks"))]
+    async with scripted_gateway(rules=rules, default=tool_call(ELICIT, {})) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=elicitation", "--state-dir", str(state), "--run-id", "ask-crash", "--instruction", "Ask me.",
+                "--deadline", "120s"]
+        async with daemon(argv, tmp_path, "first") as first:
+            await questions(first, sock)
+            kill(first)
+            await first.wait()
+        kinds = [r["kind"] for r in journal_records(state, "ask-crash")]
+        assert "elicitation.pending" in kinds and "elicitation.decided" not in kinds
+
+        async with daemon(argv, tmp_path, "second") as second:
+            [again] = await questions(second, sock)  # the model asked again: a new question (the old one is gone)
+            code, _ = await ctl("answer", str(again["id"]), json.dumps({"name": "Ada", "integer": 7}),
+                                "--socket", sock)
+            assert code == 0
+            code, result = await second.wait()
+        assert code == 0 and result["result"] == "thanks"
+        told = [str(m.get("content")) for m in chats(gw)[-2].messages if m.get("role") == "tool"]  # type: ignore[attr-defined]
+        assert "may or may not have run" in told[-1]
+        records = journal_records(state, "ask-crash")
+        asked = [r for r in records if r["kind"] == "elicitation.pending"]
+        settled = [r for r in records if r["kind"] == "elicitation.decided"]
+        assert len(asked) == 2 and asked[0]["server"] == "ev" and asked[0]["message"]
+        assert [(r["action"], r["call_id"]) for r in settled] == [("cancel", asked[0]["call_id"]),
+                                                                   ("accept", asked[1]["call_id"])]
+        assert "stopped before it was answered" in str(settled[0]["reason"])
+        assert settled[1]["content"] == {"name": "Ada", "integer": 7}  # the answer, as the server got it
+        assert [e["action"] for e in second.events("elicitation.decided")] == ["cancel", "accept"]

@@ -30,6 +30,8 @@ SAMPLES = [
     r.BudgetRefunded("h-2", 480),
     r.ApprovalPending(1, "c1", "pay", "charge", {"amount": 3, "token": "***"}),
     r.ApprovalDecided(1, "c1", "deny", "too much"),
+    r.ElicitationPending(2, "c2", "ev", "Your name?", {"type": "object", "properties": {"name": {"type": "string"}}}),
+    r.ElicitationDecided(2, "c2", "accept", {"name": "Ada"}),
 ]
 
 

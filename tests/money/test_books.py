@@ -45,6 +45,25 @@ def test_prices_and_amounts_are_read_exactly() -> None:
         parse_price_table({"m": {"input": 1}}, "$.prices")
 
 
+@pytest.mark.parametrize("pico", [0, 1, 7, 10**12 - 1, 10**12, 123_456_789_012_345, 10**25 + 3, 2**63 - 1, -45])
+def test_amounts_are_written_as_the_exact_decimal_without_decimal_arithmetic(pico: int) -> None:
+    import decimal
+
+    from agentd.loop.result import RunUsage
+
+    exact = decimal.Decimal(pico).scaleb(-12)
+    assert usd(pico) == float(exact)  # the nearest float, as Decimal rounds it
+    assert RunUsage(cost=pico).to_json()["cost_usd"] == float(exact)  # the loop.step line's, written inline
+    text = format(exact, "f")
+    assert usd_text(pico) == (text.rstrip("0").rstrip(".") if "." in text else text)
+
+
+def test_the_root_slice_a_report_charges_is_the_books_root() -> None:
+    from agentd.supervisor.caps import ROOT_SLICE
+
+    assert ROOT_SLICE == ROOT
+
+
 def test_a_childs_cost_is_charged_to_its_slice_and_the_rest_refunded() -> None:
     led = ledger(max_children=3)
     child = admitted(led.admit("0", None, 0.0))

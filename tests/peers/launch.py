@@ -267,6 +267,11 @@ def legacy_sdk_server_argv(
     return argv
 
 
+def sampling_server_argv(*, port: int = 0) -> list[str]:
+    """argv of the peer that samples with tools (runs in ``.peers/mcp1-venv``)."""
+    return [str(ensure_mcp1_venv()), str(SERVERS / "sampling_server.py"), "--port", str(port)]
+
+
 def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0, tasks: bool = False,
                        push_tasks: bool = False, poll_ms: int | None = None) -> list[str]:
     """argv of the 2026-07-28-only raw ASGI peer (``tasks``: it speaks the tasks extension; ``push_tasks``: it

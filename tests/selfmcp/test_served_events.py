@@ -1,8 +1,9 @@
 """The Events extension as agentd serves it (2026-07-28 wire), against a real ``agentd --serve-mcp`` process with
 the scripted gateway as its model, driven by raw JSON-RPC over httpx:
 
-- ``server/discover`` declares ``io.modelcontextprotocol/events``; ``events/list`` lists ``subagent.finished`` and
-  ``budget.exhausted`` (poll and push delivery; push: tests/selfmcp/test_served_events_stream.py); the 2025-11-25 ``initialize`` is unchanged and has no ``events/*``;
+- ``server/discover`` declares ``io.modelcontextprotocol/events``; ``events/list`` lists ``subagent.finished``,
+  ``budget.exhausted``, ``approval.pending`` and ``approval.decided`` (poll and push delivery; push:
+  tests/selfmcp/test_served_events_stream.py); the 2025-11-25 ``initialize`` is unchanged and has no ``events/*``;
 - async spawns made over a 2025-11-25 session show up as ``subagent.finished`` to a modern-wire poller;
 - with ``--state-dir``, a cursor handed out before a SIGKILL goes on after the restart: every event once, none
   twice, the end of a run resumed after the restart included;
@@ -91,7 +92,8 @@ async def test_legacy_spawns_show_up_to_a_modern_poller_and_cursors_survive_sigk
                 assert discover["capabilities"]["extensions"][EXTENSION] == {}, discover
                 listed = (await _modern(client, url, "events/list", {}))["result"]
                 types = {t["name"]: t for t in listed["events"]}
-                assert set(types) == {"subagent.finished", "budget.exhausted"}, listed
+                assert set(types) == {"subagent.finished", "budget.exhausted", "approval.pending",
+                                      "approval.decided"}, listed
                 assert all(t["delivery"] == ["poll", "push"] and "inputSchema" in t and "payloadSchema" in t
                            for t in types.values())
 

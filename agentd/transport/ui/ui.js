@@ -1,7 +1,8 @@
 // agentd's live view (agentd.transport.ui_app, docs/operations.md "Watching a daemon in a browser").
 //
 // It follows the listener's /events WebSocket: `tree.node` messages are the run tree (status, steps, tokens,
-// the tools in flight, elapsed time), every other message is an event line. Every string the daemon sends
+// the tools in flight, elapsed time), `approval.waiting` / `approval.settled` are what waits for a person (a
+// tool call to approve, a server's question: shown, never decided here), every other message is an event line. Every string the daemon sends
 // (model and MCP server text included) goes into the page as text (textContent, with control and
 // direction characters made visible), never as markup; the Content-Security-Policy allows this origin only.
 // Drawing is coalesced into animation frames (none while the tab is hidden) and a once-a-second tick
@@ -21,6 +22,9 @@
   const nodes = new Map();       // "run_id#handle" -> {node, at: performance.now() when received, seq}
   const rows = new Map();        // "run_id#handle" -> <tr>
   const lines = new Map();       // "run_id#handle" -> [line, ...]
+  const waiting = new Map();     // approval id -> {item: its approval.waiting message, at: performance.now()}
+  const waitingRows = new Map(); // approval id -> <tr>
+  const MAX_WAITING = 1000;      // items kept (the daemon sends each one once, and again on a reconnect)
   const allLines = [];
   let selected = null;
   let dropped = 0;
@@ -92,6 +96,11 @@
         nodes.delete(oldest);
         lines.delete(oldest);
       }
+    } else if (message.event === "approval.waiting" && typeof message.id === "string") {
+      waiting.set(message.id, {item: message, at: performance.now()});
+      while (waiting.size > MAX_WAITING) waiting.delete(waiting.keys().next().value);
+    } else if (message.event === "approval.settled" && typeof message.id === "string") {
+      waiting.delete(message.id);
     } else if (message.event === "stream.dropped") {
       dropped += Number(message.count) || 0;
     } else {
@@ -228,7 +237,54 @@
     $("empty").hidden = order.length > 0;
     setText($("summary"), order.length + " runs, " + running + " running"
       + (dropped ? ", " + dropped + " lines dropped (the page fell behind)" : ""));
+    drawWaiting(now);
     drawLines();
+  }
+
+  function summaryOf(item) {
+    if (item.kind === "elicitation") {
+      const schema = item.schema !== null && typeof item.schema === "object" ? item.schema : {};
+      const props = schema.properties !== null && typeof schema.properties === "object" ? schema.properties : {};
+      const fields = Object.keys(props).slice(0, 32).join(", ");
+      return String(item.message ?? "") + (fields ? " (fields: " + fields + ")" : "");
+    }
+    const args = item.arguments !== null && typeof item.arguments === "object" ? item.arguments : {};
+    return Object.entries(args).map(([name, value]) =>
+      name + "=" + (typeof value === "string" ? value : JSON.stringify(value))).join(", ");
+  }
+
+  function drawWaiting(now) {
+    const body = $("pending");
+    const ids = [...waiting.keys()];
+    ids.forEach((id, index) => {
+      const {item, at} = waiting.get(id);
+      let tr = waitingRows.get(id);
+      if (tr === undefined) {
+        tr = document.createElement("tr");
+        for (const name of ["id", "what", "run", "details", "waited num"]) {
+          const td = document.createElement("td");
+          td.className = name;
+          tr.appendChild(td);
+        }
+        waitingRows.set(id, tr);
+      }
+      tr.dataset.id = visible(id);
+      setText(cell(tr, 0), visible(id));
+      setText(cell(tr, 1), visible(item.kind === "elicitation" ? "question from " + String(item.server ?? "")
+        : String(item.tool ?? "")));
+      setText(cell(tr, 2), visible(String(item.run_id ?? "") + (item.agent_path ? " [" + item.agent_path + "]" : "")));
+      setText(cell(tr, 3), visible(clip(summaryOf(item), FIELD_MAX * 2)));
+      const base = typeof item.waiting_s === "number" ? item.waiting_s : 0;
+      setText(cell(tr, 4), elapsed(base + (now - at) / 1000));
+      if (body.children[index] !== tr) body.insertBefore(tr, body.children[index] || null);
+    });
+    for (const [id, tr] of waitingRows) {
+      if (!waiting.has(id)) {
+        tr.remove();
+        waitingRows.delete(id);
+      }
+    }
+    $("people").hidden = waiting.size === 0;
   }
 
   function drawLines() {
@@ -250,7 +306,8 @@
   }
 
   function tick() {
-    // Elapsed time moves for running nodes only; an idle or hidden page draws nothing.
+    // Elapsed time moves for running nodes and waiting items only; an idle or hidden page draws nothing.
+    if (waiting.size > 0) return schedule();
     for (const {node} of nodes.values()) {
       if (node.status === "running") return schedule();
     }
@@ -274,6 +331,7 @@
       opened = true;
       attempt = 0;
       nodes.clear();  // the daemon sends its snapshot first: what was drawn before may be stale
+      waiting.clear();  // and what waits now
       status("connected", "connected");
       schedule();
     });
