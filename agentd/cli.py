@@ -517,9 +517,10 @@ def effective_config(config: Config) -> dict[str, Any]:
     in US dollars per million tokens, the budget in US dollars (the Config holds picodollars, agentd.prices)."""
     import attrs
 
+    from agentd.config.model import flattened
     from agentd.prices import usd
 
-    doc = attrs.asdict(config)
+    doc = flattened(attrs.asdict(config))
     doc["prices"] = {model: {"input": usd(p.input * 10**6), "output": usd(p.output * 10**6)}
                      for model, p in config.prices.items()}
     doc["budget_usd"] = None if config.budget_usd is None else usd(config.budget_usd)

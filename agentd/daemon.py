@@ -2,7 +2,7 @@
 
 ::
 
-    trio.run(agentd.main, cfg)          # a harness, or the CLI after Config.from_argv(argv)
+    trio.run(agentd.main, cfg)          # a harness, or the CLI after load_config(argv)
 
 ``main`` owns the daemon nursery (the root of the nursery tree in docs/architecture.md) and dispatches on
 ``cfg.mode`` through :data:`MODES` (``once`` here, ``loop``/``schedule``/``reactive`` in agentd.reactive);

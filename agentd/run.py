@@ -401,7 +401,9 @@ class Journaled:
 def settings_of(cfg: Config) -> dict[str, Any]:
     """The settings a run's ``config_digest`` covers (not its id, its state directory or its telemetry)."""
     skip = {"run_id", "state_dir", "log_level", "log_content", "instruction", "instruction_file"}
-    return {k: v for k, v in attrs.asdict(cfg, recurse=True).items() if k not in skip}
+    from agentd.config.model import flattened  # flat names: a grouping of the settings changes no digest
+
+    return {k: v for k, v in flattened(attrs.asdict(cfg, recurse=True)).items() if k not in skip}
 
 
 async def journal_run(journal: JournalStore, request: RunRequest, *, settings: Mapping[str, Any], log: EventLog,

@@ -16,13 +16,13 @@ import pytest
 import agentd
 
 PINNED: dict[str, list[str]] = {
-    "agentd": ["Config", "RunResult", "RunStatus", "__version__", "main"],
+    "agentd": ["Config", "RunResult", "RunStatus", "__version__", "load_config", "main"],
     "agentd.client": [
         "EraCache", "McpPool", "ResourceContents", "ResourceInfo", "ResourceTemplateInfo", "ResourceUpdated",
         "ResponseStreamBroken", "ServerConnection", "ToolInfo", "ToolResult", "Tuning", "open_mcp_pool",
         "process_era_cache",
     ],
-    "agentd.config": ["Config", "McpServerConfig", "TlsConfig", "parse_duration"],
+    "agentd.config": ["Config", "McpServerConfig", "TlsConfig", "load_config", "parse_duration"],
     "agentd.telemetry": [
         "NOOP", "Span", "SpanKind", "child_settings", "content_allowed", "context_of", "current_span", "disable",
         "enable", "enabled", "flush", "inject", "log_ids", "mark_error", "remote_parent", "run_exporter", "span",

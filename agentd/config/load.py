@@ -32,6 +32,7 @@ from agentd.config.model import (
     check_approve,
     check_capabilities,
     check_era,
+    from_flat,
 )
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
@@ -58,7 +59,17 @@ def default_run_id() -> str:
 
 
 def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, purpose: Purpose = "run") -> Config:
-    """See :meth:`Config.from_argv`; ``purpose="check"`` validates for ``agentd check`` (servers only)."""
+    """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
+
+    ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no socket
+    and starts no process. ``purpose="check"`` validates for ``agentd check`` (servers only). Each source has
+    its own parser (argv: agentd.config.argv, the file: agentd.config.file, the environment:
+    agentd.config.env); each gives settings by flat name (the flag table's ``dest``), converted here, and
+    :func:`agentd.config.model.from_flat` puts them in their groups.
+
+    Raises:
+        ConfigError: one line naming the bad value (exit 2).
+    """
     env = os.environ if env is None else env
     flags_raw = parse_flags(argv, command="check" if purpose == "check" else "agentd")
     flags_raw.pop("version", None)
@@ -139,7 +150,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str] | None = None, *, pu
                                                if name.strip()))
     if not merged.get("run_id"):
         merged["run_id"] = default_run_id()
-    config = Config(**merged)
+    config = from_flat(merged)
     validate(config, env, purpose=purpose)
     return config
 
@@ -370,6 +381,3 @@ def with_changes(config: Config, env: Mapping[str, str] | None = None, **changes
     validate(evolved, os.environ if env is None else env)
     return evolved
 
-
-# ``Config.from_argv`` is this loader: attached here so that the model never imports the layer that builds it.
-setattr(Config, "from_argv", staticmethod(load_config))  # noqa: B010

@@ -8,7 +8,7 @@ a connection is made (``agentd.secrets``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -168,36 +168,148 @@ class McpServerConfig:
 
 
 @attrs.frozen
-class Config:
-    """Everything one agentd process was asked to do. Build it with :meth:`from_argv` (what the CLI does)."""
+class IntelligenceConfig:
+    """The model gateway (help group "intelligence"; agentd.intelligence): where, with what token, which models
+    at what price."""
 
-    # what to do
-    instruction: str | None = None
-    instruction_file: str | None = None
-    output_contract: str | None = None
-    # intelligence
-    intelligence: tuple[str, ...] = ()
-    intelligence_token: str | None = None
+    #: ``--intelligence``: OpenAI-compatible base URLs, in failover order (``test``: the offline model).
+    endpoints: tuple[str, ...] = ()
+    #: ``--intelligence-token``: a secret reference, never a value.
+    token: str | None = None
     model: str = defaults.MODEL
     #: ``--models``: the models a ``subagent.spawn`` may choose (its ``model``) besides the run's own; empty: only
     #: the run's own model.
     models: tuple[str, ...] = ()
     #: ``--price MODEL=IN/OUT`` / ``prices:``: each model's price (agentd.prices: picodollars per token).
     prices: Mapping[str, Price] = attrs.field(factory=dict, converter=dict)
-    stream_intelligence: bool = False
-    # MCP servers and TLS
-    mcp: tuple[McpServerConfig, ...] = ()
-    #: A2A peers (``--a2a-peer``, ``a2a_peers:``), declared like MCP servers (agentd/config/a2a.py).
-    a2a_peers: tuple[McpServerConfig, ...] = ()
-    tls_ca: str | None = None
-    # the config file itself
-    config_path: str | None = None
-    #: ``--runtime-module``: the trusted Python module whose ``connection_credentials`` serves ``auth: oauth``
-    #: connections (agentd.connections.runtime); a child agentd loads the same file for its own connections.
-    runtime_module: str | None = None
-    validate_config: bool = False
-    # modes
-    mode: Mode = "once"
+    #: ``--stream-intelligence``: stream gateway replies (SSE).
+    stream: bool = False
+
+
+@attrs.frozen
+class SelfMcpConfig:
+    """The self-MCP server (``--serve-*``, help group "self-MCP server"; agentd.selfmcp): where it listens, how
+    callers authenticate, and the caps that bound what they may hold open."""
+
+    #: ``--serve-mcp``: the URL to serve MCP on; None: no self-MCP server.
+    mcp: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    client_ca: str | None = None
+    bearer: str | None = None
+    #: OAuth access tokens on the served side (agentd.transport.resource_server): the authorization server,
+    #: the audience tokens must name (None: the served URL) and the scopes every token must carry.
+    oauth_issuer: str | None = None
+    oauth_audience: str | None = None
+    oauth_scope: tuple[str, ...] = ()
+    #: A scope that makes a token's holder an operator: it sees every principal's served handles, tasks and
+    #: ``/events`` lines (agentd.transport.tenancy). None: no token is an operator.
+    oauth_operator_scope: str | None = None
+    max_spawns: int = defaults.SERVE_MAX_SPAWNS
+    max_sessions: int = defaults.SERVE_MAX_SESSIONS
+    max_warm: int = defaults.SERVE_MAX_WARM
+    max_queued: int = defaults.SERVE_MAX_QUEUED
+    max_body: int = defaults.SERVE_MAX_BODY
+    keepalive: float = defaults.SERVE_KEEPALIVE
+    retention: float = defaults.SERVE_RETENTION
+    max_connections: int = defaults.SERVE_MAX_CONNECTIONS
+    max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
+    http2: bool = False
+    #: Also serve A2A on the --serve-mcp listener (agentd/selfmcp/a2a.py).
+    a2a: bool = False
+    #: Serve MCP tasks on the 2025-11-25 wire too (agentd/selfmcp/tasks.py; the modern wire always may).
+    tasks: bool = False
+    #: 2025-11-25 wire: ``notifications/cancelled`` for an in-flight request cancels it, and a sync
+    #: ``subagent.spawn``'s run with it (the kill ladder); off, the notification is ignored (the design's v1).
+    accept_cancel: bool = False
+
+
+@attrs.frozen
+class JournalConfig:
+    """The run journal (``--state-dir``, ``--journal-keep-*``; agentd.journal): where it lives and what it keeps."""
+
+    #: Where the run journal lives (``--state-dir``); ``None``: no journal is opened.
+    state_dir: str | None = None
+    keep_for: float = defaults.JOURNAL_KEEP_FOR
+    keep_runs: int = defaults.JOURNAL_KEEP_RUNS
+
+
+@attrs.frozen
+class ClusterConfig:
+    """Cluster membership (``--cluster*``, the config file's ``cluster: {dsn, capacity, lease_ttl}``;
+    agentd.cluster)."""
+
+    #: ``--cluster``: the PostgreSQL DSN of the shared journal (secret-free); ``None``: not a member.
+    dsn: str | None = None
+    capacity: int = defaults.CLUSTER_CAPACITY
+    lease_ttl: float = defaults.CLUSTER_LEASE_TTL
+
+
+@attrs.frozen
+class TelemetryConfig:
+    """Logs, traces, metrics and the result files (help group "telemetry", the config file's ``telemetry:``)."""
+
+    log_level: LogLevel = defaults.LOG_LEVEL
+    log_content: bool = False
+    #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).
+    log_format: LogFormat = defaults.LOG_FORMAT
+    #: stdout: None is the command's own default (a run: json; ``agentd check``: human at a terminal).
+    output: OutputFormat | None = None
+    otel: bool = False
+    traceparent: str | None = None
+    metrics_addr: str | None = None
+    health_file: str | None = None
+    report_file: str | None = None
+
+
+@attrs.frozen
+class BudgetsConfig:
+    """What a run, its subagent tree and a daemon may spend (``--max-steps``, ``--max-tokens``, ``--deadline``,
+    ``--token-ceiling``, ``--budget-*``; docs/costs.md)."""
+
+    max_steps: int = defaults.MAX_STEPS
+    max_tokens: int = defaults.MAX_TOKENS
+    deadline: float = defaults.DEADLINE
+    #: ``--token-ceiling``: the whole subagent tree's tokens.
+    token_ceiling: int = defaults.TOKEN_CEILING
+    #: ``--budget-usd``: the whole tree's money budget in picodollars (agentd.prices); None: no money budget.
+    usd: int | None = None
+    #: ``--budget-tokens-lifetime``: a daemon's tokens over its whole life; 0: no bound.
+    tokens_lifetime: int = 0
+    #: ``--budget-exit-code``: replaces exit codes 3 (partial) and 7 (budget) when set.
+    exit_code: int | None = None
+
+
+@attrs.frozen
+class SubagentsConfig:
+    """The subagent tree's caps (``--max-depth``, ``--max-children``, ``--max-subagents``, ``--spawn-*``;
+    agentd.supervisor.caps)."""
+
+    max_depth: int = defaults.MAX_DEPTH
+    max_children: int = defaults.MAX_CHILDREN
+    #: ``--max-subagents``: subagents in the whole tree.
+    max_total: int = defaults.MAX_SUBAGENTS
+    spawn_rate: int = defaults.SPAWN_RATE
+    spawn_burst: int = defaults.SPAWN_BURST
+
+
+@attrs.frozen
+class LadderConfig:
+    """How agentd stops what it started: the kill ladder's graces and liveness limits for a child
+    (agentd.supervisor.ladder) and the daemon's drain on SIGTERM (``--drain-timeout``; agentd.drain)."""
+
+    cancel_grace: float = defaults.CANCEL_GRACE
+    term_grace: float = defaults.TERM_GRACE
+    pong_timeout: float = defaults.PONG_TIMEOUT
+    progress_timeout: float = defaults.PROGRESS_TIMEOUT
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
+
+
+@attrs.frozen
+class ModesConfig:
+    """What wakes a ``loop``, ``schedule`` or ``reactive`` daemon and how often (help group "modes";
+    docs/reactive.md). The mode itself is :attr:`Config.mode`."""
+
     subscribe: tuple[str, ...] = ()
     continue_uris: tuple[str, ...] = ()
     #: MCP events the reactive daemon wakes on (agentd.reactive.events).
@@ -211,110 +323,57 @@ class Config:
     max_uris_per_wake: int = defaults.MAX_URIS_PER_WAKE
     max_wakes_per_minute: int = defaults.MAX_WAKES_PER_MINUTE
     max_wakes_per_uri_per_minute: int = defaults.MAX_WAKES_PER_URI_PER_MINUTE
-    # per-run budgets
-    max_steps: int = defaults.MAX_STEPS
-    max_tokens: int = defaults.MAX_TOKENS
-    deadline: float = defaults.DEADLINE
-    # subagent tree caps and the kill ladder
-    max_depth: int = defaults.MAX_DEPTH
-    max_children: int = defaults.MAX_CHILDREN
-    max_subagents: int = defaults.MAX_SUBAGENTS
-    spawn_rate: int = defaults.SPAWN_RATE
-    spawn_burst: int = defaults.SPAWN_BURST
-    token_ceiling: int = defaults.TOKEN_CEILING
-    #: ``--budget-usd``: the whole tree's money budget in picodollars (agentd.prices); None: no money budget.
-    budget_usd: int | None = None
-    cancel_grace: float = defaults.CANCEL_GRACE
-    term_grace: float = defaults.TERM_GRACE
-    pong_timeout: float = defaults.PONG_TIMEOUT
-    progress_timeout: float = defaults.PROGRESS_TIMEOUT
-    # daemon lifetime
-    drain_timeout: float = defaults.DRAIN_TIMEOUT
-    budget_tokens_lifetime: int = 0
-    #: Replaces exit codes 3 (partial) and 7 (budget) when set, as the original's --budget-exit-code.
-    budget_exit_code: int | None = None
-    # identity and telemetry
+
+
+@attrs.frozen
+class Config:
+    """Everything one agentd process was asked to do. Build it with :func:`agentd.config.load.load_config`
+    (what the CLI does); settings are grouped as the CLI help groups them (docs/config.md, Settings in Python)."""
+
+    # what to do
+    instruction: str | None = None
+    instruction_file: str | None = None
+    output_contract: str | None = None
+    mode: Mode = "once"
     run_id: str = ""
-    #: Where the run journal lives (``--state-dir``); ``None``: no journal is opened.
-    state_dir: str | None = None
-    journal_keep_for: float = defaults.JOURNAL_KEEP_FOR
-    journal_keep_runs: int = defaults.JOURNAL_KEEP_RUNS
+    # MCP servers and TLS
+    mcp: tuple[McpServerConfig, ...] = ()
+    #: A2A peers (``--a2a-peer``, ``a2a_peers:``), declared like MCP servers (agentd/config/a2a.py).
+    a2a_peers: tuple[McpServerConfig, ...] = ()
+    tls_ca: str | None = None
+    # the config file itself
+    config_path: str | None = None
+    #: ``--runtime-module``: the trusted Python module whose ``connection_credentials`` serves ``auth: oauth``
+    #: connections (agentd.connections.runtime); a child agentd loads the same file for its own connections.
+    runtime_module: str | None = None
+    validate_config: bool = False
     #: The operator control socket (``--ctl-socket``; agentd.ctl.server.socket_path gives its default).
     ctl_socket: str | None = None
-    #: ``--cluster``: the PostgreSQL DSN of the shared journal (secret-free); ``None``: not a member.
-    cluster: str | None = None
-    cluster_capacity: int = defaults.CLUSTER_CAPACITY
-    cluster_lease_ttl: float = defaults.CLUSTER_LEASE_TTL
-    log_level: LogLevel = defaults.LOG_LEVEL
-    log_content: bool = False
-    #: stderr: ``auto`` (human at a terminal), ``human`` or ``json`` (agentd.terminal decides).
-    log_format: LogFormat = defaults.LOG_FORMAT
-    #: stdout: None is the command's own default (a run: json; ``agentd check``: human at a terminal).
-    output: OutputFormat | None = None
-    otel: bool = False
-    traceparent: str | None = None
-    metrics_addr: str | None = None
-    health_file: str | None = None
-    report_file: str | None = None
-    # the self-MCP server
-    serve_mcp: str | None = None
-    serve_cert: str | None = None
-    serve_key: str | None = None
-    serve_client_ca: str | None = None
-    serve_bearer: str | None = None
-    #: OAuth access tokens on the served side (agentd.transport.resource_server): the authorization server,
-    #: the audience tokens must name (None: the served URL) and the scopes every token must carry.
-    serve_oauth_issuer: str | None = None
-    serve_oauth_audience: str | None = None
-    serve_oauth_scope: tuple[str, ...] = ()
-    #: A scope that makes a token's holder an operator: it sees every principal's served handles, tasks and
-    #: ``/events`` lines (agentd.transport.tenancy). None: no token is an operator.
-    serve_oauth_operator_scope: str | None = None
-    serve_max_spawns: int = defaults.SERVE_MAX_SPAWNS
-    serve_max_sessions: int = defaults.SERVE_MAX_SESSIONS
-    serve_max_warm: int = defaults.SERVE_MAX_WARM
-    serve_max_queued: int = defaults.SERVE_MAX_QUEUED
-    serve_max_body: int = defaults.SERVE_MAX_BODY
-    serve_keepalive: float = defaults.SERVE_KEEPALIVE
-    serve_retention: float = defaults.SERVE_RETENTION
-    serve_max_connections: int = defaults.SERVE_MAX_CONNECTIONS
-    serve_max_per_client: int = defaults.SERVE_MAX_PER_CLIENT
-    serve_http2: bool = False
-    #: Also serve A2A on the --serve-mcp listener (agentd/selfmcp/a2a.py).
-    serve_a2a: bool = False
-    #: Serve MCP tasks on the 2025-11-25 wire too (agentd/selfmcp/tasks.py; the modern wire always may).
-    serve_tasks: bool = False
-    #: 2025-11-25 wire: ``notifications/cancelled`` for an in-flight request cancels it, and a sync
-    #: ``subagent.spawn``'s run with it (the kill ladder); off, the notification is ignored (the design's v1).
-    serve_accept_cancel: bool = False
     # security: peer-supplied URLs (the config file's egress section) and the Rule of Two
     egress: EgressConfig = attrs.field(factory=EgressConfig)
     allow_trifecta: bool = False
-
-    if TYPE_CHECKING:  # attached by agentd.config.load (the loader builds a Config; the model imports no loader)
-
-        @staticmethod
-        def from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
-            """Exactly what the CLI does: defaults < ``--config`` file < environment < flags, then validation.
-
-            ``env`` defaults to ``os.environ``. Reads the config file and ``--instruction-file`` but opens no
-            socket and starts no process.
-
-            Raises:
-                ConfigError: one line naming the bad value (exit 2).
-            """
-            ...
+    # the groups
+    intelligence: IntelligenceConfig = attrs.field(factory=IntelligenceConfig)
+    modes: ModesConfig = attrs.field(factory=ModesConfig)
+    budgets: BudgetsConfig = attrs.field(factory=BudgetsConfig)
+    subagents: SubagentsConfig = attrs.field(factory=SubagentsConfig)
+    ladder: LadderConfig = attrs.field(factory=LadderConfig)
+    journal: JournalConfig = attrs.field(factory=JournalConfig)
+    cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
+    telemetry: TelemetryConfig = attrs.field(factory=TelemetryConfig)
+    serve: SelfMcpConfig = attrs.field(factory=SelfMcpConfig)
 
     def usable_models(self) -> tuple[str, ...]:
         """The models this run and its subagents may call: its own, then ``models`` (each once)."""
-        return tuple(dict.fromkeys((self.model, *self.models)))
+        return tuple(dict.fromkeys((self.intelligence.model, *self.intelligence.models)))
 
     def price(self) -> Price | None:
         """The run's own model's price when every model the tree may use has one (then the run reports what it
         cost); None when any lacks one: a sum that counted an unpriced model as free would mislead."""
-        if not self.prices or any(m not in self.prices for m in self.usable_models()):
+        prices = self.intelligence.prices
+        if not prices or any(m not in prices for m in self.usable_models()):
             return None
-        return self.prices[self.model]
+        return prices[self.intelligence.model]
 
     def server(self, name: str) -> McpServerConfig:
         """The declared server called ``name`` (KeyError if none)."""
@@ -322,3 +381,74 @@ class Config:
             if server.name == name:
                 return server
         raise KeyError(name)
+
+
+def _flat_names(group: str, cls: type[Any], prefix: str = "", **renamed: str) -> dict[str, tuple[str, str]]:
+    return {renamed.get(f.name, prefix + f.name): (group, f.name) for f in attrs.fields(cls)}
+
+
+#: Each group of :class:`Config` and its class.
+GROUPS: Final[Mapping[str, type[Any]]] = {
+    "intelligence": IntelligenceConfig, "modes": ModesConfig, "budgets": BudgetsConfig, "subagents": SubagentsConfig, "ladder": LadderConfig,
+    "journal": JournalConfig, "cluster": ClusterConfig, "telemetry": TelemetryConfig, "serve": SelfMcpConfig,
+}
+
+#: A grouped setting's flat name (the flag table's ``dest``, the config file's top-level key, the name a reload,
+#: ``--validate-config``'s document, a run's ``config_digest`` and a child's wire config use) -> (group, field).
+FLAT_NAMES: Final[Mapping[str, tuple[str, str]]] = {
+    **_flat_names("intelligence", IntelligenceConfig, "", endpoints="intelligence", token="intelligence_token",
+                  stream="stream_intelligence"),
+    **_flat_names("modes", ModesConfig),
+    **_flat_names("budgets", BudgetsConfig, usd="budget_usd", tokens_lifetime="budget_tokens_lifetime",
+                  exit_code="budget_exit_code"),
+    **_flat_names("subagents", SubagentsConfig, max_total="max_subagents"),
+    **_flat_names("ladder", LadderConfig),
+    **_flat_names("journal", JournalConfig, "journal_", state_dir="state_dir"),
+    **_flat_names("cluster", ClusterConfig, "cluster_", dsn="cluster"),
+    **_flat_names("telemetry", TelemetryConfig),
+    **_flat_names("serve", SelfMcpConfig, "serve_"),
+}
+
+
+def nested(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings by flat name -> :class:`Config`'s keyword arguments, each group's settings as a dict (a
+    name that is no grouped setting stays as it is)."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        where = FLAT_NAMES.get(name)
+        if where is None:
+            out[name] = value
+        else:
+            out.setdefault(where[0], {})[where[1]] = value
+    return out
+
+
+def from_flat(flat: Mapping[str, Any]) -> Config:
+    """The :class:`Config` of settings by flat name (the loader's layers, a harness's overrides). A group may
+    also be given whole (``budgets=BudgetsConfig(...)``); flat settings of that group then change it."""
+    given = {name: value for name, value in flat.items() if name in GROUPS and isinstance(value, GROUPS[name])}
+    kwargs = nested({name: value for name, value in flat.items() if name not in given})
+    for name, value in kwargs.items():
+        if name in GROUPS and isinstance(value, dict):
+            kwargs[name] = attrs.evolve(given.pop(name), **value) if name in given else GROUPS[name](**value)
+    return Config(**kwargs, **given)
+
+
+def flattened(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``attrs.asdict`` / unstructured :class:`Config` by flat name: each group's dict spread into the flat
+    names its settings have on the command line and in the config file."""
+    out: dict[str, Any] = {}
+    names = {where: name for name, where in FLAT_NAMES.items()}
+    for key, value in doc.items():
+        if key in GROUPS and isinstance(value, Mapping):
+            out.update({names[(key, field)]: item for field, item in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def flat_settings(config: Config) -> dict[str, Any]:
+    """Every setting of ``config`` by flat name, values as held (not recursed into)."""
+    out = {f.name: getattr(config, f.name) for f in attrs.fields(Config) if f.name not in GROUPS}
+    out.update({name: getattr(getattr(config, group), field) for name, (group, field) in FLAT_NAMES.items()})
+    return out

@@ -20,7 +20,7 @@ from agentd.config.endpoints import (
     is_loopback_host,
 )
 from agentd.config.extras import require
-from agentd.config.model import Config, McpServerConfig
+from agentd.config.model import Config, McpServerConfig, flat_settings
 from agentd.errors import ConfigError
 from agentd.patterns import Pattern
 from agentd.rule_of_two import SERVER_TAGS, catalogue_tags, check_trifecta
@@ -297,13 +297,14 @@ def split_subscription(value: str, servers: Iterable[str], *, flag: str = "--sub
 
 
 def _check_numbers(config: Config) -> None:
+    settings = flat_settings(config)
     for field, flag in _AT_LEAST_ONE:
-        if getattr(config, field) < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {getattr(config, field)}")
+        if settings[field] < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {settings[field]}")
     if config.budget_exit_code is not None and not 0 <= config.budget_exit_code <= 255:
         raise ConfigError(f"--budget-exit-code must be 0-255, got {config.budget_exit_code}")
     for field, flag in _POSITIVE_DURATIONS:
-        if getattr(config, field) <= 0:
+        if settings[field] <= 0:
             raise ConfigError(f"{flag} must be > 0")
     _check_money(config)
 

@@ -20,9 +20,9 @@ from typing import Any, Final
 
 import attrs
 
-from agentd.config.model import Config
+from agentd.config.model import Config, flat_settings
 
-#: Settings a reload applies (Config field names).
+#: Settings a reload applies (by flat name: agentd.config.model.FLAT_NAMES).
 RELOADABLE: Final = frozenset({"model", "max_steps", "max_tokens", "deadline", "subscribe", "log_level",
                                 "mcp", "intelligence", "intelligence_token", "stream_intelligence"})
 #: Settings that are not compared: how this process was asked to read its config, not what it says.
@@ -42,7 +42,8 @@ class ReloadPlan:
 
 
 def _fields(cfg: Config) -> Mapping[str, Any]:
-    return {f.name: getattr(cfg, f.name) for f in attrs.fields(Config) if f.name not in _IGNORED}
+    """Every setting by its flat name (the name a reload reports), grouped ones included."""
+    return {name: value for name, value in flat_settings(cfg).items() if name not in _IGNORED}
 
 
 def plan_reload(running: Config, reread: Config) -> ReloadPlan:

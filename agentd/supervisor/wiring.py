@@ -55,8 +55,12 @@ def config_to_wire(cfg: Config) -> dict[str, Any]:
     return _for_child(_converter().unstructure(cfg))
 
 
-def _for_child(wire: dict[str, Any]) -> dict[str, Any]:
-    """What of an unstructured Config a child inherits (under the wire's names)."""
+def _for_child(doc: dict[str, Any]) -> dict[str, Any]:
+    """What of an unstructured Config a child inherits (under the wire's names: each setting by its flat
+    name, agentd.config.model.FLAT_NAMES)."""
+    from agentd.config.model import flattened
+
+    wire = flattened(doc)
     wire["mcp_servers"] = wire.pop("mcp")
     wire["allow_trifecta"] = False  # audited for the root run only, never inherited by a child
     # The daemon's own memberships stay with it: a child is no cluster member (so the DSN's password
@@ -67,11 +71,11 @@ def _for_child(wire: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_from_wire(wire: Mapping[str, Any]) -> Config:
-    from agentd.config.model import Config
+    from agentd.config.model import Config, nested
 
     data = dict(wire)
     data["mcp"] = data.pop("mcp_servers", [])
-    return _converter().structure(data, Config)
+    return _converter().structure(nested(data), Config)
 
 
 class ChildConfig(Mapping[str, Any]):

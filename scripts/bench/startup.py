@@ -303,7 +303,7 @@ def section(rows: list[Row], first_ms: float, parse_ms: float, command: str, run
             "",
         ]
     lines += [
-        f"`Config.from_argv` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. "
+        f"`load_config` in-process (4 flags, one `--mcp`): {parse_ms:.2f} ms per call. "
         "`tests/cli/test_startup_imports.py` pins the heavy-modules column (untimed). The subagent dispatch "
         "row includes `agentd.child`'s own imports (trio); the CLI adds only `agentd.cli` before handing over. "
         "Every tree's bytecode is compiled first: with PYTHONDONTWRITEBYTECODE=1 an edited module's stale cache "

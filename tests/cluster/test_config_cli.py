@@ -49,8 +49,8 @@ def test_refusals_are_exit_2_and_never_echo_a_password(extra, message):
 
 
 def test_psycopg_is_not_imported_without_cluster():
-    code = ("import sys; from agentd.config import Config; import agentd.daemon, agentd.cli; "
-            "Config.from_argv(['--intelligence', 'test', '--instruction', 'x'], env={}); "
+    code = ("import sys; from agentd.config import load_config; import agentd.daemon, agentd.cli; "
+            "load_config(['--intelligence', 'test', '--instruction', 'x'], env={}); "
             "print('psycopg' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"

@@ -41,10 +41,10 @@ def test_loading_a_host_file_imports_no_runtime(tmp_path: Path) -> None:
         "transcript: {enabled: false}\n"
     )
     code = (
-        "from agentd.config import Config\n"
+        "from agentd.config import load_config\n"
         "from agentd.config.host import load_host\n"
         f"env = {{'GW_KEY': 'k', 'DOCS_TOKEN': 't'}}\n"
-        f"cfg = Config.from_argv(['--config', {str(path)!r}, '--instruction', 'x'], env)\n"
+        f"cfg = load_config(['--config', {str(path)!r}, '--instruction', 'x'], env)\n"
         "assert [s.name for s in cfg.mcp] == ['docs', 'fs'] and cfg.mcp[0].tools == ('search',), cfg.mcp\n"
         f"host = load_host({str(path)!r}, env)\n"
         "assert sorted(host.connections) == ['docs', 'fs'], host\n"

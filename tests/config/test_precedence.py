@@ -1,4 +1,4 @@
-"""Config.from_argv: defaults < config file < environment (AGENTD_ wins over AGENT_) < flags."""
+"""load_config: defaults < config file < environment (AGENTD_ wins over AGENT_) < flags."""
 
 from pathlib import Path
 

@@ -3,7 +3,7 @@
 The manifests are validated against the Kubernetes API schemas of a pinned version (``kubernetes-validate``),
 the unit with ``systemd-analyze verify``; all three are read for what docs/deployment.md promises, and held
 against the code: every flag they pass is in the flag table and the argv they pass is a valid agentd
-configuration (``Config.from_argv``, with their mounted files made real in a temporary directory), the grace
+configuration (``load_config``, with their mounted files made real in a temporary directory), the grace
 periods exceed the drain they configure, the probe paths are the ones the server answers.
 """
 

@@ -350,11 +350,11 @@ def test_a_real_turn_imports_nothing_of_agentd_or_httpx_after_the_fork_servers_p
 
         async def main():
             async with scripted_gateway(default=text("done")) as gw:
-                from agentd.config.model import Config
+                from agentd.config.model import Config, IntelligenceConfig
                 from agentd.events import null_log
                 from agentd.run import run_config
                 before = set(sys.modules)
-                result = await run_config(Config(instruction="hi", intelligence=(gw.url,)), run_id="r",
+                result = await run_config(Config(instruction="hi", intelligence=IntelligenceConfig(endpoints=(gw.url,))), run_id="r",
                                           log=null_log())
                 new = sorted(m for m in set(sys.modules) - before
                              if m.split(".")[0] in ("agentd", "httpx", "httpcore", "h11", "trio", "attr", "cattrs"))
