@@ -288,7 +288,7 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
         promise.promise(config.run_id, log.redactor)
         from agentd.terminal.mode import color_allowed, wants_human
 
-        if wants_human(config.output, sys.stdout):  # unset: for a person at a terminal, the JSON through a pipe
+        if wants_human(config.telemetry.output, sys.stdout):  # unset: for a person at a terminal, the JSON through a pipe
             promise.human, promise.color = True, color_allowed(env)
         log.info("config.loaded", mode=config.mode, servers=[s.name for s in config.mcp],
                  config_path=config.config_path)
@@ -312,8 +312,8 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
         code = int(result.exit_code)
         if outcome.drained and not outcome.forced and result.status is RunStatus.CANCELLED:
             code = 0  # the run was cancelled *because* we asked it to drain: that is success
-        if code in (3, 7) and config.budget_exit_code is not None:
-            code = config.budget_exit_code
+        if code in (3, 7) and config.budgets.exit_code is not None:
+            code = config.budgets.exit_code
     log.flush()
     log.info("proc.exit", exit_code=code)
     return code
@@ -369,12 +369,12 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
 
     secrets = SecretResolver(env, log.redactor)
     promise.promise(config.run_id, log.redactor)
-    if config.intelligence:  # a bad endpoint or an unresolvable token is exit 2 before anything connects
+    if config.intelligence.endpoints:  # a bad endpoint or an unresolvable token is exit 2 before anything connects
         from agentd.intelligence.endpoints import parse_endpoints
 
-        parse_endpoints(config.intelligence)
-        if config.intelligence_token is not None:
-            secrets.resolve(config.intelligence_token)
+        parse_endpoints(config.intelligence.endpoints)
+        if config.intelligence.token is not None:
+            secrets.resolve(config.intelligence.token)
 
     async def check_all() -> tuple[dict[str, Any], int]:
         if any(server.credentials is not None for server in config.mcp):  # oauth / client_credentials connections
@@ -385,11 +385,11 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
                 doc, code = await run_check(config.mcp, log=log, secrets=secrets)
         else:
             doc, code = await run_check(config.mcp, log=log, secrets=secrets)
-        if config.intelligence:  # the gateway was given (flag, environment or file): check it too
+        if config.intelligence.endpoints:  # the gateway was given (flag, environment or file): check it too
             from agentd.intelligence.check import check_gateway
 
             doc["intelligence"] = await check_gateway(
-                config.intelligence, model=config.model, token=config.intelligence_token, log=log,
+                config.intelligence.endpoints, model=config.intelligence.model, token=config.intelligence.token, log=log,
                 secrets=secrets, egress=config.egress.policy())
             if not doc["intelligence"]["ok"]:
                 doc["ok"] = False
@@ -400,7 +400,7 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
         doc, code = trio.run(check_all)
     finally:
         _close_view(log)
-    if wants_human(config.output or "auto", sys.stdout):
+    if wants_human(config.telemetry.output or "auto", sys.stdout):
         from agentd.terminal.render import check_table
 
         promise.written = True
@@ -462,7 +462,7 @@ def _control_tools(config: Config) -> list[str]:
     from agentd.loop.builtin import NAME as RESOURCE_READ
     from agentd.supervisor.tools import offered_names
 
-    return [*(offered_names() if config.max_depth > 0 else ()), RESOURCE_READ]
+    return [*(offered_names() if config.subagents.max_depth > 0 else ()), RESOURCE_READ]
 
 
 def _delegate(command: str, args: list[str], promise: ResultPromise) -> int:
@@ -504,7 +504,7 @@ def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: E
     main = functools.partial(daemon_main, config, log=log.bind(comp="agent"),
                              **({"reload": reload} if reload is not None else {}),
                              **({"beside": animate} if animate is not None else {}))
-    run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.drain_timeout, log=log))
+    run = trio.run(functools.partial(run_with_signals, main, drain_timeout=config.ladder.drain_timeout, log=log))
     return DrainOutcome(run.result, drained=run.drained, forced=run.forced, spent=run.spent,
                         subagents=run.subagents)
 
@@ -522,8 +522,8 @@ def effective_config(config: Config) -> dict[str, Any]:
 
     doc = flattened(attrs.asdict(config))
     doc["prices"] = {model: {"input": usd(p.input * 10**6), "output": usd(p.output * 10**6)}
-                     for model, p in config.prices.items()}
-    doc["budget_usd"] = None if config.budget_usd is None else usd(config.budget_usd)
+                     for model, p in config.intelligence.prices.items()}
+    doc["budget_usd"] = None if config.budgets.usd is None else usd(config.budgets.usd)
     return doc
 
 
@@ -554,11 +554,11 @@ def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> Ev
     from agentd.events import EventLog
     from agentd.terminal.mode import color_allowed, wants_human
 
-    log = EventLog(level=config.log_level, run_id=config.run_id, log_content=config.log_content, comp="proc")
-    if wants_human(config.log_format, sys.stderr):
+    log = EventLog(level=config.telemetry.log_level, run_id=config.run_id, log_content=config.telemetry.log_content, comp="proc")
+    if wants_human(config.telemetry.log_format, sys.stderr):
         from agentd.terminal.live import HumanView
 
-        log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.drain_timeout,
+        log = log.bind(sink=HumanView(sys.stderr, color=color_allowed(env), drain_timeout=config.ladder.drain_timeout,
                                       status=status))
     return log
 

@@ -121,8 +121,8 @@ def open_log(cfg: Config, run_id: str) -> EventLog:
     """The process's event log as the config asks for it: JSON lines on stderr."""
     return EventLog(
         sink=stream_sink(sys.stderr),
-        level=cfg.log_level,
-        log_content=cfg.log_content,
+        level=cfg.telemetry.log_level,
+        log_content=cfg.telemetry.log_content,
         run_id=run_id,
         comp="agent",
     )
@@ -147,26 +147,26 @@ async def main(
     if runner is None:
         raise ConfigError(f"--mode {cfg.mode!r} is not a mode (once, loop, schedule, reactive)")
     _start_tracing(cfg, env, log)
-    if cfg.metrics_addr is not None:
+    if cfg.telemetry.metrics_addr is not None:
         metrics.enable()
     recorder = None
-    if cfg.report_file is not None:
+    if cfg.telemetry.report_file is not None:
         from agentd.telemetry.report import Recorder
 
-        recorder = Recorder(caps={"token_ceiling": cfg.token_ceiling, "max_tokens": cfg.max_tokens,
-                                  "max_steps": cfg.max_steps, "max_depth": cfg.max_depth,
-                                  "max_children": cfg.max_children, "max_subagents": cfg.max_subagents,
-                                  **({} if cfg.budget_usd is None else {"budget_usd": cfg.budget_usd / 10**12})})
+        recorder = Recorder(caps={"token_ceiling": cfg.budgets.token_ceiling, "max_tokens": cfg.budgets.max_tokens,
+                                  "max_steps": cfg.budgets.max_steps, "max_depth": cfg.subagents.max_depth,
+                                  "max_children": cfg.subagents.max_children, "max_subagents": cfg.subagents.max_total,
+                                  **({} if cfg.budgets.usd is None else {"budget_usd": cfg.budgets.usd / 10**12})})
         log = log.bind(sink=_tee(log.sink, recorder.record))
     bus = EventBus()
-    if cfg.serve_mcp is not None:  # /events on the serve port: every line goes to its subscribers too
+    if cfg.serve.mcp is not None:  # /events on the serve port: every line goes to its subscribers too
         log = log.bind(sink=_tee(log.sink, bus.publish))
     operator = Operator()
     # health asks the drain latch (current in the asking task, as before) and the operator through these
     health = Health(mode=cfg.mode, draining=lambda: current_drain().requested, lame_duck=lambda: operator.lame_duck)
     with (use_health(health), use_bus(bus), use_operator(operator), _people(cfg, bus),
           use_credentials(_HostCredentials(cfg, os.environ if env is None else env)),
-          telemetry.remote_parent({"traceparent": cfg.traceparent} if cfg.traceparent else None)):
+          telemetry.remote_parent({"traceparent": cfg.telemetry.traceparent} if cfg.telemetry.traceparent else None)):
         try:
             return await _main(cfg, log, runner, env, run_id, operator, reload, beside)
         finally:
@@ -174,11 +174,11 @@ async def main(
                 async with trio.open_nursery() as flushing:
                     flushing.start_soon(telemetry.flush, FINAL_FLUSH_TIMEOUT)
                     flushing.start_soon(metrics.flush, FINAL_FLUSH_TIMEOUT)
-            if recorder is not None and cfg.report_file is not None:
+            if recorder is not None and cfg.telemetry.report_file is not None:
                 try:
-                    recorder.write(cfg.report_file)
+                    recorder.write(cfg.telemetry.report_file)
                 except OSError as exc:
-                    log.warn("config.warning", warning=f"--report-file {cfg.report_file}: not written "
+                    log.warn("config.warning", warning=f"--report-file {cfg.telemetry.report_file}: not written "
                                                        f"({exc.strerror})")
 
 
@@ -187,12 +187,12 @@ def _people(cfg: Config, bus: EventBus) -> contextlib.AbstractContextManager[Any
     socket (``--ctl-socket``, or ``--state-dir``'s). Without one, an approval is denied and an elicitation
     declined at once. When the daemon serves, what waits is on ``/events`` (and so on ``/ui/``) for as long as
     it waits: ``approval.waiting``, held for every new subscriber, then ``approval.settled``."""
-    if cfg.ctl_socket is None and cfg.state_dir is None:
+    if cfg.ctl_socket is None and cfg.journal.state_dir is None:
         return contextlib.nullcontext()
     from agentd.approvals import Approvals, Pending, use_approvals
 
     queue = Approvals()
-    if cfg.serve_mcp is not None:
+    if cfg.serve.mcp is not None:
         def show(item: Pending, waiting: bool) -> None:
             key = f"approval {item.id}"
             if waiting:
@@ -252,7 +252,7 @@ async def _main(
             # The subagents of the member's own run and wakes journal in the shared database too (unfenced, as
             # those runs are); a claimed item's, fenced by its lease (_cluster_executor).
             supervisor.journal_at = child_locator(cluster.store, None)
-            shared = await daemon.start(_claimed_runs_share, cfg, log, env) if cfg.cluster_capacity > 0 else None
+            shared = await daemon.start(_claimed_runs_share, cfg, log, env) if cfg.cluster.capacity > 0 else None
             await daemon.start(cluster.serve, _cluster_executor(cfg, log, env, supervisor, cluster, shared))
         if (health := current_health()) is not None:
             health.started = True
@@ -294,15 +294,15 @@ async def _main(
 async def _open_journal(cfg: Config, log: EventLog, env: Mapping[str, str]
                         ) -> AsyncIterator[tuple[JournalStore | None, Cluster | None]]:
     """The run journal: the cluster's shared one with ``--cluster`` (agentd.cluster), else ``--state-dir``'s."""
-    if cfg.cluster is None:
-        async with open_state(cfg.state_dir, log=log, keep_for=cfg.journal_keep_for,
-                              keep_runs=cfg.journal_keep_runs) as journal:
+    if cfg.cluster.dsn is None:
+        async with open_state(cfg.journal.state_dir, log=log, keep_for=cfg.journal.keep_for,
+                              keep_runs=cfg.journal.keep_runs) as journal:
             yield journal, None
         return
     from agentd.cluster.join import open_cluster  # psycopg: only for a cluster member
     from agentd.cluster.store import MemberJournal
 
-    address = cfg.serve_mcp
+    address = cfg.serve.mcp
     async with open_cluster(cfg, log, env, address=address) as cluster:
         yield MemberJournal(cluster.store, log.run_id), cluster
 
@@ -367,7 +367,7 @@ def _cluster_executor(cfg: Config, log: EventLog, env: Mapping[str, str] | None,
         payload = item.payload
         contract = payload.get("output_contract")
         controls = ControlToolRegistry()
-        if cfg.max_depth > 0:
+        if cfg.subagents.max_depth > 0:
             register_subagent_tools(controls, supervisor, Caller(Origin.STDIO, supervisor.handle, tree=item.work_id,
                                                                  own_tree_only=True))
         supervisor.journal_trees[item.work_id] = child_locator(cluster.store, item.lease)
@@ -401,17 +401,17 @@ async def _start_observing(cfg: Config, log: EventLog, daemon: trio.Nursery,
     health = current_health()
     if health is not None:
         daemon.start_soon(health.heartbeat)
-        if cfg.health_file is not None:
-            daemon.start_soon(health.write_file, cfg.health_file)
+        if cfg.telemetry.health_file is not None:
+            daemon.start_soon(health.write_file, cfg.telemetry.health_file)
     if telemetry.enabled():
         daemon.start_soon(telemetry.run_exporter)
     if metrics.otel_enabled():
         daemon.start_soon(metrics.run_exporter)
-    if cfg.metrics_addr is not None:
+    if cfg.telemetry.metrics_addr is not None:
         from agentd.transport.observe_app import serve_metrics  # the HTTP server: only with metrics
 
         resolver = SecretResolver(env=env, redactor=log.redactor)
-        bearer = resolver.resolve(cfg.serve_bearer) if cfg.serve_bearer else None
+        bearer = resolver.resolve(cfg.serve.bearer) if cfg.serve.bearer else None
         serving: Serving = await daemon.start(serve_metrics, metrics_serve_config(cfg, bearer), log)
         return serving.port
     return None
@@ -432,11 +432,11 @@ def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> 
     that watches it, the metrics URL, the state directory and the control socket. Empty when nothing listens
     (and then nothing more is imported: a once run's start-up stays light)."""
     where: dict[str, str] = {}
-    if cfg.serve_mcp is not None and serve_port is not None:
-        url = with_port(cfg.serve_mcp, serve_port)
+    if cfg.serve.mcp is not None and serve_port is not None:
+        url = with_port(cfg.serve.mcp, serve_port)
         parts = urlsplit(url)
         where["mcp"] = url
-        if cfg.serve_a2a:
+        if cfg.serve.a2a:
             from agentd.a2a.types import CARD_PATH
 
             where["a2a_card"] = urlunsplit((parts.scheme, parts.netloc, CARD_PATH, "", ""))
@@ -446,30 +446,30 @@ def addresses(cfg: Config, serve_port: int | None, metrics_port: int | None) -> 
         where["events"] = urlunsplit((ws, parts.netloc, EVENTS_PATH, "", ""))
         where["ui"] = urlunsplit((parts.scheme, parts.netloc, UI_PREFIX, "", ""))
         where["watch"] = f"agentd top {url}"
-    if cfg.metrics_addr is not None and metrics_port is not None:
+    if cfg.telemetry.metrics_addr is not None and metrics_port is not None:
         scheme = "https" if _metrics_tls(cfg) else "http"
-        where["metrics"] = with_port(f"{scheme}://{cfg.metrics_addr}/metrics", metrics_port)
+        where["metrics"] = with_port(f"{scheme}://{cfg.telemetry.metrics_addr}/metrics", metrics_port)
     if not where:
         return where
     from agentd.ctl.server import socket_path
 
-    if cfg.state_dir is not None:
-        where["state_dir"] = str(cfg.state_dir)
-    ctl = socket_path(cfg.ctl_socket, cfg.state_dir)
+    if cfg.journal.state_dir is not None:
+        where["state_dir"] = str(cfg.journal.state_dir)
+    ctl = socket_path(cfg.ctl_socket, cfg.journal.state_dir)
     if ctl is not None:
         where["ctl_socket"] = str(ctl)
     return where
 
 
 def _metrics_loopback(cfg: Config) -> bool:
-    assert cfg.metrics_addr is not None
-    return is_loopback_host(cfg.metrics_addr.rpartition(":")[0].strip("[]"))
+    assert cfg.telemetry.metrics_addr is not None
+    return is_loopback_host(cfg.telemetry.metrics_addr.rpartition(":")[0].strip("[]"))
 
 
 def _metrics_tls(cfg: Config) -> bool:
     """A non-loopback ``--metrics-addr`` takes the self-MCP's TLS files; a loopback one stays plain HTTP
     without authentication (a local scraper, as documented), whatever the MCP listener uses."""
-    return not _metrics_loopback(cfg) and cfg.serve_cert is not None and cfg.serve_key is not None
+    return not _metrics_loopback(cfg) and cfg.serve.cert is not None and cfg.serve.key is not None
 
 
 def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
@@ -477,13 +477,13 @@ def metrics_serve_config(cfg: Config, bearer: str | None) -> ServeConfig:
     files and its bearer when they are given."""
     from agentd.transport.serve import ServeConfig
 
-    assert cfg.metrics_addr is not None
+    assert cfg.telemetry.metrics_addr is not None
     tls = _metrics_tls(cfg)
     return ServeConfig(
-        url=f"{'https' if tls else 'http'}://{cfg.metrics_addr}/metrics",
-        cert=Path(cfg.serve_cert) if tls and cfg.serve_cert else None,
-        key=Path(cfg.serve_key) if tls and cfg.serve_key else None,
-        client_ca=Path(cfg.serve_client_ca) if tls and cfg.serve_client_ca else None,
+        url=f"{'https' if tls else 'http'}://{cfg.telemetry.metrics_addr}/metrics",
+        cert=Path(cfg.serve.cert) if tls and cfg.serve.cert else None,
+        key=Path(cfg.serve.key) if tls and cfg.serve.key else None,
+        client_ca=Path(cfg.serve.client_ca) if tls and cfg.serve.client_ca else None,
         bearer=None if _metrics_loopback(cfg) else bearer,
         max_connections=METRICS_MAX_CONNECTIONS,
         max_per_client=METRICS_MAX_CONNECTIONS,
@@ -503,7 +503,7 @@ async def _start_controls(
 
     async def relevel(_old: Config, new: Config) -> None:
         if log.dial is not None:
-            log.dial.level = new.log_level
+            log.dial.level = new.telemetry.log_level
 
     operator.appliers.append(relevel)
     if journal is not None:
@@ -526,7 +526,7 @@ async def _start_controls(
         return built[0]
 
     daemon.start_soon(_reload_on_sighup, controls)
-    path = socket_path(cfg.ctl_socket, cfg.state_dir)
+    path = socket_path(cfg.ctl_socket, cfg.journal.state_dir)
     if path is not None:
         await daemon.start(serve_ctl, path, controls().handle, controls().log)
 
@@ -547,13 +547,13 @@ def _start_tracing(cfg: Config, env: Mapping[str, str] | None, log: EventLog) ->
     """``--otel``: trace this process and export its metrics (OTEL_SDK_DISABLED=true wins, and
     OTEL_METRICS_EXPORTER=none leaves metrics out); settings from the OTEL_* variables.
     Exporter header values (an API key, say) are secrets: registered with the log's redactor."""
-    if not cfg.otel:
+    if not cfg.telemetry.otel:
         return
     from agentd.telemetry.settings import OtelSettings, sdk_disabled
 
     environ = os.environ if env is None else env
     if not sdk_disabled(environ):
-        settings = OtelSettings.from_env(environ, log_content=cfg.log_content)
+        settings = OtelSettings.from_env(environ, log_content=cfg.telemetry.log_content)
         for value in (*settings.headers.values(), *settings.metrics_headers.values()):
             log.redactor.add(value)
         telemetry.enable(settings)
@@ -568,7 +568,7 @@ async def _start_serving(
 ) -> tuple[trio.Event | None, int | None]:
     """Start ``--serve-mcp`` in the daemon nursery (agentd/selfmcp/serving.py): an event set when it ended,
     and the bound port."""
-    if cfg.serve_mcp is None:
+    if cfg.serve.mcp is None:
         return None, None
     from agentd.selfmcp.serving import serve_for_daemon  # the HTTP server: only for a daemon that serves
 
@@ -600,7 +600,7 @@ async def _once(
     """
     root = supervisor
     controls = ControlToolRegistry()
-    if cfg.max_depth > 0:
+    if cfg.subagents.max_depth > 0:
         register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
 
     async def on_usage(usage: Usage) -> bool | str:
@@ -627,7 +627,7 @@ def _in_run_waits(cfg: Config, log: EventLog, controls: ControlToolRegistry) -> 
     def beside(opened: Opened) -> contextlib.AbstractAsyncContextManager[None]:
         from agentd.reactive.once import in_run_waits  # the watcher: only for a once run with an MCP server
 
-        return in_run_waits(opened, controls, log, cfg.poll_interval)
+        return in_run_waits(opened, controls, log, cfg.modes.poll_interval)
 
     return beside
 

@@ -77,7 +77,7 @@ class Gateway:
 
     @classmethod
     def of(cls, cfg: Config) -> Gateway:
-        return cls(tuple(cfg.intelligence), cfg.model, cfg.intelligence_token, cfg.stream_intelligence)
+        return cls(tuple(cfg.intelligence.endpoints), cfg.intelligence.model, cfg.intelligence.token, cfg.intelligence.stream)
 
     def shown(self) -> list[str]:
         """The endpoints as events may show them (no credentials in a URL)."""
@@ -103,7 +103,7 @@ Beside = Callable[[Opened], contextlib.AbstractAsyncContextManager[None]]
 
 
 def limits_of(cfg: Config) -> Limits:
-    return Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens, deadline=cfg.deadline)
+    return Limits(max_steps=cfg.budgets.max_steps, max_tokens=cfg.budgets.max_tokens, deadline=cfg.budgets.deadline)
 
 
 @asynccontextmanager
@@ -235,7 +235,7 @@ def _reloadable_connections(intel: Intelligence, pool: McpPool, *, log: EventLog
                 log=log, secrets=secrets, egress=egress))
         if servers_too and tuple(new.mcp) != tuple(old.mcp):
             try:  # as the daemon connected them: a server an --on-event names on the 2026-07-28 wire
-                staged.servers = await pool.stage(speaking_events(new.mcp, new.on_events))
+                staged.servers = await pool.stage(speaking_events(new.mcp, new.modes.on_events))
             except BaseException:
                 staged.discard()
                 raise
@@ -514,7 +514,7 @@ def _reloadable_model(intel: Intelligence) -> contextlib.AbstractContextManager[
         return contextlib.nullcontext()
 
     async def swap(_old: Config, new: Config) -> None:
-        intel.model = new.model
+        intel.model = new.intelligence.model
 
     return operator.reloadable(swap)
 
@@ -603,9 +603,9 @@ async def run_config(
         request = journaled.request
     gateway = Gateway.of(cfg)
     # The run's span covers opening (handshakes, listings) as well as the loop: one span per run.
-    with agent_span(log.agent_path, run_id, cfg.model, request.instruction) as span:
+    with agent_span(log.agent_path, run_id, cfg.intelligence.model, request.instruction) as span:
         started(log, mode=cfg.mode, servers=[s.name for s in declared],
-                instruction=log.content(request.instruction), intelligence=gateway.shown(), model=cfg.model,
+                instruction=log.content(request.instruction), intelligence=gateway.shown(), model=cfg.intelligence.model,
                 max_steps=request.limits.max_steps, max_tokens=request.limits.max_tokens,
                 deadline=request.limits.deadline)
         resolver = SecretResolver(env=env, redactor=log.redactor)

@@ -21,18 +21,18 @@ def _default(cls: type, name: str) -> object:
 def test_owners_and_config_share_the_defaults() -> None:
     config = Config()
     assert Graces() == Graces(defaults.CANCEL_GRACE, defaults.EOF_GRACE, defaults.TERM_GRACE)
-    assert (config.cancel_grace, config.term_grace) == (Graces().cancel, Graces().term)
+    assert (config.ladder.cancel_grace, config.ladder.term_grace) == (Graces().cancel, Graces().term)
     caps = Caps()
-    assert (config.max_depth, config.max_children, config.max_subagents, config.token_ceiling) == (
+    assert (config.subagents.max_depth, config.subagents.max_children, config.subagents.max_total, config.budgets.token_ceiling) == (
         caps.max_depth, caps.max_children, caps.max_subagents, caps.token_ceiling)
-    assert (config.debounce, config.max_concurrent_wakes) == (
+    assert (config.modes.debounce, config.modes.max_concurrent_wakes) == (
         _default(Router, "debounce"), _default(Router, "max_concurrent"))
     limits = SelfMcpLimits()
-    assert (config.serve_max_spawns, config.serve_max_warm, config.serve_retention, config.cancel_grace) == (
+    assert (config.serve.max_spawns, config.serve.max_warm, config.serve.retention, config.ladder.cancel_grace) == (
         limits.max_concurrent_spawns, limits.max_warm, limits.retention, limits.cancel_grace)
     liveness = LivenessSettings()
-    assert (config.pong_timeout, config.progress_timeout) == (liveness.pong_timeout, liveness.progress_timeout)
-    assert config.drain_timeout == SupervisorSettings().drain_timeout == defaults.DRAIN_TIMEOUT
+    assert (config.ladder.pong_timeout, config.ladder.progress_timeout) == (liveness.pong_timeout, liveness.progress_timeout)
+    assert config.ladder.drain_timeout == SupervisorSettings().drain_timeout == defaults.DRAIN_TIMEOUT
 
 
 def test_help_text_quotes_the_defaults() -> None:

@@ -77,8 +77,8 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
                     result = await run_config(
                         cfg, run_id=run_id, log=log,
                         env=payload.secrets, instruction=message, output_contract=payload.output_contract,
-                        servers=cfg.mcp, limits=Limits(max_steps=cfg.max_steps, max_tokens=cfg.max_tokens,
-                                                       deadline=cfg.deadline),
+                        servers=cfg.mcp, limits=Limits(max_steps=cfg.budgets.max_steps, max_tokens=cfg.budgets.max_tokens,
+                                                       deadline=cfg.budgets.deadline),
                         controls=registry, on_usage=on_usage, seed=seed, journal=journal,
                         parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
                     )

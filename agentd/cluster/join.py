@@ -60,15 +60,15 @@ class Cluster:
 async def open_cluster(cfg: Config, log: EventLog, env: Mapping[str, str], *, address: str | None = None,
                        migrate: bool = False) -> AsyncIterator[Cluster]:
     """The cluster database for the block (schema checked; the password registered with the log's redactor)."""
-    assert cfg.cluster is not None
-    dsn = parse(cfg.cluster)
+    assert cfg.cluster.dsn is not None
+    dsn = parse(cfg.cluster.dsn)
     conninfo, password = connect_args(dsn, SecretResolver(env=env, redactor=log.redactor), env, log.redactor)
     db = await open_database(conninfo, password, str(dsn), migrate=migrate)
     listen_db = Database(conninfo, password, str(dsn), application="agentd-listen")
     store = PgJournal(db, redactor=log.redactor)
     try:
-        queue = Queue(store, member_id(), address, cfg.cluster_capacity)
-        yield Cluster(store, queue, listen_db, cfg.cluster_lease_ttl, log)
+        queue = Queue(store, member_id(), address, cfg.cluster.capacity)
+        yield Cluster(store, queue, listen_db, cfg.cluster.lease_ttl, log)
     finally:
         await listen_db.aclose()
         await store.aclose()

@@ -72,7 +72,7 @@ def validate(config: Config, env: Mapping[str, str] | None = None, *, purpose: P
     _check_credentials(config)
     _check_operator_egress(config)
     if purpose == "check":
-        if not config.mcp and not config.intelligence:
+        if not config.mcp and not config.intelligence.endpoints:
             raise ConfigError("agentd check: give something to check: a server (--mcp NAME=URL or mcp_servers) "
                               "or the gateway (--intelligence URL)")
         return
@@ -95,42 +95,42 @@ def _check_credentials(config: Config) -> None:
 
 
 def _check_cluster(config: Config) -> None:
-    if config.cluster is None:
+    if config.cluster.dsn is None:
         return
     from agentd.config.dsn import parse  # libpq's reading of the DSN: psycopg, so after the extra's check
 
-    if config.state_dir is not None:
+    if config.journal.state_dir is not None:
         raise ConfigError("--cluster and --state-dir are mutually exclusive (a member journals in the cluster "
                           "database)")
     require("cluster", "--cluster")
-    parse(config.cluster)
-    if config.cluster_capacity < 0:
-        raise ConfigError(f"--cluster-capacity must be >= 0, not {config.cluster_capacity}")
-    if not config.cluster_lease_ttl >= 1:
-        raise ConfigError(f"--cluster-lease-ttl must be at least 1s, not {config.cluster_lease_ttl}")
+    parse(config.cluster.dsn)
+    if config.cluster.capacity < 0:
+        raise ConfigError(f"--cluster-capacity must be >= 0, not {config.cluster.capacity}")
+    if not config.cluster.lease_ttl >= 1:
+        raise ConfigError(f"--cluster-lease-ttl must be at least 1s, not {config.cluster.lease_ttl}")
 
 
 _TRACEPARENT = Pattern(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 def _check_telemetry(config: Config, env: Mapping[str, str]) -> None:
-    if config.otel:
+    if config.telemetry.otel:
         from agentd.telemetry.settings import sdk_disabled
 
         if not sdk_disabled(env):  # OTEL_SDK_DISABLED=true: nothing of OpenTelemetry is imported
             require("otel", "--otel")
-    if config.traceparent is not None:
-        value = config.traceparent.strip()
+    if config.telemetry.traceparent is not None:
+        value = config.telemetry.traceparent.strip()
         if not _TRACEPARENT.match(value) or value.split("-")[1] == "0" * 32 or value.split("-")[2] == "0" * 16:
             raise ConfigError("--traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)")
-    if config.metrics_addr is not None:
-        host, _ = split_host_port(config.metrics_addr, what="--metrics-addr")
-        if not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None:
+    if config.telemetry.metrics_addr is not None:
+        host, _ = split_host_port(config.telemetry.metrics_addr, what="--metrics-addr")
+        if not is_loopback_host(host) and config.serve.client_ca is None and config.serve.bearer is None:
             raise ConfigError(
-                f"--metrics-addr {config.metrics_addr}: a non-loopback listener needs mTLS (--serve-client-ca) "
+                f"--metrics-addr {config.telemetry.metrics_addr}: a non-loopback listener needs mTLS (--serve-client-ca) "
                 "or --serve-bearer, as the self-MCP server does"
             )
-        if config.serve_client_ca is not None and (config.serve_cert is None or config.serve_key is None):
+        if config.serve.client_ca is not None and (config.serve.cert is None or config.serve.key is None):
             raise ConfigError("--metrics-addr with --serve-client-ca needs --serve-cert and --serve-key")
 
 
@@ -146,20 +146,20 @@ def split_host_port(value: str, *, what: str) -> tuple[str, int]:
 def _check_run(config: Config, env: Mapping[str, str]) -> None:
     if config.instruction is not None and not config.instruction.strip():
         raise ConfigError("--instruction is empty")
-    if config.instruction is None and config.serve_mcp is None and config.cluster is None:
+    if config.instruction is None and config.serve.mcp is None and config.cluster.dsn is None:
         raise ConfigError("--instruction (or --instruction-file) is required unless --serve-mcp or --cluster is given")
     if config.instruction is None and config.mode != "once":
         # A serving daemon without an instruction would be a pure worker that silently ignores its mode.
         raise ConfigError(f"--mode {config.mode} needs --instruction (or --instruction-file): every fire runs it")
-    if not config.intelligence:
+    if not config.intelligence.endpoints:
         raise ConfigError("--intelligence is required (a Chat Completions base URL, or 'test')")
-    for endpoint in config.intelligence:
+    for endpoint in config.intelligence.endpoints:
         check_intelligence_endpoint(endpoint)
-    if OFFLINE_MODEL in config.intelligence and len(config.intelligence) > 1:
+    if OFFLINE_MODEL in config.intelligence.endpoints and len(config.intelligence.endpoints) > 1:
         raise ConfigError("--intelligence: 'test' (the offline model) cannot be combined with other endpoints")
-    if config.intelligence_token is not None:
-        _check_secret_setting(config.intelligence_token, "--intelligence-token", env)
-    if not config.model.strip():
+    if config.intelligence.token is not None:
+        _check_secret_setting(config.intelligence.token, "--intelligence-token", env)
+    if not config.intelligence.model.strip():
         raise ConfigError("--model is empty")
     if not _RUN_ID.match(config.run_id):
         raise ConfigError(
@@ -197,7 +197,7 @@ def _check_operator_egress(config: Config) -> None:
     policy = config.egress.policy()
     endpoints = [(f"mcp server {s.name!r}", s.url) for s in config.mcp]
     endpoints += [(f"a2a peer {p.name!r}", p.url) for p in config.a2a_peers]
-    endpoints += [("--intelligence", url) for url in config.intelligence if url != OFFLINE_MODEL]
+    endpoints += [("--intelligence", url) for url in config.intelligence.endpoints if url != OFFLINE_MODEL]
     for what, url in endpoints:
         check_operator_egress(what, url, policy)
 
@@ -222,43 +222,43 @@ def check_operator_egress(what: str, url: str, policy: EgressPolicy) -> None:
 
 def _check_modes(config: Config) -> None:
     mode = config.mode
-    if mode == "reactive" and not (config.subscribe or config.continue_uris or config.on_events):
+    if mode == "reactive" and not (config.modes.subscribe or config.modes.continue_uris or config.modes.on_events):
         raise ConfigError("--mode reactive needs at least one --subscribe URI (or --continue URI, or --on-event)")
-    if mode != "reactive" and (config.subscribe or config.continue_uris or config.on_events):
-        flag = "--subscribe" if config.subscribe else "--continue" if config.continue_uris else "--on-event"
+    if mode != "reactive" and (config.modes.subscribe or config.modes.continue_uris or config.modes.on_events):
+        flag = "--subscribe" if config.modes.subscribe else "--continue" if config.modes.continue_uris else "--on-event"
         raise ConfigError(f"{flag} needs --mode reactive (the mode is {mode})")
     names = {server.name for server in config.mcp}
-    if config.on_events:
+    if config.modes.on_events:
         from agentd.config.on_events import check as check_on_events
 
-        check_on_events(config.on_events, names, (server.name for server in config.mcp if server.era == "legacy"))
-    for value in config.subscribe:
+        check_on_events(config.modes.on_events, names, (server.name for server in config.mcp if server.era == "legacy"))
+    for value in config.modes.subscribe:
         split_subscription(value, names)
-    for value in config.continue_uris:
+    for value in config.modes.continue_uris:
         split_subscription(value, names, flag="--continue")
-    if mode == "reactive" and not config.mcp and config.serve_mcp is None:
+    if mode == "reactive" and not config.mcp and config.serve.mcp is None:
         # No server owns the URIs (the daemon would warn reactive.unowned and keep serving), and there is
         # nothing to serve: it would idle forever.
-        flag, value = ("--subscribe", config.subscribe[0]) if config.subscribe else ("--continue",
-                                                                                     config.continue_uris[0])
+        flag, value = ("--subscribe", config.modes.subscribe[0]) if config.modes.subscribe else ("--continue",
+                                                                                     config.modes.continue_uris[0])
         raise ConfigError(f"{flag} {value!r}: no MCP server is declared to own it (--mcp NAME=URL), and with "
                           "no --serve-mcp nothing else would run")
     if mode == "schedule":
-        if config.interval is None and config.cron is None:
+        if config.modes.interval is None and config.modes.cron is None:
             raise ConfigError("--mode schedule needs --interval or --cron")
-        if config.interval is not None and config.cron is not None:
+        if config.modes.interval is not None and config.modes.cron is not None:
             raise ConfigError("--interval and --cron are mutually exclusive")
-        if config.interval is not None and config.interval <= 0:
+        if config.modes.interval is not None and config.modes.interval <= 0:
             raise ConfigError("--mode schedule needs --interval > 0 (or --cron)")
-    elif config.cron is not None:
+    elif config.modes.cron is not None:
         raise ConfigError(f"--cron needs --mode schedule (the mode is {mode})")
-    elif config.interval is not None and mode != "loop":
+    elif config.modes.interval is not None and mode != "loop":
         raise ConfigError(f"--interval needs --mode loop or schedule (the mode is {mode})")
-    if config.cron_tz is not None and config.cron is None:
+    if config.modes.cron_tz is not None and config.modes.cron is None:
         raise ConfigError("--cron-tz needs --cron (an --interval keeps its own pace, whatever the zone)")
-    if config.cron is not None:
-        _check_cron_fires(config.cron, config.cron_tz)
-    if config.poll_interval is not None and config.poll_interval <= 0:
+    if config.modes.cron is not None:
+        _check_cron_fires(config.modes.cron, config.modes.cron_tz)
+    if config.modes.poll_interval is not None and config.modes.poll_interval <= 0:
         raise ConfigError("--poll-interval must be > 0 (leave it unset to disable polling)")
 
 
@@ -301,8 +301,8 @@ def _check_numbers(config: Config) -> None:
     for field, flag in _AT_LEAST_ONE:
         if settings[field] < 1:
             raise ConfigError(f"{flag} must be at least 1, got {settings[field]}")
-    if config.budget_exit_code is not None and not 0 <= config.budget_exit_code <= 255:
-        raise ConfigError(f"--budget-exit-code must be 0-255, got {config.budget_exit_code}")
+    if config.budgets.exit_code is not None and not 0 <= config.budgets.exit_code <= 255:
+        raise ConfigError(f"--budget-exit-code must be 0-255, got {config.budgets.exit_code}")
     for field, flag in _POSITIVE_DURATIONS:
         if settings[field] <= 0:
             raise ConfigError(f"{flag} must be > 0")
@@ -312,14 +312,14 @@ def _check_numbers(config: Config) -> None:
 def _check_money(config: Config) -> None:
     """``--models`` names real models; a money budget prices every model the tree may call (a model without a
     price would count as free: the budget could never stop it)."""
-    for name in config.models:
+    for name in config.intelligence.models:
         if not name or len(name) > 256 or any(c.isspace() or not c.isprintable() for c in name):
             raise ConfigError(f"--models: {name[:64]!r} is not a model name")
-    if config.budget_usd is None:
+    if config.budgets.usd is None:
         return
-    if config.budget_usd <= 0:
+    if config.budgets.usd <= 0:
         raise ConfigError("--budget-usd must be more than 0")
-    unpriced = [m for m in config.usable_models() if m not in config.prices]
+    unpriced = [m for m in config.usable_models() if m not in config.intelligence.prices]
     if unpriced:
         raise ConfigError(
             f"--budget-usd: model {unpriced[0]!r} has no price; give one with --price {unpriced[0]}=IN/OUT "
@@ -327,41 +327,41 @@ def _check_money(config: Config) -> None:
 
 
 def _check_serve(config: Config, env: Mapping[str, str]) -> None:
-    for path, flag in ((config.serve_cert, "--serve-cert"), (config.serve_key, "--serve-key"),
-                       (config.serve_client_ca, "--serve-client-ca")):
+    for path, flag in ((config.serve.cert, "--serve-cert"), (config.serve.key, "--serve-key"),
+                       (config.serve.client_ca, "--serve-client-ca")):
         _check_file(path, flag)
-    if config.serve_bearer is not None:
-        _check_secret_setting(config.serve_bearer, "--serve-bearer", env)
-    if config.serve_mcp is None:
-        given = [f for f, v in (("--serve-cert", config.serve_cert), ("--serve-key", config.serve_key),
-                                ("--serve-client-ca", config.serve_client_ca),
-                                ("--serve-bearer", config.serve_bearer),
-                                ("--serve-oauth-issuer", config.serve_oauth_issuer),
-                                ("--serve-oauth-audience", config.serve_oauth_audience),
-                                ("--serve-oauth-scope", config.serve_oauth_scope or None),
-                                ("--serve-oauth-operator-scope", config.serve_oauth_operator_scope)) if v is not None]
-        if config.serve_a2a:
+    if config.serve.bearer is not None:
+        _check_secret_setting(config.serve.bearer, "--serve-bearer", env)
+    if config.serve.mcp is None:
+        given = [f for f, v in (("--serve-cert", config.serve.cert), ("--serve-key", config.serve.key),
+                                ("--serve-client-ca", config.serve.client_ca),
+                                ("--serve-bearer", config.serve.bearer),
+                                ("--serve-oauth-issuer", config.serve.oauth_issuer),
+                                ("--serve-oauth-audience", config.serve.oauth_audience),
+                                ("--serve-oauth-scope", config.serve.oauth_scope or None),
+                                ("--serve-oauth-operator-scope", config.serve.oauth_operator_scope)) if v is not None]
+        if config.serve.a2a:
             given.append("--serve-a2a")
-        if config.serve_tasks:
+        if config.serve.tasks:
             given.append("--serve-tasks")
-        if config.serve_accept_cancel:
+        if config.serve.accept_cancel:
             given.append("--serve-accept-cancel")
         if given:
             raise ConfigError(f"{given[0]} needs --serve-mcp")
         return
-    url = check_endpoint(config.serve_mcp, what="--serve-mcp", listen=True)
+    url = check_endpoint(config.serve.mcp, what="--serve-mcp", listen=True)
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or ""
     if parts.query:
         raise ConfigError(f"--serve-mcp {url!r}: a listen URL has no query")
     if parts.scheme == "https":
-        if config.serve_cert is None or config.serve_key is None:
+        if config.serve.cert is None or config.serve.key is None:
             raise ConfigError(f"--serve-mcp {url}: https needs --serve-cert and --serve-key")
-    elif config.serve_cert or config.serve_key or config.serve_client_ca:
+    elif config.serve.cert or config.serve.key or config.serve.client_ca:
         raise ConfigError(f"--serve-mcp {url}: --serve-cert/--serve-key/--serve-client-ca need https://")
     _check_serve_oauth(config)
-    if (not is_loopback_host(host) and config.serve_client_ca is None and config.serve_bearer is None
-            and config.serve_oauth_issuer is None):
+    if (not is_loopback_host(host) and config.serve.client_ca is None and config.serve.bearer is None
+            and config.serve.oauth_issuer is None):
         raise ConfigError(
             f"--serve-mcp {url}: a non-loopback listener needs mTLS (--serve-client-ca) or --serve-bearer "
             "(or --serve-oauth-issuer)"
@@ -371,11 +371,11 @@ def _check_serve(config: Config, env: Mapping[str, str]) -> None:
 def _check_serve_oauth(config: Config) -> None:
     """The issuer is https (http only on loopback), without query or fragment; the audience an http(s) URL;
     scopes are single printable tokens (they go into the ``WWW-Authenticate`` header)."""
-    issuer = config.serve_oauth_issuer
+    issuer = config.serve.oauth_issuer
     if issuer is None:
-        for flag, value in (("--serve-oauth-audience", config.serve_oauth_audience),
-                            ("--serve-oauth-scope", config.serve_oauth_scope or None),
-                            ("--serve-oauth-operator-scope", config.serve_oauth_operator_scope)):
+        for flag, value in (("--serve-oauth-audience", config.serve.oauth_audience),
+                            ("--serve-oauth-scope", config.serve.oauth_scope or None),
+                            ("--serve-oauth-operator-scope", config.serve.oauth_operator_scope)):
             if value is not None:
                 raise ConfigError(f"{flag} needs --serve-oauth-issuer")
         return
@@ -391,8 +391,8 @@ def _check_serve_oauth(config: Config) -> None:
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise ConfigError(f"--serve-oauth-issuer {issuer!r}: the authorization server must be https "
                           "(http only on loopback)")
-    audience = config.serve_oauth_audience
-    bind_host = (urllib.parse.urlsplit(config.serve_mcp or "").hostname or "").strip("[]")
+    audience = config.serve.oauth_audience
+    bind_host = (urllib.parse.urlsplit(config.serve.mcp or "").hostname or "").strip("[]")
     if audience is None and bind_host in ("0.0.0.0", "::"):
         raise ConfigError("--serve-oauth-issuer on a wildcard bind needs --serve-oauth-audience (the URL clients "
                           "use, which tokens must name)")
@@ -402,9 +402,9 @@ def _check_serve_oauth(config: Config) -> None:
                 or '"' in audience:
             raise ConfigError(f"--serve-oauth-audience {audience!r}: expected an http(s) URL without query "
                               "or fragment")
-    named = [("--serve-oauth-scope", scope) for scope in config.serve_oauth_scope]
-    if config.serve_oauth_operator_scope is not None:
-        named.append(("--serve-oauth-operator-scope", config.serve_oauth_operator_scope))
+    named = [("--serve-oauth-scope", scope) for scope in config.serve.oauth_scope]
+    if config.serve.oauth_operator_scope is not None:
+        named.append(("--serve-oauth-operator-scope", config.serve.oauth_operator_scope))
     for flag, scope in named:
         if not scope or any(c in scope for c in ' "\\') or not scope.isprintable() or not scope.isascii():
             raise ConfigError(f"{flag} {scope!r}: a scope is one printable ASCII word "

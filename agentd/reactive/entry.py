@@ -146,7 +146,7 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
     """
 
     def add_controls(registry: ControlToolRegistry, run_id: str) -> None:
-        if cfg.max_depth > 0:
+        if cfg.subagents.max_depth > 0:
             register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
     def usage_for(run_id: str) -> UsageHook:
@@ -192,7 +192,7 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
     and endpoints were swapped before (agentd.run); what a removed server's connection watched is forgotten."""
     ctx.cfg = new
     ctx.runs.limits = limits_of(new)
-    intel.model = new.model
+    intel.model = new.intelligence.model
     ctx.server_names = [s.name for s in new.mcp]
     if ctx.watcher is not None and new.mcp != old.mcp:
         def subscribed(uri: str) -> bool:
@@ -200,17 +200,17 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
 
         for uri in ctx.watcher.orphans(pool.connections, subscribed):
             await ctx.watcher.forget(uri, "its MCP server was removed or replaced by a reload")
-    if new.on_events != old.on_events:
+    if new.modes.on_events != old.modes.on_events:
         ctx.log.warn("config.warning", reason="on_events / --on-event changed: MCP event subscriptions are read at "
                      "start; restart the daemon to apply the change")
-    if ctx.watcher is None or new.subscribe == old.subscribe:
+    if ctx.watcher is None or new.modes.subscribe == old.modes.subscribe:
         return
     names = list(ctx.server_names)
     if not names:
         return
     owned = ctx.continue_route.owns if ctx.continue_route is not None else (lambda uri: False)
-    before = {uri: server for server, uri in (split_subscription(v, names) for v in old.subscribe)}
-    after = {uri: server for server, uri in (split_subscription(v, names) for v in new.subscribe)}
+    before = {uri: server for server, uri in (split_subscription(v, names) for v in old.modes.subscribe)}
+    after = {uri: server for server, uri in (split_subscription(v, names) for v in new.modes.subscribe)}
     if ctx.shared is not None:  # the cluster re-owns: dropped ones are handed back, new ones claimed
         events = ctx.events.declared() if ctx.events is not None else []
         await ctx.shared.declare([(server, uri) for uri, server in after.items() if not owned(uri)] + events)
@@ -246,10 +246,10 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
     resolver = SecretResolver(env=env, redactor=log.redactor)
     limits = limits_of(cfg)
     gateway = Gateway.of(cfg)
-    started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True, model=cfg.model,
+    started(log, mode=cfg.mode, servers=[s.name for s in cfg.mcp], daemon=True, model=cfg.intelligence.model,
             intelligence=gateway.shown())
     try:
-        async with open_run(gateway, speaking_events(cfg.mcp, cfg.on_events), log=log, secrets=resolver, run_id=log.run_id,
+        async with open_run(gateway, speaking_events(cfg.mcp, cfg.modes.on_events), log=log, secrets=resolver, run_id=log.run_id,
                             a2a_peers=cfg.a2a_peers, egress=cfg.egress.policy()) as opened:
             add_controls, usage_for = _supervision(cfg, supervisor)
             daemon_log = log.bind(comp="reactive")
@@ -260,14 +260,14 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                 base_run_id=log.run_id,
                 limits=limits,
                 log=daemon_log,
-                budget=LifetimeBudget(cfg.budget_tokens_lifetime),
+                budget=LifetimeBudget(cfg.budgets.tokens_lifetime),
                 state=journal,
                 shared=shared,
             )
             restored = None
             if journal is not None:
                 runs.runs, runs.unfinished, earlier = await _earlier_wakes(journal, log.run_id, supervisor)
-                if cfg.continue_uris:  # the session's turns, and its turn left unfinished, resumed by the session
+                if cfg.modes.continue_uris:  # the session's turns, and its turn left unfinished, resumed by the session
                     restored = await restore_session(journal, earlier)
                     interrupted = restored.interrupted.resume if restored.interrupted is not None else None
                     runs.unfinished = [job for job in runs.unfinished if job.resume != interrupted]

@@ -131,7 +131,7 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             if ctx.pool is not None:
                 await _start_reactivity(ctx, nursery)
             if ctx.events is not None:
-                await ctx.events.arm(cfg.on_events, nursery)
+                await ctx.events.arm(cfg.modes.on_events, nursery)
             await _arm(ctx)
             if ctx.shared is not None and ctx.watcher is not None and ctx.router is not None:
                 await nursery.start(ctx.shared.serve, ctx.watcher, ctx.router.notify)
@@ -140,11 +140,11 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
             task_status.started()
             await _first_of(ctx.drain.wait, runs.stopping.wait)
             reason = "signal" if ctx.drain.is_set() else (runs.stop.reason if runs.stop else "")
-            ctx.log.warn("drain.start", reason=reason, running=runs.active, drain_timeout=cfg.drain_timeout)
+            ctx.log.warn("drain.start", reason=reason, running=runs.active, drain_timeout=cfg.ladder.drain_timeout)
             runs.close()
             if ctx.router is not None:
                 ctx.router.close()
-            with trio.move_on_after(drain_wait(cfg.drain_timeout)) as waited:
+            with trio.move_on_after(drain_wait(cfg.ladder.drain_timeout)) as waited:
                 if ctx.router is not None:
                     await ctx.router.wait_idle()
                 await runs.wait_idle()
@@ -156,7 +156,7 @@ async def _serve(ctx: DaemonContext, body: Callable[[], Awaitable[None]], task_s
         if ctx.watcher is not None:
             await ctx.watcher.unwatch_all()
     ctx.log.warn("drain.end", outcome="cut" if waited.cancelled_caught else "drained", runs=runs.runs,
-                 drain_timeout=cfg.drain_timeout)
+                 drain_timeout=cfg.ladder.drain_timeout)
     stop = runs.stop
     status = stop.status if stop is not None else RunStatus.COMPLETED
     return RunResult(
@@ -185,16 +185,16 @@ def _body_for(ctx: DaemonContext) -> Callable[[], Awaitable[None]]:
     if cfg.mode == "loop":
         return lambda: _loop(ctx)
     if cfg.mode == "schedule":
-        if cfg.cron is not None:
-            expr = CronSchedule.parse(cfg.cron, cfg.cron_tz)
+        if cfg.modes.cron is not None:
+            expr = CronSchedule.parse(cfg.modes.cron, cfg.modes.cron_tz)
             try:  # "0 0 30 2 *" parses but never fires: say so now (exit 2), not at the first fire
                 expr.next_after(dt.datetime.fromtimestamp(ctx.wall_clock(), dt.UTC))
             except ValueError as exc:
-                raise ConfigError(f"--cron {cfg.cron!r}: {exc}") from None
+                raise ConfigError(f"--cron {cfg.modes.cron!r}: {exc}") from None
             return lambda: _cron(ctx, expr)
-        if cfg.interval is None or cfg.interval <= 0:
+        if cfg.modes.interval is None or cfg.modes.interval <= 0:
             raise ConfigError("--mode schedule needs --interval > 0 or --cron")
-        return lambda: _fixed_rate(ctx, cfg.interval)  # type: ignore[arg-type]
+        return lambda: _fixed_rate(ctx, cfg.modes.interval)  # type: ignore[arg-type]
     if cfg.mode == "reactive":
         if ctx.pool is None:
             raise ConfigError("--mode reactive needs MCP servers to subscribe on")
@@ -207,7 +207,7 @@ def _instruction(ctx: DaemonContext) -> str:
 
 
 async def _loop(ctx: DaemonContext) -> None:
-    interval = ctx.cfg.interval or 0.0
+    interval = ctx.cfg.modes.interval or 0.0
     while ctx.runs.accepting:
         await ctx.runs.backoff_gate()
         if await ctx.runs.run(Job("loop", _instruction(ctx))) is None:
@@ -259,17 +259,17 @@ async def _cron(ctx: DaemonContext, expr: CronSchedule) -> None:
 async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
     assert ctx.pool is not None
     cfg = ctx.cfg
-    ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.debounce,
-                        max_concurrent=cfg.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
-                        batch=cfg.max_uris_per_wake,
+    ctx.router = Router(lambda wake: _wake(ctx, wake), debounce=cfg.modes.debounce,
+                        max_concurrent=cfg.modes.max_concurrent_wakes, log=ctx.log, on_done=lambda w, e: _wake_done(ctx, e),
+                        batch=cfg.modes.max_uris_per_wake,
                         bounded=lambda uri: ctx.continue_route is None or not ctx.continue_route.owns(uri),
-                        budget=WakeBudget(per_uri=cfg.max_wakes_per_uri_per_minute,
-                                          per_daemon=cfg.max_wakes_per_minute))  # fmt: skip
-    ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.poll_interval, ctx.log)
-    if cfg.on_events:
+                        budget=WakeBudget(per_uri=cfg.modes.max_wakes_per_uri_per_minute,
+                                          per_daemon=cfg.modes.max_wakes_per_minute))  # fmt: skip
+    ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.modes.poll_interval, ctx.log)
+    if cfg.modes.on_events:
         ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state, shared=ctx.shared)
     ctx.runs.watcher = ctx.watcher
-    if cfg.continue_uris:
+    if cfg.modes.continue_uris:
         if ctx.open_session is None:
             raise ConfigError("--continue needs warm sessions, which this build does not wire")
         ctx.continue_route = ContinueRoute(ctx.open_session, ctx.pool, _instruction(ctx), ctx.log)
@@ -287,13 +287,13 @@ async def _arm(ctx: DaemonContext) -> None:
     if not names:
         # No declared server owns any URI: nothing to subscribe on. Warn once and keep going (a worker
         # whose job is to serve stays up); with nothing to serve either, validation refused (exit 2).
-        unowned = [split_subscription(v, names, flag="--continue")[1] for v in ctx.cfg.continue_uris]
-        unowned += [split_subscription(v, names)[1] for v in ctx.cfg.subscribe]
+        unowned = [split_subscription(v, names, flag="--continue")[1] for v in ctx.cfg.modes.continue_uris]
+        unowned += [split_subscription(v, names)[1] for v in ctx.cfg.modes.subscribe]
         if unowned:
             ctx.log.warn("reactive.unowned", uris=unowned[:16], count=len(unowned),
                          reason="no MCP server is declared (--mcp) to own these URIs; nothing is subscribed")
         return
-    continued = {split_subscription(v, names, flag="--continue") for v in ctx.cfg.continue_uris}
+    continued = {split_subscription(v, names, flag="--continue") for v in ctx.cfg.modes.continue_uris}
     continued_uris = {uri for _, uri in continued}
     wanted: dict[str, tuple[str, Origin, str | None]] = {}
     for server, uri in continued:
@@ -301,7 +301,7 @@ async def _arm(ctx: DaemonContext) -> None:
         ctx.continue_route.own(uri)
         wanted.setdefault(uri, (uri, Origin.CONTINUE, server))
     declared: list[tuple[str | None, str]] = []
-    for value in ctx.cfg.subscribe:
+    for value in ctx.cfg.modes.subscribe:
         server, uri = split_subscription(value, names)
         if uri in continued_uris:
             ctx.log.warn("config.warning", uri=uri, reason="--subscribe and --continue name the same URI; "

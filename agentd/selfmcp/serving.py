@@ -37,18 +37,18 @@ if TYPE_CHECKING:
 
 def serve_config(config: Config, secrets: SecretResolver) -> ServeConfig:
     """The listener settings; the bearer template is resolved here (and so registered for redaction)."""
-    assert config.serve_mcp is not None
+    assert config.serve.mcp is not None
     return ServeConfig(
-        url=config.serve_mcp,
-        cert=Path(config.serve_cert) if config.serve_cert else None,
-        key=Path(config.serve_key) if config.serve_key else None,
-        client_ca=Path(config.serve_client_ca) if config.serve_client_ca else None,
-        bearer=secrets.resolve(config.serve_bearer) if config.serve_bearer else None,
-        max_connections=config.serve_max_connections,
-        max_per_client=config.serve_max_per_client,
-        http2=config.serve_http2,
-        oauth=OAuthSettings(config.serve_oauth_issuer, config.serve_oauth_audience, config.serve_oauth_scope)
-        if config.serve_oauth_issuer else None,
+        url=config.serve.mcp,
+        cert=Path(config.serve.cert) if config.serve.cert else None,
+        key=Path(config.serve.key) if config.serve.key else None,
+        client_ca=Path(config.serve.client_ca) if config.serve.client_ca else None,
+        bearer=secrets.resolve(config.serve.bearer) if config.serve.bearer else None,
+        max_connections=config.serve.max_connections,
+        max_per_client=config.serve.max_per_client,
+        http2=config.serve.http2,
+        oauth=OAuthSettings(config.serve.oauth_issuer, config.serve.oauth_audience, config.serve.oauth_scope)
+        if config.serve.oauth_issuer else None,
         websocket_paths=frozenset({EVENTS_PATH}),
     )
 
@@ -60,25 +60,25 @@ def build_app(config: Config, backend: SelfMcpBackend, cfg: ServeConfig, log: Ev
     ``daemon_status`` is the daemon mode's snapshot for ``agent://status`` (the daemon hands it in); ``events`` the
     served event log (journaled with ``--state-dir``; in memory when None)."""
     limits = SelfMcpLimits(
-        max_concurrent_spawns=config.serve_max_spawns,
-        max_warm=config.serve_max_warm,
-        max_queued=config.serve_max_queued,
-        retention=config.serve_retention,
-        cancel_grace=config.cancel_grace,
+        max_concurrent_spawns=config.serve.max_spawns,
+        max_warm=config.serve.max_warm,
+        max_queued=config.serve.max_queued,
+        retention=config.serve.retention,
+        cancel_grace=config.ladder.cancel_grace,
     )
     info = AgentInfo(run_id=run_id or config.run_id, mode=config.mode)
     if daemon_status is not None:
         info = attrs.evolve(info, daemon_status=daemon_status)
-    surface = SelfMcpSurface(backend, info, limits=limits, log=log, serve_tasks=config.serve_tasks, events=events)
+    surface = SelfMcpSurface(backend, info, limits=limits, log=log, serve_tasks=config.serve.tasks, events=events)
     options = AsgiOptions(
-        operator_scope=config.serve_oauth_operator_scope,
-        accept_cancel=config.serve_accept_cancel,
+        operator_scope=config.serve.oauth_operator_scope,
+        accept_cancel=config.serve.accept_cancel,
         paths=cfg.paths,
         bearer=cfg.bearer,
         allowed_hosts=LOOPBACK_HOSTS if cfg.loopback else None,
-        max_body=config.serve_max_body,
-        keepalive=config.serve_keepalive,
-        max_sessions=config.serve_max_sessions,
+        max_body=config.serve.max_body,
+        keepalive=config.serve.keepalive,
+        max_sessions=config.serve.max_sessions,
         oauth=ResourceServer(cfg.oauth, egress=config.egress.policy(), log=log) if cfg.oauth is not None else None,
     )
     return surface, McpAsgiApp(surface, options, log=log, owners=surface.owners)
@@ -110,12 +110,12 @@ async def serve_self_mcp(
         await nursery.start(surface.run)
         # --- A2A (--serve-a2a, docs/a2a.md): the same listener and gate, A2A paths mounted in front ---
         supervisor = getattr(backend, "supervisor", None)
-        if config.serve_a2a and supervisor is not None:
+        if config.serve.a2a and supervisor is not None:
             from agentd.selfmcp.a2a import A2aMount, A2aService, ServedLimits
 
             service = A2aService(
                 supervisor, log=log,
-                limits=ServedLimits(config.serve_max_spawns, config.serve_max_warm, config.serve_retention),
+                limits=ServedLimits(config.serve.max_spawns, config.serve.max_warm, config.serve.retention),
                 busy=lambda: sum(1 for r in surface.runs.values() if r.final is None), owners=surface.owners,
             )  # fmt: skip
             await nursery.start(service.run)
@@ -196,7 +196,7 @@ async def serve_for_daemon(
                 from agentd.selfmcp.journaled import JournaledBackend
 
                 journaled = JournaledBackend(SupervisorBackend(root), journal, log.bind(comp="serve"),
-                                             retention=cfg.serve_retention)
+                                             retention=cfg.serve.retention)
                 await journaled.restore()
                 backend = journaled
                 events = ServedEvents(journal, log=log.bind(comp="serve"))  # cursors survive a restart

@@ -109,12 +109,12 @@ def child_secrets(cfg: Config, env: Mapping[str, str]) -> dict[str, str]:
 
 def settings_from_config(cfg: Config) -> SupervisorSettings:
     return SupervisorSettings(
-        caps=Caps(max_depth=cfg.max_depth, max_children=cfg.max_children, max_subagents=cfg.max_subagents,
-                  token_ceiling=cfg.token_ceiling, budget_usd=cfg.budget_usd, spawn_rate=float(cfg.spawn_rate),
-                  spawn_burst=cfg.spawn_burst),
-        graces=Graces(cancel=cfg.cancel_grace, term=cfg.term_grace),
-        liveness=LivenessSettings(pong_timeout=cfg.pong_timeout, progress_timeout=cfg.progress_timeout),
-        drain_timeout=cfg.drain_timeout,
+        caps=Caps(max_depth=cfg.subagents.max_depth, max_children=cfg.subagents.max_children, max_subagents=cfg.subagents.max_total,
+                  token_ceiling=cfg.budgets.token_ceiling, budget_usd=cfg.budgets.usd, spawn_rate=float(cfg.subagents.spawn_rate),
+                  spawn_burst=cfg.subagents.spawn_burst),
+        graces=Graces(cancel=cfg.ladder.cancel_grace, term=cfg.ladder.term_grace),
+        liveness=LivenessSettings(pong_timeout=cfg.ladder.pong_timeout, progress_timeout=cfg.ladder.progress_timeout),
+        drain_timeout=cfg.ladder.drain_timeout,
     )
 
 
@@ -143,18 +143,18 @@ async def open_root_supervisor(
         server_tags=catalogue_tags(((s.name, s.tags) for s in cfg.mcp), ((p.name, p.tags) for p in cfg.a2a_peers)),
         settings=settings_from_config(cfg), child_config=ChildConfig(cfg),
         secrets=secrets, log=log.bind(comp="supervisor"),
-        telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.log_level, "log_content": cfg.log_content,
+        telemetry={"run_id": run_id or cfg.run_id, "log_level": cfg.telemetry.log_level, "log_content": cfg.telemetry.log_content,
                    **({"otel": otel} if (otel := telemetry.child_settings()) is not None else {}),
                    **({"metrics": True} if metrics.enabled() else {})},
         fork_server=fork_server, test_script=test_script, ledger_store=ledger_store, run_id=run_id or cfg.run_id,
         # Children journal their own runs beside the root's (one SQLite file; not in a cluster's shared journal).
-        journal_dir=cfg.state_dir if cfg.cluster is None else None,
+        journal_dir=cfg.journal.state_dir if cfg.cluster.dsn is None else None,
     ) as sup:
 
         async def stop_accepting() -> None:
             # Drain: no new subagents from here on; running ones finish or are cancelled with their run.
             await latch.wait()
-            await sup.drain(cfg.drain_timeout)
+            await sup.drain(cfg.ladder.drain_timeout)
 
         watchers.start_soon(stop_accepting)
         try:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd import defaults  # noqa: E402
-from agentd.config.model import Config, McpServerConfig  # noqa: E402
+from agentd.config.model import Config, IntelligenceConfig, McpServerConfig, ModesConfig  # noqa: E402
 from agentd.events import EventLog, RateLimiter  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
@@ -124,11 +124,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     uris = [f"test://busy/{i}" for i in range(args.uris)]
     rng = random.Random(args.seed)
     async with scripted_gateway(default=busy.reply) as gw, launch.peer_server(launch.sdk_server_argv()) as peer:
-        cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
+        cfg = Config(instruction="Report the counter.", intelligence=IntelligenceConfig(endpoints=(gw.url,)), modes=ModesConfig(subscribe=tuple(uris), max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9), mode="reactive",
                      mcp=(McpServerConfig("srv", peer.url, connect_timeout=30.0, call_timeout=30.0),),
-                     subscribe=tuple(uris), max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9)
-        assert cfg.debounce == defaults.DEBOUNCE
-        assert cfg.max_concurrent_wakes == defaults.MAX_CONCURRENT_WAKES
+                     )
+        assert cfg.modes.debounce == defaults.DEBOUNCE
+        assert cfg.modes.max_concurrent_wakes == defaults.MAX_CONCURRENT_WAKES
         # Every line counted: the log's rate limit (50 a second per event) would hide arms of a fast start.
         log = EventLog(sink=busy.sink, level="info", run_id="busy", limiter=RateLimiter(limit=0))
         drain = trio.Event()
@@ -177,7 +177,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 return all(busy.reads.get(u) and busy.reads[u][-1][1] >= v for u, v in final.items())
 
             settled_ok = await _wait(settled, args.settle)
-            await trio.sleep(max(0.5, cfg.debounce * 2))  # quiet: a late wake would show up here
+            await trio.sleep(max(0.5, cfg.modes.debounce * 2))  # quiet: a late wake would show up here
             cpu = time.process_time() - cpu_start
             peer_cpu = proc_cpu(peer.pid) - peer_cpu_start
             wall = trio.current_time() - wall_start

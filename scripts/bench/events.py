@@ -41,7 +41,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
-from agentd.config.model import Config, EventSubscriptionConfig, McpServerConfig  # noqa: E402
+from agentd.config.model import (  # noqa: E402
+    Config,
+    EventSubscriptionConfig,
+    IntelligenceConfig,
+    McpServerConfig,
+    ModesConfig,
+)
 from agentd.events import EventLog, RateLimiter  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
@@ -88,10 +94,8 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
         launch.peer_server(launch.events_server_argv(push=push, next_poll_ms=1000)) as peer,
     ):
         base = peer.url.removesuffix("/mcp")
-        cfg = Config(instruction="Handle it.", intelligence=(gw.url,), mode="reactive",
-                     mcp=(McpServerConfig("ev", peer.url),), subscribe=("test://counter",),
-                     on_events=(EventSubscriptionConfig("ev", "ticket.created"),), debounce=0.0,
-                     max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9)
+        cfg = Config(instruction="Handle it.", intelligence=IntelligenceConfig(endpoints=(gw.url,)), modes=ModesConfig(subscribe=("test://counter",), on_events=(EventSubscriptionConfig("ev", "ticket.created"),), debounce=0.0, max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9), mode="reactive",
+                     mcp=(McpServerConfig("ev", peer.url),), )
         log = EventLog(sink=stamps.sink, level="info", run_id="bench", limiter=RateLimiter(limit=0))
         drain = trio.Event()
         samples: dict[str, list[float]] = {"resource": [], "event": []}
@@ -130,8 +134,8 @@ async def armed_memory(count: int) -> tuple[int, int]:
         launch.peer_server(launch.events_server_argv(next_poll_ms=300_000)) as peer,
     ):
         subs = tuple(EventSubscriptionConfig("ev", "ticket.created", {"queue": f"q{i}"}) for i in range(count))
-        cfg = Config(instruction="Handle it.", intelligence=(gw.url,), mode="reactive",
-                     mcp=(McpServerConfig("ev", peer.url),), on_events=subs)
+        cfg = Config(instruction="Handle it.", intelligence=IntelligenceConfig(endpoints=(gw.url,)), modes=ModesConfig(on_events=subs), mode="reactive",
+                     mcp=(McpServerConfig("ev", peer.url),))
         log = EventLog(sink=stamps.sink, level="info", run_id="bench", limiter=RateLimiter(limit=0))
         drain = trio.Event()
         async with (

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
-from agentd.config.model import Config, McpServerConfig  # noqa: E402
+from agentd.config.model import Config, IntelligenceConfig, McpServerConfig  # noqa: E402
 from agentd.events import EventLog  # noqa: E402
 from agentd.loop.budgets import Limits  # noqa: E402
 from agentd.run import run_config  # noqa: E402
@@ -101,7 +101,7 @@ def _sink() -> Any:
 
 async def _one_run(mcp_url: str, steps: int) -> tuple[float, float, list[bytes], int]:
     async with scripted_gateway(default=REPLY) as gw:
-        cfg = Config(instruction="benchmark", intelligence=(gw.url,), mcp=(McpServerConfig("srv", mcp_url),))
+        cfg = Config(instruction="benchmark", intelligence=IntelligenceConfig(endpoints=(gw.url,)), mcp=(McpServerConfig("srv", mcp_url),))
         log = EventLog(sink=_sink(), run_id="bench")
         start, cpu = time.perf_counter(), time.process_time()
         result = await run_config(cfg, run_id="bench", log=log, limits=Limits(max_steps=steps, max_tokens=0,
@@ -118,7 +118,7 @@ async def _connect_cost(mcp_url: str) -> tuple[float, float]:
     """Wall and CPU seconds of what a run pays once (opening the intelligence and the pool, handshake,
     listing, run.start/run.end): a one-step run minus one raw model round trip, best of 5."""
     async with scripted_gateway(default={"content": "done"}) as gw:
-        cfg = Config(instruction="benchmark", intelligence=(gw.url,), mcp=(McpServerConfig("srv", mcp_url),))
+        cfg = Config(instruction="benchmark", intelligence=IntelligenceConfig(endpoints=(gw.url,)), mcp=(McpServerConfig("srv", mcp_url),))
         best, best_cpu = float("inf"), float("inf")
         for _ in range(5):
             start, cpu = time.perf_counter(), time.process_time()

@@ -61,7 +61,14 @@ sys.path.insert(0, str(ROOT))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd import defaults  # noqa: E402
-from agentd.config.model import Config, McpServerConfig  # noqa: E402
+from agentd.config.model import (  # noqa: E402
+    Config,
+    IntelligenceConfig,
+    McpServerConfig,
+    ModesConfig,
+    SelfMcpConfig,
+    SubagentsConfig,
+)
 from agentd.events import EventLog, RateLimiter  # noqa: E402
 from agentd.reactive.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
@@ -201,9 +208,7 @@ def serve_peer(port: int, warm: int) -> None:
     from agentd.selfmcp.serving import serve_for_daemon
 
     url = f"http://127.0.0.1:{port}/mcp"
-    cfg = Config(instruction="bench peer", intelligence=("http://127.0.0.1:9/v1",), serve_mcp=url,
-                 serve_bearer=SERVED_TOKEN, serve_max_warm=warm, serve_max_spawns=warm, max_children=warm,
-                 max_subagents=max(warm, defaults.MAX_SUBAGENTS), spawn_burst=warm, spawn_rate=10_000)
+    cfg = Config(instruction="bench peer", intelligence=IntelligenceConfig(endpoints=("http://127.0.0.1:9/v1",)), serve=SelfMcpConfig(mcp=url, bearer=SERVED_TOKEN, max_warm=warm, max_spawns=warm), subagents=SubagentsConfig(max_children=warm, max_total=max(warm, defaults.MAX_SUBAGENTS), spawn_burst=warm, spawn_rate=10_000), )
 
     async def main() -> None:
         with use_drain(DrainLatch()):
@@ -257,11 +262,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     bursts = [int(n) for n in args.bursts.split(",") if n] if args.peer == "sdk" else []
     async with scripted_gateway(default=bench.reply) as gw, the_peer(args, bursts) as peer:
         uris, burst_uris, unwatched = peer.uris, peer.burst_uris, peer.unwatched
-        cfg = Config(instruction="Report the counter.", intelligence=(gw.url,), mode="reactive",
-                     mcp=(McpServerConfig("srv", peer.url, headers=peer.headers),), subscribe=tuple(uris + burst_uris),
-                     debounce=args.debounce, max_concurrent_wakes=4,
-                     # the wake budget (60 a minute by default) would hold sequential wakes back: out of the way
-                     max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9)
+        cfg = Config(instruction="Report the counter.", intelligence=IntelligenceConfig(endpoints=(gw.url,)), modes=ModesConfig(subscribe=tuple(uris + burst_uris), debounce=args.debounce, max_concurrent_wakes=4, max_wakes_per_minute=10**9, max_wakes_per_uri_per_minute=10**9), mode="reactive",
+                     mcp=(McpServerConfig("srv", peer.url, headers=peer.headers),), # the wake budget (60 a minute by default) would hold sequential wakes back: out of the way
+                     )
         # Every line counted: the log's rate limit (50 a second per event) would hide arms of a fast start.
         # At the daemon's default level (info): every event the bench stamps is an info line.
         log = EventLog(sink=bench.sink, level=defaults.LOG_LEVEL, run_id="bench", limiter=RateLimiter(limit=0))

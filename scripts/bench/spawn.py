@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT_DIR))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
-from agentd.config.model import Config  # noqa: E402
+from agentd.config.model import Config, IntelligenceConfig, SubagentsConfig  # noqa: E402
 from agentd.events import null_log  # noqa: E402
 from agentd.supervisor.caps import Caps  # noqa: E402
 from agentd.supervisor.supervisor import (  # noqa: E402
@@ -154,7 +154,7 @@ async def bench_mode(runs: int, fanout: int, fork: bool) -> dict:
         return text('{"ok": true}')
 
     async with scripted_gateway([], default=answer) as gw:
-        cfg = Config(instruction="root", intelligence=(gw.url,), max_children=256, max_subagents=256)
+        cfg = Config(instruction="root", intelligence=IntelligenceConfig(endpoints=(gw.url,)), subagents=SubagentsConfig(max_children=256, max_total=256), )
         async with open_root_supervisor(cfg, log=null_log(), env={}, fork_server=fork) as sup:
             sup.authority.ledger._bucket.burst = 10_000  # benchmark many spawns; not a cap test
             sup.authority.ledger._bucket._tokens = 10_000.0

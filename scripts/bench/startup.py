@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from agentd.config.load import load_config
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What counts as heavy: third-party packages that cost milliseconds to import, and agentd's own big parts.
@@ -244,13 +246,12 @@ def measure(runs: int) -> tuple[list[Row], float]:
 
 def from_argv_ms(iterations: int = 500) -> float:
     sys.path.insert(0, str(ROOT))
-    from agentd.config import Config
 
     argv = ["--instruction", "x", "--intelligence", "test", "--mcp", "a=https://a/mcp", "--max-steps", "9"]
-    Config.from_argv(argv, env={})
+    load_config(argv, env={})
     start = time.perf_counter()
     for _ in range(iterations):
-        Config.from_argv(argv, env={})
+        load_config(argv, env={})
     return (time.perf_counter() - start) / iterations * 1000
 
 

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT_DIR))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 from spawn import cpu_ms, pss_kib, tree_pids  # noqa: E402
 
-from agentd.config.model import Config  # noqa: E402
+from agentd.config.model import Config, IntelligenceConfig, SubagentsConfig, from_flat  # noqa: E402
 from agentd.events import null_log  # noqa: E402
 from agentd.supervisor.caps import Caps, Refusal  # noqa: E402
 from agentd.supervisor.supervisor import (  # noqa: E402
@@ -86,8 +86,7 @@ def _tool(request: RecordedRequest, suffix: str) -> str:
 
 def big_config(url: str, **kw: Any) -> Config:
     """The caps raised as an operator would, by flags: --max-children, --max-subagents, --spawn-rate/-burst."""
-    return Config(instruction="root", intelligence=(url,), max_children=1024, max_subagents=1024,
-                  spawn_rate=10_000, spawn_burst=10_000, **kw)
+    return from_flat(dict(instruction="root", intelligence=(url,), max_children=1024, max_subagents=1024, spawn_rate=10_000, spawn_burst=10_000, **kw))
 
 
 # -- 1. depth ------------------------------------------------------------------------------------------
@@ -130,7 +129,7 @@ async def depth_latency(runs: int, fork: bool) -> dict[str, dict[int, list[float
     async with scripted_gateway([], default=answer) as gw:
         # Default --max-children: a parent's default token slice is an even share of what it has left among its
         # free child slots (docs/journal.md), so with the caps raised to 1024 a depth-3 child would get none.
-        depth_config = Config(instruction="root", intelligence=(gw.url,), spawn_rate=10_000, spawn_burst=10_000)
+        depth_config = Config(instruction="root", intelligence=IntelligenceConfig(endpoints=(gw.url,)), subagents=SubagentsConfig(spawn_rate=10_000, spawn_burst=10_000), )
         async with open_root_supervisor(depth_config, log=null_log(), env={}, fork_server=fork) as sup:
             for run in range(runs + 1):
                 first.clear()

@@ -167,7 +167,7 @@ async def test_bearer_header_is_sent(free_port: int) -> None:
 
 
 def _cfg(*args: str) -> agentd.Config:
-    return agentd.Config.from_argv(["--instruction", "delegate the task", *args], env={})
+    return agentd.load_config(["--instruction", "delegate the task", *args], env={})
 
 
 async def test_run_delegates_and_reads_the_observation(sdk_peer: launch.PeerProcess) -> None:

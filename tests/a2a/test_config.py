@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import Config, TlsConfig
+from agentd.config import TlsConfig
+from agentd.config.load import load_config
 from agentd.errors import ConfigError
 
 BASE = ["--instruction", "x", "--intelligence", "test"]
@@ -20,7 +21,7 @@ def test_flags_and_file_merge(tmp_path: Path) -> None:
         "  - name: rev\n    url: https://rev.example\n    required: false\n"
         "    headers: {Authorization: 'Bearer {{secret:REV_TOKEN}}'}\n    call_timeout: 90s\n"
     )
-    cfg = Config.from_argv([*BASE, "--config", str(tmp_path / "c.yaml"), "--tls-ca", str(ca),
+    cfg = load_config([*BASE, "--config", str(tmp_path / "c.yaml"), "--tls-ca", str(ca),
                             "--a2a-peer", "rev=https://rev.example", "--a2a-peer", "local=http://127.0.0.1:9000"],
                            env={"REV_TOKEN": "t0k3n-value"})
     rev, local = cfg.a2a_peers
@@ -41,7 +42,7 @@ def test_flags_and_file_merge(tmp_path: Path) -> None:
 ])
 def test_bad_flags(argv: list[str], error: str) -> None:
     with pytest.raises(ConfigError, match=error):
-        Config.from_argv([*BASE, *argv], env={})
+        load_config([*BASE, *argv], env={})
 
 
 @pytest.mark.parametrize(("entry", "error"), [
@@ -56,4 +57,4 @@ def test_bad_flags(argv: list[str], error: str) -> None:
 def test_bad_file_entries(tmp_path: Path, entry: str, error: str) -> None:
     (tmp_path / "c.yaml").write_text("a2a_peers:\n" + entry)
     with pytest.raises(ConfigError, match=error):
-        Config.from_argv([*BASE, "--config", str(tmp_path / "c.yaml")], env={})
+        load_config([*BASE, "--config", str(tmp_path / "c.yaml")], env={})

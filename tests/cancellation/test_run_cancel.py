@@ -27,7 +27,7 @@ def peer() -> Iterator[launch.PeerProcess]:
 
 
 def _cfg(*args: str) -> agentd.Config:
-    return agentd.Config.from_argv(["--instruction", "do the task", *args], env={})
+    return agentd.load_config(["--instruction", "do the task", *args], env={})
 
 
 async def _wait_cancelled(url: str, before: int) -> dict[str, Any]:

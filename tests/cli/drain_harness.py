@@ -15,6 +15,7 @@ import trio
 
 from agentd.cli import _trio_run_with_drain
 from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.drain import current_drain
 from agentd.events import EventLog
 
@@ -38,7 +39,7 @@ async def daemon(config: Config, *, log: EventLog | None = None) -> Result:
 
 
 def main() -> None:
-    config = Config.from_argv(["--instruction", "x", "--intelligence", "test", "--drain-timeout", sys.argv[2]],
+    config = load_config(["--instruction", "x", "--intelligence", "test", "--drain-timeout", sys.argv[2]],
                               env={})
     outcome = _trio_run_with_drain(daemon, config, EventLog(level="debug"))
     result = outcome.result

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.errors import ConfigError
 from tests.postgres import PASSWORD
 
@@ -21,19 +21,19 @@ BASE = ["--intelligence", "test"]
 
 
 def test_the_flag_the_environment_and_the_file_section(tmp_path):
-    cfg = Config.from_argv([*BASE, "--cluster", "postgresql://agentd@db:5432/agentd", "--cluster-capacity", "7",
+    cfg = load_config([*BASE, "--cluster", "postgresql://agentd@db:5432/agentd", "--cluster-capacity", "7",
                             "--cluster-lease-ttl", "30s"], env={})
-    assert (cfg.cluster, cfg.cluster_capacity, cfg.cluster_lease_ttl) == ("postgresql://agentd@db:5432/agentd", 7, 30.0)
+    assert (cfg.cluster.dsn, cfg.cluster.capacity, cfg.cluster.lease_ttl) == ("postgresql://agentd@db:5432/agentd", 7, 30.0)
     assert cfg.instruction is None  # a pure worker needs no instruction
-    cfg = Config.from_argv(BASE, env={"AGENTD_CLUSTER": "host=db dbname=agentd"})
-    assert cfg.cluster == "host=db dbname=agentd" and cfg.cluster_capacity == 4
+    cfg = load_config(BASE, env={"AGENTD_CLUSTER": "host=db dbname=agentd"})
+    assert cfg.cluster.dsn == "host=db dbname=agentd" and cfg.cluster.capacity == 4
     config = tmp_path / "agentd.yaml"
     config.write_text("cluster:\n  dsn: postgresql://agentd@db/agentd\n  capacity: 2\n  lease_ttl: 5s\n")
-    cfg = Config.from_argv([*BASE, "--config", str(config)], env={})
-    assert (cfg.cluster, cfg.cluster_capacity, cfg.cluster_lease_ttl) == ("postgresql://agentd@db/agentd", 2, 5.0)
+    cfg = load_config([*BASE, "--config", str(config)], env={})
+    assert (cfg.cluster.dsn, cfg.cluster.capacity, cfg.cluster.lease_ttl) == ("postgresql://agentd@db/agentd", 2, 5.0)
     config.write_text("cluster:\n  dns: postgresql://agentd@db/agentd\n")
     with pytest.raises(ConfigError, match=r"unknown key 'dns' @ \$\.cluster\.dns"):
-        Config.from_argv([*BASE, "--config", str(config)], env={})
+        load_config([*BASE, "--config", str(config)], env={})
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -44,7 +44,7 @@ def test_the_flag_the_environment_and_the_file_section(tmp_path):
 ])
 def test_refusals_are_exit_2_and_never_echo_a_password(extra, message):
     with pytest.raises(ConfigError, match=message) as caught:
-        Config.from_argv([*BASE, *extra], env={})
+        load_config([*BASE, *extra], env={})
     assert "Secret-123" not in str(caught.value)
 
 

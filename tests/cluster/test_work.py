@@ -13,6 +13,7 @@ from agentd.cluster.errors import LeaseLost
 from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, PgJournal, open_database, open_pg_journal
 from agentd.cluster.work import Queue, WorkItem, enqueue, view
+from agentd.config.load import load_config
 from agentd.events import EventLog
 from agentd.journal.records import ClaimTaken, RunEnded, RunStarted
 from tests.journal.helpers import WallClock, step
@@ -234,9 +235,8 @@ async def test_a_cron_occurrence_fires_once_across_members(pg_dsn, autojump_cloc
 
 
 def _cfg():
-    from agentd.config import Config
 
-    return Config.from_argv(["--intelligence", "test", "--instruction", "nightly", "--mode", "schedule",
+    return load_config(["--intelligence", "test", "--instruction", "nightly", "--mode", "schedule",
                              "--cron", "*/5 * * * *"], env={})
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from tests.config.test_file import load, refused
 
 SERVERS = """
@@ -43,7 +43,7 @@ def test_sampling_tools_implies_sampling_and_declares_it_as_a_sub_capability(tmp
 
 
 def test_by_default_nothing_needs_approval_and_nothing_is_declared() -> None:
-    cfg = Config.from_argv(["--instruction", "x", "--intelligence", "test", "--mcp", "a=https://a.example/mcp"],
+    cfg = load_config(["--instruction", "x", "--intelligence", "test", "--mcp", "a=https://a.example/mcp"],
                            env={})
     assert cfg.mcp[0].approve == () and cfg.mcp[0].capabilities == ()
 
@@ -87,7 +87,7 @@ def test_a_subagent_inherits_the_marks_and_the_opt_in() -> None:
     process, is denied rather than sent)."""
     from agentd.supervisor.wiring import config_from_wire, config_to_wire
 
-    cfg = Config.from_argv(["--instruction", "x", "--intelligence", "test", "--mcp", "p=https://p.example/mcp",
+    cfg = load_config(["--instruction", "x", "--intelligence", "test", "--mcp", "p=https://p.example/mcp",
                             "--approve", "p__charge", "--mcp-capabilities", "p=sampling"], env={})
     child = config_from_wire(config_to_wire(cfg))
     assert child.mcp[0].approve == ("charge",) and child.mcp[0].capabilities == ("sampling",)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from agentd.config import Config, McpServerConfig, TlsConfig
+from agentd.config.load import load_config
 from agentd.errors import ConfigError
 
 BASE = ["--instruction", "do it", "--intelligence", "test"]
@@ -13,7 +14,7 @@ BASE = ["--instruction", "do it", "--intelligence", "test"]
 def load(tmp_path: Path, text: str, *extra: str, env: dict[str, str] | None = None) -> Config:
     path = tmp_path / "agentd.yaml"
     path.write_text(text)
-    return Config.from_argv([*BASE, "--config", str(path), *extra], env=env or {})
+    return load_config([*BASE, "--config", str(path), *extra], env=env or {})
 
 
 def refused(tmp_path: Path, text: str, *extra: str, env: dict[str, str] | None = None) -> str:
@@ -128,7 +129,7 @@ def test_relative_paths_follow_the_file(tmp_path: Path) -> None:
     (tmp_path / "instr.txt").write_text("from file")
     cfg = load(tmp_path, "instruction_file: instr.txt\nintelligence_token: '{{secret-file:secrets/tok}}'\n"
                          "mcp_servers:\n  - {name: a, url: 'https://a', headers: {X-K: '{{secret-file:secrets/tok}}'}}\n")
-    assert cfg.intelligence_token == f"{{{{secret-file:{tmp_path / 'secrets' / 'tok'}}}}}"
+    assert cfg.intelligence.token == f"{{{{secret-file:{tmp_path / 'secrets' / 'tok'}}}}}"
     assert cfg.mcp[0].headers["X-K"] == f"{{{{secret-file:{tmp_path / 'secrets' / 'tok'}}}}}"
 
 
@@ -142,8 +143,8 @@ def test_lists_and_scalars(tmp_path: Path) -> None:
     cfg = load(tmp_path, "intelligence: [https://a/v1, https://b/v1]\nlog_content: true\nmode: reactive\n"
                          "subscribe: [file:///inbox]\ndebounce: 100ms\n"
                          "mcp_servers: [{name: fs, url: 'https://fs.example/mcp'}]\n",)
-    assert cfg.intelligence == ("test",)  # --intelligence flag wins over the file
-    assert cfg.log_content and cfg.mode == "reactive" and cfg.subscribe == ("file:///inbox",) and cfg.debounce == 0.1
+    assert cfg.intelligence.endpoints == ("test",)  # --intelligence flag wins over the file
+    assert cfg.telemetry.log_content and cfg.mode == "reactive" and cfg.modes.subscribe == ("file:///inbox",) and cfg.modes.debounce == 0.1
 
 
 def test_flag_only_keys_are_not_file_keys(tmp_path: Path) -> None:
@@ -152,9 +153,9 @@ def test_flag_only_keys_are_not_file_keys(tmp_path: Path) -> None:
 
 
 def test_empty_file_is_fine(tmp_path: Path) -> None:
-    assert load(tmp_path, "").max_steps == 50
+    assert load(tmp_path, "").budgets.max_steps == 50
     cfg = load(tmp_path, "mcp_servers:\n#  - {name: a, url: 'https://a'}\nmax_steps:\n")
-    assert cfg.mcp == () and cfg.max_steps == 50
+    assert cfg.mcp == () and cfg.budgets.max_steps == 50
 
 
 def test_host_connections_key_errors_name_their_path(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_host_connections_key_errors_name_their_path(tmp_path: Path) -> None:
 
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
-        Config.from_argv([*BASE, "--config", str(tmp_path / "missing.yaml")], env={})
+        load_config([*BASE, "--config", str(tmp_path / "missing.yaml")], env={})
 
 
 def test_tls_ca_applies_to_https_servers_without_their_own(tmp_path: Path) -> None:

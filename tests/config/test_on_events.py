@@ -19,7 +19,7 @@ BASE = ["--mcp", "ev=http://127.0.0.1:9/mcp", "--instruction", "x", "--intellige
 
 def test_flag_alone_is_enough_for_reactive_mode() -> None:
     cfg = load_config(["--mode", "reactive", "--on-event", "ev:ticket.created", *BASE], {})
-    assert cfg.on_events == (EventSubscriptionConfig("ev", "ticket.created"),)
+    assert cfg.modes.on_events == (EventSubscriptionConfig("ev", "ticket.created"),)
 
 
 def test_file_entries_carry_arguments_and_a_flag_for_the_same_event_is_the_same_subscription(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_file_entries_carry_arguments_and_a_flag_for_the_same_event_is_the_same_
     path.write_text("on_events:\n  - {server: ev, event: ticket.created, arguments: {queue: ops}}\n")
     cfg = load_config(["--mode", "reactive", "--config", str(path), "--on-event", "ev:ticket.created",
                        "--on-event", "ev:build.failed", *BASE], {})
-    assert cfg.on_events == (EventSubscriptionConfig("ev", "ticket.created", {"queue": "ops"}),
+    assert cfg.modes.on_events == (EventSubscriptionConfig("ev", "ticket.created", {"queue": "ops"}),
                              EventSubscriptionConfig("ev", "build.failed"))
 
 
@@ -72,7 +72,7 @@ def test_a_server_events_come_from_starts_on_the_2026_wire_unless_pinned_to_2025
                       "  - {name: other, url: 'http://127.0.0.1:9/other'}\n")
     cfg = load_config(["--config", str(config), "--mode", "reactive", "--instruction", "x", "--intelligence", "test",
                        "--on-event", "ev:ticket.created"], env={})
-    eras = {s.name: s.era for s in speaking_events(cfg.mcp, cfg.on_events)}
+    eras = {s.name: s.era for s in speaking_events(cfg.mcp, cfg.modes.on_events)}
     assert eras == {"ev": "modern", "other": "auto"}
     with pytest.raises(ConfigError, match="pinned to the 2025-11-25 protocol"):
         load_config(["--config", str(config), "--mode", "reactive", "--instruction", "x", "--intelligence", "test",

@@ -10,8 +10,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentd.config import Config
 from agentd.config.argv import FLAGS
+from agentd.config.load import load_config
 from agentd.errors import ConfigError
 
 FLAG_NAMES = [flag.name for flag in FLAGS if flag.name not in ("--instruction-file", "--config")]
@@ -25,7 +25,7 @@ VALUES = st.one_of(
 
 def build(argv: list[str], env: dict[str, str]) -> None:
     try:
-        Config.from_argv(argv, env=env)
+        load_config(argv, env=env)
     except ConfigError as exc:
         assert str(exc) and "\n" not in str(exc)
 
@@ -93,4 +93,4 @@ def test_precedence_is_a_total_order(file: int | None, agent: int | None, agentd
         if flag is not None:
             argv += ["--max-tokens", str(flag)]
         expected = next((v for v in (flag, agentd, agent, file) if v is not None), 200_000)
-        assert Config.from_argv(argv, env=env).max_tokens == expected
+        assert load_config(argv, env=env).budgets.max_tokens == expected

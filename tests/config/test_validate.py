@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import Config
 from agentd.config.load import load_config
 from agentd.config.validate import split_subscription
 from agentd.errors import ConfigError
@@ -14,7 +13,7 @@ BASE = ["--instruction", "do it", "--intelligence", "test"]
 
 def refused(*argv: str, env: dict[str, str] | None = None) -> str:
     with pytest.raises(ConfigError) as info:
-        Config.from_argv(list(argv), env=env or {})
+        load_config(list(argv), env=env or {})
     assert "\n" not in str(info.value)
     return str(info.value)
 
@@ -30,7 +29,7 @@ def pem(tmp_path: Path) -> dict[str, str]:
 
 def test_instruction_required_unless_serving() -> None:
     assert "--instruction" in refused("--intelligence", "test")
-    cfg = Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp"], env={})
+    cfg = load_config(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp"], env={})
     assert cfg.instruction is None
     assert "empty" in refused("--instruction", " ", "--intelligence", "test")
 
@@ -45,17 +44,17 @@ def test_intelligence_required_and_checked() -> None:
 def test_reactive_needs_subscribe() -> None:
     assert "--subscribe" in refused(*BASE, "--mode", "reactive")
     fs = ["--mcp", "fs=https://fs.example/mcp"]
-    cfg = Config.from_argv([*BASE, *fs, "--mode", "reactive", "--subscribe", "file:///inbox", "--subscribe",
+    cfg = load_config([*BASE, *fs, "--mode", "reactive", "--subscribe", "file:///inbox", "--subscribe",
                             "fs:file:///b"], env={})
-    assert cfg.subscribe == ("file:///inbox", "fs:file:///b")
-    assert Config.from_argv([*BASE, *fs, "--mode", "reactive", "--continue", "file:///x"], env={}).continue_uris == (
+    assert cfg.modes.subscribe == ("file:///inbox", "fs:file:///b")
+    assert load_config([*BASE, *fs, "--mode", "reactive", "--continue", "file:///x"], env={}).modes.continue_uris == (
         "file:///x",)
     # No server to own the URIs and nothing to serve: the daemon would idle forever.
     assert "no MCP server is declared" in refused(*BASE, "--mode", "reactive", "--subscribe", "file:///inbox")
     assert "no MCP server is declared" in refused(*BASE, "--mode", "reactive", "--continue", "file:///x")
-    served = Config.from_argv([*BASE, "--mode", "reactive", "--subscribe", "file:///nowhere",
+    served = load_config([*BASE, "--mode", "reactive", "--subscribe", "file:///nowhere",
                                "--serve-mcp", "http://127.0.0.1:0"], env={})
-    assert served.subscribe == ("file:///nowhere",)  # serving: it starts, warns reactive.unowned, serves
+    assert served.modes.subscribe == ("file:///nowhere",)  # serving: it starts, warns reactive.unowned, serves
     assert "URI template" in refused(*BASE, *fs, "--mode", "reactive", "--subscribe", "fs:file:///n/{id}")
     assert "URI template" in refused(*BASE, *fs, "--mode", "reactive", "--continue", "file:///n/{id}")
     assert "needs --mode reactive" in refused(*BASE, "--subscribe", "file:///x")
@@ -81,9 +80,9 @@ def test_schedule_rules() -> None:
     assert "not a known time zone" in refused(*BASE, "--mode", "schedule", "--cron", "* * * * *", "--cron-tz", "Nowhere/X")
     assert "--cron-tz needs --cron" in refused(*BASE, "--mode", "schedule", "--interval", "5m", "--cron-tz", "UTC")
     assert "needs --mode loop or schedule" in refused(*BASE, "--interval", "5s")
-    assert Config.from_argv([*BASE, "--mode", "loop", "--interval", "0"], env={}).interval == 0.0
-    assert Config.from_argv([*BASE, "--mode", "loop"], env={}).interval is None
-    assert Config.from_argv([*BASE, "--mode", "schedule", "--cron", "*/5 * * * mon-fri"], env={}).cron
+    assert load_config([*BASE, "--mode", "loop", "--interval", "0"], env={}).modes.interval == 0.0
+    assert load_config([*BASE, "--mode", "loop"], env={}).modes.interval is None
+    assert load_config([*BASE, "--mode", "schedule", "--cron", "*/5 * * * mon-fri"], env={}).modes.cron
 
 
 def test_numbers() -> None:
@@ -91,14 +90,14 @@ def test_numbers() -> None:
     assert "must be >= 0" in refused(*BASE, "--max-children", "-1")
     assert "--deadline must be > 0" in refused(*BASE, "--deadline", "0")
     assert "--poll-interval" in refused(*BASE, "--poll-interval", "0")
-    assert Config.from_argv([*BASE, "--max-depth", "0"], env={}).max_depth == 0
+    assert load_config([*BASE, "--max-depth", "0"], env={}).subagents.max_depth == 0
     assert "--spawn-rate must be at least 1" in refused(*BASE, "--spawn-rate", "0")
 
 
 def test_spawn_rate_flags_reach_the_root_supervisors_caps() -> None:
     from agentd.supervisor.wiring import settings_from_config
 
-    caps = settings_from_config(Config.from_argv([*BASE, "--spawn-rate", "500", "--spawn-burst", "400"], env={})).caps
+    caps = settings_from_config(load_config([*BASE, "--spawn-rate", "500", "--spawn-burst", "400"], env={})).caps
     assert (caps.spawn_rate, caps.spawn_burst) == (500.0, 400)
 
 
@@ -113,14 +112,14 @@ def test_serve_rules(pem: dict[str, str]) -> None:
     assert "--serve-accept-cancel needs --serve-mcp" in refused(*BASE, "--serve-accept-cancel")
     assert "no such readable file" in refused(*BASE, "--serve-mcp", "https://127.0.0.1:1", "--serve-cert",
                                               "/nonexistent/cert.pem", "--serve-key", pem["key"])
-    mtls = Config.from_argv([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],
+    mtls = load_config([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],
                              "--serve-key", pem["key"], "--serve-client-ca", pem["ca"]], env={})
-    assert mtls.serve_client_ca == pem["ca"]
-    bearer = Config.from_argv([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],
+    assert mtls.serve.client_ca == pem["ca"]
+    bearer = load_config([*BASE, "--serve-mcp", "https://0.0.0.0:8443", "--serve-cert", pem["cert"],
                                "--serve-key", pem["key"], "--serve-bearer", "{{secret:SERVE_TOKEN}}"],
                               env={"SERVE_TOKEN": "abc"})
-    assert bearer.serve_bearer == "{{secret:SERVE_TOKEN}}"
-    assert Config.from_argv([*BASE, "--serve-mcp", "http://127.0.0.1:0"], env={}).serve_mcp
+    assert bearer.serve.bearer == "{{secret:SERVE_TOKEN}}"
+    assert load_config([*BASE, "--serve-mcp", "http://127.0.0.1:0"], env={}).serve.mcp
 
 
 def test_serve_bearer_must_be_a_reference(pem: dict[str, str]) -> None:

@@ -14,6 +14,8 @@ import yaml
 
 import agentd
 from agentd.config import Config
+from agentd.config.load import load_config
+from agentd.config.model import IntelligenceConfig
 from agentd.errors import ConfigError
 from agentd.events import EventLog
 from tests.cli.helpers import assert_untouched, run_agentd, tripwire
@@ -60,7 +62,7 @@ async def test_sdk_peer_only_allowed_tools_reach_the_model(
                                     "readTools": ["echo"]}},
             "transcript": {"enabled": False},
         })
-        cfg = Config.from_argv(["--config", host, "--instruction", "use the tools"], env=env)
+        cfg = load_config(["--config", host, "--instruction", "use the tools"], env=env)
         result, _ = await _run(cfg, env)
     assert result.status is agentd.RunStatus.COMPLETED, result
     assert _mcp_tools(gw.requests[0].tool_names, "sdk__") == offered
@@ -84,7 +86,7 @@ async def test_bearer_auth_and_a_disallowed_call_never_reaches_the_server(tmp_pa
                                      "auth": {"type": "bearer", "token": {"env": "DOCS_TOKEN"}},
                                      "mode": "read_write", "tools": ["search", "read"]}},
         })
-        cfg = Config.from_argv(["--config", host, "--instruction", "go"], env=env)
+        cfg = load_config(["--config", host, "--instruction", "go"], env=env)
         result, lines = await _run(cfg, env)
     assert result.status is agentd.RunStatus.COMPLETED, result
     assert _mcp_tools(gw.requests[0].tool_names, "docs__") == ["docs__read", "docs__search"]
@@ -101,7 +103,7 @@ async def test_mcp_flag_merges_with_the_connections(tmp_path: Path, sdk_peer: la
             "intelligence": {"url": gw.url},
             "connections": {"docs": {"url": f"{peer.origin}/mcp", "tools": ["search"], "readTools": ["search"]}},
         })
-        cfg = Config.from_argv(["--config", host, "--instruction", "go", "--mcp", f"sdk={sdk_peer.url}"], env={})
+        cfg = load_config(["--config", host, "--instruction", "go", "--mcp", f"sdk={sdk_peer.url}"], env={})
         assert [s.name for s in cfg.mcp] == ["docs", "sdk"]
         assert (cfg.server("docs").tools, cfg.server("sdk").tools) == (("search",), None)
         result, _ = await _run(cfg, {})
@@ -114,7 +116,7 @@ async def test_mcp_flag_merges_with_the_connections(tmp_path: Path, sdk_peer: la
 def test_same_url_mcp_flag_keeps_the_allowlist_and_conflict_is_2(tmp_path: Path) -> None:
     host = _host(tmp_path, {"connections": {"docs": {"url": "http://127.0.0.1:9/mcp", "tools": ["a"],
                                                      "readTools": ["a"]}}})
-    same = Config.from_argv(["--config", host, "--instruction", "x", "--intelligence", "test",
+    same = load_config(["--config", host, "--instruction", "x", "--intelligence", "test",
                              "--mcp", "docs=http://127.0.0.1:9/mcp"], env={})
     assert same.server("docs").tools == ("a",)
     with tripwire() as sock:
@@ -158,25 +160,25 @@ def test_validation_errors_name_their_path_and_exit_2_before_side_effects(
 def test_host_keys_in_process_errors(tmp_path: Path) -> None:
     bad_name = _host(tmp_path, {"connections": {"my__docs": {"url": "http://127.0.0.1:9/mcp", "tools": []}}})
     with pytest.raises(ConfigError, match=r"never '__'.* @ \$\.connections\.my__docs"):
-        Config.from_argv(["--config", bad_name, "--instruction", "x", "--intelligence", "test"], env={})
+        load_config(["--config", bad_name, "--instruction", "x", "--intelligence", "test"], env={})
     unset = _host(tmp_path, {"intelligence": {"url": {"env": "GW_URL_MISSING"}}})
     with pytest.raises(ConfigError, match=r"GW_URL_MISSING is not set @ \$\.intelligence\.url"):
-        Config.from_argv(["--config", unset, "--instruction", "x"], env={})
+        load_config(["--config", unset, "--instruction", "x"], env={})
     twice = _host(tmp_path, {"connections": {"docs": {"url": "http://127.0.0.1:9/mcp", "tools": []}},
                              "mcp_servers": [{"name": "docs", "url": "http://127.0.0.1:9/mcp"}]})
     with pytest.raises(ConfigError, match=r"'docs' is declared twice"):
-        Config.from_argv(["--config", twice, "--instruction", "x", "--intelligence", "test"], env={})
+        load_config(["--config", twice, "--instruction", "x", "--intelligence", "test"], env={})
     scalar = _host(tmp_path, {"intelligence": "test", "version": "1.0", "transcript": {"enabled": False}})
-    assert Config.from_argv(["--config", scalar, "--instruction", "x"], env={}).intelligence == ("test",)
+    assert load_config(["--config", scalar, "--instruction", "x"], env={}).intelligence.endpoints == ("test",)
     wrong_version = _host(tmp_path, {"version": 1})
     with pytest.raises(ConfigError, match=r"@ \$\.version"):
-        Config.from_argv(["--config", wrong_version, "--instruction", "x", "--intelligence", "test"], env={})
+        load_config(["--config", wrong_version, "--instruction", "x", "--intelligence", "test"], env={})
 
 
 def test_allowlist_travels_to_subagents() -> None:
     from agentd.supervisor.wiring import config_from_wire, config_to_wire
 
-    cfg = Config(instruction="x", intelligence=("test",),
+    cfg = Config(instruction="x", intelligence=IntelligenceConfig(endpoints=("test",)),
                  mcp=(agentd.config.model.McpServerConfig("docs", "http://127.0.0.1:9/mcp", tools=("search",)),))
     wire = json.loads(json.dumps(config_to_wire(cfg)))
     assert config_from_wire(wire).server("docs").tools == ("search",)

@@ -25,9 +25,9 @@ import trio
 import yaml
 
 from agentd import defaults as D
-from agentd.config import Config
 from agentd.config.argv import FLAGS
 from agentd.config.durations import parse_duration
+from agentd.config.load import load_config
 from agentd.telemetry.health import PROBES
 from tests.integration.agents import agentd_worker
 from tests.selfmcp.certs import Pki, make_pki
@@ -136,11 +136,11 @@ def test_worker_deployment_is_consistent_with_agentd(tmp_path: Path) -> None:
     argv = list(box["args"])
     assert set(flags_in(argv)) <= FLAG_NAMES, set(flags_in(argv)) - FLAG_NAMES
     env = {e["name"]: e["value"] for e in box.get("env", []) if "value" in e}
-    config = Config.from_argv(materialise(argv, mounts_of(deployment, docs, tmp_path), make_pki(tmp_path / "pki")), env=env)
-    assert config.serve_mcp is not None and config.serve_bearer is not None
-    assert str(config.serve_bearer).startswith("{{secret-file:" + str(tmp_path / "mounts" / "serve-bearer"))
+    config = load_config(materialise(argv, mounts_of(deployment, docs, tmp_path), make_pki(tmp_path / "pki")), env=env)
+    assert config.serve.mcp is not None and config.serve.bearer is not None
+    assert str(config.serve.bearer).startswith("{{secret-file:" + str(tmp_path / "mounts" / "serve-bearer"))
     # Probes: the paths the serve port answers without authentication, on the serve port.
-    serve_port = int(config.serve_mcp.rsplit(":", 1)[1].split("/")[0])
+    serve_port = int(config.serve.mcp.rsplit(":", 1)[1].split("/")[0])
     [port] = box["ports"]
     assert port["containerPort"] == serve_port
     assert box["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -148,12 +148,12 @@ def test_worker_deployment_is_consistent_with_agentd(tmp_path: Path) -> None:
     for probe in (box["readinessProbe"], box["livenessProbe"]):
         assert probe["httpGet"]["path"] in PROBES
         assert probe["httpGet"]["port"] in (port["name"], serve_port)
-        assert probe["httpGet"]["scheme"] == ("HTTPS" if config.serve_mcp.startswith("https") else "HTTP")
+        assert probe["httpGet"]["scheme"] == ("HTTPS" if config.serve.mcp.startswith("https") else "HTTP")
     # The grace period outlasts the preStop pause, the drain and the kill ladder.
     pod = deployment["spec"]["template"]["spec"]
     pause = box["lifecycle"]["preStop"]["sleep"]["seconds"]
-    assert config.drain_timeout == parse_duration(flag_value(argv, "--drain-timeout"))
-    assert pod["terminationGracePeriodSeconds"] > pause + config.drain_timeout + LADDER
+    assert config.ladder.drain_timeout == parse_duration(flag_value(argv, "--drain-timeout"))
+    assert pod["terminationGracePeriodSeconds"] > pause + config.ladder.drain_timeout + LADDER
     pod_security(deployment)
     # Secrets by reference: mounted Secret volumes, never a literal in the manifest.
     secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
@@ -217,10 +217,10 @@ def test_job_maps_exit_codes_as_documented(tmp_path: Path) -> None:
     argv = list(box["args"])
     assert set(flags_in(argv)) <= FLAG_NAMES
     env = {e["name"]: e["value"] for e in box.get("env", []) if "value" in e}
-    config = Config.from_argv(materialise(argv, mounts_of(job, docs, tmp_path), make_pki(tmp_path / "pki")), env=env)
-    assert config.serve_mcp is None and config.instruction
-    assert pod["terminationGracePeriodSeconds"] > config.drain_timeout + LADDER
-    assert job["spec"]["activeDeadlineSeconds"] > config.deadline  # agentd's own deadline ends the run first
+    config = load_config(materialise(argv, mounts_of(job, docs, tmp_path), make_pki(tmp_path / "pki")), env=env)
+    assert config.serve.mcp is None and config.instruction
+    assert pod["terminationGracePeriodSeconds"] > config.ladder.drain_timeout + LADDER
+    assert job["spec"]["activeDeadlineSeconds"] > config.budgets.deadline  # agentd's own deadline ends the run first
     pod_security(job)
 
 
@@ -307,9 +307,9 @@ def test_systemd_unit_is_consistent_with_agentd(tmp_path: Path) -> None:
         source = {"tls.crt": pki.server.cert, "tls.key": pki.server.key}.get(name)
         (credentials / name).write_bytes(source.read_bytes() if source else b"t" * 40)
     local = [a.replace("%d", str(credentials)).replace("/etc/agentd", str(etc)) for a in args]
-    config = Config.from_argv(local, env={"AGENTD_INTELLIGENCE": "https://gateway.example/v1"})
-    assert config.serve_bearer == f"{{{{secret-file:{credentials}/serve-bearer}}}}"
-    assert config.drain_timeout == drain
+    config = load_config(local, env={"AGENTD_INTELLIGENCE": "https://gateway.example/v1"})
+    assert config.serve.bearer == f"{{{{secret-file:{credentials}/serve-bearer}}}}"
+    assert config.ladder.drain_timeout == drain
 
 
 def test_the_user_unit_runs_a_real_pipx_install(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def _keys(peer: CountingPeer) -> list[str]:
 
 async def _once(peer: CountingPeer, script: list[dict[str, Any]], *extra: str) -> agentd.RunResult:
     async with scripted_gateway(script) as gw:
-        cfg = agentd.Config.from_argv(["--instruction", "Settle order 7.", "--intelligence", gw.url,
+        cfg = agentd.load_config(["--instruction", "Settle order 7.", "--intelligence", gw.url,
                                        "--mcp", f"pay={peer.origin}/mcp", *extra], env={})
         with trio.fail_after(30):
             result = await agentd.main(cfg, log=EventLog(sink=lambda line: None))

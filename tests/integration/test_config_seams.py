@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.errors import ConfigError
 from tests.integration.agents import run_agentd
 
@@ -17,13 +17,13 @@ BASE = ["--intelligence", "test", "--instruction", "tick", "--mode", "schedule"]
 @pytest.mark.parametrize("expression", ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 31 feb *", "* * 30-31 2 *"])
 def test_cron_that_never_fires_is_refused(expression: str) -> None:
     with pytest.raises(ConfigError, match="never fires"):
-        Config.from_argv([*BASE, "--cron", expression], env={})
+        load_config([*BASE, "--cron", expression], env={})
 
 
 @pytest.mark.parametrize("expression", ["0 0 29 2 *", "0 0 30 2 mon", "*/5 * * * mon-fri", "0 12 31 * *"])
 def test_rare_but_real_cron_is_accepted(expression: str) -> None:
     # Feb 29 (every four years) fires; with both day fields restricted either one matching is enough.
-    assert Config.from_argv([*BASE, "--cron", expression], env={}).cron == expression
+    assert load_config([*BASE, "--cron", expression], env={}).modes.cron == expression
 
 
 async def test_cli_exits_2_before_connecting() -> None:
@@ -44,5 +44,5 @@ async def test_cli_exits_2_before_connecting() -> None:
 def test_a_serving_daemon_mode_needs_its_instruction(mode: list[str]) -> None:
     # Without one, main would run a pure worker and silently ignore the mode and its subscriptions.
     with pytest.raises(ConfigError, match=f"--mode {mode[1]} needs --instruction"):
-        Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0", *mode], env={})
-    assert Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0"], env={}).mode == "once"
+        load_config(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0", *mode], env={})
+    assert load_config(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0"], env={}).mode == "once"

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import agentd
+from agentd.config.model import IntelligenceConfig
 from agentd.events import EventLog
 from tests.loop import meta_server
 from tests.peers import launch
@@ -27,7 +28,7 @@ def peer() -> Iterator[launch.PeerProcess]:
 
 
 def _cfg(*args: str) -> agentd.Config:
-    return agentd.Config.from_argv(["--instruction", "do the task", *args], env={})
+    return agentd.load_config(["--instruction", "do the task", *args], env={})
 
 
 async def _main(cfg: agentd.Config) -> tuple[agentd.RunResult, list[dict[str, Any]]]:
@@ -229,7 +230,7 @@ async def test_cancelled_from_outside_logs_run_cancelled(peer: launch.PeerProces
 async def test_secrets_never_reach_events_and_log_content_shows_bodies(peer: launch.PeerProcess) -> None:
     secret = "sk-very-secret-token-123"
     async with scripted_gateway([tool_call("sdk__echo", {"text": f"leak {secret}?"}), text(f"done {secret}")]) as gw:
-        cfg = agentd.Config.from_argv(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"sdk={peer.url}",
+        cfg = agentd.load_config(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"sdk={peer.url}",
                                        "--intelligence-token", "{{secret:GW_TOKEN}}", "--log-content"],
                                       env={"GW_TOKEN": secret})
         lines: list[dict[str, Any]] = []
@@ -249,8 +250,8 @@ async def test_library_config_errors_raise_before_side_effects() -> None:
 
     lines: list[dict[str, Any]] = []
     with pytest.raises(ConfigError, match="instruction"):
-        await agentd.main(agentd.Config(intelligence=("test",)), log=EventLog(sink=lines.append))
+        await agentd.main(agentd.Config(intelligence=IntelligenceConfig(endpoints=("test",))), log=EventLog(sink=lines.append))
     with pytest.raises(ConfigError):
-        await agentd.main(agentd.Config(instruction="x", intelligence=("ftp://nowhere",)),
+        await agentd.main(agentd.Config(instruction="x", intelligence=IntelligenceConfig(endpoints=("ftp://nowhere",))),
                           log=EventLog(sink=lines.append))
     assert not any(line["event"] == "mcp.connect" for line in lines)

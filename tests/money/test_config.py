@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.errors import ConfigError
 from agentd.prices import PICO_PER_USD, Price
 
@@ -16,7 +16,7 @@ BASE = ["--instruction", "do it", "--intelligence", "test", "--model", "big"]
 
 def refused(*argv: str) -> str:
     with pytest.raises(ConfigError) as info:
-        Config.from_argv([*BASE, *argv], env={})
+        load_config([*BASE, *argv], env={})
     return str(info.value)
 
 
@@ -24,12 +24,12 @@ def test_flags_and_the_config_file_give_prices_models_and_the_budget(tmp_path: P
     path = tmp_path / "agentd.yaml"
     path.write_text("prices:\n  big: {input: 3, output: 15}\n  small: {input: 0.25, output: 1.25}\n"
                     "models: [small]\nbudget_usd: 2.5\n")
-    cfg = Config.from_argv([*BASE, "--config", str(path), "--price", "big=2/10"], env={})
-    assert cfg.prices == {"big": Price(2_000_000, 10_000_000), "small": Price(250_000, 1_250_000)}
-    assert cfg.models == ("small",) and cfg.budget_usd == 5 * PICO_PER_USD // 2
+    cfg = load_config([*BASE, "--config", str(path), "--price", "big=2/10"], env={})
+    assert cfg.intelligence.prices == {"big": Price(2_000_000, 10_000_000), "small": Price(250_000, 1_250_000)}
+    assert cfg.intelligence.models == ("small",) and cfg.budgets.usd == 5 * PICO_PER_USD // 2
     assert cfg.price() == Price(2_000_000, 10_000_000)
-    cfg = Config.from_argv([*BASE, "--models", "a, b", "--models", "c", "--price", "big=1/1"], env={})
-    assert cfg.models == ("a", "b", "c") and cfg.price() is None  # a, b and c have no price: no cost claimed
+    cfg = load_config([*BASE, "--models", "a, b", "--models", "c", "--price", "big=1/1"], env={})
+    assert cfg.intelligence.models == ("a", "b", "c") and cfg.price() is None  # a, b and c have no price: no cost claimed
 
 
 def test_a_money_budget_over_an_unpriced_model_is_a_config_error() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from agentd import telemetry
 from agentd.config import Config
+from agentd.config.model import IntelligenceConfig
 from agentd.events import null_log
 from agentd.prices import Price
 from agentd.run import run_config
@@ -51,8 +52,7 @@ async def test_spans_carry_what_a_reply_and_a_run_cost() -> None:
     async with otlp_receiver() as receiver, scripted_gateway(
             [text("done", usage={"prompt_tokens": 1000, "completion_tokens": 100})]) as gw:
         telemetry.enable(OtelSettings(traces_endpoint=receiver.url + "/v1/traces"))
-        cfg = Config(instruction="hi", intelligence=(gw.url,), model="big",
-                     prices={"big": Price(3_000_000, 15_000_000)})
+        cfg = Config(instruction="hi", intelligence=IntelligenceConfig(endpoints=(gw.url,), model="big", prices={"big": Price(3_000_000, 15_000_000)}), )
         result = await run_config(cfg, run_id="r", log=null_log())
         assert result.status.value == "completed" and result.usage.cost == 4_500_000_000
         await telemetry.flush(5)

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.config.model import Config
+from agentd.config.model import from_flat
 from agentd.events import EventLog
 from agentd.loop.budgets import Limits
 from agentd.loop.result import RunResult
@@ -46,11 +46,11 @@ class Running:
 def context(job: RunJob, pool: Any = None, **config: Any) -> DaemonContext:
     config.setdefault("instruction", "do the thing")
     config.setdefault("intelligence", ("test",))
-    cfg = Config(**config)
+    cfg = from_flat(config)
     events: list[dict[str, Any]] = []
     log = EventLog(sink=events.append, level="debug", run_id="r")
-    runs = DaemonRuns(job, base_run_id="r", limits=Limits(cfg.max_steps, cfg.max_tokens, cfg.deadline), log=log,
-                      budget=LifetimeBudget(cfg.budget_tokens_lifetime))
+    runs = DaemonRuns(job, base_run_id="r", limits=Limits(cfg.budgets.max_steps, cfg.budgets.max_tokens, cfg.budgets.deadline), log=log,
+                      budget=LifetimeBudget(cfg.budgets.tokens_lifetime))
     ctx = DaemonContext(cfg, runs, log, trio.Event(), pool=pool, server_names=["mem"],
                         open_session=conversation_sessions(runs), wall_clock=lambda: EPOCH + trio.current_time())
     return ctx

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.config.model import Config, McpServerConfig
+from agentd.config.model import Config, McpServerConfig, from_flat
 from agentd.errors import flatten
 from agentd.events import EventLog
 from agentd.loop.result import RunResult
@@ -74,10 +74,8 @@ def config(gateway_url: str, servers: dict[str, str], **fields: Any) -> Config:
     fields.setdefault("instruction", "Keep the counter report up to date")
     fields.setdefault("mode", "reactive")
     fields.setdefault("debounce", 0.05)
-    return Config(intelligence=(gateway_url,),
-                  mcp=tuple(McpServerConfig(name, url, connect_timeout=5.0, call_timeout=10.0)
-                            for name, url in servers.items()),
-                  **fields)
+    return from_flat(dict(intelligence=(gateway_url,), mcp=tuple(McpServerConfig(name, url, connect_timeout=5.0, call_timeout=10.0)
+                            for name, url in servers.items()), **fields))
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from agentd.config.load import load_config
 from agentd.config.model import McpServerConfig
 from agentd.events import EventLog
 from tests.peers import proctree
@@ -129,15 +130,14 @@ async def test_a_childs_memory_holds_the_credentials_of_its_scope_and_no_a2a_pee
 def test_a_child_inherits_no_cluster_membership_nor_its_password_reference() -> None:
     """A DSN may carry ``{{secret:NAME}}`` in its password position: the child's config (and so the secrets
     it receives) must hold neither, nor the operator socket."""
-    from agentd.config import Config
     from agentd.supervisor.supervisor import referenced_secrets
     from agentd.supervisor.wiring import config_to_wire
 
     env = {"PG_PASSWORD": "pg-password-canary-161803", "FS_TOKEN": "fs-token-canary"}
-    cfg = Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp",
+    cfg = load_config(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp",
                             "--cluster", "postgresql://agentd:{{secret:PG_PASSWORD}}@127.0.0.1:5432/agentd",
                             "--ctl-socket", "/tmp/agentd-ctl.sock"], env=env)
-    assert cfg.cluster is not None and cfg.ctl_socket is not None
+    assert cfg.cluster.dsn is not None and cfg.ctl_socket is not None
     wire = config_to_wire(cfg)
     assert wire["cluster"] is None and wire["ctl_socket"] is None
     assert referenced_secrets(wire, env) == {}

@@ -20,7 +20,8 @@ import trio
 import trio.testing
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from agentd.config import Config, McpServerConfig, TlsConfig
+from agentd.config import McpServerConfig, TlsConfig
+from agentd.config.load import load_config
 from agentd.connections.auth import ClientCredentialsAuth, ClientCredentialsSettings, parse_challenge
 from agentd.errors import ConfigError
 from agentd.events import EventLog
@@ -264,7 +265,7 @@ def test_check_claims_and_challenge() -> None:
 ])
 def test_bad_oauth_settings_are_config_errors(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Config.from_argv(["--serve-mcp", "http://127.0.0.1:0", "--intelligence", "test", *argv], env={})
+        load_config(["--serve-mcp", "http://127.0.0.1:0", "--intelligence", "test", *argv], env={})
 
 
 def test_oauth_alone_authenticates_a_non_loopback_listener(tmp_path: Path) -> None:
@@ -272,12 +273,12 @@ def test_oauth_alone_authenticates_a_non_loopback_listener(tmp_path: Path) -> No
     argv = ["--serve-mcp", "https://0.0.0.0:0", "--serve-cert", str(pki.server.cert), "--serve-key",
             str(pki.server.key), "--intelligence", "test"]
     with pytest.raises(ConfigError, match="--serve-oauth-issuer"):
-        Config.from_argv(argv, env={})
+        load_config(argv, env={})
     with pytest.raises(ConfigError, match="wildcard bind needs --serve-oauth-audience"):
-        Config.from_argv([*argv, "--serve-oauth-issuer", "https://as.example"], env={})
-    config = Config.from_argv([*argv, "--serve-oauth-issuer", "https://as.example", "--serve-oauth-audience",
+        load_config([*argv, "--serve-oauth-issuer", "https://as.example"], env={})
+    config = load_config([*argv, "--serve-oauth-issuer", "https://as.example", "--serve-oauth-audience",
                                "https://agent.example:8443/mcp"], env={})  # fmt: skip
-    assert config.serve_oauth_issuer == "https://as.example"
+    assert config.serve.oauth_issuer == "https://as.example"
 
 
 # --- the gate in memory: static bearer beside OAuth, the metadata route's methods ---------------------------

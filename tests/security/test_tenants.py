@@ -278,7 +278,7 @@ def test_worker_argv_names_every_flag_it_needs() -> None:
     from agentd.config.load import load_config
 
     config = load_config(_argv("http://127.0.0.1:9/", Path("/tmp/x")), {})
-    assert config.serve_oauth_operator_scope == OPERATOR
+    assert config.serve.oauth_operator_scope == OPERATOR
 
 
 

@@ -8,6 +8,7 @@ import httpx
 import jsonschema
 import trio
 
+from agentd.config.load import load_config
 from agentd.mcp.sse import SseDecoder
 from agentd.selfmcp.surface import SelfMcpLimits
 from tests.selfmcp.harness import LegacyPeer, read_events, serving
@@ -234,7 +235,6 @@ class _SlowToDie:
 async def test_disconnect_cancel_waits_the_configured_cancel_grace(autojump_clock: object) -> None:
     # --cancel-grace reaches the served surface: a peer that disconnects from a sync spawn cancels the run,
     # and the surface waits up to --cancel-grace (30 s here) for it to end, not a fixed 5 s of its own.
-    from agentd.config import Config
     from agentd.events import null_log
     from agentd.mcp.jsonrpc import Request
     from agentd.mcp.versions import Era
@@ -242,11 +242,11 @@ async def test_disconnect_cancel_waits_the_configured_cancel_grace(autojump_cloc
     from agentd.transport.asgi_server import CallContext
     from agentd.transport.serve import ServeConfig
 
-    config = Config.from_argv(["--intelligence", "test", "--instruction", "x", "--mode", "loop", "--interval", "1s",
+    config = load_config(["--intelligence", "test", "--instruction", "x", "--mode", "loop", "--interval", "1s",
                                "--serve-mcp", "http://127.0.0.1:0/mcp", "--cancel-grace", "30s"], env={})
     async with trio.open_nursery() as nursery:
         backend = _SlowToDie(nursery)
-        surface, _ = build_app(config, backend, ServeConfig(url=config.serve_mcp or ""), null_log())  # type: ignore[arg-type]
+        surface, _ = build_app(config, backend, ServeConfig(url=config.serve.mcp or ""), null_log())  # type: ignore[arg-type]
         await nursery.start(surface.run)
         ctx = CallContext(Era.MODERN, "s", None, cancel_on_disconnect=True)
         spawn = Request(1, "tools/call", {"name": "subagent.spawn", "arguments": {"instruction": "sleep=100"}})

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentd.config.model import Config
+from agentd.config.model import Config, IntelligenceConfig
 from agentd.events import EventLog, RateLimiter
 from agentd.supervisor.node import NodeSettings
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, SupervisorSettings, open_supervisor
@@ -69,7 +69,7 @@ async def test_a_real_child_and_its_fork_server_import_no_heavy_module(tmp_path:
     lines: list[dict] = []
     log = EventLog(sink=lines.append, level="debug", limiter=RateLimiter(limit=0))
     async with scripted_gateway([text('{"ok": true}')]) as gw:
-        wire = config_to_wire(Config(instruction="root", intelligence=(gw.url,)))
+        wire = config_to_wire(Config(instruction="root", intelligence=IntelligenceConfig(endpoints=(gw.url,))))
         settings = SupervisorSettings(node=NodeSettings(python=str(python)))
         with trio.fail_after(60):
             async with open_supervisor(settings=settings, child_config=wire, log=log, fork_server=fork_server) as sup:
@@ -98,7 +98,7 @@ async def test_a_forked_childs_first_spawn_imports_nothing(tmp_path: Path, no_le
         return text('{"ok": true}')
 
     async with scripted_gateway([], default=answer) as gw:
-        wire = config_to_wire(Config(instruction="root", intelligence=(gw.url,)))
+        wire = config_to_wire(Config(instruction="root", intelligence=IntelligenceConfig(endpoints=(gw.url,))))
         settings = SupervisorSettings(node=NodeSettings(python=str(python)))
         with trio.fail_after(60):
             async with open_supervisor(settings=settings, child_config=wire, log=log, fork_server=True) as sup:

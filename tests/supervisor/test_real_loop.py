@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from agentd.config.model import Config
+from agentd.config.model import Config, IntelligenceConfig, LadderConfig, from_flat
 from agentd.events import EventLog
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest
 from agentd.supervisor.wiring import open_root_supervisor
@@ -15,7 +15,7 @@ ROOT = Caller(Origin.STDIO, "0")
 
 
 def _config(url: str, **kw) -> Config:
-    return Config(instruction="root", intelligence=(url,), intelligence_token="{{secret:GW_TOKEN}}", **kw)
+    return from_flat(dict(instruction="root", intelligence=(url,), intelligence_token="{{secret:GW_TOKEN}}", **kw))
 
 
 @pytest.mark.parametrize("fork_server", [True, False], ids=["forked", "re-exec"])
@@ -62,7 +62,7 @@ async def test_the_drain_latch_stops_spawns_and_drains_the_root_supervisor(event
     from agentd.supervisor.caps import Refusal
     from tests.supervisor.conftest import _from_instruction, req
 
-    cfg = Config(instruction="root", intelligence=("http://127.0.0.1:9/v1",), drain_timeout=1.5, cancel_grace=2.0)
+    cfg = Config(instruction="root", intelligence=IntelligenceConfig(endpoints=("http://127.0.0.1:9/v1",)), ladder=LadderConfig(drain_timeout=1.5, cancel_grace=2.0), )
     latch = DrainLatch()
     with use_drain(latch), trio.fail_after(40):
         async with open_root_supervisor(cfg, log=EventLog(sink=events.append), env={},

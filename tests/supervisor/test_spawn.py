@@ -6,6 +6,7 @@ import json
 
 import trio
 
+from agentd.config.model import IntelligenceConfig, SubagentsConfig
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin
 from tests.supervisor.conftest import ROOT, req
@@ -194,7 +195,7 @@ async def test_a_spaced_secret_reference_reaches_the_child_and_nothing_beyond_it
     env = {"TOK": "tok-value-in-scope-0123", "OTHER": "other-value-out-of-scope", "UNUSED": "unused-value-987"}
     header = "Bearer {{ secret:TOK }}"
     assert SecretResolver(env).resolve(header) == f"Bearer {env['TOK']}"  # what the parent itself sends
-    cfg = Config(instruction="root", intelligence=("http://127.0.0.1:9/v1",), mcp=(
+    cfg = Config(instruction="root", intelligence=IntelligenceConfig(endpoints=("http://127.0.0.1:9/v1",)), mcp=(
         McpServerConfig("fs", "http://127.0.0.1:1/mcp", headers={"Authorization": header}),
         McpServerConfig("web", "http://127.0.0.1:2/mcp", headers={"X-Key": "{{secret:OTHER}}"}),
     ))
@@ -226,7 +227,7 @@ async def test_nested_children_receive_only_their_own_scopes_secrets(events, no_
     from tests.supervisor.test_tree import nested
 
     env = {"TOK": "tok-value-fs-0123456", "OTHER": "other-value-web-456789", "THIRD": "third-value-db-789012"}
-    cfg = Config(instruction="root", intelligence=("http://127.0.0.1:9/v1",), max_depth=3, mcp=(
+    cfg = Config(instruction="root", intelligence=IntelligenceConfig(endpoints=("http://127.0.0.1:9/v1",)), subagents=SubagentsConfig(max_depth=3), mcp=(
         McpServerConfig("fs", "http://127.0.0.1:1/mcp", headers={"Authorization": "Bearer {{secret:TOK}}"}),
         McpServerConfig("web", "http://127.0.0.1:2/mcp", headers={"X-Key": "{{secret:OTHER}}"}),
         McpServerConfig("db", "http://127.0.0.1:3/mcp", headers={"X-Db": "{{secret:THIRD}}"}),

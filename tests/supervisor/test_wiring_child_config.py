@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from agentd.config.model import Config, McpServerConfig
+from agentd.config.model import ClusterConfig, Config, McpServerConfig
 from agentd.supervisor.supervisor import referenced_secrets
 from agentd.supervisor.wiring import ChildConfig, child_secrets, config_to_wire
 
@@ -25,7 +25,7 @@ def _config() -> Config:
                              headers={"Authorization": "Bearer {{secret:FS_TOKEN}}"}),),
         a2a_peers=(McpServerConfig(name="peer", url="https://peer.example/a2a",
                                    headers={"X-Key": "{{secret:PEER_TOKEN}}"}),),
-        cluster="postgresql://agentd:{{secret:PGPW}}@db.example/agentd",
+        cluster=ClusterConfig(dsn="postgresql://agentd:{{secret:PGPW}}@db.example/agentd"),
     )
 
 

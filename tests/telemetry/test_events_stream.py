@@ -10,7 +10,7 @@ import httpx
 import trio
 from trio_websocket import open_websocket_url
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
@@ -21,12 +21,12 @@ from tests.waiting import until
 async def _serving(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> tuple[str, DrainLatch,
                                                                                          list[dict[str, Any]]]:
     events: list[dict[str, Any]] = []
-    cfg = Config.from_argv(argv, env=env)
+    cfg = load_config(argv, env=env)
     latch = DrainLatch()
 
     async def daemon() -> None:
         with use_drain(latch):
-            await main(cfg, log=EventLog(sink=events.append, level=cfg.log_level), env=env)
+            await main(cfg, log=EventLog(sink=events.append, level=cfg.telemetry.log_level), env=env)
 
     nursery.start_soon(daemon)
     await until(lambda: any(e["event"] == "serve.start" for e in events), timeout=20, what="serve.start")

@@ -11,6 +11,8 @@ import trio
 from agentd import telemetry
 from agentd.client import open_mcp_pool
 from agentd.config import Config, McpServerConfig
+from agentd.config.load import load_config
+from agentd.config.model import IntelligenceConfig
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog, null_log
@@ -36,7 +38,7 @@ def tracing_off_afterwards():
 async def test_the_self_mcp_server_continues_the_clients_trace():
     async with otlp_receiver() as receiver, trio.open_nursery() as nursery:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-        cfg = Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp", "--otel"],
+        cfg = load_config(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp", "--otel"],
                                env=env)
         events: list[dict[str, Any]] = []
         latch = DrainLatch()
@@ -76,7 +78,7 @@ async def test_arguments_reach_a_span_only_with_log_content(log_content: bool):
             scripted_gateway([tool_call("fix__echo", {"text": "ARG-7f3e"}), text("done")]) as gw:
         mcp = await nursery.start(serve_fake, _mcp)
         telemetry.enable(OtelSettings(traces_endpoint=receiver.url + "/v1/traces", log_content=log_content))
-        cfg = Config(instruction="INSTRUCTION-5d1c", intelligence=(gw.url,), mcp=(McpServerConfig("fix", mcp.url),))
+        cfg = Config(instruction="INSTRUCTION-5d1c", intelligence=IntelligenceConfig(endpoints=(gw.url,)), mcp=(McpServerConfig("fix", mcp.url),))
         result = await run_config(cfg, run_id="r", log=null_log())
         assert result.status.value == "completed"
         await telemetry.flush(5)
@@ -108,7 +110,7 @@ async def test_a_batch_whose_export_is_cut_off_goes_out_with_the_next_flush(monk
     monkeypatch.setattr(Receiver, "__call__", first_export_hangs)
     async with otlp_receiver() as receiver, scripted_gateway([text("done")]) as gw:
         telemetry.enable(OtelSettings(traces_endpoint=receiver.url + "/v1/traces"))
-        result = await run_config(Config(instruction="hi", intelligence=(gw.url,)), run_id="r", log=null_log())
+        result = await run_config(Config(instruction="hi", intelligence=IntelligenceConfig(endpoints=(gw.url,))), run_id="r", log=null_log())
         assert result.status.value == "completed"
         await telemetry.flush(0.5)  # the receiver holds this export: the flush gives up
         assert exports == [1] and receiver.spans == []

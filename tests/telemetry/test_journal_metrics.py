@@ -16,7 +16,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
@@ -39,7 +39,7 @@ async def test_journal_lag_and_queue_in_metrics_and_the_journal_on_the_event_str
     async with scripted_gateway([tool_call("fix__ok", {}), tool_call("fix__bad", {}), text("done")]) as gw, \
             trio.open_nursery() as nursery:
         mcp = await nursery.start(serve_fake, _mcp)
-        cfg = Config.from_argv(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
+        cfg = load_config(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
                                 "--state-dir", str(tmp_path / "state"), "--serve-mcp", "http://127.0.0.1:0/mcp",
                                 "--metrics-addr", "127.0.0.1:0"], env={})
         latch = DrainLatch()

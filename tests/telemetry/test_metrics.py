@@ -16,7 +16,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.errors import ConfigError
@@ -60,7 +60,7 @@ async def test_metrics_health_file_and_probes_after_a_run_with_known_counts(tmp_
     async with scripted_gateway([tool_call("fix__ok", {}, usage=usage), tool_call("fix__bad", {}, usage=usage),
                                  text("done", usage=usage)]) as gw, trio.open_nursery() as nursery:
         mcp = await nursery.start(serve_fake, _mcp)
-        cfg = Config.from_argv(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
+        cfg = load_config(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
                                 "--serve-mcp", "http://127.0.0.1:0/mcp", "--metrics-addr", "127.0.0.1:0",
                                 "--health-file", str(health_file)], env={})
         latch = DrainLatch()
@@ -125,27 +125,27 @@ async def test_metrics_health_file_and_probes_after_a_run_with_known_counts(tmp_
 
 def test_a_non_loopback_metrics_listener_needs_the_serve_auth() -> None:
     with pytest.raises(ConfigError, match="non-loopback"):
-        Config.from_argv(["--instruction", "x", "--intelligence", "test", "--metrics-addr", "0.0.0.0:9464"], env={})
+        load_config(["--instruction", "x", "--intelligence", "test", "--metrics-addr", "0.0.0.0:9464"], env={})
     with pytest.raises(ConfigError, match="HOST:PORT"):
-        Config.from_argv(["--instruction", "x", "--intelligence", "test", "--metrics-addr", "nope"], env={})
+        load_config(["--instruction", "x", "--intelligence", "test", "--metrics-addr", "nope"], env={})
 
 
 def test_traceparent_is_checked_and_read_from_the_standard_variable() -> None:
     good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    cfg = Config.from_argv(["--instruction", "x", "--intelligence", "test"], env={"TRACEPARENT": good})
-    assert cfg.traceparent == good
+    cfg = load_config(["--instruction", "x", "--intelligence", "test"], env={"TRACEPARENT": good})
+    assert cfg.telemetry.traceparent == good
     with pytest.raises(ConfigError, match="traceparent"):
-        Config.from_argv(["--instruction", "x", "--intelligence", "test", "--traceparent", "00-xyz"], env={})
+        load_config(["--instruction", "x", "--intelligence", "test", "--traceparent", "00-xyz"], env={})
 
 
 def test_the_telemetry_section_of_a_config_file(tmp_path: Path) -> None:
     path = tmp_path / "agentd.yaml"
     path.write_text("telemetry:\n  otel: true\n  metrics_addr: 127.0.0.1:9464\n  log_level: debug\n")
-    cfg = Config.from_argv(["--config", str(path), "--instruction", "x", "--intelligence", "test"], env={})
-    assert (cfg.otel, cfg.metrics_addr, cfg.log_level) == (True, "127.0.0.1:9464", "debug")
+    cfg = load_config(["--config", str(path), "--instruction", "x", "--intelligence", "test"], env={})
+    assert (cfg.telemetry.otel, cfg.telemetry.metrics_addr, cfg.telemetry.log_level) == (True, "127.0.0.1:9464", "debug")
     path.write_text("telemetry:\n  mode: loop\n")
     with pytest.raises(ConfigError, match=r"\$\.telemetry\.mode"):
-        Config.from_argv(["--config", str(path), "--instruction", "x", "--intelligence", "test"], env={})
+        load_config(["--config", str(path), "--instruction", "x", "--intelligence", "test"], env={})
 
 
 async def test_loopback_metrics_stay_plain_and_open_when_the_mcp_listener_uses_tls_and_a_bearer(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from agentd import telemetry
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
@@ -46,7 +46,7 @@ async def _run(extra_env: dict[str, str]) -> tuple[Any, list[dict[str, Any]]]:
     ) as gw, trio.open_nursery() as nursery:
         mcp = await nursery.start(serve_fake, _mcp)
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "agentd-metrics", **extra_env}
-        cfg = Config.from_argv(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
+        cfg = load_config(["--instruction", "go", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
                                 "--otel"], env=env)
         with trio.fail_after(60):
             result = await main(cfg, log=EventLog(sink=events.append), env=env)
@@ -102,7 +102,7 @@ async def test_otel_metrics_exporter_none_leaves_metrics_out():
 async def test_metrics_are_exported_periodically_while_the_daemon_runs():
     async with otlp_receiver() as receiver, trio.open_nursery() as nursery:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_METRIC_EXPORT_INTERVAL": "100"}
-        cfg = Config.from_argv(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp", "--otel"], env=env)
+        cfg = load_config(["--intelligence", "test", "--serve-mcp", "http://127.0.0.1:0/mcp", "--otel"], env=env)
         latch = DrainLatch()
         done = trio.Event()
 

@@ -17,7 +17,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import telemetry
-from agentd.config import Config
+from agentd.config.load import load_config
 from agentd.daemon import main
 from agentd.drain import DrainLatch, use_drain
 from agentd.events import EventLog
@@ -52,7 +52,7 @@ async def _scrape_after_a_tree(*extra: str) -> tuple[dict[tuple[str, tuple[tuple
     async with otlp_receiver() as receiver, scripted_gateway(default=_decide) as gw, trio.open_nursery() as nursery:
         mcp = await nursery.start(serve_fake, _mcp)
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
-        cfg = Config.from_argv(["--instruction", "delegate", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
+        cfg = load_config(["--instruction", "delegate", "--intelligence", gw.url, "--mcp", f"fix={mcp.url}",
                                 "--serve-mcp", "http://127.0.0.1:0/mcp", "--metrics-addr", "127.0.0.1:0", "--otel",
                                 *extra], env=env)
         latch = DrainLatch()
