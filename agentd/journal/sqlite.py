@@ -49,7 +49,7 @@ import trio
 from agentd.events import Redactor
 from agentd.journal.errors import JournalError, JournalSchemaError
 from agentd.journal.group import GroupCommit, Pending
-from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode_json, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
 from agentd.telemetry.private_files import prepare_database
 
@@ -100,13 +100,21 @@ def _summary(row: sqlite3.Row | tuple[Any, ...]) -> RunSummary:
     return RunSummary(run_id, status, started_at, ended_at, parent, next_seq)
 
 
+class _Taken(Exception):
+    """A batch that starts a run the file already holds (see :meth:`JournalFile._append_in`)."""
+
+
 class JournalFile:
     """The connection and every query, blocking. Touched by one thread at a time (the limiter's worker,
     or the CLI's main thread when opened ``readonly``)."""
 
-    def __init__(self, path: str, *, readonly: bool = False, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: str, *, readonly: bool = False, clock: Callable[[], float] = time.time,
+                 checked: bool = False) -> None:
         self.path = path
         self.clock = clock
+        #: The connection's ``synchronous`` is FULL now (it stays as the last write left it: a run whose steps
+        #: all ask for tool calls switches it never).
+        self._full = False
         #: A read-only open of a file whose schema is not created yet (the writer is just starting).
         self.empty = False
         #: The writers' lock file (a writer's only; see the module docstring).
@@ -127,7 +135,13 @@ class JournalFile:
                 os.close(self._lock)
             raise JournalError(f"journal {path}: cannot open ({exc})") from None
         try:
-            self._check_schema(readonly)
+            if checked and not readonly:  # the root checked the file's schema and made it WAL (persistent)
+                self._set_synchronous(full=False)
+            else:
+                self._check_schema(readonly)
+        except sqlite3.Error as exc:
+            self.close()
+            raise JournalError(f"journal {path}: cannot initialise ({exc})") from None
         except BaseException:
             self.close()
             raise
@@ -197,23 +211,25 @@ class JournalFile:
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
 
+    def _set_synchronous(self, *, full: bool) -> None:
+        self.conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
+        self._full = full
+
     def _transaction(self, work: Callable[[], T], *, durable: bool, what: str) -> T:
-        """Run ``work`` in one write transaction (fsync'd if ``durable``); a failure rolls back whole."""
+        """Run ``work`` in one write transaction (fsync'd if ``durable``); a failure rolls back whole.
+
+        ``synchronous`` is switched only when it changes (it governs this connection's commits alone)."""
         try:
-            if durable:
-                self.conn.execute("PRAGMA synchronous=FULL")
-            try:
-                with self._writing():
-                    self.conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        result = work()
-                        self.conn.execute("COMMIT")
-                    finally:
-                        self._rollback()
-                return result
-            finally:
-                if durable:
-                    self.conn.execute("PRAGMA synchronous=NORMAL")
+            if durable != self._full:
+                self._set_synchronous(full=durable)
+            with self._writing():
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work()
+                    self.conn.execute("COMMIT")
+                finally:
+                    self._rollback()
+            return result
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {what} failed ({exc})") from None
 
@@ -236,8 +252,7 @@ class JournalFile:
         durable = False
         for i, (run_id, records, wants) in enumerate(batches):
             try:
-                bodies = [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str))
-                          for r in records]  # fmt: skip
+                bodies = [(r.KIND, encode_json(r)) for r in records]
             except (TypeError, ValueError) as exc:
                 out.append((None, JournalError(f"journal {self.path}: append failed (a record cannot be "
                                                f"encoded: {type(exc).__name__})")))
@@ -249,7 +264,10 @@ class JournalFile:
         def work() -> None:
             now = self.clock()
             for i, run_id, records, bodies in encoded:
-                out[i] = (self._append_in(run_id, records, bodies, now), None)
+                try:
+                    out[i] = (self._append_in(run_id, records, bodies, now), None)
+                except _Taken:  # that batch alone: nothing of it was written
+                    out[i] = (None, JournalError(f"journal {self.path}: run {run_id!r} is already journaled"))
 
         if encoded:
             self._transaction(work, durable=durable, what="append")
@@ -257,28 +275,39 @@ class JournalFile:
 
     def _append_in(self, run_id: str, records: Sequence[Record], bodies: Sequence[tuple[str, str]], now: float
                    ) -> int:
+        """The run's row first (its sequence numbers taken in one statement, or the row created), then the
+        entries. A batch with ``RunStarted`` creates the run: if the file already holds it, nothing is written
+        and :class:`_Taken` is raised (a child told its run is new, agentd.journal.recorder, found another's)."""
         ended = next((r for r in records if isinstance(r, RunEnded)), None)
-        row = self.conn.execute("SELECT next_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            started = next((r for r in records if isinstance(r, RunStarted)), None)
-            parent = started.parent if started is not None else None
-            self.conn.execute(
-                "INSERT INTO runs (run_id, status, started_at, parent, next_seq) VALUES (?, 'running', ?, ?, 0)",
-                (run_id, now, parent),
-            )
+        started = next((r for r in records if isinstance(r, RunStarted)), None)
+        n = len(bodies)
+        status, ended_at = ("running", None) if ended is None else (ended.status, now)
+        if started is not None:
+            if self.conn.execute(
+                "INSERT INTO runs (run_id, status, started_at, ended_at, parent, next_seq) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO NOTHING", (run_id, status, now, ended_at, started.parent, n),
+            ).rowcount == 0:
+                raise _Taken(run_id)
             first = 0
         else:
-            first = int(row[0])
+            if ended is not None:
+                row = self.conn.execute("UPDATE runs SET next_seq = next_seq + ?, status = ?, ended_at = ? "
+                                        "WHERE run_id = ? RETURNING next_seq",
+                                        (n, status, ended_at, run_id)).fetchone()  # fmt: skip
+            else:
+                row = self.conn.execute("UPDATE runs SET next_seq = next_seq + ? WHERE run_id = ? "
+                                        "RETURNING next_seq", (n, run_id)).fetchone()  # fmt: skip
+            if row is None:
+                self.conn.execute("INSERT INTO runs (run_id, status, started_at, ended_at, parent, next_seq) "
+                                  "VALUES (?, ?, ?, ?, NULL, ?)", (run_id, status, now, ended_at, n))  # fmt: skip
+                first = 0
+            else:
+                first = int(row[0]) - n
         self.conn.executemany(
             "INSERT INTO entries (run_id, seq, ts, kind, body) VALUES (?, ?, ?, ?, ?)",
             [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)],
         )
-        if ended is not None:
-            self.conn.execute("UPDATE runs SET next_seq = ?, status = ?, ended_at = ? WHERE run_id = ?",
-                              (first + len(bodies), ended.status, now, run_id))  # fmt: skip
-        else:
-            self.conn.execute("UPDATE runs SET next_seq = ? WHERE run_id = ?", (first + len(bodies), run_id))
-        return first + len(bodies) - 1
+        return first + n - 1
 
     def read_run(self, run_id: str) -> RunJournal | None:
         summary, rows = self.read_raw(run_id)
@@ -469,12 +498,13 @@ class SqliteJournal:
 
 @asynccontextmanager
 async def open_journal(state_dir: str, *, clock: Callable[[], float] = time.time,
-                       redactor: Redactor | None = None) -> AsyncIterator[SqliteJournal]:
+                       redactor: Redactor | None = None, checked: bool = False) -> AsyncIterator[SqliteJournal]:
     """Open (creating) ``<state_dir>/journal.sqlite3``; closed, shielded and bounded, on exit. ``redactor``'s
-    secret values are never written."""
+    secret values are never written. ``checked``: another process of the tree (the root) opened the file and
+    checked its schema: this one does not again (a tree's child)."""
     limiter = trio.CapacityLimiter(1)
     path = db_path(state_dir)
-    file = await trio.to_thread.run_sync(lambda: JournalFile(path, clock=clock), limiter=limiter)
+    file = await trio.to_thread.run_sync(lambda: JournalFile(path, clock=clock, checked=checked), limiter=limiter)
     journal = SqliteJournal(file, limiter, redactor=redactor)
     try:
         yield journal

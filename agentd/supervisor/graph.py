@@ -147,7 +147,8 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
             context = tuple({"id": d, "result": outcomes[d]["result"]} for d in node.after)
             request = SpawnRequest(instruction=node.instruction, output_contract=node.output_contract,
                                    tool_scope=node.tool_scope, context=context,
-                                   journal_run=f"{run}/{node.id}" if run is not None else None)
+                                   journal_run=f"{run}/{node.id}" if run is not None else None,
+                                   journal_new=run is not None and journal is not None and journal.new)
             while True:
                 outcome = await supervisor.spawn(caller, request)
                 if not (isinstance(outcome, Refusal) and outcome.retryable):
