@@ -311,7 +311,8 @@ class Supervisor:
                     else:
                         self._fork_server = await start_fork_server(
                             self.nursery, env=child_environment(os.environ), log=self.log,
-                            python=self.settings.node_settings().python, on_gone=self.notify_changed)
+                            python=self.settings.node_settings().python, on_gone=self.notify_changed,
+                            journal=self.journal_dir is not None)
                 except (ForkServerGone, OSError, trio.TooSlowError) as exc:
                     self.log.warn("subagent.failed", handle="forkserver", reason=f"fork server: {exc}")
                     self.use_fork_server = False
