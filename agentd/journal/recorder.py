@@ -283,10 +283,15 @@ class RunRecorder:
         await self._append([ApprovalDecided(step, call_id, action, reason)], durable=True)
 
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
-                      run: str | None = None, warm: bool = False) -> None:
+                      run: str | None = None, warm: bool = False, ended: tuple[str, Any] | None = None) -> None:
         """A subagent the run started (``subagent.spawn``): its handle, instruction, token slice, the run id
-        it journals its own steps under, and whether it is a warm session."""
-        await self._append([Spawned(step, handle, instruction, budget, run, warm)])
+        it journals its own steps under, and whether it is a warm session; with ``ended`` (status, result: a
+        synchronous spawn, over when it is journaled) its end in the same commit (:meth:`child_ended`)."""
+        records: list[Any] = [Spawned(step, handle, instruction, budget, run, warm)]
+        if ended is not None and handle not in self._children_ended:
+            self._children_ended.add(handle)
+            records.append(ChildResult(handle, *ended))
+        await self._append(records)
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None:
         """A subagent's end, committed the first time the run sees it (a later status call adds nothing)."""

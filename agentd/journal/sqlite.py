@@ -18,8 +18,8 @@ and a power loss before that loses them whole, never corrupting the file.
 Writers of several processes (a tree's children journal into the root's file): SQLite lets one writer in at
 a time and makes the others poll, sleeping up to tens of milliseconds between tries, which costs a fan-out of
 children far more than their commits. So every write transaction first takes an exclusive ``flock`` of a
-companion file, ``journal.sqlite3-lock``: a writer that finds it taken retries within
-:data:`LOCK_POLL_MAX` seconds, and after :data:`BUSY_TIMEOUT` seconds goes on without it (SQLite's own lock
+companion file, ``journal.sqlite3-lock``: a writer that finds it taken waits in the kernel until it is let go
+(woken at once, no polling), and after :data:`BUSY_TIMEOUT` seconds goes on without it (SQLite's own lock
 still serialises the writers; the flock only shortens the wait). The kernel drops it with its process.
 
 Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`, so the batches of concurrent
@@ -68,9 +68,6 @@ BUSY_TIMEOUT: Final = 10.0
 CLOSE_GRACE: Final = 5.0
 #: The writers' lock file beside the journal (see the module docstring).
 LOCK_SUFFIX: Final = "-lock"
-#: First and longest pause between tries of a writers' lock another process holds, seconds.
-LOCK_POLL_MIN: Final = 0.00005
-LOCK_POLL_MAX: Final = 0.002
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -102,6 +99,45 @@ def _summary(row: sqlite3.Row | tuple[Any, ...]) -> RunSummary:
     return RunSummary(run_id, status, started_at, ended_at, parent, next_seq)
 
 
+def _take(lock: int) -> bool:
+    """The writers' lock on ``lock``: at once if it is free, else within :data:`BUSY_TIMEOUT` seconds; whether
+    it was taken.
+
+    The wait is the kernel's (a blocking ``flock``, woken when the holder lets go), not a poll: under a fan-out
+    of children committing at once, tries and sleeps cost each waiter more CPU than its own commit. A blocking
+    ``flock`` has no timeout, so it runs on a helper thread on a descriptor of its own (a ``dup``: the same
+    open file, so the lock it takes is this one's); past the bound the caller goes on without the lock, and a
+    helper that gets it later lets it go at once."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    fd = os.dup(lock)
+    taken, guard = threading.Event(), threading.Lock()
+    late = [False]
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with guard:
+                if late[0]:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                else:
+                    taken.set()
+        except OSError:
+            pass  # not taken: the caller's wait runs out
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=wait, name="agentd-journal-lock", daemon=True).start()
+    if taken.wait(BUSY_TIMEOUT):
+        return True
+    with guard:
+        late[0] = True
+        return taken.is_set()
+
+
 class _Taken(Exception):
     """A batch that starts a run the file already holds (see :meth:`JournalFile._append_in`)."""
 
@@ -126,8 +162,9 @@ class JournalFile:
                 self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
                                             isolation_level=None, timeout=BUSY_TIMEOUT)  # fmt: skip
             else:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
-                prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
+                if not checked:  # (a checked file: its directory and modes were prepared by its first opener)
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+                    prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
                 self._lock = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                                      0o600)
                 self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
@@ -190,19 +227,7 @@ class JournalFile:
     def _writing(self) -> Iterator[None]:
         """The writers' lock for one write transaction: taken within BUSY_TIMEOUT or not at all (then SQLite's
         own lock alone orders the writers); released after the transaction."""
-        held = False
-        if self._lock is not None:
-            pause, deadline = LOCK_POLL_MIN, time.monotonic() + BUSY_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    held = True
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(pause)
-                    pause = min(pause * 2, LOCK_POLL_MAX)
+        held = self._lock is not None and _take(self._lock)
         try:
             yield
         finally:

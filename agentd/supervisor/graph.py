@@ -158,10 +158,9 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
             if isinstance(outcome, Refusal):
                 outcomes[node.id] = {"status": "failed", "partial": False, "result": {"error": outcome.message}}
             else:
-                if journal is not None:
-                    await journal.spawned(step, outcome.handle, node.instruction, None, request.journal_run)
-                    if outcome.done:
-                        await journal.child_ended(outcome.handle, outcome.status, outcome.result)
+                if journal is not None:  # its spawn and (over, as a node's child is) its end: one commit
+                    await journal.spawned(step, outcome.handle, node.instruction, None, request.journal_run,
+                                          ended=(outcome.status, outcome.result) if outcome.done else None)
                 outcomes[node.id] = {"handle": outcome.handle, "status": outcome.status,
                                      "partial": outcome.partial, "result": outcome.result}
         finally:

@@ -146,7 +146,8 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
         outcome = await supervisor.spawn(caller, request)
         if ctx.journal is not None and not isinstance(outcome, Refusal) and request.handle is None:
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget,
-                                      request.journal_run, request.warm)
+                                      request.journal_run, request.warm,
+                                      ended=(outcome.status, outcome.result) if outcome.done else None)
         return reply(await journaled(ctx, outcome))
 
     async def send(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
