@@ -567,6 +567,7 @@ async def run_config(
     parent: str | None = None,
     settle: Callable[[], Awaitable[RunUsage]] | None = None,
     new_run: bool = False,
+    settings: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
@@ -575,7 +576,9 @@ async def run_config(
     journaled, resumed when unfinished, or answered from the journal when already finished. ``settle`` (the
     supervisor's, for a run that may spawn) is awaited once the loop has its result: it ends the subagents
     the run left running and returns what its subagents used, which the result's usage counts. ``new_run``
-    (a child whose parent knows its journaled run is new): see :func:`journal_run`.
+    (a child whose parent knows its journaled run is new): see :func:`journal_run`. ``settings``: what the
+    journaled run's ``config_digest`` covers, when the caller holds it as plain data already (a child: its
+    wire config); else :func:`settings_of` ``cfg``.
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -591,8 +594,8 @@ async def run_config(
     declared = tuple(cfg.mcp if servers is None else servers)
     journaled: Journaled | None = None
     if journal is not None:
-        journaled = await journal_run(journal, request, settings=settings_of(cfg), log=log, parent=parent,
-                                      new=new_run)
+        journaled = await journal_run(journal, request, settings=settings_of(cfg) if settings is None else settings,
+                                      log=log, parent=parent, new=new_run)
         if journaled.recorded is not None:
             return journaled.recorded
         request = journaled.request
