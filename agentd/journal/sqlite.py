@@ -249,13 +249,17 @@ class JournalFile:
         try:
             if durable != self._full:
                 self._set_synchronous(full=durable)
-            with self._writing():
+            held = self._lock is not None and _take(self._lock)  # the writers' lock, as _writing (inlined: hot)
+            try:
                 self.conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = work()
                     self.conn.execute("COMMIT")
                 finally:
                     self._rollback()
+            finally:
+                if held and self._lock is not None:
+                    fcntl.flock(self._lock, fcntl.LOCK_UN)
             return result
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {what} failed ({exc})") from None
@@ -305,8 +309,13 @@ class JournalFile:
         """The run's row first (its sequence numbers taken in one statement, or the row created), then the
         entries. A batch with ``RunStarted`` creates the run: if the file already holds it, nothing is written
         and :class:`_Taken` is raised (a child told its run is new, agentd.journal.recorder, found another's)."""
-        ended = next((r for r in records if isinstance(r, RunEnded)), None)
-        started = next((r for r in records if isinstance(r, RunStarted)), None)
+        ended: RunEnded | None = None
+        started: RunStarted | None = None
+        for record in records:
+            if isinstance(record, RunEnded):
+                ended = record
+            elif isinstance(record, RunStarted):
+                started = record
         n = len(bodies)
         status, ended_at = ("running", None) if ended is None else (ended.status, now)
         if started is not None:

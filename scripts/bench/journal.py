@@ -290,7 +290,8 @@ DURABILITY = "## Journal durability (SQLite)"
 #: One measurement in a process of its own (argv: checkout, variant, runs, steps, state dir): prints the trio
 #: thread's and the process's CPU per step and the wall per step, ms. ``before``/``loop_before`` use the
 #: checkout's journal as it committed everything then (``durable=False``: ``synchronous=NORMAL``);
-#: ``now``/``loop_now`` commit as the recorder does now (a reply with tool calls ``durable=True``).
+#: ``now``/``loop_now`` commit as the recorder does now (a reply with tool calls ``durable=True``);
+#: ``unflushed`` commits as ``now`` but ``durable=False``: this checkout's code without the fsync.
 _PROBE = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
@@ -348,7 +349,7 @@ def durability_processes(baseline: str, runs: int, steps: int, rounds: int) -> d
     import sys
 
     here = str(Path(__file__).resolve().parents[2])
-    where = {"before": baseline, "now": here, "loop_before": baseline, "loop_now": here}
+    where = {"before": baseline, "now": here, "unflushed": here, "loop_before": baseline, "loop_now": here}
     got: dict[str, list[list[float]]] = {name: [] for name in where}
     names = list(where)
     for r in range(rounds):
@@ -364,18 +365,23 @@ def durability_processes(baseline: str, runs: int, steps: int, rounds: int) -> d
     for prefix in ("", "loop_"):
         for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
             out[f"{prefix}ratio_before_{measure}"] = out[f"{prefix}now_{measure}"] / out[f"{prefix}before_{measure}"]
+    for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
+        out[f"ratio_unflushed_{measure}"] = out[f"unflushed_{measure}"] / out[f"before_{measure}"]
     return out
 
 
 def process_lines(results: dict[int, dict[str, float]], what: str, prefix: str = "") -> list[str]:
+    unflushed = not prefix  # the same commits not flushed: what this checkout's code costs without the fsync
     lines = [f"| {what}: runs at once | trio-thread CPU per step: before / now (**now ÷ before**) | process CPU "
-             "per step: before / now (**now ÷ before**) | wall per step: before / now |",
-             "|---|---|---|---|"]
+             "per step: before / now (**now ÷ before**) | wall per step: before / now |"
+             + (" process CPU, now not flushed (÷ before) |" if unflushed else ""),
+             "|---|---|---|---|" + ("---|" if unflushed else "")]
     for runs, r in results.items():
         lines.append(f"| {runs} | {r[prefix + 'before_loop_cpu_ms']:.3f} / {r[prefix + 'now_loop_cpu_ms']:.3f} ms "
                      f"(**{r[prefix + 'ratio_before_loop_cpu_ms']:.2f}×**) | {r[prefix + 'before_cpu_ms']:.3f} / "
                      f"{r[prefix + 'now_cpu_ms']:.3f} ms (**{r[prefix + 'ratio_before_cpu_ms']:.2f}×**) | "
-                     f"{r[prefix + 'before_wall_ms']:.2f} / {r[prefix + 'now_wall_ms']:.2f} ms |")
+                     f"{r[prefix + 'before_wall_ms']:.2f} / {r[prefix + 'now_wall_ms']:.2f} ms |"
+                     + (f" {r['unflushed_cpu_ms']:.3f} ms ({r['ratio_unflushed_cpu_ms']:.2f}×) |" if unflushed else ""))
     return [*lines, ""]
 
 
