@@ -39,7 +39,6 @@ import json
 import os
 import queue
 import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -105,37 +104,38 @@ def _take(lock: int) -> bool:
 
     The wait is the kernel's (a blocking ``flock``, woken when the holder lets go), not a poll: under a fan-out
     of children committing at once, tries and sleeps cost each waiter more CPU than its own commit. A blocking
-    ``flock`` has no timeout, so it runs on a helper thread on a descriptor of its own (a ``dup``: the same
-    open file, so the lock it takes is this one's); past the bound the caller goes on without the lock, and a
-    helper that gets it later lets it go at once."""
+    ``flock`` has no timeout, so it runs on a helper thread (trio's ``start_thread_soon``) on a descriptor of
+    its own (a ``dup``: the same open file, so the lock it takes is this one's); past the bound the caller goes
+    on without the lock, and a helper that gets it later lets it go at once. Who decides is whoever first
+    removes the ``waiting`` key (one ``dict.pop``: atomic in CPython)."""
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         pass
     fd = os.dup(lock)
-    taken, guard = threading.Event(), threading.Lock()
-    late = [False]
+    got: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    waiting = {"waiting": True}
 
     def wait() -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            with guard:
-                if late[0]:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                else:
-                    taken.set()
+            if waiting.pop("waiting", None) is None:  # the caller went on without it: let it go
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            else:
+                got.put(True)
         except OSError:
             pass  # not taken: the caller's wait runs out
         finally:
             os.close(fd)
 
-    threading.Thread(target=wait, name="agentd-journal-lock", daemon=True).start()
-    if taken.wait(BUSY_TIMEOUT):
-        return True
-    with guard:
-        late[0] = True
-        return taken.is_set()
+    trio.lowlevel.start_thread_soon(wait, lambda _: None, name="agentd-journal-lock")
+    try:
+        return got.get(timeout=BUSY_TIMEOUT)
+    except queue.Empty:
+        if waiting.pop("waiting", None) is not None:
+            return False  # given up: the helper lets it go if it ever gets it
+        return got.get()  # the helper got it just now
 
 
 class _Taken(Exception):
@@ -454,11 +454,10 @@ class JournalFile:
 class _Job:
     """One call on the worker thread: queued, then taken (running), then done with its value or error."""
 
-    __slots__ = ("error", "taken", "task", "value", "withdrawn", "work")
+    __slots__ = ("error", "task", "value", "work")
 
     def __init__(self, work: Callable[[], Any], task: trio.lowlevel.Task) -> None:
         self.work, self.task = work, task
-        self.taken = self.withdrawn = False
         self.value: Any = None
         self.error: BaseException | None = None
 
@@ -469,24 +468,25 @@ class Worker:
     Why not ``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``: the same contract (one thread at a time
     on the connection; a call is cancellable while it waits its turn, never once it runs) at about half its
     CPU per call on the trio thread, which a step's commit pays once and a journaled child's run about six
-    times. A caller parks its task; the thread runs the call and reschedules it through the run's token."""
+    times. The thread is one of trio's (``start_thread_soon``) running this worker's loop until
+    :meth:`stop`; a caller parks its task, the thread runs the call and reschedules it through the run's
+    token. A queued call is either taken by the thread or withdrawn by its cancelled caller: whoever first
+    removes it from ``_queued`` (one ``dict.pop``: atomic in CPython)."""
 
     def __init__(self, *, thread: bool = True) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._taking = threading.Lock()  # a queued job is either taken by the thread or withdrawn, never both
-        #: None: every call runs on the trio thread itself (the fork server's rehearsal, where no thread may be
+        self._queued: dict[_Job, None] = {}
+        #: False: every call runs on the trio thread itself (the fork server's rehearsal, where no thread may be
         #: left running at a fork).
-        self._thread = threading.Thread(target=self._serve, name="agentd-journal", daemon=True) if thread else None
-        if self._thread is not None:
-            self._thread.start()
+        self._threaded = thread
+        if thread:
+            trio.lowlevel.start_thread_soon(self._serve, lambda _: None, name="agentd-journal")
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
-            with self._taking:
-                if job.withdrawn:
-                    continue
-                job.taken = True
+            if self._queued.pop(job, False) is False:
+                continue  # withdrawn
             try:
                 job.value = job.work()
             except BaseException as exc:  # handed to the caller, raised there
@@ -494,19 +494,18 @@ class Worker:
             self._token.run_sync_soon(trio.lowlevel.reschedule, job.task)
 
     async def call(self, work: Callable[[], T]) -> T:
-        if self._thread is None:
+        if not self._threaded:
             await trio.lowlevel.checkpoint()
             return work()
         await trio.lowlevel.checkpoint_if_cancelled()
         job = _Job(work, trio.lowlevel.current_task())
 
         def abort(_: Any) -> trio.lowlevel.Abort:
-            with self._taking:
-                if job.taken:
-                    return trio.lowlevel.Abort.FAILED  # running: its outcome is waited for
-                job.withdrawn = True
-                return trio.lowlevel.Abort.SUCCEEDED
+            if self._queued.pop(job, False) is False:
+                return trio.lowlevel.Abort.FAILED  # running: its outcome is waited for
+            return trio.lowlevel.Abort.SUCCEEDED
 
+        self._queued[job] = None
         self._jobs.put(job)
         await trio.lowlevel.wait_task_rescheduled(abort)
         if job.error is not None:
@@ -514,8 +513,9 @@ class Worker:
         return cast(T, job.value)
 
     def stop(self) -> None:
-        """The thread ends after the calls queued before this one."""
-        self._jobs.put(None)
+        """The thread ends after the calls queued before this one (and goes back to trio's cache)."""
+        if self._threaded:
+            self._jobs.put(None)
 
 
 @attrs.define(eq=False)
