@@ -166,6 +166,8 @@ MODEL: Final = "default"
 #: Finished runs are kept while younger than this (seconds) and among the newest JOURNAL_KEEP_RUNS; 0: no bound.
 JOURNAL_KEEP_FOR: Final = 30 * 86400.0
 JOURNAL_KEEP_RUNS: Final = 1000
+#: A cancelled run's last journal commit (shielded, agentd.run) waits at most this long (seconds).
+JOURNAL_CANCEL_COMMIT: Final = 3.0
 
 # --- cluster (``--cluster``, docs/cluster.md) ------------------------------------------------------------
 #: Work items a member runs at once.

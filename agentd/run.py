@@ -396,6 +396,9 @@ class Journaled:
     request: RunRequest
     recorder: RunRecorder
     recorded: RunResult | None = None
+    #: The run may have saved token budget books (a root's run, keyed by its id): forgotten at its end. A
+    #: subagent's run never has (the tree's books are the root's, agentd.supervisor.authority).
+    books: bool = True
 
 
 def settings_of(cfg: Config) -> dict[str, Any]:
@@ -407,11 +410,15 @@ def settings_of(cfg: Config) -> dict[str, Any]:
 
 
 async def journal_run(journal: JournalStore, request: RunRequest, *, settings: Mapping[str, Any], log: EventLog,
-                      parent: str | None = None, seed_runs: tuple[str, ...] | None = None) -> Journaled:
+                      parent: str | None = None, seed_runs: tuple[str, ...] | None = None,
+                      new: bool = False) -> Journaled:
     """Start ``request`` in the journal: a new run gets its ``RunStarted``; an unfinished one is resumed.
 
     ``seed_runs`` (a ``--continue`` turn) names the runs of the earlier turns its seed is made of: journaled as
     references instead of a copy of the seed (agentd.reactive.continue_route rebuilds it from them).
+
+    ``new``: the parent knows no process journaled this run before (a child of a run started in the parent's
+    own process): the journal is not read, and ``RunStarted`` goes with the run's first commit.
 
     Raises:
         ConfigError: the run id names a journaled run with another instruction (exit 2, nothing written).
@@ -420,11 +427,13 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     from agentd.journal.records import RunStarted
 
     recorder = RunRecorder(journal, request.run_id)
-    prior = await journal.read_run(request.run_id)
+    books = parent is None
+    prior = None if new else await journal.read_run(request.run_id)
     if prior is None or rebuild(prior).started is None:  # new, or only claimed by a cluster member so far
         await recorder.started(RunStarted(config_digest(settings), request.instruction,
-                                          request.output_contract, parent, seed_runs, request.key_nonce))
-        return Journaled(request, recorder)
+                                          request.output_contract, parent, seed_runs, request.key_nonce),
+                               deferred=new)
+        return Journaled(request, recorder, books=books)
     state = rebuild(prior)
     # the journal holds the instruction with known secret values redacted (agentd.journal.records.redacted)
     if state.started is not None and state.started.instruction not in (
@@ -434,7 +443,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     if state.ended is not None:
         log.info("run.replayed", status=state.ended.status, steps=state.steps)
         return Journaled(request, recorder, _recorded(request.run_id, state.ended.status, state.ended.result,
-                                                      state.ended.error))
+                                                      state.ended.error), books)
     resume = Resume(messages=state.messages, steps=state.steps, prompt_tokens=state.prompt_tokens,
                     completion_tokens=state.completion_tokens,
                     pending=tuple(ToolCall(p.call_id, p.name, p.arguments) for p in state.pending),
@@ -460,7 +469,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
              lost_children=lost, resumed_children=sorted(resuming))
     # The calls are named as the first process named them (an older journal has no nonce: keys without one).
     nonce = state.started.key_nonce if state.started is not None else None
-    return Journaled(attrs.evolve(request, resume=resume, key_nonce=nonce or ""), recorder)
+    return Journaled(attrs.evolve(request, resume=resume, key_nonce=nonce or ""), recorder, books=books)
 
 
 async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
@@ -469,6 +478,8 @@ async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
     if journaled is None or journaled.recorded is not None or result.drained:
         return
     await journaled.recorder.ended(result.status.value, result.to_json(), result.error)
+    if not journaled.books:
+        return
     from agentd.journal.errors import JournalError
     from agentd.journal.ledger import drop_ledger
 
@@ -476,6 +487,18 @@ async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
         await drop_ledger(journaled.recorder.store, journaled.recorder.run_id)  # a finished run needs no books
     except JournalError:
         pass  # the next start forgets them (open_state)
+
+
+async def _commit_started(recorder: RunRecorder) -> None:
+    """A run that raised before its first commit: its deferred ``RunStarted`` committed (shielded, bounded), so
+    that it is journaled as how it ended decides (ended, or left unfinished to resume)."""
+    from agentd.journal.errors import JournalError
+
+    with trio.CancelScope(shield=True), trio.move_on_after(defaults.JOURNAL_CANCEL_COMMIT):
+        try:
+            await recorder.commit_started()
+        except JournalError:
+            pass  # nothing of the run journaled: a resumed parent's spawn starts it again
 
 
 async def continue_children(recorder: RunRecorder, controls: ControlToolRegistry | None) -> None:
@@ -570,6 +593,8 @@ async def run_config(
     settle: Callable[[], Awaitable[RunUsage]] | None = None,
     beside: Beside | None = None,
     shared: Opened | None = None,
+    new_run: bool = False,
+    settings: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
@@ -582,6 +607,9 @@ async def run_config(
     pool is: what it enters may register control tools on ``controls`` that use that pool. ``shared`` (a
     cluster member's claimed runs, as a daemon's wakes share the daemon's pool) is what another owner opened:
     the run uses its MCP pool instead of opening its own (the model client and A2A peers are still the run's).
+    ``new_run`` (a child whose parent knows its journaled run is new): see :func:`journal_run`. ``settings``: what
+    the journaled run's ``config_digest`` covers, when the caller holds it as plain data already (a child: its
+    wire config); else :func:`settings_of` ``cfg``.
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -597,7 +625,8 @@ async def run_config(
     declared = tuple(cfg.mcp if servers is None else servers)
     journaled: Journaled | None = None
     if journal is not None:
-        journaled = await journal_run(journal, request, settings=settings_of(cfg), log=log, parent=parent)
+        journaled = await journal_run(journal, request, settings=settings_of(cfg) if settings is None else settings,
+                                      log=log, parent=parent, new=new_run)
         if journaled.recorded is not None:
             return journaled.recorded
         request = journaled.request
@@ -624,6 +653,8 @@ async def run_config(
                                                 controls=controls, on_usage=on_usage, peers=opened.peers,
                                                 journal=journaled.recorder if journaled is not None else None)
         except BaseException as exc:
+            if journaled is not None:  # cancelled or failed before its first commit: journaled as started
+                await _commit_started(journaled.recorder)
             reraise_if_not_an_outcome(exc, log)
             if isinstance(flatten(exc), ConnectDeadline):
                 log.warn("loop.budget", budget=RunStatus.DEADLINE.value, steps=0,

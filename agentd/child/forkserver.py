@@ -149,6 +149,48 @@ def _rehearse(times: int = REHEARSALS) -> None:
         trio.run(one)
 
 
+def _rehearse_journal(times: int = REHEARSALS) -> None:
+    """Run ``times`` journaled runs' commits here (a tree with a state directory: each child journals its run).
+
+    Why: as :func:`_rehearse`, for the code a journaled child runs and an unjournaled one does not (the
+    recorder, the store, the group commit, the records' encoding, SQLite's statements), so that every child
+    inherits it quickened instead of copying and warming it; and SQLite's own one-time set-up is done. On a
+    throwaway file, its calls on the trio thread (no thread may be running at a fork).
+    """
+    import tempfile
+
+    import trio
+
+    from agentd.events import Redactor
+    from agentd.journal.recorder import RunRecorder, config_digest
+    from agentd.journal.records import RunStarted
+    from agentd.journal.sqlite import JournalFile, SqliteJournal, Worker, db_path
+
+    redactor = Redactor()
+    redactor.add("rehearsal-secret")
+    reply = {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "subagent_status",
+                                                                         "arguments": '{"handle": "0.1"}'}}]}
+
+    async def one(state: str, n: int) -> None:
+        journal = SqliteJournal(JournalFile(db_path(state), checked=True), Worker(thread=False), redactor=redactor)
+        try:
+            recorder = RunRecorder(journal, f"rehearsal/{n}")
+            await recorder.started(RunStarted(config_digest({"n": n}), "rehearse", None, "rehearsal"), deferred=True)
+            await recorder.replied(1, reply, 10, 2)
+            await recorder.observed(1, "c1", True, "ok")
+            await recorder.replied(2, {"role": "assistant", "content": "done"}, 12, 1)
+            await recorder.ended("completed", {"status": "completed", "result": "done"}, None)
+        finally:
+            await journal.aclose()
+
+    # On a memory file system where there is one: the rehearsal's flushes cost nothing there.
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as state:
+        JournalFile(db_path(state)).close()  # created and checked, as the root does before any child
+        for n in range(times):
+            trio.run(one, state, n)
+
+
 #: ``madvise`` advice (Linux >= 6.1): collapse a range into transparent huge pages now, whatever the sysfs mode.
 _MADV_COLLAPSE = 25
 _HUGE = 1 << 21
@@ -191,8 +233,12 @@ def serve_forks(sock_fd: int) -> int:
     """The fork server's main loop (blocking; no trio). Returns when the supervisor goes away."""
     die_with_parent()
     _preimport()
+    from agentd.supervisor.forkserver import JOURNAL_ENV
+
     try:
         _rehearse()
+        if os.environ.pop(JOURNAL_ENV, None) == "1":
+            _rehearse_journal()
     except Exception:  # a warm-up only: each child runs the code cold instead
         pass
     # A forked child is its own session (no terminal's Ctrl-C reaches it) and is stopped by the kill ladder

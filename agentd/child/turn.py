@@ -81,6 +81,8 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
                                                        deadline=cfg.budgets.deadline),
                         controls=registry, on_usage=on_usage, seed=seed, journal=journal,
                         parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
+                        new_run=journal is not None and payload.journal is not None and payload.journal.get("new") is True,
+                        settings=payload.config,  # the digest of what it was started with: its wire config
                     )
                 except BaseException as exc:
                     reason = ctx.cancelled
@@ -170,4 +172,4 @@ def _open(where: dict[str, Any], redactor: Redactor) -> contextlib.AbstractAsync
         return open_fenced_journal(where["cluster"], redactor=redactor)
     from agentd.journal.sqlite import open_journal
 
-    return open_journal(str(where["state_dir"]), redactor=redactor)
+    return open_journal(str(where["state_dir"]), redactor=redactor, checked=True)  # the root opened it first

@@ -44,7 +44,7 @@ from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
 from agentd.events import Redactor
 from agentd.journal.group import GroupCommit, Pending
-from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode_json, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _summary(row: Sequence[Any]) -> RunSummary:
 
 
 def _bodies(records: Sequence[Record]) -> list[tuple[str, str]]:
-    return [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str)) for r in records]
+    return [(r.KIND, encode_json(r)) for r in records]
 
 
 def db_now(conn: Conn) -> float:

@@ -14,8 +14,8 @@ which fail the whole transaction).
 
 Cancellation: a caller cancelled before its batch was taken withdraws it (nothing written, as a call that
 never reached the worker thread). A store's flush is cancellable only before its transaction reached the
-worker thread (``trio.to_thread.run_sync`` waits for its limiter cancellably, then runs the call to its end
-and returns), so a leader cancelled while the group waits for the thread puts the other callers' batches
+worker thread (SQLite's worker and ``trio.to_thread.run_sync`` wait for their turn cancellably, then run the
+call to its end and return), so a leader cancelled while the group waits for the thread puts the other callers' batches
 back in line, first, and withdraws its own; a group that reached the thread is committed and settled
 whatever happens to the task that carried it, and a cancelled caller whose batch was committed gets its
 outcome (as after an ungrouped commit that had started).

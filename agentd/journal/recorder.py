@@ -224,6 +224,11 @@ class RunRecorder:
     resumable: tuple[OpenChild, ...] = ()
     #: Every child an earlier process spawned with a journaled run: run id -> handle.
     child_runs: Mapping[str, str] = attrs.field(factory=dict)
+    #: The run started in this process (not resumed): no earlier process journaled a child of it, so each child
+    #: it spawns is told its run is new (agentd.run.journal_run skips that child's resume check).
+    new: bool = False
+    #: ``run.started`` of a run its parent said is new, committed with the run's first batch (:meth:`started`).
+    _deferred: list[Any] = attrs.field(factory=list, init=False)
 
     def resumable_children(self) -> tuple[OpenChild, ...]:
         """The async children to resume under their handles (once: a second call gets none)."""
@@ -242,9 +247,24 @@ class RunRecorder:
         that process): what a ``subagent.*`` call on it answers, instead of an unknown handle."""
         return self._earlier_ends.get(handle)
 
-    async def started(self, record: RunStarted) -> None:
-        """Not flushed: the run's first durable commit (a step with tool calls, its end) secures it."""
+    async def started(self, record: RunStarted, *, deferred: bool = False) -> None:
+        """Not flushed: the run's first durable commit (a step with tool calls, its end) secures it.
+
+        ``deferred`` (a child whose parent knows the run is new): kept until the run's first commit and
+        committed in its batch, one transaction less. A child killed before that commit leaves no trace of its
+        run, which is what its resumed parent's spawn starts again anyway; the store refuses the batch if the
+        run turns out to be journaled already (nothing of it written)."""
+        self.new = True
+        if deferred:
+            self._deferred = [record]
+            return
         await self._append([record])
+
+    async def commit_started(self) -> None:
+        """Commit a deferred ``run.started`` now if no batch carried it yet (a run cancelled before its first
+        commit is still recorded as started, then ended as its cancellation decides)."""
+        if self._deferred:
+            await self._append([])
 
     async def replied(self, step: int, message: Mapping[str, Any], prompt_tokens: int,
                       completion_tokens: int) -> None:
@@ -289,10 +309,15 @@ class RunRecorder:
                                                reason)], durable=True)
 
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
-                      run: str | None = None, warm: bool = False) -> None:
+                      run: str | None = None, warm: bool = False, ended: tuple[str, Any] | None = None) -> None:
         """A subagent the run started (``subagent.spawn``): its handle, instruction, token slice, the run id
-        it journals its own steps under, and whether it is a warm session."""
-        await self._append([Spawned(step, handle, instruction, budget, run, warm)])
+        it journals its own steps under, and whether it is a warm session; with ``ended`` (status, result: a
+        synchronous spawn, over when it is journaled) its end in the same commit (:meth:`child_ended`)."""
+        records: list[Any] = [Spawned(step, handle, instruction, budget, run, warm)]
+        if ended is not None and handle not in self._children_ended:
+            self._children_ended.add(handle)
+            records.append(ChildResult(handle, *ended))
+        await self._append(records)
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None:
         """A subagent's end, committed the first time the run sees it (a later status call adds nothing)."""
@@ -314,11 +339,14 @@ class RunRecorder:
         await self._append([RunEnded(status, result, error)], durable=True)
 
     async def _append(self, records: Sequence[Any], *, durable: bool = False) -> None:
+        if self._deferred:
+            records = [*self._deferred, *records]
         journal_queue(+1)  # waiting for the store or being committed
         try:
             await self.store.append(self.run_id, records, durable=durable)
         finally:
             journal_queue(-1)
+        self._deferred = []
 
 
 __all__ = ["INTERRUPTED", "INTERRUPTED_CHILD", "LOST_CHILD", "OpenChild", "PendingCall", "Rebuilt", "RunRecorder", "config_digest",

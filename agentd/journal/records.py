@@ -12,6 +12,7 @@ values the loop already holds: the journal never re-interprets them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
@@ -286,9 +287,27 @@ def redacted(record: Record, redactor: Redactor | None) -> Record:
     return attrs.evolve(record, **changes) if changes else record
 
 
+#: Each record type's field names, in order (what ``attrs.asdict(recurse=False)`` would walk for every record).
+_FIELDS: Final[Mapping[type[Any], tuple[str, ...]]] = {
+    cls: tuple(field.name for field in attrs.fields(cls)) for cls in KINDS.values()
+}
+
+
 def encode(record: Record) -> dict[str, Any]:
     """The record as a JSON-ready object (its payloads are not copied: do not mutate them afterwards)."""
-    return {"v": RECORD_VERSION, "kind": record.KIND, **attrs.asdict(record, recurse=False)}
+    out: dict[str, Any] = {"v": RECORD_VERSION, "kind": record.KIND}
+    for name in _FIELDS[type(record)]:
+        out[name] = getattr(record, name)
+    return out
+
+
+#: One encoder for every record (``json.dumps`` with options builds a new encoder per call).
+_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def encode_json(record: Record) -> str:
+    """:func:`encode`'s object as the compact JSON text a store writes."""
+    return _JSON(encode(record))
 
 
 def decode(data: Mapping[str, Any]) -> Record:

@@ -1,9 +1,9 @@
 """The journal on an embedded SQLite file: ``<state dir>/journal.sqlite3``, for one daemon process.
 
-Why a thread: ``sqlite3`` is blocking I/O. As in the durable transcript (agentd/connections/transcript.py),
-every database call runs in ``trio.to_thread.run_sync`` under a ``CapacityLimiter(1)``: one worker thread
-at a time touches the connection, and a slow disk delays only the run that awaits its commit, never the
-trio loop. Records are JSON-encoded on the worker thread too, so the trio thread pays only the hand-off.
+Why a thread: ``sqlite3`` is blocking I/O. Every database call runs on the journal's own thread
+(:class:`Worker`, the contract of ``trio.to_thread.run_sync`` under a ``CapacityLimiter(1)`` at half its
+cost): one thread touches the connection, and a slow disk delays only the run that awaits its commit, never
+the trio loop. Records are JSON-encoded on the worker thread too, so the trio thread pays only the hand-off.
 
 Durability: WAL mode. Each :meth:`SqliteJournal.append` batch (one step's records) is in the journal entirely
 or not at all, and every committed batch survives the process being killed (SIGKILL, OOM): it is in the WAL,
@@ -18,8 +18,8 @@ and a power loss before that loses them whole, never corrupting the file.
 Writers of several processes (a tree's children journal into the root's file): SQLite lets one writer in at
 a time and makes the others poll, sleeping up to tens of milliseconds between tries, which costs a fan-out of
 children far more than their commits. So every write transaction first takes an exclusive ``flock`` of a
-companion file, ``journal.sqlite3-lock``: a writer that finds it taken retries within
-:data:`LOCK_POLL_MAX` seconds, and after :data:`BUSY_TIMEOUT` seconds goes on without it (SQLite's own lock
+companion file, ``journal.sqlite3-lock``: a writer that finds it taken waits in the kernel until it is let go
+(woken at once, no polling), and after :data:`BUSY_TIMEOUT` seconds goes on without it (SQLite's own lock
 still serialises the writers; the flock only shortens the wait). The kernel drops it with its process.
 
 Group commit: appends go through :class:`~agentd.journal.group.GroupCommit`, so the batches of concurrent
@@ -40,11 +40,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import queue
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import attrs
 import trio
@@ -53,7 +54,7 @@ from agentd.events import Redactor
 from agentd.journal.ddl import SQLITE
 from agentd.journal.errors import JournalError, JournalSchemaError
 from agentd.journal.group import GroupCommit, Pending
-from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode, redacted
+from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode_json, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
 from agentd.telemetry.private_files import prepare_database
 
@@ -70,9 +71,6 @@ BUSY_TIMEOUT: Final = 10.0
 CLOSE_GRACE: Final = 5.0
 #: The writers' lock file beside the journal (see the module docstring).
 LOCK_SUFFIX: Final = "-lock"
-#: First and longest pause between tries of a writers' lock another process holds, seconds.
-LOCK_POLL_MIN: Final = 0.00005
-LOCK_POLL_MAX: Final = 0.002
 
 T = TypeVar("T")
 
@@ -86,13 +84,61 @@ def _summary(row: sqlite3.Row | tuple[Any, ...]) -> RunSummary:
     return RunSummary(run_id, status, started_at, ended_at, parent, next_seq)
 
 
+def _take(lock: int) -> bool:
+    """The writers' lock on ``lock``: at once if it is free, else within :data:`BUSY_TIMEOUT` seconds; whether
+    it was taken.
+
+    The wait is the kernel's (a blocking ``flock``, woken when the holder lets go), not a poll: under a fan-out
+    of children committing at once, tries and sleeps cost each waiter more CPU than its own commit. A blocking
+    ``flock`` has no timeout, so it runs on a helper thread (trio's ``start_thread_soon``) on a descriptor of
+    its own (a ``dup``: the same open file, so the lock it takes is this one's); past the bound the caller goes
+    on without the lock, and a helper that gets it later lets it go at once. Who decides is whoever first
+    removes the ``waiting`` key (one ``dict.pop``: atomic in CPython)."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    fd = os.dup(lock)
+    got: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    waiting = {"waiting": True}
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if waiting.pop("waiting", None) is None:  # the caller went on without it: let it go
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            else:
+                got.put(True)
+        except OSError:
+            pass  # not taken: the caller's wait runs out
+        finally:
+            os.close(fd)
+
+    trio.lowlevel.start_thread_soon(wait, lambda _: None, name="agentd-journal-lock")
+    try:
+        return got.get(timeout=BUSY_TIMEOUT)
+    except queue.Empty:
+        if waiting.pop("waiting", None) is not None:
+            return False  # given up: the helper lets it go if it ever gets it
+        return got.get()  # the helper got it just now
+
+
+class _Taken(Exception):
+    """A batch that starts a run the file already holds (see :meth:`JournalFile._append_in`)."""
+
+
 class JournalFile:
     """The connection and every query, blocking. Touched by one thread at a time (the limiter's worker,
     or the CLI's main thread when opened ``readonly``)."""
 
-    def __init__(self, path: str, *, readonly: bool = False, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: str, *, readonly: bool = False, clock: Callable[[], float] = time.time,
+                 checked: bool = False) -> None:
         self.path = path
         self.clock = clock
+        #: The connection's ``synchronous`` is FULL now (it stays as the last write left it: a run whose steps
+        #: all ask for tool calls switches it never).
+        self._full = False
         #: A read-only open of a file whose schema is not created yet (the writer is just starting).
         self.empty = False
         #: The writers' lock file (a writer's only; see the module docstring).
@@ -102,8 +148,9 @@ class JournalFile:
                 self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
                                             isolation_level=None, timeout=BUSY_TIMEOUT)  # fmt: skip
             else:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
-                prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
+                if not checked:  # (a checked file: its directory and modes were prepared by its first opener)
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+                    prepare_database(path)  # 0600 (and so its -wal and -shm files), whatever the umask
                 self._lock = os.open(path + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                                      0o600)
                 self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
@@ -113,7 +160,13 @@ class JournalFile:
                 os.close(self._lock)
             raise JournalError(f"journal {path}: cannot open ({exc})") from None
         try:
-            self._check_schema(readonly)
+            if checked and not readonly:  # the root checked the file's schema and made it WAL (persistent)
+                self._set_synchronous(full=False)
+            else:
+                self._check_schema(readonly)
+        except sqlite3.Error as exc:
+            self.close()
+            raise JournalError(f"journal {path}: cannot initialise ({exc})") from None
         except BaseException:
             self.close()
             raise
@@ -168,19 +221,7 @@ class JournalFile:
     def _writing(self) -> Iterator[None]:
         """The writers' lock for one write transaction: taken within BUSY_TIMEOUT or not at all (then SQLite's
         own lock alone orders the writers); released after the transaction."""
-        held = False
-        if self._lock is not None:
-            pause, deadline = LOCK_POLL_MIN, time.monotonic() + BUSY_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    held = True
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(pause)
-                    pause = min(pause * 2, LOCK_POLL_MAX)
+        held = self._lock is not None and _take(self._lock)
         try:
             yield
         finally:
@@ -191,23 +232,29 @@ class JournalFile:
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
 
+    def _set_synchronous(self, *, full: bool) -> None:
+        self.conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
+        self._full = full
+
     def _transaction(self, work: Callable[[], T], *, durable: bool, what: str) -> T:
-        """Run ``work`` in one write transaction (fsync'd if ``durable``); a failure rolls back whole."""
+        """Run ``work`` in one write transaction (fsync'd if ``durable``); a failure rolls back whole.
+
+        ``synchronous`` is switched only when it changes (it governs this connection's commits alone)."""
         try:
-            if durable:
-                self.conn.execute("PRAGMA synchronous=FULL")
+            if durable != self._full:
+                self._set_synchronous(full=durable)
+            held = self._lock is not None and _take(self._lock)  # the writers' lock, as _writing (inlined: hot)
             try:
-                with self._writing():
-                    self.conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        result = work()
-                        self.conn.execute("COMMIT")
-                    finally:
-                        self._rollback()
-                return result
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work()
+                    self.conn.execute("COMMIT")
+                finally:
+                    self._rollback()
             finally:
-                if durable:
-                    self.conn.execute("PRAGMA synchronous=NORMAL")
+                if held and self._lock is not None:
+                    fcntl.flock(self._lock, fcntl.LOCK_UN)
+            return result
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {what} failed ({exc})") from None
 
@@ -230,8 +277,7 @@ class JournalFile:
         durable = False
         for i, (run_id, records, wants) in enumerate(batches):
             try:
-                bodies = [(r.KIND, json.dumps(encode(r), ensure_ascii=False, separators=(",", ":"), default=str))
-                          for r in records]  # fmt: skip
+                bodies = [(r.KIND, encode_json(r)) for r in records]
             except (TypeError, ValueError) as exc:
                 out.append((None, JournalError(f"journal {self.path}: append failed (a record cannot be "
                                                f"encoded: {type(exc).__name__})")))
@@ -243,7 +289,10 @@ class JournalFile:
         def work() -> None:
             now = self.clock()
             for i, run_id, records, bodies in encoded:
-                out[i] = (self._append_in(run_id, records, bodies, now), None)
+                try:
+                    out[i] = (self._append_in(run_id, records, bodies, now), None)
+                except _Taken:  # that batch alone: nothing of it was written
+                    out[i] = (None, JournalError(f"journal {self.path}: run {run_id!r} is already journaled"))
 
         if encoded:
             self._transaction(work, durable=durable, what="append")
@@ -251,28 +300,44 @@ class JournalFile:
 
     def _append_in(self, run_id: str, records: Sequence[Record], bodies: Sequence[tuple[str, str]], now: float
                    ) -> int:
-        ended = next((r for r in records if isinstance(r, RunEnded)), None)
-        row = self.conn.execute("SELECT next_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            started = next((r for r in records if isinstance(r, RunStarted)), None)
-            parent = started.parent if started is not None else None
-            self.conn.execute(
-                "INSERT INTO runs (run_id, status, started_at, parent, next_seq) VALUES (?, 'running', ?, ?, 0)",
-                (run_id, now, parent),
-            )
+        """The run's row first (its sequence numbers taken in one statement, or the row created), then the
+        entries. A batch with ``RunStarted`` creates the run: if the file already holds it, nothing is written
+        and :class:`_Taken` is raised (a child told its run is new, agentd.journal.recorder, found another's)."""
+        ended: RunEnded | None = None
+        started: RunStarted | None = None
+        for record in records:
+            if isinstance(record, RunEnded):
+                ended = record
+            elif isinstance(record, RunStarted):
+                started = record
+        n = len(bodies)
+        status, ended_at = ("running", None) if ended is None else (ended.status, now)
+        if started is not None:
+            if self.conn.execute(
+                "INSERT INTO runs (run_id, status, started_at, ended_at, parent, next_seq) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO NOTHING", (run_id, status, now, ended_at, started.parent, n),
+            ).rowcount == 0:
+                raise _Taken(run_id)
             first = 0
         else:
-            first = int(row[0])
+            if ended is not None:
+                row = self.conn.execute("UPDATE runs SET next_seq = next_seq + ?, status = ?, ended_at = ? "
+                                        "WHERE run_id = ? RETURNING next_seq",
+                                        (n, status, ended_at, run_id)).fetchone()  # fmt: skip
+            else:
+                row = self.conn.execute("UPDATE runs SET next_seq = next_seq + ? WHERE run_id = ? "
+                                        "RETURNING next_seq", (n, run_id)).fetchone()  # fmt: skip
+            if row is None:
+                self.conn.execute("INSERT INTO runs (run_id, status, started_at, ended_at, parent, next_seq) "
+                                  "VALUES (?, ?, ?, ?, NULL, ?)", (run_id, status, now, ended_at, n))  # fmt: skip
+                first = 0
+            else:
+                first = int(row[0]) - n
         self.conn.executemany(
             "INSERT INTO entries (run_id, seq, ts, kind, body) VALUES (?, ?, ?, ?, ?)",
             [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)],
         )
-        if ended is not None:
-            self.conn.execute("UPDATE runs SET next_seq = ?, status = ?, ended_at = ? WHERE run_id = ?",
-                              (first + len(bodies), ended.status, now, run_id))  # fmt: skip
-        else:
-            self.conn.execute("UPDATE runs SET next_seq = ? WHERE run_id = ?", (first + len(bodies), run_id))
-        return first + len(bodies) - 1
+        return first + n - 1
 
     def read_run(self, run_id: str) -> RunJournal | None:
         summary, rows = self.read_raw(run_id)
@@ -380,12 +445,79 @@ class JournalFile:
                 self._lock = None
 
 
+class _Job:
+    """One call on the worker thread: queued, then taken (running), then done with its value or error."""
+
+    __slots__ = ("error", "task", "value", "work")
+
+    def __init__(self, work: Callable[[], Any], task: trio.lowlevel.Task) -> None:
+        self.work, self.task = work, task
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class Worker:
+    """The journal's own thread: every call on the connection, one at a time, in the order they came.
+
+    Why not ``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``: the same contract (one thread at a time
+    on the connection; a call is cancellable while it waits its turn, never once it runs) at about half its
+    CPU per call on the trio thread, which a step's commit pays once and a journaled child's run about six
+    times. The thread is one of trio's (``start_thread_soon``) running this worker's loop until
+    :meth:`stop`; a caller parks its task, the thread runs the call and reschedules it through the run's
+    token. A queued call is either taken by the thread or withdrawn by its cancelled caller: whoever first
+    removes it from ``_queued`` (one ``dict.pop``: atomic in CPython)."""
+
+    def __init__(self, *, thread: bool = True) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queued: dict[_Job, None] = {}
+        #: False: every call runs on the trio thread itself (the fork server's rehearsal, where no thread may be
+        #: left running at a fork).
+        self._threaded = thread
+        if thread:
+            trio.lowlevel.start_thread_soon(self._serve, lambda _: None, name="agentd-journal")
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            if self._queued.pop(job, False) is False:
+                continue  # withdrawn
+            try:
+                job.value = job.work()
+            except BaseException as exc:  # handed to the caller, raised there
+                job.error = exc
+            self._token.run_sync_soon(trio.lowlevel.reschedule, job.task)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        if not self._threaded:
+            await trio.lowlevel.checkpoint()
+            return work()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        job = _Job(work, trio.lowlevel.current_task())
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            if self._queued.pop(job, False) is False:
+                return trio.lowlevel.Abort.FAILED  # running: its outcome is waited for
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self._queued[job] = None
+        self._jobs.put(job)
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        if job.error is not None:
+            raise job.error
+        return cast(T, job.value)
+
+    def stop(self) -> None:
+        """The thread ends after the calls queued before this one (and goes back to trio's cache)."""
+        if self._threaded:
+            self._jobs.put(None)
+
+
 @attrs.define(eq=False)
 class SqliteJournal:
     """:class:`~agentd.journal.store.JournalStore` on one SQLite file. Use :func:`open_journal`."""
 
     _file: JournalFile
-    _limiter: trio.CapacityLimiter
+    _worker: Worker
     _leases: dict[str, Lease] = attrs.field(factory=dict)
     _token: int = 0
     #: Known secret values (the log's): scrubbed out of every record and state value before it is written.
@@ -402,12 +534,13 @@ class SqliteJournal:
         return self._file.path
 
     async def _call(self, work: Callable[[], T]) -> T:
-        return await trio.to_thread.run_sync(work, limiter=self._limiter)
+        return await self._worker.call(work)
 
     async def append(self, run_id: str, records: Sequence[Record], *, durable: bool = False) -> int:
         if not records:
             raise ValueError("append needs at least one record")
-        return await self.writer.submit((run_id, tuple(redacted(r, self.redactor) for r in records), durable))
+        batch = tuple(records) if self.redactor is None else tuple(redacted(r, self.redactor) for r in records)
+        return await self.writer.submit((run_id, batch, durable))
 
     async def _flush(self, group: Sequence[Pending[tuple[str, Sequence[Record], bool], int]]) -> None:
         batches = [p.batch for p in group]
@@ -457,19 +590,27 @@ class SqliteJournal:
             del self._leases[lease.run_id]
 
     async def aclose(self) -> None:
-        with trio.move_on_after(CLOSE_GRACE, shield=True):
-            await self._call(self._file.close)
+        try:
+            with trio.move_on_after(CLOSE_GRACE, shield=True):
+                await self._call(self._file.close)
+        finally:
+            self._worker.stop()
 
 
 @asynccontextmanager
 async def open_journal(state_dir: str, *, clock: Callable[[], float] = time.time,
-                       redactor: Redactor | None = None) -> AsyncIterator[SqliteJournal]:
+                       redactor: Redactor | None = None, checked: bool = False) -> AsyncIterator[SqliteJournal]:
     """Open (creating) ``<state_dir>/journal.sqlite3``; closed, shielded and bounded, on exit. ``redactor``'s
-    secret values are never written."""
-    limiter = trio.CapacityLimiter(1)
+    secret values are never written. ``checked``: another process of the tree (the root) opened the file and
+    checked its schema: this one does not again (a tree's child)."""
     path = db_path(state_dir)
-    file = await trio.to_thread.run_sync(lambda: JournalFile(path, clock=clock), limiter=limiter)
-    journal = SqliteJournal(file, limiter, redactor=redactor)
+    worker = Worker()
+    try:
+        file = await worker.call(lambda: JournalFile(path, clock=clock, checked=checked))
+    except BaseException:
+        worker.stop()
+        raise
+    journal = SqliteJournal(file, worker, redactor=redactor)
     try:
         yield journal
     finally:

@@ -33,8 +33,11 @@ _CHECKED_MAX = 1024
 class ChildJournal(Protocol):
     """Where a run's subagents are journaled (agentd.journal.recorder.RunRecorder, with ``--state-dir``)."""
 
+    #: The run started in this process (not resumed): no child of it is journaled yet.
+    new: bool
+
     async def spawned(self, step: int, handle: str, instruction: str, budget: int | None,
-                      run: str | None = None, warm: bool = False) -> None: ...
+                      run: str | None = None, warm: bool = False, ended: tuple[str, Any] | None = None) -> None: ...
 
     async def child_ended(self, handle: str, status: str, result: Any) -> None: ...
 

@@ -52,6 +52,9 @@ MESSAGE_SIZE = 1 << 16
 #: In a forked child: the descriptor of its own connection to the fork server (its nested supervisor
 #: forks the child's children there, so every depth of the tree is forked from the one pre-imported image).
 FORKS_ENV = "AGENTD_FORKS"
+#: Set to ``1`` for the fork server of a tree whose children journal their runs in a SQLite file: it warms
+#: that code too before its first fork (agentd.child.forkserver).
+JOURNAL_ENV = "AGENTD_FORKSERVER_JOURNAL"
 
 
 @attrs.define(eq=False)
@@ -235,16 +238,17 @@ class ForkServer:
 
 
 async def start_fork_server(nursery: trio.Nursery, *, env: Mapping[str, str], log: EventLog,
-                            python: str = sys.executable, on_gone: Callable[[], None] = lambda: None
-                            ) -> ForkServer:
-    """Start the server as a child of this process and wait until it has pre-imported everything."""
+                            python: str = sys.executable, on_gone: Callable[[], None] = lambda: None,
+                            journal: bool = False) -> ForkServer:
+    """Start the server as a child of this process and wait until it has pre-imported everything (``journal``:
+    the tree's children journal into a SQLite file)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         proc = await trio.lowlevel.open_process(
             [python, "-m", "agentd"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True,
             env={**env, "AGENT_SUBAGENT": "1", "AGENTD_FORKSERVER": str(theirs.fileno()),
-                 "AGENTD_PARENT_PID": str(os.getpid())},
+                 "AGENTD_PARENT_PID": str(os.getpid()), **({JOURNAL_ENV: "1"} if journal else {})},
         )
     finally:
         theirs.close()

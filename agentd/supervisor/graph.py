@@ -147,7 +147,8 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
             context = tuple({"id": d, "result": outcomes[d]["result"]} for d in node.after)
             request = SpawnRequest(instruction=node.instruction, output_contract=node.output_contract,
                                    tool_scope=node.tool_scope, context=context,
-                                   journal_run=f"{run}/{node.id}" if run is not None else None)
+                                   journal_run=f"{run}/{node.id}" if run is not None else None,
+                                   journal_new=run is not None and journal is not None and journal.new)
             while True:
                 outcome = await supervisor.spawn(caller, request)
                 if not (isinstance(outcome, Refusal) and outcome.retryable):
@@ -157,10 +158,9 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
             if isinstance(outcome, Refusal):
                 outcomes[node.id] = {"status": "failed", "partial": False, "result": {"error": outcome.message}}
             else:
-                if journal is not None:
-                    await journal.spawned(step, outcome.handle, node.instruction, None, request.journal_run)
-                    if outcome.done:
-                        await journal.child_ended(outcome.handle, outcome.status, outcome.result)
+                if journal is not None:  # its spawn and (over, as a node's child is) its end: one commit
+                    await journal.spawned(step, outcome.handle, node.instruction, None, request.journal_run,
+                                          ended=(outcome.status, outcome.result) if outcome.done else None)
                 outcomes[node.id] = {"handle": outcome.handle, "status": outcome.status,
                                      "partial": outcome.partial, "result": outcome.result}
         finally:

@@ -105,6 +105,9 @@ class SpawnRequest:
     #: own run so that a spawn made again after a crash names the same run and resumes it; None: the child
     #: is not journaled (no journal, a warm session).
     journal_run: str | None = None
+    #: The spawner's run started in its own process (agentd.journal.recorder.RunRecorder.new): no earlier process
+    #: journaled ``journal_run``, so the child neither looks for it nor commits its start alone.
+    journal_new: bool = False
     #: The model the child calls (``--models`` is the allow-list: :meth:`Supervisor.model_refusal`); None: the
     #: spawner's own.
     model: str | None = None
@@ -308,7 +311,8 @@ class Supervisor:
                     else:
                         self._fork_server = await start_fork_server(
                             self.nursery, env=child_environment(os.environ), log=self.log,
-                            python=self.settings.node_settings().python, on_gone=self.notify_changed)
+                            python=self.settings.node_settings().python, on_gone=self.notify_changed,
+                            journal=self.journal_dir is not None)
                 except (ForkServerGone, OSError, trio.TooSlowError) as exc:
                     self.log.warn("subagent.failed", handle="forkserver", reason=f"fork server: {exc}")
                     self.use_fork_server = False
@@ -382,7 +386,8 @@ class Supervisor:
             history=list(request.history),
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
             supervision=self._shared()[2], telemetry=trace, test=test,
-            journal={**where, "run_id": request.journal_run} if where is not None else None,
+            journal={**where, "run_id": request.journal_run, **({"new": True} if request.journal_new else {})}
+            if where is not None else None,
         )
 
     # -- by handle ------------------------------------------------------------------------------

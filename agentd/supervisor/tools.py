@@ -72,7 +72,8 @@ def reply(outcome: RunView | Refusal) -> ControlResult:
     )
 
 
-def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None) -> SpawnRequest:
+def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None, journal_new: bool = False
+                  ) -> SpawnRequest:
     scope = arguments.get("tool_scope")
     warm = bool(arguments.get("warm", False))
     return SpawnRequest(
@@ -83,6 +84,7 @@ def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None) 
         warm=warm,
         token_budget=int(arguments["token_budget"]) if arguments.get("token_budget") is not None else None,
         journal_run=None if warm else journal_run,
+        journal_new=journal_new and not warm,
         model=str(arguments["model"]) if arguments.get("model") is not None else None,
     )
 
@@ -130,7 +132,7 @@ async def resume_children(supervisor: Supervisor, caller: Caller, journal: Child
 
 def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
     async def spawn(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:
-        request = spawn_request(arguments, child_run(ctx))
+        request = spawn_request(arguments, child_run(ctx), ctx.journal is not None and ctx.journal.new)
         number_after_journaled(supervisor, caller, ctx.journal)
         earlier = (ctx.journal.child_of_run(request.journal_run)
                    if ctx.journal is not None and request.journal_run is not None else None)
@@ -144,7 +146,8 @@ def subagent_tools(supervisor: Supervisor, caller: Caller) -> list[ControlTool]:
         outcome = await supervisor.spawn(caller, request)
         if ctx.journal is not None and not isinstance(outcome, Refusal) and request.handle is None:
             await ctx.journal.spawned(ctx.step, outcome.handle, request.instruction, request.token_budget,
-                                      request.journal_run, request.warm)
+                                      request.journal_run, request.warm,
+                                      ended=(outcome.status, outcome.result) if outcome.done else None)
         return reply(await journaled(ctx, outcome))
 
     async def send(arguments: Mapping[str, Any], ctx: ControlContext) -> ControlResult:

@@ -32,6 +32,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import trio
 from bench_doc import replace_section
@@ -239,6 +240,8 @@ def main() -> None:
                         help="only the durability comparison (its own section in docs/benchmarks.md)")
     parser.add_argument("--concurrent", type=int, default=8, help="runs appending at once (--durability)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--durability)")
+    parser.add_argument("--baseline", default=None,
+                        help="--durability: 'before' is this checkout's journal, each measurement a process")
     args = parser.parse_args()
     if args.durability:
         durable_main(args)
@@ -284,9 +287,109 @@ def main() -> None:
 
 DURABILITY = "## Journal durability (SQLite)"
 
+#: One measurement in a process of its own (argv: checkout, variant, runs, steps, state dir): prints the trio
+#: thread's and the process's CPU per step and the wall per step, ms. ``before``/``loop_before`` use the
+#: checkout's journal as it committed everything then (``durable=False``: ``synchronous=NORMAL``);
+#: ``now``/``loop_now`` commit as the recorder does now (a reply with tool calls ``durable=True``);
+#: ``unflushed`` commits as ``now`` but ``durable=False``: this checkout's code without the fsync.
+_PROBE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import trio
+from agentd.journal.records import ModelReply, ToolCallOutcome, ToolCallRequested, Usage
+from agentd.journal.sqlite import open_journal
+
+variant, runs, steps, state = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+
+def step(n):
+    call = f"call-{n}"
+    arguments = '{"query": "' + "q" * 80 + '"}'
+    return [
+        ModelReply(n, {"role": "assistant", "content": "Let me look that up. " * 4,
+                       "tool_calls": [{"id": call, "name": "docs__search", "arguments": arguments}]}),
+        ToolCallRequested(n, call, "docs__search", {"query": "q" * 80}),
+        ToolCallOutcome(n, call, True, "result line " * 30),
+        Usage(n, 1200 + 40 * n, 60),
+    ]
+
+async def main():
+    batches = [step(n) for n in range(steps)]
+    durable = variant.endswith("now")
+    async with open_journal(state) as journal:
+        async def commit(run_id, batch):
+            if variant.startswith("loop"):
+                await journal.append(run_id, [batch[0], batch[1], batch[3]], durable=durable)
+                await journal.append(run_id, [batch[2]])
+            else:
+                await journal.append(run_id, batch, durable=durable)
+
+        async def one(run, todo):
+            for batch in todo:
+                await commit(f"{variant}-{run}", batch)
+
+        async with trio.open_nursery() as nursery:  # warm-up: the worker thread, the statement cache
+            for run in range(runs):
+                nursery.start_soon(one, run, batches[:20])
+        cpu0, proc0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for run in range(runs):
+                nursery.start_soon(one, run, batches[20:])
+        n = runs * (steps - 20)
+        print((time.thread_time() - cpu0) / n * 1000, (time.process_time() - proc0) / n * 1000,
+              (time.perf_counter() - wall0) / n * 1000)
+
+trio.run(main)
+"""
+
+
+def durability_processes(baseline: str, runs: int, steps: int, rounds: int) -> dict[str, float]:
+    """Each variant in processes of its own (``before`` from the ``baseline`` checkout, ``now`` from this one),
+    interleaved over ``rounds`` rounds, the order turning round each time: medians and ratios now ÷ before."""
+    import subprocess
+    import sys
+
+    here = str(Path(__file__).resolve().parents[2])
+    where = {"before": baseline, "now": here, "unflushed": here, "loop_before": baseline, "loop_now": here}
+    got: dict[str, list[list[float]]] = {name: [] for name in where}
+    names = list(where)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            with tempfile.TemporaryDirectory() as state:
+                done = subprocess.run([sys.executable, "-c", _PROBE, where[name], name, str(runs), str(steps), state],
+                                      cwd=where[name], capture_output=True, text=True, check=True, timeout=600)
+            got[name].append([float(v) for v in done.stdout.split()])
+    out: dict[str, float] = {}
+    for name, rows in got.items():
+        for i, measure in enumerate(("loop_cpu_ms", "cpu_ms", "wall_ms")):
+            out[f"{name}_{measure}"] = statistics.median(row[i] for row in rows)
+    for prefix in ("", "loop_"):
+        for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
+            out[f"{prefix}ratio_before_{measure}"] = out[f"{prefix}now_{measure}"] / out[f"{prefix}before_{measure}"]
+    for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
+        out[f"ratio_unflushed_{measure}"] = out[f"unflushed_{measure}"] / out[f"before_{measure}"]
+    return out
+
+
+def process_lines(results: dict[int, dict[str, float]], what: str, prefix: str = "") -> list[str]:
+    unflushed = not prefix  # the same commits not flushed: what this checkout's code costs without the fsync
+    lines = [f"| {what}: runs at once | trio-thread CPU per step: before / now (**now ÷ before**) | process CPU "
+             "per step: before / now (**now ÷ before**) | wall per step: before / now |"
+             + (" process CPU, now not flushed (÷ before) |" if unflushed else ""),
+             "|---|---|---|---|" + ("---|" if unflushed else "")]
+    for runs, r in results.items():
+        lines.append(f"| {runs} | {r[prefix + 'before_loop_cpu_ms']:.3f} / {r[prefix + 'now_loop_cpu_ms']:.3f} ms "
+                     f"(**{r[prefix + 'ratio_before_loop_cpu_ms']:.2f}×**) | {r[prefix + 'before_cpu_ms']:.3f} / "
+                     f"{r[prefix + 'now_cpu_ms']:.3f} ms (**{r[prefix + 'ratio_before_cpu_ms']:.2f}×**) | "
+                     f"{r[prefix + 'before_wall_ms']:.2f} / {r[prefix + 'now_wall_ms']:.2f} ms |"
+                     + (f" {r['unflushed_cpu_ms']:.3f} ms ({r['ratio_unflushed_cpu_ms']:.2f}×) |" if unflushed else ""))
+    return [*lines, ""]
+
 
 def durable_main(args: argparse.Namespace) -> None:
     results: dict[int, dict[str, float]] = {}
+    if args.baseline:
+        baseline_main(args)
+        return
     for runs in (1, args.concurrent):
         with tempfile.TemporaryDirectory() as tmp:
             results[runs] = trio.run(durability, tmp, runs, args.steps // runs, args.rounds)
@@ -313,6 +416,39 @@ def durable_main(args: argparse.Namespace) -> None:
                           "the policy before only what is acted on outside was", "the reply `durable=True`, the "
                           "outcome not (the recorder's policy: the next durable commit secures it), grouped",
                           prefix="loop_"),
+        "Target: process CPU per step now ÷ before ≤ 1.1×.", "",
+    ]
+    replace_section(DURABILITY, "\n".join(lines))
+
+
+def baseline_main(args: argparse.Namespace) -> None:
+    results: dict[int, dict[str, float]] = {}
+    for runs in (1, args.concurrent):
+        results[runs] = durability_processes(args.baseline, runs, args.steps // runs, args.rounds)
+        print(runs, {k: round(v, 4) for k, v in results[runs].items()}, flush=True)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print("load", load)
+    if not args.write:
+        return
+    lines = [
+        DURABILITY, "",
+        f"Command: `.venv/bin/python scripts/bench/journal.py --durability --baseline DIR --steps {args.steps} "
+        f"--concurrent {args.concurrent} --rounds {args.rounds} --write` (2-core VM, "
+        f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load} at the end; medians of "
+        f"{args.rounds} interleaved rounds, every measurement a process of its own, ratios from the same run). "
+        f"`DIR` is a checkout of agentd before durability (`synchronous=NORMAL` for every commit); {args.steps} "
+        "steps in all per measurement (4 records each, after 20 of warm-up per run), spread over the runs; the "
+        "file is on the state directory's disk (here the VM's, whose fsync is what `now` waits for).", "",
+        *process_lines(results, "SQLite, one commit per step"),
+        "Before: the checkout's journal, `durable=False` (`synchronous=NORMAL`), one transaction per step. Now: "
+        "`durable=True` as the recorder commits a step that asks for tool calls (`synchronous=FULL`: the WAL's "
+        "fdatasync before the commit returns), batches of concurrent runs grouped.", "",
+        "The same step as the loop commits it: two commits, the reply with its call's request and the usage "
+        "(before the call is sent), then the call's outcome.", "",
+        *process_lines(results, "SQLite, as the loop commits", prefix="loop_"),
+        "Before: both commits `synchronous=NORMAL`. Now: the reply `durable=True`, the outcome not (the "
+        "recorder's policy: the next durable commit secures it), grouped.", "",
         "Target: process CPU per step now ÷ before ≤ 1.1×.", "",
     ]
     replace_section(DURABILITY, "\n".join(lines))

@@ -134,7 +134,9 @@ async def test_a_commit_refused_after_a_takeover_is_cluster_fenced_naming_the_it
             else:
                 await _wait_for(lambda: _received(peer))
             _sql(pg_dsn, "UPDATE agentd_leases SET expires_at = 0 WHERE run_id = 'job-1'")  # as if A were cut off
-            [item] = await Queue(store, "member-b", None, 1).claim(1, ttl=600)
+            # Again until taken: member A's own claim or renewal may hold the item's row at that moment, and a
+            # claim skips a locked row (FOR UPDATE SKIP LOCKED: fewer rows than asked, never one twice).
+            [item] = await _wait_for(lambda: Queue(store, "member-b", None, 1).claim(1, ttl=600))
             release.set()
             peer.gate.set()
             log = tmp_path / "member0.stderr"
