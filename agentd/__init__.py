@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentd.lazy import lazy_exports
+from agentd.deferred.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from agentd._version import __version__ as __version__
+    from agentd.agent.result import RunResult as RunResult
+    from agentd.agent.result import RunStatus as RunStatus
     from agentd.config.load import load_config as load_config
     from agentd.config.model import Config as Config
     from agentd.daemon import main as main
-    from agentd.loop.result import RunResult as RunResult
-    from agentd.loop.result import RunStatus as RunStatus
 
 __all__ = ["Config", "RunResult", "RunStatus", "__version__", "load_config", "main"]
 
@@ -27,8 +27,8 @@ _LAZY = {
     "Config": "agentd.config.model",
     "load_config": "agentd.config.load",
     "main": "agentd.daemon",
-    "RunResult": "agentd.loop.result",
-    "RunStatus": "agentd.loop.result",
+    "RunResult": "agentd.agent.result",
+    "RunStatus": "agentd.agent.result",
 }
 
 

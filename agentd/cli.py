@@ -46,11 +46,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
-from agentd import jsontext as json_text
+from agentd.formats import jsontext as json_text
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.events import EventLog, Redactor
+    from agentd.telemetry.events import EventLog, Redactor
 
 #: The original agentd's re-exec marker: a subagent child is ``python -m agentd`` with this set to 1.
 SUBAGENT_ENV = "AGENT_SUBAGENT"
@@ -254,7 +254,7 @@ def _subagent() -> int:
 
 def _audit_trifecta(config: Any, log: Any) -> None:
     """``--allow-trifecta`` is audited: which servers bring each property, and whether it was needed."""
-    from agentd.rule_of_two import catalogue_tags, check_trifecta
+    from agentd.security.rule_of_two import catalogue_tags, check_trifecta
 
     verdict = check_trifecta(catalogue_tags(((s.name, s.tags) for s in config.mcp),
                                             ((p.name, p.tags) for p in config.a2a_peers)))
@@ -294,8 +294,8 @@ def _run(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
                  config_path=config.config_path)
         if config.allow_trifecta:
             _audit_trifecta(config, log)
+        from agentd.agent.result import RunResult, RunStatus
         from agentd.daemon import main as daemon_main
-        from agentd.loop.result import RunResult, RunStatus
 
     try:
         outcome = _trio_run_with_drain(daemon_main, config, log, reload=functools.partial(load_config, argv, env))
@@ -364,7 +364,7 @@ def _check(argv: list[str], env: dict[str, str], promise: ResultPromise) -> int:
     import trio
 
     from agentd.client.check import run_check
-    from agentd.secrets import SecretResolver
+    from agentd.security.secrets import SecretResolver
     from agentd.terminal.mode import color_allowed, wants_human
 
     secrets = SecretResolver(env, log.redactor)
@@ -459,7 +459,7 @@ def _report(args: list[str]) -> int:
 
 def _control_tools(config: Config) -> list[str]:
     """The built-in tools a run with ``config`` would offer beside the servers' (``loop.start`` lists them)."""
-    from agentd.loop.builtin import NAME as RESOURCE_READ
+    from agentd.agent.builtin import NAME as RESOURCE_READ
     from agentd.supervisor.tools import offered_names
 
     return [*(offered_names() if config.subagents.max_depth > 0 else ()), RESOURCE_READ]
@@ -493,11 +493,11 @@ class DrainOutcome(NamedTuple):
 
 def _trio_run_with_drain(daemon_main: Callable[..., Any], config: Config, log: EventLog,
                          reload: Callable[[], Config] | None = None) -> DrainOutcome:
-    """``trio.run(daemon_main, config)`` with SIGTERM/SIGINT turned into a drain (see agentd.drain);
+    """``trio.run(daemon_main, config)`` with SIGTERM/SIGINT turned into a drain (see agentd.oversight.drain);
     ``reload`` re-reads the configuration for SIGHUP and ``agentd ctl reload``."""
     import trio
 
-    from agentd.drain import run_with_signals
+    from agentd.oversight.drain import run_with_signals
 
     # The root log itself (as comp "agent"): one redactor and one rate limiter for the whole process.
     animate = getattr(log.sink, "animate", None)  # the live view's spinner (at a terminal only)
@@ -531,7 +531,7 @@ def _cancelled_doc(config: Config, spent: tuple[int, int, int, int] | None = Non
                    subagents: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """The document of a run the drain's end cut: with the steps and tokens it (and its subagents) had really
     spent. It ended like any other run: ``done`` is true."""
-    from agentd.loop.result import RunResult, RunStatus, RunUsage
+    from agentd.agent.result import RunResult, RunStatus, RunUsage
 
     steps, prompt, completion, estimated = spent or (0, 0, 0, 0)
     run = RunResult(run_id=config.run_id, status=RunStatus.CANCELLED, partial=True, steps=steps,
@@ -551,7 +551,7 @@ def _print_json(doc: Any, out: Any = None) -> None:
 def _root_log(config: Config, env: dict[str, str], *, status: bool = True) -> EventLog:
     """The process's log. The one place its sink is chosen: JSON lines on stderr, or the live view for a
     person (``--log-format human``, or ``auto`` at a terminal); rich is imported only for the latter."""
-    from agentd.events import EventLog
+    from agentd.telemetry.events import EventLog
     from agentd.terminal.mode import color_allowed, wants_human
 
     log = EventLog(level=config.telemetry.log_level, run_id=config.run_id, log_content=config.telemetry.log_content, comp="proc")
@@ -614,6 +614,6 @@ def _fail(message: str, code: int, *, config: bool = False, human: bool = False)
         except (BrokenPipeError, OSError):
             pass
         return
-    from agentd.events import EventLog
+    from agentd.telemetry.events import EventLog
 
     EventLog(comp="proc").error("config.invalid" if config else "proc.exit", error=message, exit_code=code)

@@ -5,7 +5,7 @@
     trio.run(agentd.main, cfg)          # a harness, or the CLI after load_config(argv)
 
 ``main`` owns the daemon nursery (the root of the nursery tree in docs/architecture.md) and dispatches on
-``cfg.mode`` through :data:`MODES` (``once`` here, ``loop``/``schedule``/``reactive`` in agentd.reactive);
+``cfg.mode`` through :data:`MODES` (``once`` here, ``loop``/``schedule``/``reactive`` in agentd.modes);
 ``--serve-mcp`` starts the self-MCP serve task in the same nursery. ``main`` opens ONE root supervisor
 around the daemon nursery and hands it to the serve task and to the mode runner, so served spawns and
 the agent's own spawns share one chokepoint (caps, ``--max-subagents``, the token ceiling). It also owns the
@@ -32,17 +32,15 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 
 from agentd import telemetry
+from agentd.agent.control import ControlToolRegistry
+from agentd.agent.result import RunResult, RunStatus, RunUsage
 from agentd.client.credentials import CredentialSource, use_credentials
 from agentd.config.model import Config, McpServerConfig
-from agentd.drain import current_drain
 from agentd.errors import ConfigError
-from agentd.events import EventLog, LevelDial, Sink, stream_sink
-from agentd.ids import new_run_id
+from agentd.formats.ids import new_run_id
 from agentd.intelligence.wire import Usage
-from agentd.loop.control import ControlToolRegistry
-from agentd.loop.result import RunResult, RunStatus, RunUsage
-from agentd.loopback import is_loopback_host
-from agentd.operator import Operator, use_operator
+from agentd.oversight.drain import current_drain
+from agentd.oversight.operator import Operator, use_operator
 from agentd.run import (
     Beside,
     Gateway,
@@ -53,11 +51,13 @@ from agentd.run import (
     reraise_if_not_an_outcome,
     run_config,
 )
-from agentd.secrets import SecretResolver
+from agentd.security.loopback import is_loopback_host
+from agentd.security.secrets import SecretResolver
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
 from agentd.supervisor.tools import register_subagent_tools
 from agentd.supervisor.wiring import open_root_supervisor
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog, LevelDial, Sink, stream_sink
 from agentd.telemetry.health import Health, current_health, use_health
 from agentd.telemetry.stream import EVENTS_PATH, EventBus, use_bus
 
@@ -69,8 +69,8 @@ if TYPE_CHECKING:
     from agentd.cluster.work import WorkItem
     from agentd.ctl.commands import Controls, Loader
     from agentd.journal.store import JournalStore
-    from agentd.reactive.modes import FireOnce
-    from agentd.reactive.shared import Shared
+    from agentd.modes.drivers import FireOnce
+    from agentd.modes.shared import Shared
     from agentd.transport.serve import ServeConfig, Serving
 
 #: How long the last export of spans may take when the daemon ends.
@@ -183,13 +183,13 @@ async def main(
 
 
 def _people(cfg: Config, bus: EventBus) -> contextlib.AbstractContextManager[Any]:
-    """The queue of what waits for a person (agentd.approvals), where one can answer: a daemon with a control
+    """The queue of what waits for a person (agentd.oversight.approvals), where one can answer: a daemon with a control
     socket (``--ctl-socket``, or ``--state-dir``'s). Without one, an approval is denied and an elicitation
     declined at once. When the daemon serves, what waits is on ``/events`` (and so on ``/ui/``) for as long as
     it waits: ``approval.waiting``, held for every new subscriber, then ``approval.settled``."""
     if cfg.ctl_socket is None and cfg.journal.state_dir is None:
         return contextlib.nullcontext()
-    from agentd.approvals import Approvals, Pending, use_approvals
+    from agentd.oversight.approvals import Approvals, Pending, use_approvals
 
     queue = Approvals()
     if cfg.serve.mcp is not None:
@@ -332,7 +332,7 @@ def _shared(cfg: Config, cluster: Cluster | None) -> Shared | None:
     if cluster is None:
         return None
     from agentd.cluster.subscriptions import Subscriptions, scope_of
-    from agentd.reactive.clustered import ClusterReactive
+    from agentd.modes.clustered import ClusterReactive
 
     subs = Subscriptions(cluster.store, scope_of(cfg.instruction or ""), cluster.queue.member, cluster.queue.capacity)
     payload = {"output_contract": cfg.output_contract} if cfg.output_contract is not None else {}
@@ -514,8 +514,8 @@ async def _start_controls(
 
     def controls() -> Controls:
         if not built:
-            from agentd.approvals import current_approvals
             from agentd.ctl.commands import Controls
+            from agentd.oversight.approvals import current_approvals
 
             made = Controls(operator, cfg, supervisor, log.bind(comp="ctl"), journal=journal, loader=reload,
                             snapshot=board.read, approvals=current_approvals())
@@ -593,7 +593,7 @@ async def _once(
     shared: Shared | None = None,
 ) -> RunResult:
     """The root run: with the root supervisor's ``subagent.*``/``graph.run`` tools while depth remains, and,
-    with an MCP server, the in-run ``subscribe`` and ``await_resource`` (agentd.reactive.once).
+    with an MCP server, the in-run ``subscribe`` and ``await_resource`` (agentd.modes.once).
 
     When the run ends its own subagents (``0.*``) are cancelled, as a finishing parent's are; served
     runs (``served.N``) on the same supervisor keep running until the daemon drains.
@@ -625,7 +625,7 @@ async def _once(
 
 def _in_run_waits(cfg: Config, log: EventLog, controls: ControlToolRegistry) -> Beside:
     def beside(opened: Opened) -> contextlib.AbstractAsyncContextManager[None]:
-        from agentd.reactive.once import in_run_waits  # the watcher: only for a once run with an MCP server
+        from agentd.modes.once import in_run_waits  # the watcher: only for a once run with an MCP server
 
         return in_run_waits(opened, controls, log, cfg.modes.poll_interval)
 
@@ -637,7 +637,7 @@ async def _daemon_mode(
     supervisor: Supervisor, board: StatusBoard, journal: JournalStore | None, fire_once: FireOnce | None = None,
     shared: Shared | None = None,
 ) -> RunResult:
-    from agentd.reactive.entry import daemon_mode  # the router and watchers: only for a daemon mode
+    from agentd.modes.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
                              publish=board.published, journal=journal, fire_once=fire_once, shared=shared)

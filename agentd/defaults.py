@@ -54,7 +54,7 @@ DRAIN_TIMEOUT: Final = 25.0
 #: ``--cron`` is read in this zone unless ``--cron-tz`` names another (agentd.config.cron).
 CRON_TIME_ZONE: Final = "UTC"
 
-# --- reactive mode (agentd.reactive.router.Router) ------------------------------------------------------
+# --- reactive mode (agentd.modes.router.Router) ------------------------------------------------------
 DEBOUNCE: Final = 0.25
 MAX_CONCURRENT_WAKES: Final = 4
 #: URIs one wake may cover when wakes queue for the concurrent slots (a saturated daemon batches).

@@ -32,7 +32,7 @@ _PER_TOKEN: Final = PICO_PER_USD // 10**6
 PRICE_PLACES: Final = 6
 #: Decimal places a budget (dollars) may have.
 USD_PLACES: Final = 12
-#: The name of the money budget: what a usage report answers when it is spent (agentd.loop.runner), the cap a
+#: The name of the money budget: what a usage report answers when it is spent (agentd.agent.runner), the cap a
 #: spawn refusal names, the ``loop.budget`` event's ``budget``.
 BUDGET_USD: Final = "budget_usd"
 

@@ -32,24 +32,24 @@ import attrs
 import trio
 
 from agentd import defaults
+from agentd.agent.budgets import Limits
+from agentd.agent.builtin import resource_read_tool
+from agentd.agent.control import ControlToolRegistry
+from agentd.agent.ports import Intelligence, ToolPool
+from agentd.agent.result import RunResult, RunStatus, RunUsage
+from agentd.agent.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool, StagedServers
 from agentd.config.model import Config, McpServerConfig
 from agentd.config.on_events import speaking_events
 from agentd.errors import AgentdError, ConfigError, ExitCode, flatten, leaves
-from agentd.events import EventLog
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.endpoints import OFFLINE, display
 from agentd.intelligence.wire import ToolCall
-from agentd.loop.budgets import Limits
-from agentd.loop.builtin import resource_read_tool
-from agentd.loop.control import ControlToolRegistry
-from agentd.loop.ports import Intelligence, ToolPool
-from agentd.loop.result import RunResult, RunStatus, RunUsage
-from agentd.loop.runner import Resume, RunRequest, StepJournal, UsageHook, run_loop
-from agentd.operator import Operator, current_operator
-from agentd.secrets import SecretResolver
+from agentd.oversight.operator import Operator, current_operator
+from agentd.security.secrets import SecretResolver
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from agentd.telemetry.spans import agent_span, end_agent_span
 from agentd.transport.egress import EgressPolicy
 
@@ -176,7 +176,7 @@ def _open_gateway(gateway: Gateway, *, log: EventLog, secrets: SecretResolver, e
 
 
 class _Reopened:
-    """What a reload staged for one open run: new intelligence endpoints and/or MCP servers (agentd.operator).
+    """What a reload staged for one open run: new intelligence endpoints and/or MCP servers (agentd.oversight.operator).
     (A plain class: this module loads at a once run's start-up.)"""
 
     __slots__ = ("endpoints", "intel", "operator", "pool", "servers", "shown")
@@ -415,7 +415,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     """Start ``request`` in the journal: a new run gets its ``RunStarted``; an unfinished one is resumed.
 
     ``seed_runs`` (a ``--continue`` turn) names the runs of the earlier turns its seed is made of: journaled as
-    references instead of a copy of the seed (agentd.reactive.continue_route rebuilds it from them).
+    references instead of a copy of the seed (agentd.modes.continue_route rebuilds it from them).
 
     ``new``: the parent knows no process journaled this run before (a child of a run started in the parent's
     own process): the journal is not read, and ``RunStarted`` goes with the run's first commit.
@@ -459,7 +459,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     if lost:
         await recorder.lost(lost, state.warm_children)
     if state.unanswered:  # a server's question that waited: its request died with that process
-        from agentd.loop.asks import LOST
+        from agentd.agent.asks import LOST
 
         for question in state.unanswered:
             await recorder.elicitation_decided(question.step, question.call_id, "cancel", None, LOST)
@@ -568,7 +568,7 @@ async def run_with(
     if builtin.name not in registry:
         registry.register(builtin)
     if peers is not None and peers.peers:
-        from agentd.loop.a2a import register_a2a_tools
+        from agentd.agent.a2a import register_a2a_tools
 
         register_a2a_tools(registry, peers)
     return await run_loop(request, pool=pool, intel=intel, controls=registry, log=log, on_usage=on_usage,
@@ -603,7 +603,7 @@ async def run_config(
     journaled, resumed when unfinished, or answered from the journal when already finished. ``settle`` (the
     supervisor's, for a run that may spawn) is awaited once the loop has its result: it ends the subagents
     the run left running and returns what its subagents used, which the result's usage counts. ``beside``
-    (the once run's in-run ``subscribe``, agentd.reactive.once) is held open around the loop once the run's
+    (the once run's in-run ``subscribe``, agentd.modes.once) is held open around the loop once the run's
     pool is: what it enters may register control tools on ``controls`` that use that pool. ``shared`` (a
     cluster member's claimed runs, as a daemon's wakes share the daemon's pool) is what another owner opened:
     the run uses its MCP pool instead of opening its own (the model client and A2A peers are still the run's).

@@ -6,7 +6,7 @@ import attrs
 
 from agentd import defaults
 from agentd.config import Config
-from agentd.reactive.router import Router
+from agentd.modes.router import Router
 from agentd.selfmcp.surface import SelfMcpLimits
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces

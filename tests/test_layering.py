@@ -96,19 +96,18 @@ def test_the_checker_itself(source: str, forbidden: set[str], expected: list[str
 #: own layer's leaves and any lower layer; never a higher layer, and never a sibling role in its own layer (siblings
 #: meet only in a layer above them, which hands one to the other). docs/architecture.md shows the same table.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("leaves", frozenset({"_version", "errors", "events", "secrets", "drain", "backoff", "ids", "defaults", "jsontext", "loopback",
-                          "tool_separator", "rule_of_two", "telemetry", "operator", "approvals", "lazy", "patterns",
-                          "prices"})),
+    ("leaves", frozenset({"_version", "errors", "telemetry", "security", "oversight", "backoff", "formats",
+                          "defaults", "deferred", "prices"})),
     ("mcp", frozenset({"mcp"})),
     ("transport", frozenset({"transport"})),
     ("config", frozenset({"config"})),
     ("journal", frozenset({"journal"})),
     ("cluster", frozenset({"cluster"})),
     ("client, intelligence, a2a", frozenset({"client", "intelligence", "a2a"})),
-    ("loop", frozenset({"loop"})),
+    ("agent", frozenset({"agent"})),
     ("run", frozenset({"run"})),
     ("supervisor", frozenset({"supervisor"})),
-    ("selfmcp, reactive, connections, ctl", frozenset({"selfmcp", "reactive", "connections", "ctl"})),
+    ("selfmcp, modes, connections, ctl", frozenset({"selfmcp", "modes", "connections", "ctl"})),
     ("daemon", frozenset({"daemon"})),
     ("child", frozenset({"child"})),
     ("terminal", frozenset({"terminal"})),
@@ -188,7 +187,7 @@ def _edges(source: str, package: str) -> Iterator[tuple[int, str]]:
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
-            # ``from agentd import drain`` imports the module agentd.drain
+            # ``from agentd.oversight import drain`` imports the module agentd.oversight.drain
             targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             name = node.value.partition(":")[0]
@@ -203,7 +202,7 @@ def _edges(source: str, package: str) -> Iterator[tuple[int, str]]:
 #: each names the import strings that feed it (which are edges of their own, counted above) or why it is not
 #: agentd's. A new dynamic import fails :func:`test_every_dynamic_import_is_listed` until it is listed here.
 DYNAMIC_IMPORTS: dict[str, str] = {
-    "agentd/lazy.py": "resolves a package's lazy export table; the table's module strings are edges of the "
+    "agentd/deferred/lazy.py": "resolves a package's lazy export table; the table's module strings are edges of the "
                       "package that declares it (agentd, agentd.client, agentd.intelligence)",
     "agentd/config/__init__.py": "config's lazy exports (PEP 562, so `agentd --help` imports only the flag "
                                  "table); _LAZY's module strings are its edges",
@@ -229,18 +228,18 @@ def test_every_dynamic_import_is_listed() -> None:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("def f():\n    from agentd import drain", ["agentd.drain"]),
-        ("import importlib\nimportlib.import_module('agentd.events')", ["agentd.events"]),
-        ("__import__('agentd.ids')", ["agentd.ids"]),
+        ("def f():\n    from agentd.oversight import drain", ["agentd.oversight.drain"]),
+        ("import importlib\nimportlib.import_module('agentd.telemetry.events')", ["agentd.telemetry.events"]),
+        ("__import__('agentd.formats.ids')", ["agentd.formats.ids"]),
         ("_LAZY = {'Config': 'agentd.config.model'}", ["agentd.config.model"]),
         ("PREIMPORT = ('agentd.run', 'httpcore')", ["agentd.run"]),
-        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agentd.drain import DrainLatch", []),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agentd.oversight.drain import DrainLatch", []),
         ("x = 'agentd.no_such_module'", []),
-        ("from . import catalogue", ["agentd.loop.catalogue"]),
+        ("from . import catalogue", ["agentd.agent.catalogue"]),
     ],
 )
 def test_the_edge_finder_itself(source: str, expected: list[str]) -> None:
-    assert [target for _, target in _edges(source, "agentd.loop")] == expected
+    assert [target for _, target in _edges(source, "agentd.agent")] == expected
 
 
 def _upward_edges() -> list[str]:

@@ -30,13 +30,13 @@ import attrs
 import httpx
 import trio
 
-from agentd import jsontext as json_text
 from agentd.a2a import types as a2a
 from agentd.config.model import McpServerConfig
 from agentd.errors import A2aConnectError, A2aError, A2aRpcError, AgentdError
-from agentd.events import EventLog
+from agentd.formats import jsontext as json_text
 from agentd.mcp.sse import SseDecoder, SseError
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import (
     DEFAULT_MAX_BODY,

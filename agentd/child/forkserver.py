@@ -27,7 +27,7 @@ from agentd.supervisor.forkserver import FORKS_ENV, MESSAGE_SIZE
 #: here is time no forked child pays again.
 PREIMPORT = (
     "agentd.run", "agentd.client", "agentd.intelligence", "agentd.intelligence.failover",
-    "agentd.intelligence.gateway", "agentd.backoff", "agentd.secrets", "agentd.transport.http_client",
+    "agentd.intelligence.gateway", "agentd.backoff", "agentd.security.secrets", "agentd.transport.http_client",
     "agentd.transport.tls",
     "agentd.child.session", "agentd.child.turn", "agentd.child.scripted",
     "agentd.supervisor.graph", "agentd.supervisor.supervisor", "agentd.supervisor.tools",
@@ -64,9 +64,9 @@ def _preimport() -> None:
         # The control tools every real child offers: their input schemas are checked against the
         # meta-schema and compiled once here (the catalogue memoizes validators by schema), not in each
         # child's first turn (~25 ms of CPU, more than the rest of its start).
-        from agentd.loop.builtin import resource_read_tool
-        from agentd.loop.catalogue import build_catalogue
-        from agentd.loop.control import ControlToolRegistry
+        from agentd.agent.builtin import resource_read_tool
+        from agentd.agent.catalogue import build_catalogue
+        from agentd.agent.control import ControlToolRegistry
         from agentd.supervisor.supervisor import Caller, Origin
         from agentd.supervisor.tools import register_subagent_tools
 
@@ -76,7 +76,7 @@ def _preimport() -> None:
         build_catalogue((), registry)
         # A run defers compiling a control tool's validator to the tool's first call (a once run that never
         # spawns skips jsonschema's import); a forked child must not pay it on its first spawn: compile here.
-        from agentd.loop.catalogue import precompile
+        from agentd.agent.catalogue import precompile
 
         precompile(tool.input_schema for tool in registry)
     except Exception:  # a warm-up only
@@ -161,10 +161,10 @@ def _rehearse_journal(times: int = REHEARSALS) -> None:
 
     import trio
 
-    from agentd.events import Redactor
     from agentd.journal.recorder import RunRecorder, config_digest
     from agentd.journal.records import RunStarted
     from agentd.journal.sqlite import JournalFile, SqliteJournal, Worker, db_path
+    from agentd.telemetry.events import Redactor
 
     redactor = Redactor()
     redactor.add("rehearsal-secret")

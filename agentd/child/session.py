@@ -24,10 +24,9 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.approvals import Approvals, use_approvals
 from agentd.child.context import ChildContext, TurnRunner
 from agentd.child.parent import die_with_parent, libc, wait_parent_gone
-from agentd.events import EventLog, stream_sink
+from agentd.oversight.approvals import Approvals, use_approvals
 from agentd.supervisor.asks import RemoteAsker
 from agentd.supervisor.authority import RemoteAuthority
 from agentd.supervisor.channel import ControlChannel
@@ -47,6 +46,7 @@ from agentd.supervisor.messages import (
     Spawn,
 )
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog, stream_sink
 
 _PAYLOAD_WAIT = 30.0
 

@@ -23,22 +23,22 @@ from agentd.supervisor.messages import Result, RunPayload
 
 if TYPE_CHECKING:
     from agentd.config.model import Config
-    from agentd.events import Redactor
     from agentd.journal.store import JournalStore
+    from agentd.telemetry.events import Redactor
 
 #: How long a child may spend exporting its spans at the end of a turn (the parent waits for the result).
 TURN_FLUSH_TIMEOUT = 3.0
 
 
 async def loop_turn(ctx: ChildContext, message: str) -> Result:
-    from agentd.events import EventLog, stream_sink
-    from agentd.loop.budgets import Limits
-    from agentd.loop.control import ControlToolRegistry
-    from agentd.loop.distill import structured_answer
+    from agentd.agent.budgets import Limits
+    from agentd.agent.control import ControlToolRegistry
+    from agentd.agent.distill import structured_answer
     from agentd.run import is_cancellation, run_config
     from agentd.supervisor.supervisor import Caller, Origin
     from agentd.supervisor.tools import register_subagent_tools
     from agentd.supervisor.wiring import config_from_wire
+    from agentd.telemetry.events import EventLog, stream_sink
 
     payload = ctx.payload
     cfg = config_from_wire(payload.config)

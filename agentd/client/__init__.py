@@ -5,7 +5,7 @@ See docs/mcp-client.md for the behaviour and docs/architecture.md § MCP client 
 
 from typing import TYPE_CHECKING
 
-from agentd.lazy import lazy_exports
+from agentd.deferred.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from agentd.client._streams import Tuning as Tuning

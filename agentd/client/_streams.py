@@ -23,10 +23,10 @@ from agentd.client.liveness import Liveness
 from agentd.client.subscriptions import Subscriptions
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError
-from agentd.events import EventLog
 from agentd.mcp import jsonrpc, meta
 from agentd.mcp.streamable_http import LAST_EVENT_ID, Body
 from agentd.mcp.versions import Era
+from agentd.telemetry.events import EventLog
 from agentd.transport.http_client import ConnectionLost
 
 

@@ -19,11 +19,11 @@ from agentd.client.exchange import Exchange, SessionGone
 from agentd.client.models import ResourceInfo, ResourceTemplateInfo, ToolInfo
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpProtocolError, McpRpcError
-from agentd.events import MAX_FIELD_ITEMS, EventLog
 from agentd.mcp import schemas, tasks, types
 from agentd.mcp.streamable_http import invalid_header_annotation
 from agentd.mcp.tool_hash import tool_hash
 from agentd.mcp.versions import Era
+from agentd.telemetry.events import MAX_FIELD_ITEMS, EventLog
 
 #: A server still returning a cursor after this many pages is broken.
 MAX_PAGES: Final = 1024

@@ -15,10 +15,10 @@ from agentd.client.connection import ServerConnection
 from agentd.client.pool import open_mcp_pool
 from agentd.config.model import McpServerConfig
 from agentd.errors import ExitCode
-from agentd.events import EventLog, Redactor
 from agentd.mcp import tasks as mcp_tasks
 from agentd.mcp import types
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog, Redactor
 from agentd.transport.http_client import display_url
 
 

@@ -46,13 +46,13 @@ from agentd.client.subscriptions import Subscriptions, UpdateSink
 from agentd.client.tasks import TaskStarted, TaskWait
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpConnectError, McpError, McpProtocolError, McpRpcError, McpTransportError
-from agentd.events import EventLog
 from agentd.mcp import jsonrpc, types
 from agentd.mcp import meta as mcp_meta
 from agentd.mcp import tasks as mcp_tasks
 from agentd.mcp.client_session import ClientSession, ResultTypeError
 from agentd.mcp.streamable_http import param_headers
 from agentd.mcp.versions import Era
+from agentd.telemetry.events import EventLog
 from agentd.transport.http_client import HttpTransport
 
 
@@ -305,7 +305,7 @@ class ServerConnection:
     async def call_tool(self, tool: str, arguments: dict[str, Any], *, run_id: str, idempotency_key: str,
                         resume_task: str | None = None, on_task: TaskStarted | None = None) -> ToolResult:
         """Call ``tool``. ``idempotency_key`` names this logical call: every send of it (the re-sends below, a
-        resumed run's re-send) carries the same key (agentd.ids.call_key).
+        resumed run's re-send) carries the same key (agentd.formats.ids.call_key).
 
         A call the server runs as a task (agentd.mcp.tasks) is waited for here (agentd.client.tasks), within the
         same call timeout: ``on_task`` hears the task's id once it exists; ``resume_task`` (a journaled id) polls

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import httpx
 
     from agentd.config.model import McpServerConfig
-    from agentd.events import EventLog
+    from agentd.telemetry.events import EventLog
 
 
 class CredentialSource(Protocol):

@@ -5,7 +5,7 @@ the server holds no state, and the client asks, cursor in hand, for what happene
 is that loop for one subscription, over any ``request`` function (the connection's
 :class:`~agentd.client.exchange.Exchange`, which adds the 2026-07-28 envelope, the extension in the per-request
 client capabilities and the required headers): it polls, hands each answer to ``on_batch`` (which decides what
-a wake is, agentd.reactive.events), and sleeps the server's ``nextPollMs`` (kept within a floor and a cap; at
+a wake is, agentd.modes.events), and sleeps the server's ``nextPollMs`` (kept within a floor and a cap; at
 once while ``hasMore``). Every request is bounded by the call timeout; a failing poll (the server down, a
 malformed answer) is logged once per streak (``events.poll_failed``) and retried with a doubling backoff, the
 cursor unchanged: nothing is skipped and nothing crashes.
@@ -32,11 +32,11 @@ import trio
 from agentd import defaults
 from agentd.client.exchange import Exchange
 from agentd.errors import ConfigError, McpError, McpProtocolError, McpTransportError
-from agentd.events import EventLog, null_log
 from agentd.mcp import events, jsonrpc, meta
 from agentd.mcp.client_session import ResultTypeError, SessionError
 from agentd.mcp.streamable_http import Body
 from agentd.mcp.versions import Era
+from agentd.telemetry.events import EventLog, null_log
 
 #: ``request(method, params)``: one request on the subscription's server, answered with its result.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]

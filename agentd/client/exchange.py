@@ -22,7 +22,6 @@ from agentd import telemetry
 from agentd.client.errors import ResponseStreamBroken
 from agentd.client.liveness import Liveness
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
-from agentd.events import EventLog
 from agentd.mcp import failure_policy, input_required, jsonrpc
 from agentd.mcp.client_session import (
     CapabilityMissing,
@@ -47,6 +46,7 @@ from agentd.mcp.streamable_http import (
 )
 from agentd.mcp.versions import LATEST_MODERN, Era
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_client_span, with_trace_meta
 from agentd.transport.http_client import ConnectionLost, HttpReply, HttpTransport
@@ -450,9 +450,9 @@ class Exchange:
 
     async def _answer_request(self, request: jsonrpc.Request) -> jsonrpc.Response | jsonrpc.ErrorResponse:
         """A request the host opted this server in to (elicitation, sampling): answered by the run whose tool call
-        it arrived in (agentd.approvals.current_answerer); outside a call, an elicitation is declined and sampling
+        it arrived in (agentd.oversight.approvals.current_answerer); outside a call, an elicitation is declined and sampling
         refused. Waits as long as the answer takes: the call's own timeout and the run's deadline bound it."""
-        from agentd.approvals import Refused, current_answerer
+        from agentd.oversight.approvals import Refused, current_answerer
 
         answerer = current_answerer()
         params = request.params if isinstance(request.params, dict) else {}
@@ -512,7 +512,7 @@ class Exchange:
         elif isinstance(event, NotificationReceived):
             self.on_notification(event.method, event.params)
             if event.method == "notifications/resources/updated":
-                # What the update started (a wake, handed over at once: agentd.reactive.watch) takes its first
+                # What the update started (a wake, handed over at once: agentd.modes.watch) takes its first
                 # step, up to its own first wait, before this task goes back to reading the stream. Every task
                 # runnable now runs in the next scheduling batch, in either order: so two rounds, not one.
                 await trio.lowlevel.checkpoint()

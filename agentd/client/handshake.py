@@ -22,11 +22,11 @@ from agentd.client.exchange import Exchange, StreamBroke
 from agentd.config.model import EraChoice
 from agentd.defaults import MCP_ERA
 from agentd.errors import McpConnectError, McpError, McpRpcError
-from agentd.events import EventLog
 from agentd.mcp import jsonrpc, types
 from agentd.mcp import meta as mcp_meta
 from agentd.mcp.client_session import HandshakeError
 from agentd.mcp.versions import MODERN_VERSIONS, Era
+from agentd.telemetry.events import EventLog
 from agentd.transport.http_client import ConnectionLost
 
 

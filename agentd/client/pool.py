@@ -29,9 +29,9 @@ from agentd import defaults
 from agentd.client.era_cache import EraCache, process_era_cache
 from agentd.config.model import McpServerConfig
 from agentd.errors import AgentdError, McpConnectError, McpError, ResourceNotFound
-from agentd.events import EventLog
-from agentd.ids import new_call_key
-from agentd.secrets import SecretResolver
+from agentd.formats.ids import new_call_key
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from agentd.telemetry.health import readiness_check
 
 if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and httpx load with the first server
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # a pool without servers connects nothing: the connection and
 
 #: How long a retired connection stays open at most, for the turns in flight to end and their calls to finish.
 RETIRE_WAIT: Final = 300.0
-#: Waits until the turns in flight when a reload swapped the servers have ended (agentd.operator).
+#: Waits until the turns in flight when a reload swapped the servers have ended (agentd.oversight.operator).
 TurnsPassed = Callable[[], Awaitable[None]]
 #: ``delivery(uri, server)``: one ``resources/updated``, handed over as it arrives (:meth:`McpPool.deliver`).
 Delivery = Callable[[str, str], None]
@@ -165,7 +165,7 @@ class McpPool:
     ) -> ToolResult:
         """Call a tool. ``isError`` comes back as a result; JSON-RPC errors raise McpRpcError.
 
-        ``idempotency_key`` names the logical call (the loop derives it: agentd.ids.call_key); without one the
+        ``idempotency_key`` names the logical call (the loop derives it: agentd.formats.ids.call_key); without one the
         call gets a fresh key of its own. A call the server runs as a task reports the task's id to ``on_task``;
         ``resume_task`` polls a task such a call started before instead of calling the tool
         (ServerConnection.call_tool)."""
@@ -233,7 +233,7 @@ class McpPool:
         through :meth:`updates` (None: back to the channel).
 
         A wake's latency budget is milliseconds and a channel costs its consumer a scheduling round per
-        update; a consumer that only routes (agentd.reactive.watch.Watcher) takes them directly. ``sink``
+        update; a consumer that only routes (agentd.modes.watch.Watcher) takes them directly. ``sink``
         must return at once and never raise: it runs inside the connection's notification handling.
         """
         self._sink = sink

@@ -20,10 +20,10 @@ import trio
 from agentd.client.exchange import Exchange, SessionGone
 from agentd.config.model import McpServerConfig
 from agentd.errors import McpError, McpTransportError
-from agentd.events import EventLog
 from agentd.mcp import tasks as mcp_tasks
 from agentd.mcp.client_session import CapabilityMissing
 from agentd.mcp.versions import Era
+from agentd.telemetry.events import EventLog
 
 #: ``(server, uri, synthesized)``: the pool's coalescing updates queue.
 UpdateSink = Callable[[str, str, bool], None]

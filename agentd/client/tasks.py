@@ -28,10 +28,10 @@ from agentd import defaults, telemetry
 from agentd.client.exchange import CLEANUP_GRACE, Exchange, SessionGone
 from agentd.client.subscriptions import Subscriptions
 from agentd.errors import McpError, McpProtocolError, McpRpcError, McpTransportError
-from agentd.events import EventLog
 from agentd.mcp import jsonrpc, tasks
 from agentd.mcp.client_session import ResultTypeError
 from agentd.mcp.versions import Era
+from agentd.telemetry.events import EventLog
 
 #: Called once a task exists (its id), before the first poll: the durable wait journals it (agentd.run).
 TaskStarted = Callable[[str], Awaitable[None]]

@@ -9,7 +9,7 @@
 - :mod:`agentd.cluster.work`: members (register, heartbeat) and work items claimed with
   ``FOR UPDATE SKIP LOCKED`` under leases with fencing tokens.
 - :mod:`agentd.cluster.subscriptions`: subscriptions owned by one member at a time (lease rows, fenced wake
-  records); the owner loop that watches them is agentd.reactive.clustered.
+  records); the owner loop that watches them is agentd.modes.clustered.
 
 Nothing is imported here: psycopg is loaded only by a daemon started with ``--cluster``.
 """

@@ -31,10 +31,10 @@ from agentd.cluster.store import PgJournal, open_database
 from agentd.cluster.work import enqueue, view
 from agentd.config.dsn import connect_args, parse
 from agentd.errors import ConfigError
-from agentd.events import Redactor
-from agentd.ids import new_run_id
+from agentd.formats.ids import new_run_id
 from agentd.journal.recorder import rebuild
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import Redactor
 
 
 def _parser() -> argparse.ArgumentParser:

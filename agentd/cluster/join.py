@@ -27,8 +27,8 @@ from agentd.cluster.watch import DoneWatch
 from agentd.cluster.work import Queue
 from agentd.config.dsn import connect_args, parse
 from agentd.config.model import Config
-from agentd.events import EventLog
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 
 
 def member_id() -> str:

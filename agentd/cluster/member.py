@@ -40,10 +40,10 @@ from agentd.cluster.store import FencedJournal
 from agentd.cluster.watch import FALLBACK_POLL, DoneWatch
 from agentd.cluster.work import CANCELLED, DONE_CHANNEL, WORK_CHANNEL, Queue, WorkItem
 from agentd.errors import flatten, leaves
-from agentd.events import EventLog
 from agentd.journal.errors import JournalError
 from agentd.journal.records import RunEnded
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 
 #: Longest the claimer waits without a wake-up before looking again (a lost NOTIFY, expired leases).
 POLL_INTERVAL: Final = 1.0

@@ -42,10 +42,10 @@ from agentd.backoff import exponential
 from agentd.cluster import migrations
 from agentd.cluster.db import Database
 from agentd.cluster.errors import ClusterUnavailable, LeaseLost
-from agentd.events import Redactor
 from agentd.journal.group import GroupCommit, Pending
 from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode_json, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
+from agentd.telemetry.events import Redactor
 
 if TYPE_CHECKING:
     from agentd.journal.store import JournalStore

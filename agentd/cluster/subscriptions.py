@@ -3,7 +3,7 @@
 Why: every member of a cluster runs the same agent. If each subscribed to each ``--subscribe`` URI, one update
 would wake every member. Instead each subscription is a row in ``agentd_subscriptions`` under a lease, as a work
 item is (agentd.cluster.work), and only the member holding the lease subscribes on the MCP server and runs its
-wakes (the owner loop is agentd.reactive.clustered). The rules, each one transaction:
+wakes (the owner loop is agentd.modes.clustered). The rules, each one transaction:
 
 - a row is keyed by the agent (:func:`scope_of`, its instruction) and the URI: ``--subscribe`` rows are inserted
   by every member that declares them (``ON CONFLICT DO NOTHING``) and claimed only by members that declare

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 import attrs
 
 from agentd.errors import ConfigError
-from agentd.events import Redactor
-from agentd.secrets import SecretResolver, has_secret_ref
+from agentd.security.secrets import SecretResolver, has_secret_ref
+from agentd.telemetry.events import Redactor
 
 #: libpq quotes the token it stumbled on; that token may be a password, so it is never repeated.
 _QUOTED = re.compile(r'"[^"]*"')

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Final
 
-from agentd.patterns import Pattern
+from agentd.deferred.patterns import Pattern
 
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION: Final = Pattern(r"^\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>ms|s|m|h|d)?\s*$", re.ASCII)

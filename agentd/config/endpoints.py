@@ -11,10 +11,10 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
+from agentd.deferred.patterns import Pattern
 from agentd.errors import ConfigError
-from agentd.loopback import is_loopback_host as is_loopback_host
-from agentd.patterns import Pattern
-from agentd.tool_separator import SEPARATOR
+from agentd.formats.tool_separator import SEPARATOR
+from agentd.security.loopback import is_loopback_host as is_loopback_host
 
 if TYPE_CHECKING:
     from agentd.config.model import McpServerConfig

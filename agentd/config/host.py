@@ -28,7 +28,7 @@ One host file serves both ``agentd run`` (:func:`load_host`: the whole file as a
 ``connections:`` entry becomes an ordinary MCP server carrying the tools its ``mode`` allows. The checks and
 their paths are the same for both, so an error names the exact value and the process exits 2 before it
 opens anything. Environment *references* are checked for presence here, never read into memory (a secret is
-read when a connection is made, through agentd.secrets).
+read when a connection is made, through agentd.security.secrets).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from agentd.config.structure import EnvRef, FieldError, converter, register_alia
 from agentd.config.validate import check_operator_egress
 from agentd.config.yaml_file import read_mapping
 from agentd.errors import ConfigError
-from agentd.secrets import check_refs_available
-from agentd.tool_separator import SEPARATOR
+from agentd.formats.tool_separator import SEPARATOR
+from agentd.security.secrets import check_refs_available
 
 Mode = Literal["read", "read_write"]
 DataPolicy = Literal["full", "redact_tool_values", "metadata_only"]

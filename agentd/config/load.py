@@ -36,9 +36,9 @@ from agentd.config.model import (
 )
 from agentd.config.validate import Purpose, validate
 from agentd.errors import ConfigError
+from agentd.formats.tool_separator import SEPARATOR
 from agentd.prices import Price, parse_price_flag, parse_usd
-from agentd.secrets import has_secret_ref, secret_refs
-from agentd.tool_separator import SEPARATOR
+from agentd.security.secrets import has_secret_ref, secret_refs
 
 if TYPE_CHECKING:
     from agentd.config.file import FileLayer

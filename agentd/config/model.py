@@ -2,7 +2,7 @@
 
 Parsing lives next door (``argv.py``, ``env.py``, ``file.py``, ``host.py``, ``load.py``); validation in ``validate.py``.
 Every duration is float seconds; every secret is a *reference* (``{{secret:NAME}}``), resolved only when
-a connection is made (``agentd.secrets``).
+a connection is made (``agentd.security.secrets``).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class McpServerConfig:
     tls: TlsConfig | None = None
     connect_timeout: float = defaults.CONNECT_TIMEOUT
     call_timeout: float = defaults.CALL_TIMEOUT
-    #: Rule-of-Two properties (agentd.rule_of_two.SERVER_TAGS) the operator gave this server; None: untagged (untrusted_input).
+    #: Rule-of-Two properties (agentd.security.rule_of_two.SERVER_TAGS) the operator gave this server; None: untagged (untrusted_input).
     tags: tuple[str, ...] | None = None
     #: The tools this server may offer and run (a host ``connections:`` allowlist, after its ``mode``);
     #: None: every tool the server lists. The connection hides the rest and refuses calls to them.
@@ -296,7 +296,7 @@ class SubagentsConfig:
 @attrs.frozen
 class LadderConfig:
     """How agentd stops what it started: the kill ladder's graces and liveness limits for a child
-    (agentd.supervisor.ladder) and the daemon's drain on SIGTERM (``--drain-timeout``; agentd.drain)."""
+    (agentd.supervisor.ladder) and the daemon's drain on SIGTERM (``--drain-timeout``; agentd.oversight.drain)."""
 
     cancel_grace: float = defaults.CANCEL_GRACE
     term_grace: float = defaults.TERM_GRACE
@@ -312,7 +312,7 @@ class ModesConfig:
 
     subscribe: tuple[str, ...] = ()
     continue_uris: tuple[str, ...] = ()
-    #: MCP events the reactive daemon wakes on (agentd.reactive.events).
+    #: MCP events the reactive daemon wakes on (agentd.modes.events).
     on_events: tuple[EventSubscriptionConfig, ...] = ()
     interval: float | None = None
     cron: str | None = None

@@ -7,7 +7,7 @@ is not a name), and every error names its JSON path (``$.connections.docs.auth.t
 :data:`Duration` fields.
 
 A secret is only ever an environment *reference*, ``{env: NAME}``; the value is read when a connection is
-made, through :class:`agentd.secrets.SecretResolver` (so it is registered with the redactor), never here.
+made, through :class:`agentd.security.secrets.SecretResolver` (so it is registered with the redactor), never here.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from agentd.config.endpoints import (
 )
 from agentd.config.extras import require
 from agentd.config.model import Config, McpServerConfig, flat_settings
+from agentd.deferred.patterns import Pattern
 from agentd.errors import ConfigError
-from agentd.patterns import Pattern
-from agentd.rule_of_two import SERVER_TAGS, catalogue_tags, check_trifecta
-from agentd.secrets import check_refs_available, looks_like_inline_credential, secret_refs
+from agentd.security.rule_of_two import SERVER_TAGS, catalogue_tags, check_trifecta
+from agentd.security.secrets import check_refs_available, looks_like_inline_credential, secret_refs
 
 if TYPE_CHECKING:
     from agentd.transport.egress import EgressPolicy

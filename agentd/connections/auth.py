@@ -38,11 +38,11 @@ from typing import Any, Final
 import attrs
 import httpx
 
-from agentd import jsontext as json_text
 from agentd.connections.client_assertion import JWT_BEARER, client_assertion
 from agentd.errors import McpConnectError
-from agentd.events import EventLog
-from agentd.loopback import is_loopback_host
+from agentd.formats import jsontext as json_text
+from agentd.security.loopback import is_loopback_host
+from agentd.telemetry.events import EventLog
 from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
 from agentd.transport.http_client import display_url
 

@@ -22,7 +22,8 @@ from typing import Any, Protocol, TextIO
 import attrs
 import trio
 
-from agentd import defaults, drain
+from agentd import defaults
+from agentd.agent.result import RunResult, RunStatus
 from agentd.config.endpoints import parse_mcp_flag
 from agentd.config.host import AuthClientCredentials, AuthOAuth, Host, load_host
 from agentd.config.load import load_command
@@ -47,10 +48,9 @@ from agentd.connections.transcript import (
     read_run,
 )
 from agentd.errors import AgentdError, ConfigError, McpConnectError, flatten
-from agentd.events import EventLog, stream_sink
-from agentd.ids import new_run_id
-from agentd.jsontext import escape_controls
-from agentd.loop.result import RunResult, RunStatus
+from agentd.formats.ids import new_run_id
+from agentd.formats.jsontext import escape_controls
+from agentd.oversight import drain
 from agentd.run import (
     Gateway,
     ended,
@@ -60,7 +60,8 @@ from agentd.run import (
     reraise_if_not_an_outcome,
     started,
 )
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog, stream_sink
 from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import tls_context
 from agentd.transport.tls import default_context
@@ -158,7 +159,7 @@ def run_manifest(
 
 async def run_with_signals(prepared: Prepared, out: TextIO, promise: ResultPromise | None = None
                            ) -> ManifestResult:
-    """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.drain): the first signal
+    """:func:`run_prepared` under SIGTERM/SIGINT as ``agentd`` handles them (agentd.oversight.drain): the first signal
     drains (no new step or model call; running work may finish for ``--drain-timeout``, then it is cancelled,
     exit 0), a second one cancels at once (exit 1)."""
     log = EventLog(sink=stream_sink(out if prepared.stream else sys.stderr), run_id=prepared.identity.run_id,

@@ -19,7 +19,7 @@ from agentd.config.structure import structure
 from agentd.config.yaml_file import read_mapping
 from agentd.connections.model import Binding, Manifest
 from agentd.errors import ConfigError
-from agentd.tool_separator import SEPARATOR
+from agentd.formats.tool_separator import SEPARATOR
 
 _APP_TOOL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 

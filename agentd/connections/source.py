@@ -33,8 +33,8 @@ from agentd.connections.auth import (
     ProviderAuth,
 )
 from agentd.errors import AgentdError
-from agentd.events import EventLog, Redactor
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog, Redactor
 from agentd.transport.egress import EgressPolicy
 
 

@@ -22,6 +22,12 @@ from typing import Any
 import attrs
 import trio
 
+from agentd.agent.budgets import Limits
+from agentd.agent.catalogue import Entry as CatalogueEntry
+from agentd.agent.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
+from agentd.agent.ports import Intelligence
+from agentd.agent.result import RunResult, RunStatus, RunUsage
+from agentd.agent.runner import RunRequest, run_loop
 from agentd.client.models import ToolInfo, ToolResult
 from agentd.client.pool import McpPool
 from agentd.client.tasks import TaskStarted
@@ -34,17 +40,11 @@ from agentd.connections.runtime import (
 )
 from agentd.connections.runtime import ToolCall as AppToolCall
 from agentd.connections.transcript import Entry, Transcript
-from agentd.drain import current_drain
 from agentd.errors import McpError
-from agentd.events import EventLog
+from agentd.formats.tool_separator import SEPARATOR
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
-from agentd.loop.budgets import Limits
-from agentd.loop.catalogue import Entry as CatalogueEntry
-from agentd.loop.control import ControlContext, ControlResult, ControlTool, ControlToolRegistry
-from agentd.loop.ports import Intelligence
-from agentd.loop.result import RunResult, RunStatus, RunUsage
-from agentd.loop.runner import RunRequest, run_loop
-from agentd.tool_separator import SEPARATOR
+from agentd.oversight.drain import current_drain
+from agentd.telemetry.events import EventLog
 
 
 @attrs.frozen

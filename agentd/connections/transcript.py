@@ -32,7 +32,7 @@ import attrs
 import trio
 
 from agentd.errors import ConfigError
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from agentd.telemetry.private_files import prepare_database
 
 REDACTED: Final = "[redacted]"

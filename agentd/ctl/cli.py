@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from agentd.ctl.server import MAX_REQUEST, socket_path
 from agentd.errors import ConfigError
-from agentd.jsontext import escape_controls
+from agentd.formats.jsontext import escape_controls
 
 #: How long ``agentd ctl`` waits for the daemon's answer by default (a cancel waits for the kill ladder).
 DEFAULT_TIMEOUT: Final = 30.0

@@ -7,12 +7,12 @@ An answer with ``error`` is a refusal (exit 1); nothing here raises for bad inpu
   capacity, the mode's own snapshot (what ``agent://status`` shows) and the config's reload count; with
   ``--cluster`` a ``cluster`` section: this member's slots and the capacity signal its heartbeat last read
   (agentd.cluster.capacity).
-- ``pause`` / ``resume``: the operator switch (agentd.operator); with ``--state-dir`` the paused state is
+- ``pause`` / ``resume``: the operator switch (agentd.oversight.operator); with ``--state-dir`` the paused state is
   saved, so a restarted daemon starts paused.
 - ``lame-duck`` (``{"on": false}`` ends it).
 - ``cancel``: a run by its run id (the daemon's once run or a wake), else a subagent or served run by its
   handle (``0.3``, ``served.2``).
-- ``approvals``: what waits for a person (agentd.approvals): tool calls marked ``approve``, servers' questions
+- ``approvals``: what waits for a person (agentd.oversight.approvals): tool calls marked ``approve``, servers' questions
   (elicitation). ``approve ID`` sends the call (once); ``deny ID [REASON]`` never sends it and the model is told
   why; ``answer ID CONTENT`` answers a question with the form's values, checked against its schema (``decline``
   or ``cancel`` instead of the content: the MCP actions). docs/approvals.md.
@@ -34,18 +34,18 @@ import trio
 from agentd import defaults
 from agentd.config.model import Config
 from agentd.ctl.reload import plan_reload
-from agentd.drain import current_drain
 from agentd.errors import AgentdError
-from agentd.events import EventLog
 from agentd.journal.errors import JournalError
-from agentd.operator import Operator, Staged
+from agentd.oversight.drain import current_drain
+from agentd.oversight.operator import Operator, Staged
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, Supervisor
+from agentd.telemetry.events import EventLog
 from agentd.telemetry.health import current_health
 
 if TYPE_CHECKING:
-    from agentd.approvals import Approvals
     from agentd.journal.store import JournalStore
+    from agentd.oversight.approvals import Approvals
 
 #: The daemon-state namespace (``--state-dir``) of the operator's switches that survive a restart.
 OPERATOR_STATE: Final = "operator"
@@ -150,7 +150,7 @@ class Controls:
 
     def decide(self, op: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """``approve`` / ``deny`` an approval, ``answer`` an elicitation (see the module docstring)."""
-        from agentd.approvals import MAX_REASON, Decision
+        from agentd.oversight.approvals import MAX_REASON, Decision
 
         item_id = request.get("id")
         if not isinstance(item_id, str) or not item_id:
@@ -248,10 +248,10 @@ class Controls:
 
 
 def _answer(content: Any, schema: Mapping[str, Any]) -> Any:
-    """An elicitation's :class:`~agentd.approvals.Decision` from ``answer``'s content (the form's values, checked
+    """An elicitation's :class:`~agentd.oversight.approvals.Decision` from ``answer``'s content (the form's values, checked
     against the requested schema; ``"decline"``/``"cancel"`` for those actions), or why it cannot be one."""
-    from agentd.approvals import Decision
     from agentd.mcp.schemas import CheckTooCostly, SchemaUnusable, compile_schema, first_error
+    from agentd.oversight.approvals import Decision
 
     if content in ("decline", "cancel"):
         return Decision(content)

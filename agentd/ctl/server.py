@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import trio
 
-from agentd import jsontext as json_text
 from agentd.errors import ConfigError
-from agentd.events import EventLog
+from agentd.formats import jsontext as json_text
+from agentd.telemetry.events import EventLog
 
 #: A request line's size limit, how long a client may take to send it, and how many clients at once.
 MAX_REQUEST: Final = 64 * 1024
@@ -191,7 +191,7 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | str:
 
 def parse_request(data: bytes) -> dict[str, Any] | str:
     """The request object on the first line of ``data``, or why there is none. Never raises: bytes that are
-    not UTF-8, a lone surrogate, nesting deeper than :data:`agentd.jsontext.MAX_DEPTH` are each an answer."""
+    not UTF-8, a lone surrogate, nesting deeper than :data:`agentd.formats.jsontext.MAX_DEPTH` are each an answer."""
     if len(data) > MAX_REQUEST:
         return f"request longer than {MAX_REQUEST} bytes"
     try:

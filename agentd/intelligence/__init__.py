@@ -18,15 +18,15 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd import defaults
+from agentd.deferred.lazy import lazy_exports
 from agentd.errors import ConfigError
-from agentd.events import EventLog, Redactor
 from agentd.intelligence.endpoints import OFFLINE, completions_url, parse_endpoints
 from agentd.intelligence.names import WIRE_NAME, ToolNameMap
 from agentd.intelligence.offline import MODEL_NAME as OFFLINE_MODEL_NAME
 from agentd.intelligence.offline import OfflineIntelligence, example_value
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
-from agentd.lazy import lazy_exports
-from agentd.secrets import SecretResolver, has_secret_ref
+from agentd.security.secrets import SecretResolver, has_secret_ref
+from agentd.telemetry.events import EventLog, Redactor
 
 if TYPE_CHECKING:
     from agentd.intelligence.failover import Breaker as Breaker

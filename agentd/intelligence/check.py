@@ -23,10 +23,10 @@ import httpx
 import trio
 
 from agentd.defaults import CONNECT_TIMEOUT
-from agentd.events import EventLog
 from agentd.intelligence.endpoints import OFFLINE, display, parse_endpoints
 from agentd.intelligence.gateway import cause_in
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from agentd.transport.egress import EgressPolicy
 from agentd.transport.http_client import MetadataRefused, new_client
 from agentd.transport.proxy import ProxyEnv

@@ -32,10 +32,10 @@ import trio
 
 from agentd.backoff import exponential
 from agentd.errors import IntelligenceError
-from agentd.events import EventLog
 from agentd.intelligence.gateway import Gateway, GatewayError, Retryable
 from agentd.intelligence.wire import ChatTool, ModelReply, Usage, encode_request
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 
 #: Retries on the same endpoint after a transient failure, the first waiting ``RETRY_BASE`` seconds and each
 #: later one twice the previous, up to ``RETRY_CAP`` (agentd.backoff).

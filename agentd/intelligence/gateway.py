@@ -19,14 +19,14 @@ import attrs
 import httpx
 import trio
 
-from agentd import jsontext as json_text
 from agentd import telemetry
 from agentd.errors import ConfigError, IntelligenceError
-from agentd.events import EventLog
+from agentd.formats import jsontext as json_text
 from agentd.intelligence.endpoints import display
 from agentd.intelligence.tally import current_tally
 from agentd.intelligence.wire import MalformedReply, ModelReply, StreamAssembler, parse_completion
 from agentd.mcp.sse import SseDecoder, SseError
+from agentd.telemetry.events import EventLog
 from agentd.transport.http_client import MetadataRefused
 from agentd.transport.tls_errors import gateway_verify_hint
 
@@ -91,7 +91,7 @@ def _error_detail(body: bytes) -> str:
 
 
 class Resolver(Protocol):
-    """Anything that expands a secret reference (``agentd.secrets.SecretResolver``)."""
+    """Anything that expands a secret reference (``agentd.security.secrets.SecretResolver``)."""
 
     def resolve(self, template: str) -> str: ...
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from agentd.tool_separator import SEPARATOR
+from agentd.formats.tool_separator import SEPARATOR
 
 MAX_LEN: Final = 64
 WIRE_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

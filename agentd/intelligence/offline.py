@@ -15,10 +15,10 @@ from typing import Any, Final
 
 import attrs
 
-from agentd import jsontext as json_text
-from agentd.events import EventLog
+from agentd.formats import jsontext as json_text
+from agentd.formats.tool_separator import SEPARATOR
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
-from agentd.tool_separator import SEPARATOR
+from agentd.telemetry.events import EventLog
 
 MODEL_NAME: Final = "agentd-offline-test"
 NOTICE: Final = "agentd offline test model: deterministic, not a language model"

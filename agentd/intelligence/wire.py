@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from agentd import jsontext as json_text
+from agentd.formats import jsontext as json_text
 
 #: The output-token cap sent with every request (the original agentd's default).
 MAX_OUTPUT_TOKENS: Final = 4096
@@ -145,7 +145,7 @@ def _compact(value: Any) -> str:
 
 #: JSON text of a ``tools`` array, by each tool's name, description and the identity of its schema
 #: object (held in the value, so an id cannot be reused while cached). Schemas are never mutated once
-#: offered: the loop's catalogue hands out one prepared copy per schema (agentd.loop.catalogue).
+#: offered: the loop's catalogue hands out one prepared copy per schema (agentd.agent.catalogue).
 _TOOLS_JSON: dict[tuple[tuple[str, str, int], ...], tuple[tuple[ChatTool, ...], str]] = {}
 _TOOLS_JSON_MAX = 64
 #: The last tuple of tools encoded and its text (held): a catalogue hands out one tuple until it changes.

@@ -25,9 +25,9 @@ from typing import Any, Final
 import attrs
 
 from agentd.errors import ConfigError
+from agentd.formats.jsontext import escape_controls
 from agentd.journal.sqlite import SCHEMA_VERSION, JournalFile, db_path
 from agentd.journal.store import RunSummary
-from agentd.jsontext import escape_controls
 
 #: The ``format`` of an ``agentd journal export`` document.
 EXPORT_FORMAT: Final = "agentd.journal.run"

@@ -4,7 +4,7 @@ turns the committed records into where a recovered run starts again.
 Why here: the run composition (agentd.run) owns *when* a run is journaled; this module owns *what* a run's
 records are and what they mean after a crash, with no knowledge of the loop's types (it sees plain JSON
 messages, as the loop holds them). The loop calls the recorder through its narrow
-:class:`agentd.loop.runner.StepJournal` hook:
+:class:`agentd.agent.runner.StepJournal` hook:
 
 - ``replied(step, message, ...)``: one batch per step, committed *before* any of the step's tool calls is
   sent (write-ahead): the assistant message, one ``ToolCallRequested`` per call, the step's usage;

@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Final
 
 import attrs
 
-from agentd.events import Redactor
 from agentd.journal.errors import JournalFormatError
+from agentd.telemetry.events import Redactor
 
 #: The version every encoded record carries as ``v``. A reader refuses anything newer.
 RECORD_VERSION: Final = 1
@@ -45,7 +45,7 @@ class RunStarted:
     #: A ``--continue`` session's turn: the run ids of the session's earlier turns it starts from, oldest first
     #: (references: each turn's message and answer are its own run's records); None for any other run.
     seed_runs: tuple[str, ...] | None = attrs.field(default=None, converter=_run_ids)
-    #: The random part of the run's tool-call idempotency keys (agentd.ids.call_key), so a resumed run re-sends a
+    #: The random part of the run's tool-call idempotency keys (agentd.formats.ids.call_key), so a resumed run re-sends a
     #: call under the key it was first sent with; None in a journal written before agentd sent keys.
     key_nonce: str | None = None
 
@@ -88,7 +88,7 @@ class ToolTaskStarted:
 
 @attrs.frozen
 class ApprovalPending:
-    """A tool call marked ``approve`` waits for a person (agentd.approvals), committed before the wait: a resumed
+    """A tool call marked ``approve`` waits for a person (agentd.oversight.approvals), committed before the wait: a resumed
     run asks again for a call with no ``approval.decided``, and never sends it unasked."""
 
     KIND: ClassVar[str] = "approval.pending"

@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 import attrs
 import trio
 
-from agentd.events import Redactor
 from agentd.journal.ddl import SQLITE
 from agentd.journal.errors import JournalError, JournalSchemaError
 from agentd.journal.group import GroupCommit, Pending
 from agentd.journal.records import Record, RunEnded, RunStarted, decode, encode_json, redacted
 from agentd.journal.store import Entry, Lease, Retention, RunJournal, RunSummary
+from agentd.telemetry.events import Redactor
 from agentd.telemetry.private_files import prepare_database
 
 if TYPE_CHECKING:

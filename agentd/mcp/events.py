@@ -3,7 +3,7 @@
 Why it exists: a server speaking the events extension (``io.modelcontextprotocol/events``, SEP-3415, defined for
 the 2026-07-28 wire) lets a client subscribe to things that happen upstream (a ticket filed, a build finished)
 instead of asking the model to poll. agentd's reactive daemon wakes on them as it wakes on resource updates
-(agentd.reactive.events); the requests are sent by agentd.client.events. This module is the wire, as data:
+(agentd.modes.events); the requests are sent by agentd.client.events. This module is the wire, as data:
 
 * ``events/list`` names the event types, each with the delivery modes it offers (``poll``, ``push``,
   ``webhook``): :func:`parse_list`.

@@ -2,7 +2,7 @@
 
 A top-level JSON-RPC error or a transport failure is not the tool's output: it is classified here and the
 decision is returned as data. The client (agentd.client.exchange) reads :attr:`Decision.retries` to re-send what
-is safe to repeat; the loop (agentd.loop.runner) reads :attr:`Decision.outcome` to write the observation and
+is safe to repeat; the loop (agentd.agent.runner) reads :attr:`Decision.outcome` to write the observation and
 :attr:`Decision.counts_down` to mark a server that keeps failing as down (exit 6 if it is required, its
 tools omitted if it is optional). ``isError`` results never come here: the tool ran, that is an observation.
 

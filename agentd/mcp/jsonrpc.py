@@ -11,7 +11,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from agentd import jsontext as text
+from agentd.formats import jsontext as text
 
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
@@ -114,7 +114,7 @@ def parse_message(obj: Any) -> Message:
 def loads(data: bytes | str, surrogates: text.Policy = "reject") -> Any:
     """Decode JSON, raising :class:`InvalidMessage` (-32700) on garbage.
 
-    ``surrogates`` is :mod:`agentd.jsontext`'s rule: ``"reject"`` a lone UTF-16 surrogate (what agentd
+    ``surrogates`` is :mod:`agentd.formats.jsontext`'s rule: ``"reject"`` a lone UTF-16 surrogate (what agentd
     serves) or ``"replace"`` it with U+FFFD (what agentd reads from a server it called).
     """
     try:

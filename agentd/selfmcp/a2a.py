@@ -39,15 +39,15 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd import jsontext as json_text
 from agentd._version import __version__
 from agentd.a2a import types as a2a
-from agentd.events import EventLog, null_log
+from agentd.formats import jsontext as json_text
 from agentd.mcp import jsonrpc
 from agentd.mcp.sse import encode_event
 from agentd.selfmcp.backend import RunView
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, Supervisor, is_terminal
+from agentd.telemetry.events import EventLog, null_log
 from agentd.transport.asgi import (
     Receive,
     Scope,

@@ -40,7 +40,7 @@ from agentd.cluster.errors import ClusterUnavailable
 from agentd.cluster.store import PgJournal
 from agentd.cluster.watch import FALLBACK_POLL, WAITER_FALLBACK, DoneWatch
 from agentd.cluster.work import enqueue, request_cancel, view
-from agentd.ids import new_run_id
+from agentd.formats.ids import new_run_id
 from agentd.journal.errors import JournalError
 from agentd.journal.recorder import rebuild
 from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn

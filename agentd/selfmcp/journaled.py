@@ -39,8 +39,7 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd.events import EventLog
-from agentd.ids import new_run_id
+from agentd.formats.ids import new_run_id
 from agentd.journal.errors import JournalError
 from agentd.journal.ledger import SERVED_NAMESPACE, drop_ledgers_except
 from agentd.journal.store import JournalStore
@@ -48,6 +47,7 @@ from agentd.selfmcp.backend import Refusal, RunView, ServedSpawn
 from agentd.selfmcp.supervised import MANAGEMENT, SupervisorBackend
 from agentd.supervisor.caps import Refusal as SupervisorRefusal
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
+from agentd.telemetry.events import EventLog
 from agentd.transport.tenancy import Owners
 
 #: The daemon-state namespace of served handles, by handle.

@@ -3,7 +3,7 @@
 Why it exists: the surface (agentd.selfmcp.surface) learns when a served run ends, whatever wire spawned it; this
 module turns that into events (``subagent.finished``, and ``budget.exhausted`` when that is why it ended) in one
 bounded log (agentd.mcp.served_events.EventLog) that a modern-wire client polls with ``events/poll`` or follows
-with ``events/stream`` (:class:`EventStream`: push delivery). What waits for a person (agentd.approvals)
+with ``events/stream`` (:class:`EventStream`: push delivery). What waits for a person (agentd.oversight.approvals)
 becomes ``approval.pending`` and, once decided, ``approval.decided`` (:meth:`ServedEvents.approvals`), each its
 subagent's owner's.
 
@@ -37,17 +37,17 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd.events import EventLog as Log
-from agentd.events import null_log
 from agentd.journal.errors import JournalError
 from agentd.mcp import jsonrpc
 from agentd.mcp import served_events as wire
 from agentd.mcp.served_events import Cursor, EventLog, PollRequest, Stored
+from agentd.telemetry.events import EventLog as Log
+from agentd.telemetry.events import null_log
 from agentd.transport.tenancy import LOCAL_KEY
 
 if TYPE_CHECKING:
-    from agentd.approvals import Approvals, Pending
     from agentd.journal.store import JournalStore
+    from agentd.oversight.approvals import Approvals, Pending
 
 #: The journal's daemon-state namespace of the log: ``meta`` (epoch, head, floor) and ``e.<seq>`` per event.
 NAMESPACE: Final = "serve.events"

@@ -17,11 +17,11 @@ import attrs
 import trio
 
 from agentd.config.model import Config
-from agentd.events import EventLog, null_log
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
 from agentd.selfmcp.backend import SelfMcpBackend
 from agentd.selfmcp.served_events import ServedEvents
 from agentd.selfmcp.surface import AgentInfo, DaemonStatus, SelfMcpLimits, SelfMcpSurface
+from agentd.telemetry.events import EventLog, null_log
 from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
 from agentd.transport.gate import LOOPBACK_HOSTS
@@ -163,7 +163,7 @@ async def serve_for_daemon(
     On drain the listener stops (streams get their final frames), then the supervisor drains its
     runs within ``--drain-timeout`` and cancels the rest down the kill ladder.
     """
-    from agentd.drain import current_drain
+    from agentd.oversight.drain import current_drain
     from agentd.selfmcp.supervised import SupervisorBackend
     from agentd.supervisor.wiring import open_root_supervisor
 

@@ -24,9 +24,8 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd import jsontext as json_text
 from agentd._version import __version__
-from agentd.events import EventLog, null_log
+from agentd.formats import jsontext as json_text
 from agentd.mcp import jsonrpc, meta, served_events
 from agentd.mcp.jsonrpc import ErrorResponse, Request, Response
 from agentd.mcp.server_session import ServerIdentity
@@ -36,6 +35,7 @@ from agentd.selfmcp.backend import Refusal, RunView, SelfMcpBackend, ServedSpawn
 from agentd.selfmcp.served_events import EventStream, ServedEvents
 from agentd.selfmcp.subscriptions import Sink, SubscriptionLimit, Subscriptions
 from agentd.selfmcp.tools import TOOL_NAMES, TOOLS, schema_errors
+from agentd.telemetry.events import EventLog, null_log
 from agentd.transport.asgi_server import CallContext, ListenTicket
 from agentd.transport.tenancy import LOCAL, LOCAL_KEY, Owners, Principal
 
@@ -195,7 +195,7 @@ class SelfMcpSurface:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the run watchers; cancelled with the daemon nursery."""
         self._started = trio.current_time()
-        from agentd.approvals import current_approvals
+        from agentd.oversight.approvals import current_approvals
 
         async with trio.open_nursery() as nursery:
             self._nursery = nursery

@@ -1,4 +1,4 @@
-"""A subagent's questions for a person travel up the tree to the root's queue (agentd.approvals).
+"""A subagent's questions for a person travel up the tree to the root's queue (agentd.oversight.approvals).
 
 A subagent's process has no control socket: nobody can answer there. So its queue forwards (:class:`RemoteAsker`,
 installed by agentd.child.session): each item becomes an ``ask`` frame to the parent, which puts it in its own
@@ -16,8 +16,8 @@ from typing import Final
 
 import trio
 
-from agentd.approvals import Action, Decision, Pending, current_approvals
-from agentd.drain import current_drain
+from agentd.oversight.approvals import Action, Decision, Pending, current_approvals
+from agentd.oversight.drain import current_drain
 from agentd.supervisor.channel import ControlChannel
 from agentd.supervisor.messages import Answered, Ask
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from agentd.events import EventLog, null_log
 from agentd.journal.errors import JournalError
 from agentd.prices import BUDGET_USD
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog, null_log
 
 if TYPE_CHECKING:  # the wire messages load with a child's channel: a root that spawns nothing never needs them
     from agentd.journal.store import JournalStore
@@ -58,7 +58,7 @@ class Authority(Protocol):
     async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
         """Count ``usage`` for ``handle``; true when the root's own run (``handle`` is the root) must make no
         further model call: past the ceiling, past its slice, or nothing left (``"budget_usd"``,
-        agentd.loop.runner.BUDGET_USD, when it is the money budget that is spent). A subagent past its slice
+        agentd.agent.runner.BUDGET_USD, when it is the money budget that is spent). A subagent past its slice
         is cancelled by the root instead (its report answers False below the root)."""
         ...
 

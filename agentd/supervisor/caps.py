@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from agentd import defaults
-from agentd.rule_of_two import check_trifecta
+from agentd.security.rule_of_two import check_trifecta
 
 if TYPE_CHECKING:  # the books load with the first admission or usage report (a once run's first reply)
     from agentd.journal.ledger import Charged, Ledger, Overdrawn

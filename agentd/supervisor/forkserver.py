@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 
 #: How long the server may go without answering any request before a launch gives up on it (re-exec).
 _STALL = 10.0

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agentd import jsontext as json_text
+from agentd.formats import jsontext as json_text
 
 MAX_FRAME: Final = 16 * 1024 * 1024
 _HEADER: Final = struct.Struct(">I")

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.loop.control import ChildJournal, ControlContext, ControlResult, ControlTool
+from agentd.agent.control import ChildJournal, ControlContext, ControlResult, ControlTool
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor
 

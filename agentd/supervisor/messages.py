@@ -185,7 +185,7 @@ class MetricsDelta:
 
 @attrs.frozen
 class Ask:
-    """A question for a person from a run in the child's subtree (agentd.approvals): a tool call to approve, or a
+    """A question for a person from a run in the child's subtree (agentd.oversight.approvals): a tool call to approve, or a
     server's elicitation, forwarded up to the root's queue; the parent answers with :class:`Answered`."""
 
     METHOD: ClassVar[str] = "ask"

@@ -19,8 +19,7 @@ from typing import Any
 import attrs
 import trio
 
-from agentd.events import EventLog
-from agentd.loop.result import RunUsage
+from agentd.agent.result import RunUsage
 from agentd.supervisor.authority import Authority
 from agentd.supervisor.caps import Refusal, is_within
 from agentd.supervisor.channel import ChannelBroken, ControlChannel
@@ -47,6 +46,7 @@ from agentd.supervisor.messages import (
     Spawn,
     Usage,
 )
+from agentd.telemetry.events import EventLog
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "refused", "exhausted_steps", "exhausted_tokens",
                       "exhausted_budget",

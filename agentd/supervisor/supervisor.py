@@ -24,14 +24,14 @@ import attrs
 import trio
 
 from agentd import defaults, telemetry
-from agentd.events import EventLog, null_log
-from agentd.loop.result import RunUsage
-from agentd.secrets import referenced_env_names
+from agentd.agent.result import RunUsage
+from agentd.security.secrets import referenced_env_names
 from agentd.supervisor.authority import Authority, LocalAuthority
 from agentd.supervisor.caps import TREES_KEPT, Admission, Caps, Refusal, TreeLedger, is_within
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog, null_log
 from agentd.telemetry.names import TRACEPARENT, TRACESTATE
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ ENDED_KEPT = 1024
 def referenced_secrets(config: Any, available: Mapping[str, str]) -> dict[str, str]:
     """The entries of ``available`` that some string in ``config`` (nested dicts and lists) references.
 
-    Which names a string references is :func:`agentd.secrets.referenced_env_names`'s decision alone, so a
+    Which names a string references is :func:`agentd.security.secrets.referenced_env_names`'s decision alone, so a
     child receives exactly the secrets a parent would resolve for the same templates.
     """
     names: set[str] = set()

@@ -1,6 +1,6 @@
 """The in-loop control tools: ``subagent.spawn``, ``.send``, ``.status``, ``.await``, ``.cancel``.
 
-Registered through the loop's :class:`~agentd.loop.control.ControlToolRegistry`; every handler goes
+Registered through the loop's :class:`~agentd.agent.control.ControlToolRegistry`; every handler goes
 through the one :class:`Supervisor` chokepoint with the run's own :class:`Caller` (origin STDIO, the
 agent's handle), so a model can only reach subagents of its own subtree. Cap and scope refusals are
 ``isError`` observations the model can adapt to; malformed arguments never get here (the loop validates
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentd.loop.control import ChildJournal, ControlContext, ControlResult, ControlTool, ControlToolRegistry
+from agentd.agent.control import ChildJournal, ControlContext, ControlResult, ControlTool, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.graph import child_run, graph_tool, number_after_journaled
 from agentd.supervisor.supervisor import Caller, SpawnRequest, Supervisor

@@ -22,8 +22,7 @@ import attrs
 import trio
 
 from agentd import telemetry
-from agentd.events import EventLog
-from agentd.rule_of_two import catalogue_tags
+from agentd.security.rule_of_two import catalogue_tags
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
@@ -35,6 +34,7 @@ from agentd.supervisor.supervisor import (
     referenced_secrets,
 )
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 
 if TYPE_CHECKING:
     import cattrs
@@ -130,7 +130,7 @@ async def open_root_supervisor(
     docs/supervisor.md for the measurements behind that choice). When the process's drain latch fires,
     the supervisor stops accepting spawns and drains (running children get ``drain_timeout``).
     """
-    from agentd.drain import current_drain
+    from agentd.oversight.drain import current_drain
 
     secrets = child_secrets(cfg, env)
     for value in secrets.values():
@@ -138,7 +138,7 @@ async def open_root_supervisor(
     latch = current_drain()
     async with trio.open_nursery() as watchers, open_supervisor(
         # A tool scope names MCP servers and A2A peers alike; the Rule of Two judges both (an untagged peer
-        # brings untrusted input and external communication, agentd.rule_of_two.peer_tags).
+        # brings untrusted input and external communication, agentd.security.rule_of_two.peer_tags).
         servers=frozenset(s.name for s in (*cfg.mcp, *cfg.a2a_peers)),
         server_tags=catalogue_tags(((s.name, s.tags) for s in cfg.mcp), ((p.name, p.tags) for p in cfg.a2a_peers)),
         settings=settings_from_config(cfg), child_config=ChildConfig(cfg),

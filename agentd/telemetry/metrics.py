@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from agentd.patterns import Pattern
+from agentd.deferred.patterns import Pattern
 from agentd.telemetry import schema
 from agentd.telemetry.recorder import Recorder
 from agentd.telemetry.schema import (
@@ -54,7 +54,7 @@ MAX_OPEN_VALUES: Final = 64
 #: Observations a subagent keeps for its parent (more are dropped and counted) and sends per frame.
 MAX_PENDING: Final = 4096
 MAX_PER_FRAME: Final = 256
-#: What a run status looks like (agentd.loop.result.RunStatus values: ``completed``, ``exhausted_steps``, …).
+#: What a run status looks like (agentd.agent.result.RunStatus values: ``completed``, ``exhausted_steps``, …).
 _STATUS: Final = Pattern(r"[a-z][a-z_]{0,31}")
 #: The depth label of this process's own runs (the root's handle ``0``).
 OWN_DEPTH: Final = "0"

@@ -1,4 +1,4 @@
-"""The live view of a run on a terminal: an :class:`~agentd.events.EventLog` sink that draws each event of the
+"""The live view of a run on a terminal: an :class:`~agentd.telemetry.events.EventLog` sink that draws each event of the
 story (:mod:`agentd.terminal.story`) as a line, with a status line at the bottom (the step, what is happening
 now, tokens and time so far) that is redrawn on every event.
 

@@ -263,7 +263,7 @@ async def run_top(url: str, headers: list[tuple[bytes, bytes]], tls: ssl.SSLCont
 
 def top_main(args: Sequence[str], env: dict[str, str]) -> int:
     from agentd.errors import AgentdError
-    from agentd.secrets import SecretResolver
+    from agentd.security.secrets import SecretResolver
 
     parser = argparse.ArgumentParser(prog="agentd top", description="Draw a serving daemon's live run tree.")
     parser.add_argument("url", help="the daemon's serve URL (http(s)://HOST:PORT/mcp) or its ws(s)://.../events")

@@ -20,8 +20,8 @@ import attrs
 import trio
 
 from agentd import defaults
-from agentd.events import EventLog, null_log
 from agentd.mcp.server_session import ServerCore
+from agentd.telemetry.events import EventLog, null_log
 from agentd.telemetry.health import PROBES
 from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport import resource_metadata_app

@@ -27,7 +27,7 @@ from typing import Any, Final, cast
 import attrs
 import trio
 
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from agentd.transport.http2 import Http2
 from agentd.transport.http11 import Http11
 from agentd.transport.served import App, Served, Settings, address

@@ -19,11 +19,11 @@ from typing import Final
 
 import attrs
 
-from agentd.events import EventLog, null_log
 from agentd.mcp import jsonrpc
 from agentd.mcp.jsonrpc import ErrorResponse
 from agentd.mcp.server_session import HttpReply, error_reply
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog, null_log
 from agentd.transport.resource_server import Rejected, ResourceServer, bearer_token
 from agentd.transport.tenancy import LOCAL, Principal, oauth_principal
 

@@ -22,7 +22,6 @@ import attrs
 import trio
 
 from agentd import telemetry
-from agentd.events import EventLog
 from agentd.mcp import jsonrpc
 from agentd.mcp.jsonrpc import ErrorResponse, Message, Notification, Request, Response
 from agentd.mcp.server_session import (
@@ -42,6 +41,7 @@ from agentd.mcp.sse import encode_event
 from agentd.mcp.streamable_http import EVENT_STREAM, SESSION_ID, accepts, priming_event
 from agentd.mcp.versions import Era
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from agentd.telemetry.names import JSONRPC_REQUEST_ID, TOOL_ERROR
 from agentd.telemetry.spans import mcp_server_span
 from agentd.transport.asgi import (

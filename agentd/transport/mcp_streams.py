@@ -18,13 +18,13 @@ from typing import Any
 import trio
 
 from agentd import defaults
-from agentd.events import EventLog
 from agentd.mcp import jsonrpc, meta
 from agentd.mcp.jsonrpc import Request
 from agentd.mcp.server_session import ServerCore, error_reply
 from agentd.mcp.sse import encode_event
 from agentd.mcp.streamable_http import EVENT_STREAM, accepts
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from agentd.transport.asgi import Receive, Send, cancel_on_event, send_reply
 from agentd.transport.mcp_handler import McpHandler, NotificationStream
 from agentd.transport.sse_response import sse_response

@@ -15,9 +15,9 @@ from typing import Final
 
 import trio
 
-from agentd.events import EventLog
 from agentd.mcp.server_session import HttpReply
 from agentd.telemetry import health, metrics
+from agentd.telemetry.events import EventLog
 from agentd.transport.asgi import Receive, Scope, Send, send_reply
 from agentd.transport.mounts import Mount, Mounts
 from agentd.transport.probes_app import probes

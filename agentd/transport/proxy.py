@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from agentd.loopback import is_loopback_host
+from agentd.security.loopback import is_loopback_host
 
 
 def _get(environ: Mapping[str, str], name: str) -> str:

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from agentd import jsontext as json_text
-from agentd.events import EventLog, null_log
-from agentd.loopback import is_loopback_host
+from agentd.formats import jsontext as json_text
+from agentd.security.loopback import is_loopback_host
+from agentd.telemetry.events import EventLog, null_log
 from agentd.transport.egress import EgressPolicy, Refused, Resolver, parse_url, pin, system_resolver, vet
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ import trio
 
 from agentd import defaults
 from agentd.errors import ConfigError
-from agentd.events import EventLog, null_log
-from agentd.loopback import is_loopback_host
+from agentd.security.loopback import is_loopback_host
+from agentd.telemetry.events import EventLog, null_log
 from agentd.transport.connections import ConnectionLimits, Connections
 from agentd.transport.resource_server import OAuthSettings
 from agentd.transport.served import Settings

@@ -37,13 +37,13 @@ sys.path.insert(0, str(ROOT))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 from loop import serve_instant_mcp  # noqa: E402
 
-from agentd.approvals import Approvals, Decision, use_approvals  # noqa: E402
+from agentd.agent.budgets import Limits  # noqa: E402
+from agentd.agent.runner import RunRequest  # noqa: E402
 from agentd.config.model import McpServerConfig  # noqa: E402
-from agentd.events import EventLog  # noqa: E402
-from agentd.loop.budgets import Limits  # noqa: E402
-from agentd.loop.runner import RunRequest  # noqa: E402
+from agentd.oversight.approvals import Approvals, Decision, use_approvals  # noqa: E402
 from agentd.run import Gateway, open_run, run_with  # noqa: E402
-from agentd.secrets import SecretResolver  # noqa: E402
+from agentd.security.secrets import SecretResolver  # noqa: E402
+from agentd.telemetry.events import EventLog  # noqa: E402
 from tests.peers.gateway import Rule, scripted_gateway, text, tool_call  # noqa: E402
 
 SECTION = "## Pending approvals"

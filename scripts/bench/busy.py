@@ -2,7 +2,7 @@
 
 Setup as in ``reactive.py``: the official Python SDK test peer (its own process, legacy era with
 ``resources/subscribe``), the scripted gateway in this process answering every request at once, and
-``agentd.reactive.entry.daemon_mode`` in this process in ``--mode reactive`` with the default debounce
+``agentd.modes.entry.daemon_mode`` in this process in ``--mode reactive`` with the default debounce
 (250 ms) and the default 4 concurrent wakes, subscribed to ``--uris`` counters. The wake-rate governor's
 caps (60 wakes a minute by default) are raised out of the way: this measures the daemon, not its cap.
 
@@ -42,9 +42,9 @@ from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.pa
 
 from agentd import defaults  # noqa: E402
 from agentd.config.model import Config, IntelligenceConfig, McpServerConfig, ModesConfig  # noqa: E402
-from agentd.events import EventLog, RateLimiter  # noqa: E402
-from agentd.reactive.entry import daemon_mode  # noqa: E402
+from agentd.modes.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
+from agentd.telemetry.events import EventLog, RateLimiter  # noqa: E402
 from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 
@@ -244,7 +244,7 @@ def render(r: dict[str, Any], command: str) -> str:
         f"| updates whose value no wake read (yet) | {r['unanswered']} |",
         f"| every URI's last wake read its final value | {last} |",
         "",
-        "`tests/reactive/test_busy_last_state.py` checks the last row at a smaller scale (real SDK server, real "
+        "`tests/modes/test_busy_last_state.py` checks the last row at a smaller scale (real SDK server, real "
         "sockets) on every test run.",
         "",
     ])

@@ -29,7 +29,7 @@ from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.pa
 
 from agentd.client import open_mcp_pool  # noqa: E402
 from agentd.config.model import McpServerConfig  # noqa: E402
-from agentd.events import null_log  # noqa: E402
+from agentd.telemetry.events import null_log  # noqa: E402
 from tests.peers import launch  # noqa: E402
 
 ARGS = {"text": "hello bench"}

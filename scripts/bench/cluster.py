@@ -61,9 +61,9 @@ from journal import compare, durability_lines, step
 from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, append_in, check_fence, open_database, open_pg_journal
 from agentd.cluster.work import Queue, WorkItem, enqueue
-from agentd.events import EventLog
 from agentd.journal.records import RunStarted
 from agentd.journal.sqlite import open_journal
+from agentd.telemetry.events import EventLog
 from tests.postgres import PASSWORD, start_server
 
 SECTION = "## Cluster"

@@ -36,17 +36,17 @@ if str(ROOT) not in sys.path:
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
+from agentd.agent import catalogue  # noqa: E402
+from agentd.agent.budgets import Limits  # noqa: E402
+from agentd.agent.builtin import resource_read_tool  # noqa: E402
+from agentd.agent.control import ControlToolRegistry  # noqa: E402
 from agentd.client.models import ToolInfo, ToolResult  # noqa: E402
-from agentd.events import EventLog  # noqa: E402
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage  # noqa: E402
-from agentd.loop import catalogue  # noqa: E402
-from agentd.loop.budgets import Limits  # noqa: E402
-from agentd.loop.builtin import resource_read_tool  # noqa: E402
-from agentd.loop.control import ControlToolRegistry  # noqa: E402
-from agentd.reactive.selftools import SelfRequests, self_tools  # noqa: E402
+from agentd.modes.selftools import SelfRequests, self_tools  # noqa: E402
 from agentd.supervisor.graph import graph_tool  # noqa: E402
 from agentd.supervisor.supervisor import Caller, Origin  # noqa: E402
 from agentd.supervisor.tools import subagent_tools  # noqa: E402
+from agentd.telemetry.events import EventLog  # noqa: E402
 from agentd.transport.http_client import new_client  # noqa: E402
 
 SECTION = "## Start-up and per-run costs"
@@ -154,7 +154,7 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
     out["catalogue_ms"] = best_ms(build, n, repeat)
     out["tools"] = len(tools)
 
-    from agentd.loop.runner import RunRequest
+    from agentd.agent.runner import RunRequest
     from agentd.run import run_with
 
     async def one_wake() -> None:

@@ -2,7 +2,7 @@
 
 Setup: the events-extension test peer (tests/peers/servers/events_server.py, a separate process on the 2026-07-28
 wire, ``--push``: ``ticket.created`` offered by ``events/stream``), the scripted gateway in this process answering
-every request at once, and ``agentd.reactive.entry.daemon_mode`` in this process in ``--mode reactive``, subscribed
+every request at once, and ``agentd.modes.entry.daemon_mode`` in this process in ``--mode reactive``, subscribed
 to the peer's ``test://counter`` (``--subscribe``, pushed on ``subscriptions/listen``) and to ``ticket.created``
 (``--on-event``).
 
@@ -48,9 +48,9 @@ from agentd.config.model import (  # noqa: E402
     McpServerConfig,
     ModesConfig,
 )
-from agentd.events import EventLog, RateLimiter  # noqa: E402
-from agentd.reactive.entry import daemon_mode  # noqa: E402
+from agentd.modes.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
+from agentd.telemetry.events import EventLog, RateLimiter  # noqa: E402
 from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 

@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
-from agentd.events import EventLog  # noqa: E402
 from agentd.intelligence import ChatTool, ToolNameMap, open_intelligence  # noqa: E402
 from agentd.intelligence.offline import OfflineIntelligence  # noqa: E402
 from agentd.intelligence.wire import parse_completion, request_body  # noqa: E402
+from agentd.telemetry.events import EventLog  # noqa: E402
 from tests.peers.gateway import completion_body, scripted_gateway, tool_call  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "You are a test." * 20}, {"role": "user", "content": "go " * 50}]

@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
+from agentd.agent.budgets import Limits  # noqa: E402
 from agentd.config.model import Config, IntelligenceConfig, McpServerConfig  # noqa: E402
-from agentd.events import EventLog  # noqa: E402
-from agentd.loop.budgets import Limits  # noqa: E402
 from agentd.run import run_config  # noqa: E402
+from agentd.telemetry.events import EventLog  # noqa: E402
 from tests.peers.asgi import lifespan, read_body  # noqa: E402
 from tests.peers.gateway import _hypercorn_config, scripted_gateway, tool_call  # noqa: E402
 
@@ -206,7 +206,7 @@ class _InstantPool:
 
 async def loop_only(steps: int, repeat: int) -> float:
     """Seconds per step of the loop alone (prompt, catalogue, validation, observations, events)."""
-    from agentd.loop.runner import RunRequest
+    from agentd.agent.runner import RunRequest
     from agentd.run import run_with
 
     best = float("inf")

@@ -23,9 +23,9 @@ import trio
 from bench_doc import replace_section
 from journal import step
 
+from agentd.agent.budgets import BudgetMeter, Limits
 from agentd.intelligence.wire import Usage
 from agentd.journal.sqlite import open_journal
-from agentd.loop.budgets import BudgetMeter, Limits
 from agentd.prices import PICO_PER_USD, Price
 from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger

@@ -2,7 +2,7 @@
 
 Setup: the official Python SDK test peer (a separate process, legacy era with ``resources/subscribe``
 and a GET stream), the scripted gateway in this process answering every request at once, and
-``agentd.reactive.entry.daemon_mode`` in this process in ``--mode reactive`` (default ``--debounce``
+``agentd.modes.entry.daemon_mode`` in this process in ``--mode reactive`` (default ``--debounce``
 250 ms, 4 concurrent wakes), subscribed to ``--uris`` counters.
 
 Latency: ``--wakes`` sequential wakes, round robin over the URIs (so each URI is idle and outside its
@@ -69,9 +69,9 @@ from agentd.config.model import (  # noqa: E402
     SelfMcpConfig,
     SubagentsConfig,
 )
-from agentd.events import EventLog, RateLimiter  # noqa: E402
-from agentd.reactive.entry import daemon_mode  # noqa: E402
+from agentd.modes.entry import daemon_mode  # noqa: E402
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
+from agentd.telemetry.events import EventLog, RateLimiter  # noqa: E402
 from tests.peers import launch  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text  # noqa: E402
 
@@ -203,9 +203,9 @@ class ServedSide:
 
 def serve_peer(port: int, warm: int) -> None:
     """``--serve-peer``: agentd serving its self-MCP on ``port`` with scripted subagents (its own process)."""
-    from agentd.drain import DrainLatch, use_drain
-    from agentd.events import null_log
+    from agentd.oversight.drain import DrainLatch, use_drain
     from agentd.selfmcp.serving import serve_for_daemon
+    from agentd.telemetry.events import null_log
 
     url = f"http://127.0.0.1:{port}/mcp"
     cfg = Config(instruction="bench peer", intelligence=IntelligenceConfig(endpoints=("http://127.0.0.1:9/v1",)), serve=SelfMcpConfig(mcp=url, bearer=SERVED_TOKEN, max_warm=warm, max_spawns=warm), subagents=SubagentsConfig(max_children=warm, max_total=max(warm, defaults.MAX_SUBAGENTS), spawn_burst=warm, spawn_rate=10_000), )
@@ -308,7 +308,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # What a wake takes beyond those two is agentd's share, in wall time and in CPU time of this trio
             # thread (the side-door bumps run in a worker thread, so their CPU is not in the thread's clock).
             from agentd.client import open_mcp_pool
-            from agentd.events import null_log
+            from agentd.telemetry.events import null_log
 
             gw_headers = {"content-type": "application/json", "accept": "application/json", FLOOR_HEADER: "1"}
             notify_ms: list[float] = []
@@ -438,13 +438,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 #: Where a profiled wake's extra CPU goes (``--profile``): the first matching part names a function's file.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("event lines", ("agentd/events.py", "time.gmtime", "time.strftime", "scripts/bench")),
-    ("catalogue and prompt", ("agentd/loop/catalogue.py", "agentd/loop/prompt.py", "agentd/loop/control.py",
-                              "agentd/reactive/wake_prompt.py", "agentd/intelligence/names.py")),
-    ("run set-up and the loop", ("agentd/reactive/runs.py", "agentd/reactive/entry.py", "agentd/run.py",
-                                 "agentd/loop/", "agentd/supervisor/", "agentd/reactive/selftools.py",
+    ("event lines", ("agentd/telemetry/events.py", "time.gmtime", "time.strftime", "scripts/bench")),
+    ("catalogue and prompt", ("agentd/agent/catalogue.py", "agentd/agent/prompt.py", "agentd/agent/control.py",
+                              "agentd/modes/wake_prompt.py", "agentd/intelligence/names.py")),
+    ("run set-up and the loop", ("agentd/modes/runs.py", "agentd/modes/entry.py", "agentd/run.py",
+                                 "agentd/agent/", "agentd/supervisor/", "agentd/modes/selftools.py",
                                  "agentd/telemetry/", "attr/", "attrs generated methods agentd")),
-    ("routing (watcher, router, wake)", ("agentd/reactive/",)),
+    ("routing (watcher, router, wake)", ("agentd/modes/",)),
     ("intelligence client (body, POST)", ("agentd/intelligence/", "agentd/transport/", "json/")),
     ("MCP client (notification, read)", ("agentd/client/", "agentd/mcp/")),
     ("trio scheduling and cancel scopes", ("trio/", "outcome/", "contextlib", "attrs generated methods trio")),

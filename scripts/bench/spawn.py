@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT_DIR))
 from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.path when run)
 
 from agentd.config.model import Config, IntelligenceConfig, SubagentsConfig  # noqa: E402
-from agentd.events import null_log  # noqa: E402
 from agentd.supervisor.caps import Caps  # noqa: E402
 from agentd.supervisor.supervisor import (  # noqa: E402
     Caller,
@@ -35,6 +34,7 @@ from agentd.supervisor.supervisor import (  # noqa: E402
     open_supervisor,
 )
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
+from agentd.telemetry.events import null_log  # noqa: E402
 from tests.peers.gateway import scripted_gateway, text  # noqa: E402
 
 ROOT = Caller(Origin.STDIO, "0")

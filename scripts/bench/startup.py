@@ -38,7 +38,7 @@ HEAVY = (
     "trio", "httpx", "httpcore", "h2", "hypercorn", "jsonschema", "cattrs", "yaml", "jwt", "rich", "click",
     "pygments", "cryptography", "sqlite3", "opentelemetry", "attr",
     "agentd.config.load", "agentd.daemon", "agentd.client", "agentd.journal", "agentd.journal.store",
-    "agentd.mcp.streamable_http", "agentd.a2a", "agentd.selfmcp", "agentd.reactive", "agentd.terminal.live",
+    "agentd.mcp.streamable_http", "agentd.a2a", "agentd.selfmcp", "agentd.modes", "agentd.terminal.live",
 )
 
 _ONCE = ("--instruction", "hi", "--intelligence", "test")

@@ -20,7 +20,7 @@ import trio
 from bench_doc import replace_section
 
 from agentd.connections.transcript import Entry, open_transcript
-from agentd.events import null_log
+from agentd.telemetry.events import null_log
 
 SECTION = "## Durable transcript"
 

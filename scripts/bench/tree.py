@@ -56,7 +56,6 @@ from bench_doc import replace_section  # noqa: E402  (scripts/bench is on sys.pa
 from spawn import cpu_ms, pss_kib, tree_pids  # noqa: E402
 
 from agentd.config.model import Config, IntelligenceConfig, SubagentsConfig, from_flat  # noqa: E402
-from agentd.events import null_log  # noqa: E402
 from agentd.supervisor.caps import Caps, Refusal  # noqa: E402
 from agentd.supervisor.supervisor import (  # noqa: E402
     Caller,
@@ -66,6 +65,7 @@ from agentd.supervisor.supervisor import (  # noqa: E402
     open_supervisor,
 )
 from agentd.supervisor.wiring import open_root_supervisor  # noqa: E402
+from agentd.telemetry.events import null_log  # noqa: E402
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call, tool_calls  # noqa: E402
 
 ROOT = Caller(Origin.STDIO, "0")

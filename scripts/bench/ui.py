@@ -32,8 +32,8 @@ from bench_doc import replace_section  # noqa: E402
 
 from agentd.client import open_mcp_pool  # noqa: E402
 from agentd.config.model import McpServerConfig  # noqa: E402
-from agentd.events import EventLog  # noqa: E402
-from agentd.secrets import SecretResolver  # noqa: E402
+from agentd.security.secrets import SecretResolver  # noqa: E402
+from agentd.telemetry.events import EventLog  # noqa: E402
 from tests.integration.agents import agentd_worker  # noqa: E402
 from tests.peers.gateway import scripted_gateway, text  # noqa: E402
 from tests.ui.browser import DEBIAN_BINARY  # noqa: E402

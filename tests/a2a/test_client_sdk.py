@@ -19,11 +19,11 @@ import trio
 import agentd
 from agentd.a2a.client import open_a2a_peers
 from agentd.a2a.types import render_outcome
+from agentd.agent.a2a import register_a2a_tools
+from agentd.agent.control import ControlContext, ControlToolRegistry
 from agentd.config.model import McpServerConfig
 from agentd.errors import A2aConnectError, A2aRpcError
-from agentd.events import EventLog
-from agentd.loop.a2a import register_a2a_tools
-from agentd.loop.control import ControlContext, ControlToolRegistry
+from agentd.telemetry.events import EventLog
 from tests.client.helpers import Events
 from tests.peers import launch
 from tests.peers.gateway import closed_port, scripted_gateway, text, tool_call
@@ -153,7 +153,7 @@ async def test_bearer_header_is_sent(free_port: int) -> None:
     with launch.start_peer(peer_argv("--bearer", "s3cret-token"), cwd=launch.REPO_ROOT) as guarded:
         events = Events()
         peer = _peer(guarded.url, headers={"Authorization": "Bearer {{secret:TOKEN}}"})
-        from agentd.secrets import SecretResolver
+        from agentd.security.secrets import SecretResolver
 
         resolver = SecretResolver(env={"TOKEN": "s3cret-token"}, redactor=events.log.redactor)
         with trio.fail_after(30):

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 import agentd
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.waiting import until

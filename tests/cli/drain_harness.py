@@ -16,8 +16,8 @@ import trio
 from agentd.cli import _trio_run_with_drain
 from agentd.config import Config
 from agentd.config.load import load_config
-from agentd.drain import current_drain
-from agentd.events import EventLog
+from agentd.oversight.drain import current_drain
+from agentd.telemetry.events import EventLog
 
 
 @attrs.frozen

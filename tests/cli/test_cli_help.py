@@ -119,7 +119,7 @@ console_main()
 """
 #: What running needs and helping must not load.
 RUN_MACHINERY = ("trio", "httpx", "httpcore", "hypercorn", "jsonschema", "yaml", "cattrs", "rich",
-                 "agentd.config.load", "agentd.daemon", "agentd.loop", "agentd.client", "agentd.connections",
+                 "agentd.config.load", "agentd.daemon", "agentd.agent", "agentd.client", "agentd.connections",
                  "agentd.supervisor", "agentd.journal", "agentd.cluster", "agentd.terminal.live")
 
 

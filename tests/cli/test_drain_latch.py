@@ -3,7 +3,7 @@
 import trio
 import trio.testing
 
-from agentd.drain import DrainLatch, current_drain, use_drain
+from agentd.oversight.drain import DrainLatch, current_drain, use_drain
 
 
 async def test_no_latch_installed_means_one_that_never_fires(autojump_clock: trio.testing.MockClock) -> None:

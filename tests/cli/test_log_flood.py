@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from agentd.events import MAX_FIELD_CHARS, RATE_LIMIT
+from agentd.telemetry.events import MAX_FIELD_CHARS, RATE_LIMIT
 from tests.cli.helpers import clean_env
 from tests.connections.helpers import connection, run
 from tests.connections.peer import mcp_peer

@@ -21,7 +21,7 @@ import trio
 
 from agentd.client import open_mcp_pool
 from agentd.config.model import McpServerConfig
-from agentd.events import EventLog, stream_sink
+from agentd.telemetry.events import EventLog, stream_sink
 
 #: Scenarios that exist only in the 2026-07-28 revision: agentd speaks it from the first request (era: modern).
 MODERN_ONLY = frozenset({"request-metadata", "http-standard-headers", "http-custom-headers",

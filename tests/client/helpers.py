@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.config.model import McpServerConfig
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 
 
 class Events:

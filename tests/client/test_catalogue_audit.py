@@ -14,7 +14,7 @@ import trio
 
 from agentd.client.pool import open_mcp_pool
 from agentd.errors import McpError
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from tests.client.helpers import Events, server
 from tests.peers import launch
 from tests.waiting import until

@@ -7,8 +7,8 @@ import json
 import trio
 
 from agentd.client.check import run_check
-from agentd.events import Redactor
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import Redactor
 from tests.client.fakeserver import Req, Resp, mcp_answer, serve_fake
 from tests.client.helpers import Events, server
 from tests.peers import launch

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 import trio
 
+from agentd.agent.budgets import Limits
+from agentd.agent.result import RunStatus
+from agentd.agent.runner import RunRequest
 from agentd.client import Tuning, open_mcp_pool
 from agentd.errors import McpProtocolError, McpRpcError, McpTransportError, ResourceNotFound
-from agentd.events import EventLog
-from agentd.loop.budgets import Limits
-from agentd.loop.result import RunStatus
-from agentd.loop.runner import RunRequest
 from agentd.run import run_with
+from agentd.telemetry.events import EventLog
+from tests.agent.scripted import ScriptedModel, call, final, tools_reply
 from tests.client.fakeserver import FakeServer, Req, Resp, error, mcp_answer, result, serve_fake
 from tests.client.helpers import Events, server
-from tests.loop.scripted import ScriptedModel, call, final, tools_reply
 
 TUNING = Tuning(backoff_initial=0.05, backoff_max=0.2)
 TOOLS = [{"name": "t", "inputSchema": {"type": "object"}},

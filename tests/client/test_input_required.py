@@ -120,8 +120,8 @@ async def test_a_server_that_never_completes_fails_the_call_after_the_round_cap(
 
 async def test_an_opted_in_server_gets_the_run_s_answers_and_declares_them_per_request() -> None:
     """``capabilities: [elicitation, sampling]``: each request's envelope declares both, and the embedded
-    requests are answered by what the run installed (agentd.approvals.answering) instead of refused."""
-    from agentd.approvals import answering
+    requests are answered by what the run installed (agentd.oversight.approvals.answering) instead of refused."""
+    from agentd.oversight.approvals import answering
 
     def script(req: Req) -> dict[str, Any] | None:
         params = params_of(req)

@@ -15,8 +15,8 @@ import trio
 
 from agentd.client import open_mcp_pool
 from agentd.errors import ConfigError, McpConnectError
-from agentd.events import null_log
 from agentd.intelligence import open_intelligence
+from agentd.telemetry.events import null_log
 from agentd.transport import tls
 from agentd.transport.http_client import new_client
 from agentd.transport.proxy import ProxyEnv

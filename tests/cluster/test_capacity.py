@@ -22,9 +22,9 @@ from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, PgJournal, open_database, open_pg_journal
 from agentd.cluster.watch import FALLBACK_POLL, WAITER_FALLBACK, DoneWatch
 from agentd.cluster.work import Queue, WorkItem, enqueue
-from agentd.events import EventLog
 from agentd.journal.records import RunEnded
 from agentd.selfmcp.clustered import ClusterBackend
+from agentd.telemetry.events import EventLog
 from tests.cluster.test_members import ROOT, _env, _joined, _served_url, _wait_for
 from tests.ctl.daemon import ctl
 from tests.peers.gateway import scripted_gateway

@@ -13,9 +13,9 @@ import pytest
 import trio
 
 from tests.cluster.test_members import _member_argv, _members
+from tests.modes.events_peer import emit, side
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text
-from tests.reactive.events_peer import emit, side
 from tests.waiting import until
 
 pytestmark = pytest.mark.interop

@@ -11,8 +11,8 @@ import trio
 from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, open_database, open_pg_journal
 from agentd.cluster.work import Queue, WorkItem, enqueue
-from agentd.events import EventLog
 from agentd.journal.records import RunStarted
+from agentd.telemetry.events import EventLog
 from tests.postgres import PASSWORD
 from tests.waiting import until
 

@@ -13,9 +13,9 @@ from agentd.cluster.errors import ClusterSchemaError, ClusterUnavailable, LeaseL
 from agentd.cluster.store import FencedJournal, open_database, open_pg_journal
 from agentd.config.dsn import connect_args, parse
 from agentd.errors import ConfigError
-from agentd.events import Redactor
 from agentd.journal.records import RunEnded, RunStarted
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import Redactor
 from tests.journal.helpers import WallClock, step
 from tests.postgres import PASSWORD
 from tests.waiting import until

@@ -3,7 +3,7 @@ higher fencing token, the old owner can no longer record a wake, shares spread t
 loop watches exactly what its member holds and wakes once for a change made while nobody owned it.
 
 The MCP server here is a small in-memory stand-in (:class:`Resources`): what is under test is who subscribes
-and who wakes, through the real watcher (agentd.reactive.watch) and the real database."""
+and who wakes, through the real watcher (agentd.modes.watch) and the real database."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from agentd.cluster.errors import LeaseLost
 from agentd.cluster.store import PgJournal, open_pg_journal
 from agentd.cluster.subscriptions import Subscriptions, scope_of, share
 from agentd.cluster.work import Queue
-from agentd.events import EventLog
-from agentd.reactive.clustered import ClusterReactive, digest_of
-from agentd.reactive.watch import Watcher
+from agentd.modes.clustered import ClusterReactive, digest_of
+from agentd.modes.watch import Watcher
+from agentd.telemetry.events import EventLog
 from tests.journal.helpers import WallClock
 from tests.postgres import PASSWORD
 from tests.waiting import until
@@ -314,9 +314,9 @@ async def test_a_self_scheduled_run_is_one_work_item_due_later(pg_dsn):
 async def test_the_agents_own_requests_become_cluster_rows(pg_dsn):
     """What a run queued with the self-tools: its subscriptions and scheduled runs are the cluster's, not this
     process's (nothing is watched or timed here until the member owns or claims them)."""
-    from agentd.loop.budgets import Limits
-    from agentd.reactive.runs import DaemonRuns
-    from agentd.reactive.selftools import ScheduleRequest, SelfRequests, SubscriptionRequest
+    from agentd.agent.budgets import Limits
+    from agentd.modes.runs import DaemonRuns
+    from agentd.modes.selftools import ScheduleRequest, SelfRequests, SubscriptionRequest
 
     resources = Resources({"test://mine": "0"})
     log = EventLog(sink=lambda line: None)

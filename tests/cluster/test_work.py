@@ -14,8 +14,8 @@ from agentd.cluster.member import Member
 from agentd.cluster.store import FencedJournal, PgJournal, open_database, open_pg_journal
 from agentd.cluster.work import Queue, WorkItem, enqueue, view
 from agentd.config.load import load_config
-from agentd.events import EventLog
 from agentd.journal.records import ClaimTaken, RunEnded, RunStarted
+from agentd.telemetry.events import EventLog
 from tests.journal.helpers import WallClock, step
 from tests.postgres import PASSWORD
 from tests.waiting import until
@@ -196,7 +196,7 @@ async def test_a_cron_occurrence_fires_once_across_members(pg_dsn, autojump_cloc
     import types
 
     from agentd.config.cron import CronSchedule
-    from agentd.reactive.modes import DaemonContext, _cron
+    from agentd.modes.drivers import DaemonContext, _cron
 
     epoch = 1_800_000_000.0
     created: list[bool] = []

@@ -1,4 +1,4 @@
-"""agentd.config and agentd.secrets are leaves-only: no trio, httpx, hypercorn or jsonschema behind them.
+"""agentd.config and agentd.security.secrets are leaves-only: no trio, httpx, hypercorn or jsonschema behind them.
 
 That holds for loading a config file too, host keys (``connections:``, ``intelligence:``) included: the
 config layer reads every agentd file format itself and never imports agentd.connections or the gateway
@@ -22,7 +22,7 @@ def _loaded_after(code: str) -> list[str]:
 
 def test_config_imports_no_runtime() -> None:
     assert _loaded_after("import agentd.config.load, agentd.config.file, agentd.config.host, agentd.config.cron, "
-                         "agentd.secrets, agentd.defaults, agentd.tool_separator") == []
+                         "agentd.security.secrets, agentd.defaults, agentd.formats.tool_separator") == []
 
 
 def test_loading_a_host_file_imports_no_runtime(tmp_path: Path) -> None:
@@ -52,8 +52,8 @@ def test_loading_a_host_file_imports_no_runtime(tmp_path: Path) -> None:
     assert _loaded_after(code) == []
 
 
-ABOVE_CONFIG = ("agentd.connections", "agentd.intelligence", "agentd.client", "agentd.loop", "agentd.supervisor",
-                "agentd.reactive", "agentd.selfmcp", "agentd.daemon", "agentd.cli", "agentd.drain")
+ABOVE_CONFIG = ("agentd.connections", "agentd.intelligence", "agentd.client", "agentd.agent", "agentd.supervisor",
+                "agentd.modes", "agentd.selfmcp", "agentd.daemon", "agentd.cli", "agentd.oversight.drain")
 
 
 def _imports(path: Path) -> list[str]:

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.events import EventLog, Redactor
-from agentd.secrets import (
+from agentd.security.secrets import (
     SecretError,
     SecretResolver,
     check_refs_available,
@@ -13,6 +12,7 @@ from agentd.secrets import (
     looks_like_inline_credential,
     secret_refs,
 )
+from agentd.telemetry.events import EventLog, Redactor
 
 VALUE = "s3cr3t-Value-9f8e7d6c5b4a"
 
@@ -136,7 +136,7 @@ def test_header_names_sharpen_detection(name: str, value: str, inline: bool) -> 
 
 
 def test_referenced_env_names_accepts_what_the_resolver_accepts() -> None:
-    from agentd.secrets import referenced_env_names
+    from agentd.security.secrets import referenced_env_names
 
     template = "Bearer {{ secret:TOK }} {{secret:B}} {{secret-file:/x}} {{secret:bad name}} {{ not a ref"
     assert referenced_env_names(template) == {"TOK", "B"}

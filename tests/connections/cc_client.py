@@ -17,7 +17,7 @@ import trio
 from agentd.client import open_mcp_pool
 from agentd.config.model import McpServerConfig
 from agentd.connections.auth import ClientCredentialsAuth, ClientCredentialsSettings
-from agentd.events import EventLog, stream_sink
+from agentd.telemetry.events import EventLog, stream_sink
 
 
 async def main(url: str) -> int:

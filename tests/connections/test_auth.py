@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from agentd.connections.auth import ProviderAuth
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from tests.connections.helpers import connection, run, write
 from tests.connections.peer import mcp_peer
 from tests.peers.gateway import scripted_gateway, text, tool_call

@@ -21,8 +21,8 @@ import trio
 import yaml
 
 from agentd.config import McpServerConfig
-from agentd.events import EventLog
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from tests.integration.agents import agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 from tests.security.idp import idp

@@ -17,7 +17,7 @@ from agentd.config import Config
 from agentd.config.load import load_config
 from agentd.config.model import IntelligenceConfig
 from agentd.errors import ConfigError
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from tests.cli.helpers import assert_untouched, run_agentd, tripwire
 from tests.connections.peer import mcp_peer
 from tests.peers import launch

@@ -9,10 +9,10 @@ from typing import Any
 
 import attrs
 
-from agentd.events import EventLog
-from agentd.loop import catalogue
-from agentd.loop.catalogue import Catalogues, catalogues_for
-from agentd.loop.control import ControlContext, ControlResult, ControlTool
+from agentd.agent import catalogue
+from agentd.agent.catalogue import Catalogues, catalogues_for
+from agentd.agent.control import ControlContext, ControlResult, ControlTool
+from agentd.telemetry.events import EventLog
 
 
 @attrs.frozen
@@ -123,10 +123,10 @@ def test_a_shared_catalogue_follows_changed_control_tools() -> None:
 async def test_each_run_calls_its_own_control_tool_through_a_shared_catalogue() -> None:
     """Two runs offer a same-named control tool with different handlers (a wake's registry is built anew): each
     run's call reaches its own handler, though both runs were offered one shared catalogue."""
-    from agentd.loop.control import ControlToolRegistry
-    from agentd.loop.runner import RunRequest
+    from agentd.agent.control import ControlToolRegistry
+    from agentd.agent.runner import RunRequest
     from agentd.run import run_with
-    from tests.loop.scripted import MemoryPool, ScriptedModel, call, final, tools_reply
+    from tests.agent.scripted import MemoryPool, ScriptedModel, call, final, tools_reply
 
     schema = {"type": "object", "properties": {}}
     answers: list[str] = []
@@ -158,8 +158,8 @@ def test_tools_json_follows_the_tools_offered() -> None:
 
 def test_resource_awareness_follows_a_relisted_pool() -> None:
     """The awareness list is reused for the same resource objects and rebuilt for a new listing."""
+    from agentd.agent.prompt import resource_catalogue
     from agentd.client.models import ResourceInfo
-    from agentd.loop.prompt import resource_catalogue
 
     before = [ResourceInfo("srv", "test://a", "old name")]
     after = [ResourceInfo("srv", "test://a", "new name")]
@@ -173,7 +173,7 @@ def test_resource_awareness_follows_a_relisted_pool() -> None:
 
 def test_a_pools_catalogues_live_as_long_as_the_pool() -> None:
     """One :class:`Catalogues` per pool: the same for every run on it, another for another pool, gone with it."""
-    from tests.loop.scripted import MemoryPool
+    from tests.agent.scripted import MemoryPool
 
     pool, other = MemoryPool(), MemoryPool()
     cats = catalogues_for(pool)

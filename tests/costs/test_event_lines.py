@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from agentd.events import EventLog, _rfc3339_ms
+from agentd.telemetry.events import EventLog, _rfc3339_ms
 
 
 def test_timestamps_match_the_full_format_across_seconds() -> None:
@@ -58,7 +58,7 @@ def test_scalar_and_nested_fields_are_written_as_before() -> None:
 def test_text_fields_are_scrubbed_and_cut_as_before() -> None:
     """Short text goes straight into the line only while no secret is registered; a secret is still scrubbed
     out of every text field once one is, and a long field is still cut."""
-    from agentd.events import MAX_FIELD_CHARS
+    from agentd.telemetry.events import MAX_FIELD_CHARS
 
     lines: list[dict[str, object]] = []
     log = EventLog(sink=lines.append)
@@ -73,7 +73,7 @@ def test_text_fields_are_scrubbed_and_cut_as_before() -> None:
 def test_short_lists_and_flat_maps_are_written_as_the_general_path_writes_them() -> None:
     """Lists of short text and numbers, and flat maps of them, go straight into the line while no secret is
     registered: the same values the general path writes (a copy, keys as text), and scrubbed once one is."""
-    from agentd.events import KEY_CHARS, MAX_FIELD_CHARS
+    from agentd.telemetry.events import KEY_CHARS, MAX_FIELD_CHARS
 
     lines: list[dict[str, object]] = []
     log = EventLog(sink=lines.append)

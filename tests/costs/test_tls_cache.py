@@ -13,8 +13,8 @@ import trio
 from agentd.client import open_mcp_pool
 from agentd.config.model import TlsConfig
 from agentd.errors import McpConnectError
-from agentd.events import null_log
 from agentd.intelligence import open_intelligence
+from agentd.telemetry.events import null_log
 from agentd.transport import http_client, tls
 from tests.client.fakeserver import Req, Resp, mcp_answer, serve_fake
 from tests.client.helpers import Events, server

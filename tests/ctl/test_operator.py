@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import trio
 
-from agentd.drain import DrainLatch
-from agentd.operator import Operator
+from agentd.oversight.drain import DrainLatch
+from agentd.oversight.operator import Operator
 
 
 async def test_pause_waits_at_the_boundary_until_resume(autojump_clock):

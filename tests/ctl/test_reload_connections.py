@@ -197,8 +197,8 @@ async def test_a_reload_keeps_an_event_servers_2026_connection_and_its_subscript
     """A server an --on-event names connects on the 2026-07-28 wire (era auto would settle on 2025-11-25 with a
     server that speaks both); a reload that adds another server must see it as unchanged, not reconnect it
     with era auto, and the subscription keeps waking."""
+    from tests.modes.events_peer import emit, side
     from tests.peers import launch
-    from tests.reactive.events_peer import emit, side
 
     sock = str(tmp_path / "agentd.sock")
     file = tmp_path / "agentd.yaml"

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.approvals import Refused
-from agentd.events import EventLog
+from agentd.agent.asks import ServerAsks
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.wire import Usage
-from agentd.loop.asks import ServerAsks
+from agentd.oversight.approvals import Refused
+from agentd.telemetry.events import EventLog
 from tests.ctl.daemon import daemon
 from tests.peers import launch
 from tests.peers.gateway import RecordedRequest, ScriptedGateway, scripted_gateway, text, tool_call

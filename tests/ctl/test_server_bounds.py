@@ -14,7 +14,7 @@ import trio
 
 from agentd.ctl.server import MAX_REQUEST, READ_TIMEOUT, clear_stale, serve_ctl
 from agentd.errors import ConfigError
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 
 
 async def _echo(request):

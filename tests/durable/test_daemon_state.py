@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentd.journal.sqlite import JournalFile, db_path
-from agentd.reactive.runs import SELF_SUBSCRIPTIONS
+from agentd.modes.runs import SELF_SUBSCRIPTIONS
 from tests.durable.daemons import daemon_until
 from tests.peers import launch
 from tests.peers.gateway import Rule, scripted_gateway, text, tool_call
@@ -73,7 +73,7 @@ async def test_a_self_subscription_survives_a_crash_and_a_missed_change_wakes(tm
 
 
 async def test_a_pending_self_schedule_survives_a_crash_and_fires_once(tmp_path):
-    from agentd.reactive.runs import SELF_SCHEDULES
+    from agentd.modes.runs import SELF_SCHEDULES
 
     state = tmp_path / "state"
     first = {"after_seconds": 3, "instruction": "job A: send the weekly report"}

@@ -12,11 +12,11 @@ import pytest
 
 from agentd.journal.sqlite import JournalFile, db_path
 from agentd.mcp.events import subscription_key
-from agentd.reactive.events import EVENT_CURSORS
+from agentd.modes.events import EVENT_CURSORS
 from tests.durable.daemons import daemon_until
+from tests.modes.events_peer import emit, side
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text
-from tests.reactive.events_peer import emit, side
 
 pytestmark = pytest.mark.interop
 

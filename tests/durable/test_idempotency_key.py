@@ -18,7 +18,7 @@ import pytest
 import trio
 
 import agentd
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from tests.connections.helpers import connection, run
 from tests.durable.peer import CountingPeer, counting_peer
 from tests.durable.test_crash_resume import RUN, _argv, _kinds, _rules, _run, _start_and_kill

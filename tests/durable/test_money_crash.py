@@ -73,8 +73,8 @@ async def test_the_money_ledger_holds_across_a_sigkill(tmp_path):
 async def test_a_warm_served_session_keeps_its_model_across_a_sigkill(tmp_path):
     from agentd.client import open_mcp_pool
     from agentd.config.model import McpServerConfig
-    from agentd.events import EventLog
-    from agentd.secrets import SecretResolver
+    from agentd.security.secrets import SecretResolver
+    from agentd.telemetry.events import EventLog
     from tests.integration.agents import agentd_worker
 
     def client(worker):

@@ -16,10 +16,10 @@ import trio
 
 from agentd.client import open_mcp_pool
 from agentd.config.model import McpServerConfig
-from agentd.events import EventLog
 from agentd.journal.ledger import SERVED_NAMESPACE
 from agentd.journal.sqlite import JournalFile, db_path
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from tests.integration.agents import Worker, agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 from tests.waiting import until

@@ -3,11 +3,11 @@ parent's spawn made again must find its child's run to resume or replay it, neve
 
 from __future__ import annotations
 
-from agentd.events import null_log
 from agentd.journal.recorder import RunRecorder
 from agentd.journal.records import RunStarted
 from agentd.journal.sqlite import open_journal
 from agentd.run import open_state
+from agentd.telemetry.events import null_log
 
 
 async def _run(journal: object, run_id: str, *, end: bool) -> None:

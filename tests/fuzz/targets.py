@@ -20,9 +20,9 @@ import json
 from collections.abc import Callable
 from typing import Final
 
-from agentd import jsontext
 from agentd.a2a import types as a2a
 from agentd.ctl import server as ctl
+from agentd.formats import jsontext
 from agentd.mcp import jsonrpc, sse, streamable_http
 from agentd.supervisor import framing
 

@@ -15,8 +15,8 @@ import trio
 from agentd.client import open_mcp_pool
 from agentd.client.pool import McpPool
 from agentd.config.model import McpServerConfig
-from agentd.events import EventLog
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from tests.integration.agents import Worker, agentd_worker, text_of
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 

@@ -18,10 +18,10 @@ import trio
 
 from agentd.config.model import EventSubscriptionConfig
 from tests.integration.agents import agentd_worker
+from tests.modes.live import config, live_daemon
+from tests.modes.test_live import wake_prompts
 from tests.peers.gateway import scripted_gateway, text
 from tests.peers.launch import free_port
-from tests.reactive.live import config, live_daemon
-from tests.reactive.test_live import wake_prompts
 from tests.selfmcp.harness import LegacyPeer
 from tests.waiting import until
 

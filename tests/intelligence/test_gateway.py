@@ -9,9 +9,9 @@ import pytest
 import trio
 
 from agentd.errors import ConfigError, IntelligenceError
-from agentd.events import EventLog
 from agentd.intelligence import ChatTool, GatewayError, ToolCall, Usage, open_intelligence
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from tests.peers.gateway import closed_port, malformed, scripted_gateway, status, text, tool_call
 
 TOKEN = "sk-test-7f3a9b2c4d5e6f708192a3b4"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import trio
 
-from agentd.events import null_log
 from agentd.intelligence import ChatTool, open_intelligence
+from agentd.telemetry.events import null_log
 from tests.peers.gateway import gateway_argv, read_record
 from tests.peers.launch import peer_server
 

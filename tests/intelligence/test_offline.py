@@ -8,9 +8,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from agentd.events import EventLog
 from agentd.intelligence import OFFLINE_MODEL_NAME, ChatTool, ModelReply, example_value, open_intelligence
 from agentd.intelligence.offline import OfflineIntelligence
+from agentd.telemetry.events import EventLog
 
 SCHEMAS: list[dict[str, Any]] = [
     {

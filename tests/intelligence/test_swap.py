@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from agentd.errors import ConfigError
-from agentd.events import null_log
 from agentd.intelligence import open_intelligence
 from agentd.intelligence.swap import open_swappable
+from agentd.telemetry.events import null_log
 from tests.peers.gateway import scripted_gateway, text
 
 USER = [{"role": "user", "content": "hi"}]

@@ -8,8 +8,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentd" / "journal"
-ALLOWED_AGENTD = {"agentd.defaults", "agentd.errors", "agentd.events", "agentd.ids", "agentd.telemetry.metrics",
-                  "agentd.telemetry.private_files", "agentd.jsontext"}
+ALLOWED_AGENTD = {"agentd.defaults", "agentd.errors", "agentd.telemetry.events", "agentd.formats.ids", "agentd.telemetry.metrics",
+                  "agentd.telemetry.private_files", "agentd.formats.jsontext"}
 
 
 def test_journal_imports_only_leaves():

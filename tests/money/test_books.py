@@ -49,7 +49,7 @@ def test_prices_and_amounts_are_read_exactly() -> None:
 def test_amounts_are_written_as_the_exact_decimal_without_decimal_arithmetic(pico: int) -> None:
     import decimal
 
-    from agentd.loop.result import RunUsage
+    from agentd.agent.result import RunUsage
 
     exact = decimal.Decimal(pico).scaleb(-12)
     assert usd(pico) == float(exact)  # the nearest float, as Decimal rounds it

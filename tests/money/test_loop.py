@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentd.agent.result import RunStatus
+from agentd.agent.runner import RunRequest
 from agentd.errors import ExitCode
-from agentd.events import EventLog
 from agentd.intelligence.wire import Usage
-from agentd.loop.result import RunStatus
-from agentd.loop.runner import RunRequest
 from agentd.prices import BUDGET_USD, Price
 from agentd.run import run_with
-from tests.loop.scripted import MemoryPool, ScriptedModel, call, final, text_result, tools_reply
+from agentd.telemetry.events import EventLog
+from tests.agent.scripted import MemoryPool, ScriptedModel, call, final, text_result, tools_reply
 
 PRICE = Price(3_000_000, 15_000_000)  # $3 / $15 per million tokens
 

@@ -11,10 +11,10 @@ import pytest
 from agentd import telemetry
 from agentd.config import Config
 from agentd.config.model import IntelligenceConfig
-from agentd.events import null_log
 from agentd.prices import Price
 from agentd.run import run_config
 from agentd.telemetry import metrics
+from agentd.telemetry.events import null_log
 from agentd.telemetry.settings import OtelSettings
 from tests.peers.gateway import scripted_gateway, text
 from tests.telemetry.otlp import otlp_receiver

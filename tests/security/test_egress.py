@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agentd.connections.auth import ClientCredentialsAuth, ClientCredentialsSettings, ConnectionAuthError
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from agentd.transport.egress import EgressPolicy, Refused, decide, operator_refusal, pin, vet
 from tests.connections.helpers import connection, run
 from tests.connections.peer import mcp_peer

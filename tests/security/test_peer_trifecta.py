@@ -18,7 +18,7 @@ import trio
 
 from agentd.config.load import load_config
 from agentd.errors import ConfigError
-from agentd.rule_of_two import PEER_DEFAULT_TAGS, catalogue_tags
+from agentd.security.rule_of_two import PEER_DEFAULT_TAGS, catalogue_tags
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger
 from tests.durable.peer import counting_peer
 from tests.integration.agents import ROOT, agentd_worker

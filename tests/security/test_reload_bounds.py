@@ -109,7 +109,7 @@ async def test_reload_of_a_fifo_or_an_alias_bomb_fails_at_once_while_the_daemon_
 async def test_a_secret_file_that_is_a_fifo_or_huge_is_refused_at_once(tmp_path: Path) -> None:
     """``{{secret-file:PATH}}`` is resolved on the event loop (at connect time, on reload): a FIFO there froze
     the daemon until someone wrote to it. Now a secret file must be a regular file of at most 64 KiB."""
-    from agentd.secrets import SecretError, SecretResolver
+    from agentd.security.secrets import SecretError, SecretResolver
 
     fifo = tmp_path / "token"
     os.mkfifo(fifo)

@@ -16,7 +16,7 @@ import trio
 
 from agentd.config.load import load_config
 from agentd.config.model import McpServerConfig
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from tests.peers import proctree
 from tests.selfmcp.test_composition import worker
 

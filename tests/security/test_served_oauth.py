@@ -24,8 +24,8 @@ from agentd.config import McpServerConfig, TlsConfig
 from agentd.config.load import load_config
 from agentd.connections.auth import ClientCredentialsAuth, ClientCredentialsSettings, parse_challenge
 from agentd.errors import ConfigError
-from agentd.events import EventLog
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from agentd.transport.resource_server import (
     REFETCH_INTERVAL,
     Accepted,

@@ -20,11 +20,11 @@ import trio
 
 from agentd.client import open_mcp_pool
 from agentd.config.model import McpServerConfig
-from agentd.events import EventLog, Redactor
 from agentd.journal.records import RunStarted, redacted
 from agentd.journal.sqlite import JournalFile, open_journal
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
 from agentd.selfmcp.journaled import NAMESPACE
+from agentd.telemetry.events import EventLog, Redactor
 from agentd.telemetry.private_files import open_private, prepare_database
 from tests.integration.agents import agentd_worker
 from tests.waiting import until

@@ -36,7 +36,7 @@ from tests.selfmcp.harness import ACCEPT, LegacyPeer, modern_headers, modern_met
 
 pytestmark = [pytest.mark.usefixtures("no_leftover_children")]
 
-OPERATOR = "agentd.operator"
+OPERATOR = "agentd.oversight.operator"
 NEVER = "served.9999"
 #: How long a good client's call may take while the others attack.
 GOOD_WITHIN = 2.0

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.jsontext import escape_controls
+from agentd.formats.jsontext import escape_controls
 from agentd.terminal.story import describe, error_text
 from agentd.terminal.visible import visible, visible_line
 from tests.client.fakeserver import Req, Resp, error, mcp_answer, serve_fake

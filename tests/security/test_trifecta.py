@@ -13,12 +13,12 @@ import trio
 
 from agentd.config.load import load_config
 from agentd.errors import ConfigError
-from agentd.events import EventLog
-from agentd.rule_of_two import check_trifecta
+from agentd.security.rule_of_two import check_trifecta
 from agentd.supervisor.caps import Admission, Caps, Refusal, TreeLedger
 from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
 from agentd.supervisor.tools import reply
 from agentd.supervisor.wiring import config_from_wire, config_to_wire
+from agentd.telemetry.events import EventLog
 from tests.supervisor.conftest import ROOT, req
 
 REPO = Path(__file__).resolve().parents[2]

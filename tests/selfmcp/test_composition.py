@@ -23,8 +23,8 @@ import pytest
 import trio
 
 from agentd.config.model import McpServerConfig, TlsConfig
-from agentd.events import EventLog
-from agentd.secrets import SecretResolver
+from agentd.security.secrets import SecretResolver
+from agentd.telemetry.events import EventLog
 from tests.selfmcp.certs import Pki, make_pki
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]

@@ -19,7 +19,7 @@ import trio
 import wsproto
 import wsproto.events
 
-from agentd.events import EventLog
+from agentd.telemetry.events import EventLog
 from agentd.transport.connections import ConnectionLimits, Connections
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp, settings
 

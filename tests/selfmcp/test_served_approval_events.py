@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentd.approvals import Approvals, Decision
+from agentd.oversight.approvals import Approvals, Decision
 from agentd.selfmcp.served_events import ServedEvents
 from tests.ctl.daemon import ctl
 from tests.durable.peer import counting_peer

@@ -235,10 +235,10 @@ class _SlowToDie:
 async def test_disconnect_cancel_waits_the_configured_cancel_grace(autojump_clock: object) -> None:
     # --cancel-grace reaches the served surface: a peer that disconnects from a sync spawn cancels the run,
     # and the surface waits up to --cancel-grace (30 s here) for it to end, not a fixed 5 s of its own.
-    from agentd.events import null_log
     from agentd.mcp.jsonrpc import Request
     from agentd.mcp.versions import Era
     from agentd.selfmcp.serving import build_app
+    from agentd.telemetry.events import null_log
     from agentd.transport.asgi_server import CallContext
     from agentd.transport.serve import ServeConfig
 

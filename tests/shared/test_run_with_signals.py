@@ -1,4 +1,4 @@
-"""``agentd.drain.run_with_signals``: the one signal-to-drain runner ``agentd`` and ``agentd run`` share.
+"""``agentd.oversight.drain.run_with_signals``: the one signal-to-drain runner ``agentd`` and ``agentd run`` share.
 
 Real signals to this process (trio's signal receiver turns them into drain / force); no clocks are mocked
 where a real signal must arrive, and every wait is bounded.
@@ -12,8 +12,8 @@ from typing import Any
 
 import trio
 
-from agentd.drain import current_drain, installed_drain, run_with_signals
-from agentd.events import EventLog
+from agentd.oversight.drain import current_drain, installed_drain, run_with_signals
+from agentd.telemetry.events import EventLog
 
 
 def _log(lines: list[dict[str, Any]] | None = None) -> EventLog:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from agentd.events import EventLog
 from agentd.supervisor.caps import Caps
 from agentd.supervisor.ladder import Graces
 from agentd.supervisor.liveness import LivenessSettings
@@ -25,6 +24,7 @@ from agentd.supervisor.supervisor import (
     SupervisorSettings,
     open_supervisor,
 )
+from agentd.telemetry.events import EventLog
 
 ROOT = Caller(Origin.STDIO, "0")
 #: Short enough for tests, long enough that a child on a loaded 2-core machine still reacts in time.

@@ -18,10 +18,10 @@ import pytest
 import trio
 
 from agentd.config.model import Config, IntelligenceConfig
-from agentd.events import EventLog, RateLimiter
 from agentd.supervisor.node import NodeSettings
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest, SupervisorSettings, open_supervisor
 from agentd.supervisor.wiring import config_to_wire
+from agentd.telemetry.events import EventLog, RateLimiter
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 
 ROOT = Caller(Origin.STDIO, "0")
@@ -30,7 +30,7 @@ ROOT = Caller(Origin.STDIO, "0")
 #: and pydantic, and the daemon's own modes and terminal views.
 NEVER = ("rich", "click", "pygments", "markdown_it", "hypercorn", "wsproto", "yaml", "jwt", "cryptography",
          "opentelemetry", "google", "pydantic", "a2a", "starlette", "uvicorn",
-         "agentd.daemon", "agentd.selfmcp", "agentd.terminal", "agentd.reactive")
+         "agentd.daemon", "agentd.selfmcp", "agentd.terminal", "agentd.modes")
 
 _IMPORT = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)")
 

@@ -149,8 +149,8 @@ async def _pipelined_launches(pause: float) -> dict[int, int]:
     import json
     import socket
 
-    from agentd.events import null_log
     from agentd.supervisor.forkserver import MESSAGE_SIZE, connect_fork_server
+    from agentd.telemetry.events import null_log
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     peer = trio.socket.from_stdlib_socket(theirs)
@@ -351,7 +351,7 @@ def test_a_real_turn_imports_nothing_of_agentd_or_httpx_after_the_fork_servers_p
         async def main():
             async with scripted_gateway(default=text("done")) as gw:
                 from agentd.config.model import Config, IntelligenceConfig
-                from agentd.events import null_log
+                from agentd.telemetry.events import null_log
                 from agentd.run import run_config
                 before = set(sys.modules)
                 result = await run_config(Config(instruction="hi", intelligence=IntelligenceConfig(endpoints=(gw.url,))), run_id="r",

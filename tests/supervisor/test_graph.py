@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from agentd.events import null_log
-from agentd.loop.control import ControlContext
+from agentd.agent.control import ControlContext
 from agentd.supervisor.graph import GraphError, GraphNode, check_graph, graph_tool, run_graph
+from agentd.telemetry.events import null_log
 from tests.supervisor.conftest import ROOT, script
 
 

@@ -8,7 +8,6 @@ import attrs
 import trio
 import trio.testing
 
-from agentd.events import EventLog
 from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger
 from agentd.supervisor.channel import ControlChannel
@@ -16,6 +15,7 @@ from agentd.supervisor.idlepings import IdlePings
 from agentd.supervisor.liveness import Liveness, LivenessSettings
 from agentd.supervisor.messages import Ping, Pong, RunPayload
 from agentd.supervisor.node import SubagentNode
+from agentd.telemetry.events import EventLog
 
 
 def pipe_pair() -> tuple[ControlChannel, ControlChannel]:

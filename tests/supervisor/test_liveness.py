@@ -8,7 +8,6 @@ import trio.testing
 
 from agentd.child.context import ChildContext
 from agentd.child.session import _Session
-from agentd.events import EventLog
 from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger
 from agentd.supervisor.channel import ControlChannel
@@ -25,6 +24,7 @@ from agentd.supervisor.messages import (
     Spawn,
 )
 from agentd.supervisor.node import SubagentNode
+from agentd.telemetry.events import EventLog
 
 
 def channel_pair() -> tuple[ControlChannel, ControlChannel]:

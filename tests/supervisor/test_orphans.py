@@ -11,8 +11,8 @@ import sys
 import pytest
 import trio
 
-from agentd.events import EventLog, stream_sink
 from agentd.supervisor.supervisor import SupervisorSettings, open_supervisor
+from agentd.telemetry.events import EventLog, stream_sink
 from tests.supervisor.conftest import FAST_GRACES, ROOT, _from_instruction, req, script
 from tests.waiting import until_sync
 

@@ -6,9 +6,9 @@ import pytest
 import trio
 
 from agentd.config.model import Config, IntelligenceConfig, LadderConfig, from_flat
-from agentd.events import EventLog
 from agentd.supervisor.supervisor import Caller, Origin, SpawnRequest
 from agentd.supervisor.wiring import open_root_supervisor
+from agentd.telemetry.events import EventLog
 from tests.peers.gateway import scripted_gateway, text, tool_call
 
 ROOT = Caller(Origin.STDIO, "0")
@@ -58,7 +58,7 @@ async def test_a_real_child_delegates_through_its_own_subagent_tools(events, no_
 
 
 async def test_the_drain_latch_stops_spawns_and_drains_the_root_supervisor(events, no_leftover_children):
-    from agentd.drain import DrainLatch, use_drain
+    from agentd.oversight.drain import DrainLatch, use_drain
     from agentd.supervisor.caps import Refusal
     from tests.supervisor.conftest import _from_instruction, req
 

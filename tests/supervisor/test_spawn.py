@@ -187,9 +187,9 @@ async def test_a_spaced_secret_reference_reaches_the_child_and_nothing_beyond_it
     # The parent resolves `{{ secret:TOK }}` (spaces allowed); its child must receive TOK for the same header,
     # and neither the out-of-scope server's secret nor an unreferenced variable.
     from agentd.config.model import Config, McpServerConfig
-    from agentd.events import EventLog
-    from agentd.secrets import SecretResolver
+    from agentd.security.secrets import SecretResolver
     from agentd.supervisor.wiring import open_root_supervisor
+    from agentd.telemetry.events import EventLog
     from tests.supervisor.conftest import _from_instruction
 
     env = {"TOK": "tok-value-in-scope-0123", "OTHER": "other-value-out-of-scope", "UNUSED": "unused-value-987"}
@@ -220,8 +220,8 @@ async def test_nested_children_receive_only_their_own_scopes_secrets(events, no_
     # payload carries exactly the secrets its scope references, and no level has any secret value in its
     # environment or argv (they travel in the control-channel payload only).
     from agentd.config.model import Config, McpServerConfig
-    from agentd.events import EventLog
     from agentd.supervisor.wiring import open_root_supervisor
+    from agentd.telemetry.events import EventLog
     from tests.peers import proctree
     from tests.supervisor.conftest import _from_instruction
     from tests.supervisor.test_tree import nested

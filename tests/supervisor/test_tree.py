@@ -6,10 +6,10 @@ import json
 
 import trio
 
-from agentd.events import null_log
-from agentd.loop.control import ControlContext, ControlToolRegistry
+from agentd.agent.control import ControlContext, ControlToolRegistry
 from agentd.supervisor.caps import Refusal
 from agentd.supervisor.tools import register_subagent_tools
+from agentd.telemetry.events import null_log
 from tests.peers import proctree
 from tests.supervisor.conftest import ROOT, req, script
 from tests.waiting import until

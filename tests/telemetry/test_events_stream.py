@@ -12,8 +12,8 @@ from trio_websocket import open_websocket_url
 
 from agentd.config.load import load_config
 from agentd.daemon import main
-from agentd.drain import DrainLatch, use_drain
-from agentd.events import EventLog
+from agentd.oversight.drain import DrainLatch, use_drain
+from agentd.telemetry.events import EventLog
 from tests.peers.gateway import scripted_gateway, text
 from tests.waiting import until
 

@@ -3,8 +3,8 @@ registered by running parts; it asks the drain latch and the operator nothing by
 
 from __future__ import annotations
 
-from agentd.drain import DrainLatch
-from agentd.operator import Operator
+from agentd.oversight.drain import DrainLatch
+from agentd.oversight.operator import Operator
 from agentd.telemetry.health import Health, probe, readiness_check, use_health
 
 

@@ -14,10 +14,10 @@ from agentd.config import Config, McpServerConfig
 from agentd.config.load import load_config
 from agentd.config.model import IntelligenceConfig
 from agentd.daemon import main
-from agentd.drain import DrainLatch, use_drain
-from agentd.events import EventLog, null_log
+from agentd.oversight.drain import DrainLatch, use_drain
 from agentd.run import run_config
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog, null_log
 from agentd.telemetry.settings import OtelSettings
 from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call

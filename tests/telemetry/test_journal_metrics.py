@@ -18,9 +18,9 @@ from trio_websocket import open_websocket_url
 
 from agentd.config.load import load_config
 from agentd.daemon import main
-from agentd.drain import DrainLatch, use_drain
-from agentd.events import EventLog
+from agentd.oversight.drain import DrainLatch, use_drain
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.telemetry.test_metrics import _mcp, _samples

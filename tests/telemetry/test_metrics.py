@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.config.load import load_config
 from agentd.daemon import main
-from agentd.drain import DrainLatch, use_drain
 from agentd.errors import ConfigError
-from agentd.events import EventLog
+from agentd.oversight.drain import DrainLatch, use_drain
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from tests.client.fakeserver import Req, Resp, mcp_answer, result, serve_fake
 from tests.peers.gateway import scripted_gateway, text, tool_call
 from tests.waiting import until

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentd import telemetry
 from agentd.config.load import load_config
 from agentd.daemon import main
-from agentd.drain import DrainLatch, use_drain
-from agentd.events import EventLog
+from agentd.oversight.drain import DrainLatch, use_drain
 from agentd.telemetry import metrics
+from agentd.telemetry.events import EventLog
 from tests.client.fakeserver import serve_fake
 from tests.peers.gateway import scripted_gateway
 from tests.telemetry.otlp import otlp_receiver

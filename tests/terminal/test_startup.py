@@ -58,7 +58,7 @@ def test_a_run_without_a_terminal_does_not_import_rich(watch: Path) -> None:
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert {"agentd.cli", "trio", "agentd.loop.runner"} <= imported  # the measurement saw the whole run
+    assert {"agentd.cli", "trio", "agentd.agent.runner"} <= imported  # the measurement saw the whole run
     assert not {name for name in imported if name == "rich" or name.startswith(("rich.", "agentd.terminal.live"))}
     assert _importers(watch) == []
     json.loads(done.stdout)

@@ -11,8 +11,8 @@ import trio
 
 from agentd.config.load import load_config
 from agentd.daemon import main
-from agentd.drain import DrainLatch, use_drain
-from agentd.events import EventLog
+from agentd.oversight.drain import DrainLatch, use_drain
+from agentd.telemetry.events import EventLog
 from agentd.transport.ui_app import CSP, session_value
 from tests.waiting import until
 

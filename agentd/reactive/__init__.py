@@ -1,6 +1,0 @@
-"""Daemon modes (loop, schedule, reactive), the reactive router and the self-scheduling tools.
-
-See docs/reactive.md. ``agentd.daemon`` reaches this package through :func:`agentd.reactive.entry.daemon_mode`
-(imported when a daemon mode runs); ``--mode once`` imports only :mod:`agentd.reactive.once` (its in-run
-``subscribe`` and ``await_resource``), and only when it has an MCP server.
-"""
