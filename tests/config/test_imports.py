@@ -73,5 +73,5 @@ def test_config_never_imports_the_layers_above_it() -> None:
     found = [f"{path.name}: {name}" for path in sorted((root / "config").rglob("*.py")) for name in _imports(path)
              if any(name == above or name.startswith(above + ".") for above in ABOVE_CONFIG)]
     assert found == []
-    for leaf in ("defaults.py", "tool_separator.py"):
+    for leaf in ("defaults.py", "formats/tool_separator.py"):
         assert [name for name in _imports(root / leaf) if name.startswith("agentd")] == []
