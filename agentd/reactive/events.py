@@ -156,11 +156,11 @@ class EventRoute:
         """How ``sub`` is delivered: the one its config asks for, else push, poll, webhook in that order of
         preference, among what the server offers (webhook only where agentd serves HTTPS)."""
         callback = self.webhooks is not None and self.webhooks.base_url is not None
-        kind = subscribable(listed, server=sub.server, event=sub.event, webhook=callback)
         what = f"--on-event {sub.shown}"
         if sub.delivery == "webhook" and not callback:
             raise EventsUnsupported(f"{what}: delivery: webhook needs agentd to serve HTTPS (--serve-mcp "
                                     "https://... with --serve-cert and --serve-key): the server calls it back there")
+        kind = subscribable(listed, server=sub.server, event=sub.event, webhook=callback)
         if sub.delivery is not None:
             if sub.delivery not in kind.delivery:
                 offered = ", ".join(sorted(kind.delivery)) or "none"

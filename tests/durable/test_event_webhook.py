@@ -127,6 +127,13 @@ async def test_a_drained_daemon_unsubscribes_and_refreshes_before_the_grant_laps
             subscribes = _seen(peer.url)["subscribes"]
             assert [s["refresh"] for s in subscribes[:3]] == [False, True, True]
             assert len({s["url"] for s in subscribes}) == 1 and subscribes[1]["cursor"] == "c0"
+            # The route is bounded and POST only; an unknown route is 404 (none of these needs the bearer).
+            url = subscribes[0]["url"]
+            async with httpx.AsyncClient(verify=pki.client_context()) as client:
+                assert (await client.post(url, content=b"{" * (256 * 1024 + 1))).status_code == 413
+                assert (await client.get(url)).status_code == 405
+                assert (await client.post(url + "x", content=b"{}")).status_code == 404
+                assert (await client.post(url, content=b"{}")).status_code == 401
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(30):
                 await proc.wait()
