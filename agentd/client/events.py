@@ -17,7 +17,8 @@ silent (no event and no heartbeat) for ``EVENT_STREAM_QUIET`` is re-opened from 
 doubling backoff when it fails.
 
 :func:`list_event_types` and :func:`subscribable` are the start-up check: the server speaks the 2026-07-28 wire,
-declares the extension, lists the event type and offers it by poll or push; each miss is an
+declares the extension, lists the event type and offers it by poll or push (or webhook, where agentd serves
+HTTPS: agentd.client.event_webhook); each miss is an
 :class:`EventsUnsupported` (exit 2).
 """
 

@@ -4,7 +4,8 @@ cursor kept so that a restart neither loses nor repeats one.
 Why it exists: a reactive daemon wakes on events (agentd.mcp.events) with the same debounce, coalescing and
 wake caps as on resource updates, so occurrences go through the same :class:`~agentd.reactive.router.Router`,
 under the subscription's key (``event:SERVER/NAME``). The router says *when* a wake runs; this module holds
-*what* it carries: the occurrences polled since the last wake (at most ``EVENT_PENDING_MAX``; past that the
+*what* it carries: the occurrences delivered since the last wake (polled, streamed, or POSTed by webhook:
+agentd.client.event_webhook, where the daemon serves HTTPS) (at most ``EVENT_PENDING_MAX``; past that the
 oldest are dropped and the wake reports a gap, as it does for the server's ``truncated``). A wake takes them all.
 
 Durability (``--state-dir``): a subscription's cursor is journaled (daemon state, :data:`EVENT_CURSORS`) only

@@ -2,7 +2,7 @@
 2026-07-28 wire, written from the extension's text: the modern-only peer (modern_only_server.py) plus events.
 
 ``server/discover`` declares the extension. ``events/list`` lists ``ticket.created`` (poll; arguments ``queue``
-filter on ``data.queue``) and ``alert.raised`` (webhook only: agentd must refuse it). ``events/poll`` takes
+filter on ``data.queue``) and ``alert.raised`` (webhook only: agentd refuses it unless it serves HTTPS). ``events/poll`` takes
 ``{name, arguments, cursor, maxEvents}``: a ``null`` cursor is "from now" (no events, the current cursor); a
 cursor ``c<N>`` resumes after the N-th occurrence of the log; one behind the retention floor answers
 ``truncated: true`` from the floor. At most ``maxEvents`` come at once (``hasMore`` says there are more); every
