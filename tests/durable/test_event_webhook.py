@@ -139,3 +139,27 @@ async def test_a_drained_daemon_unsubscribes_and_refreshes_before_the_grant_laps
                 await proc.wait()
         [gone] = _seen(peer.url)["unsubscribes"]
         assert gone["url"] == subscribes[0]["url"]
+
+
+async def test_a_gap_envelope_wakes_with_a_gap_and_a_terminated_subscription_is_subscribed_again(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    pki = make_pki(tmp_path / "pki")
+    async with scripted_gateway(default=text("handled")) as gw, \
+            launch.peer_server(launch.events_server_argv(webhook_ca=pki.ca)) as peer:
+        async with daemon(_argv(gw.url, peer.url, state, pki), tmp_path / "1.stderr") as proc:
+            await wait_until(proc, tmp_path / "1.stderr", lambda: _cursor(state) == {"cursor": "c0"})
+            await emit(peer.url, {"title": "skipped"}, name="ticket.created", count=3)  # moves the log, not us
+            assert (await side(peer.url, "/_test/webhook/envelope", type="gap"))["status"] == 200
+            await wait_until(proc, tmp_path / "1.stderr", lambda: _cursor(state) == {"cursor": "c3"})
+            [prompt] = [str(r.messages) for r in gw.requests]
+            assert "GAP" in prompt
+
+            assert (await side(peer.url, "/_test/webhook/envelope", type="terminated"))["status"] == 200
+            await wait_until(proc, tmp_path / "1.stderr", lambda: len(_seen(peer.url)["subscribes"]) == 2)
+            again = _seen(peer.url)["subscribes"][1]
+            assert again["refresh"] is False and again["cursor"] == "c3"  # a new subscription, from the cursor
+            [alert] = await emit(peer.url, {"title": "after the re-subscribe"}, name="alert.raised")
+            await wait_until(proc, tmp_path / "1.stderr", lambda: _wakes_with(gw, alert) == 1)
+        ended = [line for line in (tmp_path / "1.stderr").read_text().splitlines() if "access revoked" in line]
+        assert ended and '"events.poll_failed"' in ended[0]

@@ -25,7 +25,8 @@ Webhooks (``webhook-id`` the eventId, ``webhook-timestamp``, ``webhook-signature
 ``X-MCP-Subscription-Id``) with the cursor after it (a watermark: the next one is sent once this one was
 acknowledged; a failed POST is retried five times, then abandoned). ``events/unsubscribe`` ends it. Side doors:
 ``POST /_test/webhook/forge?kind=signature|stale|unsigned`` (a POST to the newest subscription's URL signed with
-another secret, a timestamp ten minutes old, or no signature: its status), ``POST /_test/webhook/replay`` (the
+another secret, a timestamp ten minutes old, or no signature: its status), ``POST /_test/webhook/envelope?type=gap|terminated`` (a ``gap`` to the end of the log, or the newest subscription
+ended with a ``terminated`` envelope: its status), ``POST /_test/webhook/replay`` (the
 newest event POST again, byte for byte: its status), ``GET /_test/webhook/secrets`` (every secret it was given,
 for a test to look for in agentd's logs); ``GET /_test/events`` lists ``subscribes``, ``unsubscribes`` and
 ``deliveries`` (no secrets).
@@ -387,6 +388,19 @@ class EventsPeer(ModernPeer):
             await _json(send, 200, {"dropped": len(self.open_streams)})
         elif path == "/_test/webhook/forge" and method == "POST":
             await _json(send, 200, {"status": await self._forge(query.get("kind", "signature"))})
+        elif path == "/_test/webhook/envelope" and method == "POST":
+            hook = list(self.hooks.values())[-1]
+            kind = query.get("type", "gap")
+            if kind == "gap":  # events were skipped: the watermark jumps to the end of the log
+                hook["acked"] = len(self.log)
+                envelope: dict[str, Any] = {"type": "gap", "cursor": f"c{len(self.log)}"}
+            else:  # the subscription ends server-side
+                del self.hooks[hook["id"]]
+                self.changed.set()
+                self.changed = trio.Event()
+                envelope = {"type": "terminated", "error": {"code": -32012, "message": "access revoked"}}
+            status, _ = await self._post(hook, f"msg_{kind}_{secrets.token_hex(6)}", envelope)
+            await _json(send, 200, {"status": status})
         elif path == "/_test/webhook/replay" and method == "POST":
             assert self.last_post is not None, "nothing was POSTed yet"
             url, headers, body = self.last_post
