@@ -326,7 +326,7 @@ class EventsPeer(ModernPeer):
                                                 "attempt": attempt})
                         if status is not None and 200 <= status < 300:
                             break
-                        await trio.sleep(0.2 * 2 ** attempt)
+                        await trio.sleep(0.2 * 2 ** attempt)  # real time: the peer's retry backoff, as a server's
                 hook["acked"] = index + 1
             changed = self.changed
             if hook["acked"] >= len(self.log):
