@@ -23,7 +23,7 @@ refreshBefore, cursor, truncated}`` (the TTL granted is the suggestion capped by
 key again is a refresh. Every matching occurrence from the subscription's cursor is POSTed, signed per Standard
 Webhooks (``webhook-id`` the eventId, ``webhook-timestamp``, ``webhook-signature: v1,…``,
 ``X-MCP-Subscription-Id``) with the cursor after it (a watermark: the next one is sent once this one was
-acknowledged; a failed POST is retried five times, then abandoned). ``events/unsubscribe`` ends it. Side doors:
+acknowledged; a failed POST is tried five times in a row, then abandoned). ``events/unsubscribe`` ends it. Side doors:
 ``POST /_test/webhook/forge?kind=signature|stale|unsigned`` (a POST to the newest subscription's URL signed with
 another secret, a timestamp ten minutes old, or no signature: its status), ``POST /_test/webhook/envelope?type=gap|terminated`` (a ``gap`` to the end of the log, or the newest subscription
 ended with a ``terminated`` envelope: its status), ``POST /_test/webhook/replay`` (the
@@ -326,7 +326,6 @@ class EventsPeer(ModernPeer):
                                                 "attempt": attempt})
                         if status is not None and 200 <= status < 300:
                             break
-                        await trio.sleep(0.2 * 2 ** attempt)  # real time: the peer's retry backoff, as a server's
                 hook["acked"] = index + 1
             changed = self.changed
             if hook["acked"] >= len(self.log):
