@@ -98,8 +98,11 @@ class WebhookReceiver:
         """A new hook with a fresh route and secret; :meth:`unregister` it when the subscription ends."""
         if self.base_url is None:
             raise RuntimeError("the webhook receiver is not bound to an https listener")
-        route = secrets.token_urlsafe(18)
-        hook = Hook(route, f"{self.base_url}{PATH}/{route}", webhooks.new_secret(), on_batch)
+        route, secret = secrets.token_urlsafe(18), webhooks.new_secret()
+        # Never in a log line, even one quoting a server's error that echoes it.
+        self.log.redactor.add(secret)
+        self.log.redactor.add(secret.removeprefix(webhooks.SECRET_PREFIX))
+        hook = Hook(route, f"{self.base_url}{PATH}/{route}", secret, on_batch)
         self._hooks[route] = hook
         return hook
 
