@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from agentd.modes.drivers import FireOnce
     from agentd.modes.shared import Shared
     from agentd.transport.serve import ServeConfig, Serving
+    from agentd.transport.webhook_app import WebhookReceiver
 
 #: How long the last export of spans may take when the daemon ends.
 FINAL_FLUSH_TIMEOUT = 5.0
@@ -99,10 +100,13 @@ class StatusBoard:
     while it runs (:meth:`published`), ``agent://status`` reads it (:meth:`read`). One per ``main`` call.
     (A plain class, like the other holders a once run builds at start-up: agentd/cli.py.)"""
 
-    __slots__ = ("_snapshot",)
+    __slots__ = ("_snapshot", "webhooks")
 
-    def __init__(self) -> None:
+    def __init__(self, webhooks: WebhookReceiver | None = None) -> None:
         self._snapshot: Callable[[], Mapping[str, Any]] | None = None
+        #: Where MCP events arrive by webhook (``--on-event`` while serving HTTPS): mounted on the served
+        #: listener, registered with by the daemon mode's subscriptions.
+        self.webhooks = webhooks
 
     @contextlib.contextmanager
     def published(self, snapshot: Callable[[], Mapping[str, Any]]) -> Iterator[None]:
@@ -227,7 +231,7 @@ async def _main(
     cfg: Config, log: EventLog, runner: ModeRunner, env: Mapping[str, str] | None, run_id: str,
     operator: Operator, reload: Loader | None, beside: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
-    board = StatusBoard()
+    board = StatusBoard(_webhooks(cfg, log))
     escaped: ConfigError | None = None
     environ = os.environ if env is None else env
     # ONE root supervisor per daemon, opened before and closed after the daemon nursery: the served
@@ -577,6 +581,7 @@ async def _start_serving(
     async def serve(task_status: trio.TaskStatus[Serving]) -> None:
         try:
             await serve_for_daemon(cfg, log, env=env, supervisor=supervisor, daemon_status=board.read,
+                                   webhooks=board.webhooks,
                                    cluster=cluster.store if cluster is not None else None,
                                    cluster_watch=cluster.watch if cluster is not None else None,
                                    journal=journal, task_status=task_status)
@@ -640,7 +645,18 @@ async def _daemon_mode(
     from agentd.modes.entry import daemon_mode  # the router and watchers: only for a daemon mode
 
     return await daemon_mode(cfg, log, daemon, env=None if env is None else dict(env), supervisor=supervisor,
-                             publish=board.published, journal=journal, fire_once=fire_once, shared=shared)
+                             publish=board.published, journal=journal, fire_once=fire_once, shared=shared,
+                             webhooks=board.webhooks)
+
+
+def _webhooks(cfg: Config, log: EventLog) -> WebhookReceiver | None:
+    """The webhook receiver of a daemon that wakes on MCP events and serves (HTTPS only: its URL is set once
+    the listener is bound, agentd.selfmcp.serving)."""
+    if not cfg.modes.on_events or cfg.serve.mcp is None:
+        return None
+    from agentd.transport.webhook_app import WebhookReceiver
+
+    return WebhookReceiver(log=log.bind(comp="webhooks"))
 
 
 #: ``cfg.mode`` -> its runner.

@@ -142,6 +142,16 @@ EVENT_STREAM_QUIET: Final = 60.0
 #: A quiet subscription's newer cursor (no occurrence for it, the server's position moved) is journaled at most this
 #: often; a wake's cursor is journaled at once. An older journaled cursor only replays a stretch with no occurrences.
 EVENT_CURSOR_SAVE_INTERVAL: Final = 30.0
+#: Webhook delivery (``events/subscribe``, agentd.client.event_webhook; where agentd serves HTTPS): the TTL agentd
+#: suggests (``ttlMs``; the server's ``refreshBefore`` decides, and agentd refreshes half-way to it, at least
+#: EVENT_WEBHOOK_REFRESH_MIN apart); a POST's body is at most EVENT_WEBHOOK_MAX_BODY bytes (the extension's
+#: 256 KiB), read within EVENT_WEBHOOK_BODY_TIMEOUT; the last EVENT_WEBHOOK_SEEN ``webhook-id`` s of a
+#: subscription are kept to drop duplicates.
+EVENT_WEBHOOK_TTL: Final = 900.0
+EVENT_WEBHOOK_REFRESH_MIN: Final = 1.0
+EVENT_WEBHOOK_MAX_BODY: Final = 256 * 1024
+EVENT_WEBHOOK_BODY_TIMEOUT: Final = 30.0
+EVENT_WEBHOOK_SEEN: Final = 4096
 #: Which protocol era a connection speaks first (``era:``, ``--mcp-era``): ``auto`` probes with ``initialize``.
 MCP_ERA: Final = "auto"
 #: One whole A2A delegation (``a2a_peers[].call_timeout``, ``--a2a-peer``): peers' tasks run for minutes.

@@ -17,7 +17,8 @@ silent (no event and no heartbeat) for ``EVENT_STREAM_QUIET`` is re-opened from 
 doubling backoff when it fails.
 
 :func:`list_event_types` and :func:`subscribable` are the start-up check: the server speaks the 2026-07-28 wire,
-declares the extension, lists the event type and offers it by poll or push; each miss is an
+declares the extension, lists the event type and offers it by poll or push (or webhook, where agentd serves
+HTTPS: agentd.client.event_webhook); each miss is an
 :class:`EventsUnsupported` (exit 2).
 """
 
@@ -78,16 +79,20 @@ async def list_event_types(request: Request, *, server: str, era: Era | None, ca
     return listed
 
 
-def subscribable(listed: list[events.EventType], *, server: str, event: str) -> events.EventType:
+def subscribable(listed: list[events.EventType], *, server: str, event: str, webhook: bool = False
+                 ) -> events.EventType:
     """The event type ``event`` among those ``server`` lists; :class:`EventsUnsupported` when it is not listed or
-    offered neither by poll nor by push."""
+    offered neither by poll nor by push (nor by webhook, when agentd can be called back: ``webhook``)."""
     what = f"--on-event {server}:{event}"
     for kind in listed:
         if kind.name == event:
-            if not kind.delivery & {"poll", "push"}:
+            usable = {"poll", "push", "webhook"} if webhook else {"poll", "push"}
+            if not kind.delivery & usable:
                 offered = ", ".join(sorted(kind.delivery)) or "none"
+                how = "poll, push or webhook" if webhook else \
+                    "poll or push (webhook only where it serves HTTPS: --serve-mcp https://...)"
                 raise EventsUnsupported(f"{what}: the server offers this event by {offered} only; agentd "
-                                        "receives events by poll or push")
+                                        f"receives events by {how}")
             return kind
     shown = ", ".join(kind.name for kind in listed[:20]) or "none"
     raise EventsUnsupported(f"{what}: the server lists no such event type (it lists: {shown})")

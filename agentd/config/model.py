@@ -104,6 +104,9 @@ class EventSubscriptionConfig:
     server: str
     event: str
     arguments: Mapping[str, object] = attrs.field(factory=dict, converter=dict, hash=False)
+    #: ``on_events[].delivery``: ``poll``, ``push`` or ``webhook`` (None: push if offered, else poll, else
+    #: webhook where agentd serves HTTPS).
+    delivery: str | None = None
 
     @property
     def shown(self) -> str:

@@ -16,7 +16,9 @@ import attrs
 from agentd.config.model import EventSubscriptionConfig, McpServerConfig
 from agentd.errors import ConfigError
 
-_KEYS = ("server", "event", "arguments")
+_KEYS = ("server", "event", "arguments", "delivery")
+#: What ``on_events[].delivery`` may ask for.
+DELIVERIES = ("poll", "push", "webhook")
 
 
 def parse_flag(value: str) -> EventSubscriptionConfig:
@@ -49,7 +51,10 @@ def load_section(raw: Any) -> tuple[EventSubscriptionConfig, ...]:
             arguments = {}
         if not isinstance(arguments, dict) or not all(isinstance(k, str) for k in arguments):
             raise ConfigError(f"on_events: 'arguments' must be a mapping {where}")
-        out.append(EventSubscriptionConfig(server.strip(), event.strip(), arguments))
+        delivery = entry.get("delivery")
+        if delivery is not None and delivery not in DELIVERIES:
+            raise ConfigError(f"on_events: 'delivery' must be one of {', '.join(DELIVERIES)} {where}")
+        out.append(EventSubscriptionConfig(server.strip(), event.strip(), arguments, delivery))
     return tuple(out)
 
 

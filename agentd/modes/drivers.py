@@ -47,6 +47,7 @@ from agentd.modes.wake_prompt import events_instruction, wake_instruction, wakes
 from agentd.modes.watch import CLEANUP_TIMEOUT, Origin, ResourcePool, Watcher, read_current
 from agentd.telemetry import metrics
 from agentd.telemetry.events import EventLog
+from agentd.transport.webhook_app import WebhookReceiver
 
 WallClock = Callable[[], float]
 #: ``fire_once(key, instruction)``: enqueue one occurrence under its unique key (agentd.cluster.work.enqueue).
@@ -82,6 +83,8 @@ class DaemonContext:
     shared: Shared | None = None
     #: ``--on-event``: the MCP event subscriptions, routed through the router like resource updates.
     events: EventRoute | None = None
+    #: Where MCP events arrive by webhook (the daemon serves HTTPS); None: no webhook delivery.
+    webhooks: WebhookReceiver | None = None
 
 
 def reactive_status(ctx: DaemonContext) -> dict[str, Any]:
@@ -267,7 +270,8 @@ async def _start_reactivity(ctx: DaemonContext, nursery: trio.Nursery) -> None:
                                           per_daemon=cfg.modes.max_wakes_per_minute))  # fmt: skip
     ctx.watcher = Watcher(ctx.pool, ctx.router.notify, cfg.modes.poll_interval, ctx.log)
     if cfg.modes.on_events:
-        ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state, shared=ctx.shared)
+        ctx.events = EventRoute(ctx.pool, ctx.router.notify, ctx.log, ctx.runs.state, shared=ctx.shared,
+                                webhooks=ctx.webhooks)
     ctx.runs.watcher = ctx.watcher
     if cfg.modes.continue_uris:
         if ctx.open_session is None:

@@ -58,6 +58,7 @@ from agentd.supervisor.tools import register_subagent_tools
 from agentd.telemetry import metrics
 from agentd.telemetry.events import EventLog
 from agentd.telemetry.spans import agent_span, end_agent_span
+from agentd.transport.webhook_app import WebhookReceiver
 
 #: Adds the daemon's other control tools (``subagent.*``) to a run's registry: ``(registry, run_id)``.
 AddControls = Callable[[ControlToolRegistry, str], None]
@@ -231,7 +232,8 @@ async def _reloaded(ctx: DaemonContext, intel: Intelligence, pool: McpPool, old:
 async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, supervisor: Supervisor,
                       env: Mapping[str, str] | None = None, drain: trio.Event | None = None,
                       publish: Publish | None = None, journal: JournalStore | None = None,
-                      fire_once: FireOnce | None = None, shared: Shared | None = None) -> RunResult:
+                      fire_once: FireOnce | None = None, shared: Shared | None = None,
+                      webhooks: WebhookReceiver | None = None) -> RunResult:
     """Run ``cfg.mode`` as a daemon until drained (exit 0), stopped by the breaker (1) or budget (7/0).
 
     ``supervisor`` is the daemon's root supervisor (agentd.daemon.main's); ``drain`` defaults to the CLI's latch
@@ -273,7 +275,7 @@ async def daemon_mode(cfg: Config, log: EventLog, daemon: trio.Nursery, *, super
                     runs.unfinished = [job for job in runs.unfinished if job.resume != interrupted]
             ctx = DaemonContext(cfg, runs, daemon_log, drain, pool=opened.pool, server_names=[s.name for s in cfg.mcp],
                                 open_session=conversation_sessions(runs, restored),
-                                publish=publish, fire_once=fire_once, shared=shared)
+                                publish=publish, fire_once=fire_once, shared=shared, webhooks=webhooks)
             operator = current_operator()
             with (operator.reloadable(functools.partial(_reloaded, ctx, opened.intel, opened.pool))
                   if operator is not None

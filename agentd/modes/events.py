@@ -4,7 +4,8 @@ cursor kept so that a restart neither loses nor repeats one.
 Why it exists: a reactive daemon wakes on events (agentd.mcp.events) with the same debounce, coalescing and
 wake caps as on resource updates, so occurrences go through the same :class:`~agentd.modes.router.Router`,
 under the subscription's key (``event:SERVER/NAME``). The router says *when* a wake runs; this module holds
-*what* it carries: the occurrences polled since the last wake (at most ``EVENT_PENDING_MAX``; past that the
+*what* it carries: the occurrences delivered since the last wake (polled, streamed, or POSTed by webhook:
+agentd.client.event_webhook, where the daemon serves HTTPS) (at most ``EVENT_PENDING_MAX``; past that the
 oldest are dropped and the wake reports a gap, as it does for the server's ``truncated``). A wake takes them all.
 
 Durability (``--state-dir``): a subscription's cursor is journaled (daemon state, :data:`EVENT_CURSORS`) only
@@ -37,6 +38,7 @@ import attrs
 import trio
 
 from agentd import defaults
+from agentd.client.event_webhook import EventWebhook
 from agentd.client.events import (
     EventPoller,
     EventStream,
@@ -51,6 +53,7 @@ from agentd.journal.store import JournalStore
 from agentd.mcp import events
 from agentd.modes.shared import Shared
 from agentd.telemetry.events import EventLog, null_log
+from agentd.transport.webhook_app import WebhookReceiver
 
 #: Daemon-state namespace: per subscription key, ``{"cursor": ..., "pending": {"run": ..., "cursor": ...}}``.
 EVENT_CURSORS: Final = "reactive.event_cursors"
@@ -90,7 +93,7 @@ class _Sub:
     delivery: str = "poll"
     #: When a quiet cursor was last journaled (trio time; None: never).
     saved_at: float | None = None
-    poller: EventPoller | EventStream | None = None
+    poller: EventPoller | EventStream | EventWebhook | None = None
 
 
 @attrs.define(eq=False)
@@ -107,6 +110,8 @@ class EventRoute:
     save_interval: float = defaults.EVENT_CURSOR_SAVE_INTERVAL
     #: ``--cluster``: subscriptions are owned (and cursors recorded) through the cluster's rows.
     shared: Shared | None = None
+    #: Where webhook deliveries arrive (agentd serves HTTPS); None: no subscription can be delivered by webhook.
+    webhooks: WebhookReceiver | None = None
     _subs: dict[str, _Sub] = attrs.field(factory=dict, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
 
@@ -135,8 +140,7 @@ class EventRoute:
                 listings[sub.server] = await list_event_types(self._request(conn), server=sub.server, era=conn.era,
                                                               capabilities=conn.capabilities,
                                                               timeout=conn.config.call_timeout)
-            kind = subscribable(listings[sub.server], server=sub.server, event=sub.event)
-            checked.append((sub, conn, "push" if "push" in kind.delivery else "poll"))
+            checked.append((sub, conn, self._delivery(sub, listings[sub.server])))
         self._nursery = nursery
         for sub, conn, delivery in checked:
             key = events.subscription_key(sub.server, sub.event, sub.arguments)
@@ -148,6 +152,26 @@ class EventRoute:
         for key in list(self._subs):
             cursor, resumed = await self._restored(saved.get(key))
             self._start(key, cursor, resumed)
+
+    def _delivery(self, sub: EventSubscriptionConfig, listed: list[events.EventType]) -> str:
+        """How ``sub`` is delivered: the one its config asks for, else push, poll, webhook in that order of
+        preference, among what the server offers (webhook only where agentd serves HTTPS)."""
+        callback = self.webhooks is not None and self.webhooks.base_url is not None
+        what = f"--on-event {sub.shown}"
+        if sub.delivery == "webhook" and not callback:
+            raise EventsUnsupported(f"{what}: delivery: webhook needs agentd to serve HTTPS (--serve-mcp "
+                                    "https://... with --serve-cert and --serve-key): the server calls it back there")
+        kind = subscribable(listed, server=sub.server, event=sub.event, webhook=callback)
+        if sub.delivery is not None:
+            if sub.delivery not in kind.delivery:
+                offered = ", ".join(sorted(kind.delivery)) or "none"
+                raise EventsUnsupported(f"{what}: delivery: {sub.delivery} is not offered for this event (the "
+                                        f"server offers: {offered})")
+            return sub.delivery
+        for mode in ("push", "poll", "webhook"):
+            if mode in kind.delivery:
+                return mode
+        raise AssertionError("subscribable() returned an event type agentd cannot receive")
 
     def declared(self) -> list[tuple[str | None, str]]:
         """``(server, key)`` of every subscription, for the cluster's rows."""
@@ -176,13 +200,18 @@ class EventRoute:
         sub.committed, sub.pending, sub.gap, sub.dropped, sub.saved_at = cursor, [], False, 0, None
         config, conn = sub.config, sub.conn
         on_batch = functools.partial(self._on_batch, sub)
-        poller = sub.poller = (
-            EventStream(conn.exchange, config.server, config.event, config.arguments, on_batch, cursor=cursor,
-                        log=self.log)
-            if sub.delivery == "push" else
-            EventPoller(self._request(conn), config.server, config.event, config.arguments, on_batch, cursor=cursor,
-                        timeout=conn.config.call_timeout, log=self.log)
-        )  # fmt: skip
+        poller: EventPoller | EventStream | EventWebhook
+        if sub.delivery == "push":
+            poller = EventStream(conn.exchange, config.server, config.event, config.arguments, on_batch,
+                                 cursor=cursor, log=self.log)
+        elif sub.delivery == "webhook":
+            assert self.webhooks is not None
+            poller = EventWebhook(self._request(conn), self.webhooks, config.server, config.event, config.arguments,
+                                  on_batch, cursor=cursor, timeout=conn.config.call_timeout, log=self.log)
+        else:
+            poller = EventPoller(self._request(conn), config.server, config.event, config.arguments, on_batch,
+                                 cursor=cursor, timeout=conn.config.call_timeout, log=self.log)
+        sub.poller = poller
         scope = sub.scope = trio.CancelScope()
         self.log.info("trigger.armed", trigger="event", uri=key, server=config.server, event_type=config.event,
                       delivery=sub.delivery, cursor="restored" if cursor is not None else "now",

@@ -25,8 +25,11 @@ from agentd.telemetry.events import EventLog, null_log
 from agentd.telemetry.stream import EVENTS_PATH
 from agentd.transport.asgi_server import AsgiOptions, McpAsgiApp
 from agentd.transport.gate import LOOPBACK_HOSTS
+from agentd.transport.mounts import Mount
 from agentd.transport.resource_server import OAuthSettings, ResourceServer
 from agentd.transport.serve import ServeConfig, Serving, serve_mcp
+from agentd.transport.webhook_app import PATH as WEBHOOK_PATH
+from agentd.transport.webhook_app import WebhookReceiver
 
 if TYPE_CHECKING:
     from agentd.cluster.store import PgJournal
@@ -101,6 +104,7 @@ async def serve_self_mcp(
     run_id: str | None = None,
     daemon_status: DaemonStatus | None = None,
     events: ServedEvents | None = None,
+    webhooks: WebhookReceiver | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     log = (log or null_log()).bind(comp="serve")
@@ -122,6 +126,8 @@ async def serve_self_mcp(
             app.mount(*A2aMount(app, service, scheme="https" if cfg.tls else "http", instruction=config.instruction,
                                 servers=[s.name for s in config.mcp], log=log).mounts())  # fmt: skip
         # --- end A2A ---
+        if webhooks is not None and cfg.tls:  # MCP events by webhook: the servers' POSTs, signed, no bearer
+            app.mount(Mount(WEBHOOK_PATH, webhooks, under=True))
 
         async def trigger() -> None:
             await shutdown_trigger()
@@ -132,6 +138,9 @@ async def serve_self_mcp(
         def bound(serving: Serving) -> None:
             if oauth is not None:
                 oauth.bind(served_url(cfg, serving))
+            if webhooks is not None and cfg.tls:
+                parts = urlsplit(served_url(cfg, serving))
+                webhooks.base_url = f"{parts.scheme}://{parts.netloc}"
 
         async def serve(task_status: trio.TaskStatus[Serving]) -> None:
             await serve_mcp(app, cfg, shutdown_trigger=trigger, log=log, on_bound=bound,
@@ -152,6 +161,7 @@ async def serve_for_daemon(
     cluster: PgJournal | None = None,
     journal: JournalStore | None = None,
     cluster_watch: DoneWatch | None = None,
+    webhooks: WebhookReceiver | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's serve task: the self-MCP over the daemon's root supervisor, until the drain latch.
@@ -203,7 +213,7 @@ async def serve_for_daemon(
                 await events.load()
             await serve_self_mcp(cfg, backend, secrets=secrets, shutdown_trigger=drain_then_stop,
                                  log=log, run_id=log.run_id, daemon_status=daemon_status, events=events,
-                                 task_status=task_status)
+                                 webhooks=webhooks, task_status=task_status)
 
         async with trio.open_nursery() as nursery:
             started: Serving = await nursery.start(serve)

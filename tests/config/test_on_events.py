@@ -31,6 +31,13 @@ def test_file_entries_carry_arguments_and_a_flag_for_the_same_event_is_the_same_
                              EventSubscriptionConfig("ev", "build.failed"))
 
 
+def test_a_file_entry_may_ask_for_a_delivery_mode(tmp_path: Path) -> None:
+    path = tmp_path / "agentd.yaml"
+    path.write_text("on_events:\n  - {server: ev, event: alert.raised, delivery: webhook}\n")
+    cfg = load_config(["--mode", "reactive", "--config", str(path), *BASE], {})
+    assert cfg.modes.on_events == (EventSubscriptionConfig("ev", "alert.raised", delivery="webhook"),)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--mode", "reactive", "--on-event", "nope:ticket.created"], "no MCP server named 'nope' is declared"),
     (["--mode", "reactive", "--on-event", "ticket.created"], "expected SERVER:EVENT"),
@@ -47,6 +54,7 @@ def test_mistakes_are_config_errors(argv: list[str], message: str) -> None:
     ("on_events:\n  - {server: ev}\n", "'event' must be an event type name"),
     ("on_events:\n  - {server: ev, event: t, arguments: [1]}\n", "'arguments' must be a mapping"),
     ("on_events:\n  - {server: ev, event: t, filter: x}\n", "unknown key 'filter'"),
+    ("on_events:\n  - {server: ev, event: t, delivery: email}\n", "'delivery' must be one of poll, push, webhook"),
     ("on_events:\n  - {server: other, event: t}\n", "no MCP server named 'other'"),
 ])
 def test_bad_file_entries_are_config_errors(tmp_path: Path, yaml: str, message: str) -> None:

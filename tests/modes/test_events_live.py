@@ -111,14 +111,18 @@ async def test_garbage_from_the_server_is_an_error_not_a_crash() -> None:
         assert huge in prompt and "over agentd's limit" in prompt and "x" * 1000 not in prompt
 
 
-@pytest.mark.parametrize(("event", "reason"), [
-    ("alert.raised", "offers this event by webhook only"),
-    ("nope.never", "lists no such event type (it lists: ticket.created, alert.raised)"),
+@pytest.mark.parametrize(("event", "delivery", "reason"), [
+    ("alert.raised", None, "offers this event by webhook only; agentd receives events by poll or push (webhook "
+                           "only where it serves HTTPS"),
+    ("alert.raised", "webhook", "delivery: webhook needs agentd to serve HTTPS"),
+    ("ticket.created", "push", "delivery: push is not offered for this event (the server offers: poll)"),
+    ("nope.never", None, "lists no such event type (it lists: ticket.created, alert.raised)"),
 ])
-async def test_an_event_the_server_cannot_deliver_by_poll_or_push_is_a_config_error(event: str, reason: str) -> None:
+async def test_an_event_the_server_cannot_deliver_by_poll_or_push_is_a_config_error(
+        event: str, delivery: str | None, reason: str) -> None:
     async with scripted_gateway(default=text("handled")) as gw, \
             launch.peer_server(launch.events_server_argv()) as peer:
-        cfg = config(gw.url, {"ev": peer.url}, on_events=(EventSubscriptionConfig("ev", event),))
+        cfg = config(gw.url, {"ev": peer.url}, on_events=(EventSubscriptionConfig("ev", event, delivery=delivery),))
         async with live_daemon(cfg, armed=0) as daemon:
             with trio.fail_after(30):
                 await daemon.done.wait()

@@ -282,11 +282,15 @@ def modern_server_argv(*, port: int = 0, tools: int = 0, page_size: int = 0, tas
 
 
 def events_server_argv(*, port: int = 0, next_poll_ms: int = 1000, push: bool = False,
-                       heartbeat: float = 30.0) -> list[str]:
+                       heartbeat: float = 30.0, webhook_ca: Path | None = None,
+                       webhook_ttl: float | None = None) -> list[str]:
     """argv of the events-extension peer (tests/peers/servers/events_server.py, 2026-07-28 only; ``push``: it
-    offers ticket.created by events/stream too)."""
+    offers ticket.created by events/stream too; ``webhook_ca``: it delivers alert.raised by webhook, trusting
+    that CA for the callback URL; ``webhook_ttl``: the longest TTL it grants)."""
     return [sys.executable, str(SERVERS / "events_server.py"), "--port", str(port), "--next-poll-ms",
-            str(next_poll_ms), "--heartbeat", str(heartbeat), *(["--push"] if push else [])]
+            str(next_poll_ms), "--heartbeat", str(heartbeat), *(["--push"] if push else []),
+            *(["--webhook-ca", str(webhook_ca)] if webhook_ca is not None else []),
+            *(["--webhook-ttl", str(webhook_ttl)] if webhook_ttl is not None else [])]
 
 
 def everything_server_dir() -> Path:

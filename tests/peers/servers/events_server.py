@@ -2,7 +2,7 @@
 2026-07-28 wire, written from the extension's text: the modern-only peer (modern_only_server.py) plus events.
 
 ``server/discover`` declares the extension. ``events/list`` lists ``ticket.created`` (poll; arguments ``queue``
-filter on ``data.queue``) and ``alert.raised`` (webhook only: agentd must refuse it). ``events/poll`` takes
+filter on ``data.queue``) and ``alert.raised`` (webhook only: agentd refuses it unless it serves HTTPS). ``events/poll`` takes
 ``{name, arguments, cursor, maxEvents}``: a ``null`` cursor is "from now" (no events, the current cursor); a
 cursor ``c<N>`` resumes after the N-th occurrence of the log; one behind the retention floor answers
 ``truncated: true`` from the floor. At most ``maxEvents`` come at once (``hasMore`` says there are more); every
@@ -14,6 +14,22 @@ subscription, every frame with ``_meta["io.modelcontextprotocol/subscriptionId"]
 ``notifications/events/active`` (the starting cursor, ``truncated``), one ``notifications/events/event`` per
 matching occurrence (with the cursor after it), and ``notifications/events/heartbeat`` (the cursor) every
 ``--heartbeat`` seconds of quiet. Closing the response ends the subscription.
+
+With ``--webhook-ca PATH`` (the CA that signed agentd's serving certificate) ``alert.raised`` is delivered by
+webhook, as SEP-3415 says: ``events/subscribe`` takes ``{name, arguments, delivery: {mode, url, secret}, cursor,
+ttlMs}`` (an ``https`` URL and a ``whsec_`` secret, else -32602), POSTs a ``verification`` challenge to the URL
+before the first subscribe of a URL answers (a wrong echo: -32015 ``challenge_failed``), and answers ``{id,
+refreshBefore, cursor, truncated}`` (the TTL granted is the suggestion capped by ``--webhook-ttl``); the same
+key again is a refresh. Every matching occurrence from the subscription's cursor is POSTed, signed per Standard
+Webhooks (``webhook-id`` the eventId, ``webhook-timestamp``, ``webhook-signature: v1,…``,
+``X-MCP-Subscription-Id``) with the cursor after it (a watermark: the next one is sent once this one was
+acknowledged; a failed POST is tried five times in a row, then abandoned). ``events/unsubscribe`` ends it. Side doors:
+``POST /_test/webhook/forge?kind=signature|stale|unsigned`` (a POST to the newest subscription's URL signed with
+another secret, a timestamp ten minutes old, or no signature: its status), ``POST /_test/webhook/envelope?type=gap|terminated`` (a ``gap`` to the end of the log, or the newest subscription
+ended with a ``terminated`` envelope: its status), ``POST /_test/webhook/replay`` (the
+newest event POST again, byte for byte: its status), ``GET /_test/webhook/secrets`` (every secret it was given,
+for a test to look for in agentd's logs); ``GET /_test/events`` lists ``subscribes``, ``unsubscribes`` and
+``deliveries`` (no secrets).
 
 Side doors: ``POST /_test/emit?name=&data=<json>&count=&lost=`` (``count`` occurrences, each data plus its
 ``seq``; ``lost`` ones before them that fall behind the floor at once), ``POST /_test/events/config?next_poll_ms=&floor=``
@@ -27,12 +43,20 @@ every open stream abruptly).
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime
 import functools
+import hashlib
+import hmac
 import json
+import secrets
+import ssl
 import sys
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
+import httpx
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
@@ -63,8 +87,18 @@ EVENT_TYPES = [
 
 
 class EventsPeer(ModernPeer):
-    def __init__(self, *, next_poll_ms: int, push: bool = False, heartbeat: float = 30.0) -> None:
+    def __init__(self, *, next_poll_ms: int, push: bool = False, heartbeat: float = 30.0,
+                 webhook_ca: str | None = None, webhook_ttl: float = 3600.0) -> None:
         super().__init__(filler_tools=0, page_size=0, keepalive=15.0)
+        self.webhook_tls = ssl.create_default_context(cafile=webhook_ca) if webhook_ca else None
+        self.webhook_ttl = webhook_ttl
+        self.nursery: trio.Nursery | None = None
+        self.hooks: dict[str, dict[str, Any]] = {}
+        self.subscribes: list[dict[str, Any]] = []
+        self.unsubscribes: list[dict[str, Any]] = []
+        self.deliveries: list[dict[str, Any]] = []
+        self.secrets: list[str] = []
+        self.last_post: tuple[str, dict[str, str], bytes] | None = None
         self.types = [dict(t) for t in EVENT_TYPES]
         if push:
             self.types[0]["delivery"] = ["poll", "push"]
@@ -79,7 +113,8 @@ class EventsPeer(ModernPeer):
         self.garbage: tuple[str, int] | None = None
 
     def handlers(self) -> dict[str, Any]:
-        return {**super().handlers(), "events/list": self.events_list, "events/poll": self.events_poll}
+        return {**super().handlers(), "events/list": self.events_list, "events/poll": self.events_poll,
+                "events/subscribe": self.events_subscribe, "events/unsubscribe": self.events_unsubscribe}
 
     def streams(self) -> dict[str, Any]:
         return {"events/stream": self.events_stream}
@@ -190,6 +225,125 @@ class EventsPeer(ModernPeer):
             except Exception:  # the client went away first
                 pass
 
+    # --- webhook delivery (--webhook-ca) ---
+
+    @staticmethod
+    def _sign(secret: str, msg_id: str, stamp: int, body: bytes) -> str:
+        key = base64.b64decode(secret.removeprefix("whsec_"))
+        mac = hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
+        return "v1," + base64.b64encode(mac).decode()
+
+    async def _raw_post(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int | None, bytes]:
+        assert self.webhook_tls is not None
+        try:
+            async with httpx.AsyncClient(verify=self.webhook_tls, timeout=10, follow_redirects=False) as client:
+                reply = await client.post(url, content=body, headers=headers)
+        except httpx.HTTPError:
+            return None, b""
+        return reply.status_code, reply.content
+
+    async def _post(self, hook: dict[str, Any], msg_id: str, payload: dict[str, Any], *,
+                    secret: str | None = None, stamp: int | None = None, record: bool = False
+                    ) -> tuple[int | None, bytes]:
+        body = json.dumps(payload).encode()
+        stamp = int(time.time()) if stamp is None else stamp
+        headers = {"content-type": "application/json", "webhook-id": msg_id, "webhook-timestamp": str(stamp),
+                   "webhook-signature": self._sign(secret or hook["secret"], msg_id, stamp, body),
+                   "x-mcp-subscription-id": hook["id"]}
+        if record:  # a real delivery: what /_test/webhook/replay sends again
+            self.last_post = (hook["url"], headers, body)
+        return await self._raw_post(hook["url"], headers, body)
+
+    async def events_subscribe(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._declared(params)
+        name, arguments, cursor = self._subscription(params, "webhook")
+        delivery = params.get("delivery") if isinstance(params.get("delivery"), dict) else {}
+        url, secret = delivery.get("url"), delivery.get("secret")
+        if not isinstance(url, str) or not url.startswith("https://"):
+            raise RpcError(200, INVALID_PARAMS, "delivery.url must be an https URL")
+        try:
+            raw = base64.b64decode(str(secret).removeprefix("whsec_"), validate=True)
+        except ValueError:
+            raw = b""
+        if not str(secret).startswith("whsec_") or not 24 <= len(raw) <= 64:
+            raise RpcError(200, INVALID_PARAMS, "delivery.secret must be whsec_ and base64 of 24-64 bytes")
+        if cursor is not None and (not isinstance(cursor, str) or not cursor[1:].isdigit()):
+            raise RpcError(200, INVALID_PARAMS, f"invalid cursor {cursor!r}")
+        sub_id = "sub_" + hashlib.sha256(json.dumps([url, name, arguments], sort_keys=True).encode()).hexdigest()[:16]
+        hook = self.hooks.get(sub_id)
+        refresh = hook is not None
+        self.secrets.append(str(secret))
+        truncated = False
+        if hook is None:
+            hook = {"id": sub_id, "url": url, "secret": secret, "name": name, "arguments": arguments}
+            challenge = secrets.token_hex(16)
+            status, body = await self._post(hook, f"msg_verification_{secrets.token_hex(6)}",
+                                            {"type": "verification", "challenge": challenge})
+            try:
+                echoed = json.loads(body).get("challenge") if status == 200 else None
+            except ValueError:
+                echoed = None
+            if echoed != challenge:
+                raise RpcError(200, -32015, "CallbackEndpointError", {"reason": "challenge_failed"})
+            position = len(self.log) if cursor is None else int(cursor[1:])
+            truncated = position < self.floor
+            hook["acked"] = max(position, self.floor)
+            self.hooks[sub_id] = hook
+            assert self.nursery is not None
+            self.nursery.start_soon(self._deliver, hook)
+        hook["secret"] = secret
+        ttl = params.get("ttlMs")
+        granted = min(ttl / 1000 if isinstance(ttl, int | float) else self.webhook_ttl, self.webhook_ttl)
+        refresh_before = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=granted)
+        self.subscribes.append({"id": sub_id, "cursor": cursor, "arguments": arguments, "refresh": refresh,
+                                "url": url, "ttlMs": ttl, "at": trio.current_time()})
+        return {"id": sub_id, "refreshBefore": refresh_before.isoformat().replace("+00:00", "Z"),
+                "cursor": f"c{hook['acked']}", "truncated": truncated}
+
+    async def events_unsubscribe(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._declared(params)
+        url = (params.get("delivery") or {}).get("url")
+        for sub_id, hook in list(self.hooks.items()):
+            if hook["url"] == url and hook["name"] == params.get("name"):
+                del self.hooks[sub_id]
+                self.unsubscribes.append({"id": sub_id, "url": url})
+                self.changed.set()
+                self.changed = trio.Event()
+                return {}
+        raise RpcError(200, NOT_FOUND, "NotFound: no such subscription", {"kind": "subscription"})
+
+    async def _deliver(self, hook: dict[str, Any]) -> None:
+        """POST each matching occurrence after the subscription's watermark, one at a time, until unsubscribed."""
+        while self.hooks.get(hook["id"]) is hook:
+            for index in range(hook["acked"], len(self.log)):
+                entry = self.log[index]
+                if self._matches(entry, hook["name"], hook["arguments"]):
+                    payload = {**{k: entry[k] for k in ("eventId", "name", "timestamp", "data")},
+                               "cursor": f"c{index + 1}"}
+                    for attempt in range(5):
+                        status, _ = await self._post(hook, entry["eventId"], payload, record=True)
+                        self.deliveries.append({"id": hook["id"], "webhook_id": entry["eventId"], "status": status,
+                                                "attempt": attempt})
+                        if status is not None and 200 <= status < 300:
+                            break
+                hook["acked"] = index + 1
+            changed = self.changed
+            if hook["acked"] >= len(self.log):
+                await changed.wait()
+
+    async def _forge(self, kind: str) -> int | None:
+        hook = list(self.hooks.values())[-1]
+        payload = {"eventId": f"evt-forged-{kind}", "name": hook["name"], "timestamp": "2026-12-07T00:00:00Z",
+                   "data": {"title": f"forged ({kind})"}, "cursor": "c999"}
+        if kind == "signature":
+            other = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+            return (await self._post(hook, payload["eventId"], payload, secret=other))[0]
+        if kind == "stale":
+            return (await self._post(hook, payload["eventId"], payload, stamp=int(time.time()) - 600))[0]
+        body = json.dumps(payload).encode()
+        return (await self._raw_post(hook["url"], {"content-type": "application/json",
+                                                   "webhook-id": payload["eventId"]}, body))[0]
+
     def _append(self, name: str, data: dict[str, Any]) -> str:
         index = len(self.log)
         self.log.append({"eventId": f"evt-{index}", "name": name, "timestamp": f"2026-12-07T00:00:{index % 60:02d}Z",
@@ -231,21 +385,47 @@ class EventsPeer(ModernPeer):
             for scope in list(self.open_streams.values()):
                 scope.cancel()
             await _json(send, 200, {"dropped": len(self.open_streams)})
+        elif path == "/_test/webhook/forge" and method == "POST":
+            await _json(send, 200, {"status": await self._forge(query.get("kind", "signature"))})
+        elif path == "/_test/webhook/envelope" and method == "POST":
+            hook = list(self.hooks.values())[-1]
+            kind = query.get("type", "gap")
+            if kind == "gap":  # events were skipped: the watermark jumps to the end of the log
+                hook["acked"] = len(self.log)
+                envelope: dict[str, Any] = {"type": "gap", "cursor": f"c{len(self.log)}"}
+            else:  # the subscription ends server-side
+                del self.hooks[hook["id"]]
+                self.changed.set()
+                self.changed = trio.Event()
+                envelope = {"type": "terminated", "error": {"code": -32012, "message": "access revoked"}}
+            status, _ = await self._post(hook, f"msg_{kind}_{secrets.token_hex(6)}", envelope)
+            await _json(send, 200, {"status": status})
+        elif path == "/_test/webhook/replay" and method == "POST":
+            assert self.last_post is not None, "nothing was POSTed yet"
+            url, headers, body = self.last_post
+            await _json(send, 200, {"status": (await self._raw_post(url, headers, body))[0],
+                                    "webhook_id": headers["webhook-id"]})
+        elif path == "/_test/webhook/secrets":
+            await _json(send, 200, {"secrets": self.secrets})
         elif path == "/_test/events":
             await _json(send, 200, {"log": self.log, "polls": self.polls, "floor": self.floor,
-                                    "streams": self.streams_opened, "open_streams": len(self.open_streams)})
+                                    "streams": self.streams_opened, "open_streams": len(self.open_streams),
+                                    "subscribes": self.subscribes, "unsubscribes": self.unsubscribes,
+                                    "deliveries": self.deliveries})
         else:
             await super().side_door(path, method, scope, send)
 
 
 async def main(args: argparse.Namespace) -> None:
-    app = EventsPeer(next_poll_ms=args.next_poll_ms, push=args.push, heartbeat=args.heartbeat)
+    app = EventsPeer(next_poll_ms=args.next_poll_ms, push=args.push, heartbeat=args.heartbeat,
+                     webhook_ca=args.webhook_ca, webhook_ttl=args.webhook_ttl)
     config = Config()
     config.bind = [f"{args.host}:{args.port}"]
     config.loglevel = "WARNING"
     config.accesslog = None
     config.graceful_timeout = 1
     async with trio.open_nursery() as nursery:
+        app.nursery = nursery
         binds = await nursery.start(functools.partial(serve, app, config, mode="asgi"))  # type: ignore[arg-type]
         url = binds[0] if binds else f"http://{args.host}:{args.port}"
         print(f"LISTENING {url}/mcp", flush=True)
@@ -258,6 +438,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--next-poll-ms", type=int, default=1000, help="the nextPollMs every poll answer suggests")
     p.add_argument("--push", action="store_true", help="offer ticket.created by push (events/stream) too")
     p.add_argument("--heartbeat", type=float, default=30.0, help="seconds between heartbeats on a quiet stream")
+    p.add_argument("--webhook-ca", help="deliver alert.raised by webhook, trusting this CA for the callback URL")
+    p.add_argument("--webhook-ttl", type=float, default=3600.0, help="the longest TTL a subscribe is granted (s)")
     return p.parse_args(argv)
 
 
