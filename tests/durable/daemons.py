@@ -8,9 +8,12 @@ import subprocess
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 
+from agentd.journal.sqlite import JournalFile, db_path
+from agentd.modes.events import EVENT_CURSORS
 from tests.waiting import until
 
 #: The repository root (the daemons run from it, importing this checkout's agentd).
@@ -49,3 +52,21 @@ async def daemon_until(argv: Sequence[str], stderr: Path, ready: Callable[[], bo
     """Run ``argv`` until ``ready()`` (polled; at most 60 s, failing with its stderr if it exits), then SIGKILL."""
     async with daemon(argv, stderr) as proc:
         await wait_until(proc, stderr, ready)
+
+
+def event_cursor(state: Path, key: str) -> Any:
+    """The journaled cursor of the event subscription ``key`` in the state dir ``state`` (None: none yet)."""
+    if not os.path.exists(db_path(str(state))):
+        return None
+    journal = JournalFile(db_path(str(state)), readonly=True)
+    try:
+        return journal.get_state(EVENT_CURSORS).get(key)
+    finally:
+        journal.close()
+
+
+def wakes_with(gw: Any, event_id: str) -> int:
+    """Runs whose instruction carried ``event_id`` (each run's first model request)."""
+    marker = f'eventId="{event_id}"'
+    return sum(1 for r in gw.requests if len(r.messages) <= 2 and any(
+        m.get("role") == "user" and marker in str(m.get("content")) for m in r.messages))

@@ -3,17 +3,14 @@ the events that happened while agentd was down wake it once each after a restart
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentd.journal.sqlite import JournalFile, db_path
 from agentd.mcp.events import subscription_key
-from agentd.modes.events import EVENT_CURSORS
-from tests.durable.daemons import daemon_until
+from tests.durable.daemons import daemon_until, event_cursor, wakes_with
 from tests.modes.events_peer import emit, side
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text
@@ -24,20 +21,7 @@ KEY = subscription_key("ev", "ticket.created", {})
 
 
 def _cursor(state: Path) -> Any:
-    if not os.path.exists(db_path(str(state))):
-        return None
-    journal = JournalFile(db_path(str(state)), readonly=True)
-    try:
-        return journal.get_state(EVENT_CURSORS).get(KEY)
-    finally:
-        journal.close()
-
-
-def _wakes_with(gw: Any, event_id: str) -> int:
-    """Runs whose instruction carried ``event_id`` (each run's first model request)."""
-    marker = f'eventId="{event_id}"'
-    return sum(1 for r in gw.requests if len(r.messages) <= 2 and any(
-        m.get("role") == "user" and marker in str(m.get("content")) for m in r.messages))
+    return event_cursor(state, KEY)
 
 
 @pytest.mark.parametrize("push", [False, True], ids=["poll", "stream"])
@@ -55,12 +39,12 @@ async def test_events_missed_while_down_wake_once_each_after_a_sigkill(tmp_path:
 
         # A wake, then SIGKILL once its cursor is journaled (the run ended).
         await daemon_until(argv, tmp_path / "2.stderr",
-                           lambda: _wakes_with(gw, first[0]) == 1 and _cursor(state) == {"cursor": "c1"})
+                           lambda: wakes_with(gw, first[0]) == 1 and _cursor(state) == {"cursor": "c1"})
         missed = await emit(peer.url, {"title": "while down"}, count=2)  # agentd is not running
 
         await daemon_until(argv, tmp_path / "3.stderr",
-                           lambda: all(_wakes_with(gw, i) for i in missed) and _cursor(state) == {"cursor": "c3"})
-        assert [_wakes_with(gw, i) for i in (*first, *missed)] == [1, 1, 1]
+                           lambda: all(wakes_with(gw, i) for i in missed) and _cursor(state) == {"cursor": "c3"})
+        assert [wakes_with(gw, i) for i in (*first, *missed)] == [1, 1, 1]
         seen = await side(peer.url, "/_test/events")
         polls = seen["streams" if push else "polls"]
         assert polls[0]["cursor"] is None and all(p["cursor"] is not None for p in polls[1:])
@@ -73,7 +57,7 @@ async def test_events_missed_while_down_wake_once_each_after_a_sigkill(tmp_path:
                            lambda: len(_polls_after(peer.url, count, push)) >= 1 and _cursor(state) == {"cursor": "c3"})
         await emit(peer.url, {"title": "filler"}, name="alert.raised")  # not subscribed: nothing wakes
         assert len(gw.requests) == before
-        assert [_wakes_with(gw, i) for i in (*first, *missed)] == [1, 1, 1]
+        assert [wakes_with(gw, i) for i in (*first, *missed)] == [1, 1, 1]
 
 
 def _polls_after(url: str, count: int, push: bool) -> list[Any]:
@@ -108,7 +92,7 @@ async def test_a_wake_killed_mid_run_is_resumed_and_its_events_are_not_woken_aga
         [later] = await emit(peer.url, {"title": "while down"})
 
         await daemon_until(argv, tmp_path / "2.stderr",
-                           lambda: _wakes_with(gw, later) == 1 and _cursor(state) == {"cursor": "c2"})
+                           lambda: wakes_with(gw, later) == 1 and _cursor(state) == {"cursor": "c2"})
         hold.set()
         carrying = [str(r.messages) for r in gw.requests if 'eventId="evt-0"' in str(r.messages)]
         assert len(carrying) == 2  # the killed wake's call and its resumed run's: one wake

@@ -7,7 +7,6 @@ agentd's logs."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
@@ -17,10 +16,8 @@ import httpx
 import pytest
 import trio
 
-from agentd.journal.sqlite import JournalFile, db_path
 from agentd.mcp.events import subscription_key
-from agentd.modes.events import EVENT_CURSORS
-from tests.durable.daemons import daemon, daemon_until, wait_until
+from tests.durable.daemons import daemon, daemon_until, event_cursor, wait_until, wakes_with
 from tests.modes.events_peer import emit, side
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, text
@@ -32,19 +29,7 @@ KEY = subscription_key("ev", "alert.raised", {})
 
 
 def _cursor(state: Path) -> Any:
-    if not os.path.exists(db_path(str(state))):
-        return None
-    journal = JournalFile(db_path(str(state)), readonly=True)
-    try:
-        return journal.get_state(EVENT_CURSORS).get(KEY)
-    finally:
-        journal.close()
-
-
-def _wakes_with(gw: Any, event_id: str) -> int:
-    marker = f'eventId="{event_id}"'
-    return sum(1 for r in gw.requests if len(r.messages) <= 2 and any(
-        m.get("role") == "user" and marker in str(m.get("content")) for m in r.messages))
+    return event_cursor(state, KEY)
 
 
 def _seen(url: str) -> dict[str, Any]:
@@ -77,7 +62,7 @@ async def test_webhook_deliveries_wake_once_forgeries_and_replays_wake_nothing_a
 
             [first] = await emit(peer.url, {"title": "disk full"}, name="alert.raised")
             await wait_until(proc, tmp_path / "1.stderr",
-                             lambda: _wakes_with(gw, first) == 1 and _cursor(state) == {"cursor": "c1"})
+                             lambda: wakes_with(gw, first) == 1 and _cursor(state) == {"cursor": "c1"})
 
             assert (await side(peer.url, "/_test/webhook/forge", kind="signature"))["status"] == 401
             assert (await side(peer.url, "/_test/webhook/forge", kind="stale"))["status"] == 401
@@ -88,8 +73,8 @@ async def test_webhook_deliveries_wake_once_forgeries_and_replays_wake_nothing_a
             # A later delivery wakes once, carrying neither the forgeries nor the replay.
             [second] = await emit(peer.url, {"title": "cpu hot"}, name="alert.raised")
             await wait_until(proc, tmp_path / "1.stderr",
-                             lambda: _wakes_with(gw, second) == 1 and _cursor(state) == {"cursor": "c2"})
-            assert _wakes_with(gw, first) == 1
+                             lambda: wakes_with(gw, second) == 1 and _cursor(state) == {"cursor": "c2"})
+            assert wakes_with(gw, first) == 1
             assert not any("evt-forged" in str(r.messages) for r in gw.requests)
         # (SIGKILLed: no unsubscribe)
 
@@ -98,11 +83,11 @@ async def test_webhook_deliveries_wake_once_forgeries_and_replays_wake_nothing_a
 
         # Restart: subscribed again from the journaled cursor; each missed alert wakes once.
         await daemon_until(argv, tmp_path / "2.stderr",
-                           lambda: all(_wakes_with(gw, i) == 1 for i in missed) and _cursor(state) == {"cursor": "c4"})
+                           lambda: all(wakes_with(gw, i) == 1 for i in missed) and _cursor(state) == {"cursor": "c4"})
         subscribes = _seen(peer.url)["subscribes"]
         assert [s["cursor"] for s in subscribes] == [None, "c2"]
         assert subscribes[0]["url"] != subscribes[1]["url"]  # a new route (and secret) per subscription
-        assert [_wakes_with(gw, i) for i in (first, second, *missed)] == [1, 1, 1, 1]
+        assert [wakes_with(gw, i) for i in (first, second, *missed)] == [1, 1, 1, 1]
 
         # Refused POSTs were logged without the secret; no secret is in any log.
         log1 = (tmp_path / "1.stderr").read_text()
@@ -160,6 +145,6 @@ async def test_a_gap_envelope_wakes_with_a_gap_and_a_terminated_subscription_is_
             again = _seen(peer.url)["subscribes"][1]
             assert again["refresh"] is False and again["cursor"] == "c3"  # a new subscription, from the cursor
             [alert] = await emit(peer.url, {"title": "after the re-subscribe"}, name="alert.raised")
-            await wait_until(proc, tmp_path / "1.stderr", lambda: _wakes_with(gw, alert) == 1)
+            await wait_until(proc, tmp_path / "1.stderr", lambda: wakes_with(gw, alert) == 1)
         ended = [line for line in (tmp_path / "1.stderr").read_text().splitlines() if "access revoked" in line]
         assert ended and '"events.poll_failed"' in ended[0]
