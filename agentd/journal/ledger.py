@@ -21,12 +21,13 @@ slice ends, its ``over`` is charged to its parent like any spend (past the paren
 
 The ledger counts whole units and knows nothing of tokens: a tree with a money budget (``--budget-usd``) keeps
 a second ledger in picodollars (agentd.prices) with the same rules, saved in the same state entry as the
-token books (under ``usd``), so both are written in one durable write and restored together.
+token books (under ``usd``), so both are written in one durable write and restored together; since its slices
+are the token books' own, it is saved as a flat list of numbers beside them (:meth:`Ledger.snapshot_beside`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
 
@@ -64,6 +65,10 @@ class Charged:
     tokens: int
     remaining: int
 
+    #: Whether the charge overdrew the slice (:class:`Overdrawn`): a caller told on every reply tells the two
+    #: apart without importing them (the ledger loads with the first reply).
+    overdrawn: ClassVar[bool] = False
+
 
 @attrs.frozen
 class Overdrawn:
@@ -73,6 +78,10 @@ class Overdrawn:
     handle: str
     booked: int
     excess: int
+
+    overdrawn: ClassVar[bool] = True
+    #: Nothing is left in an overdrawn slice.
+    remaining: ClassVar[int] = 0
 
 
 @attrs.frozen
@@ -232,6 +241,46 @@ class Ledger:
         return ledger
 
 
+    def snapshot_beside(self, tokens: Ledger) -> list[int | None] | dict[str, Any]:
+        """These books (a tree's money books) saved beside ``tokens`` (its token books), compactly: they have the
+        same slices under the same parents, so one flat list of numbers says it all, ``[ceiling, *per slice of
+        tokens in order: reserved, spent, over | null when this ledger has no such slice]``. Written on every
+        priced step (the tree's books are saved after each reply): no nested containers to build or encode.
+        Books whose slices do not match (not seen in practice) are saved as :meth:`snapshot`."""
+        out: list[int | None] = [self.ceiling]
+        mine = self._slices
+        matched = 0
+        for handle, theirs in tokens._slices.items():
+            s = mine.get(handle)
+            if s is None:
+                out.append(None)
+            elif s.parent != theirs.parent:
+                return self.snapshot()
+            else:
+                out += (s.reserved, s.spent, s.over)
+                matched += 1
+        return out if matched == len(mine) else self.snapshot()
+
+    @classmethod
+    def restore_beside(cls, data: Any, tokens: Ledger) -> Ledger:
+        """What :meth:`snapshot_beside` (or :meth:`snapshot`) saved beside ``tokens``."""
+        if not isinstance(data, list):
+            return cls.restore(data)
+        try:
+            numbers = iter(data[1:])
+            slices: dict[str, _Slice] = {}
+            for handle, theirs in tokens._slices.items():
+                reserved = next(numbers)
+                if reserved is not None:
+                    slices[handle] = _Slice(theirs.parent, int(reserved), int(next(numbers)), int(next(numbers)))
+            if next(numbers, numbers) is not numbers:
+                raise ValueError("more slices than the token books")
+            return cls.restore({"v": 1, "ceiling": data[0],
+                                "slices": {h: [s.parent, s.reserved, s.spent, s.over] for h, s in slices.items()}})
+        except (IndexError, StopIteration, TypeError, ValueError) as exc:
+            raise JournalFormatError(f"malformed money ledger ({type(exc).__name__}: {exc})") from None
+
+
 #: The key of a tree's money books inside its saved token books.
 MONEY_KEY: Final = "usd"
 
@@ -242,7 +291,7 @@ async def save_ledger(store: JournalStore, tree: str, ledger: Ledger, *, namespa
     write)."""
     snapshot = ledger.snapshot()
     if money is not None:
-        snapshot[MONEY_KEY] = money.snapshot()
+        snapshot[MONEY_KEY] = money.snapshot_beside(ledger)
     await store.put_state(namespace, {tree: snapshot})
 
 
@@ -258,7 +307,8 @@ async def load_books(store: JournalStore, tree: str, *,
     if data is None:
         return None
     money = data.get(MONEY_KEY) if isinstance(data, dict) else None
-    return Ledger.restore(data), None if money is None else Ledger.restore(money)
+    tokens = Ledger.restore(data)
+    return tokens, None if money is None else Ledger.restore_beside(money, tokens)
 
 
 async def drop_ledger(store: JournalStore, tree: str, *, namespace: str = NAMESPACE) -> None:

@@ -129,13 +129,9 @@ class LocalAuthority:
         broke = spent_out = False
         if usage.cost is not None:
             spent = self.ledger.add_cost(usage.cost, handle, tree)
-            if spent is not None:
-                from agentd.journal.ledger import Overdrawn
-
-                if isinstance(spent, Overdrawn):
-                    broke = spent_out = True
-                else:
-                    spent_out = spent.remaining <= 0
+            if spent is not None:  # Charged or Overdrawn, told apart by a class flag: no import per reply
+                broke = spent.overdrawn
+                spent_out = broke or spent.remaining <= 0
         await self._save(key)
         own = handle == self.ledger.root
         if (past or broke) and not own:

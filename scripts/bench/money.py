@@ -141,12 +141,17 @@ def main() -> None:
         f"{earlier}\n"
         f"Cost accounting adds {100 * (now['ratio'] - 1):+.1f} % of a step's CPU (target: at most 2 %"
         f"{'' if now['ratio'] <= 1.02 else ': not met'})"
-        + ("" if before is None else f", from {100 * (before['ratio'] - 1):+.1f} % before this change") + ". "
+        + ("" if before is None else f", from {100 * (before['ratio'] - 1):+.1f} % before this change"
+           + (" (a difference within the noise floor: this measurement does not resolve it)"
+              if abs(now["ratio"] - before["ratio"]) <= abs(now["control"] - 1) else "")) + ". "
         "The money is integers (picodollars, agentd/prices.py): a reply is priced once per step (two integer "
         "products with the price the run's meter holds: no lookup, no Decimal) and written out as dollars by "
         "integer division (the `loop.step` usage's `cost_usd` had gone through Decimal on every step); charging "
-        "it is one ledger decision. What is left is the money books' share of the saved document (its slices "
-        "encoded beside the token slices in the same state write) and the ledger's charge.\n"
+        "it is one ledger decision, told apart from an overdraft without an import per reply. The money books are "
+        "saved in the token books' state write as one flat list of numbers beside them (their slices are the "
+        "token books' own: no handles, parents or nested containers to build, scrub and encode; a state write "
+        "measured alone, 2,000 interleaved writes of each form: +1.5 µs over the token books alone against "
+        "+5.4 µs for the full snapshot before). What is left is the ledger's charge and those numbers.\n"
     )
     print(text)
     if args.write:

@@ -11,7 +11,7 @@ import signal
 import pytest
 import trio
 
-from agentd.journal.ledger import MONEY_KEY, NAMESPACE
+from agentd.journal.ledger import MONEY_KEY, NAMESPACE, ROOT, Ledger
 from agentd.journal.sqlite import JournalFile, db_path
 from tests.ctl.daemon import daemon, kill
 from tests.durable.peer import counting_peer
@@ -38,7 +38,7 @@ def _books(state) -> dict[str, object]:
 def _root_spent(state) -> int:
     book = _books(state).get(RUN)
     money = book.get(MONEY_KEY) if isinstance(book, dict) else None
-    return int(money["slices"]["root"][2]) if isinstance(money, dict) else 0
+    return 0 if money is None else Ledger.restore_beside(money, Ledger.restore(book)).spent(ROOT)
 
 
 async def test_the_money_ledger_holds_across_a_sigkill(tmp_path):

@@ -17,6 +17,7 @@ from agentd.journal.ledger import (
     Refunded,
     Refused,
     drop_ledger,
+    load_books,
     load_ledger,
     save_ledger,
 )
@@ -130,3 +131,27 @@ async def test_the_books_survive_a_restart(tmp_path):
         assert restored.available(ROOT) == 10_000 - 700 - 1500
         await drop_ledger(journal, "tree-1")
         assert await load_ledger(journal, "tree-1") is None
+
+
+async def test_the_money_books_are_saved_beside_the_token_books(tmp_path):
+    tokens, money = Ledger(10_000), Ledger(5 * 10**12)
+    for handle, parent in (("0.1", ROOT), ("0.1.1", "0.1"), ("0.2", ROOT)):
+        tokens.reserve(handle, 1000, parent=parent)
+    money.reserve("0.1", 10**12)
+    money.reserve("0.1.1", 10**11, parent="0.1")
+    money.charge("0.1.1", 2 * 10**11)  # overdrawn: its excess is kept
+    money.charge(ROOT, 7)
+    compact = money.snapshot_beside(tokens)
+    assert isinstance(compact, list)  # 0.2 has no money slice: one null stands for it
+    assert Ledger.restore_beside(compact, tokens).snapshot() == money.snapshot()
+    assert Ledger.restore_beside(money.snapshot(), tokens).snapshot() == money.snapshot()  # the earlier form
+    stray = Ledger(10**12)
+    stray.reserve("0.9", 1)  # a slice the token books lack: saved whole
+    assert stray.snapshot_beside(tokens) == stray.snapshot()
+    for bad in ([], [1, 5], [1, 5, 0, 0, 9], ["x"], [10, 100, 0, 0, None, None, None, None]):
+        with pytest.raises(JournalFormatError):
+            Ledger.restore_beside(bad, tokens)
+    async with open_journal(str(tmp_path)) as journal:
+        await save_ledger(journal, "tree-1", tokens, money=money)
+        books = await load_books(journal, "tree-1")
+        assert books is not None and books[1] is not None and books[1].snapshot() == money.snapshot()

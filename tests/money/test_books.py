@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentd.errors import ConfigError
-from agentd.journal.ledger import MONEY_KEY, NAMESPACE, ROOT, Charged, Overdrawn
+from agentd.journal.ledger import MONEY_KEY, NAMESPACE, ROOT, Charged, Overdrawn, load_books
 from agentd.journal.sqlite import open_journal
 from agentd.prices import PICO_PER_USD, Price, parse_price_flag, parse_price_table, parse_usd, usd, usd_text
 from agentd.supervisor.authority import LocalAuthority
@@ -96,7 +96,10 @@ async def test_the_money_books_are_saved_with_the_token_books_and_adopted(tmp_pa
         verdict = await first.report_usage("0", Usage(100, 10, cost=DOLLAR // 2))
         assert verdict is False
         saved = (await store.get_state(NAMESPACE))["run-1"]
-        assert saved[MONEY_KEY]["slices"][ROOT][2] == DOLLAR // 2
+        assert MONEY_KEY in saved  # the money books are in the token books' state entry (one write)
+        books = await load_books(store, "run-1")
+        assert books is not None and books[1] is not None
+        assert books[1].spent(ROOT) == DOLLAR // 2 and books[1].spent(child.handle) == DOLLAR // 100
 
         again = LocalAuthority(ledger(), store=store, run_id="run-1")  # a restarted process
         # the child's slice ended with the first process: what it spent is the root's, the rest refunded
