@@ -274,17 +274,11 @@ class _Run:
         if self.journal is not None:
             await self.journal.replied(step, self.messages[-1], reply.usage.prompt_tokens,
                                        reply.usage.completion_tokens)
-        if spent_out == BUDGET_USD:
-            # The money budget, like the token ceiling below: this reply spent it, nothing more is asked.
-            _budget_event(self.log, BUDGET_USD, self)
-            return self.finish(RunStatus.EXHAUSTED_BUDGET, self.best_text,
-                               error="the money budget is spent (--budget-usd)")
         if spent_out:
-            # The token ceiling holds here as for every subagent: this reply crossed it, so nothing it asked for
-            # runs and no further model request is made. Its tokens are counted (above) and committed (replied).
-            _budget_event(self.log, "token_ceiling", self)
-            return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
-                               error="the token ceiling is spent (--token-ceiling)")
+            # The money budget or the token ceiling holds here as for every subagent: this reply crossed it, so
+            # nothing it asked for runs and no further model request is made. Its tokens are counted (above) and
+            # committed (replied).
+            return self.spent(spent_out)
         if self.observer is not None:
             for call in reply.tool_calls:
                 self.observer.requested(step, call)
@@ -305,15 +299,18 @@ class _Run:
             return None
         verdict = self.on_usage(Usage(cost=0))
         spent_out = await verdict if inspect.isawaitable(verdict) else verdict
-        if spent_out == BUDGET_USD:
+        return self.spent(spent_out) if spent_out else None
+
+    def spent(self, which: object) -> RunResult:
+        """The run's end when the tree's books say a budget is spent: the money budget (``BUDGET_USD``) or,
+        for any other true verdict, the token ceiling."""
+        if which == BUDGET_USD:
             _budget_event(self.log, BUDGET_USD, self)
             return self.finish(RunStatus.EXHAUSTED_BUDGET, self.best_text,
                                error="the money budget is spent (--budget-usd)")
-        if spent_out:
-            _budget_event(self.log, "token_ceiling", self)
-            return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
-                               error="the token ceiling is spent (--token-ceiling)")
-        return None
+        _budget_event(self.log, "token_ceiling", self)
+        return self.finish(RunStatus.EXHAUSTED_TOKENS, self.best_text,
+                           error="the token ceiling is spent (--token-ceiling)")
 
     async def cut_reply(self, step: int, tally: CallTally) -> None:
         """A model call was cut: count what the gateway had answered (its usage, else an estimate, marked) in
