@@ -7,6 +7,7 @@
 | ``/.well-known/oauth-protected-resource[/path]`` | :mod:`agentd.transport.resource_metadata_app` | Host/Origin |
 | the ``--serve-mcp`` path and ``/mcp`` (``/`` s after them too) | :mod:`agentd.transport.mcp_app` | the listener's |
 | ``/events`` (WebSocket only) | :mod:`agentd.transport.events_app` | the listener's; the ``/ui/`` cookie |
+| ``/_agentd/webhooks/events/…`` (TLS, events by webhook) | :mod:`agentd.transport.webhook_app` | the signature |
 | anything else | 404 | |
 
 The gate (:mod:`agentd.transport.gate`) is one value every app shares: Host/Origin against DNS rebinding, then
