@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 #: The binary the Debian launcher script (/usr/bin/chromium) execs: started directly, it prints nothing else.
 DEBIAN_BINARY = Path("/usr/lib/chromium/chromium")
+#: Bound on each wait for the page (a bound, not an expectation).
+WAIT_MS = 30_000
 
 
 def chromium_path() -> str:
@@ -40,3 +45,23 @@ def require_playwright() -> None:
         if os.environ.get("AGENTD_TEST_REQUIRE_PEERS") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@contextmanager
+def connected_page(base: str, seen: dict[str, Any]) -> Iterator[Any]:
+    """In a worker thread: a headless Chromium's page on ``base + "/ui/"`` once it says it is connected, its
+    console lines (``seen["console"]``) and page errors (``seen["errors"]``) collected; closed however the block
+    ends."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, timeout=WAIT_MS)
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: seen["console"].append((m.type, m.text)))
+            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+            page.goto(base + "/ui/")
+            expect(page.locator("#status")).to_have_attribute("data-state", "connected", timeout=WAIT_MS)
+            yield page
+        finally:
+            browser.close()

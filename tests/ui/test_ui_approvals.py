@@ -16,50 +16,39 @@ from tests.ctl.daemon import ctl
 from tests.durable.peer import counting_peer
 from tests.integration.agents import agentd_worker
 from tests.peers.gateway import Rule, scripted_gateway, text, tool_call
-from tests.ui.browser import chromium_path, require_playwright
+from tests.ui.browser import WAIT_MS, chromium_path, connected_page, require_playwright
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
-#: Bound on each wait for the page (a bound, not an expectation).
-WAIT_MS = 30_000
 
 
 def _watch(base: str, decide: Any) -> dict[str, Any]:
     """In a worker thread: the page before and after each decision (``decide(verb, id)`` runs ``agentd ctl``)."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     seen: dict[str, Any] = {"console": [], "errors": []}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, timeout=WAIT_MS)
-        try:
-            page = browser.new_page()
-            page.on("console", lambda m: seen["console"].append((m.type, m.text)))
-            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-            page.goto(base + "/ui/")
-            expect(page.locator("#status")).to_have_attribute("data-state", "connected", timeout=WAIT_MS)
-            people = page.locator("#people")
-            expect(people).to_be_visible(timeout=WAIT_MS)
-            first = page.locator('#pending tr[data-id="1"]')
-            expect(first.locator("td.what")).to_have_text("pay__charge", timeout=WAIT_MS)
-            expect(first.locator("td.run")).to_have_text("ui-appr")
-            expect(first.locator("td.details")).to_have_text("key=k8, password=***")
-            waited = first.locator("td.waited").text_content() or ""
-            assert waited.endswith(" s"), waited
-            page.wait_for_function(  # the waited time moves on its own (the page's tick)
-                "(before) => document.querySelector('#pending tr[data-id=\"1\"] td.waited').textContent !== before",
-                arg=waited, timeout=WAIT_MS)
-            seen["buttons"] = people.locator("button, form, input").count()
-            decide("approve", "1")
-            expect(first).to_have_count(0, timeout=WAIT_MS)
-            second = page.locator('#pending tr[data-id="2"]')  # the next call waits: it appears live
-            expect(second.locator("td.details")).to_have_text("key=k9", timeout=WAIT_MS)
-            expect(people).to_be_visible()
-            decide("deny", "2")
-            expect(second).to_have_count(0, timeout=WAIT_MS)
-            expect(people).to_be_hidden(timeout=WAIT_MS)
-            expect(page.locator('tr[data-handle="0"] td.status')).to_have_text("completed", timeout=WAIT_MS)
-        finally:
-            browser.close()
+    with connected_page(base, seen) as page:
+        people = page.locator("#people")
+        expect(people).to_be_visible(timeout=WAIT_MS)
+        first = page.locator('#pending tr[data-id="1"]')
+        expect(first.locator("td.what")).to_have_text("pay__charge", timeout=WAIT_MS)
+        expect(first.locator("td.run")).to_have_text("ui-appr")
+        expect(first.locator("td.details")).to_have_text("key=k8, password=***")
+        waited = first.locator("td.waited").text_content() or ""
+        assert waited.endswith(" s"), waited
+        page.wait_for_function(  # the waited time moves on its own (the page's tick)
+            "(before) => document.querySelector('#pending tr[data-id=\"1\"] td.waited').textContent !== before",
+            arg=waited, timeout=WAIT_MS)
+        seen["buttons"] = people.locator("button, form, input").count()
+        decide("approve", "1")
+        expect(first).to_have_count(0, timeout=WAIT_MS)
+        second = page.locator('#pending tr[data-id="2"]')  # the next call waits: it appears live
+        expect(second.locator("td.details")).to_have_text("key=k9", timeout=WAIT_MS)
+        expect(people).to_be_visible()
+        decide("deny", "2")
+        expect(second).to_have_count(0, timeout=WAIT_MS)
+        expect(people).to_be_hidden(timeout=WAIT_MS)
+        expect(page.locator('tr[data-handle="0"] td.status')).to_have_text("completed", timeout=WAIT_MS)
     return seen
 
 

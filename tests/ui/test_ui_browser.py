@@ -22,14 +22,12 @@ from agentd.security.secrets import SecretResolver
 from agentd.telemetry.events import EventLog
 from tests.integration.agents import agentd_worker
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
-from tests.ui.browser import chromium_path, require_playwright
+from tests.ui.browser import WAIT_MS, chromium_path, connected_page, require_playwright
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
 #: A tool name the model makes up: markup, which the page must show as text.
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
-#: Bound on each wait for the page (a bound, not an expectation: the page normally follows within a second).
-WAIT_MS = 30_000
 
 
 def _script(gate: trio.Event) -> Any:
@@ -50,54 +48,45 @@ def _script(gate: trio.Event) -> Any:
 
 def _watch(base: str, release: Any) -> dict[str, Any]:
     """In a worker thread: open the page, check it against the daemon's state before and after ``release``."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     seen: dict[str, Any] = {"console": [], "errors": []}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, timeout=WAIT_MS)
-        try:
-            page = browser.new_page()
-            page.on("console", lambda m: seen["console"].append((m.type, m.text)))
-            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-            page.goto(base + "/ui/")
-            expect(page.locator("#status")).to_have_attribute("data-state", "connected", timeout=WAIT_MS)
-            served = page.locator('tr[data-handle="served.1"]')
-            child = page.locator('tr[data-handle="served.1.1"]')
-            # before: the served run waits in its subagent_spawn, the child in its model request
-            expect(child.locator("td.status")).to_have_text("running", timeout=WAIT_MS)
-            expect(served.locator("td.status")).to_have_text("running", timeout=WAIT_MS)
-            expect(served.locator("td.tool")).to_have_text("subagent.spawn", timeout=WAIT_MS)
-            expect(served.locator("td.tokens")).to_have_text("18", timeout=WAIT_MS)
-            expect(child.locator("td.tokens")).to_have_text("0", timeout=WAIT_MS)
-            expect(child.locator("td.handle")).to_contain_text("served.1.1")
-            # the child's row is drawn under its parent's, indented
-            handles = page.locator("#nodes td.handle").all_text_contents()
-            assert [h.strip() for h in handles].index("served.1") < [h.strip() for h in handles].index("served.1.1")
-            first = child.locator("td.elapsed").text_content() or ""
-            assert first.endswith(" s"), first
-            # the elapsed time of a running node moves on its own (the page's tick; no message needed)
-            page.wait_for_function(
-                "(before) => document.querySelector('tr[data-handle=\"served.1.1\"] td.elapsed').textContent"
-                " !== before", arg=first, timeout=WAIT_MS)
-            release()  # the child's model request is answered: everything after this is a live change
-            expect(child.locator("td.status")).to_have_text("completed", timeout=WAIT_MS)
-            expect(served.locator("td.status")).to_have_text("completed", timeout=WAIT_MS)
-            expect(child.locator("td.tokens")).to_have_text("5", timeout=WAIT_MS)
-            expect(served.locator("td.tokens")).to_have_text("22", timeout=WAIT_MS)
-            expect(served.locator("td.tool")).to_have_text("", timeout=WAIT_MS)
-            done = served.locator("td.elapsed").text_content()
-            # a run's recent lines: select the served run; its tool calls are listed, markup as text
-            served.click()
-            expect(served).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
-            lines = page.locator("#lines li")
-            expect(lines.filter(has_text="tool.call").first).to_be_visible(timeout=WAIT_MS)
-            expect(lines.filter(has_text=HOSTILE).first).to_be_visible(timeout=WAIT_MS)
-            expect(page.locator("#lines-of")).to_have_text("of served.1")
-            seen["images"] = page.locator("main img").count()
-            seen["title"] = page.title()
-            seen["done_elapsed"] = (done, served.locator("td.elapsed").text_content())
-        finally:
-            browser.close()
+    with connected_page(base, seen) as page:
+        served = page.locator('tr[data-handle="served.1"]')
+        child = page.locator('tr[data-handle="served.1.1"]')
+        # before: the served run waits in its subagent_spawn, the child in its model request
+        expect(child.locator("td.status")).to_have_text("running", timeout=WAIT_MS)
+        expect(served.locator("td.status")).to_have_text("running", timeout=WAIT_MS)
+        expect(served.locator("td.tool")).to_have_text("subagent.spawn", timeout=WAIT_MS)
+        expect(served.locator("td.tokens")).to_have_text("18", timeout=WAIT_MS)
+        expect(child.locator("td.tokens")).to_have_text("0", timeout=WAIT_MS)
+        expect(child.locator("td.handle")).to_contain_text("served.1.1")
+        # the child's row is drawn under its parent's, indented
+        handles = page.locator("#nodes td.handle").all_text_contents()
+        assert [h.strip() for h in handles].index("served.1") < [h.strip() for h in handles].index("served.1.1")
+        first = child.locator("td.elapsed").text_content() or ""
+        assert first.endswith(" s"), first
+        # the elapsed time of a running node moves on its own (the page's tick; no message needed)
+        page.wait_for_function(
+            "(before) => document.querySelector('tr[data-handle=\"served.1.1\"] td.elapsed').textContent"
+            " !== before", arg=first, timeout=WAIT_MS)
+        release()  # the child's model request is answered: everything after this is a live change
+        expect(child.locator("td.status")).to_have_text("completed", timeout=WAIT_MS)
+        expect(served.locator("td.status")).to_have_text("completed", timeout=WAIT_MS)
+        expect(child.locator("td.tokens")).to_have_text("5", timeout=WAIT_MS)
+        expect(served.locator("td.tokens")).to_have_text("22", timeout=WAIT_MS)
+        expect(served.locator("td.tool")).to_have_text("", timeout=WAIT_MS)
+        done = served.locator("td.elapsed").text_content()
+        # a run's recent lines: select the served run; its tool calls are listed, markup as text
+        served.click()
+        expect(served).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
+        lines = page.locator("#lines li")
+        expect(lines.filter(has_text="tool.call").first).to_be_visible(timeout=WAIT_MS)
+        expect(lines.filter(has_text=HOSTILE).first).to_be_visible(timeout=WAIT_MS)
+        expect(page.locator("#lines-of")).to_have_text("of served.1")
+        seen["images"] = page.locator("main img").count()
+        seen["title"] = page.title()
+        seen["done_elapsed"] = (done, served.locator("td.elapsed").text_content())
     return seen
 
 
