@@ -364,7 +364,10 @@ async def test_a_cut_off_owner_loses_the_work_and_commits_nothing_when_its_link_
 
 async def test_the_database_restarting_mid_load_loses_nothing(tmp_path: Path) -> None:
     keys = [f"r{i:02}" for i in range(60)]
-    model = Model(parent=spawning_parent(keys, 3, per_turn=30))
+    # The last three items' first model calls wait for the database to stop: the load cannot be over before it
+    # (on a fast machine the other 57 may all be done by then), and those three answer while it is down.
+    held = trio.Event()
+    model = Model(parent=spawning_parent(keys, 3, per_turn=30), hold={key: held for key in keys[-3:]})
     with trio.fail_after(170):
         # Leases outlast the outage (the database's stop and start on a loaded machine): the work stays put.
         async with site(tmp_path, model, members=3, ttl=15) as s:
@@ -373,6 +376,7 @@ async def test_the_database_restarting_mid_load_loses_nothing(tmp_path: Path) ->
             await s.wait_done(10, 60)
             await trio.to_thread.run_sync(s.pg.stop)  # mid-load: some done, some running, some queued
             stopped_with = len(s.peer.executed)
+            held.set()
             await trio.sleep(2.0)  # real time: the real members run on without their database for a while
             await trio.to_thread.run_sync(s.pg.start)
             await s.wait_done(60, 120)
