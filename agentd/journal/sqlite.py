@@ -15,6 +15,19 @@ that fsync also secures every earlier commit of the file, whichever connection o
 other commits (``synchronous=NORMAL``) are durable once a later FULL commit or a checkpoint synced the WAL,
 and a power loss before that loses them whole, never corrupting the file.
 
+The WAL is kept and reused, not grown: after a checkpoint has copied it back, the next commit writes it again
+from its start, in place, and ``journal_size_limit`` (:data:`WAL_KEEP`, far above what one checkpoint interval
+fills) leaves it its size. What the fsync of a durable commit costs depends on that: ``fdatasync`` of a write
+that makes the file longer must also commit the file system's metadata (ext4: new blocks allocated, the size
+changed), one that overwrites does not. A fresh file's WAL grows until the first checkpoint (about
+``wal_autocheckpoint``, 1000 pages, some 4 MB); a daemon's stays at that size from then on (it is deleted only
+when the file's last connection closes).
+
+Sequence numbers: a run's records are numbered from 0 in append order, the entries' key ``(run_id, seq)``. A
+batch reads its run's last number (a seek to the run's last entry) and writes no page of ``runs``: the run's
+row is written by its first batch and by its ``RunEnded`` (status, end, ``next_seq``), so a step's commit
+writes only the entries' pages. A running run's record count is read from its entries.
+
 Writers of several processes (a tree's children journal into the root's file): SQLite lets one writer in at
 a time and makes the others poll, sleeping up to tens of milliseconds between tries, which costs a fan-out of
 children far more than their commits. So every write transaction first takes an exclusive ``flock`` of a
@@ -67,12 +80,23 @@ DB_NAME: Final = "journal.sqlite3"
 SCHEMA_VERSION: Final = SQLITE.version
 #: Seconds SQLite waits for a lock held by another connection (a reader such as ``agentd journal``).
 BUSY_TIMEOUT: Final = 10.0
+#: Bytes of WAL kept after a checkpoint (``PRAGMA journal_size_limit``): a WAL grown past it by a burst (a
+#: checkpoint held off by a reader) is cut back to it; below it, the file keeps its size and is written in place.
+WAL_KEEP: Final = 16 * 1024 * 1024
 #: Bound on closing the store when its owner is cancelled.
 CLOSE_GRACE: Final = 5.0
 #: The writers' lock file beside the journal (see the module docstring).
 LOCK_SUFFIX: Final = "-lock"
 
 T = TypeVar("T")
+
+
+#: A run's last sequence number: a seek to its last entry (the entries' key is ``(run_id, seq)``).
+_LAST_SEQ: Final = "SELECT seq FROM entries WHERE run_id = ? ORDER BY seq DESC LIMIT 1"
+#: A run's summary, read from ``runs``: its record count is one past its last entry's sequence number (a running
+#: run's ``next_seq`` is set by its first batch and its end, not by each step's); ``next_seq`` for a run with none.
+_SUMMARY: Final = ("run_id, status, started_at, ended_at, parent, COALESCE((SELECT e.seq + 1 FROM entries AS e "
+                   "WHERE e.run_id = runs.run_id ORDER BY e.seq DESC LIMIT 1), next_seq)")
 
 
 def db_path(state_dir: str) -> str:
@@ -195,6 +219,7 @@ class JournalFile:
             if str(mode).lower() != "wal":
                 raise JournalError(f"journal {self.path}: cannot enable WAL mode (got {mode})")
             self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP}")
             if version is None or version < SCHEMA_VERSION:
                 with self._writing():
                     self._migrate()
@@ -300,9 +325,12 @@ class JournalFile:
 
     def _append_in(self, run_id: str, records: Sequence[Record], bodies: Sequence[tuple[str, str]], now: float
                    ) -> int:
-        """The run's row first (its sequence numbers taken in one statement, or the row created), then the
-        entries. A batch with ``RunStarted`` creates the run: if the file already holds it, nothing is written
-        and :class:`_Taken` is raised (a child told its run is new, agentd.journal.recorder, found another's)."""
+        """The run's last sequence number (a seek to its last entry, nothing written), then the entries. The
+        run's row is written only where it changes: created by the run's first batch, its status, end and
+        ``next_seq`` set by its ``RunEnded``; a step in between writes no page of ``runs`` (see the module
+        docstring, "Sequence numbers"). A batch with ``RunStarted`` creates the run: if the file already holds
+        it, nothing is written and :class:`_Taken` is raised (a child told its run is new,
+        agentd.journal.recorder, found another's)."""
         ended: RunEnded | None = None
         started: RunStarted | None = None
         for record in records:
@@ -320,19 +348,18 @@ class JournalFile:
                 raise _Taken(run_id)
             first = 0
         else:
-            if ended is not None:
-                row = self.conn.execute("UPDATE runs SET next_seq = next_seq + ?, status = ?, ended_at = ? "
-                                        "WHERE run_id = ? RETURNING next_seq",
-                                        (n, status, ended_at, run_id)).fetchone()  # fmt: skip
-            else:
-                row = self.conn.execute("UPDATE runs SET next_seq = next_seq + ? WHERE run_id = ? "
-                                        "RETURNING next_seq", (n, run_id)).fetchone()  # fmt: skip
-            if row is None:
+            row = self.conn.execute(_LAST_SEQ, (run_id,)).fetchone()
+            if row is None:  # no entry yet: the run's row is made now (or set, if an odd file holds it bare)
                 self.conn.execute("INSERT INTO runs (run_id, status, started_at, ended_at, parent, next_seq) "
-                                  "VALUES (?, ?, ?, ?, NULL, ?)", (run_id, status, now, ended_at, n))  # fmt: skip
+                                  "VALUES (?, ?, ?, ?, NULL, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                                  "next_seq = excluded.next_seq, status = excluded.status, ended_at = excluded.ended_at",
+                                  (run_id, status, now, ended_at, n))  # fmt: skip
                 first = 0
             else:
-                first = int(row[0]) - n
+                first = int(row[0]) + 1
+                if ended is not None:
+                    self.conn.execute("UPDATE runs SET next_seq = ?, status = ?, ended_at = ? WHERE run_id = ?",
+                                      (first + n, status, ended_at, run_id))  # fmt: skip
         self.conn.executemany(
             "INSERT INTO entries (run_id, seq, ts, kind, body) VALUES (?, ?, ?, ?, ?)",
             [(run_id, first + i, now, kind, body) for i, (kind, body) in enumerate(bodies)],
@@ -352,10 +379,7 @@ class JournalFile:
         try:
             self.conn.execute("BEGIN")
             try:
-                row = self.conn.execute(
-                    "SELECT run_id, status, started_at, ended_at, parent, next_seq FROM runs WHERE run_id = ?",
-                    (run_id,),
-                ).fetchone()
+                row = self.conn.execute(f"SELECT {_SUMMARY} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
                 if row is None:
                     return None, []
                 rows = self.conn.execute(
@@ -372,7 +396,7 @@ class JournalFile:
             return []
         try:
             rows = self.conn.execute(
-                f"SELECT run_id, status, started_at, ended_at, parent, next_seq FROM runs {where} {order}", params
+                f"SELECT {_SUMMARY} FROM runs {where} {order}", params
             ).fetchall()
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: read failed ({exc})") from None

@@ -291,7 +291,10 @@ DURABILITY = "## Journal durability (SQLite)"
 #: thread's and the process's CPU per step and the wall per step, ms. ``before``/``loop_before`` use the
 #: checkout's journal as it committed everything then (``durable=False``: ``synchronous=NORMAL``);
 #: ``now``/``loop_now`` commit as the recorder does now (a reply with tool calls ``durable=True``);
-#: ``unflushed`` commits as ``now`` but ``durable=False``: this checkout's code without the fsync.
+#: ``unflushed`` commits as ``now`` but ``durable=False``: this checkout's code without the fsync. Every variant
+#: but ``fresh`` first writes steps to a run of its own until the WAL has been checkpointed and started again
+#: from its beginning (its header's checkpoint counter moved): a daemon's WAL after its first minutes, written
+#: in place, not grown; ``fresh`` is ``now`` on a new file, whose WAL grows with every commit until then.
 _PROBE = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
@@ -312,10 +315,23 @@ def step(n):
         Usage(n, 1200 + 40 * n, 60),
     ]
 
+def wal_restarts():
+    try:
+        with open(state + "/journal.sqlite3-wal", "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return 0
+    return int.from_bytes(head[12:16], "big") if len(head) == 16 else 0
+
 async def main():
     batches = [step(n) for n in range(steps)]
-    durable = variant.endswith("now")
+    durable = variant.endswith("now") or variant == "fresh"
     async with open_journal(state) as journal:
+        if variant != "fresh":  # the WAL in its steady state: checkpointed once, written again from its start
+            n = 0
+            while wal_restarts() == 0 and n < 20000:
+                await journal.append("warm", batches[n % len(batches)])
+                n += 1
         async def commit(run_id, batch):
             if variant.startswith("loop"):
                 await journal.append(run_id, [batch[0], batch[1], batch[3]], durable=durable)
@@ -349,7 +365,8 @@ def durability_processes(baseline: str, runs: int, steps: int, rounds: int) -> d
     import sys
 
     here = str(Path(__file__).resolve().parents[2])
-    where = {"before": baseline, "now": here, "unflushed": here, "loop_before": baseline, "loop_now": here}
+    where = {"before": baseline, "now": here, "unflushed": here, "fresh": here, "loop_before": baseline,
+             "loop_now": here}
     got: dict[str, list[list[float]]] = {name: [] for name in where}
     names = list(where)
     for r in range(rounds):
@@ -366,7 +383,8 @@ def durability_processes(baseline: str, runs: int, steps: int, rounds: int) -> d
         for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
             out[f"{prefix}ratio_before_{measure}"] = out[f"{prefix}now_{measure}"] / out[f"{prefix}before_{measure}"]
     for measure in ("loop_cpu_ms", "cpu_ms", "wall_ms"):
-        out[f"ratio_unflushed_{measure}"] = out[f"unflushed_{measure}"] / out[f"before_{measure}"]
+        for name in ("unflushed", "fresh"):
+            out[f"ratio_{name}_{measure}"] = out[f"{name}_{measure}"] / out[f"before_{measure}"]
     return out
 
 
@@ -374,14 +392,16 @@ def process_lines(results: dict[int, dict[str, float]], what: str, prefix: str =
     unflushed = not prefix  # the same commits not flushed: what this checkout's code costs without the fsync
     lines = [f"| {what}: runs at once | trio-thread CPU per step: before / now (**now ÷ before**) | process CPU "
              "per step: before / now (**now ÷ before**) | wall per step: before / now |"
-             + (" process CPU, now not flushed (÷ before) |" if unflushed else ""),
-             "|---|---|---|---|" + ("---|" if unflushed else "")]
+             + (" process CPU, now not flushed (÷ before) | process CPU, now on a fresh file (÷ before) |"
+                if unflushed else ""),
+             "|---|---|---|---|" + ("---|---|" if unflushed else "")]
     for runs, r in results.items():
         lines.append(f"| {runs} | {r[prefix + 'before_loop_cpu_ms']:.3f} / {r[prefix + 'now_loop_cpu_ms']:.3f} ms "
                      f"(**{r[prefix + 'ratio_before_loop_cpu_ms']:.2f}×**) | {r[prefix + 'before_cpu_ms']:.3f} / "
                      f"{r[prefix + 'now_cpu_ms']:.3f} ms (**{r[prefix + 'ratio_before_cpu_ms']:.2f}×**) | "
                      f"{r[prefix + 'before_wall_ms']:.2f} / {r[prefix + 'now_wall_ms']:.2f} ms |"
-                     + (f" {r['unflushed_cpu_ms']:.3f} ms ({r['ratio_unflushed_cpu_ms']:.2f}×) |" if unflushed else ""))
+                     + (f" {r['unflushed_cpu_ms']:.3f} ms ({r['ratio_unflushed_cpu_ms']:.2f}×) | "
+                        f"{r['fresh_cpu_ms']:.3f} ms ({r['ratio_fresh_cpu_ms']:.2f}×) |" if unflushed else ""))
     return [*lines, ""]
 
 
@@ -423,23 +443,30 @@ def durable_main(args: argparse.Namespace) -> None:
 
 def baseline_main(args: argparse.Namespace) -> None:
     results: dict[int, dict[str, float]] = {}
+    with open("/proc/loadavg") as f:
+        first = f.read().split()[0]
     for runs in (1, args.concurrent):
         results[runs] = durability_processes(args.baseline, runs, args.steps // runs, args.rounds)
         print(runs, {k: round(v, 4) for k, v in results[runs].items()}, flush=True)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print("load", load)
+    print("load", first, load)
     if not args.write:
         return
     lines = [
         DURABILITY, "",
         f"Command: `.venv/bin/python scripts/bench/journal.py --durability --baseline DIR --steps {args.steps} "
         f"--concurrent {args.concurrent} --rounds {args.rounds} --write` (2-core VM, "
-        f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load} at the end; medians of "
+        f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {first} at the start, {load} at the end; medians of "
         f"{args.rounds} interleaved rounds, every measurement a process of its own, ratios from the same run). "
         f"`DIR` is a checkout of agentd before durability (`synchronous=NORMAL` for every commit); {args.steps} "
         "steps in all per measurement (4 records each, after 20 of warm-up per run), spread over the runs; the "
-        "file is on the state directory's disk (here the VM's, whose fsync is what `now` waits for).", "",
+        "file is on the state directory's disk (here the VM's, whose fsync is what `now` waits for). Before "
+        "measuring, each process writes steps to a run of its own until the WAL has been checkpointed and "
+        "started again from its beginning, as a daemon's is after its first minutes: commits then write the "
+        "WAL in place. `fresh` is `now` on a new file, whose WAL grows with every commit until its first "
+        "checkpoint (a new state directory, or the first commits after every connection to the file closed).",
+        "",
         *process_lines(results, "SQLite, one commit per step"),
         "Before: the checkout's journal, `durable=False` (`synchronous=NORMAL`), one transaction per step. Now: "
         "`durable=True` as the recorder commits a step that asks for tool calls (`synchronous=FULL`: the WAL's "

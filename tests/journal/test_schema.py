@@ -20,7 +20,7 @@ import pytest
 from agentd.cluster import migrations
 from agentd.cluster.store import open_database, open_pg_journal
 from agentd.journal.ddl import POSTGRES, SQLITE, Dialect
-from agentd.journal.records import RunEnded, RunStarted
+from agentd.journal.records import RunEnded, RunStarted, Usage, encode_json
 from agentd.journal.schema import SCHEMA, Column, Counter, Index, Schema, Table
 from agentd.journal.sqlite import DB_NAME, open_journal
 from tests.journal import released_schemas
@@ -82,6 +82,24 @@ async def test_a_journal_file_of_the_released_agentd_opens_and_keeps_its_runs(tm
     assert [r.run_id for r in old] == ["old"]
     assert new is not None and new.summary.status == "completed"
     assert read_sqlite(path, SQLITE) == normal(SQLITE.holds)
+
+
+async def test_a_running_run_of_the_released_agentd_goes_on_after_its_last_entry(tmp_path):
+    """The released agentd counted a run's records in its row at every append; this one numbers a batch from
+    the run's last entry: a run it left running goes on where it was, and is counted the same."""
+    path = _sqlite_file(tmp_path, released_schemas.statements(released_schemas.SQLITE_V1), 1)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("INSERT INTO runs VALUES ('old', 'running', 1.0, NULL, NULL, 2)")
+    for seq, record in enumerate([RunStarted("d", "go"), Usage(1, 1, 1)]):
+        conn.execute("INSERT INTO entries VALUES ('old', ?, 1.0, ?, ?)", (seq, record.KIND, encode_json(record)))
+    conn.close()
+    async with open_journal(str(tmp_path)) as journal:
+        [before] = await journal.unfinished_runs()
+        assert await journal.append("old", [RunEnded("completed", "ok")]) == 2
+        run = await journal.read_run("old")
+    assert before.records == 2
+    assert run is not None and run.summary.records == 3 and run.summary.status == "completed"
+    assert [(e.seq, e.record.KIND) for e in run.entries][-1] == (2, "run.ended")
 
 
 async def test_a_cluster_database_of_the_released_agentd_opens_and_migrates(pg_server):

@@ -10,7 +10,7 @@ import trio
 
 from agentd.journal.errors import JournalSchemaError
 from agentd.journal.recorder import RunRecorder
-from agentd.journal.records import RunStarted
+from agentd.journal.records import RunEnded, RunStarted
 from agentd.journal.sqlite import DB_NAME, SCHEMA_VERSION, open_journal
 from tests.journal.helpers import step
 
@@ -143,3 +143,78 @@ async def test_writers_take_turns_on_the_lock_file_and_go_on_without_it_after_th
             assert _runs(tmp_path / DB_NAME) == ["goes_on", "waits"]
         finally:
             os.close(lock)
+
+
+def _wal(path) -> tuple[int, int]:
+    """The WAL's size and its header's checkpoint counter (one more each time it is started again from its
+    beginning after a checkpoint)."""
+    wal = path.parent / (path.name + "-wal")
+    with open(wal, "rb") as f:
+        head = f.read(16)
+    return wal.stat().st_size, int.from_bytes(head[12:16], "big")
+
+
+async def _append_until_restarted(journal, path, restarts: int, sizes: list[int]) -> None:
+    n = 0
+    while (seen := _wal(path))[1] < restarts:
+        sizes.append(seen[0])
+        await journal.append("r", step(n))
+        n += 1
+        assert n < 20_000, "the WAL was never started again"
+    sizes.append(_wal(path)[0])
+
+
+async def test_the_wal_is_written_again_in_place_after_a_checkpoint_not_grown_or_cut(tmp_path):
+    """After a checkpoint the next commit writes the WAL again from its start, in the file as it is: commits
+    then overwrite (a durable commit's fdatasync has no file size to commit) and the file keeps its size."""
+    path = tmp_path / DB_NAME
+    async with open_journal(str(tmp_path)) as journal:
+        await journal.append("r", [RunStarted("d", "go")])
+        first: list[int] = []
+        await _append_until_restarted(journal, path, 1, first)  # the first checkpoint: the WAL grew to here
+        grown = max(first)
+        after: list[int] = []
+        await _append_until_restarted(journal, path, 3, after)  # two more rounds, written in place
+    assert grown > 512 * 1024  # a WAL's worth of steps, not a few commits
+    assert min(after) >= grown  # never cut
+    assert max(after) <= grown * 1.1  # reused: at most a commit's frames beyond the first round's end
+
+
+async def test_a_wal_larger_than_its_bound_is_cut_back_when_it_starts_again(tmp_path, monkeypatch):
+    from agentd.journal import sqlite as store
+
+    monkeypatch.setattr(store, "WAL_KEEP", 64 * 1024)
+    path = tmp_path / DB_NAME
+    async with open_journal(str(tmp_path)) as journal:
+        await journal.append("r", [RunStarted("d", "go")])
+        sizes: list[int] = []
+        await _append_until_restarted(journal, path, 2, sizes)
+    assert max(sizes) > 512 * 1024 and sizes[-1] < max(sizes) // 2
+
+
+async def test_a_step_writes_no_page_of_runs_and_the_records_are_counted_from_the_entries(tmp_path):
+    """A run's row is written by its first batch and by its end; a step in between only adds entries (its
+    sequence numbers follow the run's last entry), and a running run's record count is read from them."""
+    async with open_journal(str(tmp_path)) as journal:
+        await journal.append("r", [RunStarted("d", "go")])
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        conn.execute("CREATE TABLE run_writes (run_id TEXT, next_seq INTEGER)")
+        conn.execute("CREATE TRIGGER note AFTER UPDATE ON runs BEGIN "
+                     "INSERT INTO run_writes VALUES (new.run_id, new.next_seq); END")
+    async with open_journal(str(tmp_path)) as journal:
+        assert await journal.append("r", step(1)) == 4
+        assert await journal.append("r", step(2), durable=True) == 8
+        running = await journal.read_run("r")
+        assert [s.records for s in await journal.unfinished_runs()] == [9]
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert conn.execute("SELECT * FROM run_writes").fetchall() == []
+        assert conn.execute("SELECT next_seq FROM runs").fetchall() == [(1,)]  # as its first batch left it
+    async with open_journal(str(tmp_path)) as journal:  # a new process goes on after the last entry
+        assert await journal.append("r", [RunEnded("completed", "ok")]) == 9
+        ended = await journal.read_run("r")
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert conn.execute("SELECT * FROM run_writes").fetchall() == [("r", 10)]  # the end: exact for any reader
+    assert running is not None and running.summary.records == 9
+    assert [e.seq for e in running.entries] == list(range(9))
+    assert ended is not None and ended.summary.records == 10 and ended.summary.status == "completed"
+    assert [e.seq for e in ended.entries] == list(range(10))
