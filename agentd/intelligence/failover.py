@@ -48,6 +48,9 @@ MAX_RETRY_AFTER: Final = 30.0
 BREAKER_THRESHOLD: Final = 3
 COOLDOWN_INITIAL: Final = 5.0
 COOLDOWN_MAX: Final = 60.0
+#: The retry jitter's source, one for the process: a ``random.Random`` holds its generator's whole state (about
+#: 2.9 KiB), which a client per run (a cluster member's thousand waiting runs) would otherwise each carry.
+_JITTER_RNG: Final = random.Random()
 
 
 class BreakerState(enum.Enum):
@@ -114,7 +117,7 @@ class FailoverIntelligence:
     model: str
     log: EventLog
     stream: bool = False
-    rng: random.Random = attrs.field(factory=random.Random)
+    rng: random.Random = _JITTER_RNG
     breakers: list[Breaker] = attrs.field(init=False)
     active: int = 0
     #: Usage summed over every reply this client produced.
