@@ -7,6 +7,10 @@ small adapter httpx documents for custom transports (``AsyncBaseTransport.handle
 request becomes an httpcore request, the response comes back as an httpx response, and httpcore's exceptions
 become httpx's, most specific first, as httpx's own transport maps them.
 
+A transport can let go of its connections once all of them are idle (:meth:`PoolTransport.release_idle`):
+httpcore closes a connection whose keep-alive expired only when its pool is next used, and a closed one stays in
+the pool (its objects with it) until then, so the pool is closed and a fresh one built in its place.
+
 The response body is an explicit async iterator rather than an async generator: it has no frame for a
 garbage collector to finalise when a caller stops reading early, and its :meth:`aclose` is always awaited
 by httpx when the response is closed.
@@ -14,7 +18,7 @@ by httpx when the response is closed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
@@ -77,13 +81,29 @@ class _Body(httpx.AsyncByteStream):
                 await close()
 
 
+#: An httpcore pool, direct or through a proxy (``AsyncHTTPProxy`` is a connection pool).
+Pool = httpcore.AsyncConnectionPool | httpcore.AsyncHTTPProxy
+
+
 class PoolTransport(httpx.AsyncBaseTransport):
-    """One httpcore pool (direct or through a proxy) as an httpx transport."""
+    """One httpcore pool (direct or through a proxy) as an httpx transport; ``new`` builds it (and, after
+    :meth:`release_idle`, its successor)."""
 
-    __slots__ = ("_pool",)
+    __slots__ = ("_new", "_pool")
 
-    def __init__(self, pool: httpcore.AsyncConnectionPool | httpcore.AsyncHTTPProxy) -> None:
-        self._pool = pool
+    def __init__(self, new: Callable[[], Pool]) -> None:
+        self._new = new
+        self._pool = new()
+
+    async def release_idle(self) -> bool:
+        """Close every connection when each one is idle (none carries a request or a response being read), and
+        build a fresh pool for the next request; True when there were any. The caller bounds and shields it."""
+        connections = self._pool.connections
+        if not connections or not all(connection.is_idle() for connection in connections):
+            return False
+        old, self._pool = self._pool, self._new()
+        await old.aclose()
+        return True
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         assert isinstance(request.stream, httpx.AsyncByteStream)
