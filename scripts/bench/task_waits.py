@@ -210,10 +210,10 @@ def section(r: dict[str, Any], command: str) -> str:
         "an MCP pool of its own (its connection, session and tool catalogue: now the member's runs share one pool, "
         "as a daemon's wakes do); 65.7 KiB at 1,000 (02:39, load 3.9) while each run's gateway client drew its "
         "retry jitter from a `random.Random` of its own (2.9 KiB of generator state; now one for the process: "
-        "63.6 KiB with that alone, 04:34, load 10.1) and kept its connection to the gateway alive through the "
+        "63.6 KiB with that alone, 04:37, load 10.1) and kept its connection to the gateway alive through the "
         "wait (the httpcore and h11 objects of a kept-alive connection, about 3 KiB per client measured alone; "
-        "62.7 KiB with both changes, 04:51, load 16.8, while a released pool was still rebuilt at once rather than "
-        "at the next request; a repeat of the figure above, 05:08 at load 10.5: 59.4 KiB RSS, 59.2 Pss). "
+        "62.7 KiB with both changes, 04:48, load 16.8, while a released pool was still rebuilt at once rather than "
+        "at the next request; a repeat of the figure above, 05:07 at load 10.5: 59.4 KiB RSS, 59.2 Pss). "
         "Sharing the member's one model client instead measured 50 KiB, but then a thousand runs' model calls "
         "queue on its four connections and trip its one breaker together (255 of 1,000 runs ended "
         "`intelligence_failed` before their first answer), so each run keeps its own. Every watched cluster "
@@ -221,7 +221,7 @@ def section(r: dict[str, Any], command: str) -> str:
         "task per minute (now one statement for every watched row every 5 s). The CPU of a poll is mostly the "
         "HTTP request itself (httpx, httpcore and the socket's system calls, in a profile of the working member), "
         "and it grows with the machine's load: 1.97 ms at load 3.9 (02:39), 3.55 ms at load 10.1 before the "
-        "gateway connection was let go during the wait (04:34) and 3.13 ms at load 10.5 after (05:08; the polls "
+        "gateway connection was let go during the wait (04:37) and 3.13 ms at load 10.5 after (05:07; the polls "
         "go to the MCP server, not the gateway); "
         "with `--poll-ms 5000` at load 18.6 the single-process peer did not keep up (882 polls in 60 s of 12,000).",
     ])
