@@ -51,6 +51,7 @@ from agentd.agent.result import RunResult, RunStatus
 from agentd.errors import AgentdError, IntelligenceError, McpError
 from agentd.formats import jsontext as json_text
 from agentd.formats.ids import call_key, new_key_nonce
+from agentd.intelligence import release_idle
 from agentd.intelligence.tally import CallTally, tallying
 from agentd.intelligence.wire import ModelReply, ToolCall, Usage
 from agentd.mcp import failure_policy, schemas
@@ -520,7 +521,7 @@ class _Run:
                 result = await self.pool.call_tool(
                     entry.server, entry.name, arguments, run_id=request.run_id,
                     idempotency_key=call_key(request.run_id, request.key_nonce, step, index),
-                    resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_journal(step, call.id),
+                    resume_task=self.resume_tasks.pop(call.id, None), on_task=self._task_started(step, call.id),
                 )
         except McpError as exc:
             return self.server_failed(call, entry, exc, step, started)
@@ -588,14 +589,16 @@ class _Run:
             await self.journal.approval_decided(step, call.id, decision.action, decision.reason)
         return None if decision.approved else (decision.reason or "no reason given")
 
-    def _task_journal(self, step: int, call_id: str) -> Callable[[str], Awaitable[None]] | None:
-        """What commits a call's task id (``tool.task``) before it is polled, when the run is journaled."""
+    def _task_started(self, step: int, call_id: str) -> Callable[[str], Awaitable[None]]:
+        """What runs once a call's task exists, before it is polled: its id committed (``tool.task``) when the run
+        is journaled; and the model client's idle connections let go, as the wait may last hours."""
         journal = self.journal
-        if journal is None:
-            return None
+        intel = self.intel
 
         async def started(task_id: str) -> None:
-            await journal.task_started(step, call_id, task_id)
+            if journal is not None:
+                await journal.task_started(step, call_id, task_id)
+            await release_idle(intel)
 
         return started
 

@@ -42,6 +42,7 @@ from agentd.connections.runtime import ToolCall as AppToolCall
 from agentd.connections.transcript import Entry, Transcript
 from agentd.errors import McpError
 from agentd.formats.tool_separator import SEPARATOR
+from agentd.intelligence import release_idle
 from agentd.intelligence.wire import ChatTool, ModelReply, ToolCall, Usage
 from agentd.oversight.drain import current_drain
 from agentd.telemetry.events import EventLog
@@ -268,6 +269,9 @@ class RecordingIntelligence:
                 ]
             self.transcript.record(Entry(self.step_id, "model.reply", role="assistant", content=content))
         return reply
+
+    async def release_idle(self) -> None:
+        await release_idle(self.inner)
 
 
 @attrs.frozen

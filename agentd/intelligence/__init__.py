@@ -50,6 +50,7 @@ __all__ = [
     "completions_url",
     "example_value",
     "open_intelligence",
+    "release_idle",
 ]
 
 #: The gateway client's exports, imported on first use: the offline model (``--intelligence test``) needs no
@@ -66,6 +67,8 @@ __getattr__ = lazy_exports("agentd.intelligence", _LAZY, globals())
 
 #: Per-call (per attempt) timeout, as in the original agentd.
 CALL_TIMEOUT = 120.0
+#: How long letting go of idle connections may take (:func:`release_idle`; closing a TLS connection writes).
+RELEASE_GRACE = 2.0
 
 
 class Intelligence(Protocol):
@@ -138,4 +141,18 @@ async def open_intelligence(
         verify = verify_for(urls)
     async with new_client(verify, limits=limits, egress=egress) as client:
         gateways = [Gateway(url, client, log, token=bearer, timeout=timeout) for url in urls]
-        yield FailoverIntelligence(gateways, model=model, log=log, stream=stream)
+        yield FailoverIntelligence(gateways, model=model, log=log, stream=stream, release=client.release_idle)
+
+
+async def release_idle(intel: Intelligence) -> None:
+    """A long wait between two model calls begins (a tool call the server runs as a task, polled for as long as
+    it lasts): ``intel``'s HTTP client lets go of the connections it keeps alive, if none is in use, instead of
+    holding them through the wait; the next call connects anew. A client without any (the offline model) has
+    nothing to do. Shielded and bounded (:data:`RELEASE_GRACE`)."""
+    release = getattr(intel, "release_idle", None)
+    if release is None:
+        return
+    import trio
+
+    with trio.move_on_after(RELEASE_GRACE, shield=True):
+        await release()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -48,6 +48,9 @@ MAX_RETRY_AFTER: Final = 30.0
 BREAKER_THRESHOLD: Final = 3
 COOLDOWN_INITIAL: Final = 5.0
 COOLDOWN_MAX: Final = 60.0
+#: The retry jitter's source, one for the process: a ``random.Random`` holds its generator's whole state (about
+#: 2.9 KiB), which a client per run (a cluster member's thousand waiting runs) would otherwise each carry.
+_JITTER_RNG: Final = random.Random()
 
 
 class BreakerState(enum.Enum):
@@ -114,11 +117,13 @@ class FailoverIntelligence:
     model: str
     log: EventLog
     stream: bool = False
-    rng: random.Random = attrs.field(factory=random.Random)
+    rng: random.Random = _JITTER_RNG
     breakers: list[Breaker] = attrs.field(init=False)
     active: int = 0
     #: Usage summed over every reply this client produced.
     usage: Usage = attrs.field(factory=Usage)
+    #: Closes the HTTP client's idle kept-alive connections (``agentd.transport.http_client.Client.release_idle``).
+    release: Callable[[], Awaitable[object]] | None = None
 
     def __attrs_post_init__(self) -> None:
         self.breakers = [Breaker() for _ in self.gateways]
@@ -147,6 +152,11 @@ class FailoverIntelligence:
         self.log.error("intel.error", reason=reason, endpoints=count)
         noun = "the intelligence endpoint is" if count == 1 else f"all {count} intelligence endpoints are"
         raise IntelligenceError(f"{noun} unavailable (last failure: {reason})")
+
+    async def release_idle(self) -> None:
+        """Let go of the connections kept alive to the gateways, if none is in use (agentd.intelligence.release_idle)."""
+        if self.release is not None:
+            await self.release()
 
     async def _try_endpoint(
         self, index: int, payload: bytes, messages: Sequence[Any], tools: Sequence[ChatTool]

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import trio
 
-from agentd.intelligence import CALL_TIMEOUT, Intelligence
+from agentd.intelligence import CALL_TIMEOUT, Intelligence, release_idle
 from agentd.intelligence.wire import ChatTool, ModelReply, Usage
 
 #: How long a replaced client waits for its calls in flight before it closes (one call's own bound, plus retries).
@@ -79,6 +79,10 @@ class SwappableIntelligence:
         finally:
             generation.done()
             self.usage = sum((intel.usage for intel in self._used), Usage())
+
+    async def release_idle(self) -> None:
+        """The current client lets go of its idle connections (agentd.intelligence.release_idle)."""
+        await release_idle(self._current.intel)
 
     async def stage(self, opener: Opener) -> Held:
         """Open the next client (raises what opening raises: a bad endpoint, an unresolvable token)."""

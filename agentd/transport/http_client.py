@@ -8,6 +8,7 @@ owned by the caller (httpx runs with ``timeout=None``).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import ssl
@@ -92,11 +93,12 @@ def _http_transport(policy: EgressPolicy, verify: ssl.SSLContext, limits: httpx.
         "http1": True, "http2": False, "network_backend": backend,
     }
     if proxy is None:
-        return PoolTransport(httpcore.AsyncConnectionPool(**sizes))
+        return PoolTransport(functools.partial(httpcore.AsyncConnectionPool, **sizes))
     via = httpx.Proxy(proxy)
     if via.url.scheme not in ("http", "https"):
         raise ValueError(via.url.scheme)
-    return PoolTransport(httpcore.AsyncHTTPProxy(
+    return PoolTransport(functools.partial(
+        httpcore.AsyncHTTPProxy,
         proxy_url=httpcore.URL(scheme=via.url.raw_scheme, host=via.url.raw_host, port=via.url.port,
                                target=via.url.raw_path),
         proxy_auth=via.raw_auth, proxy_headers=via.headers.raw, **sizes,
@@ -128,6 +130,12 @@ class _Routed(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._transport(str(request.url)).handle_async_request(request)
+
+    async def release_idle(self) -> bool:
+        released = False
+        for transport in (self._direct, *self._via.values()):
+            released = await transport.release_idle() or released
+        return released
 
     async def aclose(self) -> None:
         for transport in (self._direct, *self._via.values()):
@@ -201,13 +209,26 @@ def refused_peer(peer: object, policy: EgressPolicy, *, proxied: bool = False) -
     return None
 
 
+class Client(httpx.AsyncClient):
+    """httpx's client over agentd's transport (:func:`new_client`), which can let go of its idle connections."""
+
+    def __init__(self, transport: PoolTransport | _Routed, **options: Any) -> None:
+        super().__init__(transport=transport, **options)
+        self._pools = transport
+
+    async def release_idle(self) -> bool:
+        """Close the client's kept-alive connections if none is in use (the next request connects anew); True
+        when there were any. Bound and shield it at the caller (closing a TLS connection writes to it)."""
+        return await self._pools.release_idle()
+
+
 def new_client(
     verify: ssl.SSLContext | bool = True,
     *,
     limits: httpx.Limits | None = None,
     environ: dict[str, str] | None = None,
     egress: EgressPolicy | None = None,
-) -> httpx.AsyncClient:
+) -> Client:
     """The httpx client agentd uses: no redirects, no httpx timeouts, proxies from the environment.
 
     ``verify=True`` means the process's cached default context (:mod:`agentd.transport.tls`), not a fresh
@@ -224,18 +245,18 @@ def new_client(
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=32)
     proxies = ProxyEnv.from_environ(os.environ if environ is None else environ)
     policy = EgressPolicy() if egress is None else egress
-    transport: httpx.AsyncBaseTransport
+    transport: PoolTransport | _Routed
     if proxies.active:
         transport = _Routed(proxies, context, limits, policy)
     else:
         transport = _http_transport(policy, context, limits)
-    return httpx.AsyncClient(
+    return Client(
+        transport,
         verify=context,
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(None),
         limits=limits,
-        transport=transport,
     )
 
 

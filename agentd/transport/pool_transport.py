@@ -7,6 +7,10 @@ small adapter httpx documents for custom transports (``AsyncBaseTransport.handle
 request becomes an httpcore request, the response comes back as an httpx response, and httpcore's exceptions
 become httpx's, most specific first, as httpx's own transport maps them.
 
+A transport can let go of its connections once all of them are idle (:meth:`PoolTransport.release_idle`):
+httpcore closes a connection whose keep-alive expired only when its pool is next used, and a closed one stays in
+the pool (its objects with it) until then, so the pool is closed and dropped; the next request builds a fresh one.
+
 The response body is an explicit async iterator rather than an async generator: it has no frame for a
 garbage collector to finalise when a caller stops reading early, and its :meth:`aclose` is always awaited
 by httpx when the response is closed.
@@ -14,7 +18,7 @@ by httpx when the response is closed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
@@ -77,13 +81,31 @@ class _Body(httpx.AsyncByteStream):
                 await close()
 
 
+#: An httpcore pool, direct or through a proxy (``AsyncHTTPProxy`` is a connection pool).
+Pool = httpcore.AsyncConnectionPool | httpcore.AsyncHTTPProxy
+
+
 class PoolTransport(httpx.AsyncBaseTransport):
-    """One httpcore pool (direct or through a proxy) as an httpx transport."""
+    """One httpcore pool (direct or through a proxy) as an httpx transport; ``new`` builds it (at once, so a bad
+    setting fails here) and, after :meth:`release_idle`, its successor (at the next request)."""
 
-    __slots__ = ("_pool",)
+    __slots__ = ("_new", "_pool")
 
-    def __init__(self, pool: httpcore.AsyncConnectionPool | httpcore.AsyncHTTPProxy) -> None:
-        self._pool = pool
+    def __init__(self, new: Callable[[], Pool]) -> None:
+        self._new = new
+        self._pool: Pool | None = new()
+
+    async def release_idle(self) -> bool:
+        """Close every connection when each one is idle (none carries a request or a response being read), and
+        drop the pool: the next request builds a fresh one. True when there were any. The caller bounds and
+        shields it."""
+        pool = self._pool
+        connections = [] if pool is None else pool.connections
+        if pool is None or not connections or not all(connection.is_idle() for connection in connections):
+            return False
+        self._pool = None
+        await pool.aclose()
+        return True
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         assert isinstance(request.stream, httpx.AsyncByteStream)
@@ -95,8 +117,11 @@ class PoolTransport(httpx.AsyncBaseTransport):
             content=request.stream,
             extensions=request.extensions,
         )
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = self._new()
         with mapped():
-            response = await self._pool.handle_async_request(core)
+            response = await pool.handle_async_request(core)
         assert isinstance(response.stream, AsyncIterable)
         return httpx.Response(
             status_code=response.status,
@@ -106,4 +131,5 @@ class PoolTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()

@@ -201,24 +201,29 @@ def section(r: dict[str, Any], command: str) -> str:
         f"{round(r['tasks'] * r['window_s'] * 1000 / r['poll_ms'])} at the suggested interval) |",
         "",
         f"Met: {'yes' if met else 'no'}. The working member's figure is a whole waiting run, all in: its "
-        "conversation, its own model client (and its kept-alive connection), its journal and its lease (renewed at "
-        "every heartbeat; the MCP pool is the member's, shared) besides the task wait itself, which is a sleeping trio task between polls. The serving member's is "
-        "the served handle, its task state and its watch of the row's end.",
+        "conversation, its own model client (its connection to the gateway closed when the task started: the "
+        "next model call connects anew), its journal and its lease (renewed at every heartbeat; the MCP pool is "
+        "the member's, shared) besides the task wait itself, which is a sleeping trio task between polls. The "
+        "serving member's is the served handle, its task state and its watch of the row's end.",
         "",
-        "Before two changes made with this benchmark (2026-12-07, 200 tasks polled every 5 s, loaded machine): a claimed "
-        "run opened an MCP pool of its own (its connection, session and tool catalogue: 84 KiB measured alone), "
-        "245 KiB of RSS per task being polled (now the member's runs share one pool, as a daemon's wakes do: "
-        "79.5 KiB at 200); and every watched cluster handle re-read its row and its run every 5 s, 13.5 ms of the "
-        "serving member's CPU per pending task per minute (now the member reads every watched row in one "
-        "statement every 5 s: 1.2 ms). What keeps a polled task above 64 KiB is the run's own model client and "
-        "its kept-alive connection (about 30 KiB): sharing the member's one client as well measured 50 KiB, but "
-        "then a thousand runs' model calls queue on its four connections and trip its one breaker together (in "
-        "that run 255 of the 1,000 runs ended `intelligence_failed` before their first answer), so each run keeps "
-        "its own. The CPU of a poll is mostly the HTTP request itself (httpx, httpcore and the socket's system "
-        "calls, in a profile of the working member). With `--poll-ms 5000` at load 18.6 the single-process peer "
-        "did not keep up (882 polls in 60 s of 12,000) and the figure per poll came out at 6.3 ms: 1,000 polls due "
-        "at once open as many connections to the shared pool's server and keep 32 alive, so most polls connect "
-        "anew.",
+        "Earlier (2026-12-07, loaded machine): 245 KiB per task being polled at 200 tasks while a claimed run opened "
+        "an MCP pool of its own (its connection, session and tool catalogue: now the member's runs share one pool, "
+        "as a daemon's wakes do); 65.7 KiB at 1,000 (02:39, load 3.9) while each run's gateway client drew its "
+        "retry jitter from a `random.Random` of its own (2.9 KiB of generator state; now one for the process: "
+        "63.6 KiB with that alone, 04:37, load 10.1) and kept its connection to the gateway alive through the "
+        "wait (the httpcore and h11 objects of a kept-alive connection, about 3 KiB per client measured alone; "
+        "62.7 KiB with both changes, 04:48, load 16.8, while a released pool was still rebuilt at once rather than "
+        "at the next request; a repeat of the figure above, 05:07 at load 10.5: 59.4 KiB RSS, 59.2 Pss). "
+        "Sharing the member's one model client instead measured 50 KiB, but then a thousand runs' model calls "
+        "queue on its four connections and trip its one breaker together (255 of 1,000 runs ended "
+        "`intelligence_failed` before their first answer), so each run keeps its own. Every watched cluster "
+        "handle used to re-read its row and its run every 5 s: 13.5 ms of the serving member's CPU per pending "
+        "task per minute (now one statement for every watched row every 5 s). The CPU of a poll is mostly the "
+        "HTTP request itself (httpx, httpcore and the socket's system calls, in a profile of the working member), "
+        "and it grows with the machine's load: 1.97 ms at load 3.9 (02:39), 3.55 ms at load 10.1 before the "
+        "gateway connection was let go during the wait (04:37) and 3.13 ms at load 10.5 after (05:07; the polls "
+        "go to the MCP server, not the gateway); "
+        "with `--poll-ms 5000` at load 18.6 the single-process peer did not keep up (882 polls in 60 s of 12,000).",
     ])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from agentd.telemetry.events import EventLog
 from tests.agent import meta_server
 from tests.peers import launch
 from tests.peers.gateway import scripted_gateway, status, text, tool_call, tool_calls
+from tests.waiting import until
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -200,6 +202,51 @@ async def test_server_everything_task_tool(everything_server: launch.PeerProcess
         assert "Research Report: tides" in report
         statuses = [line["status"] for line in lines if line["event"] == "mcp.task"]
         assert statuses[0] == "working" and statuses[-1] == "completed"
+
+
+def _open_connections_to(port: int) -> int:
+    """TCP connections this test's side still holds open to 127.0.0.1:``port`` (established, or closed by the
+    server but not yet by the client), read from /proc/net/tcp."""
+    held = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port, state = int(fields[2].rsplit(":", 1)[1], 16), fields[3]
+        held += remote_port == port and state in ("01", "08")  # ESTABLISHED, CLOSE_WAIT
+    return held
+
+
+@pytest.fixture(scope="module")
+def task_peer() -> Iterator[launch.PeerProcess]:
+    """The modern-wire peer whose ``research`` tool always runs as a task (polled every 200 ms)."""
+    with launch.start_peer(launch.modern_server_argv(tasks=True)) as started:
+        yield started
+
+
+async def test_a_run_waiting_on_a_task_holds_no_gateway_connection(task_peer: launch.PeerProcess) -> None:
+    """While a tool call waits on its task (for hours, perhaps), the run's model client keeps no connection to
+    the gateway alive; the model call after the task ended connects anew and goes on."""
+    script = [tool_call("m__research", {"topic": "tides", "seconds": 3600}), text("researched")]
+    lines: list[dict[str, Any]] = []
+    async with scripted_gateway(script) as gw, trio.open_nursery() as nursery:
+        done: list[agentd.RunResult] = []
+
+        async def run() -> None:
+            cfg = _cfg("--intelligence", gw.url, "--mcp", f"m={task_peer.url}")
+            done.append(await agentd.main(cfg, log=EventLog(sink=lines.append)))
+
+        nursery.start_soon(run)
+        with trio.fail_after(30):
+            await until(lambda: [line for line in lines if line["event"] == "mcp.task"], timeout=30,
+                        what="the task being polled")
+            assert len(gw.requests) == 1
+            assert _open_connections_to(gw.port) == 0
+            assert launch.tasks_state(task_peer.url)["tasks"]  # still working: the run waits on it
+            await trio.to_thread.run_sync(launch.finish_tasks, task_peer.url)
+            await until(lambda: done, timeout=30, what="the run's end")
+    (result,) = done
+    assert (result.status.value, result.result) == ("completed", "researched")
+    assert len(gw.requests) == 2
+    assert _tool_contents(gw.requests[1].messages) == ["researched tides"]
 
 
 async def test_root_run_spawns_a_subagent_through_the_control_seam(peer: launch.PeerProcess) -> None:

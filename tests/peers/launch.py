@@ -444,6 +444,11 @@ def tasks_state(url: str) -> dict[str, Any]:
     return dict(_side_door(url, "/_test/tasks", method="GET"))
 
 
+def finish_tasks(url: str) -> list[str]:
+    """The modern peer (``--tasks``): every task not cancelled is done now; returns their ids."""
+    return list(_side_door(url, "/_test/finish_tasks")["finished"])
+
+
 def stats(url: str) -> dict[str, Any]:
     return dict(_side_door(url, "/_test/stats", method="GET"))
 

@@ -25,7 +25,8 @@ per-request client capabilities, -32021 naming the extension to one that does no
 the result inline; with ``ask`` the task goes ``input_required`` half way (one elicitation, key ``confirm``) until
 a ``tasks/update`` answers it. ``tasks/cancel`` marks the task ``cancelled``. ``tasks/*`` requests must declare
 the extension (else -32021) and carry ``Mcp-Name: <taskId>`` (else -32020); an unknown task is -32602.
-``GET /_test/tasks`` shows every task, the ``tasks/update`` answers and the cancelled ids.
+``GET /_test/tasks`` shows every task, the ``tasks/update`` answers and the cancelled ids; ``POST
+/_test/finish_tasks`` makes every task not cancelled done now (its next ``tasks/get`` reports the end).
 
 With ``--push-tasks`` (and ``--tasks``) it also pushes task status as the extension describes: a
 ``subscriptions/listen`` whose filter names ``taskIds`` (declaring the extension, else -32021) is acknowledged with
@@ -526,6 +527,11 @@ class ModernPeer:
         elif path == "/_test/break_next" and method == "POST":
             self.breaks[query["rpc"]] = (int(query.get("count", "1")), query.get("how", "abort"))
             await _json(send, 200, {"rpc": query["rpc"]})
+        elif path == "/_test/finish_tasks" and method == "POST":
+            finished = [task_id for task_id, task in self.tasks.items() if not task["cancelled"]]
+            for task_id in finished:
+                self.tasks[task_id]["seconds"] = 0.0
+            await _json(send, 200, {"finished": finished})
         elif path == "/_test/tasks":
             await _json(send, 200, {"tasks": {task_id: self._task_view(task_id) for task_id in self.tasks},
                                     "updates": self.task_updates, "cancelled": self.tasks_cancelled,
