@@ -15,7 +15,9 @@ steps each; the result is the median of the rounds' ratios. Target: the money ad
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import os
 import statistics
 import tempfile
 import time
@@ -69,20 +71,27 @@ def books_and_meters(journal: object, r: int, kinds: list[str]) -> tuple[dict[st
 async def rounds(steps: int, count: int, control: bool) -> list[tuple[float, float, float | None]]:
     """Per round: CPU per step of the tokens-only run, of the priced run and (``control``) of a second
     tokens-only run, the runs' steps interleaved, each step in the next of every order of the kinds (A B C,
-    A C B, B A C, ...: each kind first, between and last equally often, and after each of the others)."""
+    A C B, B A C, ...: each kind first, between and last equally often, and after each of the others), each run
+    journaled in a file of its own (in one shared file the two identical tokens-only runs did not cost the
+    same: the worker thread spent about 10 µs less per step on A's appends than on B's, whatever the order)."""
     batches = [step(n) for n in range(steps)]
     results = []
+    kinds = ["plain", "money", *(["again"] if control else [])]
+    orders = list(itertools.permutations(kinds))
     with tempfile.TemporaryDirectory() as state:
-        async with open_journal(state) as journal:
+        async with contextlib.AsyncExitStack() as stack:
+            journals = {}
+            for k in kinds:  # a journal file each: no run's records or books share a B-tree page with another's
+                os.mkdir(os.path.join(state, k))
+                journals[k] = await stack.enter_async_context(open_journal(os.path.join(state, k)))
             for r in range(count):
-                kinds = ["plain", "money", *(["again"] if control else [])]
-                orders = list(itertools.permutations(kinds))
-                books, meters = books_and_meters(journal, r, kinds)
+                books = {k: books_and_meters(journals[k], r, [k])[0][k] for k in kinds}
+                meters = books_and_meters(None, r, kinds)[1]
                 cpu = dict.fromkeys(kinds, 0.0)
                 for n, batch in enumerate(batches):
                     reply = Usage(1200 + n, 60)
                     for k in orders[n % len(orders)]:
-                        cpu[k] += await one_step(journal, f"{k}-{r}", batch, books[k], meters[k], reply)
+                        cpu[k] += await one_step(journals[k], f"{k}-{r}", batch, books[k], meters[k], reply)
                 results.append((cpu["plain"] / steps * 1000, cpu["money"] / steps * 1000,
                                 cpu["again"] / steps * 1000 if control else None))
     return results
@@ -185,8 +194,8 @@ def main() -> None:
         f"Command: `.venv/bin/python scripts/bench/money.py --steps {args.steps} --rounds {args.rounds}"
         f"{' --previous DIR' if before else ''} --write` (2-core VM, {stamp}, **loaded**: 1-minute load average "
         f"{load} at the end, shared with other sessions; medians of {args.rounds} rounds). Each round runs three "
-        "journaled runs step by step, interleaved, each step in the next of the six orders of the three (each "
-        "run first, between and last equally often): two with the token ceiling's books only (a step: its 4 "
+        "journaled runs step by step, each in a journal file of its own, interleaved, each step in the next of the "
+        "six orders of the three (each run first, between and last equally often): two with the token ceiling's books only (a step: its 4 "
         "records, the reply counted by the run's meter and written into the `loop.step` line's usage, the usage "
         "reported to the tree's books, charged and saved) and one with `--budget-usd` and `--price` (the reply "
         "also priced by the meter, the cost in the `loop.step` usage and in the report, the money books charged "
