@@ -8,8 +8,9 @@ exceeds the ceiling, and a restart that restores the ledger (:meth:`Ledger.snaps
 resumes the same books.
 
 Every method returns its decision as data (:class:`Granted`, :class:`Refused`, :class:`Charged`,
-:class:`Overdrawn`, :class:`Refunded`); the caller acts on it (starts the child, stops a run, emits events)
-and journals it (``BudgetReserved`` / ``BudgetCharged`` / ``BudgetRefunded``). The invariant, for every
+:class:`Overdrawn`, :class:`Refunded`; :meth:`Ledger.spend`, the charge a tree's books make on every reply,
+as one number); the caller acts on it (starts the child, stops a run, emits events) and journals it
+(``BudgetReserved`` / ``BudgetCharged`` / ``BudgetRefunded``). The invariant, for every
 open slice ``s``: ``s.spent + sum(reserved of s's open children) <= s.reserved``, and the root's
 ``reserved`` is the ceiling.
 
@@ -22,7 +23,8 @@ slice ends, its ``over`` is charged to its parent like any spend (past the paren
 The ledger counts whole units and knows nothing of tokens: a tree with a money budget (``--budget-usd``) keeps
 a second ledger in picodollars (agentd.prices) with the same rules, saved in the same state entry as the
 token books (under ``usd``), so both are written in one durable write and restored together; since its slices
-are the token books' own, it is saved as a flat list of numbers beside them (:meth:`Ledger.snapshot_beside`).
+are the token books' own, it is saved as a flat list of numbers beside them (:meth:`Ledger.snapshot_beside`),
+made in the same pass over the slices as the token books' own snapshot (``tokens.snapshot(money)``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ NAMESPACE: Final = "budget"
 #: Served run trees' ledgers (``served.N``, agentd.supervisor.caps), by tree: apart from the run ids, whose
 #: finished runs' books are dropped at start-up (agentd.run.open_state).
 SERVED_NAMESPACE: Final = "budget.served"
+#: The key of a tree's money books inside its saved token books.
+MONEY_KEY: Final = "usd"
 
 
 @attrs.frozen
@@ -181,17 +185,35 @@ class Ledger:
 
     def charge(self, handle: str, tokens: int) -> Charged | Overdrawn:
         """Book ``tokens`` spent by ``handle``; past its free tokens the slice is exhausted instead."""
+        left = self.spend(handle, tokens)
+        if left is None:
+            return Overdrawn(handle, 0, tokens)
+        if left < 0:
+            return Overdrawn(handle, tokens + left, -left)
+        return Charged(handle, tokens, left)
+
+    def spend(self, handle: str, tokens: int) -> int | None:
+        """:meth:`charge`'s decision as one number: what ``handle`` has left after ``tokens`` (:class:`Charged`)
+        or, when negative, how far past its slice they went (:class:`Overdrawn`: the slice is exhausted, the
+        excess booked as its ``over``); None when ``handle`` has no open slice (nothing is booked).
+
+        For the tree's books on every reply (agentd.supervisor.caps charges a reply's tokens and its cost in
+        one pass): an int, not a decision instance, since building an attrs value costs more than the booking."""
         if tokens < 0:
             raise ValueError(f"cannot charge negative tokens ({tokens})")
-        if handle not in self._slices:
-            return Overdrawn(handle, 0, tokens)
-        free = self.available(handle)
-        booked = min(tokens, max(free, 0))
-        self._slices[handle].spent += booked
-        if booked < tokens:
-            self._slices[handle].over += tokens - booked
-            return Overdrawn(handle, booked, tokens - booked)
-        return Charged(handle, tokens, free - booked)
+        s = self._slices.get(handle)
+        if s is None:
+            return None
+        free = s.reserved - s.spent - self._held.get(handle, 0)
+        if free < 0:
+            free = 0
+        left = free - tokens
+        if left < 0:
+            s.spent += free
+            s.over -= left
+        else:
+            s.spent += tokens
+        return left
 
     def end(self, handle: str) -> Refunded:
         """The run ``handle`` ended: book its (and its open descendants') spend to the parent, free the rest."""
@@ -215,13 +237,30 @@ class Ledger:
 
     # --- persistence ---
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "v": 1,
-            "ceiling": self.ceiling,
-            "slices": {h: [s.parent, s.reserved, s.spent, *([s.over] if s.over else [])]
-                       for h, s in self._slices.items()},
-        }
+    def snapshot(self, money: Ledger | None = None) -> dict[str, Any]:
+        """These books as JSON; with ``money`` (the tree's money books), those too, under :data:`MONEY_KEY`, as
+        :meth:`snapshot_beside` writes them, made in the same pass over the slices (the tree's books are saved
+        after every reply)."""
+        if money is None:
+            return {"v": 1, "ceiling": self.ceiling,
+                    "slices": {h: [s.parent, s.reserved, s.spent, s.over] if s.over else [s.parent, s.reserved, s.spent]
+                               for h, s in self._slices.items()}}
+        slices = {}
+        numbers: list[int | None] = [money.ceiling]
+        theirs = money._slices
+        matched = 0
+        same = True
+        for h, s in self._slices.items():
+            slices[h] = [s.parent, s.reserved, s.spent, s.over] if s.over else [s.parent, s.reserved, s.spent]
+            m = theirs.get(h)
+            if m is None:
+                numbers.append(None)
+            else:
+                numbers += (m.reserved, m.spent, m.over)
+                matched += 1
+                same = same and m.parent == s.parent
+        return {"v": 1, "ceiling": self.ceiling, "slices": slices,
+                MONEY_KEY: numbers if same and matched == len(theirs) else money.snapshot()}
 
     @classmethod
     def restore(cls, data: Any) -> Ledger:
@@ -240,26 +279,15 @@ class Ledger:
                 raise JournalFormatError(f"malformed budget ledger (slice {handle!r} over its reservation)")
         return ledger
 
-
     def snapshot_beside(self, tokens: Ledger) -> list[int | None] | dict[str, Any]:
         """These books (a tree's money books) saved beside ``tokens`` (its token books), compactly: they have the
         same slices under the same parents, so one flat list of numbers says it all, ``[ceiling, *per slice of
         tokens in order: reserved, spent, over | null when this ledger has no such slice]``. Written on every
-        priced step (the tree's books are saved after each reply): no nested containers to build or encode.
-        Books whose slices do not match (not seen in practice) are saved as :meth:`snapshot`."""
-        out: list[int | None] = [self.ceiling]
-        mine = self._slices
-        matched = 0
-        for handle, theirs in tokens._slices.items():
-            s = mine.get(handle)
-            if s is None:
-                out.append(None)
-            elif s.parent != theirs.parent:
-                return self.snapshot()
-            else:
-                out += (s.reserved, s.spent, s.over)
-                matched += 1
-        return out if matched == len(mine) else self.snapshot()
+        priced step (the tree's books are saved after each reply, by ``tokens.snapshot(money)``, which makes
+        both in one pass): no nested containers to build or encode. Books whose slices do not match (not seen
+        in practice) are saved as :meth:`snapshot`."""
+        saved: list[int | None] | dict[str, Any] = tokens.snapshot(self)[MONEY_KEY]
+        return saved
 
     @classmethod
     def restore_beside(cls, data: Any, tokens: Ledger) -> Ledger:
@@ -281,18 +309,12 @@ class Ledger:
             raise JournalFormatError(f"malformed money ledger ({type(exc).__name__}: {exc})") from None
 
 
-#: The key of a tree's money books inside its saved token books.
-MONEY_KEY: Final = "usd"
-
 
 async def save_ledger(store: JournalStore, tree: str, ledger: Ledger, *, namespace: str = NAMESPACE,
                       money: Ledger | None = None) -> None:
     """Persist ``ledger`` (and ``money``, its money books) as the run tree ``tree``'s books (one durable state
     write)."""
-    snapshot = ledger.snapshot()
-    if money is not None:
-        snapshot[MONEY_KEY] = money.snapshot_beside(ledger)
-    await store.put_state(namespace, {tree: snapshot})
+    await store.put_state(namespace, {tree: ledger.snapshot(money)})
 
 
 async def load_ledger(store: JournalStore, tree: str, *, namespace: str = NAMESPACE) -> Ledger | None:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from agentd.journal.errors import JournalError
-from agentd.prices import BUDGET_USD
 from agentd.supervisor.caps import Admission, Refusal, TreeLedger
 from agentd.telemetry import metrics
 from agentd.telemetry.events import EventLog, null_log
@@ -125,21 +124,13 @@ class LocalAuthority:
     async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
-        past = self.ledger.add_tokens(usage.total, handle, tree)
-        broke = spent_out = False
-        if usage.cost is not None:
-            spent = self.ledger.add_cost(usage.cost, handle, tree)
-            if spent is not None:  # Charged or Overdrawn, told apart by a class flag: no import per reply
-                broke = spent.overdrawn
-                spent_out = broke or spent.remaining <= 0
+        over, stop = self.ledger.charge_reply(usage.total, usage.cost, handle, tree)  # tokens and money, one pass
         await self._save(key)
         own = handle == self.ledger.root
-        if (past or broke) and not own:
+        if over and not own:
             self.on_ceiling(handle)
         self.on_change()
-        if own and spent_out:
-            return BUDGET_USD
-        return own and (past or self.ledger.spent_out(handle, tree))
+        return stop if own else False
 
     async def report_metrics(self, delta: MetricsDelta) -> None:
         metrics.merge(delta.depth, delta.observations)

@@ -28,7 +28,7 @@ slice out of what its caller has left (an even share of it, like the default tok
 is charged to the slice of the run that made it (the child prices it with its own model), a child past its
 money slice is cancelled, what it did not spend is refunded at its release, and the run tree's books are
 saved and restored with the tokens' (agentd.supervisor.authority). A caller with no money left cannot spawn
-(``budget_usd``).
+(``budget_usd``). A reply's tokens and its cost are charged in one pass (:meth:`TreeLedger.charge_reply`).
 
 A served spawn (``served.N``) opens a run tree of its own whose books have ``served.N`` as their root: their
 ceiling is the spawn's ``budget`` (at most ``token_ceiling``; default the whole ceiling), its children
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from agentd import defaults
+from agentd.prices import BUDGET_USD
 from agentd.security.rule_of_two import check_trifecta
 
 if TYPE_CHECKING:  # the books load with the first admission or usage report (a once run's first reply)
@@ -485,6 +486,45 @@ class TreeLedger:
         if money is None or where not in money:
             return None
         return money.charge(where, max(0, cost))
+
+    def charge_reply(self, tokens: int, cost: int | None, handle: str | None = None,
+                     tree: str = "") -> tuple[bool, bool | str]:
+        """One reply's usage, charged in one pass: ``tokens`` to the token books and ``cost`` picodollars (None:
+        the reply is not priced) to the money books, both to the slice of ``handle`` (default the root, in run
+        tree ``tree``). What :meth:`add_tokens`, :meth:`add_cost` and then :meth:`spent_out` decide one by one,
+        as a pair ``(over, stop)``: ``over`` when its run tree is past the token ceiling or ``handle`` past its
+        slice of either budget (a subagent is then cancelled); ``stop`` what the run of ``handle`` is told:
+        ``"budget_usd"`` (agentd.prices.BUDGET_USD) when its money is spent (overdrawn or nothing left), else
+        true when its tokens are (past, or nothing left for another turn), else false.
+
+        Every reply of the tree comes here (the root's usage reports): the tree key and the slice are found once
+        for both books, each book answers with one number (:meth:`Ledger.spend`) and the decision is a tuple,
+        not an attrs value; building those per reply cost more than the bookkeeping."""
+        n = tokens if tokens > 0 else 0
+        self.tokens_used += n
+        who = self.root if handle is None else handle
+        key = self.tree_of(who, tree)
+        total = self._tree_tokens.pop(key, 0) + n
+        self._tree_tokens[key] = total  # most recently used last
+        while len(self._tree_tokens) > TREES_KEPT:
+            self._tree_tokens.popitem(last=False)
+        book = self.book(key)
+        ceiling = min(book.ceiling, self.caps.token_ceiling)  # ceiling_of(key), the books at hand
+        where = self._slice(who)
+        left = book.spend(where, n)
+        if left is None:  # no slice of its own (a handle the books do not know): the tree's count alone
+            over = total > ceiling
+            stop: bool | str = total >= ceiling
+        else:
+            over = left < 0 or total > ceiling
+            stop = left <= 0 or total >= ceiling
+        if cost is not None and self.caps.budget_usd is not None:
+            money = self.money(key)
+            left = None if money is None else money.spend(where, cost if cost > 0 else 0)
+            if left is not None and left <= 0:
+                over = over or left < 0
+                stop = BUDGET_USD
+        return over, stop
 
     def money_spent_out(self, handle: str | None = None, tree: str = "") -> bool:
         """Has ``handle`` (default the root, in ``tree``) no money left (its slice of ``budget_usd`` spent)?"""

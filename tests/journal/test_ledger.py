@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from agentd.journal.errors import JournalFormatError
 from agentd.journal.ledger import (
+    MONEY_KEY,
     ROOT,
     Charged,
     Granted,
@@ -148,6 +149,11 @@ async def test_the_money_books_are_saved_beside_the_token_books(tmp_path):
     stray = Ledger(10**12)
     stray.reserve("0.9", 1)  # a slice the token books lack: saved whole
     assert stray.snapshot_beside(tokens) == stray.snapshot()
+    moved = Ledger(10**12)
+    moved.reserve("0.1", 10)
+    moved.reserve("0.2", 5, parent="0.1")  # the same slice under another parent: saved whole
+    assert moved.snapshot_beside(tokens) == moved.snapshot()
+    assert tokens.snapshot(money) == {**tokens.snapshot(), MONEY_KEY: compact}  # both books in one pass
     for bad in ([], [1, 5], [1, 5, 0, 0, 9], ["x"], [10, 100, 0, 0, None, None, None, None]):
         with pytest.raises(JournalFormatError):
             Ledger.restore_beside(bad, tokens)

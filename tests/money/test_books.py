@@ -108,3 +108,32 @@ async def test_the_money_books_are_saved_with_the_token_books_and_adopted(tmp_pa
         money = again.ledger.existing_money("")
         assert money is not None and money.available(ROOT) == 1
         assert await again.report_usage("0", Usage(0, 0, cost=1)) == "budget_usd"  # spent to the picodollar
+
+
+def test_a_reply_is_charged_in_one_pass_as_the_decisions_one_by_one_would() -> None:
+    """``charge_reply`` (tokens and money together, on every reply) answers what ``add_tokens``, ``add_cost``
+    and ``spent_out`` answer one by one, and leaves the same books, for the root and for a subagent."""
+
+    def one_by_one(led: TreeLedger, tokens: int, cost: int | None, handle: str | None) -> tuple[bool, bool | str]:
+        past = led.add_tokens(tokens, handle)
+        spent = None if cost is None else led.add_cost(cost, handle)
+        broke = spent is not None and spent.overdrawn
+        if spent is not None and (broke or spent.remaining <= 0):
+            return past or broke, "budget_usd"
+        return past or broke, past or led.spent_out(handle)
+
+    replies = [(400, DOLLAR // 10), (300, None), (250, DOLLAR // 3), (0, 0), (90, DOLLAR // 4), (10, DOLLAR),
+               (5000, 1)]
+    for budget in (DOLLAR, None):
+        one, other = (ledger(budget, max_children=2, token_ceiling=4000) for _ in range(2))
+        child = admitted(one.admit("0", None, 0.0)).handle
+        assert admitted(other.admit("0", None, 0.0)).handle == child
+        for handle in (child, None):
+            for tokens, cost in replies:
+                assert one.charge_reply(tokens, cost, handle) == one_by_one(other, tokens, cost, handle)
+        assert one.tokens_used == other.tokens_used and one.tree_tokens() == other.tree_tokens()
+        for books in (TreeLedger.existing_book, TreeLedger.existing_money):
+            mine, theirs = books(one, ""), books(other, "")
+            assert (mine is None) == (theirs is None) == (budget is None and books is TreeLedger.existing_money)
+            assert mine is None or theirs is None or mine.snapshot() == theirs.snapshot()
+    assert ledger().charge_reply(10, DOLLAR, "0.9") == (False, False)  # a handle the books do not know
