@@ -411,7 +411,7 @@ def settings_of(cfg: Config) -> dict[str, Any]:
 
 async def journal_run(journal: JournalStore, request: RunRequest, *, settings: Mapping[str, Any], log: EventLog,
                       parent: str | None = None, seed_runs: tuple[str, ...] | None = None,
-                      new: bool = False) -> Journaled:
+                      new: bool = False, parent_commits_end: bool = False) -> Journaled:
     """Start ``request`` in the journal: a new run gets its ``RunStarted``; an unfinished one is resumed.
 
     ``seed_runs`` (a ``--continue`` turn) names the runs of the earlier turns its seed is made of: journaled as
@@ -419,6 +419,8 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
 
     ``new``: the parent knows no process journaled this run before (a child of a run started in the parent's
     own process): the journal is not read, and ``RunStarted`` goes with the run's first commit.
+    ``parent_commits_end``: the parent run takes this run's end as a tool call's outcome and commits it
+    (agentd.journal.recorder.RunRecorder.parent_commits_end).
 
     Raises:
         ConfigError: the run id names a journaled run with another instruction (exit 2, nothing written).
@@ -426,7 +428,7 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
     from agentd.journal.recorder import RunRecorder, config_digest, rebuild
     from agentd.journal.records import RunStarted
 
-    recorder = RunRecorder(journal, request.run_id)
+    recorder = RunRecorder(journal, request.run_id, parent_commits_end=parent_commits_end)
     books = parent is None
     prior = None if new else await journal.read_run(request.run_id)
     if prior is None or rebuild(prior).started is None:  # new, or only claimed by a cluster member so far
@@ -473,9 +475,12 @@ async def journal_run(journal: JournalStore, request: RunRequest, *, settings: M
 
 
 async def journal_end(journaled: Journaled | None, result: RunResult) -> None:
-    """Commit ``RunEnded`` (durable) and forget the run's token budget books. A drained run is left
-    unfinished (books kept): the next start resumes it."""
-    if journaled is None or journaled.recorded is not None or result.drained:
+    """Commit ``RunEnded`` (flushed, unless a parent run commits it) and forget the run's token budget books. A
+    drained run is left unfinished (books kept): the next start resumes it."""
+    if journaled is None or journaled.recorded is not None:
+        return
+    if result.drained:
+        await journaled.recorder.commit_started()  # anything held, not the end
         return
     await journaled.recorder.ended(result.status.value, result.to_json(), result.error)
     if not journaled.books:
@@ -595,6 +600,7 @@ async def run_config(
     shared: Opened | None = None,
     new_run: bool = False,
     settings: Mapping[str, Any] | None = None,
+    parent_commits_end: bool = False,
 ) -> RunResult:
     """One whole run described by ``cfg`` (each keyword overrides its part): open, run the loop, end.
 
@@ -609,7 +615,8 @@ async def run_config(
     the run uses its MCP pool instead of opening its own (the model client and A2A peers are still the run's).
     ``new_run`` (a child whose parent knows its journaled run is new): see :func:`journal_run`. ``settings``: what
     the journaled run's ``config_digest`` covers, when the caller holds it as plain data already (a child: its
-    wire config); else :func:`settings_of` ``cfg``.
+    wire config); else :func:`settings_of` ``cfg``. ``parent_commits_end`` (a child whose parent run takes its
+    result as a tool call's outcome): its ``run.ended`` is not flushed (:func:`journal_run`).
     """
     log = log.bind(run_id=run_id)
     request = RunRequest(
@@ -626,7 +633,7 @@ async def run_config(
     journaled: Journaled | None = None
     if journal is not None:
         journaled = await journal_run(journal, request, settings=settings_of(cfg) if settings is None else settings,
-                                      log=log, parent=parent, new=new_run)
+                                      log=log, parent=parent, new=new_run, parent_commits_end=parent_commits_end)
         if journaled.recorded is not None:
             return journaled.recorded
         request = journaled.request

@@ -175,7 +175,7 @@ def _rehearse_journal(times: int = REHEARSALS) -> None:
     async def one(state: str, n: int) -> None:
         journal = SqliteJournal(JournalFile(db_path(state), checked=True), Worker(thread=False), redactor=redactor)
         try:
-            recorder = RunRecorder(journal, f"rehearsal/{n}")
+            recorder = RunRecorder(journal, f"rehearsal/{n}", parent_commits_end=True)  # a run's child, mostly
             await recorder.started(RunStarted(config_digest({"n": n}), "rehearse", None, "rehearsal"), deferred=True)
             await recorder.replied(1, reply, 10, 2)
             await recorder.observed(1, "c1", True, "ok")

@@ -82,6 +82,8 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
                         controls=registry, on_usage=on_usage, seed=seed, journal=journal,
                         parent=payload.handle.rpartition(".")[0] or None if journal is not None else None,
                         new_run=journal is not None and payload.journal is not None and payload.journal.get("new") is True,
+                        parent_commits_end=journal is not None and payload.journal is not None
+                        and payload.journal.get("parent") is True,
                         settings=payload.config,  # the digest of what it was started with: its wire config
                     )
                 except BaseException as exc:

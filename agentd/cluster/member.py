@@ -265,7 +265,7 @@ class Member:
     async def _fail(self, item: WorkItem, journal: FencedJournal, error: str) -> bool:
         """End an item that cannot run with a failed ``run.ended`` (so it is not claimed forever)."""
         try:
-            await journal.append(item.work_id, [RunEnded("failed", None, error)])
+            await journal.append(item.work_id, [RunEnded("failed", None, error)], durable=True)
             await self._finish(item)
         except JournalError:
             return False

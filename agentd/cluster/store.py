@@ -203,7 +203,6 @@ class PgJournal:
         if not records:
             raise ValueError("append needs at least one record")
         batch = tuple(redacted(r, self.redactor) for r in records)
-        durable = durable or any(isinstance(r, RunEnded) for r in batch)
         return await self.writer.submit(_Batch(run_id, batch, durable, self.clock(), lease))
 
     async def _flush(self, group: Sequence[Pending[_Batch, int]]) -> None:

@@ -19,7 +19,9 @@ messages, as the loop holds them). The loop calls the recorder through its narro
 Which commits are durable (``durable=True``: flushed so that a crash of the store itself, the OS under
 SQLite or PostgreSQL's server, keeps them, before the commit returns) follows what agentd does next OUTSIDE
 the journal: a step that asks for tool calls (its calls are sent next), a call's task id (polled next),
-and ``run.ended`` (the result is handed out next: stdout, a parent, a served client). The other records
+and ``run.ended`` (the result is handed out next: stdout, a served client; a subagent's end that its parent run
+takes as a tool call's outcome is not flushed: that run commits it, and acts outside only after a flush of its
+own, :attr:`RunRecorder.parent_commits_end`). The other records
 (``run.started``, an outcome, a final answer, a spawn, a child's end) are committed without waiting for a
 flush: both stores write one log in commit order, so the next durable commit of the store (any run's, any
 process's) secures them too, and nothing outside agentd acts on them before one. A power loss before it
@@ -227,7 +229,12 @@ class RunRecorder:
     #: The run started in this process (not resumed): no earlier process journaled a child of it, so each child
     #: it spawns is told its run is new (agentd.run.journal_run skips that child's resume check).
     new: bool = False
-    #: ``run.started`` of a run its parent said is new, committed with the run's first batch (:meth:`started`).
+    #: The run is a subagent's whose end its parent run takes as a tool call's outcome and commits itself
+    #: (``child.result``) before anything acts on it outside agentd: ``run.ended`` is committed without a flush
+    #: (:meth:`ended`).
+    parent_commits_end: bool = False
+    #: Records held for the run's next commit: ``run.started`` of a run its parent said is new (:meth:`started`),
+    #: the final answer of a run whose parent commits its end (:meth:`replied`).
     _deferred: list[Any] = attrs.field(factory=list, init=False)
 
     def resumable_children(self) -> tuple[OpenChild, ...]:
@@ -261,8 +268,9 @@ class RunRecorder:
         await self._append([record])
 
     async def commit_started(self) -> None:
-        """Commit a deferred ``run.started`` now if no batch carried it yet (a run cancelled before its first
-        commit is still recorded as started, then ended as its cancellation decides)."""
+        """Commit what is held (a deferred ``run.started``, a held final answer) now if no batch carried it yet (a
+        run cancelled before its first commit is still recorded as started, then ended as its cancellation
+        decides; a drained run keeps its last answer)."""
         if self._deferred:
             await self._append([])
 
@@ -276,6 +284,13 @@ class RunRecorder:
             records.append(ToolCallRequested(step, str(call.get("id")), str(function.get("name")),
                                              function.get("arguments")))
         records.append(Usage(step, prompt_tokens, completion_tokens))
+        if not calls and self.parent_commits_end:
+            # A subagent's final answer, which nothing outside acts on: committed with its ``run.ended``, which
+            # the run commits next (one transaction less for each of a fan-out's children). Killed in between,
+            # the resumed child asks the model again, as after a power loss before a flush; a run that goes on
+            # instead (an answer its output contract refused) commits it with its next step.
+            self._deferred.extend(records)
+            return
         await self._append(records, durable=bool(calls))
         journal_commit(time.perf_counter() - ended)
 
@@ -336,7 +351,12 @@ class RunRecorder:
         await self._append([ChildResult(h, *self._earlier_ends[h]) for h in handles])
 
     async def ended(self, status: str, result: Any, error: str | None) -> None:
-        await self._append([RunEnded(status, result, error)], durable=True)
+        """Flushed before the result is handed out (stdout, a served client), unless it goes to a parent run that
+        commits it (:attr:`parent_commits_end`): that run acts outside agentd only after a flushed commit of its
+        own (a step with tool calls, its end), which secures this one too (one log in commit order), and a
+        power loss before it leaves both runs as they were at the last flush: the parent's spawn is made again
+        and this run resumes from its journal, as after a crash in its last step."""
+        await self._append([RunEnded(status, result, error)], durable=not self.parent_commits_end)
 
     async def _append(self, records: Sequence[Any], *, durable: bool = False) -> None:
         if self._deferred:

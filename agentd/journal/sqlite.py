@@ -294,9 +294,8 @@ class JournalFile:
 
     def append_group(self, batches: Sequence[tuple[str, Sequence[Record], bool]]
                      ) -> list[tuple[int | None, Exception | None]]:
-        """Every batch ``(run_id, records, durable)`` in one transaction (fsync'd if any is durable or holds a
-        ``RunEnded``); each batch's last sequence number, or the error of a batch that could not be encoded
-        (it alone is left out). A failing transaction raises JournalError: none of them was committed."""
+        """Every batch ``(run_id, records, durable)`` in one transaction (fsync'd if any is durable); each batch's
+        last sequence number, or the error of a batch that could not be encoded (it alone is left out). A failing transaction raises JournalError: none of them was committed."""
         out: list[tuple[int | None, Exception | None]] = []
         encoded: list[tuple[int, str, Sequence[Record], list[tuple[str, str]]]] = []
         durable = False
@@ -309,7 +308,7 @@ class JournalFile:
                 continue
             out.append((None, None))
             encoded.append((i, run_id, records, bodies))
-            durable = durable or wants or any(isinstance(r, RunEnded) for r in records)
+            durable = durable or wants
 
         def work() -> None:
             now = self.clock()

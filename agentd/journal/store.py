@@ -107,8 +107,8 @@ class JournalStore(Protocol):
 
         ``durable`` makes the commit survive a crash of the store itself (power loss under SQLite, a crash of
         the PostgreSQL server) before this returns, and with it every commit made before it (both stores write
-        one log in commit order); a batch holding a ``RunEnded`` always does. The recorder sets it for what
-        agentd acts on outside the journal next (agentd.journal.recorder). Concurrent appends may share one
+        one log in commit order). The recorder sets it for what agentd acts on outside the journal next
+        (agentd.journal.recorder), ``RunEnded`` included unless a parent run commits that end itself. Concurrent appends may share one
         transaction (agentd.journal.group); each batch is still wholly in the journal or not at all.
         """
         ...

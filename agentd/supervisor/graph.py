@@ -148,7 +148,8 @@ async def run_graph(supervisor: Supervisor, caller: Caller, nodes: Sequence[Grap
             request = SpawnRequest(instruction=node.instruction, output_contract=node.output_contract,
                                    tool_scope=node.tool_scope, context=context,
                                    journal_run=f"{run}/{node.id}" if run is not None else None,
-                                   journal_new=run is not None and journal is not None and journal.new)
+                                   journal_new=run is not None and journal is not None and journal.new,
+                                   journal_parent=run is not None)
             while True:
                 outcome = await supervisor.spawn(caller, request)
                 if not (isinstance(outcome, Refusal) and outcome.retryable):

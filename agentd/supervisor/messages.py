@@ -59,7 +59,8 @@ class RunPayload:
     #: Earlier turns (chat messages) of a warm session re-opened after its parent restarted.
     history: list[Any] = attrs.field(factory=list, validator=_list)
     #: Where the child journals its own run: ``{"state_dir": ..., "run_id": ...}`` (the tree's state directory
-    #: and the run id its parent derived); None: not journaled.
+    #: and the run id its parent derived; ``"new": true``: no process journaled that run before; ``"parent":
+    #: true``: its end goes to the spawning run, which commits it: ``run.ended`` not flushed); None: not journaled.
     journal: dict[str, Any] | None = attrs.field(default=None, validator=optional(_dict))
 
 

@@ -108,6 +108,11 @@ class SpawnRequest:
     #: The spawner's run started in its own process (agentd.journal.recorder.RunRecorder.new): no earlier process
     #: journaled ``journal_run``, so the child neither looks for it nor commits its start alone.
     journal_new: bool = False
+    #: The spawner is a journaled run of the same store that takes the child's result as a tool call's outcome
+    #: (``subagent.*``, ``graph.run``): it commits the child's end before anything acts on it outside agentd, so
+    #: the child commits its ``run.ended`` without a flush (docs/durability.md, "fsync policy"). False (a served
+    #: spawn, whose result is handed to a client): flushed.
+    journal_parent: bool = False
     #: The model the child calls (``--models`` is the allow-list: :meth:`Supervisor.model_refusal`); None: the
     #: spawner's own.
     model: str | None = None
@@ -386,7 +391,8 @@ class Supervisor:
             history=list(request.history),
             tool_scope=sorted(admitted.scope), config=config, secrets=secrets,
             supervision=self._shared()[2], telemetry=trace, test=test,
-            journal={**where, "run_id": request.journal_run, **({"new": True} if request.journal_new else {})}
+            journal={**where, "run_id": request.journal_run, **({"new": True} if request.journal_new else {}),
+                     **({"parent": True} if request.journal_parent else {})}
             if where is not None else None,
         )
 

@@ -85,6 +85,7 @@ def spawn_request(arguments: Mapping[str, Any], journal_run: str | None = None, 
         token_budget=int(arguments["token_budget"]) if arguments.get("token_budget") is not None else None,
         journal_run=None if warm else journal_run,
         journal_new=journal_new and not warm,
+        journal_parent=journal_run is not None and not warm,  # a run's spawn: its result is that run's to commit
         model=str(arguments["model"]) if arguments.get("model") is not None else None,
     )
 

@@ -412,6 +412,11 @@ def journal_report(result: dict[str, list[float]], args: argparse.Namespace) -> 
           f"{ratio(med[key + 'journaled'], med[key + 'plain'])} | {args.runs} |"
           for label, key in (("wall", ""), ("tree CPU", "cpu "))],
         "",
+        "Tree CPU per journaled child (load moves it less than the wall time): "
+        + ", ".join(f"{(med['cpu journaled'] - med[f'cpu {mode}']) / args.fanout:+.1f} ms over {name}"
+                    for mode, name in (("baseline", "the baseline"), ("previous", "previous"), ("plain", "none"))
+                    if f"cpu {mode}" in med) + ".",
+        "",
         "Each run, ms: " + "; ".join(f"{mode} " + ", ".join(f"{v:.0f}" for v in values)
                                    for mode, values in result.items()) + ".",
     ])
