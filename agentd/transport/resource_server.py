@@ -16,7 +16,10 @@ status (401, 403 for missing scope, 503 when no keys could be had), the stable `
   (:mod:`agentd.transport.egress`) and is pinned to the vetted address;
 * cached for :data:`JWKS_TTL`; a token whose ``kid`` is unknown triggers a refetch (key rotation), at most
   once per :data:`REFETCH_INTERVAL`, so a flood of made-up ``kid`` values cannot turn into a flood of
-  fetches. A failed refresh keeps the keys already known.
+  fetches. A failed refresh keeps the keys already known;
+* fetched once at a time: a request that needs a key while a fetch is under way (the many first requests to a
+  cold listener, a rotation) waits for that fetch, bounded by :data:`FETCH_TIMEOUT`, and uses its keys instead
+  of being refused for want of them.
 
 The protected-resource metadata document (RFC 9728) is built here too; the ASGI app serves it at
 ``/.well-known/oauth-protected-resource`` and the path-suffixed form. PyJWT and httpx are imported only
@@ -178,6 +181,15 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+@attrs.define(eq=False)
+class _Fetch:
+    """One JWKS fetch under way, awaited by every request that needs its keys: ``ok`` is its outcome (None
+    when it ended without one: cancelled with the request that made it)."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    ok: bool | None = None
+
+
 class _FetchError(Exception):
     """Discovery or the JWKS fetch failed; the message is a stable reason (no URL query, no body)."""
 
@@ -203,7 +215,8 @@ class ResourceServer:
     _verified: dict[bytes, tuple[str, dict[str, Any]]] = attrs.field(factory=dict)
     _fetched_at: float = float("-inf")
     _attempted_at: float = float("-inf")
-    _lock: trio.Lock = attrs.field(factory=trio.Lock)
+    #: The JWKS fetch under way (None: none is).
+    _fetching: _Fetch | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.settings.audience is not None:
@@ -252,8 +265,11 @@ class ResourceServer:
         if now - self._fetched_at >= JWKS_TTL and now - self._attempted_at >= REFETCH_INTERVAL:
             await self.refresh()
         jwk = self._key(kid)
-        if jwk is None and trio.current_time() - self._attempted_at >= REFETCH_INTERVAL:
-            await self.refresh()  # an unknown kid: the issuer may have rotated its keys
+        due = trio.current_time() - self._attempted_at >= REFETCH_INTERVAL
+        if jwk is None and (due or self._fetching is not None):
+            # No keys yet, or an unknown kid (the issuer may have rotated its keys): fetch, or share the fetch
+            # under way (the first requests to a cold listener arrive while the first one fetches).
+            await self.refresh()
             jwk = self._key(kid)
         if jwk is None:
             if self._keys is None:
@@ -301,11 +317,21 @@ class ResourceServer:
     # -- the JWKS ---------------------------------------------------------------------------------------------
 
     async def refresh(self) -> bool:
-        """Fetch the JWKS now (one fetch at a time; a caller that waited for another's fetch uses it)."""
-        started = trio.current_time()
-        async with self._lock:
-            if self._attempted_at >= started:
-                return self._fetched_at >= started
+        """Fetch the JWKS now; while a fetch is under way, wait for that one instead (bounded: it is, by
+        :data:`FETCH_TIMEOUT`) and share its outcome. True when the keys were fetched."""
+        while True:
+            running = self._fetching
+            if running is None:
+                return await self._refetch()
+            with trio.move_on_after(FETCH_TIMEOUT):
+                await running.done.wait()
+            if running.ok is not None or not running.done.is_set():
+                return bool(running.ok)
+            # that fetch ended without an outcome (cancelled with the request that made it): fetch again
+
+    async def _refetch(self) -> bool:
+        fetch = self._fetching = _Fetch()
+        try:
             self._attempted_at = trio.current_time()
             self.fetches += 1
             try:
@@ -314,6 +340,7 @@ class ResourceServer:
             except (_FetchError, trio.TooSlowError) as exc:
                 reason = str(exc) if isinstance(exc, _FetchError) else "timeout"
                 self.log.warn("serve.jwks", ok=False, reason=reason[:300], keys=len(self._keys or {}))
+                fetch.ok = False
                 return False
             old = self._keys or {}
 
@@ -325,7 +352,11 @@ class ResourceServer:
             self._keys = keys
             self._fetched_at = trio.current_time()
             self.log.info("serve.jwks", ok=True, keys=len(keys))
+            fetch.ok = True
             return True
+        finally:
+            self._fetching = None
+            fetch.done.set()
 
     async def _fetch(self) -> dict[str, dict[str, Any]]:
         import httpx

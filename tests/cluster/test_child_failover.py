@@ -136,9 +136,14 @@ async def test_a_paused_owners_child_commits_nothing_and_sends_nothing(pg_dsn, t
             return text(f"parent got: {text_of(last.get('content'))}")
         return tool_call("subagent_spawn", {"instruction": "CHILD: charge it"})
 
+    # A stays stopped for as long as B's takeover and A's child's refused commit take: on a loaded machine longer
+    # than the default pong timeout (10 s), and A, resumed, would judge its child stuck (no pong while A itself
+    # was stopped) before it reads the child's report of the fenced commit. A pong timeout longer than any
+    # wait here keeps the verdict the child's own.
+    pong = ("--pong-timeout", "300s")
     async with counting_peer() as peer, scripted_gateway(default=reply) as gw, \
             open_pg_journal(pg_dsn, PASSWORD) as store:
-        async with _members(_member_argv(pg_dsn, gw, peer), 2, tmp_path) as procs:
+        async with _members(_member_argv(pg_dsn, gw, peer, *pong), 2, tmp_path) as procs:
             await enqueue(store, "job-1", "run", {"instruction": "PARENT: delegate"})
             [first] = await _wait_for(lambda: _owners(store, "job-1"))
 

@@ -18,11 +18,14 @@ import signal
 import subprocess
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from tests.integration.agents import AGENTD, events_of, run_agentd
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
+from tests.peers.tcpqueues import clients_have_read
+from tests.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftover_children")]
 
@@ -98,6 +101,20 @@ async def test_the_result_usage_is_the_whole_trees_and_the_spawn_result_carries_
     assert "estimated_tokens" not in doc["usage"]
 
 
+@attrs.frozen
+class ReadThrough:
+    """Until a stalled reply has been sent (``stalled``, set by the gateway's ``on_stall``) and its client, the
+    real agentd, has read every byte of it (tests/peers/tcpqueues.py): what is cut after this is cut after the
+    whole of the streamed part, however slow the machine (sent is not yet read). A reply's ``wait`` too."""
+
+    stalled: trio.Event
+    port: int
+
+    async def wait(self) -> None:
+        await self.stalled.wait()
+        await until(lambda: clients_have_read(self.port), timeout=60, what="the stalled reply read by its client")
+
+
 def _request_tokens(request: RecordedRequest) -> int:
     """The estimate of a request's prompt: its body as agentd sent it (compact JSON), 4 characters a token."""
     body = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -150,7 +167,7 @@ async def test_a_subagent_cut_by_the_drains_end_counts_the_usage_its_gateway_had
 
                 nursery.start_soon(read)
                 with trio.fail_after(60):
-                    await stalled.wait()
+                    await ReadThrough(stalled, gw.port).wait()  # the child has read the usage the gateway sent
                     proc.send_signal(signal.SIGTERM)
                     code = await proc.wait()
         finally:
@@ -168,6 +185,7 @@ async def test_a_subagent_cancelled_mid_reply_reports_an_estimate_the_parent_see
     """The root cancels its async child while the child's reply is mid-stream (no usage sent): the cancel result
     the root's model reads carries the child's estimated tokens, and so does the run's usage, marked."""
     stalled = trio.Event()
+    streamed: ReadThrough | None = None
 
     def reply(request: RecordedRequest) -> dict[str, Any]:
         said = " ".join(str(m.get("content")) for m in request.messages)
@@ -177,13 +195,14 @@ async def test_a_subagent_cancelled_mid_reply_reports_an_estimate_the_parent_see
         if not tools:
             return {**tool_call("subagent_spawn", {"instruction": "CHILD TASK: think", "async": True}),
                     "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
-        if len(tools) == 1:  # asked once the child's reply is mid-stream
-            return {**tool_call("subagent_cancel", {"handle": "0.1"}), "wait": stalled,
+        if len(tools) == 1:  # asked once the child's reply is mid-stream, and answered once the child read it
+            return {**tool_call("subagent_cancel", {"handle": "0.1"}), "wait": streamed,
                     "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
         return text("cancelled it", usage={"prompt_tokens": 100, "completion_tokens": 10})
 
     async with scripted_gateway(default=reply) as gw:
         gw.app.on_stall = lambda request: stalled.set()
+        streamed = ReadThrough(stalled, gw.port)
         done = await run_agentd(["--instruction", "delegate then stop", "--intelligence", gw.url,
                                  "--stream-intelligence"])
         requests = list(gw.requests)

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.interop
 
 
 async def test_sigterm_during_a_wake_drains_and_exits_0(no_leftover_children: None) -> None:
-    async with scripted_gateway(default=text("done", delay=1.0)) as gw, \
+    draining = trio.Event()  # the wake's model call answers once the drain has begun: in flight at the SIGTERM
+    async with scripted_gateway(default={**text("done"), "wait": draining}) as gw, \
             launch.peer_server(launch.sdk_server_argv()) as peer:
         argv = [sys.executable, "-m", "agentd", "--mode", "reactive", "--instruction", "watch the counter",
                 "--intelligence", gw.url, "--mcp", f"srv={peer.url}", "--subscribe", "test://counter",
@@ -55,7 +56,9 @@ async def test_sigterm_during_a_wake_drains_and_exits_0(no_leftover_children: No
                 await seen("trigger.armed")
                 await launch.abump(peer.url)
                 await until(lambda: gw.requests, timeout=20, what="the wake's model call")
-                proc.send_signal(signal.SIGTERM)  # the wake's model call is still in flight (1 s)
+                proc.send_signal(signal.SIGTERM)  # the wake's model call is still in flight (held)
+                await seen("drain.start")
+                draining.set()
                 with trio.fail_after(20):
                     code = await proc.wait()
         finally:

@@ -207,13 +207,16 @@ async def test_poll_degradation_when_the_server_cannot_subscribe() -> None:
 
 
 async def test_drain_during_a_wake_finishes_it_unsubscribes_and_exits_0() -> None:
-    async with scripted_gateway(default=text("done", delay=1.0)) as gw, \
+    draining = trio.Event()  # the wake's model call answers once the drain has begun: in flight when it does
+    async with scripted_gateway(default={**text("done"), "wait": draining}) as gw, \
             launch.peer_server(launch.sdk_server_argv()) as peer:
         async with live_daemon(config(gw.url, {"srv": peer.url}, subscribe=(COUNTER,), drain_timeout=10)) as daemon:
             await launch.abump(peer.url)
             await until(lambda: gw.requests, timeout=10, what="the wake's model call")
             daemon.drain.set()
             await launch.abump(peer.url)  # during the drain: not taken
+            await daemon.events.wait_for("drain.start")
+            draining.set()
             result = await daemon.stop()
         stats = launch.stats(peer.url)
     assert result.exit_code is ExitCode.OK

@@ -5,7 +5,8 @@ Real HTTP on 127.0.0.1 (hypercorn). Issuer = its origin; RFC 8414 metadata at
 ``POST /token`` takes ``client_credentials`` with ``client_secret_basic`` and returns an ES256 JWT whose
 ``aud`` is the request's ``resource`` (RFC 8707) and whose ``scope`` is the requested scope. ``rotate()``
 makes a new signing key (new ``kid``) and drops the old one from the JWKS; ``mint()`` signs any claims
-(with the current key or another) for the negative cases. It counts JWKS fetches.
+(with the current key or another) for the negative cases. It counts JWKS fetches; with ``jwks_hold`` set, it
+answers them only once that event is set (a fetch the test keeps in flight).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import attrs
 import jwt
+import trio
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.peers.asgi import Receive, Send, lifespan, read_body, send_json, serve_loopback
@@ -40,6 +42,8 @@ class Idp:
     #: Where the metadata says the JWKS is (default: this server's ``/jwks``).
     jwks_uri: str | None = None
     jwks_requests: int = 0
+    #: Set: a JWKS request is answered only once this event is set.
+    jwks_hold: trio.Event | None = None
     token_requests: list[dict[str, str]] = attrs.field(factory=list)
     _generation: int = 1
 
@@ -77,6 +81,8 @@ class Idp:
                 "token_endpoint_auth_methods_supported": ["client_secret_basic"]})  # fmt: skip
         elif path == "/jwks":
             self.jwks_requests += 1
+            if self.jwks_hold is not None:
+                await self.jwks_hold.wait()
             await send_json(send, 200, {"keys": [self.jwk()]})
         elif path == "/token" and scope["method"] == "POST":
             form = dict(urllib.parse.parse_qsl(body.decode()))

@@ -101,7 +101,7 @@ async def test_hostile_schemas_cost_one_refused_call_each_while_the_daemon_serve
                     "--mcp", f"bad={server.url}", "--max-steps", "1000"]
             async with agentd_worker(argv, stop_timeout=60) as worker:
                 assert worker.url
-                async with kept_serving(worker.url, max_gap=MAX_GAP) as probe:
+                async with kept_serving(worker.url, max_gap=MAX_GAP, server_pid=worker.pid) as probe:
                     with trio.fail_after(120):
                         await probe.wait_rounds(probe.rounds + 5)
                         while rounds < 4:  # the attack ran (several model turns) while the probe was measured
@@ -129,7 +129,7 @@ async def test_the_deadline_holds_while_hostile_schemas_are_checked() -> None:
                     "--mcp", f"bad={server.url}", "--max-steps", "100000", "--deadline", "4"]
             async with agentd_worker(argv, stop_timeout=60) as worker:
                 assert worker.url
-                async with kept_serving(worker.url, max_gap=MAX_GAP):
+                async with kept_serving(worker.url, max_gap=MAX_GAP, server_pid=worker.pid):
                     with trio.fail_after(60):
                         start = await worker.wait_event(lambda e: e.get("event") == "loop.start")
                         end = await worker.wait_event(lambda e: e.get("event") == "run.end")
@@ -171,7 +171,7 @@ async def test_refused_a2a_tasks_are_bounded_and_hostile_bodies_are_answered() -
         async with agentd_worker(argv, stop_timeout=60) as worker:
             assert worker.url
             a2a = worker.url.removesuffix("/mcp") + "/a2a"
-            async with kept_serving(worker.url, max_gap=MAX_GAP) as probe, \
+            async with kept_serving(worker.url, max_gap=MAX_GAP, server_pid=worker.pid) as probe, \
                     httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_connections=8)) as bad:
                 held = (await _rpc(bad, a2a, _send_message("HOLD"))).json()["result"]["task"]
                 refused: list[str] = []
@@ -232,7 +232,8 @@ async def test_unknown_handles_and_methods_are_not_echoed_back_whole() -> None:
     argv = ["--serve-mcp", "http://127.0.0.1:0", "--intelligence", "test"]
     async with agentd_worker(argv, stop_timeout=60) as worker:
         assert worker.url
-        async with kept_serving(worker.url, max_gap=MAX_GAP) as probe, httpx.AsyncClient(timeout=30) as client:
+        async with kept_serving(worker.url, max_gap=MAX_GAP, server_pid=worker.pid) as probe, \
+                httpx.AsyncClient(timeout=30) as client:
             peer = LegacyPeer(client, worker.url)
             await peer.initialize()
             with trio.fail_after(60):
@@ -274,7 +275,7 @@ async def test_the_control_socket_answers_hostile_requests_and_keeps_serving(tmp
     argv = ["--serve-mcp", "http://127.0.0.1:0", "--intelligence", "test", "--ctl-socket", sock]
     async with agentd_worker(argv, stop_timeout=60) as worker:
         assert worker.url
-        async with kept_serving(worker.url, max_gap=MAX_GAP) as probe:
+        async with kept_serving(worker.url, max_gap=MAX_GAP, server_pid=worker.pid) as probe:
             with trio.fail_after(120):
                 deep = json.loads(await _ctl_exchange(sock, b"[" * 60000 + b"\n"))
                 assert deep["error"].startswith("the request is not JSON"), deep

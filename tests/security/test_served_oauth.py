@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -36,9 +37,12 @@ from agentd.transport.resource_server import (
     check_claims,
     metadata_url,
 )
+from tests.integration.agents import agentd_worker
+from tests.peers.tcpqueues import server_has_read
 from tests.security.idp import Idp, idp
 from tests.selfmcp.certs import Pki, make_pki
 from tests.selfmcp.test_composition import worker
+from tests.waiting import until
 
 SCOPE = "agent.run"
 
@@ -207,6 +211,85 @@ async def test_concurrent_unknown_kids_share_one_fetch(mock_clock: trio.testing.
                 nursery.start_soon(one)
         assert all(isinstance(r, Accepted) for r in results) and len(results) == 10
         assert authority.jwks_requests == 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leftover_children")
+async def test_a_cold_listeners_concurrent_first_requests_all_wait_for_the_one_key_fetch() -> None:
+    """16 clients' first requests reach a listener that has no keys yet: the first starts the one JWKS fetch
+    and the other 15 arrive while it is in flight (the authorization server holds its answer until the daemon
+    has read every request). Each waits for that fetch and is served; none is refused 503 for want of keys,
+    and the keys were fetched once."""
+    clients = 16
+    async with idp(jwks_hold=trio.Event()) as authority:
+        argv = ["--serve-mcp", "http://127.0.0.1:0/mcp", "--serve-oauth-issuer", authority.issuer,
+                "--intelligence", "test"]
+        async with agentd_worker(argv) as worker:
+            url = urllib.parse.urlsplit(worker.url)
+            port = url.port
+            assert port is not None and authority.jwks_hold is not None
+            streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(clients)]
+            try:
+                for n, stream in enumerate(streams):
+                    body = json.dumps(INIT).encode()
+                    token = authority.mint(aud=worker.url, sub=f"client-{n}")  # a principal each
+                    await stream.send_all(
+                        f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
+                        f"Accept: {HEADERS['Accept']}\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+                    if n == 0:
+                        await until(lambda: authority.jwks_requests >= 1, timeout=60, what="the key fetch")
+                await until(lambda: server_has_read(port, connections=clients), timeout=60,
+                            what="every request read by the daemon")
+                authority.jwks_hold.set()
+                answers = []
+                with trio.fail_after(60):
+                    for stream in streams:
+                        answer = b""
+                        while chunk := await stream.receive_some(65536):
+                            answer += chunk
+                        answers.append(answer)
+            finally:
+                for stream in streams:
+                    await stream.aclose()
+    statuses = [a.split(b" ", 2)[1] if a.startswith(b"HTTP/1.1 ") else a[:100] for a in answers]
+    assert statuses == [b"200"] * clients, [a[:400] for a in answers if not a.startswith(b"HTTP/1.1 200")]
+    assert all(b"mcp-session-id:" in a.lower() for a in answers)
+    assert authority.jwks_requests == 1
+
+
+async def test_requests_during_the_key_fetch_wait_for_it_and_one_whose_fetch_was_cancelled_fetches_again() -> None:
+    """Requests that need keys while the one JWKS fetch is in flight wait for it; when the request that made the
+    fetch goes away (its fetch cancelled with it), one of the waiters fetches again and all share that."""
+    resource = "https://agentd.example/mcp"
+    async with idp(jwks_hold=trio.Event()) as authority:
+        assert authority.jwks_hold is not None
+        server = ResourceServer(OAuthSettings(authority.issuer, resource, ()))
+        token = authority.mint(aud=resource)
+        results: list[object] = []
+        async with trio.open_nursery() as nursery:
+            gone = trio.CancelScope()
+
+            async def first() -> None:
+                with gone:
+                    await server.check(f"Bearer {token}")
+
+            async def later() -> None:
+                results.append(await server.check(f"Bearer {token}"))
+
+            nursery.start_soon(first)
+            await until(lambda: authority.jwks_requests == 1, timeout=30, what="the first fetch")
+            for _ in range(5):
+                nursery.start_soon(later)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []  # waiting for the fetch in flight, not refused
+            gone.cancel()  # the first request goes away, its fetch with it
+            await until(lambda: authority.jwks_requests == 2, timeout=30, what="the fetch made again")
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            authority.jwks_hold.set()
+        assert len(results) == 5 and all(isinstance(r, Accepted) for r in results), results
+        assert authority.jwks_requests == 2 and server.fetches == 2
 
 
 async def test_keys_unavailable_is_503_and_jwks_off_origin_passes_the_egress_guard(
