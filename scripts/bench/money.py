@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import itertools
 import os
 import statistics
@@ -35,6 +36,8 @@ from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger
 
 SECTION = "## Cost accounting"
+#: Does this agentd's usage report take the cost beside the usage (the loop builds no priced usage value)?
+COST_BESIDE = "cost" in inspect.signature(LocalAuthority.report_usage).parameters
 
 
 def authority(store: object, run_id: str, budget: int | None) -> LocalAuthority:
@@ -54,8 +57,11 @@ async def one_step(journal: object, run: str, batch: object, books: LocalAuthori
     await journal.append(run, batch)  # type: ignore[attr-defined]
     cost = meter.add_usage(reply.prompt_tokens, reply.completion_tokens)
     meter.usage.to_json()  # the loop.step event's usage (its cost_usd when priced)
-    await books.report_usage("0", reply if cost is None else Usage(reply.prompt_tokens, reply.completion_tokens, 0,
-                                                                   cost))
+    if COST_BESIDE:  # the loop tells the hook the reply's usage as it came and its cost beside it
+        await books.report_usage("0", reply, cost=cost)  # type: ignore[call-arg,unused-ignore]
+    else:  # an agentd before that (--previous): the loop built a priced usage value
+        await books.report_usage("0", reply if cost is None else Usage(reply.prompt_tokens, reply.completion_tokens,
+                                                                       0, cost))
     return time.process_time() - c0
 
 
