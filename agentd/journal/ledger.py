@@ -251,11 +251,11 @@ class Ledger:
         # The usual case: both books opened the same slices in the same order (a priced tree reserves money
         # beside every token slice), so they are walked side by side, no lookup per slice.
         try:
-            for (h, s), (mh, m) in zip(self._slices.items(), theirs.items(), strict=True):
+            for (h, s), (beside, usd) in zip(self._slices.items(), theirs.items(), strict=True):
                 slices[h] = [s.parent, s.reserved, s.spent, s.over] if s.over else [s.parent, s.reserved, s.spent]
-                if mh != h or m.parent != s.parent:
+                if beside != h or usd.parent != s.parent:
                     break
-                numbers += (m.reserved, m.spent, m.over)
+                numbers += (usd.reserved, usd.spent, usd.over)
             else:
                 return {"v": 1, "ceiling": self.ceiling, "slices": slices, MONEY_KEY: numbers}
         except ValueError:  # zip(strict=True): not as many slices
