@@ -608,9 +608,9 @@ async def _once(
     if cfg.subagents.max_depth > 0:
         register_subagent_tools(controls, root, Caller(Origin.STDIO, root.handle))
 
-    async def on_usage(usage: Usage) -> bool | str:
+    async def on_usage(usage: Usage, cost: int | None) -> bool | str:
         # The root's own tokens count against the tree ceiling like every descendant's, and it obeys it too.
-        return await root.authority.report_usage(root.handle, usage)
+        return await root.authority.report_usage(root.handle, usage, cost=cost)
 
     try:
         # Its result counts its subagents' usage once they ended (root.settle_run ends those left running).

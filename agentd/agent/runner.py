@@ -69,11 +69,12 @@ MAX_HISTORY_OBSERVATION_CHARS = 256_000
 #: How many offered tool names a rejection lists, to help the model pick a real one.
 _LIST_NAMES = 40
 
-#: Called with each model reply's usage increment (its ``cost`` set when the run is priced); may be async (the
-#: supervisor's tree ceiling). A true answer says the run's token ceiling (its tree's, or its slice of it) is
+#: Called with each model reply's usage increment, as the gateway reported it, and what it cost in picodollars
+#: (agentd.prices; None when the run is not priced: a cost beside the usage, so a priced step builds no second
+#: usage value); may be async (the supervisor's tree ceiling). A true answer says the run's token ceiling (its tree's, or its slice of it) is
 #: spent: the run ends ``exhausted_tokens`` at this reply, making no further model request; :data:`BUDGET_USD`
 #: says the tree's money budget is: the run ends ``exhausted_budget``.
-UsageHook = Callable[[Usage], Awaitable[bool | str | None] | bool | str | None]
+UsageHook = Callable[[Usage, int | None], Awaitable[bool | str | None] | bool | str | None]
 
 
 class ToolObserver(Protocol):
@@ -257,9 +258,7 @@ class _Run:
         metrics.step(reply.usage.prompt_tokens, reply.usage.completion_tokens, cost=cost)
         spent_out: bool | str | None = False
         if self.on_usage is not None:
-            usage = reply.usage
-            verdict = self.on_usage(usage if cost is None else Usage(usage.prompt_tokens, usage.completion_tokens,
-                                                                     usage.estimated_tokens, cost))
+            verdict = self.on_usage(reply.usage, cost)
             spent_out = await verdict if inspect.isawaitable(verdict) else verdict
         if reply.content and reply.content.strip():
             self.best_text = reply.content
@@ -298,7 +297,7 @@ class _Run:
         tokens are left, so a run restarted after its tree spent its budget makes no request at all."""
         if self.on_usage is None:
             return None
-        verdict = self.on_usage(Usage(cost=0))
+        verdict = self.on_usage(Usage(), 0)
         spent_out = await verdict if inspect.isawaitable(verdict) else verdict
         return self.spent(spent_out) if spent_out else None
 
@@ -321,13 +320,11 @@ class _Run:
             return
         usage = cut.usage()
         cost = self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens)
-        if cost is not None:
-            usage = Usage(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, cost)
         self.log.warn("loop.cut_reply", step=step, prompt_tokens=usage.prompt_tokens,
                       completion_tokens=usage.completion_tokens, estimated=cut.estimated)
         if self.on_usage is not None:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + defaults.CUT_REPORT_WAIT):
-                verdict = self.on_usage(usage)
+                verdict = self.on_usage(usage, cost)
                 if inspect.isawaitable(verdict):
                     await verdict
 
@@ -552,7 +549,7 @@ class _Run:
         async def count(usage: Usage) -> None:
             self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens)
             if self.on_usage is not None:
-                verdict = self.on_usage(usage)
+                verdict = self.on_usage(usage, usage.cost)
                 if inspect.isawaitable(verdict):
                     await verdict
 

@@ -51,9 +51,8 @@ async def loop_turn(ctx: ChildContext, message: str) -> Result:
     registry = ControlToolRegistry()
     register_subagent_tools(registry, ctx.supervisor, Caller(Origin.STDIO, payload.handle))
 
-    async def on_usage(usage: Any) -> None:
-        await ctx.usage(int(usage.prompt_tokens), int(usage.completion_tokens), int(usage.estimated_tokens),
-                        usage.cost)
+    async def on_usage(usage: Any, cost: int | None) -> None:
+        await ctx.usage(int(usage.prompt_tokens), int(usage.completion_tokens), int(usage.estimated_tokens), cost)
 
     seed: list[dict[str, Any]] = []
     if payload.context:

@@ -248,6 +248,20 @@ class Ledger:
         slices = {}
         numbers: list[int | None] = [money.ceiling]
         theirs = money._slices
+        # The usual case: both books opened the same slices in the same order (a priced tree reserves money
+        # beside every token slice), so they are walked side by side, no lookup per slice.
+        try:
+            for (h, s), (beside, usd) in zip(self._slices.items(), theirs.items(), strict=True):
+                slices[h] = [s.parent, s.reserved, s.spent, s.over] if s.over else [s.parent, s.reserved, s.spent]
+                if beside != h or usd.parent != s.parent:
+                    break
+                numbers += (usd.reserved, usd.spent, usd.over)
+            else:
+                return {"v": 1, "ceiling": self.ceiling, "slices": slices, MONEY_KEY: numbers}
+        except ValueError:  # zip(strict=True): not as many slices
+            pass
+        slices = {}
+        numbers = [money.ceiling]
         matched = 0
         same = True
         for h, s in self._slices.items():

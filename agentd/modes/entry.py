@@ -151,8 +151,8 @@ def _supervision(cfg: Config, root: Supervisor) -> tuple[AddControls, UsageFor]:
             register_subagent_tools(registry, root, Caller(Origin.STDIO, root.handle, tree=run_id))
 
     def usage_for(run_id: str) -> UsageHook:
-        async def on_usage(usage: Usage) -> bool | str:
-            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, usage.cost)
+        async def on_usage(usage: Usage, cost: int | None) -> bool | str:
+            frame = UsageFrame(usage.prompt_tokens, usage.completion_tokens, usage.estimated_tokens, cost)
             return await root.authority.report_usage(root.handle, frame, tree=run_id)
 
         return on_usage

@@ -54,11 +54,14 @@ class Authority(Protocol):
 
     async def release(self, handle: str) -> None: ...
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "",
+                           cost: int | None = None) -> bool | str:
         """Count ``usage`` for ``handle``; true when the root's own run (``handle`` is the root) must make no
         further model call: past the ceiling, past its slice, or nothing left (``"budget_usd"``,
         agentd.agent.runner.BUDGET_USD, when it is the money budget that is spent). A subagent past its slice
-        is cancelled by the root instead (its report answers False below the root)."""
+        is cancelled by the root instead (its report answers False below the root). ``cost`` (picodollars), when
+        given, is what ``usage`` cost where the usage itself does not say it (the root's own reply, as the
+        gateway reported it, priced by the run's meter: no second usage value per step)."""
         ...
 
     async def report_metrics(self, delta: MetricsDelta) -> None: ...
@@ -121,10 +124,11 @@ class LocalAuthority:
             await self._save(key)
         self.on_change()
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "",
+                           cost: int | None = None) -> bool | str:
         key = self.ledger.tree_key(handle, tree)
         await self._load(key)
-        over, stop = self.ledger.charge_reply(usage.total, usage.cost, handle, tree)  # tokens and money, one pass
+        over, stop = self.ledger.charge_reply(usage.total, usage.cost if cost is None else cost, handle, tree)  # tokens and money, one pass
         await self._save(key)
         own = handle == self.ledger.root
         if over and not own:
@@ -245,13 +249,13 @@ class RemoteAuthority:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "") -> bool | str:
+    async def report_usage(self, handle: str, usage: Tokens, *, tree: str = "",
+                           cost: int | None = None) -> bool | str:
         from agentd.supervisor.messages import Usage
 
         try:
-            await self.channel.send(usage if isinstance(usage, Usage) else Usage(usage.prompt_tokens,
-                                                                                 usage.completion_tokens,
-                                                                                 cost=usage.cost))
+            await self.channel.send(usage if isinstance(usage, Usage) and cost is None else Usage(
+                usage.prompt_tokens, usage.completion_tokens, cost=usage.cost if cost is None else cost))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         return False  # the root decides, and cancels a subtree past its slice

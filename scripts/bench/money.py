@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import itertools
 import os
 import statistics
@@ -35,6 +36,8 @@ from agentd.supervisor.authority import LocalAuthority
 from agentd.supervisor.caps import Caps, TreeLedger
 
 SECTION = "## Cost accounting"
+#: Does this agentd's usage report take the cost beside the usage (the loop builds no priced usage value)?
+COST_BESIDE = "cost" in inspect.signature(LocalAuthority.report_usage).parameters
 
 
 def authority(store: object, run_id: str, budget: int | None) -> LocalAuthority:
@@ -54,8 +57,11 @@ async def one_step(journal: object, run: str, batch: object, books: LocalAuthori
     await journal.append(run, batch)  # type: ignore[attr-defined]
     cost = meter.add_usage(reply.prompt_tokens, reply.completion_tokens)
     meter.usage.to_json()  # the loop.step event's usage (its cost_usd when priced)
-    await books.report_usage("0", reply if cost is None else Usage(reply.prompt_tokens, reply.completion_tokens, 0,
-                                                                   cost))
+    if COST_BESIDE:  # the loop tells the hook the reply's usage as it came and its cost beside it
+        await books.report_usage("0", reply, cost=cost)  # type: ignore[call-arg,unused-ignore]
+    else:  # an agentd before that (--previous): the loop built a priced usage value
+        await books.report_usage("0", reply if cost is None else Usage(reply.prompt_tokens, reply.completion_tokens,
+                                                                       0, cost))
     return time.process_time() - c0
 
 
@@ -226,29 +232,24 @@ def render(args: argparse.Namespace, now: dict[str, Any], before: dict[str, Any]
         f"| now | {counted(now)} |\n"
         + ("" if before is None else f"| before this change | {counted(before)} |\n") + "\n"
         "The money is integers (picodollars, agentd/prices.py): a reply is priced once per step (two integer "
-        "products with the price the run's meter holds) and written out as dollars by integer division. The tree's "
-        "books charge a reply's tokens and its cost in one pass (`TreeLedger.charge_reply`: the tree and the slice "
-        "found once, each book answering with one number, `Ledger.spend`, the decision a pair; before, the tokens "
-        "and the money were two decisions, each an attrs value, then a third look for what was left, which the "
-        "tokens-only step made too), and the money books are saved in the token books' state write, made in the "
-        "same pass over the slices, as one flat list of numbers beside them. The calls the money adds per step went "
-        "from +11 / +13 to +3 / +9 (left: the price's products, the priced usage value the loop reports, the money "
-        "books' lookup and charge; the C calls are the snapshot's lookups), and the tokens-only step lost 13 / 11 "
-        "of its own.\n\n"
-        "The CPU share did not follow the calls. Measured apart in runs like this one (loaded, "
-        "`time.thread_time` around each part), what is left per priced step is about 5 µs on the trio thread to "
-        "price the reply and build its priced usage value, 5–8 µs to charge and snapshot the money books, and 4 µs "
-        "on the journal's worker to encode and write the larger state row (265 bytes against 135: the money "
-        "numbers run to 19 digits); under this load each of those µs is several times its quiet cost (a frozen "
-        "attrs value of four fields: 2 µs here, 0.6 µs at load 4). Repeated, this command moved between +2.0 and "
-        "+3.9 % for the tree before this change and between +2.4 and +2.9 % for this one: the difference between "
-        "the two is within what it resolves under load, and a quiet re-measurement is due.\n\n"
-        "Earlier: 2026-12-07 03:13 UTC (load 3.2; each step in the order A B C or C B A, the priced run always "
-        "between the others, all three in one journal file): +3.2 %, +3.4 % for the tree before it, noise floor "
-        "1.1 %. The same command on the tree before this change, 04:31 (load 7.0): +3.6 %. With the six orders, one "
-        "shared file, 04:54 (load "
-        "12.7): +2.4 % against +3.9 % before this change, noise floor 2.5 %; a file each, 1,500 steps by 5 rounds, "
-        "05:00 (load 13.0): +2.9 % against +3.0 %, noise floor 0.5 %.\n"
+        "products with the price the run's meter holds) and written out as dollars by integer division. The loop "
+        "tells the usage hook a reply's usage as the gateway reported it and its cost beside it, an int (the "
+        "root's hook passes it on as `report_usage(..., cost=)`, a child's in its `usage` frame, which it builds "
+        "anyway): a priced step builds no second usage value. The tree's books charge a reply's tokens and its "
+        "cost in one pass (`TreeLedger.charge_reply`: the tree and the slice found once, each book answering with "
+        "one number, `Ledger.spend`, the decision a pair), and the money books are saved in the token books' state "
+        "write as one flat list of numbers beside them, made in the same pass over the slices, the two books' "
+        "slices walked side by side (they are opened together, in the same order) rather than looked up one by "
+        "one. Left per priced step: the price's products, the money books' lookup (kept most recently used with "
+        "the token books) and charge, and the longer state row (the money numbers, exact picodollars, run to 19 "
+        "digits for this benchmark's $1,000,000 budget; fewer for a smaller one).\n\n"
+        "Earlier: the calls the money added per step went from +11 / +13 to +3 / +9 in the change before this one "
+        "(two decisions as attrs values and a third look for what was left became one pass; the money books "
+        "saved beside the token books rather than as a second full snapshot); measured then, 05:06 UTC (load "
+        "12.6): +2.4 %, the tree before it +2.0 %, noise floor 0.6 %. Under that load this command moved between "
+        "+2.0 and +3.9 % from run to run for the same tree: the call counts are the evidence that does not move, "
+        "and a quiet re-measurement is due. Before that: 03:13 UTC (load 3.2; each step in the order A B C or "
+        "C B A, all three in one journal file): +3.2 %, +3.4 % for the tree before it, noise floor 1.1 %.\n"
     )
     return text
 

@@ -222,10 +222,10 @@ async def test_control_tools_are_offered_validated_and_can_end_the_turn() -> Non
 
 
 async def test_usage_hook_sees_every_increment() -> None:
-    increments: list[Usage] = []
+    increments: list[tuple[Usage, int | None]] = []
     model = ScriptedModel([tools_reply(call("s__add", {"a": 1, "b": 1}), tokens=7), final("2", tokens=9)])
-    await _run(model, _pool(), on_usage=increments.append)
-    assert increments == [Usage(7, 1), Usage(9, 1)]
+    await _run(model, _pool(), on_usage=lambda usage, cost: increments.append((usage, cost)))
+    assert increments == [(Usage(7, 1), None), (Usage(9, 1), None)]  # not priced: no cost
 
 
 async def test_intelligence_failure_mid_run() -> None:

@@ -154,6 +154,17 @@ async def test_the_money_books_are_saved_beside_the_token_books(tmp_path):
     moved.reserve("0.2", 5, parent="0.1")  # the same slice under another parent: saved whole
     assert moved.snapshot_beside(tokens) == moved.snapshot()
     assert tokens.snapshot(money) == {**tokens.snapshot(), MONEY_KEY: compact}  # both books in one pass
+    # A money slice beside every token slice: opened in the same order (walked side by side) or not, the list
+    # follows the token books' order and restores the same books.
+    for order in ((("0.1", ROOT), ("0.1.1", "0.1"), ("0.2", ROOT)), (("0.2", ROOT), ("0.1", ROOT), ("0.1.1", "0.1"))):
+        every = Ledger(10**12)
+        for handle, parent in order:
+            every.reserve(handle, 10**11, parent=parent)
+        every.charge("0.2", 3)
+        every.charge("0.1.1", 2 * 10**11)  # overdrawn
+        saved = every.snapshot_beside(tokens)
+        assert saved == [10**12, 10**12, 0, 0, 10**11, 0, 0, 10**11, 10**11, 10**11, 10**11, 3, 0]
+        assert Ledger.restore_beside(saved, tokens).snapshot() == every.snapshot()
     for bad in ([], [1, 5], [1, 5, 0, 0, 9], ["x"], [10, 100, 0, 0, None, None, None, None]):
         with pytest.raises(JournalFormatError):
             Ledger.restore_beside(bad, tokens)

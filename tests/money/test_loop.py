@@ -35,11 +35,11 @@ async def _run(model: ScriptedModel, on_usage: Any, price: Price | None = PRICE)
 
 
 async def test_each_reply_is_priced_and_the_hook_is_told_its_cost() -> None:
-    seen: list[Usage] = []
+    seen: list[tuple[Usage, int | None]] = []
     model = ScriptedModel([tools_reply(call("s__echo", {}), tokens=7), final("done", tokens=9)])
-    result = await _run(model, seen.append)
-    # a zero report first (the tree's books asked before the first call), then each reply with its cost
-    assert seen == [Usage(cost=0), Usage(7, 1, 0, 7 * 3_000_000 + 15_000_000), Usage(9, 1, 0, 9 * 3_000_000 + 15_000_000)]
+    result = await _run(model, lambda usage, cost: seen.append((usage, cost)))
+    # a zero report first (the tree's books asked before the first call), then each reply with its cost beside it
+    assert seen == [(Usage(), 0), (Usage(7, 1), 7 * 3_000_000 + 15_000_000), (Usage(9, 1), 9 * 3_000_000 + 15_000_000)]
     assert result.usage.cost == 16 * 3_000_000 + 2 * 15_000_000
     assert result.usage_json()["cost_usd"] == 0.000078 and result.usage_json()["own"]["cost_usd"] == 0.000078
     unpriced = await _run(ScriptedModel([final("done", tokens=9)]), None, price=None)
@@ -48,12 +48,12 @@ async def test_each_reply_is_priced_and_the_hook_is_told_its_cost() -> None:
 
 async def test_the_reply_that_spends_the_money_ends_the_run() -> None:
     model = ScriptedModel([tools_reply(call("s__echo", {}), tokens=7), final("never asked", tokens=9)])
-    result = await _run(model, lambda usage: BUDGET_USD if usage.total else False)
+    result = await _run(model, lambda usage, cost: BUDGET_USD if usage.total else False)
     assert result.status is RunStatus.EXHAUSTED_BUDGET and result.exit_code is ExitCode.BUDGET and result.partial
     assert result.steps == 1 and len(model.requests) == 1
 
 
 async def test_a_tree_with_no_money_left_gets_no_model_request() -> None:
     model = ScriptedModel([final("never asked", tokens=9)])
-    result = await _run(model, lambda usage: BUDGET_USD)
+    result = await _run(model, lambda usage, cost: BUDGET_USD)
     assert result.status is RunStatus.EXHAUSTED_BUDGET and result.steps == 0 and model.requests == []
