@@ -547,9 +547,9 @@ class _Run:
         from agentd.oversight.approvals import answering
 
         async def count(usage: Usage) -> None:
-            self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens)
+            cost = self.meter.add_usage(usage.prompt_tokens, usage.completion_tokens)  # priced as a step's reply
             if self.on_usage is not None:
-                verdict = self.on_usage(usage, usage.cost)
+                verdict = self.on_usage(usage, cost)
                 if inspect.isawaitable(verdict):
                     await verdict
 

@@ -118,6 +118,22 @@ async def test_sampling_uses_the_run_gateway_without_tools_and_counts_its_tokens
         assert event["outcome"] == "ok" and event["prompt_tokens"] == 40
 
 
+async def test_a_sampling_reply_s_cost_is_charged_to_the_money_budget(tmp_path, everything_server: launch.PeerProcess):
+    """A sampled reply is a model reply of the run: priced like a step's and charged to the tree's money books, so
+    the next reply of the run, cheap itself, finds the budget spent (``--budget-usd``)."""
+    rules = [Rule({"no_tools": True}, text("a sampled line", usage={"prompt_tokens": 40_000, "completion_tokens": 9})),
+             Rule({"last_role": "tool"}, text("relayed"))]
+    async with scripted_gateway(rules=rules, default=tool_call(SAMPLE, {"prompt": "say hi"})) as gw:
+        argv = ["--intelligence", gw.url, "--mcp", f"ev={everything_server.url}", "--mcp-capabilities",
+                "ev=sampling", "--instruction", "Sample.", "--deadline", "120s", "--model", "m-1",
+                "--price", "m-1=3/15", "--budget-usd", "0.01"]
+        async with daemon(argv, tmp_path) as d:
+            code, result = await d.wait()
+    assert "a sampled line" in last_tool_message(gw)
+    assert code == 7 and result["status"] == "exhausted_budget", result
+    assert result["usage"]["cost_usd"] > 0.1  # the sampled 40,000 prompt tokens at $3 per million
+
+
 async def test_a_subagent_s_question_reaches_the_person_at_the_root(tmp_path, everything_server: launch.PeerProcess):
     from tests.peers.gateway import RecordedRequest
 
