@@ -91,6 +91,9 @@ LOCK_SUFFIX: Final = "-lock"
 T = TypeVar("T")
 
 
+#: A state value's text, compact (``json.dumps`` with options builds a new encoder per call; a budgeted run writes
+#: its books every step).
+_STATE_JSON: Final = json.JSONEncoder(separators=(",", ":")).encode
 #: A run's last sequence number: a seek to its last entry (the entries' key is ``(run_id, seq)``).
 _LAST_SEQ: Final = "SELECT seq FROM entries WHERE run_id = ? ORDER BY seq DESC LIMIT 1"
 #: A run's summary, read from ``runs``: its record count is one past its last entry's sequence number (a running
@@ -442,7 +445,7 @@ class JournalFile:
         return {key: json.loads(value) for key, value in rows}
 
     def put_state(self, namespace: str, changes: Mapping[str, Any]) -> None:
-        encoded = {k: None if v is None else json.dumps(v, separators=(",", ":")) for k, v in changes.items()}
+        encoded = {k: None if v is None else _STATE_JSON(v) for k, v in changes.items()}
 
         def work() -> None:
             now = self.clock()
