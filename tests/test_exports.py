@@ -31,7 +31,7 @@ PINNED: dict[str, list[str]] = {
     "agentd.intelligence": [
         "OFFLINE", "OFFLINE_MODEL_NAME", "WIRE_NAME", "Breaker", "BreakerState", "ChatTool", "GatewayError",
         "Intelligence", "ModelReply", "ToolCall", "ToolNameMap", "Usage", "completions_url", "example_value",
-        "open_intelligence",
+        "open_intelligence", "release_idle",
     ],
 }
 
