@@ -454,18 +454,24 @@ class TreeLedger:
         self._tree_of.pop(handle, None)  # a root-level subagent ended: its tree's count stays
         return over
 
+    def _count(self, key: str, n: int) -> int:
+        """Count ``n`` (≥ 0) more tokens of run tree ``key``: its total now (the trees kept most recently used
+        last, at most :data:`TREES_KEPT`)."""
+        self.tokens_used += n
+        total = self._tree_tokens.pop(key, 0) + n
+        self._tree_tokens[key] = total
+        while len(self._tree_tokens) > TREES_KEPT:
+            self._tree_tokens.popitem(last=False)
+        return total
+
     def add_tokens(self, n: int, handle: str | None = None, tree: str = "") -> bool:
         """Count ``n`` more tokens used by ``handle`` (default the root, in run tree ``tree``); True when its
         run tree is now past the ceiling, or ``handle`` past its slice (the root's slice is what the tree has
         left for the root's own turns: the ceiling less what its live children hold)."""
         n = max(0, n)
-        self.tokens_used += n
         who = self.root if handle is None else handle
         key = self.tree_of(who, tree)
-        total = self._tree_tokens.pop(key, 0) + n
-        self._tree_tokens[key] = total  # most recently used last
-        while len(self._tree_tokens) > TREES_KEPT:
-            self._tree_tokens.popitem(last=False)
+        total = self._count(key, n)
         book = self.book(key)
         overdrawn = False
         if self._slice(who) in book:
@@ -501,13 +507,9 @@ class TreeLedger:
         for both books, each book answers with one number (:meth:`Ledger.spend`) and the decision is a tuple,
         not an attrs value; building those per reply cost more than the bookkeeping."""
         n = tokens if tokens > 0 else 0
-        self.tokens_used += n
         who = self.root if handle is None else handle
         key = self.tree_of(who, tree)
-        total = self._tree_tokens.pop(key, 0) + n
-        self._tree_tokens[key] = total  # most recently used last
-        while len(self._tree_tokens) > TREES_KEPT:
-            self._tree_tokens.popitem(last=False)
+        total = self._count(key, n)
         book = self.book(key)
         ceiling = min(book.ceiling, self.caps.token_ceiling)  # ceiling_of(key), the books at hand
         where = self._slice(who)

@@ -17,28 +17,16 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.journal.sqlite import DB_NAME, open_journal
+from agentd.journal.sqlite import DB_NAME
 from tests.ctl.daemon import daemon
 from tests.durable.peer import counting_peer
 from tests.durable.test_served_restart import _client, _structured
 from tests.integration.agents import agentd_worker, text_of
+from tests.journal.noting import FULL, NORMAL, noting_journal
 from tests.peers.gateway import RecordedRequest, scripted_gateway, text, tool_call
 from tests.waiting import until
 
 pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("no_leftover_children")]
-
-FULL, NORMAL = 2, 1
-
-
-async def _noting(state: Path) -> None:
-    """The journal, created as a root creates it, with a trigger noting each entry's run, kind and the writing
-    connection's ``synchronous``."""
-    async with open_journal(str(state)):
-        pass
-    with sqlite3.connect(state / DB_NAME) as conn:
-        conn.execute("CREATE TABLE seen (run_id TEXT, kind TEXT, sync INTEGER)")
-        conn.execute("CREATE TRIGGER note AFTER INSERT ON entries BEGIN "
-                     "INSERT INTO seen SELECT new.run_id, new.kind, synchronous FROM pragma_synchronous; END")
 
 
 def _times(state: Path, run: str) -> list[tuple[str, float]]:
@@ -53,7 +41,7 @@ def _seen(state: Path) -> list[tuple[str, str, int]]:
 
 async def test_a_run_s_subagents_end_unflushed_and_the_parent_s_flush_comes_after(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    await _noting(state)
+    await noting_journal(state)
 
     def reply(request: RecordedRequest) -> dict[str, Any]:
         said = " ".join(text_of(m.get("content")) for m in request.messages if m.get("role") == "user")
@@ -97,7 +85,7 @@ async def test_a_run_s_subagents_end_unflushed_and_the_parent_s_flush_comes_afte
 
 async def test_a_served_spawn_s_end_is_flushed(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    await _noting(state)
+    await noting_journal(state)
     async with scripted_gateway(default=lambda request: text("fine")) as gw:
         argv = ["--serve-mcp", "http://127.0.0.1:0", "--intelligence", gw.url, "--state-dir", str(state),
                 "--drain-timeout", "3", "--cancel-grace", "1"]

@@ -10,19 +10,10 @@ from pathlib import Path
 from agentd.journal.recorder import RunRecorder
 from agentd.journal.records import RunStarted
 from agentd.journal.sqlite import DB_NAME, open_journal
+from tests.journal.noting import FULL, NORMAL, noting_journal
 
-FULL, NORMAL = 2, 1
 CALL = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "c1", "type": "function", "function": {"name": "pay__charge", "arguments": "{}"}}]}
-
-
-async def _noting(state: Path) -> None:
-    async with open_journal(str(state)):
-        pass
-    with sqlite3.connect(state / DB_NAME) as conn:
-        conn.execute("CREATE TABLE seen (kind TEXT, sync INTEGER)")
-        conn.execute("CREATE TRIGGER note AFTER INSERT ON entries BEGIN "
-                     "INSERT INTO seen SELECT new.kind, synchronous FROM pragma_synchronous; END")
 
 
 def _rows(state: Path) -> list[tuple[str, int, float]]:
@@ -33,7 +24,7 @@ def _rows(state: Path) -> list[tuple[str, int, float]]:
 
 
 async def test_the_final_answer_goes_with_the_unflushed_end(tmp_path: Path) -> None:
-    await _noting(tmp_path)
+    await noting_journal(tmp_path)
     async with open_journal(str(tmp_path), checked=True) as journal:
         recorder = RunRecorder(journal, "child", parent_commits_end=True)
         await recorder.started(RunStarted("d", "charge it", parent="root"), deferred=True)
@@ -52,7 +43,7 @@ async def test_the_final_answer_goes_with_the_unflushed_end(tmp_path: Path) -> N
 async def test_a_held_answer_the_run_goes_on_from_is_committed_with_the_next_step(tmp_path: Path) -> None:
     """An answer the run does not end with (its output contract refused it): it goes with the next commit, in
     order, and a run stopped before its end (drained, cancelled) commits it alone."""
-    await _noting(tmp_path)
+    await noting_journal(tmp_path)
     async with open_journal(str(tmp_path), checked=True) as journal:
         recorder = RunRecorder(journal, "child", parent_commits_end=True)
         await recorder.started(RunStarted("d", "answer in JSON", parent="root"), deferred=True)
