@@ -7,24 +7,11 @@ import time
 import weakref
 from typing import Any
 
-import attrs
-
 from agentd.agent import catalogue
 from agentd.agent.catalogue import Catalogues, catalogues_for
 from agentd.agent.control import ControlContext, ControlResult, ControlTool
 from agentd.telemetry.events import EventLog
-
-
-@attrs.frozen
-class Tool:
-    server: str
-    name: str
-    description: str | None
-    input_schema: dict[str, Any]
-
-
-async def _noop(arguments: Any, ctx: ControlContext) -> ControlResult:
-    return ControlResult.text("ok")
+from tests.agent.test_catalogue import Tool, _noop
 
 
 def _schema(i: int) -> dict[str, Any]:
